@@ -1,0 +1,476 @@
+#include "agent/agent.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "agent/exec_child.h"
+#include "agent/protocol.h"
+#include "base/unique_fd.h"
+#include "isolation/devices.h"
+#include "isolation/net_loopback.h"
+#include "isolation/proc_masks.h"
+#include "isolation/rootfs.h"
+#include "sys/fd_passing.h"
+
+namespace warren::agent {
+namespace {
+
+using nlohmann::json;
+
+int64_t NowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+// After the command exits, how long we keep reading pipes that a background grandchild
+// still holds open before we call the exec finished.
+constexpr int64_t kExitGraceMs = 100;
+
+struct Exec {
+  std::string id;
+  pid_t pid = -1;
+  UniqueFd out, err, in;
+  std::string pending_stdin;
+  bool stdin_eof = false;
+  int64_t deadline_ms = 0;  // 0: none
+  int64_t exited_at_ms = 0;
+  uint64_t max_output = 1 << 20;
+  uint64_t sent[2] = {0, 0};
+  bool truncated[2] = {false, false};
+  bool exited = false;
+  int status = 0;
+  bool timed_out = false;
+};
+
+class Agent {
+ public:
+  int Serve();
+  Status Setup();
+
+ private:
+  void Reply(json header, std::string payload = "") {
+    Status st = Send(kControlFd, Message{std::move(header), std::move(payload)});
+    if (!st.ok()) _exit(0);  // the node is gone: nothing left to serve
+  }
+  void HandleMessage(Message& m);
+  void StartExec(Message& m);
+  void HandleStdin(Message& m);
+  void WriteStdin(Exec& e);
+  void HandlePut(Message& m);
+  void HandleGet(Message& m);
+  void HandleSignal(Message& m);
+  void ReadPipe(Exec& e, int which);
+  void ReapChildren();
+  void CheckTimers();
+  void MaybeFinish(Exec& e);
+  void Watch(int fd, uint32_t events, bool add);
+
+  UniqueFd epoll_, sigfd_;
+  std::map<std::string, std::unique_ptr<Exec>> execs_;
+  std::map<int, std::pair<std::string, int>> fd_owner_;  // fd -> (exec id, 0 out|1 err|2 in)
+  std::map<std::string, UniqueFd> puts_;
+  std::vector<std::string> base_env_;
+};
+
+std::string ErrText(const char* op, const std::string& obj, int err) {
+  return std::string(op) + " `" + obj + "`: " + strerror(err);
+}
+
+Status Agent::Setup() {
+  std::string data;
+  std::vector<UniqueFd> fds;
+  WARREN_RETURN_IF_ERROR(sys::RecvWithFds(kControlFd, kMaxMessage, &data, &fds));
+  auto msg = WARREN_TRY(Decode(data));
+  const json& h = msg.header;
+  if (h.value("t", "") != "setup") return Invalid("expected setup message", "agent");
+  if (fds.size() != h.value("layers", 0u)) return Invalid("layer fd count mismatch", "agent");
+  const json env = h.value("env", json::object());
+  for (auto& [k, v] : env.items())
+    if (v.is_string()) base_env_.push_back(k + "=" + v.get<std::string>());
+
+  // The node attached us to the v1 cgroups after clone; a fresh cgroup namespace now roots
+  // /proc/self/cgroup at the sandbox's own cgroups, hiding the host's layout.
+  if (unshare(CLONE_NEWCGROUP) != 0) return ErrnoStatus("unshare cgroup namespace", "agent");
+
+  isolation::RootfsPlan plan;
+  plan.layers = std::move(fds);
+  plan.disk_bytes = h.value("disk_bytes", uint64_t{1} << 30);
+  std::string root;
+  // Order matters: the overlay first (everything else mounts inside it), /proc before the
+  // pivot (mounting procfs in a user namespace requires a fully visible procfs to exist in
+  // the mount namespace, which the old root provides), then the pivot detaches the host.
+  WARREN_RETURN_IF_ERROR(isolation::BuildRootfs(plan, &root));
+  WARREN_RETURN_IF_ERROR(isolation::MountProc(root));
+  WARREN_RETURN_IF_ERROR(isolation::MountMinimalDev(root));
+  WARREN_RETURN_IF_ERROR(isolation::MountSys(root));
+  WARREN_RETURN_IF_ERROR(isolation::PivotInto(root));
+  std::string hostname = h.value("hostname", "sandbox");
+  if (sethostname(hostname.data(), hostname.size()) != 0)
+    return ErrnoStatus("sethostname", hostname);
+  WARREN_RETURN_IF_ERROR(isolation::BringUpLoopback());
+  // No setuid binary or file capability can give anything back once we are here.
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return ErrnoStatus("no_new_privs", "agent");
+  return Status::Ok();
+}
+
+void Agent::Watch(int fd, uint32_t events, bool add) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  epoll_ctl(epoll_.get(), add ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, fd, add ? &ev : nullptr);
+}
+
+void Agent::StartExec(Message& m) {
+  const json& h = m.header;
+  std::string id = h.value("id", "");
+  auto fail = [&](const std::string& why) { Reply({{"t", "exec_failed"}, {"id", id}, {"error", why}}); };
+  if (id.empty() || execs_.count(id)) return fail("bad or duplicate exec id");
+  auto e = std::make_unique<Exec>();
+  e->id = id;
+  e->max_output = h.value("max_output", uint64_t{1} << 20);
+  int64_t timeout_ms = h.value("timeout_ms", int64_t{0});
+  if (timeout_ms > 0) e->deadline_ms = NowMs() + timeout_ms;
+
+  ChildSpec cs;
+  const json argv = h.value("argv", json::array());
+  for (const auto& a : argv)
+    if (a.is_string()) cs.argv.push_back(a.get<std::string>());
+  if (cs.argv.empty()) return fail("empty argv");
+  cs.env = base_env_;
+  const json env = h.value("env", json::object());
+  for (auto& [k, v] : env.items()) {
+    if (!v.is_string()) continue;
+    std::string kv = k + "=" + v.get<std::string>();
+    bool replaced = false;
+    for (auto& old : cs.env)
+      if (old.compare(0, k.size() + 1, k + "=") == 0) old = kv, replaced = true;
+    if (!replaced) cs.env.push_back(kv);
+  }
+  cs.cwd = h.value("cwd", "/");
+
+  int po[2], pe[2], perr[2], pi[2] = {-1, -1};
+  if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(perr, O_CLOEXEC))
+    return fail(ErrText("pipe2", id, errno));
+  bool has_stdin = h.value("stdin", false);
+  if (has_stdin && pipe2(pi, O_CLOEXEC)) return fail(ErrText("pipe2", id, errno));
+  cs.stdout_fd = po[1];
+  cs.stderr_fd = pe[1];
+  cs.stdin_fd = pi[0];
+  cs.error_fd = perr[1];
+  pid_t pid = fork();
+  if (pid == 0) ExecChild(cs);
+  UniqueFd child_err(perr[0]);
+  close(perr[1]);
+  close(po[1]);
+  close(pe[1]);
+  if (pi[0] >= 0) close(pi[0]);
+  e->out.Reset(po[0]);
+  e->err.Reset(pe[0]);
+  if (pi[1] >= 0) e->in.Reset(pi[1]);
+  if (pid < 0) {
+    int err = errno;
+    return fail(ErrText("fork", cs.argv[0], err));
+  }
+  e->pid = pid;
+  // The error pipe closes on a successful exec; a failed chdir is a bad request, a failed
+  // exec is reported like a shell does (127 not found, 126 not executable).
+  char buf[64] = {};
+  ssize_t n = read(child_err.get(), buf, sizeof buf - 1);
+  if (n > 0) {
+    char stage[16] = {};
+    int err = 0;
+    sscanf(buf, "%15s %d", stage, &err);
+    if (std::string(stage) == "chdir") {
+      waitpid(pid, nullptr, 0);
+      return fail(ErrText("chdir", cs.cwd, err));
+    }
+    std::string msg = "warren: " + ErrText("exec", cs.argv[0], err) + "\n";
+    Reply({{"t", "out"}, {"id", id}, {"s", "stderr"}}, msg);
+    e->sent[1] += msg.size();
+  }
+  for (int fd : {e->out.get(), e->err.get()}) fcntl(fd, F_SETFL, O_NONBLOCK);
+  fd_owner_[e->out.get()] = {id, 0};
+  fd_owner_[e->err.get()] = {id, 1};
+  Watch(e->out.get(), EPOLLIN, true);
+  Watch(e->err.get(), EPOLLIN, true);
+  if (e->in) {
+    fcntl(e->in.get(), F_SETFL, O_NONBLOCK);
+    e->pending_stdin = std::move(m.payload);
+    e->stdin_eof = !h.value("stdin_more", false);
+    fd_owner_[e->in.get()] = {id, 2};
+    Watch(e->in.get(), EPOLLOUT, true);
+  }
+  execs_[id] = std::move(e);
+}
+
+void Agent::WriteStdin(Exec& e) {
+  while (e.in && !e.pending_stdin.empty()) {
+    ssize_t n = write(e.in.get(), e.pending_stdin.data(), e.pending_stdin.size());
+    if (n < 0) {
+      if (errno == EAGAIN) return;
+      e.pending_stdin.clear();  // EPIPE: the command does not read its stdin
+      e.stdin_eof = true;
+      break;
+    }
+    e.pending_stdin.erase(0, static_cast<size_t>(n));
+  }
+  if (e.in && e.pending_stdin.empty() && e.stdin_eof) {
+    fd_owner_.erase(e.in.get());
+    Watch(e.in.get(), 0, false);
+    e.in.Reset();
+  }
+}
+
+void Agent::HandleStdin(Message& m) {
+  auto it = execs_.find(m.header.value("id", ""));
+  if (it == execs_.end() || !it->second->in) return;
+  it->second->pending_stdin += m.payload;
+  if (m.header.value("eof", false)) it->second->stdin_eof = true;
+  WriteStdin(*it->second);
+}
+
+void Agent::HandleSignal(Message& m) {
+  auto it = execs_.find(m.header.value("id", ""));
+  int sig = m.header.value("sig", SIGTERM);
+  if (it != execs_.end() && !it->second->exited && sig > 0 && sig < NSIG)
+    kill(-it->second->pid, sig);
+}
+
+void Agent::HandlePut(Message& m) {
+  const json& h = m.header;
+  std::string id = h.value("id", ""), path = h.value("path", "");
+  auto err = [&](const char* op, int e) {
+    puts_.erase(id);
+    Reply({{"t", "err"}, {"id", id}, {"errno", e}, {"error", ErrText(op, path, e)}});
+  };
+  if (h.value("first", false)) {
+    mode_t mode = h.value("mode", 0644u) & 07777;
+    UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, mode));
+    if (!fd) return err("open", errno);
+    struct stat sb;
+    if (fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode)) return err("open", EINVAL);
+    if (fchmod(fd.get(), mode) != 0) return err("chmod", errno);
+    puts_[id] = std::move(fd);
+  }
+  auto it = puts_.find(id);
+  if (it == puts_.end()) return;  // an earlier chunk failed and was reported
+  size_t off = 0;
+  while (off < m.payload.size()) {
+    ssize_t n = write(it->second.get(), m.payload.data() + off, m.payload.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return err("write", errno);
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (h.value("last", false)) {
+    puts_.erase(it);
+    Reply({{"t", "ok"}, {"id", id}});
+  }
+}
+
+void Agent::HandleGet(Message& m) {
+  const json& h = m.header;
+  std::string id = h.value("id", ""), path = h.value("path", "");
+  uint64_t max = h.value("max", uint64_t{64} << 20);
+  auto err = [&](const char* op, int e) {
+    Reply({{"t", "err"}, {"id", id}, {"errno", e}, {"error", ErrText(op, path, e)}});
+  };
+  // O_NONBLOCK: a FIFO must not block us; only regular files are served.
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd) return err("open", errno);
+  struct stat sb;
+  if (fstat(fd.get(), &sb) != 0) return err("stat", errno);
+  if (S_ISDIR(sb.st_mode)) return err("read", EISDIR);
+  if (!S_ISREG(sb.st_mode)) return err("read", EINVAL);
+  if (static_cast<uint64_t>(sb.st_size) > max) return err("read", EFBIG);
+  std::string buf(kMaxPayload, '\0');
+  uint64_t total = 0;
+  for (;;) {
+    ssize_t n = read(fd.get(), buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return err("read", errno);
+    }
+    total += static_cast<uint64_t>(n);
+    if (total > max) return err("read", EFBIG);  // the file grew while we read it
+    bool last = n == 0;
+    Reply({{"t", "data"}, {"id", id}, {"last", last}}, buf.substr(0, static_cast<size_t>(n)));
+    if (last) return;
+  }
+}
+
+void Agent::ReadPipe(Exec& e, int which) {
+  UniqueFd& fd = which == 0 ? e.out : e.err;
+  char buf[kMaxPayload];
+  for (int round = 0; round < 16 && fd; ++round) {
+    ssize_t n = read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {
+      fd_owner_.erase(fd.get());
+      Watch(fd.get(), 0, false);
+      fd.Reset();
+      MaybeFinish(e);
+      return;
+    }
+    // Output past the cap is read and dropped, so the command never blocks on a full pipe.
+    uint64_t room = e.max_output > e.sent[which] ? e.max_output - e.sent[which] : 0;
+    size_t keep = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(n)));
+    if (keep < static_cast<size_t>(n)) e.truncated[which] = true;
+    if (keep > 0) {
+      e.sent[which] += keep;
+      Reply({{"t", "out"}, {"id", e.id}, {"s", which == 0 ? "stdout" : "stderr"}},
+            std::string(buf, keep));
+    }
+  }
+}
+
+void Agent::MaybeFinish(Exec& e) {
+  if (!e.exited) return;
+  bool pipes_open = e.out || e.err;
+  if (pipes_open && NowMs() - e.exited_at_ms < kExitGraceMs) return;
+  for (UniqueFd* fd : {&e.out, &e.err, &e.in}) {
+    if (*fd) {
+      fd_owner_.erase(fd->get());
+      Watch(fd->get(), 0, false);
+      fd->Reset();
+    }
+  }
+  json r = {{"t", "exit"}, {"id", e.id}, {"timed_out", e.timed_out},
+            {"stdout_truncated", e.truncated[0]}, {"stderr_truncated", e.truncated[1]},
+            {"signal", nullptr}};
+  if (e.timed_out) {
+    r["exit_code"] = 124;
+    r["signal"] = "KILL";
+  } else if (WIFSIGNALED(e.status)) {
+    r["exit_code"] = 128 + WTERMSIG(e.status);
+    const char* name = sigabbrev_np(WTERMSIG(e.status));
+    r["signal"] = name ? name : std::to_string(WTERMSIG(e.status));
+  } else {
+    r["exit_code"] = WEXITSTATUS(e.status);
+  }
+  std::string id = e.id;
+  Reply(std::move(r));
+  execs_.erase(id);
+}
+
+void Agent::ReapChildren() {
+  for (;;) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    for (auto& [id, e] : execs_) {
+      if (e->pid == pid && !e->exited) {
+        // Drain what is already in the pipes before deciding (not yet marked exited, so
+        // an EOF here cannot finish and free the exec under us).
+        if (e->out) ReadPipe(*e, 0);
+        if (e->err) ReadPipe(*e, 1);
+        e->exited = true;
+        e->status = status;
+        e->exited_at_ms = NowMs();
+        MaybeFinish(*e);
+        break;
+      }
+    }
+  }
+}
+
+void Agent::CheckTimers() {
+  int64_t now = NowMs();
+  std::vector<Exec*> due;
+  for (auto& [id, e] : execs_) {
+    if (!e->exited && e->deadline_ms && now >= e->deadline_ms && !e->timed_out) {
+      e->timed_out = true;
+      kill(-e->pid, SIGKILL);
+      kill(e->pid, SIGKILL);
+    }
+    if (e->exited) due.push_back(e.get());
+  }
+  for (Exec* e : due) MaybeFinish(*e);
+}
+
+void Agent::HandleMessage(Message& m) {
+  std::string t = m.header.value("t", "");
+  if (t == "exec") StartExec(m);
+  else if (t == "stdin") HandleStdin(m);
+  else if (t == "signal") HandleSignal(m);
+  else if (t == "put") HandlePut(m);
+  else if (t == "get") HandleGet(m);
+  else if (t == "ping") Reply({{"t", "pong"}, {"id", m.header.value("id", "")}});
+}
+
+int Agent::Serve() {
+  epoll_.Reset(epoll_create1(EPOLL_CLOEXEC));
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  sigfd_.Reset(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  Watch(kControlFd, EPOLLIN, true);
+  Watch(sigfd_.get(), EPOLLIN, true);
+  epoll_event evs[64];
+  for (;;) {
+    int64_t next = INT64_MAX;
+    for (auto& [id, e] : execs_) {
+      int64_t due = e->exited ? e->exited_at_ms + kExitGraceMs : e->deadline_ms;
+      if (due) next = std::min(next, due);
+    }
+    int timeout =
+        next == INT64_MAX ? -1 : static_cast<int>(std::max<int64_t>(0, next - NowMs() + 1));
+    int n = epoll_wait(epoll_.get(), evs, 64, timeout);
+    for (int i = 0; i < n; ++i) {
+      int fd = evs[i].data.fd;
+      if (fd == kControlFd) {
+        if (evs[i].events & (EPOLLHUP | EPOLLERR) && !(evs[i].events & EPOLLIN)) return 0;
+        auto m = Recv(kControlFd);
+        if (!m.ok()) return 0;  // the node closed the socket: the sandbox is being deleted
+        HandleMessage(*m);
+      } else if (fd == sigfd_.get()) {
+        signalfd_siginfo si;
+        while (read(sigfd_.get(), &si, sizeof si) > 0) {
+        }
+        ReapChildren();
+      } else {
+        auto it = fd_owner_.find(fd);
+        if (it == fd_owner_.end()) continue;
+        auto ex = execs_.find(it->second.first);
+        if (ex == execs_.end()) continue;
+        if (it->second.second == 2) WriteStdin(*ex->second);
+        else ReadPipe(*ex->second, it->second.second);
+      }
+    }
+    CheckTimers();
+  }
+}
+
+}  // namespace
+
+int Run() {
+  close(kSelfMemfd);
+  signal(SIGPIPE, SIG_IGN);
+  Agent agent;
+  Status st = agent.Setup();
+  if (!st.ok()) {
+    (void)Send(kControlFd, Message{{{"t", "setup_failed"}, {"error", st.ToString()}}, ""});
+    return 1;
+  }
+  if (!Send(kControlFd, Message{{{"t", "ready"}}, ""}).ok()) return 1;
+  return agent.Serve();
+}
+
+}  // namespace warren::agent

@@ -1,0 +1,58 @@
+#include "agent/exec_child.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace warren::agent {
+namespace {
+
+[[noreturn]] void Fail(int error_fd, const char* stage, int code) {
+  int err = errno;
+  char buf[64];
+  int n = snprintf(buf, sizeof buf, "%s %d", stage, err);
+  if (n > 0) (void)!write(error_fd, buf, static_cast<size_t>(n));
+  _exit(code);
+}
+
+}  // namespace
+
+void ExecChild(const ChildSpec& s) {
+  // The agent blocks SIGCHLD for its signalfd and ignores SIGPIPE: undo both for the command.
+  sigset_t all;
+  sigfillset(&all);
+  sigprocmask(SIG_UNBLOCK, &all, nullptr);
+  for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
+  // Own session and process group: a timeout or signal hits the whole command tree.
+  setsid();
+  // The node made the agent hard to OOM-kill; the command must be the one that dies.
+  int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (oom >= 0) {
+    (void)!write(oom, "0", 1);
+    close(oom);
+  }
+  int in = s.stdin_fd >= 0 ? s.stdin_fd : open("/dev/null", O_RDONLY);
+  if (in < 0 || dup2(in, 0) < 0 || dup2(s.stdout_fd, 1) < 0 || dup2(s.stderr_fd, 2) < 0)
+    Fail(s.error_fd, "dup2", 126);
+  if (chdir(s.cwd.empty() ? "/" : s.cwd.c_str()) != 0) Fail(s.error_fd, "chdir", 126);
+  // Close everything but stdio and the error pipe (CLOEXEC anyway).
+  for (int fd = 3; fd < 1024; ++fd)
+    if (fd != s.error_fd) close(fd);
+
+  std::vector<char*> argv, envp;
+  for (const auto& a : s.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : s.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  // execvpe searches PATH from the environment we pass, as a shell would.
+  for (const auto& e : s.env)
+    if (e.rfind("PATH=", 0) == 0) setenv("PATH", e.c_str() + 5, 1);
+  execvpe(argv[0], argv.data(), envp.data());
+  Fail(s.error_fd, "exec", errno == ENOENT ? 127 : 126);
+}
+
+}  // namespace warren::agent

@@ -1,0 +1,22 @@
+// The forked child of an exec request: everything between fork() and execvpe().
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace warren::agent {
+
+struct ChildSpec {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // "K=V"
+  std::string cwd;
+  int stdin_fd = -1;   // read end, or -1 for /dev/null
+  int stdout_fd = -1;  // write ends
+  int stderr_fd = -1;
+  int error_fd = -1;   // CLOEXEC pipe: on failure the child writes "stage errno" and exits
+};
+
+// Never returns.
+[[noreturn]] void ExecChild(const ChildSpec& spec);
+
+}  // namespace warren::agent

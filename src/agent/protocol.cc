@@ -1,0 +1,55 @@
+#include "agent/protocol.h"
+
+#include <sys/socket.h>
+
+#include <cstring>
+
+namespace warren::agent {
+
+std::string Encode(const Message& m) {
+  std::string h = m.header.dump();
+  std::string out;
+  out.resize(4);
+  uint32_t n = static_cast<uint32_t>(h.size());
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  out += h;
+  out += m.payload;
+  return out;
+}
+
+Result<Message> Decode(std::string_view wire) {
+  if (wire.size() < 4) return Invalid("short message", "agent protocol");
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(static_cast<uint8_t>(wire[i])) << (8 * i);
+  if (n > wire.size() - 4) return Invalid("header length beyond message", "agent protocol");
+  Message m;
+  m.header = nlohmann::json::parse(wire.substr(4, n), nullptr, /*allow_exceptions=*/false);
+  if (m.header.is_discarded() || !m.header.is_object() || !m.header.contains("t"))
+    return Invalid("malformed header", "agent protocol");
+  m.payload.assign(wire.substr(4 + n));
+  return m;
+}
+
+Status Send(int fd, const Message& m) {
+  std::string wire = Encode(m);
+  if (wire.size() > kMaxMessage) return Invalid("message too large", "agent protocol");
+  for (;;) {
+    ssize_t n = send(fd, wire.data(), wire.size(), MSG_NOSIGNAL);
+    if (n >= 0) return Status::Ok();
+    if (errno != EINTR) return ErrnoStatus("send", "agent socket");
+  }
+}
+
+Result<Message> Recv(int fd) {
+  std::string buf(kMaxMessage, '\0');
+  ssize_t n;
+  do {
+    n = recv(fd, buf.data(), buf.size(), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return ErrnoStatus("recv", "agent socket");
+  if (n == 0) return Status(Code::kUnavailable, "recv", "agent socket", "peer closed");
+  buf.resize(static_cast<size_t>(n));
+  return Decode(buf);
+}
+
+}  // namespace warren::agent

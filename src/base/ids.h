@@ -1,0 +1,18 @@
+// Random identifiers and tokens from getrandom(2).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace warren {
+
+// Lowercase hex string of `bytes` random bytes.
+std::string RandomHex(size_t bytes);
+// Sandbox ids: "sb-" + 16 hex digits. Exec ids: "ex-" + 12 hex digits.
+std::string NewSandboxId();
+std::string NewExecId();
+// Wall clock as RFC 3339 UTC with milliseconds.
+std::string NowRfc3339();
+double NowSeconds();
+
+}  // namespace warren

@@ -1,0 +1,57 @@
+#include "base/sha256.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <memory>
+#include <vector>
+
+#include "base/unique_fd.h"
+
+namespace warren {
+namespace {
+
+std::string Hex(const unsigned char* d, unsigned n) {
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (unsigned i = 0; i < n; ++i) {
+    s.push_back(kHex[d[i] >> 4]);
+    s.push_back(kHex[d[i] & 15]);
+  }
+  return s;
+}
+
+using CtxPtr = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
+
+}  // namespace
+
+Result<std::string> Sha256File(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoStatus("open", path);
+  CtxPtr ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    ssize_t n = read(fd.get(), buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("read", path);
+    }
+    if (n == 0) break;
+    EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(n));
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &len);
+  return Hex(md, len);
+}
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  return Hex(md, len);
+}
+
+}  // namespace warren

@@ -1,0 +1,38 @@
+#include "image/erofs_mount_cache.h"
+
+#include <sys/mount.h>
+
+#include "sys/mount_api.h"
+
+namespace warren::image {
+
+Result<UniqueFd> MountErofsBlob(const std::string& blob_path) {
+  const unsigned attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID;
+  auto m = sys::FsMount("erofs", blob_path, {{"directio", ""}}, attrs);
+  // Kernels before 6.12 have file-backed EROFS but no directio option: mount without it.
+  if (!m.ok() && m.status().err() == EINVAL) m = sys::FsMount("erofs", blob_path, {}, attrs);
+  return m;
+}
+
+Result<std::shared_ptr<LayerMount>> ErofsMountCache::Acquire(const std::string& digest,
+                                                             const std::string& blob_path) {
+  std::lock_guard lock(mu_);
+  if (auto it = mounts_.find(digest); it != mounts_.end())
+    if (auto sp = it->second.lock()) return sp;
+  UniqueFd fd = WARREN_TRY(MountErofsBlob(blob_path));
+  auto sp = std::make_shared<LayerMount>(LayerMount{digest, std::move(fd)});
+  mounts_[digest] = sp;
+  // Drop dead entries now and then so the map does not grow with every digest ever seen.
+  for (auto it = mounts_.begin(); it != mounts_.end();)
+    it = it->second.expired() ? mounts_.erase(it) : std::next(it);
+  return sp;
+}
+
+size_t ErofsMountCache::live() const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (auto& [d, w] : mounts_) n += !w.expired();
+  return n;
+}
+
+}  // namespace warren::image

@@ -1,0 +1,38 @@
+// One host mount per layer blob, shared by every sandbox using it.
+//
+// A layer is mounted once as a detached file-backed EROFS mount (held only by an fd, never
+// attached to the host's tree) with directio, so N sandboxes share one page cache instead of
+// caching the backing file too. Each sandbox gets an idmapped open_tree clone of it. The
+// mount goes away when the last LayerMount reference drops (unmounted when idle). Thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+
+namespace warren::image {
+
+struct LayerMount {
+  std::string digest;
+  UniqueFd fd;  // detached read-only EROFS mount
+};
+
+class ErofsMountCache {
+ public:
+  Result<std::shared_ptr<LayerMount>> Acquire(const std::string& digest,
+                                              const std::string& blob_path);
+  size_t live() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::weak_ptr<LayerMount>> mounts_;
+};
+
+// Mounts one EROFS blob (file-backed) as a detached read-only mount.
+Result<UniqueFd> MountErofsBlob(const std::string& blob_path);
+
+}  // namespace warren::image

@@ -1,0 +1,44 @@
+// Content-addressed store of EROFS layer blobs: DIR/blobs/sha256/<hex>.
+//
+// Blobs must live on a real filesystem (ext4, xfs, non-passthrough FUSE): file-backed EROFS
+// refuses tmpfs and overlayfs backing files with ENOTBLK. Names and tags are recorded by the
+// caller (the API server's state store); this class only deals in digests and files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace warren::image {
+
+struct BlobInfo {
+  std::string digest;  // "sha256:<hex>"
+  uint64_t size = 0;
+};
+
+class LayerStore {
+ public:
+  explicit LayerStore(std::string root) : root_(std::move(root)) {}
+
+  // Creates the directories.
+  Status Init();
+  // Builds an EROFS image from a tar file (mkfs.erofs over the unpacked tree) and stores it.
+  Result<BlobInfo> ImportTar(const std::string& tar_path);
+  // Stores a file that already is an EROFS image (checked by its superblock magic).
+  Result<BlobInfo> ImportErofs(const std::string& path);
+  // True if `path` starts with an EROFS superblock.
+  static bool IsErofs(const std::string& path);
+
+  std::string BlobPath(const std::string& digest) const;
+  bool Has(const std::string& digest) const;
+  Status Remove(const std::string& digest);
+  // A fresh private scratch path under the store (same filesystem as the blobs).
+  std::string TempPath(const std::string& what) const;
+
+ private:
+  Result<BlobInfo> Commit(const std::string& tmp_file);
+  std::string root_;
+};
+
+}  // namespace warren::image

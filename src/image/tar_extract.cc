@@ -1,0 +1,119 @@
+#include "image/tar_extract.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <memory>
+
+namespace warren::image {
+namespace {
+
+using ReadPtr = std::unique_ptr<archive, decltype(&archive_read_free)>;
+using WritePtr = std::unique_ptr<archive, decltype(&archive_write_free)>;
+
+// Returns "" for entries to skip (the root itself), or the cleaned relative path; sets *bad
+// when the path escapes.
+std::string CleanPath(const std::string& in, bool* bad) {
+  std::string out, comp;
+  *bad = false;
+  size_t i = 0;
+  while (i <= in.size()) {
+    size_t j = in.find('/', i);
+    if (j == std::string::npos) j = in.size();
+    comp = in.substr(i, j - i);
+    i = j + 1;
+    if (comp.empty() || comp == ".") continue;
+    if (comp == "..") {
+      *bad = true;
+      return "";
+    }
+    out += (out.empty() ? "" : "/") + comp;
+  }
+  return out;
+}
+
+}  // namespace
+
+Status ExtractTar(const std::string& tar_path, const std::string& dest_dir) {
+  char real[PATH_MAX];
+  if (!realpath(dest_dir.c_str(), real)) return ErrnoStatus("realpath", dest_dir);
+  const std::string dest = real;
+
+  ReadPtr in(archive_read_new(), archive_read_free);
+  archive_read_support_format_tar(in.get());
+  archive_read_support_format_gnutar(in.get());
+  archive_read_support_filter_all(in.get());
+  if (archive_read_open_filename(in.get(), tar_path.c_str(), 1 << 16) != ARCHIVE_OK)
+    return Invalid(std::string("not a readable tar: ") + archive_error_string(in.get()), tar_path);
+
+  WritePtr out(archive_write_disk_new(), archive_write_free);
+  // SECURE_SYMLINKS: never write through a symlink (an earlier entry could plant one
+  // pointing at a host path). NODOTDOT as a second line behind CleanPath.
+  archive_write_disk_set_options(
+      out.get(), ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
+                     ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
+                     ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_UNLINK);
+  // Numeric ids only: the host's /etc/passwd has nothing to do with the image's.
+  archive_write_disk_set_standard_lookup(out.get());
+
+  archive_entry* e;
+  size_t entries = 0;
+  for (;;) {
+    int r = archive_read_next_header(in.get(), &e);
+    if (r == ARCHIVE_EOF) break;
+    if (r < ARCHIVE_WARN)
+      return Invalid(std::string("bad tar entry: ") + archive_error_string(in.get()), tar_path);
+    bool bad = false;
+    std::string rel = CleanPath(archive_entry_pathname(e), &bad);
+    if (bad) return Invalid("entry escapes the image root: " + std::string(archive_entry_pathname(e)), tar_path);
+    if (rel.empty()) continue;
+    archive_entry_set_pathname(e, (dest + "/" + rel).c_str());
+    // Keep ids numeric: clear names so the host's user database is never consulted.
+    archive_entry_set_uname(e, nullptr);
+    archive_entry_set_gname(e, nullptr);
+    if (const char* hl = archive_entry_hardlink(e)) {
+      std::string hrel = CleanPath(hl, &bad);
+      if (bad || hrel.empty()) return Invalid("hard link escapes the image root", tar_path);
+      archive_entry_set_hardlink(e, (dest + "/" + hrel).c_str());
+    }
+    r = archive_write_header(out.get(), e);
+    if (r < ARCHIVE_WARN)
+      return Invalid(std::string("cannot extract `") + rel + "`: " + archive_error_string(out.get()),
+                     tar_path);
+    if (archive_entry_size(e) > 0) {
+      const void* buf;
+      size_t size;
+      la_int64_t offset;
+      while ((r = archive_read_data_block(in.get(), &buf, &size, &offset)) == ARCHIVE_OK) {
+        if (archive_write_data_block(out.get(), buf, size, offset) < ARCHIVE_WARN)
+          return Internal("write", rel, archive_error_string(out.get()));
+      }
+      if (r != ARCHIVE_EOF)
+        return Invalid(std::string("truncated tar data: ") + archive_error_string(in.get()), tar_path);
+    }
+    if (archive_write_finish_entry(out.get()) < ARCHIVE_WARN)
+      return Internal("finish entry", rel, archive_error_string(out.get()));
+    ++entries;
+  }
+  if (archive_write_close(out.get()) != ARCHIVE_OK)
+    return Internal("close extraction", dest, archive_error_string(out.get()));
+  if (entries == 0) return Invalid("empty tar archive", tar_path);
+  return Status::Ok();
+}
+
+Status RemoveTree(const std::string& path) {
+  int rc = nftw(
+      path.c_str(),
+      [](const char* p, const struct stat*, int type, FTW*) -> int {
+        return type == FTW_DP ? rmdir(p) : unlink(p);
+      },
+      64, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+  if (rc != 0 && errno != ENOENT) return ErrnoStatus("remove tree", path);
+  return Status::Ok();
+}
+
+}  // namespace warren::image

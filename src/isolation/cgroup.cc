@@ -1,0 +1,162 @@
+#include "isolation/cgroup.h"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+namespace warren::isolation {
+namespace {
+
+constexpr const char* kRoot = "/sys/fs/cgroup";
+constexpr const char* kParent = "warren";
+
+struct Layout {
+  bool pure_v2 = false;
+  std::string v2_root;                 // "" when the host has no cgroup2 mount
+  std::vector<std::string> v1_roots;   // memory, cpu, pids hierarchies
+};
+
+bool IsFs(const std::string& path, long magic) {
+  struct statfs sf;
+  return statfs(path.c_str(), &sf) == 0 && static_cast<long>(sf.f_type) == magic;
+}
+
+bool Exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
+
+Status WriteFile(const std::string& path, const std::string& data) {
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return ErrnoStatus("open", path);
+  if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size()))
+    return ErrnoStatus("write `" + data + "` to", path);
+  return Status::Ok();
+}
+
+Status MkdirIfMissing(const std::string& p) {
+  if (mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", p);
+  return Status::Ok();
+}
+
+const Layout& GetLayout() {
+  static const Layout layout = [] {
+    Layout l;
+    if (IsFs(kRoot, CGROUP2_SUPER_MAGIC)) {
+      l.pure_v2 = true;
+      l.v2_root = kRoot;
+      return l;
+    }
+    std::string unified = std::string(kRoot) + "/unified";
+    if (IsFs(unified, CGROUP2_SUPER_MAGIC)) l.v2_root = unified;
+    for (const char* c : {"memory", "cpu", "pids"}) {
+      std::string p = std::string(kRoot) + "/" + c;
+      if (IsFs(p, CGROUP_SUPER_MAGIC)) l.v1_roots.push_back(p);
+    }
+    return l;
+  }();
+  return layout;
+}
+
+// Enables the controllers for children of `dir` (pure v2 only).
+void EnableControllers(const std::string& dir) {
+  for (const char* c : {"+memory", "+pids", "+cpu"})
+    (void)WriteFile(dir + "/cgroup.subtree_control", c);
+}
+
+std::string CpuQuota(double cpus, uint64_t period) {
+  return std::to_string(static_cast<uint64_t>(std::ceil(cpus * static_cast<double>(period))));
+}
+
+}  // namespace
+
+std::string CgroupLayoutName() {
+  const Layout& l = GetLayout();
+  if (l.pure_v2) return "v2";
+  return std::string("hybrid (v1 limits") + (l.v2_root.empty() ? ")" : ", v2 kill/freeze)");
+}
+
+Result<Cgroup> Cgroup::Create(const std::string& name, const CgroupLimits& lim) {
+  const Layout& l = GetLayout();
+  Cgroup cg;
+  for (const std::string& root : l.v1_roots) {
+    std::string parent = root + "/" + kParent;
+    WARREN_RETURN_IF_ERROR(MkdirIfMissing(parent));
+    std::string dir = parent + "/" + name;
+    if (mkdir(dir.c_str(), 0755) != 0) return ErrnoStatus("mkdir cgroup", dir);
+    cg.dirs_.push_back(dir);  // from here on the destructor removes it
+    if (root.ends_with("/memory") && lim.memory_bytes) {
+      std::string v = std::to_string(lim.memory_bytes);
+      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.limit_in_bytes", v));
+      // memsw = memory: no swap on top of the limit (only if swap accounting exists).
+      if (Exists(dir + "/memory.memsw.limit_in_bytes"))
+        WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.memsw.limit_in_bytes", v));
+    } else if (root.ends_with("/pids") && lim.pids) {
+      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/pids.max", std::to_string(lim.pids)));
+    } else if (root.ends_with("/cpu") && lim.cpus > 0) {
+      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cpu.cfs_period_us", "100000"));
+      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cpu.cfs_quota_us", CpuQuota(lim.cpus, 100000)));
+    }
+  }
+  if (!l.v2_root.empty()) {
+    std::string parent = l.v2_root + "/" + kParent;
+    WARREN_RETURN_IF_ERROR(MkdirIfMissing(parent));
+    if (l.pure_v2) {
+      EnableControllers(l.v2_root);
+      EnableControllers(parent);
+    }
+    std::string dir = parent + "/" + name;
+    if (mkdir(dir.c_str(), 0755) != 0) return ErrnoStatus("mkdir cgroup", dir);
+    cg.v2_dir_ = dir;
+    if (l.pure_v2) {
+      if (lim.memory_bytes) {
+        WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.max", std::to_string(lim.memory_bytes)));
+        if (Exists(dir + "/memory.swap.max"))
+          WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.swap.max", "0"));
+      }
+      if (lim.pids) WARREN_RETURN_IF_ERROR(WriteFile(dir + "/pids.max", std::to_string(lim.pids)));
+      if (lim.cpus > 0)
+        WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cpu.max", CpuQuota(lim.cpus, 100000) + " 100000"));
+    }
+    cg.v2_fd_.Reset(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!cg.v2_fd_) return ErrnoStatus("open cgroup", dir);
+  }
+  return cg;
+}
+
+Status Cgroup::AttachV1(pid_t pid) {
+  for (const std::string& dir : dirs_)
+    WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cgroup.procs", std::to_string(pid)));
+  return Status::Ok();
+}
+
+Status Cgroup::Kill() {
+  if (v2_dir_.empty() || !Exists(v2_dir_ + "/cgroup.kill")) return Status::Ok();
+  return WriteFile(v2_dir_ + "/cgroup.kill", "1");
+}
+
+Status Cgroup::Destroy() {
+  v2_fd_.Reset();
+  std::vector<std::string> all = dirs_;
+  if (!v2_dir_.empty()) all.push_back(v2_dir_);
+  Status result;
+  for (const std::string& dir : all) {
+    int tries = 0;
+    while (rmdir(dir.c_str()) != 0) {
+      if (errno == ENOENT) break;
+      if (errno != EBUSY || ++tries > 200) {
+        result = ErrnoStatus("rmdir cgroup", dir);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  dirs_.clear();
+  v2_dir_.clear();
+  return result;
+}
+
+}  // namespace warren::isolation

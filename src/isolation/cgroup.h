@@ -1,0 +1,65 @@
+// Cgroups for one sandbox: resource limits and a kill switch.
+//
+// Hosts differ: pure cgroup v2 (limits and everything else in one tree), or hybrid like the
+// build machine (limits only in v1 memory/cpu/pids hierarchies, plus a v2 tree without
+// controllers that still offers cgroup.kill, freeze and CLONE_INTO_CGROUP). The layout is
+// probed once; a Cgroup owns the directories it made and removes them on Destroy().
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+
+namespace warren::isolation {
+
+struct CgroupLimits {
+  uint64_t memory_bytes = 512ull << 20;  // 0: unlimited. Swap is not allowed on top.
+  uint64_t pids = 512;                   // 0: unlimited
+  double cpus = 1.0;                     // 0: unlimited
+};
+
+class Cgroup {
+ public:
+  // Creates the sandbox's cgroup directories under a "warren" parent and writes the limits.
+  static Result<Cgroup> Create(const std::string& name, const CgroupLimits& limits);
+
+  Cgroup() = default;
+  Cgroup(Cgroup&&) = default;
+  Cgroup& operator=(Cgroup&& o) noexcept {
+    if (this != &o) {
+      (void)Destroy();
+      dirs_ = std::move(o.dirs_);
+      v2_dir_ = std::move(o.v2_dir_);
+      v2_fd_ = std::move(o.v2_fd_);
+    }
+    return *this;
+  }
+  ~Cgroup() { (void)Destroy(); }
+
+  // The v2 directory fd for clone3(CLONE_INTO_CGROUP), or -1 on hosts without cgroup2.
+  int v2_fd() const { return v2_fd_.get(); }
+  // Moves `pid` into every directory that CLONE_INTO_CGROUP did not cover (the v1 ones).
+  Status AttachV1(pid_t pid);
+  // SIGKILLs every process in the cgroup (v2 cgroup.kill), when available.
+  Status Kill();
+  // Removes the directories; the processes must be gone (retries briefly on EBUSY while
+  // the last ones are being reaped).
+  Status Destroy();
+
+  const std::vector<std::string>& dirs() const { return dirs_; }
+
+ private:
+  std::vector<std::string> dirs_;  // v1 dirs; v2 dir last
+  std::string v2_dir_;
+  UniqueFd v2_fd_;
+};
+
+// Describes the probed layout, for logs and /v1/nodes.
+std::string CgroupLayoutName();
+
+}  // namespace warren::isolation

@@ -1,0 +1,75 @@
+#include "isolation/proc_masks.h"
+
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+namespace warren::isolation {
+namespace {
+
+// As runc's default maskedPaths and readonlyPaths.
+constexpr const char* kMaskedFiles[] = {
+    "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+    "/proc/timer_stats", "/proc/sched_debug", "/proc/kallsyms", "/proc/config.gz",
+    "/proc/interrupts", "/proc/kmsg", "/proc/sysrq-trigger", "/proc/vmallocinfo",
+};
+constexpr const char* kMaskedDirs[] = {"/proc/acpi", "/proc/scsi", "/proc/driver"};
+constexpr const char* kReadOnly[] = {"/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs",
+                                     "/proc/asound"};
+
+Status BindReadOnly(const std::string& path) {
+  if (mount(path.c_str(), path.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+    return ErrnoStatus("bind", path);
+  if (mount(nullptr, path.c_str(), nullptr,
+            MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    return ErrnoStatus("remount read-only", path);
+  return Status::Ok();
+}
+
+bool Exists(const std::string& p, bool* is_dir) {
+  struct stat sb;
+  if (lstat(p.c_str(), &sb) != 0) return false;
+  *is_dir = S_ISDIR(sb.st_mode);
+  return true;
+}
+
+}  // namespace
+
+Status MountProc(const std::string& root) {
+  const std::string proc = root + "/proc";
+  if (mount("proc", proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    return ErrnoStatus("mount proc", proc);
+  bool dir = false;
+  for (const char* p : kReadOnly) {
+    std::string path = root + p;
+    if (Exists(path, &dir)) WARREN_RETURN_IF_ERROR(BindReadOnly(path));
+  }
+  for (const char* p : kMaskedFiles) {
+    std::string path = root + p;
+    if (!Exists(path, &dir) || dir) continue;
+    if (mount("/dev/null", path.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      return ErrnoStatus("mask", path);
+  }
+  for (const char* p : kMaskedDirs) {
+    std::string path = root + p;
+    if (!Exists(path, &dir) || !dir) continue;
+    if (mount("tmpfs", path.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=0") != 0)
+      return ErrnoStatus("mask", path);
+  }
+  return Status::Ok();
+}
+
+Status MountSys(const std::string& root) {
+  const std::string sys = root + "/sys";
+  if (mount("sysfs", sys.c_str(), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            nullptr) != 0) {
+    // sysfs needs a fully visible host sysfs; where it is not, an empty read-only tmpfs keeps
+    // programs that probe /sys working without exposing anything.
+    if (mount("tmpfs", sys.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=0") != 0)
+      return ErrnoStatus("mount sysfs", sys);
+  }
+  return Status::Ok();
+}
+
+}  // namespace warren::isolation

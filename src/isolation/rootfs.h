@@ -1,0 +1,36 @@
+// The sandbox's root filesystem: overlayfs over idmapped EROFS layer mounts, with a
+// size-limited tmpfs as the writable upper layer.
+//
+// Child half only: runs inside the sandbox's new user and mount namespaces (in the agent,
+// before anything of the occupant runs). The parent half — mounting each layer once per host
+// and cloning+idmapping it for this sandbox — lives in image/erofs_mount_cache and
+// runtime/container.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+
+namespace warren::isolation {
+
+// A directory that exists on the host and stays empty there: each sandbox mounts its own
+// tmpfs on it inside its own mount namespace, so every sandbox can use the same path.
+inline constexpr const char* kStagingDir = "/run/warren/staging";
+
+struct RootfsPlan {
+  std::vector<UniqueFd> layers;  // detached idmapped mounts, top (workspace) first
+  uint64_t disk_bytes = 1ull << 30;
+  uint64_t inodes = 0;  // 0: derived from disk_bytes
+};
+
+// Makes every mount private, mounts the staging tmpfs, attaches the layers and mounts the
+// overlay. On success *merged is the absolute path of the new root (not yet pivoted into).
+Status BuildRootfs(RootfsPlan& plan, std::string* merged);
+
+// pivot_root into `new_root` and detach the old root, so no host path stays reachable.
+Status PivotInto(const std::string& new_root);
+
+}  // namespace warren::isolation

@@ -1,0 +1,219 @@
+#include "node/agent_conn.h"
+
+#include <sys/socket.h>
+#include <sys/time.h>
+
+namespace warren::node {
+namespace {
+
+constexpr size_t kKeepExecs = 1024;   // finished exec records kept per sandbox
+constexpr int kFileOpTimeoutMs = 120000;
+
+}  // namespace
+
+AgentConn::AgentConn(std::string sandbox_id, UniqueFd sock)
+    : sandbox_id_(std::move(sandbox_id)), sock_(std::move(sock)) {
+  // A frozen or wedged agent must not hang a request thread forever.
+  timeval tv{10, 0};
+  setsockopt(sock_.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+AgentConn::~AgentConn() { OnClosed("sandbox deleted"); }
+
+bool AgentConn::closed() const {
+  std::lock_guard lock(mu_);
+  return closed_;
+}
+
+Status AgentConn::Send(const agent::Message& m) {
+  std::lock_guard lock(send_mu_);
+  Status st = agent::Send(sock_.get(), m);
+  if (!st.ok() && st.err() == EAGAIN)
+    return Status(Code::kUnavailable, "send to agent", sandbox_id_, "agent not responding");
+  return st;
+}
+
+void AgentConn::OnMessage(agent::Message& m) {
+  const std::string t = m.header.value("t", "");
+  const std::string id = m.header.value("id", "");
+  if (t == "out" || t == "exit" || t == "exec_failed") {
+    std::shared_ptr<ExecRecord> rec = FindExec(id);
+    if (!rec) return;
+    if (t == "out") {
+      rec->AppendOutput(m.header.value("s", "") == "stderr" ? 2 : 1, m.payload);
+    } else if (t == "exit") {
+      ExecOutcome o;
+      o.exit_code = m.header.value("exit_code", -1);
+      if (m.header.contains("signal") && m.header["signal"].is_string())
+        o.signal = m.header["signal"].get<std::string>();
+      o.timed_out = m.header.value("timed_out", false);
+      o.truncated[0] = m.header.value("stdout_truncated", false);
+      o.truncated[1] = m.header.value("stderr_truncated", false);
+      rec->Finish(o);
+    } else {
+      ExecOutcome o;
+      o.error = m.header.value("error", "exec failed");
+      rec->Finish(o);
+    }
+    return;
+  }
+  std::shared_ptr<PendingOp> op;
+  {
+    std::lock_guard lock(mu_);
+    auto it = ops_.find(id);
+    if (it == ops_.end()) return;
+    op = it->second;
+  }
+  std::lock_guard l(op->mu);
+  if (t == "data") {
+    op->data += m.payload;
+    if (m.header.value("last", false)) op->done = true;
+  } else if (t == "ok") {
+    op->done = true;
+  } else if (t == "err") {
+    int err = m.header.value("errno", 0);
+    std::string msg = m.header.value("error", "agent error");
+    Code code = ErrnoStatus("", "", err).code();
+    if (err == EFBIG) code = Code::kInvalid;
+    op->status = Status(code, "", "", msg);
+    op->done = true;
+  }
+  if (op->done) op->cv.notify_all();
+}
+
+void AgentConn::OnClosed(const std::string& why) {
+  std::map<std::string, std::shared_ptr<ExecRecord>> execs;
+  std::map<std::string, std::shared_ptr<PendingOp>> ops;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    close_reason_ = why;
+    execs = execs_;
+    ops = ops_;
+  }
+  ExecOutcome o;
+  o.error = "sandbox " + sandbox_id_ + " is gone: " + why;
+  for (auto& [id, rec] : execs) rec->Finish(o);
+  for (auto& [id, op] : ops) {
+    std::lock_guard l(op->mu);
+    if (!op->done) {
+      op->done = true;
+      op->status = Status(Code::kUnavailable, "agent", sandbox_id_, why);
+      op->cv.notify_all();
+    }
+  }
+}
+
+Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSpec& spec) {
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return Status(Code::kConflict, "exec", sandbox_id_, "sandbox is not running");
+    execs_[rec->id()] = rec;
+    exec_order_.push_back(rec->id());
+    // Forget the oldest finished execs beyond the bound.
+    while (exec_order_.size() > kKeepExecs) {
+      auto it = execs_.find(exec_order_.front());
+      if (it != execs_.end() && !it->second->done()) break;
+      if (it != execs_.end()) execs_.erase(it);
+      exec_order_.erase(exec_order_.begin());
+    }
+  }
+  nlohmann::json env = spec.env;
+  std::string_view in = spec.stdin_data;
+  size_t first = std::min(in.size(), agent::kMaxPayload);
+  agent::Message m{{{"t", "exec"},
+                    {"id", rec->id()},
+                    {"argv", spec.argv},
+                    {"env", env},
+                    {"cwd", spec.cwd},
+                    {"timeout_ms", spec.timeout_ms},
+                    {"max_output", spec.max_output},
+                    {"stdin", spec.has_stdin},
+                    {"stdin_more", spec.has_stdin && first < in.size()}},
+                   std::string(in.substr(0, first))};
+  Status st = Send(m);
+  for (size_t off = first; st.ok() && off < in.size(); off += agent::kMaxPayload) {
+    size_t n = std::min(in.size() - off, agent::kMaxPayload);
+    st = Send({{{"t", "stdin"}, {"id", rec->id()}, {"eof", off + n >= in.size()}},
+               std::string(in.substr(off, n))});
+  }
+  if (!st.ok()) {
+    ExecOutcome o;
+    o.error = st.ToString();
+    rec->Finish(o);
+  }
+  return st;
+}
+
+Status AgentConn::Signal(const std::string& exec_id, int sig) {
+  if (!FindExec(exec_id)) return NotFound("exec", exec_id);
+  return Send({{{"t", "signal"}, {"id", exec_id}, {"sig", sig}}, ""});
+}
+
+std::shared_ptr<ExecRecord> AgentConn::FindExec(const std::string& exec_id) {
+  std::lock_guard lock(mu_);
+  auto it = execs_.find(exec_id);
+  return it == execs_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<AgentConn::PendingOp> AgentConn::NewOp(std::string* id) {
+  std::lock_guard lock(mu_);
+  *id = "op-" + std::to_string(next_op_++);
+  auto op = std::make_shared<PendingOp>();
+  if (closed_) {
+    op->done = true;
+    op->status = Status(Code::kConflict, "file operation", sandbox_id_, "sandbox is not running");
+  }
+  ops_[*id] = op;
+  return op;
+}
+
+Status AgentConn::WaitOp(const std::string& id, const std::shared_ptr<PendingOp>& op) {
+  std::unique_lock l(op->mu);
+  bool ok = op->cv.wait_for(l, std::chrono::milliseconds(kFileOpTimeoutMs), [&] { return op->done; });
+  Status st = ok ? op->status : Status(Code::kUnavailable, "file operation", sandbox_id_, "timed out");
+  l.unlock();
+  std::lock_guard lock(mu_);
+  ops_.erase(id);
+  return st;
+}
+
+Status AgentConn::WriteFile(const std::string& path, uint32_t mode, std::string_view data) {
+  std::string id;
+  auto op = NewOp(&id);
+  size_t off = 0;
+  Status st;
+  do {
+    size_t n = std::min(data.size() - off, agent::kMaxPayload);
+    st = Send({{{"t", "put"},
+                {"id", id},
+                {"path", path},
+                {"mode", mode},
+                {"first", off == 0},
+                {"last", off + n >= data.size()}},
+               std::string(data.substr(off, n))});
+    off += n;
+  } while (st.ok() && off < data.size() && !op->done);
+  if (!st.ok()) {
+    std::lock_guard lock(mu_);
+    ops_.erase(id);
+    return st;
+  }
+  return WaitOp(id, op).Context("write " + path);
+}
+
+Result<std::string> AgentConn::ReadFile(const std::string& path, uint64_t max) {
+  std::string id;
+  auto op = NewOp(&id);
+  Status st = Send({{{"t", "get"}, {"id", id}, {"path", path}, {"max", max}}, ""});
+  if (!st.ok()) {
+    std::lock_guard lock(mu_);
+    ops_.erase(id);
+    return st;
+  }
+  WARREN_RETURN_IF_ERROR(WaitOp(id, op).Context("read " + path));
+  return std::move(op->data);
+}
+
+}  // namespace warren::node

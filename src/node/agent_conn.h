@@ -1,0 +1,75 @@
+// The node's side of one sandbox's agent connection: sends requests, and (fed by the
+// AgentMux thread) routes replies to exec records and waiting file operations.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "agent/protocol.h"
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "node/exec_record.h"
+
+namespace warren::node {
+
+struct ExecSpec {
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  std::string cwd = "/";
+  std::string stdin_data;
+  bool has_stdin = false;
+  int64_t timeout_ms = 0;
+  uint64_t max_output = 1 << 20;
+  bool binary = false;
+};
+
+class AgentConn {
+ public:
+  AgentConn(std::string sandbox_id, UniqueFd sock);
+  ~AgentConn();
+
+  int fd() const { return sock_.get(); }
+  const std::string& sandbox_id() const { return sandbox_id_; }
+
+  // Called by the mux thread only.
+  void OnMessage(agent::Message& m);
+  void OnClosed(const std::string& why);
+
+  Status StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSpec& spec);
+  Status Signal(const std::string& exec_id, int sig);
+  std::shared_ptr<ExecRecord> FindExec(const std::string& exec_id);
+  // Blocking file operations through the agent (inside the sandbox's own mount namespace
+  // and credentials: the host never resolves a sandbox-controlled path).
+  Status WriteFile(const std::string& path, uint32_t mode, std::string_view data);
+  Result<std::string> ReadFile(const std::string& path, uint64_t max);
+  bool closed() const;
+
+ private:
+  struct PendingOp {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+    std::string data;
+  };
+  Status Send(const agent::Message& m);
+  std::shared_ptr<PendingOp> NewOp(std::string* id);
+  Status WaitOp(const std::string& id, const std::shared_ptr<PendingOp>& op);
+
+  const std::string sandbox_id_;
+  UniqueFd sock_;
+  std::mutex send_mu_;
+  mutable std::mutex mu_;
+  bool closed_ = false;
+  std::string close_reason_;
+  uint64_t next_op_ = 1;
+  std::map<std::string, std::shared_ptr<ExecRecord>> execs_;
+  std::vector<std::string> exec_order_;  // for bounding how many finished execs we keep
+  std::map<std::string, std::shared_ptr<PendingOp>> ops_;
+};
+
+}  // namespace warren::node

@@ -1,0 +1,133 @@
+#include "node/exec_record.h"
+
+#include <condition_variable>
+#include <thread>
+
+#include "base/ids.h"
+#include "base/utf8.h"
+
+namespace warren::node {
+
+ExecRecord::ExecRecord(std::string id, std::string sandbox_id, uint64_t max_output, bool binary)
+    : id_(std::move(id)),
+      sandbox_id_(std::move(sandbox_id)),
+      max_output_(max_output),
+      binary_(binary),
+      started_(NowSeconds()) {}
+
+void ExecRecord::NotifyLocked(std::vector<std::function<void()>>* out) { out->swap(waiters_); }
+
+void ExecRecord::AppendOutput(int stream, std::string_view data) {
+  std::vector<std::function<void()>> wake;
+  {
+    std::lock_guard lock(mu_);
+    if (done_ || stream < 1 || stream > 2) return;
+    uint64_t& used = bytes_[stream - 1];
+    uint64_t room = max_output_ > used ? max_output_ - used : 0;
+    if (data.size() > room) {
+      host_truncated_[stream - 1] = true;
+      data = data.substr(0, static_cast<size_t>(room));
+    }
+    if (data.empty()) return;
+    used += data.size();
+    chunks_.push_back({next_seq_++, stream, std::string(data)});
+    NotifyLocked(&wake);
+  }
+  for (auto& f : wake) f();
+}
+
+void ExecRecord::Finish(const ExecOutcome& outcome) {
+  std::vector<std::function<void()>> wake;
+  {
+    std::lock_guard lock(mu_);
+    if (done_) return;
+    done_ = true;
+    finished_ = NowSeconds();
+    outcome_ = outcome;
+    for (int i = 0; i < 2; ++i) outcome_.truncated[i] |= host_truncated_[i];
+    NotifyLocked(&wake);
+  }
+  for (auto& f : wake) f();
+}
+
+bool ExecRecord::done() const {
+  std::lock_guard lock(mu_);
+  return done_;
+}
+
+uint64_t ExecRecord::last_seq() const {
+  std::lock_guard lock(mu_);
+  return next_seq_ - 1;
+}
+
+ExecRecord::Snapshot ExecRecord::Poll(uint64_t after, std::function<void()> notify) {
+  std::lock_guard lock(mu_);
+  Snapshot s;
+  s.done = done_;
+  // Chunks are in seq order: find the first one after `after`.
+  auto it = std::upper_bound(chunks_.begin(), chunks_.end(), after,
+                             [](uint64_t a, const OutputChunk& c) { return a < c.seq; });
+  s.chunks.assign(it, chunks_.end());
+  if (s.chunks.empty() && !done_ && notify) waiters_.push_back(std::move(notify));
+  return s;
+}
+
+bool ExecRecord::WaitDone(int timeout_ms) {
+  auto state = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
+  auto flag = std::make_shared<bool>(false);
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (done_) return true;
+      waiters_.push_back([state, flag] {
+        std::lock_guard l(state->first);
+        *flag = true;
+        state->second.notify_all();
+      });
+    }
+    std::unique_lock l(state->first);
+    if (!state->second.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] { return *flag; }))
+      return done();
+    *flag = false;
+  }
+}
+
+nlohmann::json ExecRecord::ResultJson() const {
+  std::lock_guard lock(mu_);
+  std::string out[2];
+  for (const auto& c : chunks_) out[c.stream - 1] += c.data;
+  nlohmann::json j = {
+      {"exec_id", id_},
+      {"state", done_ ? "exited" : "running"},
+      {"exit_code", nullptr},
+      {"signal", nullptr},
+      {"timed_out", false},
+      {"stdout", SanitizeUtf8(out[0])},
+      {"stderr", SanitizeUtf8(out[1])},
+      {"stdout_truncated", done_ ? outcome_.truncated[0] : host_truncated_[0]},
+      {"stderr_truncated", done_ ? outcome_.truncated[1] : host_truncated_[1]},
+      {"duration_ms", static_cast<int64_t>(((done_ ? finished_ : NowSeconds()) - started_) * 1000)},
+      {"replayed", false},
+  };
+  if (binary_) {
+    j["stdout_b64"] = Base64Encode(out[0]);
+    j["stderr_b64"] = Base64Encode(out[1]);
+  }
+  if (done_) {
+    if (outcome_.exit_code >= 0) j["exit_code"] = outcome_.exit_code;
+    if (!outcome_.signal.empty()) j["signal"] = outcome_.signal;
+    j["timed_out"] = outcome_.timed_out;
+    if (!outcome_.error.empty()) j["error"] = outcome_.error;
+  }
+  return j;
+}
+
+nlohmann::json ChunkJson(const OutputChunk& c, bool binary) {
+  nlohmann::json j = {{"seq", c.seq},
+                      {"stream", c.stream == 1 ? "stdout" : "stderr"},
+                      {"data", SanitizeUtf8(c.data)}};
+  if (binary) j["data_b64"] = Base64Encode(c.data);
+  return j;
+}
+
+}  // namespace warren::node

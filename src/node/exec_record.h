@@ -1,0 +1,77 @@
+// One exec's output and outcome, as the node holds it: sequenced chunks, capped per stream
+// on the host side (whatever the agent sends, a record never holds more than max_output
+// bytes of each stream), and waiters to wake when something changes. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace warren::node {
+
+struct OutputChunk {
+  uint64_t seq;
+  int stream;  // 1 stdout, 2 stderr
+  std::string data;
+};
+
+struct ExecOutcome {
+  int exit_code = -1;
+  std::string signal;  // "" when not killed by a signal
+  bool timed_out = false;
+  bool truncated[2] = {false, false};
+  std::string error;  // the sandbox died or the exec could not start
+};
+
+class ExecRecord {
+ public:
+  ExecRecord(std::string id, std::string sandbox_id, uint64_t max_output, bool binary);
+
+  const std::string& id() const { return id_; }
+  const std::string& sandbox_id() const { return sandbox_id_; }
+  bool binary() const { return binary_; }
+
+  void AppendOutput(int stream, std::string_view data);
+  void Finish(const ExecOutcome& outcome);
+  bool done() const;
+
+  struct Snapshot {
+    std::vector<OutputChunk> chunks;  // seq > after
+    bool done = false;
+  };
+  // Returns what came after `after`. When there is nothing new and the exec is not done,
+  // `notify` (if set) is kept and called once on the next change, from another thread.
+  Snapshot Poll(uint64_t after, std::function<void()> notify);
+
+  // The contract's ExecResult; the final seq is used for the stream's result line.
+  nlohmann::json ResultJson() const;
+  uint64_t last_seq() const;
+  // Blocks until done or `timeout_ms` passes; true if done.
+  bool WaitDone(int timeout_ms);
+
+ private:
+  void NotifyLocked(std::vector<std::function<void()>>* out);
+
+  const std::string id_, sandbox_id_;
+  const uint64_t max_output_;
+  const bool binary_;
+  const double started_;
+  mutable std::mutex mu_;
+  std::vector<OutputChunk> chunks_;
+  uint64_t next_seq_ = 1;
+  uint64_t bytes_[2] = {0, 0};
+  bool host_truncated_[2] = {false, false};
+  bool done_ = false;
+  double finished_ = 0;
+  ExecOutcome outcome_;
+  std::vector<std::function<void()>> waiters_;
+};
+
+// JSON for one stream line: {"seq", "stream", "data"} (+ "data_b64" when binary).
+nlohmann::json ChunkJson(const OutputChunk& c, bool binary);
+
+}  // namespace warren::node

@@ -1,0 +1,68 @@
+// LocalNode: the node agent running inside `warren serve`. Thread-safe: creates and deletes
+// of different sandboxes run in parallel.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "image/erofs_mount_cache.h"
+#include "image/layer_store.h"
+#include "isolation/uid_allocator.h"
+#include "node/agent_mux.h"
+#include "node/node_api.h"
+
+namespace warren::node {
+
+struct LocalNodeOptions {
+  std::string name = "local";
+  std::string agent_path;       // default: next to the executable
+  uint32_t uid_base = 1u << 20;  // first host uid handed to sandboxes
+  uint32_t uid_slots = 16384;    // ranges of 65536 ids
+};
+
+class LocalNode : public NodeApi {
+ public:
+  static Result<std::unique_ptr<LocalNode>> Start(const LocalNodeOptions& opts,
+                                                  image::LayerStore* store);
+  ~LocalNode() override;
+
+  std::string name() const override { return opts_.name; }
+  Result<SandboxRuntime> CreateSandbox(const NodeSandboxSpec& spec) override;
+  Status DeleteSandbox(const std::string& id) override;
+  Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,
+                                                const ExecSpec& spec) override;
+  Result<std::shared_ptr<ExecRecord>> GetExec(const std::string& id,
+                                              const std::string& exec_id) override;
+  Status SignalExec(const std::string& id, const std::string& exec_id, int sig) override;
+  Status WriteFile(const std::string& id, const std::string& path, uint32_t mode,
+                   std::string_view data) override;
+  Result<std::string> ReadFile(const std::string& id, const std::string& path,
+                               uint64_t max) override;
+  nlohmann::json Info() override;
+  void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override;
+
+  size_t live_sandboxes() const;
+  // Deletes every sandbox (daemon shutdown).
+  void DeleteAll();
+
+ private:
+  struct Entry {
+    std::unique_ptr<runtime::Instance> instance;
+    std::shared_ptr<AgentConn> conn;
+  };
+  LocalNode(const LocalNodeOptions& opts, image::LayerStore* store);
+  Result<std::shared_ptr<AgentConn>> Conn(const std::string& id);
+
+  LocalNodeOptions opts_;
+  image::LayerStore* store_;
+  image::ErofsMountCache mounts_;
+  isolation::UidAllocator uids_;
+  std::unique_ptr<runtime::Backend> container_;
+  AgentMux mux_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Entry>> sandboxes_;
+  std::function<void(const std::string&)> on_lost_;
+};
+
+}  // namespace warren::node

@@ -1,0 +1,49 @@
+// NodeApi: what the API server asks of a node. In `warren serve` the node runs in the same
+// process (LocalNode); in a cluster a RemoteNode will implement the same interface over the
+// network, so the server does not change.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/status.h"
+#include "node/agent_conn.h"
+#include "node/exec_record.h"
+#include "runtime/backend.h"
+
+namespace warren::node {
+
+struct NodeSandboxSpec {
+  std::string backend = "container";
+  runtime::SandboxConfig config;  // layers carry digests; the node resolves blob paths
+};
+
+struct SandboxRuntime {
+  int host_pid = 0;
+  uint32_t host_uid = 0;
+};
+
+class NodeApi {
+ public:
+  virtual ~NodeApi() = default;
+  virtual std::string name() const = 0;
+  virtual Result<SandboxRuntime> CreateSandbox(const NodeSandboxSpec& spec) = 0;
+  virtual Status DeleteSandbox(const std::string& id) = 0;
+  virtual Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id,
+                                                        const std::string& exec_id,
+                                                        const ExecSpec& spec) = 0;
+  virtual Result<std::shared_ptr<ExecRecord>> GetExec(const std::string& id,
+                                                      const std::string& exec_id) = 0;
+  virtual Status SignalExec(const std::string& id, const std::string& exec_id, int sig) = 0;
+  virtual Status WriteFile(const std::string& id, const std::string& path, uint32_t mode,
+                           std::string_view data) = 0;
+  virtual Result<std::string> ReadFile(const std::string& id, const std::string& path,
+                                       uint64_t max) = 0;
+  virtual nlohmann::json Info() = 0;
+  // Sandboxes whose agent died by itself (OOM of the agent, crash): the server marks them
+  // failed. Called from a node thread.
+  virtual void SetOnSandboxLost(std::function<void(const std::string& id)> fn) = 0;
+};
+
+}  // namespace warren::node

@@ -1,0 +1,55 @@
+// The Backend interface: what the node asks of every kind of sandbox (container now;
+// microvm, vm and fncall runners later). A backend makes a sandbox with the warren-agent
+// running inside and hands back its control socket; everything after that (exec, files)
+// speaks the agent protocol and is the same for every backend.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+
+namespace warren::runtime {
+
+struct LayerRef {
+  std::string digest;     // "sha256:..."
+  std::string blob_path;  // local EROFS file
+};
+
+struct SandboxConfig {
+  std::string id;
+  std::string hostname;
+  std::vector<LayerRef> layers;  // top (workspace) first, base last
+  uint64_t memory_bytes = 512ull << 20;
+  uint64_t disk_bytes = 1ull << 30;
+  uint64_t pids = 512;
+  double cpus = 1.0;
+  std::map<std::string, std::string> env;
+};
+
+// A live sandbox. Destroying it kills every process in it and releases everything it held.
+class Instance {
+ public:
+  virtual ~Instance() = default;
+  // The node's end of the agent's control socket (SOCK_SEQPACKET). Taken once.
+  virtual UniqueFd TakeControlSocket() = 0;
+  // Kills and releases everything; idempotent. Safe to call from any thread.
+  virtual Status Destroy() = 0;
+  // The host pid of the sandbox's init (the agent), for diagnostics.
+  virtual int host_pid() const = 0;
+  virtual uint32_t host_uid() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Makes the sandbox and waits for its agent to say ready. A failure leaves nothing behind.
+  virtual Result<std::unique_ptr<Instance>> Create(const SandboxConfig& config) = 0;
+};
+
+}  // namespace warren::runtime

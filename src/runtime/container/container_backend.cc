@@ -1,0 +1,260 @@
+#include "runtime/container/container_backend.h"
+
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mutex>
+
+#include "agent/agent.h"
+#include "agent/protocol.h"
+#include "base/cleanup.h"
+#include "isolation/cgroup.h"
+#include "isolation/rootfs.h"
+#include "isolation/userns.h"
+#include "sys/clone3.h"
+#include "sys/fd_passing.h"
+#include "sys/mount_api.h"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+namespace warren::runtime {
+namespace {
+
+constexpr int kReadyTimeoutMs = 15000;
+
+int PidfdSignal(int pidfd, int sig) {
+  return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+// Kills the sandbox's init and waits for it. When PID 1 of a PID namespace dies the kernel
+// kills every other process in it and its exit completes only after they are gone, so once
+// waitid returns the sandbox has no process left.
+void KillAndReap(int pidfd) {
+  PidfdSignal(pidfd, SIGKILL);
+  siginfo_t info;
+  while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED | __WALL) != 0 &&
+         errno == EINTR) {
+  }
+}
+
+class ContainerInstance : public Instance {
+ public:
+  ContainerInstance(pid_t pid, UniqueFd pidfd, isolation::Cgroup cgroup, isolation::UidSlot slot,
+                    std::vector<std::shared_ptr<image::LayerMount>> layers, UniqueFd control)
+      : pid_(pid),
+        host_uid_(slot.range().host_base),
+        pidfd_(std::move(pidfd)),
+        cgroup_(std::move(cgroup)),
+        slot_(std::move(slot)),
+        layers_(std::move(layers)),
+        control_(std::move(control)) {}
+  ~ContainerInstance() override { (void)Destroy(); }
+
+  UniqueFd TakeControlSocket() override { return std::move(control_); }
+  int host_pid() const override { return pid_; }
+  uint32_t host_uid() const override { return host_uid_; }
+
+  Status Destroy() override {
+    std::lock_guard lock(mu_);
+    if (destroyed_) return Status::Ok();
+    destroyed_ = true;
+    control_.Reset();
+    // cgroup.kill first where the host has it: it also catches anything that might have
+    // left the PID namespace's reach (nothing should), then init's death takes the rest.
+    (void)cgroup_.Kill();
+    KillAndReap(pidfd_.get());
+    pidfd_.Reset();
+    Status st = cgroup_.Destroy();
+    // The sandbox's mount namespace died with its last process, taking the overlay, the
+    // tmpfs upper and the idmapped layer clones along; drop our references to the layers.
+    layers_.clear();
+    slot_.Reset();
+    return st;
+  }
+
+ private:
+  std::mutex mu_;
+  bool destroyed_ = false;
+  pid_t pid_;
+  uint32_t host_uid_;
+  UniqueFd pidfd_;
+  isolation::Cgroup cgroup_;
+  isolation::UidSlot slot_;
+  std::vector<std::shared_ptr<image::LayerMount>> layers_;
+  UniqueFd control_;
+};
+
+Status WriteProcFile(pid_t pid, const char* name, const std::string& value) {
+  std::string path = "/proc/" + std::to_string(pid) + "/" + name;
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd || write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size()))
+    return ErrnoStatus("write", path);
+  return Status::Ok();
+}
+
+Result<agent::Message> WaitForAgent(int sock, int timeout_ms) {
+  pollfd p{sock, POLLIN, 0};
+  int n;
+  do {
+    n = poll(&p, 1, timeout_ms);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return Status(Code::kUnavailable, "wait for agent", "ready", "timed out");
+  if (n < 0) return ErrnoStatus("poll", "agent socket");
+  return agent::Recv(sock);
+}
+
+}  // namespace
+
+Status PrepareHostDirs() {
+  // Sandbox roots (unprivileged host uids) must traverse to the staging dir; it stays empty
+  // on the host, each sandbox mounting its own tmpfs there in its own mount namespace.
+  struct Dir {
+    const char* path;
+    mode_t mode;
+  };
+  for (Dir d : {Dir{"/run/warren", 0711}, Dir{isolation::kStagingDir, 0755}}) {
+    if (mkdir(d.path, d.mode) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d.path);
+    if (chmod(d.path, d.mode) != 0) return ErrnoStatus("chmod", d.path);
+  }
+  return Status::Ok();
+}
+
+ContainerBackend::ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache* mounts,
+                                   isolation::UidAllocator* uids)
+    : agent_memfd_(std::move(agent_memfd)), mounts_(mounts), uids_(uids) {}
+
+Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& cfg) {
+  // 1. Identity: a host uid/gid range of our own; root inside is its first id.
+  auto slot_no = uids_->Allocate();
+  if (!slot_no) return Status(Code::kQuota, "allocate uid range", cfg.id, "all ranges in use");
+  isolation::UidSlot slot(uids_, *slot_no);
+
+  // 2. Layers: each blob mounted once per host, shared.
+  std::vector<std::shared_ptr<image::LayerMount>> layers;
+  for (const LayerRef& l : cfg.layers)
+    layers.push_back(WARREN_TRY(mounts_->Acquire(l.digest, l.blob_path)));
+
+  // 3. Cgroups with limits, before any process exists, so none runs unlimited.
+  isolation::CgroupLimits lim{cfg.memory_bytes, cfg.pids, cfg.cpus};
+  isolation::Cgroup cgroup = WARREN_TRY(isolation::Cgroup::Create(cfg.id, lim));
+
+  // 4. Channels: the agent's control socket and a pipe that holds the child until the
+  //    parent has written its id maps and cgroups (it must not exec before: exec without a
+  //    uid mapping would drop its capabilities in the new user namespace).
+  int sv[2], sync[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    return ErrnoStatus("socketpair", cfg.id);
+  UniqueFd node_end(sv[0]), agent_end(sv[1]);
+  if (pipe2(sync, O_CLOEXEC) != 0) return ErrnoStatus("pipe2", cfg.id);
+  UniqueFd sync_rd(sync[0]), sync_wr(sync[1]);
+
+  // Everything the child touches is prepared here: after clone3 in a multithreaded
+  // process the child may only make async-signal-safe calls (no allocation).
+  static char kArg0[] = "warren-agent";
+  static char kEmpty[] = "";
+  char* argv[] = {kArg0, nullptr};
+  char* envp[] = {nullptr};
+  const int memfd = agent_memfd_.get();
+
+  // 5. Spawn into new user, mount, pid, net, uts, ipc and cgroup namespaces, directly into
+  //    the v2 cgroup where there is one.
+  int pidfd = -1;
+  sys::CloneArgs ca;
+  ca.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS |
+             CLONE_NEWIPC | CLONE_PIDFD;
+  ca.pidfd = &pidfd;
+  if (cgroup.v2_fd() >= 0) {
+    ca.flags |= CLONE_INTO_CGROUP;
+    ca.cgroup_fd = cgroup.v2_fd();
+  }
+  pid_t pid = sys::Clone3(ca);
+  if (pid == 0) {
+    // Child. Move our three fds to 3, 4, 5 via high numbers so no dup2 clobbers another.
+    int a = fcntl(agent_end.get(), F_DUPFD, 10);
+    int s = fcntl(sync_rd.get(), F_DUPFD, 10);
+    int m = fcntl(memfd, F_DUPFD, 10);
+    int null = open("/dev/null", O_RDWR);
+    if (a < 0 || s < 0 || m < 0 || null < 0) _exit(120);
+    dup2(null, 0), dup2(null, 1), dup2(null, 2);
+    if (dup2(a, agent::kControlFd) < 0 || dup2(s, 4) < 0 || dup2(m, agent::kSelfMemfd) < 0)
+      _exit(121);
+    syscall(SYS_close_range, 6u, ~0u, 0u);
+    char go;
+    if (read(4, &go, 1) != 1) _exit(122);  // the parent gave up
+    close(4);
+    // We still carry the parent's host-root credentials, which the new namespace cannot
+    // map. Become the namespace's root (host uid range base) so that exec keeps a full
+    // capability set inside the user namespace — and nothing at all outside it.
+    if (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setresgid, 0, 0, 0) != 0 ||
+        syscall(SYS_setresuid, 0, 0, 0) != 0)
+      _exit(123);
+    syscall(SYS_execveat, agent::kSelfMemfd, kEmpty, argv, envp, AT_EMPTY_PATH);
+    _exit(127);
+  }
+  if (pid < 0) return ErrnoStatus("clone3", cfg.id);
+  UniqueFd pidfd_owner(pidfd);
+  // From here a failure must kill and reap the child before the cgroup can be removed.
+  Cleanup kill_child([&] { KillAndReap(pidfd_owner.get()); });
+  agent_end.Reset();
+  sync_rd.Reset();
+
+  // 6. Parent half of each facility, in order: id maps (needed by the idmapped mounts and
+  //    by the child's exec), v1 cgroups (before the child runs anything), OOM priority.
+  isolation::IdRange range = slot.range();
+  WARREN_RETURN_IF_ERROR(isolation::WriteIdMaps(pid, range).Context("create " + cfg.id));
+  WARREN_RETURN_IF_ERROR(cgroup.AttachV1(pid).Context("create " + cfg.id));
+  // The agent should never be the OOM victim inside its cgroup; it resets this to 0 for
+  // every command it starts (raising is always allowed, lowering is not).
+  (void)WriteProcFile(pid, "oom_score_adj", "-998");
+
+  // 7. Idmapped, read-only clones of the layer mounts for this sandbox's user namespace.
+  UniqueFd userns = WARREN_TRY(isolation::OpenUserNs(pid));
+  std::vector<UniqueFd> clones;
+  std::vector<int> clone_fds;
+  for (auto& l : layers) {
+    UniqueFd c = WARREN_TRY(sys::CloneMount(l->fd.get()));
+    WARREN_RETURN_IF_ERROR(sys::IdmapMount(c.get(), userns.get(), MOUNT_ATTR_RDONLY)
+                               .Context("idmap layer " + l->digest));
+    clone_fds.push_back(c.get());
+    clones.push_back(std::move(c));
+  }
+
+  // 8. Release the child into the agent, then hand it the setup and the layer mounts.
+  if (write(sync_wr.get(), "g", 1) != 1) return ErrnoStatus("release child", cfg.id);
+  sync_wr.Reset();
+  nlohmann::json env = cfg.env;
+  agent::Message setup{{{"t", "setup"},
+                        {"hostname", cfg.hostname},
+                        {"disk_bytes", cfg.disk_bytes},
+                        {"layers", clones.size()},
+                        {"env", env}},
+                       ""};
+  WARREN_RETURN_IF_ERROR(
+      sys::SendWithFds(node_end.get(), agent::Encode(setup), clone_fds).Context("setup " + cfg.id));
+  clones.clear();
+
+  // 9. Handshake.
+  auto reply = WaitForAgent(node_end.get(), kReadyTimeoutMs);
+  if (!reply.ok()) return reply.status().Context("create " + cfg.id);
+  std::string t = reply->header.value("t", "");
+  if (t == "setup_failed")
+    return Internal("create sandbox", cfg.id, "agent setup failed: " + reply->header.value("error", ""));
+  if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
+
+  kill_child.Cancel();
+  return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd_owner),
+                                                         std::move(cgroup), std::move(slot),
+                                                         std::move(layers), std::move(node_end)));
+}
+
+}  // namespace warren::runtime

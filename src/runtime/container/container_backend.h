@@ -1,0 +1,29 @@
+// The container backend: namespaces + idmapped EROFS layers under overlayfs + cgroups, with
+// warren-agent as PID 1. See docs/design.md, "Making a container sandbox".
+#pragma once
+
+#include "image/erofs_mount_cache.h"
+#include "isolation/uid_allocator.h"
+#include "runtime/backend.h"
+
+namespace warren::runtime {
+
+class ContainerBackend : public Backend {
+ public:
+  // `mounts` and `uids` must outlive the backend and every instance it makes.
+  ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache* mounts,
+                   isolation::UidAllocator* uids);
+
+  std::string name() const override { return "container"; }
+  Result<std::unique_ptr<Instance>> Create(const SandboxConfig& config) override;
+
+ private:
+  UniqueFd agent_memfd_;
+  image::ErofsMountCache* mounts_;
+  isolation::UidAllocator* uids_;
+};
+
+// Makes sure the shared staging directory exists on the host (see isolation/rootfs.h).
+Status PrepareHostDirs();
+
+}  // namespace warren::runtime

@@ -1,0 +1,34 @@
+// The new mount API (fsopen/fsconfig/fsmount/open_tree/move_mount/mount_setattr) as calls
+// returning Status. glibc 2.36 declares these in <sys/mount.h>.
+//
+// Why the new API: mount(8) silently attaches a loop device for a file-backed EROFS image,
+// and detached mounts held by fd let the node keep one mount per layer without putting it
+// anywhere in the host's tree.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+
+namespace warren::sys {
+
+// Creates a detached mount of filesystem `fstype` with string options (key, value); a value
+// of "" sets a flag option. `attrs` are MOUNT_ATTR_* for fsmount.
+Result<UniqueFd> FsMount(const std::string& fstype, const std::string& source,
+                         const std::vector<std::pair<std::string, std::string>>& options,
+                         unsigned attrs);
+
+// open_tree(OPEN_TREE_CLONE) of a mount fd: a new detached copy sharing the superblock.
+Result<UniqueFd> CloneMount(int mount_fd);
+
+// Idmaps a detached mount with the mapping of user namespace `userns_fd` and sets `extra`
+// MOUNT_ATTR_* flags too (e.g. read-only).
+Status IdmapMount(int mount_fd, int userns_fd, unsigned long long extra_attrs);
+
+// Attaches a detached mount at `target` (path resolved by the caller's root/cwd).
+Status MoveMountTo(int mount_fd, const std::string& target);
+
+}  // namespace warren::sys

@@ -1,0 +1,293 @@
+"""End-to-end fixtures: a real `warren serve` on a loopback port and a busybox image.
+
+Run as root:  /usr/bin/python3 -m pytest -q tests/e2e
+WARREN_BIN    the warren binary (default: build/warren under the repository root)
+WARREN_E2E_TMP  where data dirs and rootfs trees go (default /var/tmp; must not be tmpfs)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SDK = REPO / "sdk" / "python"
+if str(SDK) not in sys.path:
+    sys.path.insert(0, str(SDK))
+
+import e2e_util  # noqa: E402  (tests/e2e is on sys.path: rootdir-relative conftest)
+
+IMAGE = "t:1"
+
+
+def _warren_bin() -> Path:
+    b = Path(os.environ.get("WARREN_BIN") or "build/warren")
+    if not b.is_absolute():
+        b = REPO / b
+    return b
+
+
+def _fstype(path: str) -> str:
+    """The filesystem type of the mount holding ``path``."""
+    path = os.path.realpath(path)
+    best, fstype = "", "?"
+    for line in e2e_util.mountinfo():
+        pre, _, post = line.partition(" - ")
+        mp = e2e_util._unescape(pre.split()[4])
+        if (path == mp or path.startswith(mp.rstrip("/") + "/")) and len(mp) >= len(best):
+            best, fstype = mp, post.split()[0]
+    return fstype
+
+
+def _scratch_base() -> str:
+    for cand in (os.environ.get("WARREN_E2E_TMP"), "/var/tmp", str(REPO / "build")):
+        if cand and os.path.isdir(cand) and _fstype(cand) not in ("tmpfs", "ramfs"):
+            return cand
+    pytest.fail("no scratch directory on a disk filesystem (set WARREN_E2E_TMP)")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def safe_rmtree(path: str) -> None:
+    """rm -rf, but never through a mount point left behind (lazily unmounted first)."""
+    if not os.path.lexists(path):
+        return
+    for mp in sorted(e2e_util.mount_points_under(path), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    left = e2e_util.mount_points_under(path)
+    if left:
+        print(f"\nwarning: not removing {path}: still mounted: {left}", file=sys.stderr)
+        return
+
+    def onerror(func, p, exc_info):
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, stat.S_IRWXU) if not os.path.islink(p) else None
+            func(p)
+        except OSError:
+            pass
+    shutil.rmtree(path, onerror=onerror)
+
+
+class Server:
+    def __init__(self, bin_path: Path, data_dir: str, port: int, log_path: str, home: str):
+        self.bin = str(bin_path)
+        self.data_dir = data_dir
+        self.host = "127.0.0.1"
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self.home = home
+        self.token = ""
+        self.proc: subprocess.Popen = None  # type: ignore
+        self.env = {}
+
+    # -- process ----------------------------------------------------------
+    def start(self) -> None:
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [self.bin, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data_dir],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        deadline = time.time() + 60
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"warren serve exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                pytest.fail(f"warren serve did not answer /healthz in 60s:\n{self.log_tail()}")
+            time.sleep(0.1)
+        tok = os.path.join(self.data_dir, "admin.token")
+        while not os.path.exists(tok):
+            if time.time() > deadline:
+                pytest.fail(f"no {tok} after start:\n{self.log_tail()}")
+            time.sleep(0.1)
+        mode = stat.S_IMODE(os.stat(tok).st_mode)
+        self.token_mode = mode
+        with open(tok) as f:
+            self.token = f.read().strip()
+        assert self.token, "admin.token is empty"
+        env = dict(os.environ)
+        for k in list(env):
+            if k.startswith("WARREN_"):
+                del env[k]
+        env.update({"WARREN_URL": self.url, "WARREN_TOKEN": self.token, "WARREN_HOME": self.home,
+                    "PYTHONPATH": str(SDK) + (os.pathsep + os.environ["PYTHONPATH"]
+                                              if os.environ.get("PYTHONPATH") else "")})
+        self.env = env
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            print("\nwarning: warren serve ignored SIGTERM for 20s; sending SIGKILL", file=sys.stderr)
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=20)
+
+    def log_tail(self, n: int = 60, since: int = 0) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                lines = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-n:])
+
+    def log_size(self) -> int:
+        try:
+            return os.path.getsize(self.log_path)
+        except OSError:
+            return 0
+
+    # -- clients ----------------------------------------------------------
+    def cli(self, *args: str, timeout: float = 180, input=None, env=None) -> subprocess.CompletedProcess:
+        """Run the warren CLI against this server; returns the CompletedProcess (text mode)."""
+        e = dict(self.env)
+        if env:
+            e.update(env)
+        return subprocess.run([self.bin, *args], env=e, capture_output=True, text=True,
+                              timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL)
+
+    def client(self, **kw):
+        import warren
+        return warren.Client(url=self.url, token=self.token, **kw)
+
+    def http(self, method: str, path: str, body=None, **kw) -> e2e_util.Response:
+        return e2e_util.http_request(self, method, path, body, **kw)
+
+    def delete_all_sandboxes(self) -> None:
+        try:
+            r = self.http("GET", "/v1/sandboxes", timeout=30)
+            for sb in r.json.get("sandboxes", []) if r.status == 200 else []:
+                self.http("DELETE", "/v1/sandboxes/" + sb["id"], timeout=60)
+        except Exception as e:  # best effort at teardown
+            print(f"\nwarning: could not clean up sandboxes: {e}", file=sys.stderr)
+
+
+_SERVER: "Server | None" = None
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    global _SERVER
+    b = _warren_bin()
+    if not (b.is_file() and os.access(b, os.X_OK)):
+        pytest.fail(f"warren binary not found at {b} (build it, or set WARREN_BIN)")
+    if os.geteuid() != 0:
+        pytest.fail("the end-to-end tests must run as root")
+    base = _scratch_base()
+    data_dir = tempfile.mkdtemp(prefix="warren-e2e-data-", dir=base)
+    logs = tmp_path_factory.mktemp("warren-server")
+    home = str(tmp_path_factory.mktemp("warren-home"))
+    srv = Server(b, data_dir, _free_port(), str(logs / "server.log"), home)
+    try:
+        srv.start()
+        _SERVER = srv
+        yield srv
+    finally:
+        _SERVER = None
+        if srv.proc is not None and srv.proc.poll() is None:
+            srv.delete_all_sandboxes()
+        srv.stop()
+        safe_rmtree(data_dir)
+
+
+def _build_rootfs(root: Path) -> None:
+    busybox = shutil.which("busybox", path="/bin:/usr/bin:/sbin:/usr/sbin")
+    if not busybox:
+        pytest.fail("busybox not found: apt-get install busybox-static")
+    for d in ("bin", "sbin", "usr/bin", "usr/sbin", "etc", "tmp", "root", "proc", "dev", "sys",
+              "var/tmp", "home", "run"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    os.chmod(root / "tmp", 0o1777)
+    os.chmod(root / "var/tmp", 0o1777)
+    os.chmod(root / "root", 0o700)
+    shutil.copy2(busybox, root / "bin/busybox")
+    os.chmod(root / "bin/busybox", 0o755)
+    listing = subprocess.run([busybox, "--list-full"], capture_output=True, text=True)
+    if listing.returncode != 0 or not listing.stdout.strip():
+        pytest.fail(f"busybox --list-full failed: {listing.stderr}")
+    for rel in listing.stdout.split():
+        rel = rel.strip("/")
+        if not rel or rel == "bin/busybox":
+            continue
+        dst = root / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if not os.path.lexists(dst):
+            os.symlink("/bin/busybox", dst)
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n"
+                                     "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")
+    (root / "etc/group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    (root / "etc/hostname").write_text("sandbox\n")
+    (root / "etc/hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
+    (root / "etc/marker").write_text("warren-e2e-rootfs\n")
+
+
+@pytest.fixture(scope="session")
+def image(server):
+    """A busybox base image, built through the CLI; its NAME:TAG."""
+    root = Path(tempfile.mkdtemp(prefix="warren-e2e-rootfs-", dir=_scratch_base()))
+    try:
+        _build_rootfs(root)
+        r = server.cli("image", "build", IMAGE, "--from-dir", str(root), timeout=300)
+        assert r.returncode == 0, (f"warren image build {IMAGE} --from-dir {root} failed "
+                                   f"({r.returncode}):\nstdout: {r.stdout}\nstderr: {r.stderr}")
+        yield IMAGE
+    finally:
+        safe_rmtree(str(root))
+
+
+@pytest.fixture
+def sandboxes(server):
+    """A list to append sandbox ids to; each is deleted after the test, pass or fail."""
+    ids: list = []
+    yield ids
+    for sid in ids:
+        sid = getattr(sid, "id", sid)
+        try:
+            server.http("DELETE", "/v1/sandboxes/" + sid, timeout=60)
+        except Exception as e:
+            print(f"\nwarning: could not delete sandbox {sid}: {e}", file=sys.stderr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    srv = _SERVER
+    if srv is None:
+        return
+    if call.when == "setup":
+        item._warren_log_start = srv.log_size()
+    elif rep.failed:
+        start = getattr(item, "_warren_log_start", 0)
+        tail = srv.log_tail(80, since=start)
+        if tail.strip():
+            rep.sections.append(("warren serve log during this test (tail)", tail))

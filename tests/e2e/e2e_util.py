@@ -1,0 +1,216 @@
+"""Helpers shared by the end-to-end tests: raw HTTP and host-side inspection."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import time
+from typing import Dict, Iterable, List, Optional, Tuple
+
+CONTRACT_CODES = {"not_found", "invalid", "conflict", "quota", "unauthorized",
+                  "forbidden", "unavailable", "internal"}
+
+
+# --------------------------------------------------------------------------
+# raw HTTP
+# --------------------------------------------------------------------------
+class Response:
+    def __init__(self, status: int, headers, body: bytes):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    @property
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self) -> str:
+        return f"<HTTP {self.status} {self.body[:300]!r}>"
+
+
+def http_request(server, method: str, path: str, body=None, *, headers: Optional[Dict[str, str]] = None,
+                 auth: Optional[bool] = True, token: Optional[str] = None, timeout: float = 120) -> Response:
+    """One request on a fresh connection. ``body`` may be bytes, str or a JSON-able object."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=timeout)
+    h = {}
+    if auth:
+        h["Authorization"] = "Bearer " + (token if token is not None else server.token)
+    if body is not None and not isinstance(body, (bytes, bytearray, str)):
+        body = json.dumps(body)
+        h["Content-Type"] = "application/json"
+    if isinstance(body, str):
+        body = body.encode()
+    if headers:
+        h.update(headers)
+    try:
+        conn.request(method, path, body=body, headers=h)
+        resp = conn.getresponse()
+        return Response(resp.status, resp.headers, resp.read())
+    finally:
+        conn.close()
+
+
+def assert_error(resp: Response, status, code: Optional[str] = None) -> dict:
+    """The response is a contract error: the given status and {"error": {"code", "message"}}."""
+    statuses = status if isinstance(status, (tuple, list, set)) else (status,)
+    assert resp.status in statuses, f"expected HTTP {statuses}, got {resp!r}"
+    try:
+        doc = json.loads(resp.body)
+    except ValueError:
+        raise AssertionError(f"error body is not JSON: {resp!r}") from None
+    assert isinstance(doc, dict) and isinstance(doc.get("error"), dict), f"bad error shape: {doc!r}"
+    err = doc["error"]
+    assert err.get("code") in CONTRACT_CODES, f"error code not in the contract: {doc!r}"
+    if code is not None:
+        assert err["code"] == code, f"expected code {code!r}, got {doc!r}"
+    assert isinstance(err.get("message"), str) and err["message"], f"no error message: {doc!r}"
+    return err
+
+
+def assert_alive(server) -> None:
+    r = http_request(server, "GET", "/healthz", auth=False, timeout=10)
+    assert r.status == 200, f"/healthz after the test: {r!r}"
+    assert server.proc.poll() is None, "the server process exited"
+
+
+# --------------------------------------------------------------------------
+# host-side inspection
+# --------------------------------------------------------------------------
+def pids() -> List[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def cmdline(pid: int) -> List[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0")[:-1]] if raw else []
+
+
+def ns(pid, kind: str = "pid") -> Optional[str]:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
+    except OSError:
+        return None
+
+
+def uids(pid: int) -> Optional[Tuple[int, int, int, int]]:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return tuple(int(x) for x in line.split()[1:5])  # type: ignore
+    except OSError:
+        return None
+    return None
+
+
+def find_sandboxed(argv: List[str], timeout: float = 15.0) -> List[int]:
+    """Host pids running exactly ``argv`` in a pid namespace other than ours."""
+    mine = ns("self")
+    deadline = time.time() + timeout
+    while True:
+        found = [p for p in pids() if cmdline(p) == argv and ns(p) not in (None, mine)]
+        if found or time.time() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def _unescape(s: str) -> str:
+    return s.encode().decode("unicode_escape") if "\\" in s else s
+
+
+def mountinfo(pid="self") -> List[str]:
+    try:
+        with open(f"/proc/{pid}/mountinfo") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def mount_points_under(path: str, pid="self") -> List[str]:
+    path = os.path.realpath(path)
+    out = []
+    for line in mountinfo(pid):
+        mp = _unescape(line.split()[4])
+        if mp == path or mp.startswith(path.rstrip("/") + "/"):
+            out.append(mp)
+    return out
+
+
+def cgroup_dirs_of(pid: int) -> List[str]:
+    """The host directories of the cgroups ``pid`` belongs to (v1 and v2)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            entries = [l.rstrip("\n").split(":", 2) for l in f if l.strip()]
+    except OSError:
+        return []
+    mounts = []   # (kind, options set, root, mount point)
+    for line in mountinfo("self"):
+        pre, _, post = line.partition(" - ")
+        f = pre.split()
+        p = post.split()
+        if not p:
+            continue
+        fstype = p[0]
+        if fstype == "cgroup2":
+            mounts.append(("v2", set(), _unescape(f[3]), _unescape(f[4])))
+        elif fstype == "cgroup" and len(p) >= 3:
+            mounts.append(("v1", set(p[2].split(",")), _unescape(f[3]), _unescape(f[4])))
+    out = []
+    for _, ctrls, path in entries:
+        for kind, opts, root, mp in mounts:
+            if ctrls == "":
+                if kind != "v2":
+                    continue
+            else:
+                if kind != "v1" or not set(ctrls.split(",")) <= opts:
+                    continue
+            rel = os.path.relpath(path, root) if path.startswith(root) else None
+            if rel is None or rel.startswith(".."):
+                continue
+            out.append(os.path.normpath(os.path.join(mp, rel)))
+            break
+    return out
+
+
+def cgroup_dirs_named(fragment: str, top: str = "/sys/fs/cgroup") -> List[str]:
+    found = []
+    for dirpath, dirnames, _ in os.walk(top):
+        for d in dirnames:
+            if fragment in d:
+                found.append(os.path.join(dirpath, d))
+    return found
+
+
+def processes_with_uid(uid: int) -> List[int]:
+    out = []
+    for p in pids():
+        u = uids(p)
+        if u is not None and uid in u:
+            out.append(p)
+    return out
+
+
+def processes_in_ns(ns_link: str, kind: str = "pid") -> List[int]:
+    return [p for p in pids() if ns(p, kind) == ns_link]
+
+
+def wait_until(pred, timeout: float = 10.0, interval: float = 0.1):
+    deadline = time.time() + timeout
+    while True:
+        v = pred()
+        if v or time.time() > deadline:
+            return v
+        time.sleep(interval)
+
+
+def ndjson_lines(body: bytes) -> List[dict]:
+    return [json.loads(l) for l in body.split(b"\n") if l.strip()]
+
+
+def unique(prefix: str = "e2e") -> str:
+    return f"{prefix}-{os.getpid()}-{time.time_ns() % 10**9}"

@@ -1,0 +1,39 @@
+// Root integration test: file-backed EROFS via the new mount API, idmapped clones.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "image/erofs_mount_cache.h"
+#include "image/layer_store.h"
+#include "test_env.h"
+
+namespace warren {
+namespace {
+
+TEST(ErofsMount, OneMountPerLayerSharedAndReleasedWhenIdle) {
+  ASSERT_EQ(geteuid(), 0u);
+  std::string dir = testing::MakeScratchDir("erofs");
+  image::LayerStore store(dir + "/store");
+  ASSERT_TRUE(store.Init().ok());
+  testing::MakeBusyboxRoot(dir + "/root");
+  testing::TarDir(dir + "/root", dir + "/root.tar");
+  auto blob = store.ImportTar(dir + "/root.tar");
+  ASSERT_TRUE(blob.ok()) << blob.status().ToString();
+  EXPECT_TRUE(image::LayerStore::IsErofs(store.BlobPath(blob->digest)));
+
+  image::ErofsMountCache cache;
+  {
+    auto a = cache.Acquire(blob->digest, store.BlobPath(blob->digest));
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    auto b = cache.Acquire(blob->digest, store.BlobPath(blob->digest));
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(a->get(), b->get());  // mounted once
+    EXPECT_EQ(cache.live(), 1u);
+    // The mount is detached: nothing appears in the host's mount table.
+    EXPECT_EQ(testing::CountMountinfo(store.BlobPath(blob->digest)), 0);
+  }
+  EXPECT_EQ(cache.live(), 0u);
+  testing::RemoveDir(dir);
+}
+
+}  // namespace
+}  // namespace warren

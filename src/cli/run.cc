@@ -1,0 +1,31 @@
+// warren run [SPEC FLAGS] -- CMD [ARGS...]: create, exec, delete.
+#include "cli/common.h"
+
+namespace warren::cli {
+
+void AddRun(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "create a sandbox, run one command in it, delete it");
+  auto spec = std::make_shared<SpecFlags>();
+  auto flags = std::make_shared<ExecFlags>();
+  AddSpecFlags(cmd, spec.get());
+  // --env belongs to the sandbox spec here; exec flags keep --timeout, --cwd, -i and CMD.
+  cmd->add_option("--timeout", flags->timeout, "seconds before the command is killed (exit 124)");
+  cmd->add_option("--cwd", flags->cwd, "working directory inside the sandbox");
+  cmd->add_flag("-i,--stdin", flags->stdin_from_terminal, "send our standard input to the command");
+  cmd->add_option("cmd", flags->argv, "command and arguments (after --)")->required();
+  cmd->callback([spec, flags] {
+    auto j = SpecJson(*spec);
+    if (!j.ok()) return void(ExitCode() = Fail(j.status()));
+    auto r = Client().Request("POST", "/v1/sandboxes", j->dump());
+    if (!r.ok()) return void(ExitCode() = Fail(r.status()));
+    auto sb = client::JsonOf(*r, "create sandbox");
+    if (!sb.ok()) return void(ExitCode() = Fail(sb.status()));
+    std::string id = (*sb)["id"];
+    ExitCode() = ExecAndStream(id, *flags);
+    auto d = Client().Request("DELETE", "/v1/sandboxes/" + id);
+    Status st = d.ok() ? client::ToStatus(*d, "delete sandbox " + id) : d.status();
+    if (!st.ok()) Fail(st);
+  });
+}
+
+}  // namespace warren::cli

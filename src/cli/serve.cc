@@ -1,0 +1,74 @@
+// warren serve [--listen ADDR:PORT] [--data-dir DIR]: API server + one node in one process.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/common.h"
+#include "image/layer_store.h"
+#include "isolation/cgroup.h"
+#include "node/local_node.h"
+#include "runtime/container/agent_binary.h"
+#include "server/auth.h"
+#include "server/http_server.h"
+#include "server/routes.h"
+#include "server/state_store.h"
+
+namespace warren::cli {
+namespace {
+
+int Serve(const std::string& listen, const std::string& data_dir) {
+  if (geteuid() != 0) return Fail("serve", "warren serve must run as root (it makes namespaces, mounts and cgroups)");
+  // Signals are taken by sigwait below; block them before any thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  if (mkdir(data_dir.c_str(), 0700) != 0 && errno != EEXIST) return Fail(ErrnoStatus("mkdir", data_dir));
+  image::LayerStore layers(data_dir);
+  if (Status st = layers.Init(); !st.ok()) return Fail(st);
+  auto state = server::StateStore::Open(data_dir + "/state.db");
+  if (!state.ok()) return Fail(state.status());
+  auto token = server::LoadOrCreateAdminToken(data_dir + "/admin.token");
+  if (!token.ok()) return Fail(token.status());
+
+  // Sandboxes of an earlier run of this daemon that are still alive are killed now.
+  int stale = isolation::ReapStaleCgroups();
+  if (stale > 0) spdlog::warn("reaped {} sandbox cgroup(s) left by an earlier run", stale);
+
+  node::LocalNodeOptions nopts;
+  auto node = node::LocalNode::Start(nopts, &layers);
+  if (!node.ok()) return Fail(node.status().Context("start node"));
+  server::Api api(state->get(), node->get(), &layers);
+  api.ReconcileAfterRestart();
+  server::ServerOptions sopts;
+  sopts.listen = listen;
+  server::HttpServer http(&api, *token, sopts);
+  if (Status st = http.Start(); !st.ok()) return Fail(st);
+  spdlog::info("warren serve: listening on {} (port {}), data in {}, admin token in {}/admin.token, cgroups {}",
+               listen, http.port(), data_dir, data_dir, isolation::CgroupLayoutName());
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  spdlog::info("warren serve: signal {}, shutting down", sig);
+  http.Stop();
+  (*node)->DeleteAll();
+  api.ReconcileAfterRestart();
+  return 0;
+}
+
+}  // namespace
+
+void AddServe(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "run the API server and a node on this machine");
+  auto listen = std::make_shared<std::string>("127.0.0.1:7070");
+  auto data_dir = std::make_shared<std::string>("/var/lib/warren");
+  cmd->add_option("--listen", *listen, "ADDR:PORT to serve HTTP on");
+  cmd->add_option("--data-dir", *data_dir, "state, layers and the admin token (a real disk, not tmpfs)");
+  cmd->callback([listen, data_dir] { ExitCode() = Serve(*listen, *data_dir); });
+}
+
+}  // namespace warren::cli

@@ -1,0 +1,196 @@
+#include "client/http_client.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace warren::client {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+Code CodeFromName(const std::string& n) {
+  for (Code c : {Code::kInvalid, Code::kNotFound, Code::kConflict, Code::kQuota, Code::kUnauthorized,
+                 Code::kForbidden, Code::kUnavailable, Code::kInternal})
+    if (n == CodeName(c)) return c;
+  return Code::kInternal;
+}
+
+}  // namespace
+
+struct HttpClient::Impl {
+  std::string host, port, token;
+  net::io_context ioc;
+  std::unique_ptr<beast::tcp_stream> stream;
+  beast::flat_buffer buf;
+
+  Status Connect() {
+    if (stream) return Status::Ok();
+    tcp::resolver resolver(ioc);
+    beast::error_code ec;
+    auto results = resolver.resolve(host, port, ec);
+    if (ec) return Status(Code::kUnavailable, "resolve", host, ec.message());
+    stream = std::make_unique<beast::tcp_stream>(ioc);
+    stream->connect(results, ec);
+    if (ec) {
+      stream.reset();
+      return Status(Code::kUnavailable, "connect to warren at", host + ":" + port,
+                    ec.message() + " (is `warren serve` running?)");
+    }
+    return Status::Ok();
+  }
+
+  template <typename Req>
+  void Prepare(Req& req) {
+    req.set(http::field::host, host);
+    req.set(http::field::user_agent, "warren-cli");
+    if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
+    req.keep_alive(true);
+  }
+
+  template <typename Req>
+  Result<Response> RoundTrip(Req& req, bool retry) {
+    WARREN_RETURN_IF_ERROR(Connect());
+    beast::error_code ec;
+    http::write(*stream, req, ec);
+    http::response_parser<http::string_body> p;
+    p.body_limit(1ull << 32);
+    if (!ec) http::read(*stream, buf, p, ec);
+    if (ec) {
+      stream.reset();
+      buf.clear();
+      // A kept-alive connection the server closed meanwhile: one fresh attempt.
+      if (retry) return RoundTrip(req, false);
+      return Status(Code::kUnavailable, "request", std::string(req.target()), ec.message());
+    }
+    auto& res = p.get();
+    if (!res.keep_alive()) stream.reset();
+    return Response{static_cast<int>(res.result_int()), std::string(res[http::field::content_type]),
+                    std::move(res.body())};
+  }
+};
+
+HttpClient::HttpClient(std::string url, std::string token) : impl_(std::make_unique<Impl>()) {
+  std::string rest = url;
+  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || rest.back() == ']') {
+    impl_->host = rest;
+    impl_->port = "80";
+  } else {
+    impl_->host = rest.substr(0, colon);
+    impl_->port = rest.substr(colon + 1);
+  }
+  if (impl_->host.size() > 2 && impl_->host.front() == '[')
+    impl_->host = impl_->host.substr(1, impl_->host.size() - 2);
+  impl_->token = std::move(token);
+}
+
+HttpClient::~HttpClient() = default;
+
+Result<Response> HttpClient::Request(const std::string& method, const std::string& target,
+                                     const std::string& body, const std::string& content_type) {
+  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+  impl_->Prepare(req);
+  if (!body.empty() || method == "POST" || method == "PUT") {
+    req.set(http::field::content_type, content_type);
+    req.body() = body;
+    req.prepare_payload();
+  }
+  return impl_->RoundTrip(req, true);
+}
+
+Result<Response> HttpClient::UploadFile(const std::string& method, const std::string& target,
+                                        const std::string& path, const std::string& content_type) {
+  http::request<http::file_body> req{http::string_to_verb(method), target, 11};
+  impl_->Prepare(req);
+  beast::error_code ec;
+  req.body().open(path.c_str(), beast::file_mode::scan, ec);
+  if (ec) return Status(Code::kInvalid, "open", path, ec.message());
+  req.set(http::field::content_type, content_type);
+  req.prepare_payload();
+  return impl_->RoundTrip(req, false);
+}
+
+Status HttpClient::StreamLines(const std::string& target,
+                               const std::function<void(std::string_view)>& on_line) {
+  WARREN_RETURN_IF_ERROR(impl_->Connect());
+  http::request<http::empty_body> req{http::verb::get, target, 11};
+  impl_->Prepare(req);
+  beast::error_code ec;
+  http::write(*impl_->stream, req, ec);
+  http::response_parser<http::buffer_body> p;
+  p.body_limit(boost::none);
+  if (!ec) http::read_header(*impl_->stream, impl_->buf, p, ec);
+  if (ec) {
+    impl_->stream.reset();
+    return Status(Code::kUnavailable, "stream", target, ec.message());
+  }
+  int status = static_cast<int>(p.get().result_int());
+  std::string pending, whole;
+  char tmp[65536];
+  while (!p.is_done()) {
+    p.get().body().data = tmp;
+    p.get().body().size = sizeof tmp;
+    http::read(*impl_->stream, impl_->buf, p, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      impl_->stream.reset();
+      return Status(Code::kUnavailable, "stream", target, ec.message());
+    }
+    size_t n = sizeof tmp - p.get().body().size;
+    if (status / 100 != 2) {
+      whole.append(tmp, n);
+      continue;
+    }
+    pending.append(tmp, n);
+    size_t start = 0, nl;
+    while ((nl = pending.find('\n', start)) != std::string::npos) {
+      on_line(std::string_view(pending).substr(start, nl - start));
+      start = nl + 1;
+    }
+    pending.erase(0, start);
+  }
+  if (!p.get().keep_alive()) impl_->stream.reset();
+  if (status / 100 != 2) return ToStatus(Response{status, "", whole}, "stream");
+  if (!pending.empty()) on_line(pending);
+  return Status::Ok();
+}
+
+Status ToStatus(const Response& r, const std::string& what) {
+  if (r.status / 100 == 2) return Status::Ok();
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (!j.is_discarded() && j.contains("error") && j["error"].is_object())
+    return Status(CodeFromName(j["error"].value("code", "internal")), what, "",
+                  j["error"].value("message", ""));
+  return Status(Code::kInternal, what, "", "HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 200));
+}
+
+Result<nlohmann::json> JsonOf(const Response& r, const std::string& what) {
+  WARREN_RETURN_IF_ERROR(ToStatus(r, what));
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (j.is_discarded()) return Internal(what, "", "the server sent malformed JSON");
+  return j;
+}
+
+std::string UrlEncode(std::string_view s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+}  // namespace warren::client

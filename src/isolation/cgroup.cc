@@ -6,7 +6,11 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <signal.h>
+
 #include <chrono>
+#include <set>
 #include <cmath>
 #include <thread>
 
@@ -125,6 +129,43 @@ Result<Cgroup> Cgroup::Create(const std::string& name, const CgroupLimits& lim) 
     if (!cg.v2_fd_) return ErrnoStatus("open cgroup", dir);
   }
   return cg;
+}
+
+int ReapStaleCgroups() {
+  const Layout& l = GetLayout();
+  std::vector<std::string> parents;
+  for (const auto& r : l.v1_roots) parents.push_back(r + "/" + kParent);
+  if (!l.v2_root.empty()) parents.push_back(l.v2_root + "/" + kParent);
+  std::set<std::string> names;
+  for (const auto& p : parents) {
+    DIR* d = opendir(p.c_str());
+    if (!d) continue;
+    while (dirent* e = readdir(d))
+      if (e->d_type == DT_DIR && e->d_name[0] != '.') names.insert(e->d_name);
+    closedir(d);
+  }
+  for (const auto& name : names) {
+    // Kill until empty: SIGKILL of each listed pid, cgroup.kill where there is one.
+    for (int round = 0; round < 50; ++round) {
+      bool any = false;
+      for (const auto& p : parents) {
+        std::string dir = p + "/" + name;
+        if (Exists(dir + "/cgroup.kill")) (void)WriteFile(dir + "/cgroup.kill", "1");
+        FILE* f = fopen((dir + "/cgroup.procs").c_str(), "r");
+        if (!f) continue;
+        int pid;
+        while (fscanf(f, "%d", &pid) == 1) {
+          any = true;
+          kill(pid, SIGKILL);
+        }
+        fclose(f);
+      }
+      if (!any) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (const auto& p : parents) rmdir((p + "/" + name).c_str());
+  }
+  return static_cast<int>(names.size());
 }
 
 Status Cgroup::AttachV1(pid_t pid) {

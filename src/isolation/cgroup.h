@@ -59,6 +59,10 @@ class Cgroup {
   UniqueFd v2_fd_;
 };
 
+// Kills every process in, and removes, sandbox cgroups left under the "warren" parents by
+// an earlier run of the daemon. Returns how many sandbox cgroups it found.
+int ReapStaleCgroups();
+
 // Describes the probed layout, for logs and /v1/nodes.
 std::string CgroupLayoutName();
 

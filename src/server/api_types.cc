@@ -1,0 +1,258 @@
+#include "server/api_types.h"
+
+#include <cmath>
+#include <set>
+
+#include "base/utf8.h"
+
+namespace warren::server {
+namespace {
+
+// Checks that `j` is an object whose keys are all in `allowed`.
+Status CheckFields(const json& j, const std::set<std::string>& allowed, const std::string& what) {
+  if (!j.is_object()) return Invalid(what + " must be a JSON object");
+  for (auto& [k, v] : j.items())
+    if (!allowed.count(k)) return Invalid("unknown field `" + k + "` in " + what);
+  return Status::Ok();
+}
+
+Status GetString(const json& j, const char* key, std::string* out, size_t max = 4096) {
+  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+  if (!j[key].is_string()) return Invalid(std::string("`") + key + "` must be a string");
+  *out = j[key].get<std::string>();
+  if (out->size() > max) return Invalid(std::string("`") + key + "` is too long");
+  return Status::Ok();
+}
+
+Status GetOptString(const json& j, const char* key, std::optional<std::string>* out) {
+  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+  std::string s;
+  WARREN_RETURN_IF_ERROR(GetString(j, key, &s));
+  *out = s;
+  return Status::Ok();
+}
+
+Status GetUint(const json& j, const char* key, uint64_t* out, uint64_t lo, uint64_t hi) {
+  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+  const json& v = j[key];
+  if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+    return Invalid(std::string("`") + key + "` must be an integer");
+  if (v.is_number_integer() && v.get<int64_t>() < 0 && !v.is_number_unsigned())
+    return Invalid(std::string("`") + key + "` must not be negative");
+  double d = v.get<double>();
+  if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
+    return Invalid(std::string("`") + key + "` must be between " + std::to_string(lo) + " and " +
+                   std::to_string(hi));
+  *out = static_cast<uint64_t>(d);
+  return Status::Ok();
+}
+
+Status GetDouble(const json& j, const char* key, double* out, double lo, double hi) {
+  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+  if (!j[key].is_number()) return Invalid(std::string("`") + key + "` must be a number");
+  double d = j[key].get<double>();
+  if (!(d >= lo && d <= hi))
+    return Invalid(std::string("`") + key + "` must be between " + std::to_string(lo) + " and " +
+                   std::to_string(hi));
+  *out = d;
+  return Status::Ok();
+}
+
+Status GetBool(const json& j, const char* key, bool* out) {
+  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+  if (!j[key].is_boolean()) return Invalid(std::string("`") + key + "` must be true or false");
+  *out = j[key].get<bool>();
+  return Status::Ok();
+}
+
+Status GetStringMap(const json& j, const char* key, std::map<std::string, std::string>* out,
+                    size_t max_entries, bool env_names) {
+  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+  const json& m = j[key];
+  if (!m.is_object()) return Invalid(std::string("`") + key + "` must be an object of strings");
+  if (m.size() > max_entries) return Invalid(std::string("`") + key + "` has too many entries");
+  for (auto& [k, v] : m.items()) {
+    if (!v.is_string())
+      return Invalid(std::string("`") + key + "." + k + "` must be a string");
+    if (k.empty() || k.size() > 256) return Invalid(std::string("bad key in `") + key + "`");
+    if (env_names && (k.find('=') != std::string::npos || k.find('\0') != std::string::npos))
+      return Invalid("environment variable names must not contain `=` or NUL: " + k);
+    std::string val = v.get<std::string>();
+    if (val.find('\0') != std::string::npos)
+      return Invalid(std::string("`") + key + "." + k + "` contains NUL");
+    (*out)[k] = val;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseImageRef(const std::string& ref, std::string* name, std::string* tag) {
+  size_t colon = ref.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == ref.size())
+    return Invalid("image reference must be NAME:TAG", ref);
+  *name = ref.substr(0, colon);
+  *tag = ref.substr(colon + 1);
+  auto ok = [](const std::string& s, bool slash) {
+    if (s.empty() || s.size() > 128) return false;
+    for (char c : s)
+      if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
+            (slash && c == '/')))
+        return false;
+    return true;
+  };
+  if (!ok(*name, true) || !ok(*tag, false))
+    return Invalid("image names and tags use letters, digits, '.', '-', '_' (and '/' in names)", ref);
+  return Status::Ok();
+}
+
+Result<json> ParseJsonBody(const std::string& body) {
+  if (body.empty()) return Invalid("request body must be a JSON object");
+  try {
+    // Depth is bounded by the body size limit; nlohmann parses iteratively enough for that.
+    return json::parse(body);
+  } catch (const json::parse_error& e) {
+    return Invalid(std::string("malformed JSON: ") + e.what());
+  }
+}
+
+Result<SandboxSpec> ParseSandboxSpec(const json& j) {
+  WARREN_RETURN_IF_ERROR(CheckFields(
+      j,
+      {"backend", "image", "workspace", "tools", "cpu", "memory_mb", "disk_mb", "pids", "network",
+       "env", "ttl_s", "idle_timeout_s", "labels", "trajectory", "lease", "on_lease_expiry"},
+      "sandbox spec"));
+  SandboxSpec s;
+  WARREN_RETURN_IF_ERROR(GetString(j, "backend", &s.backend));
+  if (s.backend != "container" && s.backend != "fncall" && s.backend != "microvm" && s.backend != "vm")
+    return Invalid("`backend` must be one of fncall, container, microvm, vm");
+  WARREN_RETURN_IF_ERROR(GetString(j, "image", &s.image));
+  if (s.image.empty()) return Invalid("`image` is required (NAME:TAG of a base layer)");
+  std::string n, t;
+  WARREN_RETURN_IF_ERROR(ParseImageRef(s.image, &n, &t));
+  WARREN_RETURN_IF_ERROR(GetOptString(j, "workspace", &s.workspace));
+  if (s.workspace) WARREN_RETURN_IF_ERROR(ParseImageRef(*s.workspace, &n, &t));
+  if (j.contains("tools") && !j["tools"].is_null()) {
+    if (!j["tools"].is_array() || j["tools"].size() > 32)
+      return Invalid("`tools` must be an array of at most 32 NAME:TAG strings");
+    for (const auto& tool : j["tools"]) {
+      if (!tool.is_string()) return Invalid("`tools` must contain strings");
+      WARREN_RETURN_IF_ERROR(ParseImageRef(tool.get<std::string>(), &n, &t));
+      s.tools.push_back(tool.get<std::string>());
+    }
+  }
+  WARREN_RETURN_IF_ERROR(GetDouble(j, "cpu", &s.cpu, 0.01, Limits::kMaxCpu));
+  WARREN_RETURN_IF_ERROR(GetUint(j, "memory_mb", &s.memory_mb, Limits::kMinMemoryMb, Limits::kMaxMemoryMb));
+  WARREN_RETURN_IF_ERROR(GetUint(j, "disk_mb", &s.disk_mb, 1, Limits::kMaxDiskMb));
+  WARREN_RETURN_IF_ERROR(GetUint(j, "pids", &s.pids, 8, Limits::kMaxPids));
+  if (j.contains("network") && !j["network"].is_null()) {
+    const json& nw = j["network"];
+    WARREN_RETURN_IF_ERROR(CheckFields(nw, {"mode", "allow"}, "network policy"));
+    WARREN_RETURN_IF_ERROR(GetString(nw, "mode", &s.network.mode));
+    if (s.network.mode != "none" && s.network.mode != "egress")
+      return Invalid("`network.mode` must be none or egress");
+    if (nw.contains("allow") && !nw["allow"].is_null()) {
+      if (!nw["allow"].is_array()) return Invalid("`network.allow` must be an array of rules");
+      for (const auto& r : nw["allow"]) {
+        if (!r.is_string()) return Invalid("`network.allow` must contain strings");
+        s.network.allow.push_back(r.get<std::string>());
+      }
+    }
+  }
+  WARREN_RETURN_IF_ERROR(GetStringMap(j, "env", &s.env, 1024, true));
+  WARREN_RETURN_IF_ERROR(GetUint(j, "ttl_s", &s.ttl_s, 1, 30 * 86400));
+  if (j.contains("idle_timeout_s") && !j["idle_timeout_s"].is_null()) {
+    uint64_t v = 0;
+    WARREN_RETURN_IF_ERROR(GetUint(j, "idle_timeout_s", &v, 1, 30 * 86400));
+    s.idle_timeout_s = v;
+  }
+  WARREN_RETURN_IF_ERROR(GetStringMap(j, "labels", &s.labels, 64, false));
+  for (auto& [k, v] : s.labels)
+    if (k.size() > 63 || v.size() > 255 || k.find('=') != std::string::npos)
+      return Invalid("label keys are at most 63 characters without `=`, values at most 255");
+  WARREN_RETURN_IF_ERROR(GetOptString(j, "trajectory", &s.trajectory));
+  WARREN_RETURN_IF_ERROR(GetOptString(j, "lease", &s.lease));
+  WARREN_RETURN_IF_ERROR(GetString(j, "on_lease_expiry", &s.on_lease_expiry));
+  if (s.on_lease_expiry != "delete" && s.on_lease_expiry != "pause")
+    return Invalid("`on_lease_expiry` must be delete or pause");
+  return s;
+}
+
+json ToJson(const SandboxSpec& s) {
+  json j = {{"backend", s.backend},
+            {"image", s.image},
+            {"workspace", s.workspace ? json(*s.workspace) : json(nullptr)},
+            {"tools", s.tools},
+            {"cpu", s.cpu},
+            {"memory_mb", s.memory_mb},
+            {"disk_mb", s.disk_mb},
+            {"pids", s.pids},
+            {"network", {{"mode", s.network.mode}, {"allow", s.network.allow}}},
+            {"env", s.env},
+            {"ttl_s", s.ttl_s},
+            {"idle_timeout_s", s.idle_timeout_s ? json(*s.idle_timeout_s) : json(nullptr)},
+            {"labels", s.labels},
+            {"trajectory", s.trajectory ? json(*s.trajectory) : json(nullptr)},
+            {"lease", s.lease ? json(*s.lease) : json(nullptr)},
+            {"on_lease_expiry", s.on_lease_expiry}};
+  return j;
+}
+
+Result<ExecRequest> ParseExecRequest(const json& j) {
+  WARREN_RETURN_IF_ERROR(CheckFields(j,
+                                     {"argv", "cmd", "stdin", "stdin_b64", "env", "cwd", "timeout_s",
+                                      "wait", "max_output_bytes", "binary", "step"},
+                                     "exec request"));
+  ExecRequest r;
+  bool has_argv = j.contains("argv") && !j["argv"].is_null();
+  bool has_cmd = j.contains("cmd") && !j["cmd"].is_null();
+  if (has_argv == has_cmd) return Invalid("give exactly one of `argv` (array) or `cmd` (string)");
+  size_t total = 0;
+  if (has_argv) {
+    if (!j["argv"].is_array() || j["argv"].empty())
+      return Invalid("`argv` must be a non-empty array of strings");
+    for (const auto& a : j["argv"]) {
+      if (!a.is_string()) return Invalid("`argv` must contain only strings");
+      std::string s = a.get<std::string>();
+      if (s.find('\0') != std::string::npos) return Invalid("`argv` entries must not contain NUL");
+      total += s.size() + 1;
+      r.argv.push_back(std::move(s));
+    }
+    if (r.argv[0].empty()) return Invalid("`argv[0]` must not be empty");
+  } else {
+    if (!j["cmd"].is_string()) return Invalid("`cmd` must be a string");
+    std::string cmd = j["cmd"].get<std::string>();
+    if (cmd.find('\0') != std::string::npos) return Invalid("`cmd` must not contain NUL");
+    total = cmd.size();
+    r.argv = {"/bin/sh", "-c", cmd};
+  }
+  if (total > Limits::kMaxArgvBytes) return Invalid("command line is larger than 1 MiB");
+  bool has_stdin = j.contains("stdin") && !j["stdin"].is_null();
+  bool has_b64 = j.contains("stdin_b64") && !j["stdin_b64"].is_null();
+  if (has_stdin && has_b64) return Invalid("give at most one of `stdin` and `stdin_b64`");
+  if (has_stdin) {
+    if (!j["stdin"].is_string()) return Invalid("`stdin` must be a string");
+    r.stdin_data = j["stdin"].get<std::string>();
+  } else if (has_b64) {
+    if (!j["stdin_b64"].is_string()) return Invalid("`stdin_b64` must be a base64 string");
+    std::string raw;
+    if (!Base64Decode(j["stdin_b64"].get<std::string>(), &raw)) return Invalid("`stdin_b64` is not valid base64");
+    r.stdin_data = std::move(raw);
+  }
+  WARREN_RETURN_IF_ERROR(GetStringMap(j, "env", &r.env, 1024, true));
+  WARREN_RETURN_IF_ERROR(GetString(j, "cwd", &r.cwd));
+  if (r.cwd.empty()) r.cwd = "/";
+  if (r.cwd[0] != '/') return Invalid("`cwd` must be an absolute path");
+  WARREN_RETURN_IF_ERROR(GetDouble(j, "timeout_s", &r.timeout_s, 0.001, Limits::kMaxTimeoutS));
+  WARREN_RETURN_IF_ERROR(GetBool(j, "wait", &r.wait));
+  WARREN_RETURN_IF_ERROR(GetUint(j, "max_output_bytes", &r.max_output_bytes, 0, Limits::kMaxOutputBytes));
+  WARREN_RETURN_IF_ERROR(GetBool(j, "binary", &r.binary));
+  if (j.contains("step") && !j["step"].is_null()) {
+    uint64_t step = 0;
+    WARREN_RETURN_IF_ERROR(GetUint(j, "step", &step, 0, UINT32_MAX));
+    r.step = step;
+  }
+  return r;
+}
+
+}  // namespace warren::server

@@ -1,0 +1,481 @@
+#include "server/http_server.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <thread>
+
+#include "base/ids.h"
+#include "base/utf8.h"
+#include "server/auth.h"
+
+namespace warren::server {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+
+constexpr size_t kJsonBodyLimit = 8ull << 20;
+constexpr size_t kFileBodyLimit = 64ull << 20;
+constexpr uint64_t kLayerBodyLimit = 64ull << 30;
+
+http::status HttpStatus(Code c) {
+  switch (c) {
+    case Code::kInvalid: return http::status::bad_request;
+    case Code::kNotFound: return http::status::not_found;
+    case Code::kConflict: return http::status::conflict;
+    case Code::kQuota: return http::status::too_many_requests;
+    case Code::kUnauthorized: return http::status::unauthorized;
+    case Code::kForbidden: return http::status::forbidden;
+    case Code::kUnavailable: return http::status::service_unavailable;
+    default: return http::status::internal_server_error;
+  }
+}
+
+struct Reply {
+  http::status status = http::status::ok;
+  std::string content_type = "application/json";
+  std::string body;
+  bool close = false;
+};
+
+Reply JsonReply(http::status st, const json& j) { return {st, "application/json", j.dump() + "\n"}; }
+
+std::string PercentDecode(std::string_view s, bool* ok) {
+  std::string out;
+  *ok = true;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%') {
+      if (i + 2 >= s.size() || !isxdigit(static_cast<unsigned char>(s[i + 1])) ||
+          !isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+        *ok = false;
+        return out;
+      }
+      out.push_back(static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16)));
+      i += 2;
+    } else if (s[i] == '+') {
+      out.push_back(' ');
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+struct Target {
+  std::vector<std::string> segs;  // decoded path segments
+  Query query;
+};
+
+Result<Target> ParseTarget(std::string_view target) {
+  Target t;
+  size_t q = target.find('?');
+  std::string_view path = target.substr(0, q);
+  bool ok = true;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    if (j > i) t.segs.push_back(PercentDecode(path.substr(i, j - i), &ok));
+    if (!ok) return Invalid("bad percent-encoding in path");
+    i = j + 1;
+  }
+  if (q != std::string_view::npos) {
+    std::string_view qs = target.substr(q + 1);
+    size_t k = 0;
+    while (k <= qs.size()) {
+      size_t amp = qs.find('&', k);
+      if (amp == std::string_view::npos) amp = qs.size();
+      std::string_view kv = qs.substr(k, amp - k);
+      if (!kv.empty()) {
+        size_t eq = kv.find('=');
+        std::string key = PercentDecode(kv.substr(0, eq), &ok);
+        std::string val = eq == std::string_view::npos ? "" : PercentDecode(kv.substr(eq + 1), &ok);
+        if (!ok) return Invalid("bad percent-encoding in query");
+        auto& slot = t.query[key];
+        slot = slot.empty() ? val : slot + "&" + val;  // repeated keys (label=...) joined
+      }
+      k = amp + 1;
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(Api* a, std::string tok, ServerOptions o)
+      : api(a), token(std::move(tok)), opts(std::move(o)), blocking(static_cast<size_t>(opts.blocking_threads)),
+        acceptor(ioc) {}
+
+  Api* api;
+  std::string token;
+  ServerOptions opts;
+  net::io_context ioc;
+  net::thread_pool blocking;
+  tcp::acceptor acceptor;
+  std::vector<std::thread> threads;
+
+  // Runs `f` on the blocking pool and resumes the caller on its own executor.
+  template <typename F>
+  net::awaitable<std::invoke_result_t<F>> Blocking(F f) {
+    using R = std::invoke_result_t<F>;
+    co_return co_await net::co_spawn(
+        blocking, [f = std::move(f)]() mutable -> net::awaitable<R> { co_return f(); },
+        net::use_awaitable);
+  }
+
+  Reply Error(const Status& st) {
+    api->CountError(st.code());
+    return JsonReply(HttpStatus(st.code()),
+                     {{"error", {{"code", CodeName(st.code())}, {"message", st.ToString()}}}});
+  }
+
+  // Waits until `rec` changes (output or completion) or `timeout` passes.
+  net::awaitable<void> WaitChange(const std::shared_ptr<node::ExecRecord>& rec, uint64_t after,
+                                  std::chrono::seconds timeout) {
+    auto ex = co_await net::this_coro::executor;
+    auto timer = std::make_shared<net::steady_timer>(ex, timeout);
+    // The notifier runs on a node thread; cancelling through the session's strand means it
+    // cannot run before we are suspended in async_wait below.
+    auto snap = rec->Poll(after, [timer, ex] { net::post(ex, [timer] { timer->cancel(); }); });
+    if (!snap.chunks.empty() || snap.done) co_return;
+    boost::system::error_code ec;
+    co_await timer->async_wait(net::redirect_error(net::use_awaitable, ec));
+  }
+
+  net::awaitable<Reply> ExecWait(std::shared_ptr<node::ExecRecord> rec) {
+    double t0 = NowSeconds();
+    while (!rec->done()) co_await WaitChange(rec, UINT64_MAX, std::chrono::seconds(30));
+    api->ObserveExec(NowSeconds() - t0);
+    co_return JsonReply(http::status::ok, rec->ResultJson());
+  }
+
+  // NDJSON stream of an exec's output from seq `after`, ending with the result line.
+  net::awaitable<void> Stream(beast::tcp_stream& stream, unsigned version,
+                              std::shared_ptr<node::ExecRecord> rec, uint64_t after) {
+    http::response<http::empty_body> res{http::status::ok, version};
+    res.set(http::field::server, "warren");
+    res.set(http::field::content_type, "application/x-ndjson");
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr{res};
+    stream.expires_never();
+    co_await http::async_write_header(stream, sr, net::use_awaitable);
+    for (;;) {
+      auto snap = rec->Poll(after, nullptr);
+      std::string out;
+      for (const auto& c : snap.chunks) {
+        out += node::ChunkJson(c, rec->binary()).dump() + "\n";
+        after = c.seq;
+      }
+      bool finished = snap.done && snap.chunks.empty();
+      if (finished) {
+        json last = {{"seq", rec->last_seq() + 1}, {"result", rec->ResultJson()}};
+        out += last.dump() + "\n";
+      }
+      if (!out.empty())
+        co_await net::async_write(stream, http::make_chunk(net::buffer(out)), net::use_awaitable);
+      if (finished) {
+        co_await net::async_write(stream, http::make_chunk_last(), net::use_awaitable);
+        co_return;
+      }
+      if (snap.chunks.empty()) co_await WaitChange(rec, after, std::chrono::seconds(15));
+    }
+  }
+
+  net::awaitable<Reply> Route(beast::tcp_stream& stream, beast::flat_buffer& buf,
+                              http::request_parser<http::empty_body>& hp, bool* streamed);
+  net::awaitable<void> Session(tcp::socket sock);
+  net::awaitable<void> Listen();
+};
+
+net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::flat_buffer& buf,
+                                              http::request_parser<http::empty_body>& hp,
+                                              bool* streamed) {
+  const auto& hreq = hp.get();
+  const http::verb verb = hreq.method();
+  auto target = ParseTarget(std::string_view(hreq.target().data(), hreq.target().size()));
+  if (!target.ok()) co_return Error(target.status());
+  const auto& seg = target->segs;
+  const Query& q = target->query;
+
+  if (seg.size() == 1 && seg[0] == "healthz") co_return JsonReply(http::status::ok, {{"ok", true}});
+
+  std::string auth(hreq[http::field::authorization]);
+  if (!BearerMatches(auth, token)) {
+    Reply r = Error(Status(Code::kUnauthorized, "", "", "missing or wrong bearer token"));
+    r.close = true;  // the body (if any) was not read
+    co_return r;
+  }
+  if (hreq[http::field::expect] == "100-continue") {
+    http::response<http::empty_body> cont{http::status::continue_, hreq.version()};
+    co_await http::async_write(stream, cont, net::use_awaitable);
+  }
+
+  bool is_layer_upload = seg.size() == 2 && seg[0] == "v1" && seg[1] == "layers" && verb == http::verb::post;
+  std::string body, body_file;
+  if (is_layer_upload) {
+    body_file = api->TempPath("upload");
+    http::request_parser<http::file_body> fp{std::move(hp)};
+    fp.body_limit(kLayerBodyLimit);
+    beast::error_code ec;
+    fp.get().body().open(body_file.c_str(), beast::file_mode::write, ec);
+    if (ec) co_return Error(Internal("open upload file", body_file, ec.message()));
+    stream.expires_after(std::chrono::minutes(30));
+    co_await http::async_read(stream, buf, fp, net::redirect_error(net::use_awaitable, ec));
+    fp.get().body().close();
+    if (ec) {
+      unlink(body_file.c_str());
+      Reply r = Error(Invalid("reading the upload failed: " + ec.message()));
+      r.close = true;
+      co_return r;
+    }
+  } else {
+    size_t limit = (seg.size() == 4 && seg[0] == "v1" && seg[3] == "files") ? kFileBodyLimit + 1
+                                                                          : kJsonBodyLimit;
+    http::request_parser<http::string_body> sp{std::move(hp)};
+    sp.body_limit(limit);
+    beast::error_code ec;
+    stream.expires_after(std::chrono::minutes(5));
+    co_await http::async_read(stream, buf, sp, net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      Reply r = ec == http::error::body_limit
+                    ? Error(Invalid("request body larger than " + std::to_string(limit) + " bytes"))
+                    : Error(Invalid("malformed HTTP request: " + ec.message()));
+      if (ec == http::error::body_limit) r.status = http::status::payload_too_large;
+      r.close = true;
+      co_return r;
+    }
+    body = std::move(sp.get().body());
+  }
+  struct RemoveFile {
+    std::string p;
+    ~RemoveFile() {
+      if (!p.empty()) unlink(p.c_str());
+    }
+  } remove_upload{body_file};
+
+  auto method_not_allowed = [&] { return Error(Invalid("method not allowed on this path")); };
+  if (seg.size() == 1 && seg[0] == "metrics") {
+    std::string m = co_await Blocking([&] { return api->Metrics(); });
+    co_return Reply{http::status::ok, "text/plain; version=0.0.4", m};
+  }
+  if (seg.empty() || seg[0] != "v1") co_return Error(NotFound("path", std::string(hreq.target())));
+  if (seg.size() == 2 && seg[1] == "nodes") co_return JsonReply(http::status::ok, api->Nodes());
+
+  if (seg.size() >= 2 && seg[1] == "layers") {
+    if (seg.size() == 2 && verb == http::verb::get) {
+      auto r = co_await Blocking([&] { return api->ListLayers(); });
+      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
+    }
+    if (seg.size() == 2 && verb == http::verb::post) {
+      auto r = co_await Blocking([&] { return api->UploadLayer(q, body_file); });
+      co_return r.ok() ? JsonReply(http::status::created, *r) : Error(r.status());
+    }
+    if (seg.size() >= 3 && verb == http::verb::delete_) {
+      std::string ref;
+      for (size_t i = 2; i < seg.size(); ++i) ref += (i > 2 ? "/" : "") + seg[i];
+      Status st = co_await Blocking([&] { return api->DeleteLayer(ref); });
+      co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
+    }
+    co_return method_not_allowed();
+  }
+
+  if (seg.size() == 2 && seg[1] == "sandboxes:batch") {
+    if (verb != http::verb::post) co_return method_not_allowed();
+    auto r = co_await Blocking([&] { return api->CreateBatch(body); });
+    co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
+  }
+  if (seg.size() >= 2 && seg[1] == "sandboxes") {
+    if (seg.size() == 2) {
+      if (verb == http::verb::post) {
+        auto r = co_await Blocking([&] { return api->CreateSandbox(body); });
+        co_return r.ok() ? JsonReply(http::status::created, *r) : Error(r.status());
+      }
+      if (verb == http::verb::get) {
+        auto r = co_await Blocking([&] { return api->ListSandboxes(q); });
+        co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
+      }
+      co_return method_not_allowed();
+    }
+    const std::string id = seg[2];
+    if (seg.size() == 3) {
+      if (verb == http::verb::get) {
+        auto r = co_await Blocking([&] { return api->GetSandbox(id); });
+        co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
+      }
+      if (verb == http::verb::delete_) {
+        Status st = co_await Blocking([&] { return api->DeleteSandbox(id); });
+        co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
+      }
+      co_return method_not_allowed();
+    }
+    const std::string& what = seg[3];
+    if (seg.size() == 4 && what == "exec") {
+      if (verb != http::verb::post) co_return method_not_allowed();
+      auto r = co_await Blocking([&] { return api->StartExec(id, body); });
+      if (!r.ok()) co_return Error(r.status());
+      if (!r->wait) co_return JsonReply(http::status::accepted, {{"exec_id", r->rec->id()}});
+      co_return co_await ExecWait(r->rec);
+    }
+    if (seg.size() >= 5 && what == "execs") {
+      const std::string exec_id = seg[4];
+      auto rec = co_await Blocking([&] { return api->GetExec(id, exec_id); });
+      if (!rec.ok()) co_return Error(rec.status());
+      if (seg.size() == 5 && verb == http::verb::get)
+        co_return JsonReply(http::status::ok, (*rec)->ResultJson());
+      if (seg.size() == 6 && seg[5] == "stream" && verb == http::verb::get) {
+        uint64_t after = 0;
+        if (auto it = q.find("after"); it != q.end()) {
+          char* end = nullptr;
+          after = strtoull(it->second.c_str(), &end, 10);
+          if (it->second.empty() || *end) co_return Error(Invalid("`after` must be a sequence number"));
+        }
+        *streamed = true;
+        co_await Stream(stream, hreq.version(), *rec, after);
+        co_return Reply{};
+      }
+      if (seg.size() == 6 && seg[5] == "signal" && verb == http::verb::post) {
+        Status st = co_await Blocking([&] { return api->SignalExec(id, exec_id, body); });
+        co_return st.ok() ? JsonReply(http::status::ok, (*rec)->ResultJson()) : Error(st);
+      }
+      co_return method_not_allowed();
+    }
+    if (seg.size() == 4 && what == "files") {
+      if (verb == http::verb::put) {
+        if (body.size() > kFileBodyLimit)
+          co_return Error(Invalid("file larger than " + std::to_string(kFileBodyLimit) + " bytes"));
+        Status st = co_await Blocking([&] { return api->PutFile(id, q, body); });
+        co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
+      }
+      if (verb == http::verb::get) {
+        auto r = co_await Blocking([&] { return api->GetFile(id, q); });
+        if (!r.ok()) co_return Error(r.status());
+        co_return Reply{http::status::ok, "application/octet-stream", std::move(*r)};
+      }
+      co_return method_not_allowed();
+    }
+    if (seg.size() == 4 && what == "network" && verb == http::verb::put) {
+      auto r = co_await Blocking([&] { return api->SetNetwork(id, body); });
+      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
+    }
+    if (seg.size() == 4 && (what == "pause" || what == "resume" || what == "archive"))
+      co_return Error(Status(Code::kUnavailable, what, id, "not available yet"));
+  }
+  co_return Error(NotFound("path", std::string(hreq.target())));
+}
+
+net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
+  beast::tcp_stream stream(std::move(sock));
+  beast::flat_buffer buf;
+  for (;;) {
+    http::request_parser<http::empty_body> hp;
+    hp.header_limit(32 * 1024);
+    hp.body_limit(boost::none);  // the body parser that takes over sets the real limit
+    stream.expires_after(std::chrono::minutes(5));  // idle keep-alive connection
+    beast::error_code ec;
+    co_await http::async_read_header(stream, buf, hp, net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      if (ec != http::error::end_of_stream && ec != net::error::eof &&
+          ec != beast::error::timeout && ec != net::error::connection_reset) {
+        // Garbage instead of HTTP: answer once, then close.
+        http::response<http::string_body> res{http::status::bad_request, 11};
+        res.set(http::field::content_type, "application/json");
+        res.body() = json{{"error", {{"code", "invalid"}, {"message", "malformed HTTP request: " + ec.message()}}}}.dump() + "\n";
+        res.keep_alive(false);
+        res.prepare_payload();
+        co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+      }
+      break;
+    }
+    unsigned version = hp.get().version();
+    bool keep_alive = hp.get().keep_alive();
+    bool streamed = false;
+    Reply reply;
+    try {
+      reply = co_await Route(stream, buf, hp, &streamed);
+    } catch (const boost::system::system_error&) {
+      break;  // the client went away mid-stream
+    } catch (const std::exception& e) {
+      // A bug must not take the daemon down: answer 500 and drop the connection.
+      reply = Error(Internal("handle request", "", e.what()));
+      reply.close = true;
+    }
+    if (streamed) {
+      if (!keep_alive) break;
+      continue;
+    }
+    http::response<http::string_body> res{reply.status, version};
+    res.set(http::field::server, "warren");
+    if (!reply.content_type.empty()) res.set(http::field::content_type, reply.content_type);
+    res.keep_alive(keep_alive && !reply.close);
+    res.body() = std::move(reply.body);
+    res.prepare_payload();
+    stream.expires_after(std::chrono::minutes(5));
+    co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+    if (ec || !res.keep_alive()) break;
+  }
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+net::awaitable<void> HttpServer::Impl::Listen() {
+  for (;;) {
+    boost::system::error_code ec;
+    tcp::socket sock = co_await acceptor.async_accept(net::make_strand(ioc),
+                                                      net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      if (ec == net::error::operation_aborted) co_return;
+      continue;  // EMFILE and friends: keep serving the connections we have
+    }
+    sock.set_option(tcp::no_delay(true), ec);
+    auto ex = sock.get_executor();
+    net::co_spawn(ex, Session(std::move(sock)), net::detached);
+  }
+}
+
+HttpServer::HttpServer(Api* api, std::string token, ServerOptions opts)
+    : impl_(std::make_unique<Impl>(api, std::move(token), std::move(opts))) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+Status HttpServer::Start() {
+  const std::string& l = impl_->opts.listen;
+  size_t colon = l.rfind(':');
+  if (colon == std::string::npos) return Invalid("listen address must be ADDR:PORT", l);
+  std::string host = l.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  boost::system::error_code ec;
+  auto addr = net::ip::make_address(host, ec);
+  if (ec) return Invalid("bad listen address: " + ec.message(), l);
+  int port = atoi(l.c_str() + colon + 1);
+  if (port < 0 || port > 65535) return Invalid("bad port", l);
+  tcp::endpoint ep(addr, static_cast<uint16_t>(port));
+  auto& acc = impl_->acceptor;
+  acc.open(ep.protocol(), ec);
+  if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acc.bind(ep, ec);
+  if (!ec) acc.listen(1024, ec);
+  if (ec) return Status(Code::kUnavailable, "listen", l, ec.message());
+  net::co_spawn(impl_->ioc, impl_->Listen(), net::detached);
+  for (int i = 0; i < impl_->opts.io_threads; ++i)
+    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+  return Status::Ok();
+}
+
+uint16_t HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void HttpServer::Stop() {
+  if (!impl_) return;
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads)
+    if (t.joinable()) t.join();
+  impl_->threads.clear();
+  impl_->blocking.stop();
+  impl_->blocking.join();
+}
+
+}  // namespace warren::server

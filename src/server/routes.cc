@@ -1,0 +1,348 @@
+#include "server/routes.h"
+
+#include <signal.h>
+
+#include <sstream>
+
+#include "base/ids.h"
+
+namespace warren::server {
+
+using nlohmann::json;
+
+void Histogram::Observe(double s) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < std::size(kBuckets); ++i)
+    if (s <= kBuckets[i]) ++counts_[i];
+  ++total_;
+  sum_ += s;
+}
+
+std::string Histogram::Render(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  std::ostringstream o;
+  o << "# TYPE " << name << " histogram\n";
+  for (size_t i = 0; i < std::size(kBuckets); ++i)
+    o << name << "_bucket{le=\"" << kBuckets[i] << "\"} " << counts_[i] << "\n";
+  o << name << "_bucket{le=\"+Inf\"} " << total_ << "\n";
+  o << name << "_sum " << sum_ << "\n" << name << "_count " << total_ << "\n";
+  return o.str();
+}
+
+Api::Api(StateStore* state, node::NodeApi* node, image::LayerStore* layers)
+    : state_(state), node_(node), layers_(layers) {
+  node_->SetOnSandboxLost([this](const std::string& id) {
+    auto sb = state_->GetSandbox(id);
+    if (!sb.ok() || (*sb)["state"] != "running") return;
+    (*sb)["state"] = "failed";
+    (*sb)["error"] = {{"code", "internal"}, {"message", "the sandbox's init process exited"}};
+    (void)state_->PutSandbox(*sb);
+  });
+}
+
+void Api::ReconcileAfterRestart() {
+  for (json sb : state_->ListSandboxes()) {
+    if (sb["state"] == "failed") continue;
+    sb["state"] = "failed";
+    sb["error"] = {{"code", "unavailable"},
+                   {"message", "warren serve restarted; the sandbox was stopped"}};
+    (void)state_->PutSandbox(sb);
+  }
+}
+
+void Api::CountError(Code code) {
+  std::lock_guard lock(err_mu_);
+  ++errors_[CodeName(code)];
+}
+
+Result<json> Api::CreateOne(const SandboxSpec& spec) {
+  double t0 = NowSeconds();
+  if (spec.backend != "container")
+    return Invalid("backend `" + spec.backend + "` is not available yet; use container");
+  if (spec.network.mode != "none")
+    return Invalid("network mode `egress` is not available yet; use none");
+  if (spec.trajectory) return Invalid("trajectories are not available yet");
+  if (spec.lease) return Invalid("leases are not available yet");
+
+  // Resolve NAME:TAG to digests, top layer first: workspace, tools, base.
+  node::NodeSandboxSpec ns;
+  auto resolve = [&](const std::string& ref, const char* role) -> Status {
+    std::string name, tag;
+    WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
+    auto rec = state_->GetLayer(name, tag);
+    if (!rec.ok()) return Invalid(std::string("unknown ") + role + " image `" + ref + "`");
+    ns.config.layers.push_back({rec->digest, ""});
+    return Status::Ok();
+  };
+  if (spec.workspace) WARREN_RETURN_IF_ERROR(resolve(*spec.workspace, "workspace"));
+  for (const auto& t : spec.tools) WARREN_RETURN_IF_ERROR(resolve(t, "tool"));
+  WARREN_RETURN_IF_ERROR(resolve(spec.image, "base"));
+
+  const std::string id = NewSandboxId();
+  ns.backend = spec.backend;
+  ns.config.id = id;
+  ns.config.hostname = id;
+  ns.config.memory_bytes = spec.memory_mb << 20;
+  ns.config.disk_bytes = spec.disk_mb << 20;
+  ns.config.pids = spec.pids;
+  ns.config.cpus = spec.cpu;
+  ns.config.env = spec.env;
+
+  json sb = ToJson(spec);
+  sb["id"] = id;
+  sb["state"] = "creating";
+  sb["node"] = node_->name();
+  sb["created_at"] = NowRfc3339();
+  sb["error"] = nullptr;
+  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
+  auto rt = node_->CreateSandbox(ns);
+  if (!rt.ok()) {
+    (void)state_->RemoveSandbox(id);
+    return rt.status();
+  }
+  sb["state"] = "running";
+  Status st = state_->PutSandbox(sb);
+  if (!st.ok()) {
+    (void)node_->DeleteSandbox(id);
+    (void)state_->RemoveSandbox(id);
+    return st;
+  }
+  create_seconds_.Observe(NowSeconds() - t0);
+  return sb;
+}
+
+Result<json> Api::CreateSandbox(const std::string& body) {
+  json j = WARREN_TRY(ParseJsonBody(body));
+  SandboxSpec spec = WARREN_TRY(ParseSandboxSpec(j));
+  return CreateOne(spec);
+}
+
+Result<json> Api::CreateBatch(const std::string& body) {
+  json j = WARREN_TRY(ParseJsonBody(body));
+  if (!j.is_object()) return Invalid("batch request must be an object {count, spec}");
+  for (auto& [k, v] : j.items())
+    if (k != "count" && k != "spec") return Invalid("unknown field `" + k + "` in batch request");
+  if (!j.contains("count") || !j["count"].is_number_integer() || j["count"].get<int64_t>() < 1 ||
+      j["count"].get<int64_t>() > 10000)
+    return Invalid("`count` must be an integer from 1 to 10000");
+  SandboxSpec spec = WARREN_TRY(ParseSandboxSpec(j.value("spec", json::object())));
+  json out = {{"sandboxes", json::array()}, {"errors", json::array()}};
+  int64_t n = j["count"].get<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    auto r = CreateOne(spec);
+    if (r.ok()) {
+      out["sandboxes"].push_back(*r);
+    } else {
+      CountError(r.status().code());
+      out["errors"].push_back({{"index", i},
+                               {"error", {{"code", CodeName(r.status().code())},
+                                          {"message", r.status().ToString()}}}});
+    }
+  }
+  return out;
+}
+
+Result<json> Api::Sandbox(const std::string& id) { return state_->GetSandbox(id); }
+
+Result<json> Api::GetSandbox(const std::string& id) { return Sandbox(id); }
+
+Result<json> Api::ListSandboxes(const Query& q) {
+  std::string want_state;
+  std::vector<std::pair<std::string, std::string>> labels;
+  for (auto& [k, v] : q) {
+    if (k == "state") {
+      want_state = v;
+    } else if (k == "label") {
+      // Several label filters arrive joined by '&' in one value (see http_server.cc).
+      std::stringstream ss(v);
+      std::string item;
+      while (std::getline(ss, item, '&')) {
+        size_t eq = item.find('=');
+        if (eq == std::string::npos) return Invalid("label filter must be KEY=VALUE", item);
+        labels.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+      }
+    } else {
+      return Invalid("unknown query parameter `" + k + "`");
+    }
+  }
+  json out = json::array();
+  for (json& sb : state_->ListSandboxes()) {
+    if (!want_state.empty() && sb["state"] != want_state) continue;
+    bool match = true;
+    for (auto& [k, v] : labels)
+      if (!sb["labels"].contains(k) || sb["labels"][k] != v) match = false;
+    if (match) out.push_back(std::move(sb));
+  }
+  return json{{"sandboxes", out}};
+}
+
+Status Api::DeleteSandbox(const std::string& id) {
+  json sb = WARREN_TRY(Sandbox(id));
+  Status st = node_->DeleteSandbox(id);
+  // A sandbox the node does not know (failed at a restart) only needs its record removed.
+  if (!st.ok() && st.code() != Code::kNotFound) return st;
+  return state_->RemoveSandbox(id);
+}
+
+Result<json> Api::SetNetwork(const std::string& id, const std::string& body) {
+  json sb = WARREN_TRY(Sandbox(id));
+  json j = WARREN_TRY(ParseJsonBody(body));
+  json spec = {{"image", "x:y"}, {"network", j}};
+  SandboxSpec parsed = WARREN_TRY(ParseSandboxSpec(spec));
+  if (parsed.network.mode != "none")
+    return Invalid("network mode `egress` is not available yet; use none");
+  return sb;
+}
+
+Result<Api::ExecStart> Api::StartExec(const std::string& id, const std::string& body) {
+  json j = WARREN_TRY(ParseJsonBody(body));
+  ExecRequest r = WARREN_TRY(ParseExecRequest(j));
+  json sb = WARREN_TRY(Sandbox(id));
+  if (sb["state"] != "running")
+    return Status(Code::kConflict, "exec", id, "sandbox is " + sb["state"].get<std::string>());
+  if (r.step) return Invalid("`step` needs a trajectory, and trajectories are not available yet");
+  node::ExecSpec es;
+  es.argv = std::move(r.argv);
+  es.env = std::move(r.env);
+  es.cwd = r.cwd;
+  es.has_stdin = r.stdin_data.has_value();
+  if (r.stdin_data) es.stdin_data = std::move(*r.stdin_data);
+  es.timeout_ms = static_cast<int64_t>(r.timeout_s * 1000);
+  es.max_output = r.max_output_bytes;
+  es.binary = r.binary;
+  auto rec = WARREN_TRY(node_->StartExec(id, NewExecId(), es));
+  return ExecStart{rec, r.wait};
+}
+
+Result<std::shared_ptr<node::ExecRecord>> Api::GetExec(const std::string& id,
+                                                       const std::string& exec_id) {
+  WARREN_TRY(Sandbox(id));
+  return node_->GetExec(id, exec_id);
+}
+
+Status Api::SignalExec(const std::string& id, const std::string& exec_id, const std::string& body) {
+  json j = WARREN_TRY(ParseJsonBody(body));
+  if (!j.is_object()) return Invalid("signal request must be an object");
+  for (auto& [k, v] : j.items())
+    if (k != "signal") return Invalid("unknown field `" + k + "` in signal request");
+  std::string name = j.value("signal", "TERM");
+  if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+  static const std::map<std::string, int> kSignals = {
+      {"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},   {"HUP", SIGHUP},
+      {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP},
+      {"CONT", SIGCONT}};
+  auto it = kSignals.find(name);
+  if (it == kSignals.end()) return Invalid("unknown signal `" + name + "`");
+  WARREN_TRY(Sandbox(id));
+  return node_->SignalExec(id, exec_id, it->second);
+}
+
+namespace {
+
+Status AbsPath(const Query& q, std::string* path) {
+  auto it = q.find("path");
+  if (it == q.end() || it->second.empty() || it->second[0] != '/')
+    return Invalid("query parameter `path` must be an absolute path");
+  if (it->second.size() > 4096 || it->second.find('\0') != std::string::npos)
+    return Invalid("bad path");
+  *path = it->second;
+  return Status::Ok();
+}
+
+constexpr uint64_t kMaxFileBytes = 64ull << 20;
+
+}  // namespace
+
+Status Api::PutFile(const std::string& id, const Query& q, const std::string& body) {
+  std::string path;
+  WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
+  uint32_t mode = 0644;
+  if (auto it = q.find("mode"); it != q.end()) {
+    char* end = nullptr;
+    unsigned long m = strtoul(it->second.c_str(), &end, 8);
+    if (it->second.empty() || *end || m > 07777) return Invalid("`mode` must be octal, e.g. 0644");
+    mode = static_cast<uint32_t>(m);
+  }
+  for (auto& [k, v] : q)
+    if (k != "path" && k != "mode") return Invalid("unknown query parameter `" + k + "`");
+  json sb = WARREN_TRY(Sandbox(id));
+  return node_->WriteFile(id, path, mode, body);
+}
+
+Result<std::string> Api::GetFile(const std::string& id, const Query& q) {
+  std::string path;
+  WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
+  for (auto& [k, v] : q)
+    if (k != "path") return Invalid("unknown query parameter `" + k + "`");
+  json sb = WARREN_TRY(Sandbox(id));
+  return node_->ReadFile(id, path, kMaxFileBytes);
+}
+
+Result<json> Api::UploadLayer(const Query& q, const std::string& body_path) {
+  for (auto& [k, v] : q)
+    if (k != "name" && k != "tag" && k != "kind") return Invalid("unknown query parameter `" + k + "`");
+  auto get = [&](const char* k, const char* def) {
+    auto it = q.find(k);
+    return it == q.end() ? std::string(def) : it->second;
+  };
+  std::string name = get("name", ""), tag = get("tag", "latest"), kind = get("kind", "base");
+  std::string n, t;
+  WARREN_RETURN_IF_ERROR(ParseImageRef(name + ":" + tag, &n, &t));
+  if (kind != "base" && kind != "workspace" && kind != "tool")
+    return Invalid("`kind` must be base, workspace or tool");
+  bool erofs = image::LayerStore::IsErofs(body_path);
+  auto blob = erofs ? layers_->ImportErofs(body_path) : layers_->ImportTar(body_path);
+  if (!blob.ok()) return blob.status().Context("build image " + name + ":" + tag);
+  LayerRecord rec{name, tag, blob->digest, kind, NowRfc3339(), erofs ? "erofs" : "tar", blob->size};
+  // A moved tag may leave its old blob unreferenced.
+  auto old = state_->GetLayer(name, tag);
+  WARREN_RETURN_IF_ERROR(state_->PutLayer(rec));
+  if (old.ok() && old->digest != rec.digest && state_->LayerRefs(old->digest) == 0)
+    (void)layers_->Remove(old->digest);
+  return rec.ToJson();
+}
+
+Result<json> Api::ListLayers() {
+  json arr = json::array();
+  for (const auto& l : state_->ListLayers()) arr.push_back(l.ToJson());
+  return json{{"layers", arr}};
+}
+
+Status Api::DeleteLayer(const std::string& ref) {
+  std::string name, tag;
+  WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
+  auto rec = WARREN_TRY(state_->GetLayer(name, tag));
+  WARREN_RETURN_IF_ERROR(state_->RemoveLayer(name, tag));
+  // Running sandboxes keep their mounts (the kernel holds the file open): unlinking the
+  // blob is safe; new sandboxes simply cannot use the removed name any more.
+  if (state_->LayerRefs(rec.digest) == 0) return layers_->Remove(rec.digest);
+  return Status::Ok();
+}
+
+json Api::Nodes() { return {{"nodes", json::array({node_->Info()})}}; }
+
+std::string Api::Metrics() {
+  std::map<std::string, int> by_state;
+  for (const json& sb : state_->ListSandboxes())
+    ++by_state[sb.value("backend", "container") + "\x1f" + sb.value("state", "")];
+  std::ostringstream o;
+  o << "# TYPE warren_sandboxes gauge\n";
+  for (auto& [k, n] : by_state) {
+    size_t sep = k.find('\x1f');
+    o << "warren_sandboxes{backend=\"" << k.substr(0, sep) << "\",state=\"" << k.substr(sep + 1)
+      << "\"} " << n << "\n";
+  }
+  o << create_seconds_.Render("warren_create_seconds");
+  o << exec_seconds_.Render("warren_exec_seconds");
+  o << "# TYPE warren_api_errors_total counter\n";
+  {
+    std::lock_guard lock(err_mu_);
+    for (auto& [code, n] : errors_) o << "warren_api_errors_total{code=\"" << code << "\"} " << n << "\n";
+  }
+  o << "# TYPE warren_egress_bytes_total counter\n"
+    << "warren_egress_bytes_total{source=\"upstream\"} 0\n"
+    << "warren_egress_bytes_total{source=\"cache\"} 0\n";
+  return o.str();
+}
+
+}  // namespace warren::server

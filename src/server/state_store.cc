@@ -1,0 +1,166 @@
+#include "server/state_store.h"
+
+namespace warren::server {
+namespace {
+
+// A prepared statement owner.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  int Step() { return sqlite3_step(s_); }
+  std::string Text(int col) {
+    auto* p = sqlite3_column_text(s_, col);
+    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s_, col))) : "";
+  }
+  int64_t Int(int col) { return sqlite3_column_int64(s_, col); }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_;
+};
+
+Status DbError(sqlite3* db, const std::string& op) {
+  return Internal("sqlite " + op, "state.db", sqlite3_errmsg(db));
+}
+
+LayerRecord ReadLayer(Stmt& st) {
+  LayerRecord r;
+  r.name = st.Text(0);
+  r.tag = st.Text(1);
+  r.digest = st.Text(2);
+  r.kind = st.Text(3);
+  r.size = static_cast<uint64_t>(st.Int(4));
+  r.created_at = st.Text(5);
+  r.source = st.Text(6);
+  return r;
+}
+
+}  // namespace
+
+nlohmann::json LayerRecord::ToJson() const {
+  return {{"name", name}, {"tag", tag},         {"ref", name + ":" + tag}, {"digest", digest},
+          {"kind", kind}, {"size", size},       {"created_at", created_at}, {"source", source}};
+}
+
+Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
+    Status st = Internal("sqlite open", path, db ? sqlite3_errmsg(db) : "out of memory");
+    sqlite3_close(db);
+    return st;
+  }
+  std::unique_ptr<StateStore> s(new StateStore(db));
+  sqlite3_busy_timeout(db, 5000);
+  WARREN_RETURN_IF_ERROR(s->Exec("PRAGMA journal_mode=WAL"));
+  WARREN_RETURN_IF_ERROR(s->Exec("PRAGMA synchronous=NORMAL"));
+  WARREN_RETURN_IF_ERROR(s->Exec(
+      "CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL,"
+      " created_at TEXT NOT NULL, doc TEXT NOT NULL)"));
+  WARREN_RETURN_IF_ERROR(s->Exec(
+      "CREATE TABLE IF NOT EXISTS layers (name TEXT NOT NULL, tag TEXT NOT NULL,"
+      " digest TEXT NOT NULL, kind TEXT NOT NULL, size INTEGER NOT NULL, created_at TEXT NOT NULL,"
+      " source TEXT NOT NULL, PRIMARY KEY (name, tag))"));
+  return s;
+}
+
+StateStore::~StateStore() { sqlite3_close(db_); }
+
+Status StateStore::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    Status st = Internal("sqlite exec", sql, err ? err : "");
+    sqlite3_free(err);
+    return st;
+  }
+  return Status::Ok();
+}
+
+Status StateStore::PutSandbox(const nlohmann::json& sb) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "INSERT OR REPLACE INTO sandboxes (id, state, created_at, doc) VALUES (?,?,?,?)");
+  st.Bind(1, sb.value("id", "")).Bind(2, sb.value("state", "")).Bind(3, sb.value("created_at", ""))
+      .Bind(4, sb.dump());
+  if (st.Step() != SQLITE_DONE) return DbError(db_, "put sandbox");
+  return Status::Ok();
+}
+
+Result<nlohmann::json> StateStore::GetSandbox(const std::string& id) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT doc FROM sandboxes WHERE id = ?");
+  st.Bind(1, id);
+  if (st.Step() != SQLITE_ROW) return NotFound("sandbox", id);
+  return nlohmann::json::parse(st.Text(0));
+}
+
+std::vector<nlohmann::json> StateStore::ListSandboxes() {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT doc FROM sandboxes ORDER BY created_at, id");
+  std::vector<nlohmann::json> out;
+  while (st.Step() == SQLITE_ROW) out.push_back(nlohmann::json::parse(st.Text(0)));
+  return out;
+}
+
+Status StateStore::RemoveSandbox(const std::string& id) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "DELETE FROM sandboxes WHERE id = ?");
+  st.Bind(1, id);
+  if (st.Step() != SQLITE_DONE) return DbError(db_, "remove sandbox");
+  return Status::Ok();
+}
+
+Status StateStore::PutLayer(const LayerRecord& r) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_,
+          "INSERT OR REPLACE INTO layers (name, tag, digest, kind, size, created_at, source)"
+          " VALUES (?,?,?,?,?,?,?)");
+  st.Bind(1, r.name).Bind(2, r.tag).Bind(3, r.digest).Bind(4, r.kind)
+      .Bind(5, static_cast<int64_t>(r.size)).Bind(6, r.created_at).Bind(7, r.source);
+  if (st.Step() != SQLITE_DONE) return DbError(db_, "put layer");
+  return Status::Ok();
+}
+
+Result<LayerRecord> StateStore::GetLayer(const std::string& name, const std::string& tag) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT name, tag, digest, kind, size, created_at, source FROM layers WHERE name = ? AND tag = ?");
+  st.Bind(1, name).Bind(2, tag);
+  if (st.Step() != SQLITE_ROW) return NotFound("image", name + ":" + tag);
+  return ReadLayer(st);
+}
+
+std::vector<LayerRecord> StateStore::ListLayers() {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT name, tag, digest, kind, size, created_at, source FROM layers ORDER BY name, tag");
+  std::vector<LayerRecord> out;
+  while (st.Step() == SQLITE_ROW) out.push_back(ReadLayer(st));
+  return out;
+}
+
+Status StateStore::RemoveLayer(const std::string& name, const std::string& tag) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "DELETE FROM layers WHERE name = ? AND tag = ?");
+  st.Bind(1, name).Bind(2, tag);
+  if (st.Step() != SQLITE_DONE) return DbError(db_, "remove layer");
+  if (sqlite3_changes(db_) == 0) return NotFound("image", name + ":" + tag);
+  return Status::Ok();
+}
+
+int StateStore::LayerRefs(const std::string& digest) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT COUNT(*) FROM layers WHERE digest = ?");
+  st.Bind(1, digest);
+  return st.Step() == SQLITE_ROW ? static_cast<int>(st.Int(0)) : 0;
+}
+
+}  // namespace warren::server

@@ -1,0 +1,61 @@
+// Shared pieces of the CLI: where the server is, the token, error lines, spec flags, and the
+// exec-and-stream loop used by `exec` and `run`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "client/http_client.h"
+
+namespace warren::cli {
+
+// The process exit code chosen by a subcommand's callback.
+int& ExitCode();
+
+// `warren: <what failed>: <why>` on stderr; returns 1.
+int Fail(const Status& st);
+int Fail(const std::string& what, const std::string& why);
+
+std::string ServerUrl();
+std::string Token();
+client::HttpClient& Client();
+
+struct SpecFlags {
+  std::string backend = "container", image, workspace, network = "none";
+  std::vector<std::string> tools, allow, labels, env;
+  double cpu = 0;
+  std::string memory, disk;
+  uint64_t pids = 0, ttl = 0;
+};
+void AddSpecFlags(CLI::App* cmd, SpecFlags* f);
+Result<nlohmann::json> SpecJson(const SpecFlags& f);
+
+struct ExecFlags {
+  double timeout = 0;
+  std::string cwd;
+  std::vector<std::string> env;
+  bool stdin_from_terminal = false;
+  std::vector<std::string> argv;
+};
+void AddExecFlags(CLI::App* cmd, ExecFlags* f);
+// Runs the command in sandbox `id`, streaming its output to ours; returns the exit code the
+// contract asks for (the command's, 124 on timeout, 128+N on signal N).
+int ExecAndStream(const std::string& id, const ExecFlags& f);
+
+// Subcommands: one file each.
+void AddServe(CLI::App& app);
+void AddImage(CLI::App& app);
+void AddCreate(CLI::App& app);
+void AddExec(CLI::App& app);
+void AddRun(CLI::App& app);
+void AddLs(CLI::App& app);
+void AddInspect(CLI::App& app);
+void AddRm(CLI::App& app);
+void AddCp(CLI::App& app);
+
+}  // namespace warren::cli

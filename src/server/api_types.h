@@ -1,0 +1,76 @@
+// The API's request types, parsed and validated from JSON. Unknown fields, wrong types and
+// values outside the node's maxima are errors that name the field.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace warren::server {
+
+using nlohmann::json;
+
+struct NetworkPolicy {
+  std::string mode = "none";
+  std::vector<std::string> allow;
+};
+
+struct SandboxSpec {
+  std::string backend = "container";
+  std::string image;
+  std::optional<std::string> workspace;
+  std::vector<std::string> tools;
+  double cpu = 1.0;
+  uint64_t memory_mb = 512;
+  uint64_t disk_mb = 1024;
+  uint64_t pids = 512;
+  NetworkPolicy network;
+  std::map<std::string, std::string> env;
+  uint64_t ttl_s = 3600;
+  std::optional<uint64_t> idle_timeout_s;
+  std::map<std::string, std::string> labels;
+  std::optional<std::string> trajectory;
+  std::optional<std::string> lease;
+  std::string on_lease_expiry = "delete";
+};
+
+Result<SandboxSpec> ParseSandboxSpec(const json& j);
+json ToJson(const SandboxSpec& s);
+
+struct ExecRequest {
+  std::vector<std::string> argv;  // "cmd" becomes ["/bin/sh", "-c", cmd]
+  std::optional<std::string> stdin_data;
+  std::map<std::string, std::string> env;
+  std::string cwd = "/";
+  double timeout_s = 60;
+  bool wait = true;
+  uint64_t max_output_bytes = 1 << 20;
+  bool binary = false;
+  std::optional<uint64_t> step;
+};
+
+Result<ExecRequest> ParseExecRequest(const json& j);
+
+// NAME:TAG with conservative characters. Splits into *name and *tag.
+Status ParseImageRef(const std::string& ref, std::string* name, std::string* tag);
+// Parses a JSON body; malformed JSON gives an invalid status with the parser's position.
+Result<json> ParseJsonBody(const std::string& body);
+
+// Node maxima for per-sandbox resources.
+struct Limits {
+  static constexpr uint64_t kMaxMemoryMb = 65536;
+  static constexpr uint64_t kMinMemoryMb = 16;
+  static constexpr uint64_t kMaxDiskMb = 262144;
+  static constexpr uint64_t kMaxPids = 65536;
+  static constexpr double kMaxCpu = 256;
+  static constexpr uint64_t kMaxOutputBytes = 64ull << 20;
+  static constexpr double kMaxTimeoutS = 7 * 86400;
+  static constexpr size_t kMaxArgvBytes = 1 << 20;
+};
+
+}  // namespace warren::server

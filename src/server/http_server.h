@@ -1,0 +1,38 @@
+// `warren serve`'s HTTP front end (Boost.Beast + Asio C++20 coroutines).
+//
+// Parses requests, checks the bearer token, routes to Api (run on a blocking thread pool so
+// the event loop never waits on a sandbox), writes JSON, raw or NDJSON-streamed replies.
+// Beast is kept inside http_server.cc: it costs ~35 s of compile per translation unit.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "server/routes.h"
+
+namespace warren::server {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:7070";  // ADDR:PORT, [V6ADDR]:PORT; port 0 picks one
+  int io_threads = 2;
+  int blocking_threads = 64;
+};
+
+class HttpServer {
+ public:
+  HttpServer(Api* api, std::string token, ServerOptions opts);
+  ~HttpServer();
+  // Binds and starts serving on background threads.
+  Status Start();
+  uint16_t port() const;
+  // Stops accepting and serving; returns when the threads are gone.
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace warren::server

@@ -1,0 +1,86 @@
+// The API as typed actions: every HTTP route maps to one method here. No HTTP or Asio in
+// this file; http_server.cc parses requests, checks auth, runs these on a blocking pool and
+// writes the results. Errors are Status values that the server turns into the contract's
+// error body.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "image/layer_store.h"
+#include "node/node_api.h"
+#include "server/api_types.h"
+#include "server/state_store.h"
+
+namespace warren::server {
+
+using Query = std::map<std::string, std::string>;
+
+// Prometheus histogram with fixed buckets (seconds).
+class Histogram {
+ public:
+  void Observe(double seconds);
+  std::string Render(const std::string& name) const;
+
+ private:
+  static constexpr double kBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                        0.25,  0.5,    1,     2.5,  5,     10};
+  mutable std::mutex mu_;
+  uint64_t counts_[std::size(kBuckets)] = {};
+  uint64_t total_ = 0;
+  double sum_ = 0;
+};
+
+class Api {
+ public:
+  Api(StateStore* state, node::NodeApi* node, image::LayerStore* layers);
+
+  // Marks sandboxes recorded by an earlier daemon run as failed (their processes were reaped
+  // at startup; re-adoption comes with restart safety).
+  void ReconcileAfterRestart();
+
+  Result<nlohmann::json> CreateSandbox(const std::string& body);
+  Result<nlohmann::json> CreateBatch(const std::string& body);
+  Result<nlohmann::json> GetSandbox(const std::string& id);
+  Result<nlohmann::json> ListSandboxes(const Query& q);
+  Status DeleteSandbox(const std::string& id);
+  Result<nlohmann::json> SetNetwork(const std::string& id, const std::string& body);
+
+  struct ExecStart {
+    std::shared_ptr<node::ExecRecord> rec;
+    bool wait = true;
+  };
+  Result<ExecStart> StartExec(const std::string& id, const std::string& body);
+  Result<std::shared_ptr<node::ExecRecord>> GetExec(const std::string& id, const std::string& exec_id);
+  Status SignalExec(const std::string& id, const std::string& exec_id, const std::string& body);
+  void ObserveExec(double seconds) { exec_seconds_.Observe(seconds); }
+
+  Status PutFile(const std::string& id, const Query& q, const std::string& body);
+  Result<std::string> GetFile(const std::string& id, const Query& q);
+
+  Result<nlohmann::json> UploadLayer(const Query& q, const std::string& body_path);
+  Result<nlohmann::json> ListLayers();
+  Status DeleteLayer(const std::string& ref);
+
+  nlohmann::json Nodes();
+  std::string Metrics();
+  void CountError(Code code);
+  std::string TempPath(const std::string& what) const { return layers_->TempPath(what); }
+
+ private:
+  Result<nlohmann::json> CreateOne(const SandboxSpec& spec);
+  Result<nlohmann::json> Sandbox(const std::string& id);
+
+  StateStore* state_;
+  node::NodeApi* node_;
+  image::LayerStore* layers_;
+  Histogram create_seconds_, exec_seconds_;
+  std::mutex err_mu_;
+  std::map<std::string, uint64_t> errors_;
+};
+
+}  // namespace warren::server

@@ -1,0 +1,48 @@
+// Durable state of the embedded `warren serve`: SQLite in WAL mode. Records are JSON
+// documents keyed by id, plus the columns we filter on. Thread-safe (one connection, a mutex).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace warren::server {
+
+struct LayerRecord {
+  std::string name, tag, digest, kind, created_at, source;
+  uint64_t size = 0;
+  nlohmann::json ToJson() const;
+};
+
+class StateStore {
+ public:
+  static Result<std::unique_ptr<StateStore>> Open(const std::string& path);
+  ~StateStore();
+
+  // Sandboxes: the full API object as JSON, with id and state pulled out.
+  Status PutSandbox(const nlohmann::json& sandbox);
+  Result<nlohmann::json> GetSandbox(const std::string& id);
+  std::vector<nlohmann::json> ListSandboxes();
+  Status RemoveSandbox(const std::string& id);
+
+  Status PutLayer(const LayerRecord& rec);  // name:tag moves to the new digest
+  Result<LayerRecord> GetLayer(const std::string& name, const std::string& tag);
+  std::vector<LayerRecord> ListLayers();
+  Status RemoveLayer(const std::string& name, const std::string& tag);
+  // How many name:tag records point at `digest` (garbage collection of blobs).
+  int LayerRefs(const std::string& digest);
+
+ private:
+  explicit StateStore(sqlite3* db) : db_(db) {}
+  Status Exec(const char* sql);
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+}  // namespace warren::server

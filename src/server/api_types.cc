@@ -101,7 +101,10 @@ Status ParseImageRef(const std::string& ref, std::string* name, std::string* tag
         return false;
     return true;
   };
-  if (!ok(*name, true) || !ok(*tag, false))
+  // Every '/'-separated part of a name starts with a letter or digit (no "..", no "/x").
+  bool parts_ok = isalnum(static_cast<unsigned char>((*name)[0])) && name->find("/.") == std::string::npos &&
+                  name->find("//") == std::string::npos && name->back() != '/';
+  if (!ok(*name, true) || !ok(*tag, false) || !parts_ok)
     return Invalid("image names and tags use letters, digits, '.', '-', '_' (and '/' in names)", ref);
   return Status::Ok();
 }

@@ -15,9 +15,9 @@ import pytest
 import e2e_util as u
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def sb(server, image):
-    """One sandbox for the module's exec/file tests; deleted at the end of the module."""
+    """A sandbox for one test; deleted after it."""
     r = server.http("POST", "/v1/sandboxes", {"image": image, "env": {"FROM_SPEC": "spec"}})
     assert r.status == 201, r
     sid = r.json["id"]
@@ -209,7 +209,7 @@ def test_garbage_request_line(server):
     ("GET", "/v2/sandboxes"),
     ("GET", "/v1/sandboxes/sb-does-not-exist"),
     ("DELETE", "/v1/sandboxes/sb-does-not-exist"),
-    ("POST", "/v1/sandboxes/sb-does-not-exist/pause"),
+    ("PUT", "/v1/sandboxes/sb-does-not-exist/network"),
     ("GET", "/v1/sandboxes/sb-does-not-exist/execs/x"),
     ("GET", "/v1/sandboxes/sb-does-not-exist/files?path=/etc/passwd"),
     ("GET", "/v1/sandboxes/..%2F..%2Fetc%2Fpasswd"),

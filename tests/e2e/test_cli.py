@@ -158,6 +158,9 @@ def test_rm_leaves_nothing_behind(server, image, sandbox_id):
     assert not still, f"cgroup dirs left after rm: {still}"
     named = u.cgroup_dirs_named(sid)
     assert not named, f"cgroup dirs named after the sandbox left: {named}"
+    # files: nothing in the data dir is named after it
+    files = [os.path.join(d, n) for d, dirs, names in os.walk(server.data_dir) for n in dirs + names if sid in n]
+    assert not files, f"files left in the data dir after rm: {files}"
     # and the API no longer knows it
     r = server.cli("inspect", sid)
     assert r.returncode != 0, r
@@ -174,6 +177,11 @@ def test_exec_cwd_and_env(server, image, sandbox_id):
     r = _exec(server, sandbox_id, "sh", "-c", "pwd; echo $FOO",
               flags=("--cwd", "/tmp", "--env", "FOO=bar baz"))
     assert r.returncode == 0 and r.stdout == "/tmp\nbar baz\n", r
+
+
+def test_run_env_and_label_flags(server, image):
+    r = server.cli("run", "--image", image, "--env", "A=1", "--label", "k=v", "--", "sh", "-c", "echo $A")
+    assert r.returncode == 0 and r.stdout == "1\n", r
 
 
 def test_exec_passes_stdout_bytes(server, image, sandbox_id):
@@ -247,3 +255,24 @@ def test_bad_token_error_line(server):
 
 def test_admin_token_file_mode(server):
     assert server.token_mode == 0o600, oct(server.token_mode)
+
+
+def test_image_build_ls_rm(server, image):
+    ref = "e2e-extra:v1"
+    r = server.cli("image", "build", ref, "--from-dir", server.rootfs, timeout=300)
+    assert r.returncode == 0, r
+    try:
+        r = server.cli("image", "ls")
+        assert r.returncode == 0 and any(ref in l.split() or l.split()[:2] == ["e2e-extra", "v1"]
+                                         for l in r.stdout.splitlines()), r.stdout
+        r = server.cli("run", "--image", ref, "--", "cat", "/etc/marker")
+        assert r.returncode == 0 and r.stdout == "warren-e2e-rootfs\n", r
+    finally:
+        rm = server.cli("image", "rm", ref)
+    assert rm.returncode == 0, rm
+    r = server.cli("image", "ls")
+    assert not any(ref in l.split() or l.split()[:2] == ["e2e-extra", "v1"] for l in r.stdout.splitlines()), r.stdout
+    r = server.cli("run", "--image", ref, "--", "true")
+    assert r.returncode != 0 and ERROR_LINE.match(r.stderr.strip()), r
+    r = server.cli("image", "rm", ref)
+    assert r.returncode != 0 and ERROR_LINE.match(r.stderr.strip()), r

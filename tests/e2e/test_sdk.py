@@ -322,3 +322,23 @@ def test_set_network_egress(client, image, sandboxes):
         _xfail_if_not_yet(e, "egress network policies")
         raise
     assert sb.network == {"mode": "egress", "allow": ["pypi.org"]}, sb.network
+
+
+def test_push_and_delete_layer(server, client, image, sandboxes):
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        tf.add(server.rootfs, arcname=".")
+    layer = client.push_layer("e2e-sdk", "1", buf.getvalue())
+    try:
+        assert layer.name == "e2e-sdk" and layer.tag == "1" and layer.digest.startswith("sha256:"), layer
+        assert any(l.name == "e2e-sdk" for l in client.layers())
+        with client.sandbox(image="e2e-sdk:1") as sb:
+            sandboxes.append(sb.id)
+            assert sb.run("cat /etc/marker").stdout == "warren-e2e-rootfs\n"
+    finally:
+        client.delete_layer("e2e-sdk:1")
+    assert not any(l.name == "e2e-sdk" for l in client.layers())
+    with pytest.raises(warren.NotFound):
+        client.delete_layer("e2e-sdk:1")

@@ -1,0 +1,72 @@
+#include "server/api_types.h"
+
+#include <gtest/gtest.h>
+
+namespace warren::server {
+namespace {
+
+TEST(SandboxSpec, DefaultsAndRoundTrip) {
+  auto s = ParseSandboxSpec({{"image", "py:3.11"}});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->backend, "container");
+  EXPECT_EQ(s->memory_mb, 512u);
+  EXPECT_EQ(s->network.mode, "none");
+  auto again = ParseSandboxSpec(ToJson(*s));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ToJson(*again), ToJson(*s));
+}
+
+TEST(SandboxSpec, RejectsUnknownFieldsWrongTypesAndLimits) {
+  auto bad = [](json j) {
+    auto r = ParseSandboxSpec(j);
+    EXPECT_FALSE(r.ok()) << j.dump();
+    return r.ok() ? std::string() : r.status().message();
+  };
+  EXPECT_NE(bad({{"image", "a:b"}, {"imagee", "x"}}).find("unknown field `imagee`"), std::string::npos);
+  bad({{"image", 5}});
+  bad(json::object());                              // image required
+  bad({{"image", "no-tag"}});
+  bad({{"image", "a:b"}, {"memory_mb", -1}});
+  bad({{"image", "a:b"}, {"memory_mb", 1.5}});
+  bad({{"image", "a:b"}, {"memory_mb", 1 << 30}});
+  bad({{"image", "a:b"}, {"cpu", "1"}});
+  bad({{"image", "a:b"}, {"backend", "docker"}});
+  bad({{"image", "a:b"}, {"env", {{"A=B", "x"}}}});
+  bad({{"image", "a:b"}, {"env", {{"A", 1}}}});
+  bad({{"image", "a:b"}, {"network", {{"mode", "open"}}}});
+  bad({{"image", "a:b"}, {"network", {{"mode", "none"}, {"extra", 1}}}});
+  bad({{"image", "../../etc:x"}});
+  bad(json::array());
+}
+
+TEST(ExecRequest, ArgvOrCmd) {
+  auto a = ParseExecRequest({{"argv", {"echo", "hi"}}});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->argv.size(), 2u);
+  EXPECT_TRUE(a->wait);
+  auto c = ParseExecRequest({{"cmd", "echo hi | wc -c"}, {"stdin_b64", "aGk="}});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->argv, (std::vector<std::string>{"/bin/sh", "-c", "echo hi | wc -c"}));
+  EXPECT_EQ(*c->stdin_data, "hi");
+  EXPECT_FALSE(ParseExecRequest({{"argv", {"a"}}, {"cmd", "b"}}).ok());
+  EXPECT_FALSE(ParseExecRequest(json::object()).ok());
+  EXPECT_FALSE(ParseExecRequest({{"argv", json::array()}}).ok());
+  EXPECT_FALSE(ParseExecRequest({{"argv", {1}}}).ok());
+  EXPECT_FALSE(ParseExecRequest({{"argv", {"a"}}, {"cwd", "relative"}}).ok());
+  EXPECT_FALSE(ParseExecRequest({{"argv", {"a"}}, {"timeout_s", 0}}).ok());
+  EXPECT_FALSE(ParseExecRequest({{"argv", {"a"}}, {"max_output_bytes", 1ull << 40}}).ok());
+  EXPECT_FALSE(ParseExecRequest({{"argv", {"a"}}, {"stdin_b64", "@@"}}).ok());
+  EXPECT_FALSE(ParseExecRequest({{"argv", {"a"}}, {"bogus", true}}).ok());
+  EXPECT_FALSE(ParseExecRequest({{"argv", {std::string(2 << 20, 'x')}}}).ok());
+}
+
+TEST(Json, MalformedBodiesAreInvalidNotCrashes) {
+  EXPECT_EQ(ParseJsonBody("{").status().code(), Code::kInvalid);
+  EXPECT_EQ(ParseJsonBody("").status().code(), Code::kInvalid);
+  EXPECT_TRUE(ParseJsonBody("{}").ok());
+  std::string deep(100000, '[');
+  EXPECT_FALSE(ParseJsonBody(deep).ok());
+}
+
+}  // namespace
+}  // namespace warren::server

@@ -1,0 +1,40 @@
+#include "server/state_store.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "image/tar_extract.h"
+
+namespace warren::server {
+namespace {
+
+TEST(StateStore, SandboxesAndLayersSurviveReopen) {
+  char tmpl[] = "/tmp/warren-state-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string db = std::string(tmpl) + "/state.db";
+  {
+    auto s = StateStore::Open(db);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_TRUE((*s)->PutSandbox({{"id", "sb-1"}, {"state", "running"}, {"created_at", "t1"}}).ok());
+    ASSERT_TRUE((*s)->PutLayer({"py", "1", "sha256:aa", "base", "t", "tar", 10}).ok());
+    ASSERT_TRUE((*s)->PutLayer({"py", "2", "sha256:aa", "base", "t", "tar", 10}).ok());
+    EXPECT_EQ((*s)->LayerRefs("sha256:aa"), 2);
+  }
+  auto s = StateStore::Open(db);
+  ASSERT_TRUE(s.ok());
+  auto sb = (*s)->GetSandbox("sb-1");
+  ASSERT_TRUE(sb.ok());
+  EXPECT_EQ((*sb)["state"], "running");
+  EXPECT_EQ((*s)->GetSandbox("nope").status().code(), Code::kNotFound);
+  EXPECT_EQ((*s)->ListLayers().size(), 2u);
+  ASSERT_TRUE((*s)->RemoveLayer("py", "1").ok());
+  EXPECT_EQ((*s)->RemoveLayer("py", "1").code(), Code::kNotFound);
+  EXPECT_EQ((*s)->LayerRefs("sha256:aa"), 1);
+  ASSERT_TRUE((*s)->RemoveSandbox("sb-1").ok());
+  EXPECT_TRUE((*s)->ListSandboxes().empty());
+  (void)image::RemoveTree(tmpl);
+}
+
+}  // namespace
+}  // namespace warren::server

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Warren builds, runs and tests with. Idempotent.
+set -euo pipefail
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libboost1.81-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libseccomp-dev
+  libarchive-dev libsqlite3-dev libssl-dev libgtest-dev libgmock-dev
+  erofs-utils busybox-static crun bubblewrap tar
+  python3 python3-pytest curl
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -6,7 +6,7 @@ PACKAGES=(
   libboost1.81-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libseccomp-dev
   libarchive-dev libsqlite3-dev libssl-dev libgtest-dev libgmock-dev
   erofs-utils busybox-static crun bubblewrap tar
-  python3 python3-pytest curl
+  python3 python3-pytest python3-yaml curl
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -4,6 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <limits.h>
+#include <stdlib.h>
+
+#include "base/sha256.h"
 #include "cli/common.h"
 #include "image/layer_store.h"
 #include "isolation/cgroup.h"
@@ -35,11 +39,15 @@ int Serve(const std::string& listen, const std::string& data_dir) {
   auto token = server::LoadOrCreateAdminToken(data_dir + "/admin.token");
   if (!token.ok()) return Fail(token.status());
 
-  // Sandboxes of an earlier run of this daemon that are still alive are killed now.
-  int stale = isolation::ReapStaleCgroups();
+  // One cgroup parent per data dir, so two daemons on a host (tests do that) never touch
+  // each other's sandboxes. Sandboxes of an earlier run of this daemon are killed now.
+  char real[PATH_MAX];
+  std::string key = realpath(data_dir.c_str(), real) ? real : data_dir;
+  node::LocalNodeOptions nopts;
+  nopts.cgroup_parent = "warren-" + Sha256Hex(key).substr(0, 8);
+  int stale = isolation::ReapStaleCgroups(nopts.cgroup_parent);
   if (stale > 0) spdlog::warn("reaped {} sandbox cgroup(s) left by an earlier run", stale);
 
-  node::LocalNodeOptions nopts;
   auto node = node::LocalNode::Start(nopts, &layers);
   if (!node.ok()) return Fail(node.status().Context("start node"));
   server::Api api(state->get(), node->get(), &layers);

@@ -18,7 +18,6 @@ namespace warren::isolation {
 namespace {
 
 constexpr const char* kRoot = "/sys/fs/cgroup";
-constexpr const char* kParent = "warren";
 
 struct Layout {
   bool pure_v2 = false;
@@ -83,11 +82,12 @@ std::string CgroupLayoutName() {
   return std::string("hybrid (v1 limits") + (l.v2_root.empty() ? ")" : ", v2 kill/freeze)");
 }
 
-Result<Cgroup> Cgroup::Create(const std::string& name, const CgroupLimits& lim) {
+Result<Cgroup> Cgroup::Create(const std::string& parent_name, const std::string& name,
+                              const CgroupLimits& lim) {
   const Layout& l = GetLayout();
   Cgroup cg;
   for (const std::string& root : l.v1_roots) {
-    std::string parent = root + "/" + kParent;
+    std::string parent = root + "/" + parent_name;
     WARREN_RETURN_IF_ERROR(MkdirIfMissing(parent));
     std::string dir = parent + "/" + name;
     if (mkdir(dir.c_str(), 0755) != 0) return ErrnoStatus("mkdir cgroup", dir);
@@ -106,7 +106,7 @@ Result<Cgroup> Cgroup::Create(const std::string& name, const CgroupLimits& lim) 
     }
   }
   if (!l.v2_root.empty()) {
-    std::string parent = l.v2_root + "/" + kParent;
+    std::string parent = l.v2_root + "/" + parent_name;
     WARREN_RETURN_IF_ERROR(MkdirIfMissing(parent));
     if (l.pure_v2) {
       EnableControllers(l.v2_root);
@@ -131,11 +131,11 @@ Result<Cgroup> Cgroup::Create(const std::string& name, const CgroupLimits& lim) 
   return cg;
 }
 
-int ReapStaleCgroups() {
+int ReapStaleCgroups(const std::string& parent_name) {
   const Layout& l = GetLayout();
   std::vector<std::string> parents;
-  for (const auto& r : l.v1_roots) parents.push_back(r + "/" + kParent);
-  if (!l.v2_root.empty()) parents.push_back(l.v2_root + "/" + kParent);
+  for (const auto& r : l.v1_roots) parents.push_back(r + "/" + parent_name);
+  if (!l.v2_root.empty()) parents.push_back(l.v2_root + "/" + parent_name);
   std::set<std::string> names;
   for (const auto& p : parents) {
     DIR* d = opendir(p.c_str());
@@ -166,6 +166,12 @@ int ReapStaleCgroups() {
     for (const auto& p : parents) rmdir((p + "/" + name).c_str());
   }
   return static_cast<int>(names.size());
+}
+
+void RemoveCgroupParent(const std::string& parent_name) {
+  const Layout& l = GetLayout();
+  for (const auto& r : l.v1_roots) rmdir((r + "/" + parent_name).c_str());
+  if (!l.v2_root.empty()) rmdir((l.v2_root + "/" + parent_name).c_str());
 }
 
 Status Cgroup::AttachV1(pid_t pid) {

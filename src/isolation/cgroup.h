@@ -25,8 +25,10 @@ struct CgroupLimits {
 
 class Cgroup {
  public:
-  // Creates the sandbox's cgroup directories under a "warren" parent and writes the limits.
-  static Result<Cgroup> Create(const std::string& name, const CgroupLimits& limits);
+  // Creates the sandbox's cgroup directories under `parent` (one per node daemon, e.g.
+  // "warren-1a2b3c4d", created if missing) and writes the limits.
+  static Result<Cgroup> Create(const std::string& parent, const std::string& name,
+                               const CgroupLimits& limits);
 
   Cgroup() = default;
   Cgroup(Cgroup&&) = default;
@@ -59,9 +61,11 @@ class Cgroup {
   UniqueFd v2_fd_;
 };
 
-// Kills every process in, and removes, sandbox cgroups left under the "warren" parents by
-// an earlier run of the daemon. Returns how many sandbox cgroups it found.
-int ReapStaleCgroups();
+// Kills every process in, and removes, sandbox cgroups left under `parent` by an earlier run
+// of the same node daemon. Returns how many sandbox cgroups it found.
+int ReapStaleCgroups(const std::string& parent);
+// Removes the (empty) parent directories when the node shuts down.
+void RemoveCgroupParent(const std::string& parent);
 
 // Describes the probed layout, for logs and /v1/nodes.
 std::string CgroupLayoutName();

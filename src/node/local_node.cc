@@ -9,7 +9,10 @@ namespace warren::node {
 LocalNode::LocalNode(const LocalNodeOptions& opts, image::LayerStore* store)
     : opts_(opts), store_(store), uids_(opts.uid_base, opts.uid_slots) {}
 
-LocalNode::~LocalNode() { DeleteAll(); }
+LocalNode::~LocalNode() {
+  DeleteAll();
+  isolation::RemoveCgroupParent(opts_.cgroup_parent);
+}
 
 Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts,
                                                     image::LayerStore* store) {
@@ -18,7 +21,7 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   std::string agent = opts.agent_path.empty() ? runtime::DefaultAgentPath() : opts.agent_path;
   UniqueFd memfd = WARREN_TRY(runtime::LoadSealedAgent(agent));
   node->container_ = std::make_unique<runtime::ContainerBackend>(std::move(memfd), &node->mounts_,
-                                                                 &node->uids_);
+                                                                 &node->uids_, opts.cgroup_parent);
   WARREN_RETURN_IF_ERROR(node->mux_.Start());
   LocalNode* self = node.get();
   node->mux_.SetOnClosed([self](const std::string& id) {
@@ -136,6 +139,7 @@ nlohmann::json LocalNode::Info() {
   return {{"name", opts_.name},
           {"backends", {"container"}},
           {"cgroups", isolation::CgroupLayoutName()},
+          {"cgroup_parent", opts_.cgroup_parent},
           {"sandboxes", live_sandboxes()},
           {"layer_mounts", mounts_.live()},
           {"uid_slots_used", uids_.used()},

@@ -19,6 +19,7 @@ struct LocalNodeOptions {
   std::string agent_path;       // default: next to the executable
   uint32_t uid_base = 1u << 20;  // first host uid handed to sandboxes
   uint32_t uid_slots = 16384;    // ranges of 65536 ids
+  std::string cgroup_parent = "warren";  // this node's cgroup parent directory name
 };
 
 class LocalNode : public NodeApi {

@@ -26,12 +26,15 @@ class ContainerTest : public ::testing::Test {
     digest_ = blob->digest;
     node::LocalNodeOptions opts;
     opts.agent_path = WARREN_AGENT_PATH;
+    opts.cgroup_parent = "warren-test";
     auto n = node::LocalNode::Start(opts, store_.get());
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     node_ = std::move(n).value();
   }
   void TearDown() override {
     node_.reset();
+    // The node removes its cgroup parent when it goes: nothing of the tests stays behind.
+    EXPECT_EQ(testing::CountCgroupDirs("warren-test"), 0);
     store_.reset();
     testing::RemoveDir(dir_);
   }

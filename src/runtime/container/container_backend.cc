@@ -130,8 +130,11 @@ Status PrepareHostDirs() {
 }
 
 ContainerBackend::ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache* mounts,
-                                   isolation::UidAllocator* uids)
-    : agent_memfd_(std::move(agent_memfd)), mounts_(mounts), uids_(uids) {}
+                                   isolation::UidAllocator* uids, std::string cgroup_parent)
+    : agent_memfd_(std::move(agent_memfd)),
+      mounts_(mounts),
+      uids_(uids),
+      cgroup_parent_(std::move(cgroup_parent)) {}
 
 Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& cfg) {
   // 1. Identity: a host uid/gid range of our own; root inside is its first id.
@@ -146,7 +149,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
 
   // 3. Cgroups with limits, before any process exists, so none runs unlimited.
   isolation::CgroupLimits lim{cfg.memory_bytes, cfg.pids, cfg.cpus};
-  isolation::Cgroup cgroup = WARREN_TRY(isolation::Cgroup::Create(cfg.id, lim));
+  isolation::Cgroup cgroup = WARREN_TRY(isolation::Cgroup::Create(cgroup_parent_, cfg.id, lim));
 
   // 4. Channels: the agent's control socket and a pipe that holds the child until the
   //    parent has written its id maps and cgroups (it must not exec before: exec without a

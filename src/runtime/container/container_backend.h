@@ -11,8 +11,9 @@ namespace warren::runtime {
 class ContainerBackend : public Backend {
  public:
   // `mounts` and `uids` must outlive the backend and every instance it makes.
+  // `cgroup_parent` names this node's cgroup parent directory.
   ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache* mounts,
-                   isolation::UidAllocator* uids);
+                   isolation::UidAllocator* uids, std::string cgroup_parent);
 
   std::string name() const override { return "container"; }
   Result<std::unique_ptr<Instance>> Create(const SandboxConfig& config) override;
@@ -21,6 +22,7 @@ class ContainerBackend : public Backend {
   UniqueFd agent_memfd_;
   image::ErofsMountCache* mounts_;
   isolation::UidAllocator* uids_;
+  std::string cgroup_parent_;
 };
 
 // Makes sure the shared staging directory exists on the host (see isolation/rootfs.h).

@@ -17,6 +17,11 @@ int& ExitCode() {
   return code;
 }
 
+std::vector<std::string>& CommandAfterDashes() {
+  static std::vector<std::string> cmd;
+  return cmd;
+}
+
 int Fail(const Status& st) {
   fprintf(stderr, "warren: %s\n", st.ToString().c_str());
   return 1;
@@ -57,20 +62,26 @@ client::HttpClient& Client() {
   return c;
 }
 
+CLI::Option* Repeatable(CLI::Option* opt) {
+  // One value per occurrence: otherwise a vector option swallows the `--` and the command's
+  // own dash arguments after it.
+  return opt->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 void AddSpecFlags(CLI::App* cmd, SpecFlags* f) {
   cmd->add_option("--backend", f->backend, "fncall|container|microvm|vm");
   cmd->add_option("--image", f->image, "base image NAME:TAG")->required();
   cmd->add_option("--workspace", f->workspace, "workspace layer NAME:TAG");
-  cmd->add_option("--tool", f->tools, "tool layer NAME:TAG (repeatable)");
+  Repeatable(cmd->add_option("--tool", f->tools, "tool layer NAME:TAG (repeatable)"));
   cmd->add_option("--cpu", f->cpu, "CPUs");
   cmd->add_option("--memory", f->memory, "memory limit, e.g. 512M");
   cmd->add_option("--disk", f->disk, "writable layer size, e.g. 1G");
   cmd->add_option("--pids", f->pids, "process limit");
   cmd->add_option("--network", f->network, "none|egress");
-  cmd->add_option("--allow", f->allow, "egress rule (repeatable)");
+  Repeatable(cmd->add_option("--allow", f->allow, "egress rule (repeatable)"));
   cmd->add_option("--ttl", f->ttl, "seconds until the sandbox is reaped");
-  cmd->add_option("--label", f->labels, "K=V (repeatable)");
-  cmd->add_option("--env", f->env, "K=V (repeatable)");
+  Repeatable(cmd->add_option("--label", f->labels, "K=V (repeatable)"));
+  Repeatable(cmd->add_option("--env", f->env, "K=V (repeatable)"));
 }
 
 static Status SplitKv(const std::vector<std::string>& in, const char* flag, nlohmann::json* out) {
@@ -113,9 +124,9 @@ Result<nlohmann::json> SpecJson(const SpecFlags& f) {
 void AddExecFlags(CLI::App* cmd, ExecFlags* f) {
   cmd->add_option("--timeout", f->timeout, "seconds before the command is killed (exit 124)");
   cmd->add_option("--cwd", f->cwd, "working directory inside the sandbox");
-  cmd->add_option("--env", f->env, "K=V (repeatable)");
+  Repeatable(cmd->add_option("--env", f->env, "K=V (repeatable)"));
   cmd->add_flag("-i,--stdin", f->stdin_from_terminal, "send our standard input to the command");
-  cmd->add_option("cmd", f->argv, "command and arguments (after --)")->required();
+  cmd->add_option("cmd", f->argv, "command and arguments (after --)");
 }
 
 static void WriteAll(FILE* f, const std::string& data) {
@@ -123,7 +134,11 @@ static void WriteAll(FILE* f, const std::string& data) {
   fflush(f);
 }
 
-int ExecAndStream(const std::string& id, const ExecFlags& f) {
+int ExecAndStream(const std::string& id, const ExecFlags& flags) {
+  ExecFlags f = flags;
+  const auto& tail = CommandAfterDashes();
+  f.argv.insert(f.argv.end(), tail.begin(), tail.end());
+  if (f.argv.empty()) return Fail("exec", "no command given (warren exec ID -- CMD [ARGS...])");
   nlohmann::json req = {{"argv", f.argv}, {"wait", false}, {"binary", true}};
   if (f.timeout > 0) req["timeout_s"] = f.timeout;
   if (!f.cwd.empty()) req["cwd"] = f.cwd;

@@ -16,6 +16,9 @@ namespace warren::cli {
 
 // The process exit code chosen by a subcommand's callback.
 int& ExitCode();
+// Everything after the first `--` on the command line: main() takes it off before CLI11
+// parses the rest, so the command's own options can never be mistaken for ours.
+std::vector<std::string>& CommandAfterDashes();
 
 // `warren: <what failed>: <why>` on stderr; returns 1.
 int Fail(const Status& st);
@@ -32,6 +35,8 @@ struct SpecFlags {
   std::string memory, disk;
   uint64_t pids = 0, ttl = 0;
 };
+// Makes a vector option take one value per occurrence (--env A=1 --env B=2).
+CLI::Option* Repeatable(CLI::Option* opt);
 void AddSpecFlags(CLI::App* cmd, SpecFlags* f);
 Result<nlohmann::json> SpecJson(const SpecFlags& f);
 

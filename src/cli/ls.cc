@@ -7,7 +7,7 @@ void AddLs(CLI::App& app) {
   auto* cmd = app.add_subcommand("ls", "list sandboxes");
   auto labels = std::make_shared<std::vector<std::string>>();
   auto as_json = std::make_shared<bool>(false);
-  cmd->add_option("--label", *labels, "only sandboxes with label K=V (repeatable)");
+  Repeatable(cmd->add_option("--label", *labels, "only sandboxes with label K=V (repeatable)"));
   cmd->add_flag("--json", *as_json, "print the API's JSON");
   cmd->callback([labels, as_json] {
     std::string target = "/v1/sandboxes";

@@ -12,7 +12,7 @@ void AddRun(CLI::App& app) {
   cmd->add_option("--timeout", flags->timeout, "seconds before the command is killed (exit 124)");
   cmd->add_option("--cwd", flags->cwd, "working directory inside the sandbox");
   cmd->add_flag("-i,--stdin", flags->stdin_from_terminal, "send our standard input to the command");
-  cmd->add_option("cmd", flags->argv, "command and arguments (after --)")->required();
+  cmd->add_option("cmd", flags->argv, "command and arguments (after --)");
   cmd->callback([spec, flags] {
     auto j = SpecJson(*spec);
     if (!j.ok()) return void(ExitCode() = Fail(j.status()));

@@ -52,6 +52,7 @@ int Serve(const std::string& listen, const std::string& data_dir) {
   if (!node.ok()) return Fail(node.status().Context("start node"));
   server::Api api(state->get(), node->get(), &layers);
   api.ReconcileAfterRestart();
+  api.StartReaper();
   server::ServerOptions sopts;
   sopts.listen = listen;
   server::HttpServer http(&api, *token, sopts);
@@ -63,6 +64,7 @@ int Serve(const std::string& listen, const std::string& data_dir) {
   sigwait(&sigs, &sig);
   spdlog::info("warren serve: signal {}, shutting down", sig);
   http.Stop();
+  api.StopReaper();
   (*node)->DeleteAll();
   api.ReconcileAfterRestart();
   return 0;

@@ -14,8 +14,18 @@ int main(int argc, char** argv) {
   warren::cli::AddInspect(app);
   warren::cli::AddRm(app);
   warren::cli::AddCp(app);
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) args.push_back(argv[i]);  // CLI11 wants them reversed
+  for (size_t i = args.size(); i-- > 0;) {
+    if (args[i] == "--") {
+      // args is reversed: [0, i) is what followed the `--`.
+      for (size_t k = i; k-- > 0;) warren::cli::CommandAfterDashes().push_back(args[k]);
+      args.erase(args.begin(), args.begin() + static_cast<long>(i) + 1);
+      break;
+    }
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     fprintf(stderr, "warren: %s\n", e.what());

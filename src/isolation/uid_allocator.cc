@@ -1,19 +1,48 @@
 #include "isolation/uid_allocator.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+
 namespace warren::isolation {
 
-UidAllocator::UidAllocator(uint32_t base, uint32_t slots) : base_(base), used_(slots, false) {}
+UidAllocator::UidAllocator(uint32_t base, uint32_t slots, std::string lock_dir)
+    : base_(base),
+      used_(slots, false),
+      lock_dir_(std::move(lock_dir)),
+      blocks_((slots + kBlockSlots - 1) / kBlockSlots) {}
+
+bool UidAllocator::Owned(uint32_t slot) const {
+  return lock_dir_.empty() || blocks_[slot / kBlockSlots].valid();
+}
+
+bool UidAllocator::ClaimBlock(uint32_t block) {
+  std::string path = lock_dir_ + "/block-" + std::to_string(block);
+  UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd || flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return false;
+  blocks_[block] = std::move(fd);
+  return true;
+}
 
 std::optional<uint32_t> UidAllocator::Allocate() {
   std::lock_guard lock(mu_);
-  for (size_t i = 0; i < used_.size(); ++i) {
-    uint32_t s = (next_ + static_cast<uint32_t>(i)) % static_cast<uint32_t>(used_.size());
-    if (!used_[s]) {
+  const uint32_t n = static_cast<uint32_t>(used_.size());
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t s = (next_ + i) % n;
+    if (!used_[s] && Owned(s)) {
       used_[s] = true;
       next_ = s + 1;
       ++count_;
       return s;
     }
+  }
+  // All our blocks are full: take another block no other daemon holds.
+  for (uint32_t b = 0; b < blocks_.size() && !lock_dir_.empty(); ++b) {
+    if (blocks_[b].valid() || !ClaimBlock(b)) continue;
+    uint32_t s = b * kBlockSlots;
+    used_[s] = true;
+    next_ = s + 1;
+    ++count_;
+    return s;
   }
   return std::nullopt;
 }
@@ -21,6 +50,7 @@ std::optional<uint32_t> UidAllocator::Allocate() {
 bool UidAllocator::Claim(uint32_t slot) {
   std::lock_guard lock(mu_);
   if (slot >= used_.size() || used_[slot]) return false;
+  if (!Owned(slot) && !ClaimBlock(slot / kBlockSlots)) return false;
   used_[slot] = true;
   ++count_;
   return true;

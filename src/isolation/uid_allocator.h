@@ -1,4 +1,8 @@
 // Hands out host uid/gid ranges ("slots") so no two live sandboxes share one. Thread-safe.
+//
+// With a lock directory, the guarantee holds across every node daemon on the host: slots are
+// taken in blocks of kBlockSlots, and a block belongs to the daemon that holds an flock on
+// LOCK_DIR/block-N (the kernel drops it when the daemon dies, however it dies).
 #pragma once
 
 #include <cstdint>
@@ -6,6 +10,9 @@
 #include <optional>
 #include <vector>
 
+#include <string>
+
+#include "base/unique_fd.h"
 #include "isolation/userns.h"
 
 namespace warren::isolation {
@@ -13,7 +20,8 @@ namespace warren::isolation {
 class UidAllocator {
  public:
   // Slot i covers host ids [base + i*65536, base + (i+1)*65536).
-  UidAllocator(uint32_t base, uint32_t slots);
+  static constexpr uint32_t kBlockSlots = 64;
+  UidAllocator(uint32_t base, uint32_t slots, std::string lock_dir = "");
 
   std::optional<uint32_t> Allocate();
   // Marks a slot used (re-adopting a sandbox after a restart). False if already used.
@@ -23,9 +31,14 @@ class UidAllocator {
   uint32_t used() const;
 
  private:
+  bool Owned(uint32_t slot) const;
+  bool ClaimBlock(uint32_t block);
+
   const uint32_t base_;
   mutable std::mutex mu_;
   std::vector<bool> used_;
+  const std::string lock_dir_;
+  std::vector<UniqueFd> blocks_;  // held flocks, by block
   uint32_t next_ = 0;  // round-robin, so a just-freed range is not reused at once
   uint32_t count_ = 0;
 };

@@ -7,7 +7,7 @@
 namespace warren::node {
 
 LocalNode::LocalNode(const LocalNodeOptions& opts, image::LayerStore* store)
-    : opts_(opts), store_(store), uids_(opts.uid_base, opts.uid_slots) {}
+    : opts_(opts), store_(store), uids_(opts.uid_base, opts.uid_slots, "/run/warren/uid-blocks") {}
 
 LocalNode::~LocalNode() {
   DeleteAll();

@@ -161,6 +161,8 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
         s.network.allow.push_back(r.get<std::string>());
       }
     }
+    if (s.network.mode == "none" && !s.network.allow.empty())
+      return Invalid("`network.allow` rules need `network.mode` egress");
   }
   WARREN_RETURN_IF_ERROR(GetStringMap(j, "env", &s.env, 1024, true));
   WARREN_RETURN_IF_ERROR(GetUint(j, "ttl_s", &s.ttl_s, 1, 30 * 86400));

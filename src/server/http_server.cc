@@ -42,7 +42,11 @@ struct Reply {
   bool close = false;
 };
 
-Reply JsonReply(http::status st, const json& j) { return {st, "application/json", j.dump() + "\n"}; }
+// Output strings are sanitized already; `replace` keeps any stray invalid byte from turning a
+// reply into an exception.
+Reply JsonReply(http::status st, const json& j) {
+  return {st, "application/json", j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"};
+}
 
 std::string PercentDecode(std::string_view s, bool* ok) {
   std::string out;
@@ -131,7 +135,7 @@ struct HttpServer::Impl {
   Reply Error(const Status& st) {
     api->CountError(st.code());
     return JsonReply(HttpStatus(st.code()),
-                     {{"error", {{"code", CodeName(st.code())}, {"message", st.ToString()}}}});
+                     {{"error", {{"code", CodeName(st.code())}, {"message", SanitizeUtf8(st.ToString())}}}});
   }
 
   // Waits until `rec` changes (output or completion) or `timeout` passes.
@@ -195,14 +199,21 @@ struct HttpServer::Impl {
 net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::flat_buffer& buf,
                                               http::request_parser<http::empty_body>& hp,
                                               bool* streamed) {
+  // `hp` is moved into a body parser below: take what we need from the header first.
   const auto& hreq = hp.get();
   const http::verb verb = hreq.method();
-  auto target = ParseTarget(std::string_view(hreq.target().data(), hreq.target().size()));
+  const unsigned version = hreq.version();
+  const std::string target_str(hreq.target());
+  auto target = ParseTarget(target_str);
   if (!target.ok()) co_return Error(target.status());
   const auto& seg = target->segs;
   const Query& q = target->query;
 
-  if (seg.size() == 1 && seg[0] == "healthz") co_return JsonReply(http::status::ok, {{"ok", true}});
+  if (seg.size() == 1 && seg[0] == "healthz") {
+    if (verb != http::verb::get && verb != http::verb::head)
+      co_return Error(Invalid("method not allowed on this path"));
+    co_return JsonReply(http::status::ok, {{"ok", true}});
+  }
 
   std::string auth(hreq[http::field::authorization]);
   if (!BearerMatches(auth, token)) {
@@ -216,6 +227,16 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
   }
 
   bool is_layer_upload = seg.size() == 2 && seg[0] == "v1" && seg[1] == "layers" && verb == http::verb::post;
+  const uint64_t limit = is_layer_upload ? kLayerBodyLimit
+                         : (seg.size() == 4 && seg[0] == "v1" && seg[3] == "files") ? kFileBodyLimit
+                                                                                    : kJsonBodyLimit;
+  // Refuse an oversized declared length before any buffer is sized from it.
+  if (hp.content_length() && *hp.content_length() > limit) {
+    Reply r = Error(Invalid("request body larger than " + std::to_string(limit) + " bytes"));
+    r.status = http::status::payload_too_large;
+    r.close = true;
+    co_return r;
+  }
   std::string body, body_file;
   if (is_layer_upload) {
     body_file = api->TempPath("upload");
@@ -234,8 +255,6 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
       co_return r;
     }
   } else {
-    size_t limit = (seg.size() == 4 && seg[0] == "v1" && seg[3] == "files") ? kFileBodyLimit + 1
-                                                                          : kJsonBodyLimit;
     http::request_parser<http::string_body> sp{std::move(hp)};
     sp.body_limit(limit);
     beast::error_code ec;
@@ -263,7 +282,7 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     std::string m = co_await Blocking([&] { return api->Metrics(); });
     co_return Reply{http::status::ok, "text/plain; version=0.0.4", m};
   }
-  if (seg.empty() || seg[0] != "v1") co_return Error(NotFound("path", std::string(hreq.target())));
+  if (seg.empty() || seg[0] != "v1") co_return Error(NotFound("path", target_str));
   if (seg.size() == 2 && seg[1] == "nodes") co_return JsonReply(http::status::ok, api->Nodes());
 
   if (seg.size() >= 2 && seg[1] == "layers") {
@@ -330,12 +349,13 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
       if (seg.size() == 6 && seg[5] == "stream" && verb == http::verb::get) {
         uint64_t after = 0;
         if (auto it = q.find("after"); it != q.end()) {
-          char* end = nullptr;
-          after = strtoull(it->second.c_str(), &end, 10);
-          if (it->second.empty() || *end) co_return Error(Invalid("`after` must be a sequence number"));
+          const std::string& v = it->second;
+          if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
+            co_return Error(Invalid("`after` must be a sequence number (0 or more)"));
+          after = std::stoull(v);
         }
         *streamed = true;
-        co_await Stream(stream, hreq.version(), *rec, after);
+        co_await Stream(stream, version, *rec, after);
         co_return Reply{};
       }
       if (seg.size() == 6 && seg[5] == "signal" && verb == http::verb::post) {
@@ -365,7 +385,7 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     if (seg.size() == 4 && (what == "pause" || what == "resume" || what == "archive"))
       co_return Error(Status(Code::kUnavailable, what, id, "not available yet"));
   }
-  co_return Error(NotFound("path", std::string(hreq.target())));
+  co_return Error(NotFound("path", target_str));
 }
 
 net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {

@@ -40,6 +40,38 @@ Api::Api(StateStore* state, node::NodeApi* node, image::LayerStore* layers)
   });
 }
 
+Api::~Api() { StopReaper(); }
+
+void Api::StartReaper() {
+  reaper_ = std::thread([this] {
+    std::unique_lock lock(reap_mu_);
+    while (!reap_stop_) {
+      reap_cv_.wait_for(lock, std::chrono::milliseconds(500));
+      double now = NowSeconds();
+      std::vector<std::string> due;
+      for (auto& [id, deadline] : deadlines_)
+        if (deadline <= now) due.push_back(id);
+      lock.unlock();
+      for (const auto& id : due) {
+        Status st = DeleteSandbox(id);
+        if (!st.ok() && st.code() != Code::kNotFound) CountError(st.code());
+        std::lock_guard l(reap_mu_);
+        deadlines_.erase(id);
+      }
+      lock.lock();
+    }
+  });
+}
+
+void Api::StopReaper() {
+  {
+    std::lock_guard lock(reap_mu_);
+    reap_stop_ = true;
+  }
+  reap_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+}
+
 void Api::ReconcileAfterRestart() {
   for (json sb : state_->ListSandboxes()) {
     if (sb["state"] == "failed") continue;
@@ -108,6 +140,10 @@ Result<json> Api::CreateOne(const SandboxSpec& spec) {
     return st;
   }
   create_seconds_.Observe(NowSeconds() - t0);
+  {
+    std::lock_guard lock(reap_mu_);
+    deadlines_[id] = NowSeconds() + static_cast<double>(spec.ttl_s);
+  }
   return sb;
 }
 
@@ -181,6 +217,10 @@ Status Api::DeleteSandbox(const std::string& id) {
   Status st = node_->DeleteSandbox(id);
   // A sandbox the node does not know (failed at a restart) only needs its record removed.
   if (!st.ok() && st.code() != Code::kNotFound) return st;
+  {
+    std::lock_guard lock(reap_mu_);
+    deadlines_.erase(id);
+  }
   return state_->RemoveSandbox(id);
 }
 
@@ -221,7 +261,7 @@ Result<std::shared_ptr<node::ExecRecord>> Api::GetExec(const std::string& id,
 }
 
 Status Api::SignalExec(const std::string& id, const std::string& exec_id, const std::string& body) {
-  json j = WARREN_TRY(ParseJsonBody(body));
+  json j = body.empty() ? json::object() : WARREN_TRY(ParseJsonBody(body));
   if (!j.is_object()) return Invalid("signal request must be an object");
   for (auto& [k, v] : j.items())
     if (k != "signal") return Invalid("unknown field `" + k + "` in signal request");

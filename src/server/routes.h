@@ -5,6 +5,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +40,11 @@ class Histogram {
 class Api {
  public:
   Api(StateStore* state, node::NodeApi* node, image::LayerStore* layers);
+  ~Api();
+
+  // Deletes sandboxes whose ttl_s has passed, from a background thread, until Stop().
+  void StartReaper();
+  void StopReaper();
 
   // Marks sandboxes recorded by an earlier daemon run as failed (their processes were reaped
   // at startup; re-adoption comes with restart safety).
@@ -79,6 +86,11 @@ class Api {
   node::NodeApi* node_;
   image::LayerStore* layers_;
   Histogram create_seconds_, exec_seconds_;
+  std::mutex reap_mu_;
+  std::condition_variable reap_cv_;
+  bool reap_stop_ = false;
+  std::thread reaper_;
+  std::map<std::string, double> deadlines_;  // sandbox id -> monotonic deadline
   std::mutex err_mu_;
   std::map<std::string, uint64_t> errors_;
 };

@@ -26,5 +26,25 @@ TEST(UidAllocator, RangesAreDisjointAndReturned) {
   EXPECT_FALSE(a.Claim(0));
 }
 
+TEST(UidAllocator, TwoDaemonsNeverShareARange) {
+  char tmpl[] = "/tmp/warren-uids-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::set<uint32_t> seen;
+  {
+    UidAllocator a(1u << 20, 256, tmpl), b(1u << 20, 256, tmpl);
+    for (int i = 0; i < 100; ++i) {
+      auto sa = a.Allocate(), sb = b.Allocate();
+      ASSERT_TRUE(sa && sb);
+      EXPECT_TRUE(seen.insert(*sa).second);
+      EXPECT_TRUE(seen.insert(*sb).second);
+    }
+  }
+  // Both gone: their blocks are free again.
+  UidAllocator c(1u << 20, 256, tmpl);
+  EXPECT_EQ(*c.Allocate(), 0u);
+  std::string cmd = std::string("rm -rf ") + tmpl;
+  ASSERT_EQ(system(cmd.c_str()), 0);
+}
+
 }  // namespace
 }  // namespace warren::isolation

@@ -122,7 +122,8 @@ Status PrepareHostDirs() {
     const char* path;
     mode_t mode;
   };
-  for (Dir d : {Dir{"/run/warren", 0711}, Dir{isolation::kStagingDir, 0755}}) {
+  for (Dir d : {Dir{"/run/warren", 0711}, Dir{isolation::kStagingDir, 0755},
+                Dir{"/run/warren/uid-blocks", 0700}}) {
     if (mkdir(d.path, d.mode) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d.path);
     if (chmod(d.path, d.mode) != 0) return ErrnoStatus("chmod", d.path);
   }

@@ -1,0 +1,888 @@
+"""api/openapi.yaml against itself, the contract and the live server.
+
+(a) the document is structurally valid OpenAPI 3.0 (every path has operations, every $ref
+    resolves, path parameters are declared, errors use the Error schema with the contract's
+    status per code) and covers the contract's surface;
+(b) every operation not marked `x-warren-status: planned` is routed by the live server, its
+    documented example request succeeds and the answer matches the documented schema (no
+    undocumented fields); every planned operation, property and enum value answers what its
+    `x-warren-today` says;
+(c) the server rejects an unknown field at every place a request body schema declares
+    `additionalProperties: false`.
+
+Needs PyYAML (Debian: python3-yaml).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import re
+import tarfile
+import urllib.parse
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+import yaml
+
+import e2e_util as u
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC_FILE = REPO / "api" / "openapi.yaml"
+METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+UNKNOWN = "x_openapi_unknown_field"
+
+# The contract's HTTP surface (CONTRACT.md): method and path template.
+CONTRACT_ROUTES = [
+    ("get", "/healthz"),
+    ("post", "/v1/sandboxes"),
+    ("post", "/v1/sandboxes:batch"),
+    ("get", "/v1/sandboxes"),
+    ("get", "/v1/sandboxes/{id}"),
+    ("delete", "/v1/sandboxes/{id}"),
+    ("post", "/v1/sandboxes/{id}/pause"),
+    ("post", "/v1/sandboxes/{id}/resume"),
+    ("put", "/v1/sandboxes/{id}/network"),
+    ("post", "/v1/sandboxes/{id}/exec"),
+    ("get", "/v1/sandboxes/{id}/execs/{exec_id}"),
+    ("get", "/v1/sandboxes/{id}/execs/{exec_id}/stream"),
+    ("post", "/v1/sandboxes/{id}/execs/{exec_id}/signal"),
+    ("put", "/v1/sandboxes/{id}/files"),
+    ("get", "/v1/sandboxes/{id}/files"),
+    ("put", "/v1/sandboxes/{id}/archive"),
+    ("get", "/v1/sandboxes/{id}/archive"),
+    ("post", "/v1/calls"),
+    ("post", "/v1/calls:batch"),
+    ("get", "/v1/layers"),
+    ("post", "/v1/layers"),
+    ("delete", "/v1/layers/{name}:{tag}"),
+    ("get", "/v1/trajectories/{id}"),
+    ("post", "/v1/leases"),
+    ("post", "/v1/leases/{id}/renew"),
+    ("delete", "/v1/leases/{id}"),
+    ("get", "/v1/nodes"),
+    ("get", "/metrics"),
+]
+
+# The contract's schemas and their fields; fields beyond these must be marked x-warren-addition.
+CONTRACT_FIELDS = {
+    "SandboxSpec": ["backend", "image", "workspace", "tools", "cpu", "memory_mb", "disk_mb", "pids",
+                    "network", "env", "ttl_s", "idle_timeout_s", "labels", "trajectory", "lease",
+                    "on_lease_expiry"],
+    "Sandbox": ["backend", "image", "workspace", "tools", "cpu", "memory_mb", "disk_mb", "pids",
+                "network", "env", "ttl_s", "idle_timeout_s", "labels", "trajectory", "lease",
+                "on_lease_expiry", "id", "state", "node", "created_at", "error"],
+    "NetworkPolicy": ["mode", "allow"],
+    "ExecRequest": ["argv", "cmd", "stdin", "stdin_b64", "env", "cwd", "timeout_s", "wait",
+                    "max_output_bytes", "step"],
+    "ExecResult": ["exec_id", "state", "exit_code", "signal", "timed_out", "stdout", "stderr",
+                   "stdout_truncated", "stderr_truncated", "duration_ms", "replayed"],
+    "StreamOutputLine": ["seq", "stream", "data"],
+    "StreamResultLine": ["seq", "result"],
+    "CallRequest": ["language", "code", "stdin", "args", "timeout_s", "memory_mb", "cases", "compare",
+                    "image"],
+    "CallResult": ["verdict", "exit_code", "signal", "stdout", "stderr", "timed_out", "duration_ms",
+                   "cpu_ms", "memory_peak_kb", "compile", "cases"],
+    "Layer": ["name", "tag", "digest", "kind", "size", "created_at"],
+    "Error": ["error"],
+    "Lease": ["id", "expires_at"],
+    "Trajectory": ["id", "steps"],
+    "BatchCreateRequest": ["count", "spec"],
+    "BatchCreateResult": ["sandboxes", "errors"],
+    "SignalRequest": ["signal"],
+    "LeaseRequest": ["ttl_s"],
+    "CallBatchRequest": ["calls"],
+    "CallBatchResult": ["results"],
+}
+# The additions the server makes beyond the contract (each must be marked x-warren-addition).
+ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResult", "stderr_b64"),
+             ("ExecResult", "error"), ("StreamOutputLine", "data_b64"), ("Layer", "ref"),
+             ("Layer", "source")}
+
+ERROR_STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
+                "conflict": 409, "quota": 429, "internal": 500, "unavailable": 503}
+ERROR_RESPONSES = {"Invalid": "400", "Unauthorized": "401", "Forbidden": "403", "NotFound": "404",
+                   "Conflict": "409", "PayloadTooLarge": "413", "Quota": "429", "Internal": "500",
+                   "Unavailable": "503"}
+
+
+# ----------------------------------------------------------------------------
+# the document
+# ----------------------------------------------------------------------------
+def _load() -> dict:
+    with open(SPEC_FILE) as f:
+        return yaml.safe_load(f)
+
+
+try:
+    SPEC = _load()
+    _LOAD_ERROR = None
+except Exception as e:  # reported by test_document_parses, not as a collection error
+    SPEC, _LOAD_ERROR = {}, e
+
+
+def operations(spec: dict = None) -> List[Tuple[str, str, dict, dict]]:
+    """(path, method, operation, path item) for every operation."""
+    spec = SPEC if spec is None else spec
+    out = []
+    for path, item in (spec.get("paths") or {}).items():
+        for m in METHODS:
+            if isinstance(item, dict) and isinstance(item.get(m), dict):
+                out.append((path, m, item[m], item))
+    return out
+
+
+def is_planned(op: dict) -> bool:
+    return op.get("x-warren-status") == "planned"
+
+
+def resolve(ref: str, spec: dict = None) -> Any:
+    spec = SPEC if spec is None else spec
+    assert ref.startswith("#/"), f"only local $refs are used: {ref}"
+    node: Any = spec
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(ref)
+        node = node[part]
+    return node
+
+
+def deref(node: Any) -> Any:
+    seen = set()
+    while isinstance(node, dict) and "$ref" in node:
+        ref = node["$ref"]
+        assert ref not in seen, f"$ref cycle at {ref}"
+        seen.add(ref)
+        node = resolve(ref)
+    return node
+
+
+def walk(node: Any, where: str = "#") -> Iterator[Tuple[str, Any]]:
+    yield where, node
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from walk(v, f"{where}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from walk(v, f"{where}/{i}")
+
+
+def op_id(path: str, method: str, op: dict) -> str:
+    return op.get("operationId") or f"{method.upper()} {path}"
+
+
+def json_body_schema(op: dict) -> Optional[dict]:
+    rb = deref(op.get("requestBody") or {})
+    media = (rb.get("content") or {}).get("application/json")
+    return media.get("schema") if media else None
+
+
+def json_body_example(op: dict) -> Any:
+    rb = deref(op.get("requestBody") or {})
+    media = (rb.get("content") or {}).get("application/json") or {}
+    return copy.deepcopy(media.get("example"))
+
+
+# ----------------------------------------------------------------------------
+# a small validator for the OpenAPI 3.0 schema subset this document uses
+# ----------------------------------------------------------------------------
+def _type_ok(t: str, v: Any) -> bool:
+    return {
+        "object": lambda: isinstance(v, dict),
+        "array": lambda: isinstance(v, list),
+        "string": lambda: isinstance(v, str),
+        "boolean": lambda: isinstance(v, bool),
+        "integer": lambda: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda: isinstance(v, (int, float)) and not isinstance(v, bool),
+    }[t]()
+
+
+def check(schema: Any, value: Any, where: str = "$", strict: bool = True) -> List[str]:
+    """Errors of ``value`` against ``schema``. ``strict``: object fields the schema does not
+    declare are errors even without ``additionalProperties: false`` (an undocumented field)."""
+    schema = deref(schema)
+    if not isinstance(schema, dict):
+        return [f"{where}: bad schema {schema!r}"]
+    if value is None:
+        return [] if schema.get("nullable") else [f"{where}: null is not allowed"]
+    errs: List[str] = []
+    for sub in schema.get("allOf") or []:
+        errs += check(sub, value, where, strict=False)
+    if "oneOf" in schema:
+        ok = [s for s in schema["oneOf"] if not check(s, value, where, strict)]
+        if len(ok) != 1:
+            errs.append(f"{where}: matches {len(ok)} of oneOf (want exactly 1): {value!r:.200}")
+    if "anyOf" in schema and not any(not check(s, value, where, strict) for s in schema["anyOf"]):
+        errs.append(f"{where}: matches none of anyOf")
+    t = schema.get("type")
+    if t and not _type_ok(t, value):
+        return errs + [f"{where}: want {t}, got {type(value).__name__} {value!r:.100}"]
+    if "enum" in schema and value not in schema["enum"]:
+        errs.append(f"{where}: {value!r} not in {schema['enum']}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            errs.append(f"{where}: {value} < minimum {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            errs.append(f"{where}: {value} > maximum {schema['maximum']}")
+    if isinstance(value, str):
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errs.append(f"{where}: {value!r} does not match {schema['pattern']}")
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            errs.append(f"{where}: shorter than {schema['minLength']}")
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            errs.append(f"{where}: longer than {schema['maxLength']}")
+    if isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            errs.append(f"{where}: fewer than {schema['minItems']} items")
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            errs.append(f"{where}: more than {schema['maxItems']} items")
+        if "items" in schema:
+            for i, v in enumerate(value):
+                errs += check(schema["items"], v, f"{where}[{i}]", strict)
+    if isinstance(value, dict) and (t == "object" or "properties" in schema):
+        props = schema.get("properties") or {}
+        for r in schema.get("required") or []:
+            if r not in value:
+                errs.append(f"{where}: missing required field {r!r}")
+        addl = schema.get("additionalProperties", None)
+        for k, v in value.items():
+            if k in props:
+                errs += check(props[k], v, f"{where}.{k}", strict)
+            elif addl is False:
+                errs.append(f"{where}: field {k!r} is not allowed")
+            elif isinstance(addl, dict):
+                errs += check(addl, v, f"{where}.{k}", strict)
+            elif strict and props:
+                errs.append(f"{where}: undocumented field {k!r}")
+        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+            errs.append(f"{where}: more than {schema['maxProperties']} fields")
+    return errs
+
+
+def merged(schema: Any) -> dict:
+    """The schema with its $ref followed and its allOf parts merged in (properties united)."""
+    schema = deref(schema)
+    if not isinstance(schema, dict):
+        return {}
+    out = {k: v for k, v in schema.items() if k != "allOf"}
+    props = dict(out.get("properties") or {})
+    for sub in schema.get("allOf") or []:
+        sub = merged(sub)
+        for k, v in sub.items():
+            if k == "properties":
+                props.update(v)
+            elif k == "additionalProperties" and v is False:
+                out[k] = False
+            else:
+                out.setdefault(k, v)
+    if props:
+        out["properties"] = props
+    return out
+
+
+def object_locations(schema: Any, loc: Tuple[str, ...] = (), depth: int = 0
+                     ) -> Iterator[Tuple[Tuple[str, ...], dict]]:
+    """(location, merged schema) of every object schema reachable through properties (not arrays)."""
+    m = merged(schema)
+    if depth > 8 or not (m.get("type") == "object" or "properties" in m):
+        return
+    yield loc, m
+    for name, p in (m.get("properties") or {}).items():
+        yield from object_locations(p, loc + (name,), depth + 1)
+
+
+def property_locations(schema: Any, loc: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], dict]]:
+    """(location, merged property schema) of every property of every object location."""
+    for oloc, osch in object_locations(schema, loc):
+        for name, p in (osch.get("properties") or {}).items():
+            yield oloc + (name,), merged(p)
+
+
+def set_at(body: dict, loc: Tuple[str, ...], value: Any) -> dict:
+    body = copy.deepcopy(body)
+    node = body
+    for part in loc[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[loc[-1]] = value
+    return body
+
+
+# ----------------------------------------------------------------------------
+# (a) the document on its own
+# ----------------------------------------------------------------------------
+def test_document_parses():
+    assert _LOAD_ERROR is None, f"{SPEC_FILE} does not parse: {_LOAD_ERROR}"
+    assert isinstance(SPEC, dict)
+    assert re.fullmatch(r"3\.0\.\d+", str(SPEC.get("openapi"))), SPEC.get("openapi")
+    info = SPEC.get("info") or {}
+    assert info.get("title") and info.get("version"), info
+    assert isinstance(SPEC.get("paths"), dict) and SPEC["paths"]
+    assert isinstance(SPEC.get("components"), dict)
+
+
+def test_every_path_has_operations():
+    ids = set()
+    for path, item in SPEC["paths"].items():
+        assert path.startswith("/"), path
+        ops = [m for m in METHODS if m in item]
+        assert ops, f"{path} has no operations"
+        extra = set(item) - set(METHODS) - {"parameters", "summary", "description", "servers"}
+        assert not extra, f"{path}: unknown keys {extra}"
+    for path, method, op, _ in operations():
+        oid = op.get("operationId")
+        assert oid and oid not in ids, f"{method} {path}: missing or duplicate operationId {oid!r}"
+        ids.add(oid)
+        assert op.get("summary"), f"{oid}: no summary"
+        resp = op.get("responses")
+        assert isinstance(resp, dict) and resp, f"{oid}: no responses"
+        for status, r in resp.items():
+            assert re.fullmatch(r"[1-5]\d\d|default", str(status)), f"{oid}: bad status {status!r}"
+            assert "description" in deref(r), f"{oid} {status}: no description"
+        assert any(str(s).startswith("2") for s in resp), f"{oid}: no success response"
+
+
+def test_every_ref_resolves():
+    n = 0
+    for where, node in walk(SPEC):
+        if isinstance(node, dict) and "$ref" in node:
+            n += 1
+            try:
+                deref(node)
+            except KeyError:
+                pytest.fail(f"{where}: $ref {node['$ref']} does not resolve")
+    assert n > 50
+
+
+SCHEMA_KEYWORDS = {"type", "format", "nullable", "enum", "default", "description", "example", "title",
+                   "properties", "required", "additionalProperties", "items", "minimum", "maximum",
+                   "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems", "maxItems",
+                   "uniqueItems", "minLength", "maxLength", "pattern", "minProperties", "maxProperties",
+                   "allOf", "oneOf", "anyOf", "not", "$ref", "readOnly", "writeOnly", "deprecated",
+                   "discriminator", "externalDocs", "xml"}
+TYPES = {"object", "array", "string", "integer", "number", "boolean"}
+
+
+def _schemas_in_document() -> Iterator[Tuple[str, dict]]:
+    """Every schema object: the components' and the inline ones of parameters and media types."""
+    def sub(schema: Any, where: str) -> Iterator[Tuple[str, dict]]:
+        if not isinstance(schema, dict):
+            return
+        yield where, schema
+        for name, p in (schema.get("properties") or {}).items():
+            yield from sub(p, f"{where}/properties/{name}")
+        for k in ("items", "additionalProperties", "not"):
+            if isinstance(schema.get(k), dict):
+                yield from sub(schema[k], f"{where}/{k}")
+        for k in ("allOf", "oneOf", "anyOf"):
+            for i, s in enumerate(schema.get(k) or []):
+                yield from sub(s, f"{where}/{k}/{i}")
+    for name, s in SPEC["components"]["schemas"].items():
+        yield from sub(s, f"#/components/schemas/{name}")
+    for where, node in walk(SPEC):
+        if where.startswith("#/components/schemas"):
+            continue
+        if isinstance(node, dict) and isinstance(node.get("schema"), dict):
+            yield from sub(node["schema"], where + "/schema")
+
+
+def test_schemas_use_only_openapi_keywords():
+    """Catches YAML slips such as an unquoted comma in a flow mapping making a stray key."""
+    n = 0
+    for where, s in _schemas_in_document():
+        n += 1
+        bad = [k for k in s if k not in SCHEMA_KEYWORDS and not str(k).startswith("x-")]
+        assert not bad, f"{where}: not OpenAPI schema keywords: {bad}"
+        if "type" in s:
+            assert s["type"] in TYPES, f"{where}: type {s['type']!r}"
+        if "$ref" in s:
+            assert set(s) == {"$ref"}, f"{where}: keys beside $ref are ignored in OpenAPI 3.0: {set(s)}"
+        if "required" in s:
+            assert set(s["required"]) <= set(s.get("properties") or {}), f"{where}: required but undefined"
+        if "enum" in s and "default" in s:
+            assert s["default"] in s["enum"], f"{where}: default not in enum"
+    assert n > 100
+
+
+def test_path_parameters_declared():
+    for path, method, op, item in operations():
+        declared = {}
+        for p in (item.get("parameters") or []) + (op.get("parameters") or []):
+            p = deref(p)
+            assert p.get("in") in ("path", "query", "header", "cookie"), p
+            assert "schema" in p, f"{method} {path}: parameter {p.get('name')} has no schema"
+            declared[(p["in"], p["name"])] = p
+        in_template = set(re.findall(r"{([^}]+)}", path))
+        in_params = {name for (where, name) in declared if where == "path"}
+        assert in_template == in_params, f"{method} {path}: template {in_template} vs declared {in_params}"
+        for name in in_params:
+            assert declared[("path", name)].get("required") is True, f"{method} {path}: {name} not required"
+
+
+def test_security_is_bearer():
+    schemes = SPEC["components"].get("securitySchemes") or {}
+    assert schemes.get("bearerAuth") == {**schemes.get("bearerAuth", {}), "type": "http", "scheme": "bearer"}
+    assert SPEC.get("security") == [{"bearerAuth": []}]
+    for path, method, op, _ in operations():
+        if path == "/healthz":
+            assert op.get("security") == [], "GET /healthz needs no token"
+        else:
+            assert "security" not in op, f"{method} {path} overrides the bearer requirement"
+            assert "401" in op["responses"], f"{method} {path}: no 401 response"
+
+
+def test_errors_use_the_error_shape_and_status_per_code():
+    responses = SPEC["components"]["responses"]
+    assert set(ERROR_RESPONSES) <= set(responses), set(ERROR_RESPONSES) - set(responses)
+    codes = deref({"$ref": "#/components/schemas/ErrorCode"})["enum"]
+    assert set(codes) == set(ERROR_STATUS), codes
+    err = deref({"$ref": "#/components/schemas/Error"})
+    assert err["required"] == ["error"] and set(err["properties"]["error"]["required"]) == {"code", "message"}
+    for name, r in responses.items():
+        schema = r["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/Error"}, name
+        if "example" in r["content"]["application/json"]:
+            ex = r["content"]["application/json"]["example"]
+            assert not check(schema, ex), check(schema, ex)
+            if name != "PayloadTooLarge":
+                assert ERROR_STATUS[ex["error"]["code"]] == int(ERROR_RESPONSES[name]), name
+    for path, method, op, _ in operations():
+        for status, r in op["responses"].items():
+            ref = r.get("$ref", "")
+            if str(status)[0] in "45":
+                assert ref.startswith("#/components/responses/"), f"{method} {path} {status}: not an error response"
+                assert ERROR_RESPONSES.get(ref.rsplit("/", 1)[1]) == str(status), \
+                    f"{method} {path}: {ref} under status {status}"
+
+
+def test_contract_surface_is_covered():
+    have = {(m, p) for p, m, _, _ in operations()}
+    missing = [r for r in CONTRACT_ROUTES if r not in have]
+    assert not missing, f"contract routes missing from the yaml: {missing}"
+    extra = have - set(CONTRACT_ROUTES)
+    assert not extra, f"routes beyond the contract (add them to CONTRACT_ROUTES with a note): {extra}"
+    schemas = SPEC["components"]["schemas"]
+    for name, fields in CONTRACT_FIELDS.items():
+        assert name in schemas, f"schema {name} missing"
+        props = deref(schemas[name]).get("properties") or {}
+        missing = set(fields) - set(props)
+        assert not missing, f"{name}: contract fields missing: {missing}"
+        for f, p in props.items():
+            marked = isinstance(p, dict) and p.get("x-warren-addition") is True
+            if f not in fields:
+                assert marked, f"{name}.{f} is beyond the contract: mark it x-warren-addition"
+                assert (name, f) in ADDITIONS, f"{name}.{f}: a new addition (list it in ADDITIONS)"
+            else:
+                assert not marked, f"{name}.{f} is in the contract but marked as an addition"
+    for name, f in ADDITIONS:
+        assert f in deref(schemas[name])["properties"], f"{name}.{f} (a server addition) is not documented"
+    for name in ("SandboxSpec", "NetworkPolicy", "ExecRequest", "BatchCreateRequest", "SignalRequest",
+                 "CallRequest", "CallBatchRequest", "LeaseRequest"):
+        assert schemas[name].get("additionalProperties") is False, f"{name}: unknown fields are errors"
+
+
+def test_planned_markings_are_complete():
+    for path, method, op, _ in operations():
+        today = op.get("x-warren-today")
+        if is_planned(op):
+            assert isinstance(today, dict), f"{method} {path}: planned without x-warren-today"
+            assert str(today["status"]) in op["responses"], f"{method} {path}: today's status undocumented"
+            assert ERROR_STATUS[today["code"]] == today["status"]
+            assert today.get("message"), f"{method} {path}"
+        else:
+            assert today is None and "x-warren-status" not in op, f"{method} {path}"
+    for name, s in SPEC["components"]["schemas"].items():
+        for where, node in walk(s, name):
+            if not isinstance(node, dict):
+                continue
+            if node.get("x-warren-status") == "planned" or "x-warren-planned-values" in node:
+                today = node.get("x-warren-today")
+                assert isinstance(today, dict) and today.get("status") and today.get("code"), where
+                for v in node.get("x-warren-planned-values", []):
+                    assert v in node.get("enum", []), f"{where}: planned value {v!r} not in the enum"
+                if node.get("x-warren-status") == "planned":
+                    assert "example" in today, f"{where}: x-warren-today needs an example value"
+
+
+def test_examples_match_their_schemas():
+    n = 0
+    for path, method, op, item in operations():
+        rb = deref(op.get("requestBody") or {})
+        for ctype, media in (rb.get("content") or {}).items():
+            if "example" in media:
+                n += 1
+                errs = check(media["schema"], media["example"])
+                assert not errs, f"{method} {path} request example: {errs}"
+        for p in (item.get("parameters") or []) + (op.get("parameters") or []):
+            p = deref(p)
+            if "example" in p:
+                n += 1
+                errs = check(p["schema"], p["example"])
+                assert not errs, f"{method} {path} parameter {p['name']} example: {errs}"
+    for name, s in SPEC["components"]["schemas"].items():
+        for where, node in walk(s, name):
+            if isinstance(node, dict) and "example" in node and "type" in node:
+                n += 1
+                errs = check(node, node["example"], where)
+                assert not errs, errs
+    assert n > 10
+
+
+# ----------------------------------------------------------------------------
+# (b) and (c): the live server
+# ----------------------------------------------------------------------------
+def _tar(files: Dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in files.items():
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mode, ti.mtime = len(data), 0o644, 0
+            tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _with_image(body: Any, image: str) -> Any:
+    """The example body with every `image` replaced by the test image."""
+    if isinstance(body, dict):
+        return {k: (image if k == "image" and isinstance(v, str) else _with_image(v, image))
+                for k, v in body.items()}
+    if isinstance(body, list):
+        return [_with_image(v, image) for v in body]
+    return body
+
+
+class Ctx:
+    """Real objects for the operations' parameters, made through the API."""
+
+    def __init__(self, server, image: str):
+        self.server = server
+        self.image = image
+        self.created: List[str] = []
+        self.layers: List[str] = []
+        r = server.http("POST", "/v1/sandboxes", {"image": image})
+        assert r.status == 201, r
+        self.sandbox = r.json["id"]
+        self.created.append(self.sandbox)
+        r = server.http("POST", f"/v1/sandboxes/{self.sandbox}/exec", {"cmd": "echo out; echo err >&2"})
+        assert r.status == 200, r
+        self.finished_exec = r.json["exec_id"]
+        self.file = "/tmp/openapi-test.txt"
+        r = server.http("PUT", f"/v1/sandboxes/{self.sandbox}/files?path={self.file}", b"hello\n")
+        assert r.status == 204, r
+
+    def new_sandbox(self) -> str:
+        r = self.server.http("POST", "/v1/sandboxes", {"image": self.image})
+        assert r.status == 201, r
+        self.created.append(r.json["id"])
+        return r.json["id"]
+
+    def new_layer(self) -> Tuple[str, str]:
+        name, tag = u.unique("openapi-layer"), "t1"
+        r = self.server.http("POST", f"/v1/layers?name={name}&tag={tag}&kind=tool",
+                             _tar({"hello.txt": b"hi\n"}), headers={"Content-Type": "application/x-tar"},
+                             timeout=300)
+        assert r.status == 201, r
+        self.layers.append(f"{name}:{tag}")
+        return name, tag
+
+    def running_exec(self) -> str:
+        r = self.server.http("POST", f"/v1/sandboxes/{self.sandbox}/exec",
+                             {"argv": ["sleep", "30"], "wait": False})
+        assert r.status == 202, r
+        return r.json["exec_id"]
+
+    def cleanup(self) -> None:
+        for sid in self.created:
+            self.server.http("DELETE", "/v1/sandboxes/" + sid, timeout=60)
+        for ref in self.layers:
+            self.server.http("DELETE", "/v1/layers/" + ref, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def ctx(server, image):
+    c = Ctx(server, image)
+    try:
+        yield c
+    finally:
+        c.cleanup()
+
+
+def _params(path: str, op: dict, item: dict) -> List[dict]:
+    return [deref(p) for p in (item.get("parameters") or []) + (op.get("parameters") or [])]
+
+
+def build_request(ctx: Ctx, path: str, method: str, op: dict, item: dict,
+                  overrides: Optional[Dict[str, str]] = None):
+    """(target, body, headers) of a valid request to the operation, from its examples and ctx."""
+    overrides = dict(overrides or {})
+    values: Dict[str, str] = {}
+    if path.startswith("/v1/sandboxes/"):
+        values.update({"id": ctx.sandbox, "exec_id": ctx.finished_exec, "path": ctx.file})
+    values.update(overrides)
+    target = path
+    query = []
+    for p in _params(path, op, item):
+        val = values.get(p["name"], p.get("example", p["schema"].get("default")))
+        if p["in"] == "path":
+            assert val is not None, f"{method} {path}: no value for path parameter {p['name']}"
+            target = target.replace("{" + p["name"] + "}", urllib.parse.quote(str(val), safe=""))
+        elif p["in"] == "query" and (p.get("required") or p["name"] in overrides) and val is not None:
+            for v in (val if isinstance(val, list) else [val]):
+                query.append((p["name"], str(v)))
+    if query:
+        target += "?" + urllib.parse.urlencode(query)
+    body, headers = None, {}
+    rb = deref(op.get("requestBody") or {})
+    content = rb.get("content") or {}
+    if "application/json" in content:
+        body = _with_image(json_body_example(op), ctx.image)
+        assert body is not None, f"{method} {path}: the JSON request body has no example"
+    elif "application/x-tar" in content:
+        body, headers = _tar({"from-openapi.txt": b"tar\n"}), {"Content-Type": "application/x-tar"}
+    elif "application/octet-stream" in content:
+        body, headers = b"openapi test body\n", {"Content-Type": "application/octet-stream"}
+    return target, body, headers
+
+
+def _error_of(r: u.Response) -> dict:
+    try:
+        err = json.loads(r.body)["error"]
+    except Exception:
+        return {}
+    return err if isinstance(err, dict) else {}
+
+
+def is_unrouted(r: u.Response) -> bool:
+    """The server's answer to a path it does not route: 404 and a message about the path
+    ("path `TARGET`: not found", or "path: not found" while the target is lost)."""
+    msg = _error_of(r).get("message", "")
+    return r.status == 404 and (msg.startswith("path:") or msg.startswith("path `"))
+
+
+def check_response(op: dict, method: str, path: str, r: u.Response) -> None:
+    """The answer is documented for the operation and matches its schema (strictly)."""
+    where = f"{method.upper()} {path} -> {r.status}"
+    assert str(r.status) in op["responses"], f"{where}: status not documented: {r!r}"
+    resp = deref(op["responses"][str(r.status)])
+    content = resp.get("content") or {}
+    if not content:
+        assert r.body == b"", f"{where}: documented without a body but got {r.body[:200]!r}"
+        return
+    ctype = (r.headers.get("Content-Type") or "").split(";")[0].strip()
+    assert ctype in content, f"{where}: Content-Type {ctype!r} not in {list(content)}"
+    schema = content[ctype].get("schema")
+    if ctype == "application/json":
+        errs = check(schema, json.loads(r.body))
+        assert not errs, f"{where}: the body does not match the yaml:\n" + "\n".join(errs)
+    elif ctype == "application/x-ndjson":
+        lines = u.ndjson_lines(r.body)
+        assert lines, f"{where}: an empty stream"
+        for i, line in enumerate(lines):
+            errs = check(schema, line, f"line {i}")
+            assert not errs, f"{where}: a stream line does not match the yaml:\n" + "\n".join(errs)
+
+
+def _op_params() -> List[Any]:
+    return [pytest.param(path, method, id=op_id(path, method, op)) for path, method, op, _ in operations()]
+
+
+def _find(path: str, method: str) -> Tuple[dict, dict]:
+    return SPEC["paths"][path][method], SPEC["paths"][path]
+
+
+@pytest.mark.parametrize("path,method", _op_params())
+def test_operation_against_server(server, ctx, sandboxes, path, method):
+    """(b) Routed and answering as documented; planned ones answer what x-warren-today says."""
+    op, item = _find(path, method)
+    oid = op_id(path, method, op)
+    overrides: Dict[str, str] = {}
+    if oid == "signalExec":
+        overrides["exec_id"] = ctx.running_exec()
+    elif oid == "deleteSandbox":
+        overrides["id"] = ctx.new_sandbox()
+    elif oid == "deleteLayer":
+        overrides["name"], overrides["tag"] = ctx.new_layer()
+    elif oid == "uploadLayer":
+        overrides["name"], overrides["tag"] = u.unique("openapi-up"), "t1"
+        ctx.layers.append(f"{overrides['name']}:{overrides['tag']}")
+    target, body, headers = build_request(ctx, path, method, op, item, overrides)
+    r = server.http(method.upper(), target, body, headers=headers or None, timeout=300)
+    if oid == "createSandboxes" and r.status == 200:     # to delete after the test
+        sandboxes.extend(s["id"] for s in r.json.get("sandboxes", []))
+    if oid == "createSandbox" and r.status == 201:
+        sandboxes.append(r.json["id"])
+
+    if is_planned(op):
+        today = op["x-warren-today"]
+        err = u.assert_error(r, today["status"], today["code"])
+        assert today["message"] in err["message"], f"{oid}: today's message {err['message']!r}"
+        if today["status"] == 404:
+            assert is_unrouted(r), f"{oid}: documented as unrouted today, but: {r!r}"
+        check_response(op, method, path, r)
+        return
+
+    assert not is_unrouted(r), f"{oid} ({method.upper()} {target}) is not routed by the server: {r!r}"
+    assert 200 <= r.status < 300, f"{oid}: the documented example request failed: {r!r}"
+    check_response(op, method, path, r)
+
+    if oid == "signalExec":   # the signal arrived: the exec ends killed by TERM
+        url = f"/v1/sandboxes/{ctx.sandbox}/execs/{overrides['exec_id']}"
+        res = u.wait_until(lambda: (lambda x: x if x["state"] == "exited" else None)(
+            server.http("GET", url).json), timeout=20)
+        assert res and res["signal"] == "TERM" and res["exit_code"] == 128 + 15, res
+    if oid == "metrics":
+        text = r.body.decode()
+        for name in ("warren_sandboxes", "warren_create_seconds", "warren_exec_seconds",
+                     "warren_api_errors_total", "warren_egress_bytes_total"):
+            assert name in text, f"/metrics lacks {name}"
+
+
+@pytest.mark.parametrize("path,method", [pytest.param(p, m, id=op_id(p, m, o))
+                                         for p, m, o, _ in operations() if p != "/healthz"])
+def test_operation_needs_the_token(server, ctx, path, method):
+    """Every operation but /healthz answers 401 without a token, as the yaml's security says."""
+    op, item = _find(path, method)
+    target, _, _ = build_request(ctx, path, method, op, item)
+    u.assert_error(server.http(method.upper(), target, auth=False), 401, "unauthorized")
+
+
+def _body_ops() -> List[Tuple[str, str, dict, dict]]:
+    return [(p, m, o, i) for p, m, o, i in operations() if json_body_schema(o) is not None]
+
+
+def _unknown_field_params() -> List[Any]:
+    out = []
+    for path, method, op, _ in _body_ops():
+        if is_planned(op):
+            continue
+        for loc, s in object_locations(json_body_schema(op)):
+            if s.get("additionalProperties") is False:
+                out.append(pytest.param(path, method, loc,
+                                        id=f"{op_id(path, method, op)}:{'.'.join(loc) or '(top)'}"))
+    return out
+
+
+@pytest.mark.parametrize("path,method,loc", _unknown_field_params())
+def test_unknown_field_is_rejected(server, ctx, sandboxes, path, method, loc):
+    """(c) Wherever the yaml says additionalProperties: false, the server says 400 invalid."""
+    op, item = _find(path, method)
+    overrides = {"exec_id": ctx.running_exec()} if op_id(path, method, op) == "signalExec" else {}
+    target, body, _ = build_request(ctx, path, method, op, item, overrides)
+    body = set_at(body, loc + (UNKNOWN,), 1)
+    r = server.http(method.upper(), target, body)
+    oid = op_id(path, method, op)
+    if oid == "createSandboxes" and r.status == 200:
+        sandboxes.extend(s["id"] for s in r.json.get("sandboxes", []))
+    if oid == "createSandbox" and r.status == 201:
+        sandboxes.append(r.json["id"])
+    err = u.assert_error(r, 400, "invalid")
+    assert UNKNOWN in err["message"], err
+
+
+def test_unknown_field_params_cover_the_request_schemas():
+    got = {p.id for p in _unknown_field_params()}
+    for want in ("createSandbox:(top)", "createSandbox:network", "createSandboxes:(top)",
+                 "createSandboxes:spec", "createSandboxes:spec.network", "setNetwork:(top)",
+                 "exec:(top)", "signalExec:(top)"):
+        assert want in got, (want, sorted(got))
+
+
+def _planned_value_params() -> List[Any]:
+    out = []
+    for path, method, op, _ in _body_ops():
+        if is_planned(op):
+            continue
+        for loc, p in property_locations(json_body_schema(op)):
+            today = p.get("x-warren-today")
+            if p.get("x-warren-status") == "planned":
+                out.append(pytest.param(path, method, loc, today["example"], today,
+                                        id=f"{op_id(path, method, op)}:{'.'.join(loc)}"))
+            for v in p.get("x-warren-planned-values", []):
+                out.append(pytest.param(path, method, loc, v, today,
+                                        id=f"{op_id(path, method, op)}:{'.'.join(loc)}={v}"))
+    return out
+
+
+@pytest.mark.parametrize("path,method,loc,value,today", _planned_value_params())
+def test_planned_values_answer_as_documented(server, ctx, sandboxes, path, method, loc, value, today):
+    """(b) A planned field or enum value gets x-warren-today's answer (batch: per index)."""
+    op, item = _find(path, method)
+    target, body, _ = build_request(ctx, path, method, op, item)
+    body = set_at(body, loc, value)
+    r = server.http(method.upper(), target, body)
+    oid = op_id(path, method, op)
+    if oid == "createSandboxes":
+        assert r.status == 200, r
+        sandboxes.extend(s["id"] for s in r.json["sandboxes"])
+        assert r.json["sandboxes"] == [] and len(r.json["errors"]) == body["count"], r
+        for e in r.json["errors"]:
+            assert e["error"]["code"] == today["code"] and today["message"] in e["error"]["message"], e
+        return
+    if oid == "createSandbox" and r.status == 201:
+        sandboxes.append(r.json["id"])
+    err = u.assert_error(r, today["status"], today["code"])
+    assert today["message"] in err["message"], err
+
+
+def test_planned_value_params_cover_the_contract_gaps():
+    got = {p.id for p in _planned_value_params()}
+    for want in ("createSandbox:backend=fncall", "createSandbox:backend=microvm", "createSandbox:backend=vm",
+                 "createSandbox:network.mode=egress", "createSandbox:trajectory", "createSandbox:lease",
+                 "setNetwork:mode=egress", "exec:step", "createSandboxes:spec.trajectory"):
+        assert want in got, (want, sorted(got))
+
+
+def test_not_enforced_fields_are_accepted_and_echoed(server, image, sandboxes):
+    """x-warren-enforced: false fields are stored and echoed back (they only lack an effect)."""
+    spec = deref({"$ref": "#/components/schemas/SandboxSpec"})
+    fields = {k for k, p in spec["properties"].items() if p.get("x-warren-enforced") is False}
+    assert fields == {"ttl_s", "idle_timeout_s", "on_lease_expiry"}, fields
+    body = {"image": image, "ttl_s": 120, "idle_timeout_s": 60, "on_lease_expiry": "pause"}
+    r = server.http("POST", "/v1/sandboxes", body)
+    assert r.status == 201, r
+    sandboxes.append(r.json["id"])
+    for k in fields:
+        assert r.json[k] == body[k], (k, r.json)
+
+
+def test_exec_results_match_the_yaml(server, ctx):
+    """ExecResult in its other shapes: running, binary, timed out, not startable; stream with data_b64."""
+    schema = {"$ref": "#/components/schemas/ExecResult"}
+    base = f"/v1/sandboxes/{ctx.sandbox}"
+    r = server.http("POST", base + "/exec", {"argv": ["sh", "-c", "printf '\\377x'; echo e >&2"], "binary": True})
+    assert r.status == 200 and not check(schema, r.json), (r, check(schema, r.json))
+    assert r.json["stdout_b64"] == "/3g=" and r.json["exit_code"] == 0, r.json
+    r = server.http("POST", base + "/exec", {"argv": ["sleep", "5"], "timeout_s": 0.5})
+    assert r.status == 200 and not check(schema, r.json), (r, check(schema, r.json))
+    assert r.json["timed_out"] is True and r.json["exit_code"] == 124 and r.json["signal"] == "KILL", r.json
+    r = server.http("POST", base + "/exec", {"argv": ["true"], "cwd": "/no/such/dir"})
+    assert r.status == 200 and not check(schema, r.json), (r, check(schema, r.json))
+    assert r.json["exit_code"] is None and r.json.get("error"), r.json
+    r = server.http("POST", base + "/exec", {"cmd": "echo a; sleep 1; echo b", "wait": False, "binary": True})
+    assert r.status == 202 and not check({"$ref": "#/components/schemas/ExecStarted"}, r.json), r
+    exec_id = r.json["exec_id"]
+    r = server.http("GET", f"{base}/execs/{exec_id}")
+    assert r.status == 200 and not check(schema, r.json), (r, check(schema, r.json))
+    r = server.http("GET", f"{base}/execs/{exec_id}/stream?after=0")
+    lines = u.ndjson_lines(r.body)
+    for line in lines:
+        assert not check({"$ref": "#/components/schemas/StreamLine"}, line), check(
+            {"$ref": "#/components/schemas/StreamLine"}, line)
+    assert "result" in lines[-1] and all("data_b64" in l for l in lines[:-1]), lines
+    assert lines[-1]["seq"] == lines[-2]["seq"] + 1, lines
+    r = server.http("GET", f"{base}/execs/{exec_id}/stream?after={lines[0]['seq']}")
+    assert u.ndjson_lines(r.body) == lines[1:], "?after=SEQ resumes after SEQ"
+    u.assert_error(server.http("GET", f"{base}/execs/{exec_id}/stream?after=x"), 400, "invalid")
+
+
+def test_batch_errors_match_the_yaml(server, image, sandboxes):
+    body = {"count": 2, "spec": {"image": image, "network": {"mode": "egress"}}}
+    r = server.http("POST", "/v1/sandboxes:batch", body)
+    assert r.status == 200, r
+    sandboxes.extend(s["id"] for s in r.json["sandboxes"])
+    errs = check({"$ref": "#/components/schemas/BatchCreateResult"}, r.json)
+    assert not errs and [e["index"] for e in r.json["errors"]] == [0, 1], (errs, r.json)

@@ -6,7 +6,10 @@
 namespace warren::node {
 namespace {
 
-constexpr size_t kKeepExecs = 1024;   // finished exec records kept per sandbox
+// Finished exec records kept per sandbox for GET .../execs/ID and stream resumption: at most
+// this many, holding at most this much output, oldest dropped first.
+constexpr size_t kKeepExecs = 1024;
+constexpr uint64_t kKeepBytes = 64ull << 20;
 constexpr int kFileOpTimeoutMs = 120000;
 
 }  // namespace
@@ -111,12 +114,21 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
     if (closed_) return Status(Code::kConflict, "exec", sandbox_id_, "sandbox is not running");
     execs_[rec->id()] = rec;
     exec_order_.push_back(rec->id());
-    // Forget the oldest finished execs beyond the bound.
-    while (exec_order_.size() > kKeepExecs) {
-      auto it = execs_.find(exec_order_.front());
-      if (it != execs_.end() && !it->second->done()) break;
-      if (it != execs_.end()) execs_.erase(it);
-      exec_order_.erase(exec_order_.begin());
+    // Forget the oldest finished execs beyond the bounds.
+    uint64_t held = 0;
+    for (auto& [eid, r] : execs_) held += r->bytes();
+    for (size_t i = 0; i < exec_order_.size() &&
+                       (exec_order_.size() > kKeepExecs || held > kKeepBytes);) {
+      auto it = execs_.find(exec_order_[i]);
+      if (it != execs_.end() && !it->second->done()) {
+        ++i;  // running: kept, look at the next oldest
+        continue;
+      }
+      if (it != execs_.end()) {
+        held -= it->second->bytes();
+        execs_.erase(it);
+      }
+      exec_order_.erase(exec_order_.begin() + static_cast<long>(i));
     }
   }
   nlohmann::json env = spec.env;

@@ -55,6 +55,11 @@ bool ExecRecord::done() const {
   return done_;
 }
 
+uint64_t ExecRecord::bytes() const {
+  std::lock_guard lock(mu_);
+  return bytes_[0] + bytes_[1];
+}
+
 uint64_t ExecRecord::last_seq() const {
   std::lock_guard lock(mu_);
   return next_seq_ - 1;

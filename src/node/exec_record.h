@@ -50,6 +50,8 @@ class ExecRecord {
   // The contract's ExecResult; the final seq is used for the stream's result line.
   nlohmann::json ResultJson() const;
   uint64_t last_seq() const;
+  // Output bytes held (both streams).
+  uint64_t bytes() const;
   // Blocks until done or `timeout_ms` passes; true if done.
   bool WaitDone(int timeout_ms);
 

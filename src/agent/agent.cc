@@ -20,6 +20,8 @@
 #include "agent/protocol.h"
 #include "base/unique_fd.h"
 #include "isolation/devices.h"
+#include "isolation/landlock.h"
+#include "isolation/seccomp_filter.h"
 #include "isolation/net_loopback.h"
 #include "isolation/proc_masks.h"
 #include "isolation/rootfs.h"
@@ -84,6 +86,10 @@ class Agent {
   std::map<int, std::pair<std::string, int>> fd_owner_;  // fd -> (exec id, 0 out|1 err|2 in)
   std::map<std::string, UniqueFd> puts_;
   std::vector<std::string> base_env_;
+  uint64_t nofile_ = 4096;
+
+ public:
+  int landlock_abi_ = 0;
 };
 
 std::string ErrText(const char* op, const std::string& obj, int err) {
@@ -122,8 +128,20 @@ Status Agent::Setup() {
   if (sethostname(hostname.data(), hostname.size()) != 0)
     return ErrnoStatus("sethostname", hostname);
   WARREN_RETURN_IF_ERROR(isolation::BringUpLoopback());
-  // No setuid binary or file capability can give anything back once we are here.
+  nofile_ = h.value("nofile", uint64_t{4096});
+
+  // From here on the sandbox is sealed, in this order:
+  // - non-dumpable: without CAP_SYS_PTRACE (commands lose it) nothing can ptrace us, open
+  //   /proc/1/mem or pidfd_getfd our control socket;
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return ErrnoStatus("set non-dumpable", "agent");
+  // - no_new_privs: no setuid binary or file capability gives anything back; Landlock and
+  //   seccomp need it;
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return ErrnoStatus("no_new_privs", "agent");
+  // - one Landlock domain for the whole sandbox, the agent included, so signals and abstract
+  //   sockets work between commands but never cross the sandbox's boundary;
+  landlock_abi_ = WARREN_TRY(isolation::ApplyLandlock(/*required=*/false));
+  // - seccomp last: it denies the mount calls used above.
+  if (!msg.payload.empty()) WARREN_RETURN_IF_ERROR(isolation::InstallSeccompFilter(msg.payload));
   return Status::Ok();
 }
 
@@ -161,6 +179,7 @@ void Agent::StartExec(Message& m) {
     if (!replaced) cs.env.push_back(kv);
   }
   cs.cwd = h.value("cwd", "/");
+  cs.nofile = nofile_;
 
   int po[2], pe[2], perr[2], pi[2] = {-1, -1};
   if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(perr, O_CLOEXEC))
@@ -469,7 +488,8 @@ int Run() {
     (void)Send(kControlFd, Message{{{"t", "setup_failed"}, {"error", st.ToString()}}, ""});
     return 1;
   }
-  if (!Send(kControlFd, Message{{{"t", "ready"}}, ""}).ok()) return 1;
+  if (!Send(kControlFd, Message{{{"t", "ready"}, {"landlock_abi", agent.landlock_abi_}}, ""}).ok())
+    return 1;
   return agent.Serve();
 }
 

@@ -1,12 +1,15 @@
 #include "agent/exec_child.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+
+#include "isolation/capabilities.h"
 
 namespace warren::agent {
 namespace {
@@ -35,6 +38,12 @@ void ExecChild(const ChildSpec& s) {
     (void)!write(oom, "0", 1);
     close(oom);
   }
+  // The command's limits and capabilities (the agent itself keeps its own).
+  rlimit nofile{s.nofile, s.nofile}, nocore{0, 0};
+  if (setrlimit(RLIMIT_NOFILE, &nofile) != 0) Fail(s.error_fd, "rlimit", 126);
+  // No core dumps: the host's core_pattern would handle them outside the sandbox.
+  if (setrlimit(RLIMIT_CORE, &nocore) != 0) Fail(s.error_fd, "rlimit", 126);
+  if (!isolation::RestrictCapabilities().ok()) Fail(s.error_fd, "capabilities", 126);
   int in = s.stdin_fd >= 0 ? s.stdin_fd : open("/dev/null", O_RDONLY);
   if (in < 0 || dup2(in, 0) < 0 || dup2(s.stdout_fd, 1) < 0 || dup2(s.stderr_fd, 2) < 0)
     Fail(s.error_fd, "dup2", 126);

@@ -14,6 +14,7 @@ struct ChildSpec {
   int stdout_fd = -1;  // write ends
   int stderr_fd = -1;
   int error_fd = -1;   // CLOEXEC pipe: on failure the child writes "stage errno" and exits
+  uint64_t nofile = 4096;
 };
 
 // Never returns.

@@ -10,6 +10,8 @@ namespace {
 // this many, holding at most this much output, oldest dropped first.
 constexpr size_t kKeepExecs = 1024;
 constexpr uint64_t kKeepBytes = 64ull << 20;
+// Commands running at once in one sandbox: each holds pipes and output buffers on the host.
+constexpr size_t kMaxRunningExecs = 64;
 constexpr int kFileOpTimeoutMs = 120000;
 
 }  // namespace
@@ -112,6 +114,11 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
   {
     std::lock_guard lock(mu_);
     if (closed_) return Status(Code::kConflict, "exec", sandbox_id_, "sandbox is not running");
+    size_t running = 0;
+    for (auto& [eid, r] : execs_) running += !r->done();
+    if (running >= kMaxRunningExecs)
+      return Status(Code::kQuota, "exec", sandbox_id_,
+                    std::to_string(kMaxRunningExecs) + " commands are already running");
     execs_[rec->id()] = rec;
     exec_order_.push_back(rec->id());
     // Forget the oldest finished execs beyond the bounds.

@@ -1,6 +1,7 @@
 #include "node/local_node.h"
 
 #include "isolation/cgroup.h"
+#include "isolation/seccomp_policy.h"
 #include "runtime/container/agent_binary.h"
 #include "runtime/container/container_backend.h"
 
@@ -20,8 +21,13 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   WARREN_RETURN_IF_ERROR(runtime::PrepareHostDirs());
   std::string agent = opts.agent_path.empty() ? runtime::DefaultAgentPath() : opts.agent_path;
   UniqueFd memfd = WARREN_TRY(runtime::LoadSealedAgent(agent));
-  node->container_ = std::make_unique<runtime::ContainerBackend>(std::move(memfd), &node->mounts_,
-                                                                 &node->uids_, opts.cgroup_parent);
+  // Compiled once per daemon; every sandbox's agent installs the same program.
+  std::string bpf = WARREN_TRY(isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy())
+                                   .status().ok()
+                               ? isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy())
+                               : isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy()));
+  node->container_ = std::make_unique<runtime::ContainerBackend>(
+      std::move(memfd), &node->mounts_, &node->uids_, opts.cgroup_parent, std::move(bpf));
   WARREN_RETURN_IF_ERROR(node->mux_.Start());
   LocalNode* self = node.get();
   node->mux_.SetOnClosed([self](const std::string& id) {

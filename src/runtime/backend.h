@@ -28,6 +28,7 @@ struct SandboxConfig {
   uint64_t disk_bytes = 1ull << 30;
   uint64_t pids = 512;
   double cpus = 1.0;
+  uint64_t open_files = 4096;  // RLIMIT_NOFILE of every command
   std::map<std::string, std::string> env;
 };
 

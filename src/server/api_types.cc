@@ -231,7 +231,6 @@ Result<ExecRequest> ParseExecRequest(const json& j) {
     total = cmd.size();
     r.argv = {"/bin/sh", "-c", cmd};
   }
-  if (total > Limits::kMaxArgvBytes) return Invalid("command line is larger than 1 MiB");
   bool has_stdin = j.contains("stdin") && !j["stdin"].is_null();
   bool has_b64 = j.contains("stdin_b64") && !j["stdin_b64"].is_null();
   if (has_stdin && has_b64) return Invalid("give at most one of `stdin` and `stdin_b64`");
@@ -245,6 +244,8 @@ Result<ExecRequest> ParseExecRequest(const json& j) {
     r.stdin_data = std::move(raw);
   }
   WARREN_RETURN_IF_ERROR(GetStringMap(j, "env", &r.env, 1024, true));
+  for (const auto& [k, v] : r.env) total += k.size() + v.size() + 2;
+  if (total > Limits::kMaxArgvBytes) return Invalid("command line and environment exceed 1 MiB");
   WARREN_RETURN_IF_ERROR(GetString(j, "cwd", &r.cwd));
   if (r.cwd.empty()) r.cwd = "/";
   if (r.cwd[0] != '/') return Invalid("`cwd` must be an absolute path");

@@ -131,11 +131,13 @@ Status PrepareHostDirs() {
 }
 
 ContainerBackend::ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache* mounts,
-                                   isolation::UidAllocator* uids, std::string cgroup_parent)
+                                   isolation::UidAllocator* uids, std::string cgroup_parent,
+                                   std::string seccomp_bpf)
     : agent_memfd_(std::move(agent_memfd)),
       mounts_(mounts),
       uids_(uids),
-      cgroup_parent_(std::move(cgroup_parent)) {}
+      cgroup_parent_(std::move(cgroup_parent)),
+      seccomp_bpf_(std::move(seccomp_bpf)) {}
 
 Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& cfg) {
   // 1. Identity: a host uid/gid range of our own; root inside is its first id.
@@ -241,8 +243,9 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
                         {"hostname", cfg.hostname},
                         {"disk_bytes", cfg.disk_bytes},
                         {"layers", clones.size()},
+                        {"nofile", cfg.open_files},
                         {"env", env}},
-                       ""};
+                       seccomp_bpf_};
   WARREN_RETURN_IF_ERROR(
       sys::SendWithFds(node_end.get(), agent::Encode(setup), clone_fds).Context("setup " + cfg.id));
   clones.clear();

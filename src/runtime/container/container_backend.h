@@ -13,7 +13,8 @@ class ContainerBackend : public Backend {
   // `mounts` and `uids` must outlive the backend and every instance it makes.
   // `cgroup_parent` names this node's cgroup parent directory.
   ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache* mounts,
-                   isolation::UidAllocator* uids, std::string cgroup_parent);
+                   isolation::UidAllocator* uids, std::string cgroup_parent,
+                   std::string seccomp_bpf);
 
   std::string name() const override { return "container"; }
   Result<std::unique_ptr<Instance>> Create(const SandboxConfig& config) override;
@@ -23,6 +24,7 @@ class ContainerBackend : public Backend {
   image::ErofsMountCache* mounts_;
   isolation::UidAllocator* uids_;
   std::string cgroup_parent_;
+  std::string seccomp_bpf_;  // compiled policy, installed by every agent
 };
 
 // Makes sure the shared staging directory exists on the host (see isolation/rootfs.h).

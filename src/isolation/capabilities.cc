@@ -1,0 +1,41 @@
+#include "isolation/capabilities.h"
+
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace warren::isolation {
+
+uint64_t KeptCapabilities() {
+  uint64_t m = 0;
+  for (int c : {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER, CAP_SETGID, CAP_SETUID,
+                CAP_SETFCAP, CAP_SETPCAP, CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_KILL,
+                CAP_AUDIT_WRITE})
+    m |= 1ull << c;
+  return m;
+}
+
+Status RestrictCapabilities() {
+  const uint64_t keep = KeptCapabilities();
+  for (int c = 0; c <= 63; ++c) {
+    if (keep & (1ull << c)) continue;
+    if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL)  // EINVAL: beyond last cap
+      return ErrnoStatus("drop capability " + std::to_string(c), "bounding set");
+  }
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+    return ErrnoStatus("clear ambient capabilities", "exec");
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capget, &hdr, data) != 0) return ErrnoStatus("capget", "exec");
+  for (int i = 0; i < 2; ++i) {
+    uint32_t k = static_cast<uint32_t>(keep >> (32 * i));
+    data[i].effective &= k;
+    data[i].permitted &= k;
+    data[i].inheritable &= k;
+  }
+  if (syscall(SYS_capset, &hdr, data) != 0) return ErrnoStatus("capset", "exec");
+  return Status::Ok();
+}
+
+}  // namespace warren::isolation

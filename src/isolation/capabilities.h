@@ -1,0 +1,18 @@
+// Capabilities, child half: what a command in a sandbox keeps. Root inside holds capabilities
+// only over the sandbox's own namespaces, but several still open kernel surface (SYS_ADMIN,
+// NET_ADMIN, NET_RAW, MKNOD, SYS_PTRACE — the last would let the occupant read the agent).
+// The kept set is Docker's default minus NET_RAW and MKNOD.
+#pragma once
+
+#include "base/status.h"
+
+namespace warren::isolation {
+
+// Drops every other capability from the bounding set and from the inheritable, permitted
+// and effective sets, and clears the ambient set. Called in the exec child before execve.
+Status RestrictCapabilities();
+
+// The kept set as a mask (bit N = capability N).
+uint64_t KeptCapabilities();
+
+}  // namespace warren::isolation

@@ -1,0 +1,20 @@
+// Seccomp policy, parent half: policy/seccomp.json (reviewed data, compiled into the binary)
+// -> a BPF program, once per daemon, with libseccomp. The agent installs the bytes (see
+// seccomp_filter.h); it never parses policy itself.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+
+namespace warren::isolation {
+
+// The policy shipped in the binary (policy/seccomp.json at build time).
+const std::string& BuiltinSeccompPolicy();
+
+// Compiles a policy document to a classic-BPF program (struct sock_filter[] as raw bytes).
+// Unknown syscall names are skipped (the policy is portable across kernels and arches);
+// anything else malformed is an error naming the rule.
+Result<std::string> CompileSeccompPolicy(const std::string& policy_json);
+
+}  // namespace warren::isolation

@@ -1,6 +1,7 @@
 #include "agent/exec_child.h"
 
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <signal.h>
 #include <unistd.h>
@@ -29,7 +30,7 @@ void ExecChild(const ChildSpec& s) {
   sigset_t all;
   sigfillset(&all);
   sigprocmask(SIG_UNBLOCK, &all, nullptr);
-  for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
+  signal(SIGPIPE, SIG_DFL);  // the only disposition the agent changes
   // Own session and process group: a timeout or signal hits the whole command tree.
   setsid();
   // The node made the agent hard to OOM-kill; the command must be the one that dies.
@@ -48,9 +49,9 @@ void ExecChild(const ChildSpec& s) {
   if (in < 0 || dup2(in, 0) < 0 || dup2(s.stdout_fd, 1) < 0 || dup2(s.stderr_fd, 2) < 0)
     Fail(s.error_fd, "dup2", 126);
   if (chdir(s.cwd.empty() ? "/" : s.cwd.c_str()) != 0) Fail(s.error_fd, "chdir", 126);
-  // Close everything but stdio and the error pipe (CLOEXEC anyway).
-  for (int fd = 3; fd < 1024; ++fd)
-    if (fd != s.error_fd) close(fd);
+  // Close everything but stdio and the error pipe (which is CLOEXEC itself).
+  if (s.error_fd > 3) syscall(SYS_close_range, 3u, static_cast<unsigned>(s.error_fd - 1), 0u);
+  syscall(SYS_close_range, static_cast<unsigned>(s.error_fd + 1), ~0u, 0u);
 
   std::vector<char*> argv, envp;
   for (const auto& a : s.argv) argv.push_back(const_cast<char*>(a.c_str()));

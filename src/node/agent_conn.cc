@@ -12,12 +12,16 @@ constexpr size_t kKeepExecs = 1024;
 constexpr uint64_t kKeepBytes = 64ull << 20;
 // Commands running at once in one sandbox: each holds pipes and output buffers on the host.
 constexpr size_t kMaxRunningExecs = 64;
+// All output one sandbox's exec records may hold on the host at once.
+constexpr uint64_t kSandboxOutputBudget = 256ull << 20;
 constexpr int kFileOpTimeoutMs = 120000;
 
 }  // namespace
 
 AgentConn::AgentConn(std::string sandbox_id, UniqueFd sock)
-    : sandbox_id_(std::move(sandbox_id)), sock_(std::move(sock)) {
+    : sandbox_id_(std::move(sandbox_id)),
+      sock_(std::move(sock)),
+      budget_(std::make_shared<OutputBudget>(kSandboxOutputBudget)) {
   // A frozen or wedged agent must not hang a request thread forever.
   timeval tv{10, 0};
   setsockopt(sock_.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);

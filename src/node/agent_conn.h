@@ -70,6 +70,10 @@ class AgentConn {
   std::map<std::string, std::shared_ptr<ExecRecord>> execs_;
   std::vector<std::string> exec_order_;  // for bounding how many finished execs we keep
   std::map<std::string, std::shared_ptr<PendingOp>> ops_;
+  std::shared_ptr<OutputBudget> budget_;
+
+ public:
+  const std::shared_ptr<OutputBudget>& budget() const { return budget_; }
 };
 
 }  // namespace warren::node

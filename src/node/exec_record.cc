@@ -8,9 +8,24 @@
 
 namespace warren::node {
 
-ExecRecord::ExecRecord(std::string id, std::string sandbox_id, uint64_t max_output, bool binary)
+uint64_t OutputBudget::Take(uint64_t want) {
+  uint64_t cur = used.load();
+  for (;;) {
+    uint64_t grant = cur >= limit ? 0 : std::min(want, limit - cur);
+    if (grant == 0) return 0;
+    if (used.compare_exchange_weak(cur, cur + grant)) return grant;
+  }
+}
+
+ExecRecord::~ExecRecord() {
+  if (budget_) budget_->Give(bytes_[0] + bytes_[1]);
+}
+
+ExecRecord::ExecRecord(std::string id, std::string sandbox_id, uint64_t max_output, bool binary,
+                       std::shared_ptr<OutputBudget> budget)
     : id_(std::move(id)),
       sandbox_id_(std::move(sandbox_id)),
+      budget_(std::move(budget)),
       max_output_(max_output),
       binary_(binary),
       started_(NowSeconds()) {}
@@ -24,6 +39,7 @@ void ExecRecord::AppendOutput(int stream, std::string_view data) {
     if (done_ || stream < 1 || stream > 2) return;
     uint64_t& used = bytes_[stream - 1];
     uint64_t room = max_output_ > used ? max_output_ - used : 0;
+    if (budget_) room = budget_->Take(std::min<uint64_t>(room, data.size()));
     if (data.size() > room) {
       host_truncated_[stream - 1] = true;
       data = data.substr(0, static_cast<size_t>(room));

@@ -3,7 +3,9 @@
 // bytes of each stream), and waiters to wake when something changes. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -27,9 +29,23 @@ struct ExecOutcome {
   std::string error;  // the sandbox died or the exec could not start
 };
 
+// Output bytes a whole sandbox may hold on the host at once (all its exec records, running or
+// kept): however many commands an occupant runs, host memory stays bounded. Shared by the
+// records of one sandbox.
+struct OutputBudget {
+  explicit OutputBudget(uint64_t limit) : limit(limit) {}
+  const uint64_t limit;
+  std::atomic<uint64_t> used{0};
+  // Takes up to `want` bytes; returns how many were granted.
+  uint64_t Take(uint64_t want);
+  void Give(uint64_t n) { used.fetch_sub(n); }
+};
+
 class ExecRecord {
  public:
-  ExecRecord(std::string id, std::string sandbox_id, uint64_t max_output, bool binary);
+  ExecRecord(std::string id, std::string sandbox_id, uint64_t max_output, bool binary,
+             std::shared_ptr<OutputBudget> budget = nullptr);
+  ~ExecRecord();
 
   const std::string& id() const { return id_; }
   const std::string& sandbox_id() const { return sandbox_id_; }
@@ -59,6 +75,7 @@ class ExecRecord {
   void NotifyLocked(std::vector<std::function<void()>>* out);
 
   const std::string id_, sandbox_id_;
+  const std::shared_ptr<OutputBudget> budget_;
   const uint64_t max_output_;
   const bool binary_;
   const double started_;

@@ -106,7 +106,7 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
                                                          const std::string& exec_id,
                                                          const ExecSpec& spec) {
   auto conn = WARREN_TRY(Conn(id));
-  auto rec = std::make_shared<ExecRecord>(exec_id, id, spec.max_output, spec.binary);
+  auto rec = std::make_shared<ExecRecord>(exec_id, id, spec.max_output, spec.binary, conn->budget());
   WARREN_RETURN_IF_ERROR(conn->StartExec(rec, spec));
   return rec;
 }

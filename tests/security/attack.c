@@ -266,6 +266,11 @@ static void a_open_tree(void) {
   emit("move_mount", r, errno, "\"had_tree_fd\": %s", fd >= 0 ? "true" : "false");
   if (r == 0) umount2("/tmp/atk-mm", MNT_DETACH);
   if (fd >= 0) close((int)fd);
+  /* open_tree_attr (Linux 6.15, syscall 467): the same clone, through a newer door */
+  errno = 0;
+  fd = syscall(467, AT_FDCWD, "/etc", OPEN_TREE_CLONE | AT_RECURSIVE, NULL, 0UL);
+  emit("open_tree_attr", fd, errno, NULL);
+  if (fd >= 0) close((int)fd);
   struct { uint64_t attr_set, attr_clr, propagation, userns_fd; } attr = {0, MOUNT_ATTR_RDONLY, 0, 0};
   errno = 0;
   r = syscall(SYS_mount_setattr, AT_FDCWD, "/dev", 0, &attr, sizeof attr);
@@ -521,7 +526,7 @@ static void a_misc(void) {
   r = syscall(SYS_syslog, 3 /* SYSLOG_ACTION_READ_ALL */, (char[256]){0}, 256);
   emit("syslog", r, errno, NULL);
   errno = 0;
-  r = syscall(SYS_quotactl, 0x800002 /* QCMD(Q_GETFMT? no: Q_SYNC) */, "/", 0, NULL);
+  r = syscall(SYS_quotactl, 0x80000100 /* QCMD(Q_SYNC, USRQUOTA): sync all, harmless */, NULL, 0, NULL);
   emit("quotactl", r, errno, NULL);
   errno = 0;
   r = syscall(SYS_iopl, 3);
@@ -592,6 +597,15 @@ static void sock(const char *name, int fam, int type, int proto) {
   if (fd >= 0) close(fd);
 }
 
+/* The same, with garbage in the upper 32 bits of the family: socket(2) takes an int, so the
+ * kernel ignores them, while a seccomp rule comparing all 64 bits ("eq 40") does not match. */
+static void sock_hi(const char *name, long fam, int type, int proto) {
+  errno = 0;
+  long fd = syscall(SYS_socket, fam | (1L << 32), (long)type, (long)proto);
+  emit(name, fd, errno, "\"family\": %ld, \"type\": %d, \"proto\": %d, \"high_bits\": true", fam, type, proto);
+  if (fd >= 0) close((int)fd);
+}
+
 static void a_sockets(void) {
   sock("socket_packet", AF_PACKET, SOCK_RAW, htons(0x0003 /* ETH_P_ALL */));
   sock("socket_packet", AF_PACKET, SOCK_DGRAM, htons(0x0003));
@@ -604,6 +618,11 @@ static void a_sockets(void) {
   sock("socket_vsock", AF_VSOCK, SOCK_STREAM, 0);
   sock("socket_vsock", AF_VSOCK, SOCK_DGRAM, 0);
   sock("socket_vsock", AF_VSOCK, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sock_hi("socket_packet", AF_PACKET, SOCK_RAW, htons(0x0003));
+  sock_hi("socket_raw", AF_INET, SOCK_RAW, IPPROTO_ICMP);
+  sock_hi("socket_raw", AF_INET6, SOCK_RAW, IPPROTO_ICMPV6);
+  sock_hi("socket_vsock", AF_VSOCK, SOCK_STREAM, 0);
+  sock_hi("socket_vsock", AF_VSOCK, SOCK_SEQPACKET, 0);
 }
 
 /* ---- B.3 #26, #30: ioctls ---------------------------------------------------------------- */
@@ -708,8 +727,17 @@ static void do_attach(void *unused) {
   (void)peek;
 }
 
+/* pid 1 with garbage in the upper 32 bits: ptrace(2) truncates the pid to pid_t */
+static void do_seize_hi(void *unused) {
+  (void)unused;
+  errno = 0;
+  long r = syscall(SYS_ptrace, (long)PTRACE_SEIZE, 1L | (1L << 32), 0L, 0L);
+  emit("ptrace_seize_1", r, errno, "\"high_bits\": true");
+}
+
 static void a_ptrace(void) {
   in_child("ptrace_seize_1", do_seize, NULL, 10);
+  in_child("ptrace_seize_1", do_seize_hi, NULL, 10);
   in_child("ptrace_attach_1", do_attach, NULL, 10);
 }
 
@@ -738,6 +766,9 @@ static void a_process_vm(void) {
   errno = 0;
   long r = process_vm_readv(1, &l, 1, &rm, 1, 0);
   emit("process_vm_readv_1", r, errno, "\"addr_from_maps\": %s", from_maps ? "true" : "false");
+  errno = 0;
+  r = syscall(SYS_process_vm_readv, 1L | (1L << 32), &l, 1L, &rm, 1L, 0L);
+  emit("process_vm_readv_1", r, errno, "\"high_bits\": true");
   /* remote address 0: even if permitted, nothing is written (EFAULT instead of EPERM) */
   struct iovec rz = {(void *)0, sizeof buf};
   errno = 0;
@@ -749,6 +780,12 @@ static void a_pidfd(void) {
   errno = 0;
   long pfd = syscall(SYS_pidfd_open, 1, 0);
   emit("pidfd_open_1", pfd, errno, NULL);
+  if (pfd < 0) {
+    /* pidfd_open(2) takes a pid_t: the upper 32 bits are dropped by the kernel */
+    errno = 0;
+    pfd = syscall(SYS_pidfd_open, 1L | (1L << 32), 0L);
+    emit("pidfd_open_1", pfd, errno, "\"high_bits\": true");
+  }
   int got = 0, sockets = 0;
   long first = -1;
   int first_err = 0;

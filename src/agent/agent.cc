@@ -139,7 +139,8 @@ Status Agent::Setup() {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return ErrnoStatus("no_new_privs", "agent");
   // - one Landlock domain for the whole sandbox, the agent included, so signals and abstract
   //   sockets work between commands but never cross the sandbox's boundary;
-  landlock_abi_ = WARREN_TRY(isolation::ApplyLandlock(/*required=*/false));
+  if (h.value("landlock", true))
+    landlock_abi_ = WARREN_TRY(isolation::ApplyLandlock(/*required=*/false));
   // - seccomp last: it denies the mount calls used above.
   if (!msg.payload.empty()) WARREN_RETURN_IF_ERROR(isolation::InstallSeccompFilter(msg.payload));
   return Status::Ok();

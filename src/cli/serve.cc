@@ -21,7 +21,7 @@
 namespace warren::cli {
 namespace {
 
-int Serve(const std::string& listen, const std::string& data_dir) {
+int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no_hardening) {
   if (geteuid() != 0) return Fail("serve", "warren serve must run as root (it makes namespaces, mounts and cgroups)");
   // Signals are taken by sigwait below; block them before any thread starts.
   sigset_t sigs;
@@ -45,6 +45,9 @@ int Serve(const std::string& listen, const std::string& data_dir) {
   std::string key = realpath(data_dir.c_str(), real) ? real : data_dir;
   node::LocalNodeOptions nopts;
   nopts.cgroup_parent = "warren-" + Sha256Hex(key).substr(0, 8);
+  nopts.unsafe_no_seccomp_landlock = unsafe_no_hardening;
+  if (unsafe_no_hardening)
+    spdlog::warn("UNSAFE: sandboxes run without seccomp and Landlock (benchmark mode)");
   int stale = isolation::ReapStaleCgroups(nopts.cgroup_parent);
   if (stale > 0) spdlog::warn("reaped {} sandbox cgroup(s) left by an earlier run", stale);
 
@@ -78,7 +81,11 @@ void AddServe(CLI::App& app) {
   auto data_dir = std::make_shared<std::string>("/var/lib/warren");
   cmd->add_option("--listen", *listen, "ADDR:PORT to serve HTTP on");
   cmd->add_option("--data-dir", *data_dir, "state, layers and the admin token (a real disk, not tmpfs)");
-  cmd->callback([listen, data_dir] { ExitCode() = Serve(*listen, *data_dir); });
+  auto unsafe = std::make_shared<bool>(false);
+  cmd->add_flag("--unsafe-no-seccomp-landlock", *unsafe,
+                "benchmarks only: sandboxes without seccomp and Landlock")
+      ->group("");  // hidden from --help
+  cmd->callback([listen, data_dir, unsafe] { ExitCode() = Serve(*listen, *data_dir, *unsafe); });
 }
 
 }  // namespace warren::cli

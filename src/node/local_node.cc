@@ -26,6 +26,7 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
                                    .status().ok()
                                ? isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy())
                                : isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy()));
+  if (opts.unsafe_no_seccomp_landlock) bpf.clear();
   node->container_ = std::make_unique<runtime::ContainerBackend>(
       std::move(memfd), &node->mounts_, &node->uids_, opts.cgroup_parent, std::move(bpf));
   WARREN_RETURN_IF_ERROR(node->mux_.Start());
@@ -146,6 +147,7 @@ nlohmann::json LocalNode::Info() {
           {"backends", {"container"}},
           {"cgroups", isolation::CgroupLayoutName()},
           {"cgroup_parent", opts_.cgroup_parent},
+          {"hardening", opts_.unsafe_no_seccomp_landlock ? "reduced (benchmark mode)" : "full"},
           {"sandboxes", live_sandboxes()},
           {"layer_mounts", mounts_.live()},
           {"uid_slots_used", uids_.used()},

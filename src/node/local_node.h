@@ -20,6 +20,9 @@ struct LocalNodeOptions {
   uint32_t uid_base = 1u << 20;  // first host uid handed to sandboxes
   uint32_t uid_slots = 16384;    // ranges of 65536 ids
   std::string cgroup_parent = "warren";  // this node's cgroup parent directory name
+  // Benchmarks only (`warren serve --unsafe-no-seccomp-landlock`): sandboxes without seccomp
+  // and Landlock, to measure what those layers cost. Never for real workloads.
+  bool unsafe_no_seccomp_landlock = false;
 };
 
 class LocalNode : public NodeApi {

@@ -244,6 +244,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
                         {"disk_bytes", cfg.disk_bytes},
                         {"layers", clones.size()},
                         {"nofile", cfg.open_files},
+                        {"landlock", !seccomp_bpf_.empty()},
                         {"env", env}},
                        seccomp_bpf_};
   WARREN_RETURN_IF_ERROR(

@@ -122,7 +122,7 @@ Result<json> ParseJsonBody(const std::string& body) {
 Result<SandboxSpec> ParseSandboxSpec(const json& j) {
   WARREN_RETURN_IF_ERROR(CheckFields(
       j,
-      {"backend", "image", "workspace", "tools", "cpu", "memory_mb", "disk_mb", "pids", "network",
+      {"backend", "image", "workspace", "tools", "cpu", "memory_mb", "disk_mb", "pids", "open_files", "network",
        "env", "ttl_s", "idle_timeout_s", "labels", "trajectory", "lease", "on_lease_expiry"},
       "sandbox spec"));
   SandboxSpec s;
@@ -148,6 +148,7 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
   WARREN_RETURN_IF_ERROR(GetUint(j, "memory_mb", &s.memory_mb, Limits::kMinMemoryMb, Limits::kMaxMemoryMb));
   WARREN_RETURN_IF_ERROR(GetUint(j, "disk_mb", &s.disk_mb, 1, Limits::kMaxDiskMb));
   WARREN_RETURN_IF_ERROR(GetUint(j, "pids", &s.pids, 8, Limits::kMaxPids));
+  WARREN_RETURN_IF_ERROR(GetUint(j, "open_files", &s.open_files, 64, Limits::kMaxOpenFiles));
   if (j.contains("network") && !j["network"].is_null()) {
     const json& nw = j["network"];
     WARREN_RETURN_IF_ERROR(CheckFields(nw, {"mode", "allow"}, "network policy"));
@@ -192,6 +193,7 @@ json ToJson(const SandboxSpec& s) {
             {"memory_mb", s.memory_mb},
             {"disk_mb", s.disk_mb},
             {"pids", s.pids},
+            {"open_files", s.open_files},
             {"network", {{"mode", s.network.mode}, {"allow", s.network.allow}}},
             {"env", s.env},
             {"ttl_s", s.ttl_s},

@@ -29,6 +29,7 @@ struct SandboxSpec {
   uint64_t memory_mb = 512;
   uint64_t disk_mb = 1024;
   uint64_t pids = 512;
+  uint64_t open_files = 4096;  // RLIMIT_NOFILE of every command (an addition to the contract)
   NetworkPolicy network;
   std::map<std::string, std::string> env;
   uint64_t ttl_s = 3600;
@@ -67,6 +68,7 @@ struct Limits {
   static constexpr uint64_t kMinMemoryMb = 16;
   static constexpr uint64_t kMaxDiskMb = 262144;
   static constexpr uint64_t kMaxPids = 65536;
+  static constexpr uint64_t kMaxOpenFiles = 65536;
   static constexpr double kMaxCpu = 256;
   static constexpr uint64_t kMaxOutputBytes = 64ull << 20;
   static constexpr double kMaxTimeoutS = 7 * 86400;

@@ -117,6 +117,7 @@ Result<json> Api::CreateOne(const SandboxSpec& spec) {
   ns.config.memory_bytes = spec.memory_mb << 20;
   ns.config.disk_bytes = spec.disk_mb << 20;
   ns.config.pids = spec.pids;
+  ns.config.open_files = spec.open_files;
   ns.config.cpus = spec.cpu;
   ns.config.env = spec.env;
 

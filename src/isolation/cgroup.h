@@ -49,6 +49,9 @@ class Cgroup {
   Status AttachV1(pid_t pid);
   // SIGKILLs every process in the cgroup (v2 cgroup.kill), when available.
   Status Kill();
+  // Freezes or thaws every process (v2 cgroup.freeze) and waits until the kernel reports it
+  // done. Unavailable on hosts without a cgroup2 hierarchy.
+  Status Freeze(bool frozen);
   // Removes the directories; the processes must be gone (retries briefly on EBUSY while
   // the last ones are being reaped).
   Status Destroy();

@@ -87,6 +87,28 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
   return e->instance->Destroy().Context("delete " + id);
 }
 
+Status LocalNode::PauseSandbox(const std::string& id) {
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return NotFound("sandbox", id);
+    e = it->second;
+  }
+  return e->instance->Pause().Context("pause " + id);
+}
+
+Status LocalNode::ResumeSandbox(const std::string& id) {
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return NotFound("sandbox", id);
+    e = it->second;
+  }
+  return e->instance->Resume().Context("resume " + id);
+}
+
 void LocalNode::DeleteAll() {
   std::vector<std::string> ids;
   {

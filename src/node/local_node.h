@@ -34,6 +34,8 @@ class LocalNode : public NodeApi {
   std::string name() const override { return opts_.name; }
   Result<SandboxRuntime> CreateSandbox(const NodeSandboxSpec& spec) override;
   Status DeleteSandbox(const std::string& id) override;
+  Status PauseSandbox(const std::string& id) override;
+  Status ResumeSandbox(const std::string& id) override;
   Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,
                                                 const ExecSpec& spec) override;
   Result<std::shared_ptr<ExecRecord>> GetExec(const std::string& id,

@@ -30,6 +30,8 @@ class NodeApi {
   virtual std::string name() const = 0;
   virtual Result<SandboxRuntime> CreateSandbox(const NodeSandboxSpec& spec) = 0;
   virtual Status DeleteSandbox(const std::string& id) = 0;
+  virtual Status PauseSandbox(const std::string& id) = 0;
+  virtual Status ResumeSandbox(const std::string& id) = 0;
   virtual Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id,
                                                         const std::string& exec_id,
                                                         const ExecSpec& spec) = 0;

@@ -40,6 +40,9 @@ class Instance {
   virtual UniqueFd TakeControlSocket() = 0;
   // Kills and releases everything; idempotent. Safe to call from any thread.
   virtual Status Destroy() = 0;
+  // Freezes / thaws every process of the sandbox.
+  virtual Status Pause() = 0;
+  virtual Status Resume() = 0;
   // The host pid of the sandbox's init (the agent), for diagnostics.
   virtual int host_pid() const = 0;
   virtual uint32_t host_uid() const = 0;

@@ -382,7 +382,14 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
       auto r = co_await Blocking([&] { return api->SetNetwork(id, body); });
       co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
     }
-    if (seg.size() == 4 && (what == "pause" || what == "resume" || what == "archive"))
+    if (seg.size() == 4 && (what == "pause" || what == "resume")) {
+      if (verb != http::verb::post) co_return method_not_allowed();
+      auto r = co_await Blocking([&] {
+        return what == "pause" ? api->PauseSandbox(id) : api->ResumeSandbox(id);
+      });
+      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
+    }
+    if (seg.size() == 4 && what == "archive")
       co_return Error(Status(Code::kUnavailable, what, id, "not available yet"));
   }
   co_return Error(NotFound("path", target_str));

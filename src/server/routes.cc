@@ -225,6 +225,28 @@ Status Api::DeleteSandbox(const std::string& id) {
   return state_->RemoveSandbox(id);
 }
 
+Result<json> Api::PauseSandbox(const std::string& id) {
+  json sb = WARREN_TRY(Sandbox(id));
+  if (sb["state"] == "paused") return sb;
+  if (sb["state"] != "running")
+    return Status(Code::kConflict, "pause", id, "sandbox is " + sb["state"].get<std::string>());
+  WARREN_RETURN_IF_ERROR(node_->PauseSandbox(id));
+  sb["state"] = "paused";
+  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
+  return sb;
+}
+
+Result<json> Api::ResumeSandbox(const std::string& id) {
+  json sb = WARREN_TRY(Sandbox(id));
+  if (sb["state"] == "running") return sb;
+  if (sb["state"] != "paused")
+    return Status(Code::kConflict, "resume", id, "sandbox is " + sb["state"].get<std::string>());
+  WARREN_RETURN_IF_ERROR(node_->ResumeSandbox(id));
+  sb["state"] = "running";
+  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
+  return sb;
+}
+
 Result<json> Api::SetNetwork(const std::string& id, const std::string& body) {
   json sb = WARREN_TRY(Sandbox(id));
   json j = WARREN_TRY(ParseJsonBody(body));
@@ -307,6 +329,8 @@ Status Api::PutFile(const std::string& id, const Query& q, const std::string& bo
   for (auto& [k, v] : q)
     if (k != "path" && k != "mode") return Invalid("unknown query parameter `" + k + "`");
   json sb = WARREN_TRY(Sandbox(id));
+  if (sb["state"] != "running")
+    return Status(Code::kConflict, "write file", id, "sandbox is " + sb["state"].get<std::string>());
   return node_->WriteFile(id, path, mode, body);
 }
 
@@ -316,6 +340,8 @@ Result<std::string> Api::GetFile(const std::string& id, const Query& q) {
   for (auto& [k, v] : q)
     if (k != "path") return Invalid("unknown query parameter `" + k + "`");
   json sb = WARREN_TRY(Sandbox(id));
+  if (sb["state"] != "running")
+    return Status(Code::kConflict, "read file", id, "sandbox is " + sb["state"].get<std::string>());
   return node_->ReadFile(id, path, kMaxFileBytes);
 }
 

@@ -64,6 +64,17 @@ class ContainerInstance : public Instance {
   int host_pid() const override { return pid_; }
   uint32_t host_uid() const override { return host_uid_; }
 
+  Status Pause() override {
+    std::lock_guard lock(mu_);
+    if (destroyed_) return Status(Code::kConflict, "pause", "sandbox", "deleted");
+    return cgroup_.Freeze(true);
+  }
+  Status Resume() override {
+    std::lock_guard lock(mu_);
+    if (destroyed_) return Status(Code::kConflict, "resume", "sandbox", "deleted");
+    return cgroup_.Freeze(false);
+  }
+
   Status Destroy() override {
     std::lock_guard lock(mu_);
     if (destroyed_) return Status::Ok();
@@ -71,7 +82,9 @@ class ContainerInstance : public Instance {
     control_.Reset();
     // cgroup.kill first where the host has it: it also catches anything that might have
     // left the PID namespace's reach (nothing should), then init's death takes the rest.
+    // A frozen sandbox is thawed so its processes can die.
     (void)cgroup_.Kill();
+    (void)cgroup_.Freeze(false);
     KillAndReap(pidfd_.get());
     pidfd_.Reset();
     Status st = cgroup_.Destroy();

@@ -8,5 +8,5 @@ scripts/install-deps.sh
 scripts/build.sh
 echo "== unit and integration tests (ctest)"
 ctest --test-dir build --output-on-failure
-echo "== end-to-end tests (pytest)"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/e2e
+echo "== end-to-end and security tests (pytest)"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/e2e tests/security

@@ -87,6 +87,7 @@ class Agent {
   std::map<std::string, UniqueFd> puts_;
   std::vector<std::string> base_env_;
   uint64_t nofile_ = 4096;
+  int oom_score_adj_ = 0;
 
  public:
   int landlock_abi_ = 0;
@@ -129,6 +130,10 @@ Status Agent::Setup() {
     return ErrnoStatus("sethostname", hostname);
   WARREN_RETURN_IF_ERROR(isolation::BringUpLoopback());
   nofile_ = h.value("nofile", uint64_t{4096});
+  if (FILE* f = fopen("/proc/self/oom_score_adj", "re")) {
+    if (fscanf(f, "%d", &oom_score_adj_) != 1) oom_score_adj_ = 0;
+    fclose(f);
+  }
 
   // From here on the sandbox is sealed, in this order:
   // - non-dumpable: without CAP_SYS_PTRACE (commands lose it) nothing can ptrace us, open
@@ -181,6 +186,7 @@ void Agent::StartExec(Message& m) {
   }
   cs.cwd = h.value("cwd", "/");
   cs.nofile = nofile_;
+  cs.agent_oom_score_adj = oom_score_adj_;
 
   int po[2], pe[2], perr[2], pi[2] = {-1, -1};
   if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(perr, O_CLOEXEC))
@@ -279,10 +285,14 @@ void Agent::HandlePut(Message& m) {
   };
   if (h.value("first", false)) {
     mode_t mode = h.value("mode", 0644u) & 07777;
-    UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, mode));
+    // O_NONBLOCK: opening a FIFO for writing must not wait for a reader (it fails with ENXIO
+    // or is refused below); only regular files are written.
+    UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, mode));
     if (!fd) return err("open", errno);
     struct stat sb;
     if (fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode)) return err("open", EINVAL);
+    if (ftruncate(fd.get(), 0) != 0) return err("truncate", errno);
+    fcntl(fd.get(), F_SETFL, 0);
     if (fchmod(fd.get(), mode) != 0) return err("chmod", errno);
     puts_[id] = std::move(fd);
   }

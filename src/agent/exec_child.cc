@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 
 #include "isolation/capabilities.h"
@@ -33,10 +34,14 @@ void ExecChild(const ChildSpec& s) {
   signal(SIGPIPE, SIG_DFL);  // the only disposition the agent changes
   // Own session and process group: a timeout or signal hits the whole command tree.
   setsid();
-  // The node made the agent hard to OOM-kill; the command must be the one that dies.
+  // The command, not the agent, must be the one the OOM killer picks: its score is the
+  // agent's plus 998 (0 where the node could lower the agent to -998; 998 on hosts where
+  // root lacks CAP_SYS_RESOURCE and the agent stays at 0). Raising is always allowed.
   int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (oom >= 0) {
-    (void)!write(oom, "0", 1);
+    char v[16];
+    int n = snprintf(v, sizeof v, "%d", std::min(1000, s.agent_oom_score_adj + 998));
+    if (n > 0) (void)!write(oom, v, static_cast<size_t>(n));
     close(oom);
   }
   // The command's limits and capabilities (the agent itself keeps its own).

@@ -15,6 +15,7 @@ struct ChildSpec {
   int stderr_fd = -1;
   int error_fd = -1;   // CLOEXEC pipe: on failure the child writes "stage errno" and exits
   uint64_t nofile = 4096;
+  int agent_oom_score_adj = 0;
 };
 
 // Never returns.

@@ -31,7 +31,7 @@ Status MountMinimalDev(const std::string& root) {
             "newinstance,ptmxmode=0666,mode=0620") != 0)
     return ErrnoStatus("mount devpts", pts);
   std::string shm = dev + "/shm";
-  if (mount("shm", shm.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k") != 0)
+  if (mount("shm", shm.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k,nr_inodes=16384") != 0)
     return ErrnoStatus("mount shm", shm);
   struct Link {
     const char* target;

@@ -166,6 +166,11 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
       return Invalid("`network.allow` rules need `network.mode` egress");
   }
   WARREN_RETURN_IF_ERROR(GetStringMap(j, "env", &s.env, 1024, true));
+  size_t env_bytes = 0;
+  for (const auto& [k, v] : s.env) env_bytes += k.size() + v.size() + 2;
+  if (env_bytes > Limits::kMaxSandboxEnvBytes)
+    return Invalid("`env` is larger than " + std::to_string(Limits::kMaxSandboxEnvBytes) +
+                   " bytes (give large values per exec instead)");
   WARREN_RETURN_IF_ERROR(GetUint(j, "ttl_s", &s.ttl_s, 1, 30 * 86400));
   if (j.contains("idle_timeout_s") && !j["idle_timeout_s"].is_null()) {
     uint64_t v = 0;

@@ -73,6 +73,8 @@ struct Limits {
   static constexpr uint64_t kMaxOutputBytes = 64ull << 20;
   static constexpr double kMaxTimeoutS = 7 * 86400;
   static constexpr size_t kMaxArgvBytes = 1 << 20;
+  // The sandbox's environment travels in the agent's setup message.
+  static constexpr size_t kMaxSandboxEnvBytes = 32 << 10;
 };
 
 }  // namespace warren::server

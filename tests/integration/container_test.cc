@@ -5,6 +5,7 @@
 
 #include "base/ids.h"
 #include "image/layer_store.h"
+#include "isolation/cgroup.h"
 #include "node/local_node.h"
 #include "test_env.h"
 
@@ -15,6 +16,8 @@ class ContainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(geteuid(), 0u) << "integration tests need root (CI runs them as root)";
+    // Sandboxes left by an earlier run of these tests that crashed would hold our uid range.
+    isolation::ReapStaleCgroups("warren-test");
     dir_ = testing::MakeScratchDir("container");
     store_ = std::make_unique<image::LayerStore>(dir_ + "/store");
     ASSERT_TRUE(store_->Init().ok());

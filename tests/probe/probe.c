@@ -314,6 +314,38 @@ static void dev_dir(const char *dir, int recurse) {
   closedir(d);
 }
 
+/* Open descriptors (THREATS #2: a leaked host fd or cwd is an escape) and the cwd/root. */
+static void fds_section(void) {
+  key("fds");
+  arr_open();
+  DIR *d = opendir("/proc/self/fd");
+  int self = d ? dirfd(d) : -1;
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    int fd = atoi(e->d_name);
+    if (fd == self) continue;
+    char p[64], t[512];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(p, t, sizeof t - 1);
+    t[n > 0 ? n : 0] = 0;
+    sep();
+    obj_open();
+    kv_int("fd", fd);
+    kv_str("target", t);
+    obj_close();
+  }
+  if (d) closedir(d);
+  arr_close();
+  char cwd[512];
+  ssize_t n = readlink("/proc/self/cwd", cwd, sizeof cwd - 1);
+  cwd[n > 0 ? n : 0] = 0;
+  kv_str("cwd", cwd);
+  n = readlink("/proc/self/root", cwd, sizeof cwd - 1);
+  cwd[n > 0 ? n : 0] = 0;
+  kv_str("root", cwd);
+}
+
 static void net_section(void) {
   char *nd = slurp("/proc/net/dev", 1 << 20);
   key("interfaces");
@@ -379,6 +411,7 @@ int main(void) {
   dev_dir("/dev", 1);
   arr_close();
   net_section();
+  fds_section();
   obj_close();
   putchar('\n');
   fflush(stdout);

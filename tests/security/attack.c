@@ -1108,6 +1108,21 @@ static void a_chroot(int argc, char **argv) {
        host_visible ? "true" : "false", marker ? "true" : "false");
 }
 
+/* ---- B.1 #10: overwrite a system binary in place ------------------------------------------ */
+
+static void a_overwrite(int argc, char **argv) {
+  const char *path = argc > 0 ? argv[0] : "/bin/sh";
+  const char *data = argc > 1 ? argv[1] : "PWNED";
+  errno = 0;
+  int fd = open(path, O_WRONLY | O_CLOEXEC);  /* follows symlinks, no truncation */
+  if (fd < 0) { emit("overwrite", -1, errno, "\"path\": %s", js(path)); return; }
+  errno = 0;
+  long r = pwrite(fd, data, strlen(data), 0);
+  int e = errno;
+  close(fd);
+  emit("overwrite", r, e, "\"path\": %s", js(path));
+}
+
 /* ---- B.4: kill the agent --------------------------------------------------------------- */
 
 static void a_kill1(int argc, char **argv) {
@@ -1135,6 +1150,7 @@ static void a_proc_scan(int argc, char **argv) {
   while (d && (e = readdir(d))) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     pids++;
+    if (atoi(e->d_name) == getpid()) continue;  /* our own argv holds the secret */
     if (strlen(list) < sizeof list - 16) { strcat(list, e->d_name); strcat(list, " "); }
     char p[512];
     static const char *sub[] = {"root", "cwd"};
@@ -1158,6 +1174,7 @@ static void a_proc_scan(int argc, char **argv) {
   /* guess host pids directly: any pid that is not ours answers ENOENT */
   int guessed = 0;
   for (int pid = 2; pid < 4096; pid++) {
+    if (pid == getpid()) continue;
     char p[64];
     snprintf(p, sizeof p, "/proc/%d/root%s", pid, path);
     ssize_t len;
@@ -1211,7 +1228,7 @@ static void a_fork_bomb(int argc, char **argv) {
       for (;;) pause();
     }
   }
-  emit("fork_bomb", n, e, "\"forks\": %ld", n);
+  emit("fork_bomb", n, e, "\"forks\": %ld, \"fork_errno\": \"%s\"", n, ename(e));
   sleep((unsigned)hold);
 }
 
@@ -1311,7 +1328,7 @@ static const struct cmd cmds[] = {
     {"proc_scan", NULL, a_proc_scan},   {"net", NULL, a_net},
     {"fork_bomb", NULL, a_fork_bomb},   {"mem_bomb", NULL, a_mem_bomb},
     {"disk_fill", NULL, a_disk_fill},   {"inode_fill", NULL, a_inode_fill},
-    {"flood", NULL, a_flood},
+    {"flood", NULL, a_flood},           {"overwrite", NULL, a_overwrite},
 };
 
 int main(int argc, char **argv) {

@@ -33,8 +33,9 @@ import pytest
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 E2E = REPO / "tests" / "e2e"
-if str(E2E) not in sys.path:
-    sys.path.insert(0, str(E2E))
+for _p in (E2E, HERE):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 
 def _load_e2e_conftest():
@@ -59,11 +60,10 @@ pytest_runtest_makereport = _e2e.pytest_runtest_makereport
 safe_rmtree = _e2e.safe_rmtree
 
 import e2e_util as u  # noqa: E402
+from sec_util import IN_SANDBOX_ATTACK, IN_SANDBOX_PROBE, Sandbox, parse_results  # noqa: E402
 
 ATTACK_SRC = HERE / "attack.c"
 PROBE_SRC = REPO / "tests" / "probe" / "probe.c"
-IN_SANDBOX_ATTACK = "/usr/local/bin/attack"
-IN_SANDBOX_PROBE = "/usr/local/bin/probe"
 
 
 # --------------------------------------------------------------------------
@@ -80,10 +80,14 @@ def _gcc_static(src: Path, out: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def bin_dir(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("security-bin")
-    os.chmod(d, 0o755)  # the weak-sandbox controls run as nobody
-    return d
+def bin_dir() -> Path:
+    # Not under pytest's tmp dir (mode 0700): the weak-sandbox controls run as nobody.
+    d = Path(tempfile.mkdtemp(prefix="warren-sec-bin-", dir="/var/tmp"))
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -103,41 +107,13 @@ def probe_bin(bin_dir) -> Path:
 
 
 # --------------------------------------------------------------------------
-# results
-# --------------------------------------------------------------------------
-def parse_results(stdout: str) -> List[dict]:
-    out = []
-    for line in stdout.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
-
-
-def pick(results: Iterable[dict], attack: str, **match) -> List[dict]:
-    return [r for r in results
-            if r.get("attack") == attack and all(r.get(k) == v for k, v in match.items())]
-
-
-def one(results: Iterable[dict], attack: str, **match) -> dict:
-    found = pick(results, attack, **match)
-    assert found, f"no result for {attack} {match or ''} in {list(results)!r}"
-    return found[0]
-
-
-def denied(r: dict, errnos=("EPERM",)) -> bool:
-    return r.get("ret", 0) < 0 and (r.get("errno") in errnos or "child_signal" in r)
-
-
-# --------------------------------------------------------------------------
 # positive controls: the same attack on the host in a weak sandbox
 # --------------------------------------------------------------------------
 WEAK = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
         "unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--net",
-        "--ipc", "--uts", "--mount-proc"]
+        "--ipc", "--uts", "--mount-proc", "--",
+        # a private /tmp, so the attack's scratch files never touch the host's
+        "/bin/sh", "-c", 'mount -t tmpfs -o size=64m,mode=1777 weak-tmp /tmp && cd /tmp && exec "$0" "$@"']
 
 
 @pytest.fixture(scope="session")
@@ -152,7 +128,8 @@ def weak(attack_bin):
         key = tuple(args)
         if key not in cache:
             r = subprocess.run(WEAK + [str(attack_bin), *args], capture_output=True, text=True,
-                               timeout=timeout, cwd="/tmp")
+                               timeout=timeout, cwd="/")
+            assert r.returncode == 0, f"weak-sandbox control failed to run: {r.stderr}"
             cache[key] = parse_results(r.stdout)
         return cache[key]
     return run
@@ -161,66 +138,30 @@ def weak(attack_bin):
 # --------------------------------------------------------------------------
 # sandboxes
 # --------------------------------------------------------------------------
-class Sandbox:
-    """A sandbox made through the HTTP API, with the attack and probe binaries inside."""
-
-    def __init__(self, server, sid: str):
-        self.server = server
-        self.id = sid
-
-    def exec(self, argv: List[str], timeout_s: float = 60, http_timeout: Optional[float] = None,
-             **extra) -> dict:
-        body = {"argv": argv, "timeout_s": timeout_s}
-        body.update(extra)
-        r = self.server.http("POST", f"/v1/sandboxes/{self.id}/exec", body,
-                             timeout=http_timeout or timeout_s + 60)
-        assert r.status == 200, f"exec {argv!r} in {self.id}: {r!r}"
-        return r.json
-
-    def sh(self, cmd: str, timeout_s: float = 60, **extra) -> dict:
-        return self.exec(["/bin/sh", "-c", cmd], timeout_s=timeout_s, **extra)
-
-    def attack(self, *args: str, timeout_s: float = 60, **extra) -> List[dict]:
-        res = self.exec([IN_SANDBOX_ATTACK, *args], timeout_s=timeout_s, **extra)
-        self.last = res
-        return parse_results(res.get("stdout") or "")
-
-    def probe(self) -> dict:
-        res = self.exec([IN_SANDBOX_PROBE], timeout_s=30)
-        assert res["exit_code"] == 0, f"probe failed in the sandbox: {res!r}"
-        return json.loads(res["stdout"])
-
-    def put(self, path: str, data: bytes, mode: str = "0644", timeout: float = 60):
-        from urllib.parse import quote
-        return self.server.http("PUT", f"/v1/sandboxes/{self.id}/files?path={quote(path)}&mode={mode}",
-                                data, timeout=timeout)
-
-    def get(self, path: str, timeout: float = 60):
-        from urllib.parse import quote
-        return self.server.http("GET", f"/v1/sandboxes/{self.id}/files?path={quote(path)}",
-                                timeout=timeout)
-
-    def alive(self) -> bool:
-        """The agent still serves commands."""
-        try:
-            res = self.exec(["/bin/echo", "still-here"], timeout_s=20, http_timeout=40)
-        except (AssertionError, OSError):
-            return False
-        return res.get("exit_code") == 0 and res.get("stdout") == "still-here\n"
-
-
 @pytest.fixture
 def make_sandbox(server, image, sandboxes, attack_bin, probe_bin):
     """make_sandbox(**spec) -> Sandbox with /usr/local/bin/{attack,probe}; deleted after the test."""
     attack_data = attack_bin.read_bytes()
     probe_data = probe_bin.read_bytes()
 
-    def make(install: bool = True, **spec) -> Sandbox:
-        body = {"image": image}
-        body.update(spec)
-        r = server.http("POST", "/v1/sandboxes", body, timeout=120)
-        assert r.status == 201, f"create {body!r}: {r!r}"
-        sb = Sandbox(server, r.json["id"])
+    def make(install: bool = True, cli: bool = False, **spec) -> Sandbox:
+        if cli:  # through `warren create` instead of the HTTP API
+            flags = ["create", "--image", spec.pop("image", image)]
+            for key, flag, fmt in (("pids", "--pids", "{}"), ("memory_mb", "--memory", "{}M"),
+                                   ("disk_mb", "--disk", "{}M"), ("cpu", "--cpu", "{}")):
+                if key in spec:
+                    flags += [flag, fmt.format(spec.pop(key))]
+            assert not spec, f"make_sandbox(cli=True) cannot pass {spec}"
+            r = server.cli(*flags, timeout=120)
+            assert r.returncode == 0, f"warren {' '.join(flags)}: {r.stderr}"
+            sid = r.stdout.strip().splitlines()[-1].strip()
+        else:
+            body = {"image": image}
+            body.update(spec)
+            r = server.http("POST", "/v1/sandboxes", body, timeout=120)
+            assert r.status == 201, f"create {body!r}: {r!r}"
+            sid = r.json["id"]
+        sb = Sandbox(server, sid)
         sandboxes.append(sb.id)
         if install:
             res = sb.exec(["/bin/mkdir", "-p", "/usr/local/bin"], timeout_s=20)
@@ -248,17 +189,11 @@ def shared_sb(server, image, attack_bin, probe_bin):
         server.http("DELETE", "/v1/sandboxes/" + sb.id, timeout=60)
 
 
-def server_rss_kb(server) -> int:
-    with open(f"/proc/{server.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return -1
-
-
-def healthy(server, timeout: float = 10) -> bool:
-    try:
-        r = u.http_request(server, "GET", "/healthz", auth=False, timeout=timeout)
-        return r.status == 200 and server.proc.poll() is None
-    except OSError:
-        return False
+# When tests/e2e and tests/security run in one pytest invocation, pytest leaves whichever
+# conftest it imported last as sys.modules["conftest"], and tests/e2e/test_two_servers.py does
+# `import conftest` to reach Server, _scratch_base and _free_port.  Expose every name of the
+# e2e conftest here too (ours take precedence), so that import works whichever module it gets.
+for _name, _value in vars(_e2e).items():
+    if not _name.startswith("__") and _name not in globals():
+        globals()[_name] = _value
+del _name, _value

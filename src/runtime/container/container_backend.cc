@@ -232,8 +232,9 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   isolation::IdRange range = slot.range();
   WARREN_RETURN_IF_ERROR(isolation::WriteIdMaps(pid, range).Context("create " + cfg.id));
   WARREN_RETURN_IF_ERROR(cgroup.AttachV1(pid).Context("create " + cfg.id));
-  // The agent should never be the OOM victim inside its cgroup; it resets this to 0 for
-  // every command it starts (raising is always allowed, lowering is not).
+  // The agent should never be the OOM victim inside its cgroup. Lowering needs
+  // CAP_SYS_RESOURCE, which root lacks on some hosts (this build VM); the agent then gives
+  // every command a score 998 above its own instead (see exec_child.cc).
   (void)WriteProcFile(pid, "oom_score_adj", "-998");
 
   // 7. Idmapped, read-only clones of the layer mounts for this sandbox's user namespace.

@@ -88,6 +88,7 @@ class Agent {
   std::vector<std::string> base_env_;
   uint64_t nofile_ = 4096;
   int oom_score_adj_ = 0;
+  UniqueFd commands_cgroup_;  // cgroup.procs of the commands' memory cgroup, if any
 
  public:
   int landlock_abi_ = 0;
@@ -104,6 +105,11 @@ Status Agent::Setup() {
   auto msg = WARREN_TRY(Decode(data));
   const json& h = msg.header;
   if (h.value("t", "") != "setup") return Invalid("expected setup message", "agent");
+  if (h.value("commands_cgroup", false)) {
+    if (fds.empty()) return Invalid("missing commands cgroup fd", "agent");
+    commands_cgroup_ = std::move(fds.back());
+    fds.pop_back();
+  }
   if (fds.size() != h.value("layers", 0u)) return Invalid("layer fd count mismatch", "agent");
   const json env = h.value("env", json::object());
   for (auto& [k, v] : env.items())
@@ -187,6 +193,7 @@ void Agent::StartExec(Message& m) {
   cs.cwd = h.value("cwd", "/");
   cs.nofile = nofile_;
   cs.agent_oom_score_adj = oom_score_adj_;
+  cs.cgroup_procs_fd = commands_cgroup_.get();
 
   int po[2], pe[2], perr[2], pi[2] = {-1, -1};
   if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(perr, O_CLOEXEC))

@@ -34,6 +34,8 @@ void ExecChild(const ChildSpec& s) {
   signal(SIGPIPE, SIG_DFL);  // the only disposition the agent changes
   // Own session and process group: a timeout or signal hits the whole command tree.
   setsid();
+  // Into the commands' memory cgroup, away from the agent (see isolation/cgroup.h).
+  if (s.cgroup_procs_fd >= 0 && write(s.cgroup_procs_fd, "0", 1) != 1) Fail(s.error_fd, "cgroup", 126);
   // The command, not the agent, must be the one the OOM killer picks: its score is the
   // agent's plus 998 (0 where the node could lower the agent to -998; 998 on hosts where
   // root lacks CAP_SYS_RESOURCE and the agent stays at 0). Raising is always allowed.

@@ -19,6 +19,9 @@ namespace warren::isolation {
 namespace {
 
 constexpr const char* kRoot = "/sys/fs/cgroup";
+// Memory the agent may use beyond the commands' limit (its own pages, files written through
+// the file API).
+constexpr uint64_t kAgentHeadroomBytes = 32ull << 20;
 
 struct Layout {
   bool pure_v2 = false;
@@ -94,11 +97,23 @@ Result<Cgroup> Cgroup::Create(const std::string& parent_name, const std::string&
     if (mkdir(dir.c_str(), 0755) != 0) return ErrnoStatus("mkdir cgroup", dir);
     cg.dirs_.push_back(dir);  // from here on the destructor removes it
     if (root.ends_with("/memory") && lim.memory_bytes) {
-      std::string v = std::to_string(lim.memory_bytes);
-      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.limit_in_bytes", v));
-      // memsw = memory: no swap on top of the limit (only if swap accounting exists).
-      if (Exists(dir + "/memory.memsw.limit_in_bytes"))
-        WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.memsw.limit_in_bytes", v));
+      // The agent lives in DIR with a little headroom; the commands live in DIR/commands
+      // with the sandbox's limit. An OOM the commands cause picks its victim among them
+      // only, so the agent survives whatever they do (it cannot be protected by
+      // oom_score_adj on hosts where root lacks CAP_SYS_RESOURCE).
+      auto limit = [&](const std::string& d, uint64_t bytes) -> Status {
+        std::string v = std::to_string(bytes);
+        WARREN_RETURN_IF_ERROR(WriteFile(d + "/memory.limit_in_bytes", v));
+        // memsw = memory: no swap on top of the limit (only if swap accounting exists).
+        if (Exists(d + "/memory.memsw.limit_in_bytes"))
+          WARREN_RETURN_IF_ERROR(WriteFile(d + "/memory.memsw.limit_in_bytes", v));
+        return Status::Ok();
+      };
+      WARREN_RETURN_IF_ERROR(limit(dir, lim.memory_bytes + kAgentHeadroomBytes));
+      std::string cmds = dir + "/commands";
+      if (mkdir(cmds.c_str(), 0755) != 0) return ErrnoStatus("mkdir cgroup", cmds);
+      cg.commands_dir_ = cmds;
+      WARREN_RETURN_IF_ERROR(limit(cmds, lim.memory_bytes));
     } else if (root.ends_with("/pids") && lim.pids) {
       WARREN_RETURN_IF_ERROR(WriteFile(dir + "/pids.max", std::to_string(lim.pids)));
     } else if (root.ends_with("/cpu") && lim.cpus > 0) {
@@ -206,9 +221,19 @@ Status Cgroup::Freeze(bool frozen) {
   return Status::Ok();
 }
 
+Result<UniqueFd> Cgroup::OpenCommandsProcs() const {
+  if (commands_dir_.empty()) return UniqueFd();
+  std::string p = commands_dir_ + "/cgroup.procs";
+  UniqueFd fd(open(p.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return ErrnoStatus("open", p);
+  return fd;
+}
+
 Status Cgroup::Destroy() {
   v2_fd_.Reset();
-  std::vector<std::string> all = dirs_;
+  std::vector<std::string> all;
+  if (!commands_dir_.empty()) all.push_back(commands_dir_);  // children before parents
+  all.insert(all.end(), dirs_.begin(), dirs_.end());
   if (!v2_dir_.empty()) all.push_back(v2_dir_);
   Status result;
   for (const std::string& dir : all) {
@@ -223,6 +248,7 @@ Status Cgroup::Destroy() {
     }
   }
   dirs_.clear();
+  commands_dir_.clear();
   v2_dir_.clear();
   return result;
 }

@@ -36,6 +36,7 @@ class Cgroup {
     if (this != &o) {
       (void)Destroy();
       dirs_ = std::move(o.dirs_);
+      commands_dir_ = std::move(o.commands_dir_);
       v2_dir_ = std::move(o.v2_dir_);
       v2_fd_ = std::move(o.v2_fd_);
     }
@@ -47,6 +48,10 @@ class Cgroup {
   int v2_fd() const { return v2_fd_.get(); }
   // Moves `pid` into every directory that CLONE_INTO_CGROUP did not cover (the v1 ones).
   Status AttachV1(pid_t pid);
+  // An fd open for writing on the commands' cgroup.procs (v1 memory hierarchy), or an invalid
+  // fd where there is none. Opened by the node (host root): a command writes "0" to it to
+  // move itself in, which cgroup v1 permits because it checks the opener's credentials.
+  Result<UniqueFd> OpenCommandsProcs() const;
   // SIGKILLs every process in the cgroup (v2 cgroup.kill), when available.
   Status Kill();
   // Freezes or thaws every process (v2 cgroup.freeze) and waits until the kernel reports it
@@ -60,6 +65,7 @@ class Cgroup {
 
  private:
   std::vector<std::string> dirs_;  // v1 dirs; v2 dir last
+  std::string commands_dir_;       // v1 memory DIR/commands, where commands run
   std::string v2_dir_;
   UniqueFd v2_fd_;
 };

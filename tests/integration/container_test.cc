@@ -187,10 +187,10 @@ TEST_F(ContainerTest, FailedCreateUnwindsCompletely) {
   EXPECT_FALSE(node_->CreateSandbox(spec).ok());
   EXPECT_EQ(testing::CountCgroupDirs(spec.config.id), 0);
 
-  // An impossible disk size makes the agent's setup fail after clone: everything unwinds.
+  // A hostname the kernel refuses makes the agent's setup fail after clone, with mounts,
+  // cgroups and the uid range in place: everything unwinds.
   auto spec2 = Spec();
-  spec2.config.disk_bytes = 1;  // tmpfs rounds up to a page; then mkdir in it works...
-  spec2.config.memory_bytes = 4096;  // ...but the cgroup cannot even hold the agent
+  spec2.config.hostname = std::string(100, 'h');
   auto r = node_->CreateSandbox(spec2);
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(testing::CountCgroupDirs(spec2.config.id), 0);

@@ -109,11 +109,14 @@ def test_hostname_is_private(probe, host_probe):
 
 
 def test_cgroup_namespace_hides_host_paths(probe, host_probe):
-    """THREATS #38/#39: the sandbox sees its own cgroups as the root, not host paths."""
+    """THREATS #38/#39: the sandbox sees its own cgroups as the root, not host paths. Commands
+    run in the sandbox's own `commands` child of the memory cgroup (so an OOM they cause
+    never picks the agent): that one path is the sandbox's, not the host's."""
     assert probe["cgroup"], "no /proc/self/cgroup"
     for line in probe["cgroup"]:
         path = line.split(":", 2)[2]
-        assert path == "/", f"host cgroup path visible: {line!r}"
+        assert path in ("/", "/commands"), f"host cgroup path visible: {line!r}"
+        assert "warren" not in line and "sb-" not in line, line
 
 
 def test_mount_table_has_no_host_paths(probe, server):

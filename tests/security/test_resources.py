@@ -192,6 +192,26 @@ def test_disk_quota_above_memory_limit(make_sandbox, server):
     assert healthy(server)
 
 
+def test_kernel_memory_oom_with_lowered_score(make_sandbox, server):
+    """The occupant first lowers its own oom_score_adj as far as the kernel lets it (back to
+    the agent's level where the node could not lower the agent), then fills its memory cgroup
+    with inodes: kernel memory that no process's RSS shows.  The OOM killer must still pick
+    the occupant, not the agent (SECURITY.md: the OOM killer picks a command, never the agent)."""
+    sb = make_sandbox(disk_mb=4096, memory_mb=64)
+    uid = _host_uid(sb)
+    res = sb.exec(["/bin/sh", "-c", "for v in -1000 -998 -500 0 500; do echo $v > /proc/self/oom_score_adj 2>/dev/null && break; done; "
+                   "cat /proc/self/oom_score_adj >&2; exec /usr/local/bin/attack inode_fill /tmp/atk-inodes 2000000"],
+                  timeout_s=120)
+    if res.get("error") or not sb.alive():
+        t = time.time()
+        d = server.http("DELETE", f"/v1/sandboxes/{sb.id}", timeout=90)
+        clean = u.wait_until(lambda: not u.processes_with_uid(uid), timeout=20)
+        pytest.fail(f"the agent was OOM-killed (command's oom_score_adj: {res.get('stderr', '').strip() or '?'}; "
+                    f"exec: {res.get('error') or res}); DELETE -> {d.status} in {time.time() - t:.1f}s, "
+                    f"clean: {bool(clean)}")
+    assert healthy(server)
+
+
 @pytest.mark.parametrize("target", ["/tmp/atk-inodes", "/dev/shm/atk-inodes"])
 def test_inode_exhaustion(make_sandbox, server, target):
     """Empty files until the inode table is full: bounded well below host scale (or the

@@ -249,6 +249,10 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
     clones.push_back(std::move(c));
   }
 
+  // The commands' cgroup, passed along with the layers (last).
+  UniqueFd commands_procs = WARREN_TRY(cgroup.OpenCommandsProcs());
+  if (commands_procs) clone_fds.push_back(commands_procs.get());
+
   // 8. Release the child into the agent, then hand it the setup and the layer mounts.
   if (write(sync_wr.get(), "g", 1) != 1) return ErrnoStatus("release child", cfg.id);
   sync_wr.Reset();
@@ -257,6 +261,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
                         {"hostname", cfg.hostname},
                         {"disk_bytes", cfg.disk_bytes},
                         {"layers", clones.size()},
+                        {"commands_cgroup", commands_procs.valid()},
                         {"nofile", cfg.open_files},
                         {"landlock", !seccomp_bpf_.empty()},
                         {"env", env}},

@@ -38,7 +38,8 @@ std::string CleanPath(const std::string& in, bool* bad) {
 
 }  // namespace
 
-Status ExtractTar(const std::string& tar_path, const std::string& dest_dir) {
+Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
+                  const ExtractLimits& limits) {
   char real[PATH_MAX];
   if (!realpath(dest_dir.c_str(), real)) return ErrnoStatus("realpath", dest_dir);
   const std::string dest = real;
@@ -62,6 +63,7 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir) {
 
   archive_entry* e;
   size_t entries = 0;
+  uint64_t bytes = 0;
   for (;;) {
     int r = archive_read_next_header(in.get(), &e);
     if (r == ARCHIVE_EOF) break;
@@ -89,6 +91,10 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir) {
       size_t size;
       la_int64_t offset;
       while ((r = archive_read_data_block(in.get(), &buf, &size, &offset)) == ARCHIVE_OK) {
+        bytes += size;
+        if (bytes > limits.max_bytes)
+          return Invalid("archive expands beyond " + std::to_string(limits.max_bytes) + " bytes",
+                         tar_path);
         if (archive_write_data_block(out.get(), buf, size, offset) < ARCHIVE_WARN)
           return Internal("write", rel, archive_error_string(out.get()));
       }
@@ -97,7 +103,9 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir) {
     }
     if (archive_write_finish_entry(out.get()) < ARCHIVE_WARN)
       return Internal("finish entry", rel, archive_error_string(out.get()));
-    ++entries;
+    if (++entries > limits.max_entries)
+      return Invalid("archive has more than " + std::to_string(limits.max_entries) + " entries",
+                     tar_path);
   }
   if (archive_write_close(out.get()) != ARCHIVE_OK)
     return Internal("close extraction", dest, archive_error_string(out.get()));

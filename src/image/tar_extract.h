@@ -4,13 +4,22 @@
 // through a symlink planted by an earlier entry). Thread-safe: never changes the cwd.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "base/status.h"
 
 namespace warren::image {
 
-Status ExtractTar(const std::string& tar_path, const std::string& dest_dir);
+// A compressed archive may expand without bound: extraction stops with an invalid status past
+// these (a layer is one filesystem image, not a disk).
+struct ExtractLimits {
+  uint64_t max_bytes = 64ull << 30;
+  uint64_t max_entries = 4'000'000;
+};
+
+Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
+                  const ExtractLimits& limits = {});
 
 // Removes a directory tree without following symlinks.
 Status RemoveTree(const std::string& path);

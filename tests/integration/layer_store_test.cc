@@ -65,6 +65,14 @@ TEST(LayerStore, BadArchivesAreRefusedClearly) {
   ASSERT_EQ(t->exit_code, 0) << t->output;
   auto e = store.ImportTar(dir + "/evil.tar");
   EXPECT_FALSE(e.ok());
+  // A compression bomb stops at the limit instead of filling the host's disk.
+  auto bomb = RunProgram({"sh", "-c", "head -c 50000000 /dev/zero > " + dir + "/zeros && tar -C " +
+                                          dir + " -czf " + dir + "/bomb.tgz zeros && rm " + dir + "/zeros"});
+  ASSERT_TRUE(bomb.ok());
+  std::filesystem::create_directories(dir + "/bomb-out");
+  Status st = image::ExtractTar(dir + "/bomb.tgz", dir + "/bomb-out", {10 << 20, 100});
+  EXPECT_EQ(st.code(), Code::kInvalid) << st.ToString();
+  EXPECT_NE(st.ToString().find("expands beyond"), std::string::npos) << st.ToString();
   // Nothing left in the store's scratch space.
   EXPECT_TRUE(std::filesystem::is_empty(dir + "/store/tmp"));
   testing::RemoveDir(dir);

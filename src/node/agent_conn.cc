@@ -180,6 +180,12 @@ std::shared_ptr<ExecRecord> AgentConn::FindExec(const std::string& exec_id) {
   return it == execs_.end() ? nullptr : it->second;
 }
 
+// True once the agent answered (an early error stops an upload).
+bool AgentConn::OpDone(PendingOp& op) {
+  std::lock_guard l(op.mu);
+  return op.done;
+}
+
 std::shared_ptr<AgentConn::PendingOp> AgentConn::NewOp(std::string* id) {
   std::lock_guard lock(mu_);
   *id = "op-" + std::to_string(next_op_++);
@@ -217,7 +223,7 @@ Status AgentConn::WriteFile(const std::string& path, uint32_t mode, std::string_
                 {"last", off + n >= data.size()}},
                std::string(data.substr(off, n))});
     off += n;
-  } while (st.ok() && off < data.size() && !op->done);
+  } while (st.ok() && off < data.size() && !OpDone(*op));
   if (!st.ok()) {
     std::lock_guard lock(mu_);
     ops_.erase(id);

@@ -59,6 +59,7 @@ class AgentConn {
   Status Send(const agent::Message& m);
   std::shared_ptr<PendingOp> NewOp(std::string* id);
   Status WaitOp(const std::string& id, const std::shared_ptr<PendingOp>& op);
+  static bool OpDone(PendingOp& op);
 
   const std::string sandbox_id_;
   UniqueFd sock_;

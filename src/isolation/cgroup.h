@@ -46,6 +46,8 @@ class Cgroup {
 
   // The v2 directory fd for clone3(CLONE_INTO_CGROUP), or -1 on hosts without cgroup2.
   int v2_fd() const { return v2_fd_.get(); }
+  // Closes that fd once the sandbox's init is in: the daemon's fd budget is per sandbox.
+  void CloseCloneFd() { v2_fd_.Reset(); }
   // Moves `pid` into every directory that CLONE_INTO_CGROUP did not cover (the v1 ones).
   Status AttachV1(pid_t pid);
   // An fd open for writing on the commands' cgroup.procs (v1 memory hierarchy), or an invalid

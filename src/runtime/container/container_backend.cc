@@ -279,6 +279,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
 
   kill_child.Cancel();
+  cgroup.CloseCloneFd();
   return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd_owner),
                                                          std::move(cgroup), std::move(slot),
                                                          std::move(layers), std::move(node_end)));

@@ -87,25 +87,20 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
   return e->instance->Destroy().Context("delete " + id);
 }
 
+Result<std::shared_ptr<LocalNode::Entry>> LocalNode::Find(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return NotFound("sandbox", id);
+  return it->second;
+}
+
 Status LocalNode::PauseSandbox(const std::string& id) {
-  std::shared_ptr<Entry> e;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return NotFound("sandbox", id);
-    e = it->second;
-  }
+  auto e = WARREN_TRY(Find(id));
   return e->instance->Pause().Context("pause " + id);
 }
 
 Status LocalNode::ResumeSandbox(const std::string& id) {
-  std::shared_ptr<Entry> e;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return NotFound("sandbox", id);
-    e = it->second;
-  }
+  auto e = WARREN_TRY(Find(id));
   return e->instance->Resume().Context("resume " + id);
 }
 
@@ -119,10 +114,8 @@ void LocalNode::DeleteAll() {
 }
 
 Result<std::shared_ptr<AgentConn>> LocalNode::Conn(const std::string& id) {
-  std::lock_guard lock(mu_);
-  auto it = sandboxes_.find(id);
-  if (it == sandboxes_.end()) return NotFound("sandbox", id);
-  return it->second->conn;
+  auto e = WARREN_TRY(Find(id));
+  return e->conn;
 }
 
 Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,

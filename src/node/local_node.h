@@ -58,6 +58,7 @@ class LocalNode : public NodeApi {
     std::shared_ptr<AgentConn> conn;
   };
   LocalNode(const LocalNodeOptions& opts, image::LayerStore* store);
+  Result<std::shared_ptr<Entry>> Find(const std::string& id);
   Result<std::shared_ptr<AgentConn>> Conn(const std::string& id);
 
   LocalNodeOptions opts_;

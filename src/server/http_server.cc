@@ -384,9 +384,7 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     }
     if (seg.size() == 4 && (what == "pause" || what == "resume")) {
       if (verb != http::verb::post) co_return method_not_allowed();
-      auto r = co_await Blocking([&] {
-        return what == "pause" ? api->PauseSandbox(id) : api->ResumeSandbox(id);
-      });
+      auto r = co_await Blocking([&] { return api->SetPaused(id, what == "pause"); });
       co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
     }
     if (seg.size() == 4 && what == "archive")

@@ -225,24 +225,16 @@ Status Api::DeleteSandbox(const std::string& id) {
   return state_->RemoveSandbox(id);
 }
 
-Result<json> Api::PauseSandbox(const std::string& id) {
+Result<json> Api::SetPaused(const std::string& id, bool paused) {
+  const char* op = paused ? "pause" : "resume";
+  const char* from = paused ? "running" : "paused";
+  const char* to = paused ? "paused" : "running";
   json sb = WARREN_TRY(Sandbox(id));
-  if (sb["state"] == "paused") return sb;
-  if (sb["state"] != "running")
-    return Status(Code::kConflict, "pause", id, "sandbox is " + sb["state"].get<std::string>());
-  WARREN_RETURN_IF_ERROR(node_->PauseSandbox(id));
-  sb["state"] = "paused";
-  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
-  return sb;
-}
-
-Result<json> Api::ResumeSandbox(const std::string& id) {
-  json sb = WARREN_TRY(Sandbox(id));
-  if (sb["state"] == "running") return sb;
-  if (sb["state"] != "paused")
-    return Status(Code::kConflict, "resume", id, "sandbox is " + sb["state"].get<std::string>());
-  WARREN_RETURN_IF_ERROR(node_->ResumeSandbox(id));
-  sb["state"] = "running";
+  if (sb["state"] == to) return sb;  // already there: a no-op
+  if (sb["state"] != from)
+    return Status(Code::kConflict, op, id, "sandbox is " + sb["state"].get<std::string>());
+  WARREN_RETURN_IF_ERROR(paused ? node_->PauseSandbox(id) : node_->ResumeSandbox(id));
+  sb["state"] = to;
   WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
   return sb;
 }

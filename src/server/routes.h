@@ -55,8 +55,8 @@ class Api {
   Result<nlohmann::json> GetSandbox(const std::string& id);
   Result<nlohmann::json> ListSandboxes(const Query& q);
   Status DeleteSandbox(const std::string& id);
-  Result<nlohmann::json> PauseSandbox(const std::string& id);
-  Result<nlohmann::json> ResumeSandbox(const std::string& id);
+  // Freezes (true) or thaws (false) a sandbox; repeating the current state is a no-op.
+  Result<nlohmann::json> SetPaused(const std::string& id, bool paused);
   Result<nlohmann::json> SetNetwork(const std::string& id, const std::string& body);
 
   struct ExecStart {

@@ -121,6 +121,13 @@ Result<nlohmann::json> SpecJson(const SpecFlags& f) {
   return j;
 }
 
+Result<std::string> CreateFromFlags(const SpecFlags& f) {
+  nlohmann::json spec = WARREN_TRY(SpecJson(f));
+  auto r = WARREN_TRY(Client().Request("POST", "/v1/sandboxes", spec.dump()));
+  nlohmann::json sb = WARREN_TRY(client::JsonOf(r, "create sandbox"));
+  return sb["id"].get<std::string>();
+}
+
 void AddExecFlags(CLI::App* cmd, ExecFlags* f) {
   cmd->add_option("--timeout", f->timeout, "seconds before the command is killed (exit 124)");
   cmd->add_option("--cwd", f->cwd, "working directory inside the sandbox");

@@ -39,6 +39,8 @@ struct SpecFlags {
 CLI::Option* Repeatable(CLI::Option* opt);
 void AddSpecFlags(CLI::App* cmd, SpecFlags* f);
 Result<nlohmann::json> SpecJson(const SpecFlags& f);
+// Creates a sandbox from the flags; returns its id.
+Result<std::string> CreateFromFlags(const SpecFlags& f);
 
 struct ExecFlags {
   double timeout = 0;

@@ -8,13 +8,9 @@ void AddCreate(CLI::App& app) {
   auto flags = std::make_shared<SpecFlags>();
   AddSpecFlags(cmd, flags.get());
   cmd->callback([flags] {
-    auto spec = SpecJson(*flags);
-    if (!spec.ok()) return void(ExitCode() = Fail(spec.status()));
-    auto r = Client().Request("POST", "/v1/sandboxes", spec->dump());
-    if (!r.ok()) return void(ExitCode() = Fail(r.status()));
-    auto sb = client::JsonOf(*r, "create sandbox");
-    if (!sb.ok()) return void(ExitCode() = Fail(sb.status()));
-    printf("%s\n", (*sb)["id"].get<std::string>().c_str());
+    auto id = CreateFromFlags(*flags);
+    if (!id.ok()) return void(ExitCode() = Fail(id.status()));
+    printf("%s\n", id->c_str());
   });
 }
 

@@ -14,13 +14,9 @@ void AddRun(CLI::App& app) {
   cmd->add_flag("-i,--stdin", flags->stdin_from_terminal, "send our standard input to the command");
   cmd->add_option("cmd", flags->argv, "command and arguments (after --)");
   cmd->callback([spec, flags] {
-    auto j = SpecJson(*spec);
-    if (!j.ok()) return void(ExitCode() = Fail(j.status()));
-    auto r = Client().Request("POST", "/v1/sandboxes", j->dump());
-    if (!r.ok()) return void(ExitCode() = Fail(r.status()));
-    auto sb = client::JsonOf(*r, "create sandbox");
-    if (!sb.ok()) return void(ExitCode() = Fail(sb.status()));
-    std::string id = (*sb)["id"];
+    auto created = CreateFromFlags(*spec);
+    if (!created.ok()) return void(ExitCode() = Fail(created.status()));
+    const std::string id = *created;
     ExitCode() = ExecAndStream(id, *flags);
     auto d = Client().Request("DELETE", "/v1/sandboxes/" + id);
     Status st = d.ok() ? client::ToStatus(*d, "delete sandbox " + id) : d.status();

@@ -7,6 +7,7 @@ PACKAGES=(
   libarchive-dev libsqlite3-dev libssl-dev libgtest-dev libgmock-dev
   erofs-utils busybox-static crun bubblewrap tar
   python3 python3-pytest python3-yaml curl
+  libcurl4-openssl-dev mmdebstrap skopeo umoci docker-registry python3-jwt python3-cryptography openssl
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

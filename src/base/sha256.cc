@@ -54,4 +54,21 @@ std::string Sha256Hex(std::string_view data) {
   return Hex(md, len);
 }
 
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void Sha256::Update(const void* data, size_t n) {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, n);
+}
+
+std::string Sha256::HexDigest() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md, &len);
+  return Hex(md, len);
+}
+
 }  // namespace warren

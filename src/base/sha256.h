@@ -12,4 +12,18 @@ namespace warren {
 Result<std::string> Sha256File(const std::string& path);
 std::string Sha256Hex(std::string_view data);
 
+// Incremental SHA-256, for verifying a stream (e.g. a registry blob) as it arrives.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void Update(const void* data, size_t n);
+  std::string HexDigest();  // finishes the hash; call once
+
+ private:
+  void* ctx_;  // EVP_MD_CTX
+};
+
 }  // namespace warren

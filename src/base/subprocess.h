@@ -19,4 +19,9 @@ struct SubprocessResult {
 Result<SubprocessResult> RunProgram(const std::vector<std::string>& argv,
                                     const std::vector<std::string>& extra_env = {});
 
+// The same, but the program's output goes to our stderr as it runs (progress of long builds);
+// returns the exit code (-1 if killed by a signal).
+Result<int> RunProgramShowingOutput(const std::vector<std::string>& argv,
+                                    const std::vector<std::string>& extra_env = {});
+
 }  // namespace warren

@@ -1,54 +1,68 @@
-// warren image build NAME:TAG (--from-dir DIR | --from-tar FILE) [--kind K] | ls | rm NAME:TAG
-#include <fcntl.h>
-#include <unistd.h>
+// warren image build NAME:TAG (--from-dir DIR | --from-tar FILE | --from-oci SRC |
+//                               --debian SUITE [--packages a,b]) [--kind K] | ls | rm NAME:TAG
+#include <stdlib.h>
+
+#include <chrono>
 
 #include "base/cleanup.h"
-#include "base/unique_fd.h"
 #include "cli/common.h"
-#include "image/tar_create.h"
+#include "image/builders.h"
+#include "image/tar_extract.h"
 
 namespace warren::cli {
 namespace {
 
-int Build(const std::string& ref, const std::string& dir, const std::string& tar,
-          const std::string& kind, bool oci, bool debian) {
-  size_t colon = ref.rfind(':');
-  if (colon == std::string::npos) return Fail("image build", "the image name must be NAME:TAG");
-  if (oci || debian)
-    return Fail("image build " + ref, "--from-oci and --debian are not available yet");
-  if (dir.empty() == tar.empty()) return Fail("image build " + ref, "give one of --from-dir or --from-tar");
-  std::string upload = tar;
-  Cleanup rm_tmp;
-  if (!dir.empty()) {
-    // Tar the directory into a temporary file, then upload it (the server builds the EROFS
-    // image: owners and modes are kept as they are on disk).
-    char tmpl[] = "/var/tmp/warren-build-XXXXXX";
-    UniqueFd fd(mkstemp(tmpl));
-    if (!fd) return Fail(ErrnoStatus("mkstemp", tmpl));
-    upload = tmpl;
-    rm_tmp = Cleanup([upload] { unlink(upload.c_str()); });
-    fprintf(stderr, "packing %s ...\n", dir.c_str());
-    Status st = image::WriteTarOfDir(dir, [&](const void* b, size_t n) -> Status {
-      const char* p = static_cast<const char*>(b);
-      while (n > 0) {
-        ssize_t w = write(fd.get(), p, n);
-        if (w < 0) return ErrnoStatus("write", upload);
-        p += w;
-        n -= static_cast<size_t>(w);
-      }
-      return Status::Ok();
-    });
-    if (!st.ok()) return Fail(st.Context("image build " + ref));
+// Registry settings come from the environment so scripts need no extra flags.
+image::RegistryOptions RegistryFromEnv(const std::string& ca, bool insecure) {
+  image::RegistryOptions o;
+  o.ca_file = ca.empty() && getenv("WARREN_REGISTRY_CA") ? getenv("WARREN_REGISTRY_CA") : ca;
+  o.insecure = insecure || (getenv("WARREN_REGISTRY_INSECURE") &&
+                            std::string(getenv("WARREN_REGISTRY_INSECURE")) == "1");
+  if (const char* a = getenv("WARREN_REGISTRY_AUTH")) o.credentials = a;
+  return o;
+}
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    if (j > i) out.push_back(s.substr(i, j - i));
+    i = j + 1;
   }
-  fprintf(stderr, "uploading and building %s ...\n", ref.c_str());
+  return out;
+}
+
+int Build(const std::string& ref, image::BuildSource src, const std::string& kind) {
+  size_t colon = ref.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == ref.size())
+    return Fail("image build", "the image name must be NAME:TAG");
+  const std::string what = "image build " + ref;
+  auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  src.progress = [&](const std::string& m) { fprintf(stderr, "[%6.1fs] %s\n", elapsed(), m.c_str()); };
+  // Scratch space on a real disk (tmpfs may be small): removed whatever happens.
+  char tmpl[] = "/var/tmp/warren-build-XXXXXX";
+  if (!mkdtemp(tmpl)) return Fail(ErrnoStatus("mkdtemp", tmpl).Context(what));
+  std::string work = tmpl;
+  Cleanup rm_work([work] { (void)image::RemoveTree(work); });
+  auto built = image::BuildRootfsTar(src, work);
+  if (!built.ok()) return Fail(built.status().Context(what));
+  src.progress("uploading to " + ServerUrl() + " (the server writes the EROFS layer)");
+  std::string source = built->source.size() > 512 ? built->source.substr(0, 512) : built->source;
   auto r = Client().UploadFile("POST",
                                "/v1/layers?name=" + client::UrlEncode(ref.substr(0, colon)) +
                                    "&tag=" + client::UrlEncode(ref.substr(colon + 1)) +
-                                   "&kind=" + client::UrlEncode(kind),
-                               upload, "application/x-tar");
-  if (!r.ok()) return Fail(r.status().Context("image build " + ref));
-  auto j = client::JsonOf(*r, "image build " + ref);
+                                   "&kind=" + client::UrlEncode(kind) +
+                                   "&source=" + client::UrlEncode(source),
+                               built->path, "application/x-tar");
+  if (!r.ok()) return Fail(r.status().Context(what));
+  auto j = client::JsonOf(*r, what);
   if (!j.ok()) return Fail(j.status());
+  src.progress("done: " + std::to_string((*j).value("size", 0ull) / 1000000) + " MB layer");
   printf("%s %s\n", ref.c_str(), (*j)["digest"].get<std::string>().c_str());
   return 0;
 }
@@ -67,12 +81,29 @@ void AddImage(CLI::App& app) {
   build->add_option("ref", *ref, "NAME:TAG")->required();
   build->add_option("--from-dir", *dir, "a root directory");
   build->add_option("--from-tar", *tar, "a tar archive (plain, gzip, zstd, xz)");
-  build->add_option("--from-oci", *oci, "an OCI image (not available yet)");
-  build->add_option("--debian", *debian, "a Debian suite (not available yet)");
-  build->add_option("--packages", *packages, "Debian packages, comma-separated");
+  build->add_option("--from-oci", *oci,
+                    "an OCI layout dir or docker-save/OCI archive (PATH or PATH:NAME), or a "
+                    "registry reference (HOST/REPO:TAG)");
+  build->add_option("--debian", *debian, "a Debian suite, built with mmdebstrap (e.g. bookworm)");
+  build->add_option("--packages", *packages, "Debian packages to add, comma-separated");
   build->add_option("--kind", *kind, "base|workspace|tool");
+  auto ca = std::make_shared<std::string>(), mirror = std::make_shared<std::string>();
+  auto insecure = std::make_shared<bool>(false);
+  build->add_option("--registry-ca", *ca, "CA bundle for the registry (or $WARREN_REGISTRY_CA)");
+  build->add_flag("--insecure-registry", *insecure,
+                  "allow plain HTTP and unverified TLS (loopback registries may use HTTP anyway)");
+  build->add_option("--debian-mirror", *mirror, "Debian mirror URL (or $WARREN_DEBIAN_MIRROR)");
   build->callback([=] {
-    ExitCode() = Build(*ref, *dir, *tar, *kind, !oci->empty(), !debian->empty());
+    image::BuildSource src;
+    src.from_dir = *dir;
+    src.from_tar = *tar;
+    src.from_oci = *oci;
+    src.debian_suite = *debian;
+    src.packages = SplitComma(*packages);
+    src.debian_mirror = !mirror->empty() ? *mirror
+                        : getenv("WARREN_DEBIAN_MIRROR") ? getenv("WARREN_DEBIAN_MIRROR") : "";
+    src.registry = RegistryFromEnv(*ca, *insecure);
+    ExitCode() = Build(*ref, std::move(src), *kind);
   });
 
   auto* ls = image->add_subcommand("ls", "list images");

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "base/cleanup.h"
 #include "base/ids.h"
 #include "base/sha256.h"
@@ -35,6 +37,43 @@ bool ValidDigest(const std::string& d) {
   for (char c : d.substr(7))
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
+}
+
+// CRC32C (Castagnoli), bitwise, as EROFS checksums its superblock (no final inversion).
+uint32_t Crc32c(uint32_t crc, const unsigned char* p, size_t n) {
+  while (n--) {
+    crc ^= *p++;
+    for (int i = 0; i < 8; ++i) crc = (crc >> 1) ^ ((crc & 1) ? 0x82F63B78u : 0);
+  }
+  return crc;
+}
+
+// mkfs.erofs (1.5) can either keep every file's mtime or be reproducible (SOURCE_DATE_EPOCH
+// flattens all times), not both: the superblock's build time is "now". Files keep their
+// mtimes (stale-looking times break Python's .pyc checks and make), and we zero the build time
+// afterwards and re-checksum the superblock, so the same tree still gives the same digest.
+Status ZeroBuildTime(const std::string& img) {
+  UniqueFd fd(open(img.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd) return ErrnoStatus("open", img);
+  unsigned char sb[4096];
+  if (pread(fd.get(), sb, sizeof sb, 0) != static_cast<ssize_t>(sizeof sb))
+    return ErrnoStatus("read superblock", img);
+  unsigned char* s = sb + kErofsSuperOffset;
+  uint32_t magic, compat;
+  memcpy(&magic, s, 4);
+  memcpy(&compat, s + 8, 4);
+  if (magic != kErofsMagic) return Internal("fix superblock", img, "not EROFS");
+  const unsigned blkszbits = s[12];
+  if (blkszbits != 12) return Internal("fix superblock", img, "unexpected block size");
+  memset(s + 24, 0, 12);  // build_time (u64) and build_time_nsec (u32)
+  if (compat & 1) {       // EROFS_FEATURE_COMPAT_SB_CHKSUM
+    memset(s + 4, 0, 4);
+    uint32_t crc = Crc32c(~0u, s, sizeof sb - kErofsSuperOffset);
+    memcpy(s + 4, &crc, 4);
+  }
+  if (pwrite(fd.get(), sb, sizeof sb, 0) != static_cast<ssize_t>(sizeof sb))
+    return ErrnoStatus("write superblock", img);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -100,9 +139,10 @@ Result<BlobInfo> LayerStore::ImportTar(const std::string& tar_path) {
   utimensat(AT_FDCWD, dir.c_str(), zero, AT_SYMLINK_NOFOLLOW);
   std::string img = TempPath("erofs");
   Cleanup rm_img([&] { unlink(img.c_str()); });
-  auto r = WARREN_TRY(RunProgram({"mkfs.erofs", "--quiet", "-x1", "-U", kZeroUuid, img, dir},
-                                     {"SOURCE_DATE_EPOCH=0"}));
+  auto r = WARREN_TRY(
+      RunProgram({"mkfs.erofs", "--quiet", "-x1", "--preserve-mtime", "-U", kZeroUuid, img, dir}));
   if (r.exit_code != 0) return Internal("mkfs.erofs", img, "failed: " + r.output);
+  WARREN_RETURN_IF_ERROR(ZeroBuildTime(img));
   rm_img.Cancel();
   return Commit(img);
 }

@@ -3,11 +3,15 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <ftw.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <memory>
+#include <vector>
 
 namespace warren::image {
 namespace {
@@ -15,9 +19,41 @@ namespace {
 using ReadPtr = std::unique_ptr<archive, decltype(&archive_read_free)>;
 using WritePtr = std::unique_ptr<archive, decltype(&archive_write_free)>;
 
-// Returns "" for entries to skip (the root itself), or the cleaned relative path; sets *bad
-// when the path escapes.
-std::string CleanPath(const std::string& in, bool* bad) {
+Status MkdirParents(const std::string& dest, const std::string& rel) {
+  for (size_t i = rel.find('/'); i != std::string::npos; i = rel.find('/', i + 1)) {
+    std::string p = dest + "/" + rel.substr(0, i);
+    if (mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", p);
+  }
+  return Status::Ok();
+}
+
+// A layer's whiteouts in overlayfs form, so the layer can delete from the layers beneath it:
+// `.wh.NAME` -> a 0/0 character device NAME; `.wh..wh..opq` -> the directory marked opaque
+// (user.overlay.opaque for the sandboxes' userxattr overlay, trusted.overlay.opaque for an
+// overlay mounted by a real root, as in a VM guest).
+Status ApplyWhiteouts(const std::string& dest, const std::vector<std::string>& whiteouts,
+                      const std::vector<std::string>& opaque_dirs) {
+  for (const auto& w : whiteouts) {
+    WARREN_RETURN_IF_ERROR(MkdirParents(dest, w));
+    std::string p = dest + "/" + w;
+    struct stat st;
+    if (lstat(p.c_str(), &st) == 0) continue;  // the layer also has the entry: it wins
+    if (mknod(p.c_str(), S_IFCHR | 0, makedev(0, 0)) != 0) return ErrnoStatus("mknod whiteout", p);
+  }
+  for (const auto& d : opaque_dirs) {
+    std::string p = d.empty() ? dest : dest + "/" + d;
+    if (!d.empty()) {
+      WARREN_RETURN_IF_ERROR(MkdirParents(dest, d + "/x"));
+    }
+    for (const char* name : {"user.overlay.opaque", "trusted.overlay.opaque"})
+      if (lsetxattr(p.c_str(), name, "y", 1, 0) != 0) return ErrnoStatus("mark opaque", p);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string CleanTarPath(const std::string& in, bool* bad) {
   std::string out, comp;
   *bad = false;
   size_t i = 0;
@@ -35,8 +71,6 @@ std::string CleanPath(const std::string& in, bool* bad) {
   }
   return out;
 }
-
-}  // namespace
 
 Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
                   const ExtractLimits& limits) {
@@ -62,6 +96,7 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
   archive_write_disk_set_standard_lookup(out.get());
 
   archive_entry* e;
+  std::vector<std::string> whiteouts, opaque_dirs;
   size_t entries = 0;
   uint64_t bytes = 0;
   for (;;) {
@@ -70,15 +105,23 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
     if (r < ARCHIVE_WARN)
       return Invalid(std::string("bad tar entry: ") + archive_error_string(in.get()), tar_path);
     bool bad = false;
-    std::string rel = CleanPath(archive_entry_pathname(e), &bad);
+    std::string rel = CleanTarPath(archive_entry_pathname(e), &bad);
     if (bad) return Invalid("entry escapes the image root: " + std::string(archive_entry_pathname(e)), tar_path);
     if (rel.empty()) continue;
+    // OCI/AUFS whiteouts become overlayfs ones after extraction (see ApplyWhiteouts).
+    if (std::string base = rel.substr(rel.rfind('/') + 1); base.rfind(".wh.", 0) == 0) {
+      if (base == ".wh..wh..opq")
+        opaque_dirs.push_back(rel.size() > base.size() ? rel.substr(0, rel.size() - base.size() - 1) : "");
+      else if (base.rfind(".wh..wh.", 0) != 0)
+        whiteouts.push_back(rel.substr(0, rel.size() - base.size()) + base.substr(4));
+      continue;
+    }
     archive_entry_set_pathname(e, (dest + "/" + rel).c_str());
     // Keep ids numeric: clear names so the host's user database is never consulted.
     archive_entry_set_uname(e, nullptr);
     archive_entry_set_gname(e, nullptr);
     if (const char* hl = archive_entry_hardlink(e)) {
-      std::string hrel = CleanPath(hl, &bad);
+      std::string hrel = CleanTarPath(hl, &bad);
       if (bad || hrel.empty()) return Invalid("hard link escapes the image root", tar_path);
       archive_entry_set_hardlink(e, (dest + "/" + hrel).c_str());
     }
@@ -109,8 +152,9 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
   }
   if (archive_write_close(out.get()) != ARCHIVE_OK)
     return Internal("close extraction", dest, archive_error_string(out.get()));
-  if (entries == 0) return Invalid("empty tar archive", tar_path);
-  return Status::Ok();
+  if (entries == 0 && whiteouts.empty() && opaque_dirs.empty())
+    return Invalid("empty tar archive", tar_path);
+  return ApplyWhiteouts(dest, whiteouts, opaque_dirs);
 }
 
 Status RemoveTree(const std::string& path) {

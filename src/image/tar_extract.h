@@ -21,6 +21,10 @@ struct ExtractLimits {
 Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
                   const ExtractLimits& limits = {});
 
+// An archive entry's path made relative and clean ("./a//b/" -> "a/b"); "" for the root
+// itself. Sets *bad when the path climbs out with "..".
+std::string CleanTarPath(const std::string& in, bool* bad);
+
 // Removes a directory tree without following symlinks.
 Status RemoveTree(const std::string& path);
 

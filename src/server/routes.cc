@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "base/ids.h"
+#include "base/utf8.h"
 
 namespace warren::server {
 
@@ -339,12 +340,17 @@ Result<std::string> Api::GetFile(const std::string& id, const Query& q) {
 
 Result<json> Api::UploadLayer(const Query& q, const std::string& body_path) {
   for (auto& [k, v] : q)
-    if (k != "name" && k != "tag" && k != "kind") return Invalid("unknown query parameter `" + k + "`");
+    if (k != "name" && k != "tag" && k != "kind" && k != "source")
+      return Invalid("unknown query parameter `" + k + "`");
   auto get = [&](const char* k, const char* def) {
     auto it = q.find(k);
     return it == q.end() ? std::string(def) : it->second;
   };
   std::string name = get("name", ""), tag = get("tag", "latest"), kind = get("kind", "base");
+  // Where the builder got the content (free text, shown by `image ls`).
+  std::string source = get("source", "");
+  if (source.size() > 512) return Invalid("`source` is at most 512 bytes");
+  source = SanitizeUtf8(source);
   std::string n, t;
   WARREN_RETURN_IF_ERROR(ParseImageRef(name + ":" + tag, &n, &t));
   if (kind != "base" && kind != "workspace" && kind != "tool")
@@ -352,7 +358,7 @@ Result<json> Api::UploadLayer(const Query& q, const std::string& body_path) {
   bool erofs = image::LayerStore::IsErofs(body_path);
   auto blob = erofs ? layers_->ImportErofs(body_path) : layers_->ImportTar(body_path);
   if (!blob.ok()) return blob.status().Context("build image " + name + ":" + tag);
-  LayerRecord rec{name, tag, blob->digest, kind, NowRfc3339(), erofs ? "erofs" : "tar", blob->size};
+  LayerRecord rec{name, tag, blob->digest, kind, NowRfc3339(), !source.empty() ? source : erofs ? "erofs" : "tar", blob->size};
   // A moved tag may leave its old blob unreferenced.
   auto old = state_->GetLayer(name, tag);
   WARREN_RETURN_IF_ERROR(state_->PutLayer(rec));

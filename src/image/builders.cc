@@ -1,0 +1,152 @@
+#include "image/builders.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/subprocess.h"
+#include "base/unique_fd.h"
+#include "image/oci_flatten.h"
+#include "image/tar_create.h"
+
+namespace warren::image {
+namespace {
+
+void Say(const BuildSource& s, const std::string& m) {
+  if (s.progress) s.progress(m);
+}
+
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool Exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
+
+Result<BuiltTar> FromDir(const BuildSource& s, const std::string& work) {
+  if (!IsDir(s.from_dir)) return NotFound("directory", s.from_dir);
+  BuiltTar out{work + "/rootfs.tar", "dir:" + s.from_dir};
+  UniqueFd fd(open(out.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd) return ErrnoStatus("create", out.path);
+  Say(s, "packing " + s.from_dir);
+  WARREN_RETURN_IF_ERROR(WriteTarOfDir(s.from_dir, [&](const void* b, size_t n) -> Status {
+    const char* p = static_cast<const char*>(b);
+    while (n > 0) {
+      ssize_t w = write(fd.get(), p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus("write", out.path);
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return Status::Ok();
+  }));
+  return out;
+}
+
+// Where an OCI source lives: a path (optionally PATH:NAME) or a registry reference.
+struct OciLocation {
+  std::string path, name;
+  bool registry = false;
+};
+
+OciLocation LocateOci(const std::string& spec) {
+  std::string s = spec;
+  // skopeo-style transport prefixes are accepted for convenience.
+  for (const char* p : {"oci:", "oci-archive:", "docker-archive:"})
+    if (s.rfind(p, 0) == 0) {
+      s = s.substr(strlen(p));
+      break;
+    }
+  if (s.rfind("docker://", 0) == 0) return {s.substr(9), "", true};
+  if (Exists(s)) return {s, "", false};
+  size_t colon = s.find(':');
+  // PATH:NAME (the name may itself hold a colon: REPO:TAG).
+  while (colon != std::string::npos) {
+    if (colon > 0 && Exists(s.substr(0, colon))) return {s.substr(0, colon), s.substr(colon + 1), false};
+    colon = s.find(':', colon + 1);
+  }
+  return {s, "", true};
+}
+
+Result<BuiltTar> FromOci(const BuildSource& s, const std::string& work) {
+  OciLocation loc = LocateOci(s.from_oci);
+  OciImage img;
+  std::string source;
+  if (loc.registry) {
+    ImageReference ref = WARREN_TRY(ParseImageReference(loc.path));
+    std::string dir = work + "/pull";
+    if (mkdir(dir.c_str(), 0700) != 0) return ErrnoStatus("mkdir", dir);
+    img = WARREN_TRY(PullImage(ref, dir, s.registry));
+    source = "oci:" + ref.ToString();
+  } else {
+    std::string dir = loc.path;
+    if (!IsDir(dir)) {
+      dir = work + "/unpacked";
+      if (mkdir(dir.c_str(), 0700) != 0) return ErrnoStatus("mkdir", dir);
+      Say(s, "unpacking " + loc.path);
+      WARREN_RETURN_IF_ERROR(UnpackImageArchive(loc.path, dir));
+    }
+    img = WARREN_TRY(ReadOciDir(dir, loc.name));
+    source = "oci:" + loc.path + (loc.name.empty() ? "" : ":" + loc.name);
+  }
+  if (!img.manifest_digest.empty()) source += "@" + img.manifest_digest;
+  BuiltTar out{work + "/rootfs.tar", source};
+  size_t n = img.layers.size();
+  FlattenStats st = WARREN_TRY(FlattenLayers(img.layers, out.path, [&](size_t i) {
+    Say(s, "flattening layer " + std::to_string(n - i) + "/" + std::to_string(n) + " (top first)");
+  }));
+  Say(s, "flattened " + std::to_string(n) + " layers: " + std::to_string(st.entries) +
+             " entries, " + std::to_string(st.bytes / 1000000) + " MB, " + std::to_string(st.hidden) +
+             " hidden by upper layers");
+  return out;
+}
+
+Result<BuiltTar> FromDebian(const BuildSource& s, const std::string& work) {
+  for (char c : s.debian_suite)
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-')
+      return Invalid("a Debian suite is a name like bookworm", s.debian_suite);
+  BuiltTar out{work + "/rootfs.tar", "debian:" + s.debian_suite};
+  // mmdebstrap's default cleanup already drops apt's package lists and caches.
+  std::vector<std::string> argv = {"mmdebstrap", "--variant=apt", "--format=tar"};
+  std::string include;
+  for (const auto& p : s.packages) {
+    for (char c : p)
+      if (!isalnum(static_cast<unsigned char>(c)) && !strchr("+-.:=~", c))
+        return Invalid("bad Debian package name `" + p + "`");
+    include += (include.empty() ? "" : ",") + p;
+  }
+  if (!include.empty()) {
+    argv.push_back("--include=" + include);
+    out.source += "+" + include;
+  }
+  argv.push_back(s.debian_suite);
+  argv.push_back(out.path);
+  if (!s.debian_mirror.empty()) argv.push_back(s.debian_mirror);
+  Say(s, "running mmdebstrap " + s.debian_suite + (include.empty() ? "" : " with " + include));
+  auto run = RunProgramShowingOutput(argv);
+  if (!run.ok()) return run.status().Context("build Debian image (is mmdebstrap installed?)");
+  int rc = *run;
+  if (rc != 0)
+    return Status(Code::kInvalid, "mmdebstrap", s.debian_suite,
+                  "failed with exit code " + std::to_string(rc) + " (see its output above)");
+  return out;
+}
+
+}  // namespace
+
+Result<BuiltTar> BuildRootfsTar(const BuildSource& s, const std::string& work) {
+  int given = !s.from_dir.empty() + !s.from_tar.empty() + !s.from_oci.empty() + !s.debian_suite.empty();
+  if (given != 1) return Invalid("give exactly one of --from-dir, --from-tar, --from-oci, --debian");
+  if (!s.packages.empty() && s.debian_suite.empty()) return Invalid("--packages goes with --debian");
+  if (!s.from_dir.empty()) return FromDir(s, work);
+  if (!s.from_tar.empty()) {
+    if (!Exists(s.from_tar)) return NotFound("file", s.from_tar);
+    return BuiltTar{s.from_tar, "tar:" + s.from_tar};
+  }
+  if (!s.from_oci.empty()) return FromOci(s, work);
+  return FromDebian(s, work);
+}
+
+}  // namespace warren::image

@@ -22,6 +22,15 @@ image::RegistryOptions RegistryFromEnv(const std::string& ca, bool insecure) {
   return o;
 }
 
+std::string HumanSize(uint64_t n) {
+  char b[32];
+  if (n >= (1ull << 30)) snprintf(b, sizeof b, "%.1fG", n / double(1ull << 30));
+  else if (n >= (1ull << 20)) snprintf(b, sizeof b, "%.1fM", n / double(1ull << 20));
+  else if (n >= 1024) snprintf(b, sizeof b, "%.1fK", n / 1024.0);
+  else snprintf(b, sizeof b, "%llu", static_cast<unsigned long long>(n));
+  return b;
+}
+
 std::vector<std::string> SplitComma(const std::string& s) {
   std::vector<std::string> out;
   size_t i = 0;
@@ -112,11 +121,13 @@ void AddImage(CLI::App& app) {
     if (!r.ok()) return void(ExitCode() = Fail(r.status()));
     auto j = client::JsonOf(*r, "list images");
     if (!j.ok()) return void(ExitCode() = Fail(j.status()));
-    printf("%-32s %-10s %12s  %-19s  %s\n", "NAME:TAG", "KIND", "SIZE", "DIGEST", "CREATED");
+    printf("%-32s %-9s %10s  %-19s  %-24s  %s\n", "NAME:TAG", "KIND", "SIZE", "DIGEST", "CREATED",
+           "SOURCE");
     for (const auto& l : (*j)["layers"])
-      printf("%-32s %-10s %12llu  %-19.19s  %s\n", l.value("ref", "").c_str(),
-             l.value("kind", "").c_str(), static_cast<unsigned long long>(l.value("size", 0ull)),
-             l.value("digest", "").c_str(), l.value("created_at", "").c_str());
+      printf("%-32s %-9s %10s  %-19.19s  %-24s  %s\n", l.value("ref", "").c_str(),
+             l.value("kind", "").c_str(), HumanSize(l.value("size", 0ull)).c_str(),
+             l.value("digest", "").c_str(), l.value("created_at", "").c_str(),
+             l.value("source", "").c_str());
   });
 
   auto* rm = image->add_subcommand("rm", "remove an image name (the blob goes when unused)");

@@ -55,6 +55,7 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   if (!node.ok()) return Fail(node.status().Context("start node"));
   server::Api api(state->get(), node->get(), &layers);
   api.ReconcileAfterRestart();
+  api.SweepBlobs();
   api.StartReaper();
   server::ServerOptions sopts;
   sopts.listen = listen;

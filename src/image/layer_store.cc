@@ -1,5 +1,6 @@
 #include "image/layer_store.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -95,6 +96,28 @@ std::string LayerStore::BlobPath(const std::string& digest) const {
 bool LayerStore::Has(const std::string& digest) const {
   std::string p = BlobPath(digest);
   return !p.empty() && access(p.c_str(), R_OK) == 0;
+}
+
+std::vector<std::string> LayerStore::ListDigests() const {
+  std::vector<std::string> out;
+  std::string dir = root_ + "/blobs/sha256";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (ValidDigest(std::string("sha256:") + e->d_name)) out.push_back(std::string("sha256:") + e->d_name);
+    closedir(d);
+  }
+  return out;
+}
+
+void LayerStore::ClearTemp() const {
+  std::string dir = root_ + "/tmp";
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names.push_back(e->d_name);
+    closedir(d);
+  }
+  for (const auto& n : names) (void)RemoveTree(dir + "/" + n);
 }
 
 bool LayerStore::IsErofs(const std::string& path) {

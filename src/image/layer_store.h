@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -32,6 +33,10 @@ class LayerStore {
 
   std::string BlobPath(const std::string& digest) const;
   bool Has(const std::string& digest) const;
+  // Every stored blob's digest.
+  std::vector<std::string> ListDigests() const;
+  // Removes scratch files left by an interrupted import.
+  void ClearTemp() const;
   Status Remove(const std::string& digest);
   // A fresh private scratch path under the store (same filesystem as the blobs).
   std::string TempPath(const std::string& what) const;

@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include <spdlog/spdlog.h>
+
 #include "base/ids.h"
 #include "base/utf8.h"
 
@@ -97,14 +99,18 @@ Result<json> Api::CreateOne(const SandboxSpec& spec) {
   if (spec.trajectory) return Invalid("trajectories are not available yet");
   if (spec.lease) return Invalid("leases are not available yet");
 
-  // Resolve NAME:TAG to digests, top layer first: workspace, tools, base.
+  // Resolve NAME:TAG to digests, top layer first: workspace, tools, base. The sandbox records
+  // the digests: tags move, what it was made from does not.
+  std::shared_lock gc_lock(gc_mu_);
   node::NodeSandboxSpec ns;
+  json made_from = json::array();
   auto resolve = [&](const std::string& ref, const char* role) -> Status {
     std::string name, tag;
     WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
     auto rec = state_->GetLayer(name, tag);
     if (!rec.ok()) return Invalid(std::string("unknown ") + role + " image `" + ref + "`");
     ns.config.layers.push_back({rec->digest, ""});
+    made_from.push_back({{"ref", ref}, {"role", role}, {"digest", rec->digest}});
     return Status::Ok();
   };
   if (spec.workspace) WARREN_RETURN_IF_ERROR(resolve(*spec.workspace, "workspace"));
@@ -128,8 +134,10 @@ Result<json> Api::CreateOne(const SandboxSpec& spec) {
   sb["node"] = node_->name();
   sb["created_at"] = NowRfc3339();
   sb["error"] = nullptr;
+  sb["layers"] = made_from;
   WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
   auto rt = node_->CreateSandbox(ns);
+  gc_lock.unlock();  // mounted: the kernel holds the blobs open now
   if (!rt.ok()) {
     (void)state_->RemoveSandbox(id);
     return rt.status();
@@ -223,7 +231,43 @@ Status Api::DeleteSandbox(const std::string& id) {
     std::lock_guard lock(reap_mu_);
     deadlines_.erase(id);
   }
-  return state_->RemoveSandbox(id);
+  WARREN_RETURN_IF_ERROR(state_->RemoveSandbox(id));
+  std::vector<std::string> digests;
+  if (sb.contains("layers") && sb["layers"].is_array())
+    for (const auto& l : sb["layers"]) digests.push_back(l.value("digest", ""));
+  CollectBlobs(digests);
+  return Status::Ok();
+}
+
+std::set<std::string> Api::DigestsInUse() {
+  std::set<std::string> used;
+  for (const auto& l : state_->ListLayers()) used.insert(l.digest);
+  for (const json& sb : state_->ListSandboxes())
+    if (sb.contains("layers") && sb["layers"].is_array())
+      for (const auto& l : sb["layers"]) used.insert(l.value("digest", ""));
+  return used;
+}
+
+void Api::CollectBlobs(const std::vector<std::string>& digests) {
+  if (digests.empty()) return;
+  std::unique_lock lock(gc_mu_);
+  std::set<std::string> used = DigestsInUse();
+  for (const auto& d : digests)
+    if (!d.empty() && !used.count(d)) {
+      Status st = layers_->Remove(d);
+      if (!st.ok()) spdlog::warn("garbage-collect blob: {}", st.ToString());
+    }
+}
+
+void Api::SweepBlobs() {
+  layers_->ClearTemp();
+  std::unique_lock lock(gc_mu_);
+  std::set<std::string> used = DigestsInUse();
+  for (const auto& d : layers_->ListDigests())
+    if (!used.count(d)) {
+      spdlog::info("removing unreferenced layer blob {}", d);
+      (void)layers_->Remove(d);
+    }
 }
 
 Result<json> Api::SetPaused(const std::string& id, bool paused) {
@@ -362,8 +406,7 @@ Result<json> Api::UploadLayer(const Query& q, const std::string& body_path) {
   // A moved tag may leave its old blob unreferenced.
   auto old = state_->GetLayer(name, tag);
   WARREN_RETURN_IF_ERROR(state_->PutLayer(rec));
-  if (old.ok() && old->digest != rec.digest && state_->LayerRefs(old->digest) == 0)
-    (void)layers_->Remove(old->digest);
+  if (old.ok() && old->digest != rec.digest) CollectBlobs({old->digest});
   return rec.ToJson();
 }
 
@@ -378,9 +421,8 @@ Status Api::DeleteLayer(const std::string& ref) {
   WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
   auto rec = WARREN_TRY(state_->GetLayer(name, tag));
   WARREN_RETURN_IF_ERROR(state_->RemoveLayer(name, tag));
-  // Running sandboxes keep their mounts (the kernel holds the file open): unlinking the
-  // blob is safe; new sandboxes simply cannot use the removed name any more.
-  if (state_->LayerRefs(rec.digest) == 0) return layers_->Remove(rec.digest);
+  // The blob stays while a sandbox made from it exists; new sandboxes cannot use the name.
+  CollectBlobs({rec.digest});
   return Status::Ok();
 }
 

@@ -8,6 +8,8 @@
 #include <condition_variable>
 #include <thread>
 #include <map>
+#include <set>
+#include <shared_mutex>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -72,6 +74,9 @@ class Api {
   Result<std::string> GetFile(const std::string& id, const Query& q);
 
   Result<nlohmann::json> UploadLayer(const Query& q, const std::string& body_path);
+  // Removes every stored blob no layer name and no sandbox refers to, and build leftovers
+  // (at startup: a crash may have left either).
+  void SweepBlobs();
   Result<nlohmann::json> ListLayers();
   Status DeleteLayer(const std::string& ref);
 
@@ -83,10 +88,16 @@ class Api {
  private:
   Result<nlohmann::json> CreateOne(const SandboxSpec& spec);
   Result<nlohmann::json> Sandbox(const std::string& id);
+  // Removes those of `digests` that no layer name and no sandbox refers to any more.
+  void CollectBlobs(const std::vector<std::string>& digests);
+  std::set<std::string> DigestsInUse();
 
   StateStore* state_;
   node::NodeApi* node_;
   image::LayerStore* layers_;
+  // Blob garbage collection takes it exclusively; a create holds it shared from resolving
+  // NAME:TAG to digests until the layers are mounted, so a blob is never removed in between.
+  std::shared_mutex gc_mu_;
   Histogram create_seconds_, exec_seconds_;
   std::mutex reap_mu_;
   std::condition_variable reap_cv_;

@@ -30,6 +30,7 @@ MT_OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MT_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 MT_OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 MT_OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+MT_OCI_LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
 MT_OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
 REF_NAME = "org.opencontainers.image.ref.name"
 
@@ -170,6 +171,14 @@ def _gzip(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=6, mtime=0)
 
 
+def _zstd(data: bytes) -> bytes:
+    """zstd via the CLI (Debian's python3 has no zstandard module); deterministic."""
+    zstd = shutil.which("zstd")
+    if not zstd:
+        raise RuntimeError("zstd not found: apt-get install zstd")
+    return subprocess.run([zstd, "-q", "-c", "-3"], input=data, capture_output=True, check=True).stdout
+
+
 def sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -190,15 +199,20 @@ class Blob:
 class Layer:
     """One layer: its entries, the uncompressed tar (diff_id) and the blob (gzip by default)."""
 
-    def __init__(self, entries: Sequence[Entry], fmt: str = "pax", compress: bool = True,
-                 prefix: str = ""):
+    def __init__(self, entries: Sequence[Entry], fmt: str = "pax",
+                 compress: Union[bool, str, None] = "gzip", prefix: str = ""):
+        """compress: "gzip" (or True), "zstd", or None/False for a plain tar."""
         self.entries = list(entries)
         self.tar = layer_tar(self.entries, fmt=fmt, prefix=prefix)
         self.diff_id = sha256(self.tar)
-        if compress:
+        if compress in ("gzip", True):
             self.blob = Blob(_gzip(self.tar), MT_OCI_LAYER_GZIP)
-        else:
+        elif compress == "zstd":
+            self.blob = Blob(_zstd(self.tar), MT_OCI_LAYER_ZSTD)
+        elif not compress:
             self.blob = Blob(self.tar, MT_OCI_LAYER)
+        else:
+            raise ValueError(f"unknown compression {compress!r}")
 
 
 _BASE_LAYERS: Dict[str, Layer] = {}

@@ -4,6 +4,7 @@ Three variants:
   "http"   plain HTTP (Warren falls back from https for loopback registries by itself)
   "https"  TLS with a server certificate for IP 127.0.0.1 from a throw-away CA made with the
            `openssl` CLI (`Registry.ca_file` is what `warren --registry-ca` needs)
+  "basic"  plain HTTP with `auth: htpasswd:` (a bcrypt entry for `Registry.user`/`password`)
   "token"  plain HTTP with `auth: token:`: the realm is a small token server run in a thread
            here on loopback; it checks Basic credentials (`Registry.user`/`password`) and
            issues RS256 JWTs whose `x5c` header carries the signing certificate chain, the
@@ -98,6 +99,18 @@ def make_cert(d: str, name: str, ca: Tuple[str, str], ext: str, serial: int) -> 
     _run(["openssl", "x509", "-req", "-in", csr, "-CA", ca[1], "-CAkey", ca[0], "-out", crt,
           "-days", "2", "-set_serial", str(serial), "-extfile", extfile], f"openssl sign {name}")
     return key, crt
+
+
+def bcrypt_hash(password: str) -> str:
+    """A bcrypt hash for htpasswd (glibc's crypt: Debian's python3 has no bcrypt module)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+    h = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))
+    if not h or not h.startswith("$2"):
+        raise AssertionError(f"this libc's crypt() cannot make bcrypt hashes (got {h!r})")
+    return h
 
 
 def _pem_to_der_b64(pem_path: str) -> str:
@@ -197,7 +210,7 @@ class Registry:
 
     def __init__(self, mode: str = "http", base_dir: Optional[str] = None,
                  user: str = "e2e-user", password: str = "e2e-pass-42"):
-        if mode not in ("http", "https", "token"):
+        if mode not in ("http", "https", "basic", "token"):
             raise ValueError(mode)
         self.mode, self.user, self.password = mode, user, password
         self._base_parent = base_dir
@@ -267,6 +280,11 @@ class Registry:
             self.cert_dir = os.path.join(self.dir, "skopeo-certs")
             os.makedirs(self.cert_dir)
             shutil.copy(ca[1], os.path.join(self.cert_dir, "ca.crt"))
+        if self.mode == "basic":
+            htpasswd = os.path.join(self.dir, "htpasswd")
+            with open(htpasswd, "w") as f:
+                f.write(f"{self.user}:{bcrypt_hash(self.password)}\n")
+            cfg["auth"] = {"htpasswd": {"realm": "warren-e2e-basic", "path": htpasswd}}
         if self.mode == "token":
             root = make_ca(certs, "token-root")
             skey, scrt = make_cert(certs, "token-signer", root,
@@ -294,7 +312,7 @@ class Registry:
         ctx = ssl.create_default_context(cafile=self.ca_file) if self.mode == "https" else None
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                              urllib.request.HTTPSHandler(context=ctx))
-        want = 401 if self.mode == "token" else 200
+        want = 401 if self.mode in ("basic", "token") else 200
         last = ""
         while True:
             assert self.proc is not None
@@ -355,7 +373,7 @@ class Registry:
             argv += ["--dest-cert-dir", self.cert_dir]
         else:
             argv += ["--dest-tls-verify=false"]
-        if self.mode == "token":
+        if self.mode in ("basic", "token"):
             argv += ["--dest-creds", f"{self.user}:{self.password}"]
         if all_platforms:
             argv += ["--all"]
@@ -369,7 +387,7 @@ class Registry:
     def manifest_digest(self, repo: str, tag: str) -> Optional[str]:
         """The registry's digest for REPO:TAG (HEAD /v2/REPO/manifests/TAG), or None if absent.
         Only for the unauthenticated variants."""
-        assert self.mode != "token"
+        assert self.mode in ("http", "https")
         ctx = ssl.create_default_context(cafile=self.ca_file) if self.mode == "https" else None
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                              urllib.request.HTTPSHandler(context=ctx))

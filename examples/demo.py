@@ -1,79 +1,162 @@
 #!/usr/bin/env python3
-"""Warren demo: a batch of sandboxes, each running a small program, results in a table.
+"""Warren demo: an agent-training-shaped batch of rollouts.
 
-Uses the Python SDK against a running `warren serve` (WARREN_URL / WARREN_TOKEN, or the
-defaults). The image must exist (scripts/demo.sh builds a busybox base image first).
+Every rollout gets a fresh sandbox made of three layers -- a Debian Python base, a workspace
+holding a small repository with a test suite (/work/repo), and a grader tool
+(/opt/tools/grader) -- writes one candidate solution (what a policy would sample), runs the
+test suite through the grader and turns the result into a reward. Results come back as a
+table with timings; nothing is left behind.
 
-  python3 examples/demo.py --image demo:busybox --count 24 --workers 4
+Uses the Python SDK against a running `warren serve` (WARREN_URL / WARREN_TOKEN or the
+defaults); scripts/demo.sh builds the three layers first.
+
+  python3 examples/demo.py --base demo-py:bookworm --workspace demo-repo:1 \
+      --tool demo-grader:1 --count 32 --workers 4
 """
 import argparse
 import concurrent.futures as cf
+import json
 import os
+import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sdk", "python"))
 import warren  # noqa: E402
 
-# Each sandbox gets its own program: sum the first N integers, in its own shell, and report
-# who it thinks it is. The host checks the answer.
-PROGRAM = """#!/bin/sh
-n=$1
-i=1; s=0
-while [ $i -le $n ]; do s=$((s + i)); i=$((i + 1)); done
-echo "sum=$s uid=$(id -u) host=$(hostname) procs=$(ls -d /proc/[0-9]* | wc -l)"
-"""
+# What a policy might produce for the task "implement textstats/solution.py": one right
+# answer, several partly wrong ones, one that gives up and one that never finishes.
+CANDIDATES = {
+    "correct": '''
+import re
+from collections import Counter
+def word_count(text):
+    return len(text.split())
+def top_words(text, n):
+    c = Counter(re.findall(r"[a-z0-9']+", text.lower()))
+    return sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+def is_palindrome(s):
+    t = [ch for ch in s.lower() if ch.isalnum()]
+    return t == t[::-1]
+''',
+    "split-on-space": '''
+import re
+from collections import Counter
+def word_count(text):
+    return len([w for w in text.split(" ") if w])
+def top_words(text, n):
+    c = Counter(re.findall(r"[a-z0-9']+", text.lower()))
+    return sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+def is_palindrome(s):
+    t = [ch for ch in s.lower() if ch.isalnum()]
+    return t == t[::-1]
+''',
+    "case-sensitive": '''
+import re
+from collections import Counter
+def word_count(text):
+    return len(text.split())
+def top_words(text, n):
+    return Counter(re.findall(r"\\w+", text)).most_common(n)
+def is_palindrome(s):
+    return s == s[::-1]
+''',
+    "gives-up": '''
+def word_count(text):
+    return 0
+def top_words(text, n):
+    return []
+def is_palindrome(s):
+    raise NotImplementedError
+''',
+    "never-halts": '''
+def word_count(text):
+    while True:
+        pass
+top_words = is_palindrome = word_count
+''',
+}
+NAMES = list(CANDIDATES)
 
 
-def one(client, image, k):
+def rollout(client, args, k):
+    name = NAMES[k % len(NAMES)]
     t0 = time.monotonic()
-    n = 100 + 37 * k
-    with client.sandbox(image=image, memory_mb=128, labels={"demo": "batch"}) as sb:
+    with client.sandbox(image=args.base, workspace=args.workspace, tools=[args.tool],
+                        memory_mb=512, labels={"demo": "rollouts"}) as sb:
         t_created = time.monotonic()
-        sb.write_file("/tmp/prog.sh", PROGRAM, mode=0o755)
-        r = sb.run(["/tmp/prog.sh", str(n)], timeout=30)
-        out = r.stdout.strip()
-        want = f"sum={n * (n + 1) // 2} uid=0 host={sb.id}"
-        ok = r.exit_code == 0 and out.startswith(want)
+        sb.write_file("/work/repo/textstats/solution.py", CANDIDATES[name])
+        r = sb.run(["/opt/tools/grader/bin/grade", "/work/repo"], timeout=args.test_timeout)
+        t_done = time.monotonic()
+        grade = {"passed": 0, "total": 0}
+        if r.exit_code == 0:
+            try:
+                grade = json.loads(r.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                pass
         return {
-            "k": k, "id": sb.id, "n": n, "exit": r.exit_code, "ok": ok, "out": out,
-            "create_ms": (t_created - t0) * 1000, "total_ms": (time.monotonic() - t0) * 1000,
+            "k": k, "id": sb.id, "candidate": name, "timed_out": r.timed_out,
+            "passed": grade.get("passed", 0), "total": grade.get("total", 0),
+            "reward": grade["passed"] / grade["total"] if grade.get("total") else 0.0,
+            "create_ms": (t_created - t0) * 1000, "test_ms": (t_done - t_created) * 1000,
         }
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else 0.0
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--image", default="demo:busybox")
-    ap.add_argument("--count", type=int, default=24)
+    ap.add_argument("--base", default="demo-py:bookworm")
+    ap.add_argument("--workspace", default="demo-repo:1")
+    ap.add_argument("--tool", default="demo-grader:1")
+    ap.add_argument("--count", type=int, default=32)
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--test-timeout", type=float, default=5)
     args = ap.parse_args()
 
     client = warren.Client()
     t0 = time.monotonic()
-    results = []
+    results, errors = [], []
     with cf.ThreadPoolExecutor(args.workers) as pool:
-        futs = [pool.submit(one, client, args.image, k) for k in range(args.count)]
+        futs = [pool.submit(rollout, client, args, k) for k in range(args.count)]
         for f in cf.as_completed(futs):
             try:
                 results.append(f.result())
             except warren.WarrenError as e:
-                results.append({"k": -1, "id": "-", "n": 0, "exit": None, "ok": False,
-                                "out": f"error: {e}", "create_ms": 0, "total_ms": 0})
+                errors.append(str(e))
     wall = time.monotonic() - t0
     results.sort(key=lambda r: r["k"])
-    print(f"{'#':>3}  {'sandbox':<20} {'N':>5} {'exit':>4} {'create':>8} {'total':>8}  output")
+
+    print(f"{'#':>3}  {'sandbox':<20} {'candidate':<15} {'tests':>7} {'reward':>6} "
+          f"{'create':>8} {'tests ran':>9}")
     for r in results:
-        print(f"{r['k']:>3}  {r['id']:<20} {r['n']:>5} {str(r['exit']):>4} "
-              f"{r['create_ms']:>6.1f}ms {r['total_ms']:>6.1f}ms  {'OK ' if r['ok'] else 'BAD'} {r['out']}")
-    good = sum(r["ok"] for r in results)
-    print(f"\n{good}/{len(results)} sandboxes correct; {len(results)} sandboxes created, used and "
-          f"deleted in {wall:.2f}s with {args.workers} workers "
-          f"({len(results) / wall:.1f} sandboxes/s)")
-    left = client.list(labels={"demo": "batch"})
+        tests = "timeout" if r["timed_out"] else f"{r['passed']}/{r['total']}"
+        print(f"{r['k']:>3}  {r['id']:<20} {r['candidate']:<15} {tests:>7} {r['reward']:>6.2f} "
+              f"{r['create_ms']:>6.1f}ms {r['test_ms']:>7.0f}ms")
+    print("\nmean reward by candidate:")
+    for name in NAMES:
+        rs = [r["reward"] for r in results if r["candidate"] == name]
+        if rs:
+            print(f"  {name:<15} {statistics.mean(rs):.2f}  ({len(rs)} rollouts)")
+    creates = [r["create_ms"] for r in results]
+    print(f"\n{len(results)} rollouts in {wall:.1f}s with {args.workers} workers "
+          f"({len(results) / wall:.1f} rollouts/s); sandbox create p50 {pct(creates, 0.5):.1f} ms, "
+          f"p95 {pct(creates, 0.95):.1f} ms")
+    for e in errors:
+        print(f"error: {e}")
+    left = client.list(labels={"demo": "rollouts"})
     if left:
         print(f"leaked sandboxes: {[s.id for s in left]}")
         return 1
-    return 0 if good == len(results) else 1
+    right = all(r["reward"] == 1.0 for r in results if r["candidate"] == "correct")
+    wrong = all(r["reward"] < 1.0 for r in results if r["candidate"] != "correct")
+    if errors or not right or not wrong:
+        print("unexpected rewards or errors")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what Warren needs, builds and installs it, starts `warren serve`, builds a base
-# image and runs the demo: a batch of sandboxes each running a small program. Run as root.
+# Installs what Warren needs, builds and installs it, starts `warren serve`, builds the demo's
+# layers (a Debian Python base, a workspace with a repository and its tests, a grader tool)
+# and runs a batch of rollouts: one sandbox each, results table and timings. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then echo "scripts/demo.sh: run as root" >&2; exit 1; fi
@@ -21,12 +22,24 @@ else
   echo "started warren serve (pid $started), log in /tmp/warren-demo-serve.log"
 fi
 export WARREN_TOKEN=${WARREN_TOKEN:-$(cat "$DATA_DIR/admin.token")}
-rootfs=$(mktemp -d /var/tmp/warren-demo-rootfs.XXXXXX)
+stage=$(mktemp -d /var/tmp/warren-demo.XXXXXX)
 cleanup() {
-  rm -rf "$rootfs"
+  rm -rf "$stage"
   if [ -n "$started" ]; then kill "$started" && wait "$started" || true; fi
 }
 trap cleanup EXIT
-scripts/make-busybox-rootfs.sh "$rootfs"
-warren image build demo:busybox --from-dir "$rootfs"
-/usr/bin/python3 examples/demo.py --image demo:busybox --count "${DEMO_COUNT:-24}" --workers 4
+
+# The three layers of every rollout sandbox. The Debian base (mmdebstrap from the Debian
+# archive, a few minutes the first time) is kept between runs; the workspace and the tool are
+# rebuilt each run, and each rebuild is one small layer: the base is never touched.
+BASE=demo-py:bookworm
+if ! warren image ls | grep -q "^$BASE "; then
+  warren image build "$BASE" --debian bookworm --packages python3,python3-pytest
+fi
+mkdir -p "$stage/ws/work"
+cp -a examples/demo-repo "$stage/ws/work/repo"
+warren image build demo-repo:1 --from-dir "$stage/ws" --kind workspace
+warren image build demo-grader:1 --from-dir examples/demo-tool --kind tool
+warren image ls
+/usr/bin/python3 examples/demo.py --base "$BASE" --workspace demo-repo:1 --tool demo-grader:1 \
+  --count "${DEMO_COUNT:-32}" --workers 4

@@ -99,7 +99,8 @@ CONTRACT_FIELDS = {
 # The additions the server makes beyond the contract (each must be marked x-warren-addition).
 ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResult", "stderr_b64"),
              ("ExecResult", "error"), ("StreamOutputLine", "data_b64"), ("Layer", "ref"),
-             ("Layer", "source"), ("SandboxSpec", "open_files"), ("Sandbox", "open_files")}
+             ("Layer", "source"), ("SandboxSpec", "open_files"), ("Sandbox", "open_files"),
+             ("Sandbox", "layers")}
 
 ERROR_STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
                 "conflict": 409, "quota": 429, "internal": 500, "unavailable": 503}

@@ -94,7 +94,7 @@ static Status SplitKv(const std::vector<std::string>& in, const char* flag, nloh
   return Status::Ok();
 }
 
-static Result<uint64_t> SizeMb(const std::string& s, const char* flag) {
+Result<uint64_t> SizeMb(const std::string& s, const char* flag) {
   auto b = ParseSize(s);
   // A bare number means MiB, as users of --memory 512 expect.
   if (b && s.find_first_not_of("0123456789") == std::string::npos) return *b;

@@ -35,6 +35,8 @@ struct SpecFlags {
   std::string memory, disk;
   uint64_t pids = 0, ttl = 0;
 };
+// "512M"/"1G" (or a bare number of MiB) in MiB; the error names `flag`.
+Result<uint64_t> SizeMb(const std::string& s, const char* flag);
 // Makes a vector option take one value per occurrence (--env A=1 --env B=2).
 CLI::Option* Repeatable(CLI::Option* opt);
 void AddSpecFlags(CLI::App* cmd, SpecFlags* f);
@@ -64,5 +66,6 @@ void AddLs(CLI::App& app);
 void AddInspect(CLI::App& app);
 void AddRm(CLI::App& app);
 void AddCp(CLI::App& app);
+void AddToken(CLI::App& app);
 
 }  // namespace warren::cli

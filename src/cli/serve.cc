@@ -53,13 +53,15 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
 
   auto node = node::LocalNode::Start(nopts, &layers);
   if (!node.ok()) return Fail(node.status().Context("start node"));
-  server::Api api(state->get(), node->get(), &layers);
+  server::TokenRegistry tokens(state->get(), *token);
+  if (Status st = tokens.Load(); !st.ok()) return Fail(st.Context("load tokens"));
+  server::Api api(state->get(), node->get(), &layers, &tokens);
   api.ReconcileAfterRestart();
   api.SweepBlobs();
   api.StartReaper();
   server::ServerOptions sopts;
   sopts.listen = listen;
-  server::HttpServer http(&api, *token, sopts);
+  server::HttpServer http(&api, &tokens, sopts);
   if (Status st = http.Start(); !st.ok()) return Fail(st);
   spdlog::info("warren serve: listening on {} (port {}), data in {}, admin token in {}/admin.token, cgroups {}",
                listen, http.port(), data_dir, data_dir, isolation::CgroupLayoutName());

@@ -61,13 +61,15 @@ OciLocation LocateOci(const std::string& spec) {
     }
   if (s.rfind("docker://", 0) == 0) return {s.substr(9), "", true};
   if (Exists(s)) return {s, "", false};
+  // Something written as a path is a path: never look it up in a registry.
+  const bool path_like = s[0] == '/' || s[0] == '.' || s[0] == '~';
   size_t colon = s.find(':');
   // PATH:NAME (the name may itself hold a colon: REPO:TAG).
   while (colon != std::string::npos) {
     if (colon > 0 && Exists(s.substr(0, colon))) return {s.substr(0, colon), s.substr(colon + 1), false};
     colon = s.find(':', colon + 1);
   }
-  return {s, "", true};
+  return {s, "", !path_like};
 }
 
 Result<BuiltTar> FromOci(const BuildSource& s, const std::string& work) {
@@ -81,14 +83,23 @@ Result<BuiltTar> FromOci(const BuildSource& s, const std::string& work) {
     img = WARREN_TRY(PullImage(ref, dir, s.registry));
     source = "oci:" + ref.ToString();
   } else {
+    if (!Exists(loc.path)) return NotFound("OCI image (no such file or directory)", loc.path);
     std::string dir = loc.path;
     if (!IsDir(dir)) {
       dir = work + "/unpacked";
       if (mkdir(dir.c_str(), 0700) != 0) return ErrnoStatus("mkdir", dir);
       Say(s, "unpacking " + loc.path);
-      WARREN_RETURN_IF_ERROR(UnpackImageArchive(loc.path, dir));
+      Status st = UnpackImageArchive(loc.path, dir);
+      if (!st.ok()) return Status(st.code(), "read image archive", loc.path, st.message());
     }
-    img = WARREN_TRY(ReadOciDir(dir, loc.name));
+    auto read = ReadOciDir(dir, loc.name);
+    // Errors about the scratch copy of an archive name the archive.
+    if (!read.ok() && dir != loc.path) {
+      const Status& st = read.status();
+      std::string obj = st.object().rfind(dir, 0) == 0 ? loc.path + st.object().substr(dir.size()) : loc.path;
+      return Status(st.code(), st.op(), obj, st.message());
+    }
+    img = WARREN_TRY(std::move(read));
     source = "oci:" + loc.path + (loc.name.empty() ? "" : ":" + loc.name);
   }
   if (!img.manifest_digest.empty()) source += "@" + img.manifest_digest;

@@ -133,6 +133,10 @@ Result<FlattenStats> FlattenLayers(const std::vector<std::string>& layers,
   FlattenStats stats;
   UpperView upper;
   uint64_t seen = 0;
+  // Directory entries are written after everything else: extracting a file into a directory
+  // changes the directory's mtime, and the top-down order would otherwise write lower files
+  // into a directory whose entry (and time) came before them. Same for missing parents.
+  std::vector<std::unique_ptr<archive_entry, decltype(&archive_entry_free)>> dirs;
   for (size_t k = layers.size(); k-- > 0;) {
     const std::string& path = layers[k];
     if (on_layer) on_layer(k);
@@ -191,6 +195,12 @@ Result<FlattenStats> FlattenLayers(const std::vector<std::string>& layers,
       }
 
       archive_entry_set_pathname(e, name.c_str());
+      if (is_dir) {
+        dirs.emplace_back(archive_entry_clone(e), archive_entry_free);
+        mine.Wrote(name, true);
+        ++stats.entries;
+        continue;
+      }
       if (archive_write_header(out.get(), e) < ARCHIVE_WARN)
         return Internal("write tar header", name, archive_error_string(out.get()));
       if (archive_entry_filetype(e) == AE_IFREG && archive_entry_size(e) > 0 &&
@@ -200,6 +210,20 @@ Result<FlattenStats> FlattenLayers(const std::vector<std::string>& layers,
       ++stats.entries;
     }
     upper.Merge(std::move(mine));
+  }
+  // Parents no layer described get a fixed entry, so the same image always gives the same tree.
+  for (const auto& d : upper.implied_dirs) {
+    if (d.empty() || upper.taken.count(d)) continue;
+    std::unique_ptr<archive_entry, decltype(&archive_entry_free)> e(archive_entry_new(), archive_entry_free);
+    archive_entry_set_pathname(e.get(), d.c_str());
+    archive_entry_set_filetype(e.get(), AE_IFDIR);
+    archive_entry_set_perm(e.get(), 0755);
+    archive_entry_set_mtime(e.get(), 0, 0);
+    dirs.push_back(std::move(e));
+  }
+  for (const auto& e : dirs) {
+    if (archive_write_header(out.get(), e.get()) < ARCHIVE_WARN)
+      return Internal("write tar header", archive_entry_pathname(e.get()), archive_error_string(out.get()));
   }
   if (archive_write_close(out.get()) != ARCHIVE_OK)
     return Internal("close tar", out_tar, archive_error_string(out.get()));

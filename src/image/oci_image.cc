@@ -1,5 +1,6 @@
 #include "image/oci_image.h"
 
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/sha256.h"
 #include "image/tar_extract.h"
 
 namespace warren::image {
@@ -31,7 +33,8 @@ Result<json> ReadJsonFile(const std::string& path) {
 
 bool Exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
 
-// "sha256:<hex>" -> DIR/blobs/sha256/<hex>, refusing anything that could leave the layout.
+// "sha256:<hex>" -> DIR/blobs/sha256/<hex>, refusing anything that could leave the layout,
+// and checked against its digest: a layout on disk is no more trusted than a registry.
 Result<std::string> BlobFile(const std::string& dir, const json& descriptor) {
   std::string digest = descriptor.is_object() ? descriptor.value("digest", "") : "";
   size_t colon = digest.find(':');
@@ -41,6 +44,9 @@ Result<std::string> BlobFile(const std::string& dir, const json& descriptor) {
     if (!isalnum(static_cast<unsigned char>(c))) return Invalid("malformed digest `" + digest + "`", dir);
   std::string p = dir + "/blobs/" + alg + "/" + hex;
   if (!Exists(p)) return NotFound("blob " + digest, dir);
+  if (alg != "sha256") return Invalid("unsupported digest algorithm `" + alg + "`", dir);
+  std::string actual = WARREN_TRY(Sha256File(p));
+  if (actual != hex) return Invalid("blob " + digest + " does not match its digest (the content hashes to sha256:" + actual + ")", dir);
   return p;
 }
 
@@ -49,9 +55,20 @@ std::string RefName(const json& d) {
   return d["annotations"].value("org.opencontainers.image.ref.name", "");
 }
 
+// "docker.io/library/debian:12" -> "debian:12", as docker shows names.
+std::string Familiar(std::string n) {
+  for (const char* p : {"docker.io/", "index.docker.io/", "registry-1.docker.io/"})
+    if (n.rfind(p, 0) == 0) {
+      n = n.substr(strlen(p));
+      if (n.rfind("library/", 0) == 0) n = n.substr(8);
+      break;
+    }
+  return n;
+}
+
 // A descriptor's ref name matches "TAG", "REPO:TAG" or a full name ending in ":TAG".
 bool RefMatches(const std::string& have, const std::string& want) {
-  if (have == want) return true;
+  if (have == want || Familiar(have) == Familiar(want)) return true;
   size_t colon = have.rfind(':');
   return colon != std::string::npos && have.substr(colon + 1) == want;
 }
@@ -115,7 +132,15 @@ Result<OciImage> ReadDockerSave(const std::string& dir, const std::string& ref_n
   if (!m.is_array() || m.empty()) return Invalid("manifest.json lists no images", dir);
   const json* chosen = nullptr;
   if (ref_name.empty()) {
-    if (m.size() > 1) return Invalid("the archive holds several images: name one as PATH:REPO:TAG", dir);
+    if (m.size() > 1) {
+      std::string names;
+      for (const auto& img : m)
+        for (const auto& t : img.value("RepoTags", json::array()))
+          if (t.is_string()) names += (names.empty() ? "" : ", ") + Familiar(t.get<std::string>());
+      return Invalid("the archive holds several images (" + (names.empty() ? "untagged" : names) +
+                         "): name one as PATH:NAME",
+                     dir);
+    }
     chosen = &m[0];
   } else {
     for (const auto& img : m)

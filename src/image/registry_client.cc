@@ -162,8 +162,10 @@ class Session {
   Result<Response> Perform(const std::string& url, const std::string& accept,
                            const std::string& auth, BodySink* sink) {
     auto r = PerformOnce(url, accept, auth, sink);
-    // Loopback (or explicitly insecure) registries may speak plain HTTP: fall back once.
-    if (!r.ok() && r.status().code() == Code::kUnavailable && scheme_ == "https" &&
+    // Loopback (or explicitly insecure) registries may speak plain HTTP: fall back once, but
+    // only when the TLS handshake failed because the other side does not speak TLS. A
+    // certificate that fails verification is reported, never silently downgraded.
+    if (!r.ok() && last_curl_code_ == CURLE_SSL_CONNECT_ERROR && scheme_ == "https" &&
         (opts_.insecure || IsLoopbackHost(ref_.registry)) && url.rfind("https://" + ref_.registry, 0) == 0) {
       scheme_ = "http";
       ResetSink(sink);
@@ -206,11 +208,15 @@ class Session {
     char err[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c.get(), CURLOPT_ERRORBUFFER, err);
     CURLcode rc = curl_easy_perform(c.get());
+    last_curl_code_ = rc;
     if (sink->overflow) return Invalid("response larger than expected", url);
     if (sink->write_error) return ErrnoStatus("write blob", url);
-    if (rc != CURLE_OK)
-      return Status(Code::kUnavailable, "GET", url,
-                    std::string(curl_easy_strerror(rc)) + (err[0] ? std::string(": ") + err : ""));
+    if (rc != CURLE_OK) {
+      std::string why = std::string(curl_easy_strerror(rc)) + (err[0] ? std::string(": ") + err : "");
+      if (rc == CURLE_PEER_FAILED_VERIFICATION)
+        why += " (give the registry's CA with --registry-ca or $WARREN_REGISTRY_CA)";
+      return Status(Code::kUnavailable, "GET", url, why);
+    }
     curl_easy_getinfo(c.get(), CURLINFO_RESPONSE_CODE, &resp.status);
     return resp;
   }
@@ -281,6 +287,7 @@ class Session {
   RegistryOptions opts_;
   std::string scheme_;
   std::string auth_header_;
+  CURLcode last_curl_code_ = CURLE_OK;
 };
 
 std::string HttpError(const Response& r) {
@@ -411,10 +418,24 @@ Result<ImageReference> ParseImageReference(const std::string& in) {
   if (r.tag.empty() && r.digest.empty()) r.tag = "latest";
   r.repository = rest;
   if (rest.empty()) return Invalid("image reference without a repository", in);
-  for (char c : rest)
-    if (!(islower(static_cast<unsigned char>(c)) || isdigit(static_cast<unsigned char>(c)) ||
-          c == '.' || c == '_' || c == '-' || c == '/'))
-      return Invalid("repository names are lower-case letters, digits and . _ - /", in);
+  // Each path component: [a-z0-9]+ separated by single `.`, `_`, `__` or `-`s (distribution's
+  // grammar, simplified): no empty components, none starting or ending with a separator.
+  size_t i = 0;
+  while (i <= rest.size()) {
+    size_t j = rest.find('/', i);
+    if (j == std::string::npos) j = rest.size();
+    std::string comp = rest.substr(i, j - i);
+    bool ok = !comp.empty() && isalnum(static_cast<unsigned char>(comp.front())) &&
+              isalnum(static_cast<unsigned char>(comp.back()));
+    for (char c : comp)
+      if (!(islower(static_cast<unsigned char>(c)) || isdigit(static_cast<unsigned char>(c)) ||
+            c == '.' || c == '_' || c == '-'))
+        ok = false;
+    if (!ok) return Invalid("repository names are lower-case letters and digits, with . _ - between, and / between parts", in);
+    i = j + 1;
+  }
+  if (r.registry.empty() || r.registry[0] == '.' || r.registry[0] == '-')
+    return Invalid("bad registry host", in);
   for (char c : r.tag)
     if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'))
       return Invalid("bad tag", in);

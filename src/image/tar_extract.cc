@@ -2,6 +2,7 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <set>
 #include <vector>
 
 namespace warren::image {
@@ -97,6 +99,9 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
 
   archive_entry* e;
   std::vector<std::string> whiteouts, opaque_dirs;
+  // Parents the archive never describes are made by the extraction, with the time of day:
+  // they get a fixed time afterwards so the same archive always gives the same image.
+  std::set<std::string> described, parents;
   size_t entries = 0;
   uint64_t bytes = 0;
   for (;;) {
@@ -116,6 +121,9 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
         whiteouts.push_back(rel.substr(0, rel.size() - base.size()) + base.substr(4));
       continue;
     }
+    described.insert(rel);
+    for (size_t i = rel.find('/'); i != std::string::npos; i = rel.find('/', i + 1))
+      parents.insert(rel.substr(0, i));
     archive_entry_set_pathname(e, (dest + "/" + rel).c_str());
     // Keep ids numeric: clear names so the host's user database is never consulted.
     archive_entry_set_uname(e, nullptr);
@@ -150,11 +158,24 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
       return Invalid("archive has more than " + std::to_string(limits.max_entries) + " entries",
                      tar_path);
   }
+  // Before close: closing restores the described directories' times, which the whiteout
+  // nodes made inside them would otherwise change.
+  WARREN_RETURN_IF_ERROR(ApplyWhiteouts(dest, whiteouts, opaque_dirs));
   if (archive_write_close(out.get()) != ARCHIVE_OK)
     return Internal("close extraction", dest, archive_error_string(out.get()));
   if (entries == 0 && whiteouts.empty() && opaque_dirs.empty())
     return Invalid("empty tar archive", tar_path);
-  return ApplyWhiteouts(dest, whiteouts, opaque_dirs);
+  for (const auto& w : whiteouts)
+    for (size_t i = w.find('/'); i != std::string::npos; i = w.find('/', i + 1)) parents.insert(w.substr(0, i));
+  for (const auto& d : opaque_dirs) {
+    if (d.empty()) continue;
+    parents.insert(d);
+    for (size_t i = d.find('/'); i != std::string::npos; i = d.find('/', i + 1)) parents.insert(d.substr(0, i));
+  }
+  const timespec zero[2] = {{0, 0}, {0, 0}};
+  for (const auto& p : parents)
+    if (!described.count(p)) utimensat(AT_FDCWD, (dest + "/" + p).c_str(), zero, AT_SYMLINK_NOFOLLOW);
+  return Status::Ok();
 }
 
 Status RemoveTree(const std::string& path) {

@@ -1,18 +1,77 @@
-// The admin token: created on first start at DATA_DIR/admin.token (0600), checked on every
-// request but /healthz. (Scoped, hashed per-principal tokens come with the service issue.)
+// Who is calling: bearer tokens, the principals they stand for, and their scopes and quotas.
+//
+// The admin token is created on first start at DATA_DIR/admin.token (0600). Other tokens are
+// made with `warren token create` (POST /v1/tokens, admin only) and shown once; the server keeps
+// only their SHA-256 (tokens are 192 random bits, so a plain hash is enough: there is nothing
+// to brute-force). Every sandbox belongs to the principal that created it and is invisible
+// (404) to other principals; the admin sees everything.
 #pragma once
 
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 
 namespace warren::server {
+
+class StateStore;
+
+// Per-principal limits; 0 means unlimited.
+struct Quotas {
+  int64_t max_sandboxes = 0;   // live (not deleted) sandboxes at once
+  double max_cpu = 0;          // sum of their `cpu`
+  int64_t max_memory_mb = 0;   // sum of their `memory_mb`
+  double create_rate = 0;      // sandbox creates per second (token bucket, burst = max(1, rate))
+  nlohmann::json ToJson() const;
+};
+
+struct Principal {
+  std::string name;
+  std::vector<std::string> scopes;
+  Quotas quotas;
+  bool admin() const;
+  // `admin` allows everything; `sandbox:*` allows `sandbox:read` and `sandbox:write`, and
+  // `image:*` the image scopes; otherwise scopes match exactly.
+  bool Allows(std::string_view scope) const;
+  // Sees (and may act on) a resource owned by `owner`.
+  bool Owns(std::string_view owner) const { return admin() || owner == name; }
+};
+
+// The scopes a token may carry.
+const std::vector<std::string>& KnownScopes();
+// What `warren token create` gives when no scopes are asked for.
+std::vector<std::string> DefaultScopes();
 
 // Reads the token file, creating it with a fresh random token if it does not exist.
 Result<std::string> LoadOrCreateAdminToken(const std::string& path);
 
 // Constant-time check of an "Authorization: Bearer TOKEN" header value.
 bool BearerMatches(std::string_view header, std::string_view token);
+
+class TokenRegistry {
+ public:
+  TokenRegistry(StateStore* state, std::string admin_token);
+  // Loads the stored tokens.
+  Status Load();
+  // The principal behind an Authorization header, or nullopt.
+  std::optional<Principal> Authenticate(std::string_view authorization) const;
+  // POST /v1/tokens: {"name", "scopes", "max_sandboxes", "max_cpu", "max_memory_mb",
+  // "create_rate"} -> the record plus "token" (the only time it is shown).
+  Result<nlohmann::json> Create(const std::string& body);
+  nlohmann::json List() const;
+  Status Remove(const std::string& name);
+
+ private:
+  StateStore* state_;
+  std::string admin_token_;
+  mutable std::mutex mu_;
+  std::map<std::string, Principal> by_hash_;  // sha256(token) hex -> principal
+  std::map<std::string, nlohmann::json> records_;  // name -> stored record (no secret)
+};
 
 }  // namespace warren::server

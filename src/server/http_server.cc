@@ -7,6 +7,8 @@
 
 #include "base/ids.h"
 #include "base/utf8.h"
+#include <optional>
+
 #include "server/auth.h"
 
 namespace warren::server {
@@ -108,15 +110,33 @@ Result<Target> ParseTarget(std::string_view target) {
   return t;
 }
 
+// The scope a request needs ("" for none beyond a valid token). Unknown paths need none and
+// end in 404 later, so a token's scopes reveal nothing about routing.
+std::string RequiredScope(http::verb verb, const std::vector<std::string>& seg) {
+  if (seg.size() < 2 || seg[0] != "v1") return "";
+  const std::string& res = seg[1];
+  const bool read = verb == http::verb::get || verb == http::verb::head;
+  if (res == "layers") return read ? "image:read" : "image:write";
+  if (res == "tokens") return "admin";
+  if (res == "sandboxes:batch" || res == "leases") return "sandbox:write";
+  if (res == "trajectories") return "sandbox:read";
+  if (res == "calls" || res == "calls:batch") return "exec";
+  if (res != "sandboxes") return "";
+  if (seg.size() <= 3) return read ? "sandbox:read" : "sandbox:write";
+  const std::string& what = seg[3];
+  if (what == "exec" || what == "execs" || what == "files" || what == "archive") return "exec";
+  return "sandbox:write";
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(Api* a, std::string tok, ServerOptions o)
-      : api(a), token(std::move(tok)), opts(std::move(o)), blocking(static_cast<size_t>(opts.blocking_threads)),
+  Impl(Api* a, const TokenRegistry* t, ServerOptions o)
+      : api(a), tokens(t), opts(std::move(o)), blocking(static_cast<size_t>(opts.blocking_threads)),
         acceptor(ioc) {}
 
   Api* api;
-  std::string token;
+  const TokenRegistry* tokens;
   ServerOptions opts;
   net::io_context ioc;
   net::thread_pool blocking;
@@ -215,10 +235,16 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     co_return JsonReply(http::status::ok, {{"ok", true}});
   }
 
-  std::string auth(hreq[http::field::authorization]);
-  if (!BearerMatches(auth, token)) {
+  const std::optional<Principal> principal = tokens->Authenticate(hreq[http::field::authorization]);
+  if (!principal) {
     Reply r = Error(Status(Code::kUnauthorized, "", "", "missing or wrong bearer token"));
     r.close = true;  // the body (if any) was not read
+    co_return r;
+  }
+  const Principal& who = *principal;
+  if (std::string scope = RequiredScope(verb, seg); !scope.empty() && !who.Allows(scope)) {
+    Reply r = Error(Status(Code::kForbidden, "", "", "this token lacks the `" + scope + "` scope"));
+    r.close = true;
     co_return r;
   }
   if (hreq[http::field::expect] == "100-continue") {
@@ -284,6 +310,18 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
   }
   if (seg.empty() || seg[0] != "v1") co_return Error(NotFound("path", target_str));
   if (seg.size() == 2 && seg[1] == "nodes") co_return JsonReply(http::status::ok, api->Nodes());
+  if (seg.size() >= 2 && seg[1] == "tokens") {
+    if (seg.size() == 2 && verb == http::verb::post) {
+      auto r = co_await Blocking([&] { return api->CreateToken(body); });
+      co_return r.ok() ? JsonReply(http::status::created, *r) : Error(r.status());
+    }
+    if (seg.size() == 2 && verb == http::verb::get) co_return JsonReply(http::status::ok, api->ListTokens());
+    if (seg.size() == 3 && verb == http::verb::delete_) {
+      Status st = co_await Blocking([&] { return api->DeleteToken(seg[2]); });
+      co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
+    }
+    co_return method_not_allowed();
+  }
 
   if (seg.size() >= 2 && seg[1] == "layers") {
     if (seg.size() == 2 && verb == http::verb::get) {
@@ -305,17 +343,17 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
 
   if (seg.size() == 2 && seg[1] == "sandboxes:batch") {
     if (verb != http::verb::post) co_return method_not_allowed();
-    auto r = co_await Blocking([&] { return api->CreateBatch(body); });
+    auto r = co_await Blocking([&] { return api->CreateBatch(who, body); });
     co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
   }
   if (seg.size() >= 2 && seg[1] == "sandboxes") {
     if (seg.size() == 2) {
       if (verb == http::verb::post) {
-        auto r = co_await Blocking([&] { return api->CreateSandbox(body); });
+        auto r = co_await Blocking([&] { return api->CreateSandbox(who, body); });
         co_return r.ok() ? JsonReply(http::status::created, *r) : Error(r.status());
       }
       if (verb == http::verb::get) {
-        auto r = co_await Blocking([&] { return api->ListSandboxes(q); });
+        auto r = co_await Blocking([&] { return api->ListSandboxes(who, q); });
         co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
       }
       co_return method_not_allowed();
@@ -323,11 +361,11 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     const std::string id = seg[2];
     if (seg.size() == 3) {
       if (verb == http::verb::get) {
-        auto r = co_await Blocking([&] { return api->GetSandbox(id); });
+        auto r = co_await Blocking([&] { return api->GetSandbox(who, id); });
         co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
       }
       if (verb == http::verb::delete_) {
-        Status st = co_await Blocking([&] { return api->DeleteSandbox(id); });
+        Status st = co_await Blocking([&] { return api->DeleteSandbox(who, id); });
         co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
       }
       co_return method_not_allowed();
@@ -335,14 +373,14 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     const std::string& what = seg[3];
     if (seg.size() == 4 && what == "exec") {
       if (verb != http::verb::post) co_return method_not_allowed();
-      auto r = co_await Blocking([&] { return api->StartExec(id, body); });
+      auto r = co_await Blocking([&] { return api->StartExec(who, id, body); });
       if (!r.ok()) co_return Error(r.status());
       if (!r->wait) co_return JsonReply(http::status::accepted, {{"exec_id", r->rec->id()}});
       co_return co_await ExecWait(r->rec);
     }
     if (seg.size() >= 5 && what == "execs") {
       const std::string exec_id = seg[4];
-      auto rec = co_await Blocking([&] { return api->GetExec(id, exec_id); });
+      auto rec = co_await Blocking([&] { return api->GetExec(who, id, exec_id); });
       if (!rec.ok()) co_return Error(rec.status());
       if (seg.size() == 5 && verb == http::verb::get)
         co_return JsonReply(http::status::ok, (*rec)->ResultJson());
@@ -359,7 +397,7 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
         co_return Reply{};
       }
       if (seg.size() == 6 && seg[5] == "signal" && verb == http::verb::post) {
-        Status st = co_await Blocking([&] { return api->SignalExec(id, exec_id, body); });
+        Status st = co_await Blocking([&] { return api->SignalExec(who, id, exec_id, body); });
         co_return st.ok() ? JsonReply(http::status::ok, (*rec)->ResultJson()) : Error(st);
       }
       co_return method_not_allowed();
@@ -368,23 +406,23 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
       if (verb == http::verb::put) {
         if (body.size() > kFileBodyLimit)
           co_return Error(Invalid("file larger than " + std::to_string(kFileBodyLimit) + " bytes"));
-        Status st = co_await Blocking([&] { return api->PutFile(id, q, body); });
+        Status st = co_await Blocking([&] { return api->PutFile(who, id, q, body); });
         co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
       }
       if (verb == http::verb::get) {
-        auto r = co_await Blocking([&] { return api->GetFile(id, q); });
+        auto r = co_await Blocking([&] { return api->GetFile(who, id, q); });
         if (!r.ok()) co_return Error(r.status());
         co_return Reply{http::status::ok, "application/octet-stream", std::move(*r)};
       }
       co_return method_not_allowed();
     }
     if (seg.size() == 4 && what == "network" && verb == http::verb::put) {
-      auto r = co_await Blocking([&] { return api->SetNetwork(id, body); });
+      auto r = co_await Blocking([&] { return api->SetNetwork(who, id, body); });
       co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
     }
     if (seg.size() == 4 && (what == "pause" || what == "resume")) {
       if (verb != http::verb::post) co_return method_not_allowed();
-      auto r = co_await Blocking([&] { return api->SetPaused(id, what == "pause"); });
+      auto r = co_await Blocking([&] { return api->SetPaused(who, id, what == "pause"); });
       co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
     }
     if (seg.size() == 4 && what == "archive")
@@ -462,8 +500,8 @@ net::awaitable<void> HttpServer::Impl::Listen() {
   }
 }
 
-HttpServer::HttpServer(Api* api, std::string token, ServerOptions opts)
-    : impl_(std::make_unique<Impl>(api, std::move(token), std::move(opts))) {}
+HttpServer::HttpServer(Api* api, const TokenRegistry* tokens, ServerOptions opts)
+    : impl_(std::make_unique<Impl>(api, tokens, std::move(opts))) {}
 
 HttpServer::~HttpServer() { Stop(); }
 

@@ -1,6 +1,6 @@
 // `warren serve`'s HTTP front end (Boost.Beast + Asio C++20 coroutines).
 //
-// Parses requests, checks the bearer token, routes to Api (run on a blocking thread pool so
+// Parses requests, authenticates the bearer token and checks its scope, routes to Api (run on a blocking thread pool so
 // the event loop never waits on a sandbox), writes JSON, raw or NDJSON-streamed replies.
 // Beast is kept inside http_server.cc: it costs ~35 s of compile per translation unit.
 #pragma once
@@ -22,7 +22,7 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  HttpServer(Api* api, std::string token, ServerOptions opts);
+  HttpServer(Api* api, const TokenRegistry* tokens, ServerOptions opts);
   ~HttpServer();
   // Binds and starts serving on background threads.
   Status Start();

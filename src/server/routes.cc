@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/cleanup.h"
 #include "base/ids.h"
 #include "base/utf8.h"
 
@@ -32,8 +33,17 @@ std::string Histogram::Render(const std::string& name) const {
   return o.str();
 }
 
-Api::Api(StateStore* state, node::NodeApi* node, image::LayerStore* layers)
-    : state_(state), node_(node), layers_(layers) {
+namespace {
+// The daemon's own actions (TTL reaping) act with the admin's rights.
+const Principal& System() {
+  static const Principal p{"admin", {"admin"}, {}};
+  return p;
+}
+}  // namespace
+
+Api::Api(StateStore* state, node::NodeApi* node, image::LayerStore* layers, TokenRegistry* tokens)
+    : state_(state), node_(node), layers_(layers), tokens_(tokens) {
+  quota_.Count(state_->ListSandboxes());
   node_->SetOnSandboxLost([this](const std::string& id) {
     auto sb = state_->GetSandbox(id);
     if (!sb.ok() || (*sb)["state"] != "running") return;
@@ -56,7 +66,7 @@ void Api::StartReaper() {
         if (deadline <= now) due.push_back(id);
       lock.unlock();
       for (const auto& id : due) {
-        Status st = DeleteSandbox(id);
+        Status st = DeleteSandbox(System(), id);
         if (!st.ok() && st.code() != Code::kNotFound) CountError(st.code());
         std::lock_guard l(reap_mu_);
         deadlines_.erase(id);
@@ -90,7 +100,7 @@ void Api::CountError(Code code) {
   ++errors_[CodeName(code)];
 }
 
-Result<json> Api::CreateOne(const SandboxSpec& spec) {
+Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec) {
   double t0 = NowSeconds();
   if (spec.backend != "container")
     return Invalid("backend `" + spec.backend + "` is not available yet; use container");
@@ -117,6 +127,8 @@ Result<json> Api::CreateOne(const SandboxSpec& spec) {
   for (const auto& t : spec.tools) WARREN_RETURN_IF_ERROR(resolve(t, "tool"));
   WARREN_RETURN_IF_ERROR(resolve(spec.image, "base"));
 
+  WARREN_RETURN_IF_ERROR(quota_.Reserve(who, spec.cpu, static_cast<int64_t>(spec.memory_mb)));
+  Cleanup release([&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
   const std::string id = NewSandboxId();
   ns.backend = spec.backend;
   ns.config.id = id;
@@ -135,6 +147,7 @@ Result<json> Api::CreateOne(const SandboxSpec& spec) {
   sb["created_at"] = NowRfc3339();
   sb["error"] = nullptr;
   sb["layers"] = made_from;
+  sb["owner"] = who.name;
   WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
   auto rt = node_->CreateSandbox(ns);
   gc_lock.unlock();  // mounted: the kernel holds the blobs open now
@@ -149,6 +162,7 @@ Result<json> Api::CreateOne(const SandboxSpec& spec) {
     (void)state_->RemoveSandbox(id);
     return st;
   }
+  release.Cancel();  // the sandbox holds its share until deleted
   create_seconds_.Observe(NowSeconds() - t0);
   {
     std::lock_guard lock(reap_mu_);
@@ -157,13 +171,13 @@ Result<json> Api::CreateOne(const SandboxSpec& spec) {
   return sb;
 }
 
-Result<json> Api::CreateSandbox(const std::string& body) {
+Result<json> Api::CreateSandbox(const Principal& who, const std::string& body) {
   json j = WARREN_TRY(ParseJsonBody(body));
   SandboxSpec spec = WARREN_TRY(ParseSandboxSpec(j));
-  return CreateOne(spec);
+  return CreateOne(who, spec);
 }
 
-Result<json> Api::CreateBatch(const std::string& body) {
+Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
   json j = WARREN_TRY(ParseJsonBody(body));
   if (!j.is_object()) return Invalid("batch request must be an object {count, spec}");
   for (auto& [k, v] : j.items())
@@ -175,7 +189,7 @@ Result<json> Api::CreateBatch(const std::string& body) {
   json out = {{"sandboxes", json::array()}, {"errors", json::array()}};
   int64_t n = j["count"].get<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
-    auto r = CreateOne(spec);
+    auto r = CreateOne(who, spec);
     if (r.ok()) {
       out["sandboxes"].push_back(*r);
     } else {
@@ -188,11 +202,15 @@ Result<json> Api::CreateBatch(const std::string& body) {
   return out;
 }
 
-Result<json> Api::Sandbox(const std::string& id) { return state_->GetSandbox(id); }
+Result<json> Api::Sandbox(const Principal& who, const std::string& id) {
+  auto sb = state_->GetSandbox(id);
+  if (!sb.ok() || !who.Owns(sb->value("owner", "admin"))) return NotFound("sandbox", id);
+  return sb;
+}
 
-Result<json> Api::GetSandbox(const std::string& id) { return Sandbox(id); }
+Result<json> Api::GetSandbox(const Principal& who, const std::string& id) { return Sandbox(who, id); }
 
-Result<json> Api::ListSandboxes(const Query& q) {
+Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {
   std::string want_state;
   std::vector<std::pair<std::string, std::string>> labels;
   for (auto& [k, v] : q) {
@@ -213,6 +231,7 @@ Result<json> Api::ListSandboxes(const Query& q) {
   }
   json out = json::array();
   for (json& sb : state_->ListSandboxes()) {
+    if (!who.Owns(sb.value("owner", "admin"))) continue;
     if (!want_state.empty() && sb["state"] != want_state) continue;
     bool match = true;
     for (auto& [k, v] : labels)
@@ -222,8 +241,8 @@ Result<json> Api::ListSandboxes(const Query& q) {
   return json{{"sandboxes", out}};
 }
 
-Status Api::DeleteSandbox(const std::string& id) {
-  json sb = WARREN_TRY(Sandbox(id));
+Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
+  json sb = WARREN_TRY(Sandbox(who, id));
   Status st = node_->DeleteSandbox(id);
   // A sandbox the node does not know (failed at a restart) only needs its record removed.
   if (!st.ok() && st.code() != Code::kNotFound) return st;
@@ -232,6 +251,7 @@ Status Api::DeleteSandbox(const std::string& id) {
     deadlines_.erase(id);
   }
   WARREN_RETURN_IF_ERROR(state_->RemoveSandbox(id));
+  quota_.Release(sb.value("owner", "admin"), sb.value("cpu", 0.0), sb.value("memory_mb", int64_t{0}));
   std::vector<std::string> digests;
   if (sb.contains("layers") && sb["layers"].is_array())
     for (const auto& l : sb["layers"]) digests.push_back(l.value("digest", ""));
@@ -270,11 +290,11 @@ void Api::SweepBlobs() {
     }
 }
 
-Result<json> Api::SetPaused(const std::string& id, bool paused) {
+Result<json> Api::SetPaused(const Principal& who, const std::string& id, bool paused) {
   const char* op = paused ? "pause" : "resume";
   const char* from = paused ? "running" : "paused";
   const char* to = paused ? "paused" : "running";
-  json sb = WARREN_TRY(Sandbox(id));
+  json sb = WARREN_TRY(Sandbox(who, id));
   if (sb["state"] == to) return sb;  // already there: a no-op
   if (sb["state"] != from)
     return Status(Code::kConflict, op, id, "sandbox is " + sb["state"].get<std::string>());
@@ -284,8 +304,8 @@ Result<json> Api::SetPaused(const std::string& id, bool paused) {
   return sb;
 }
 
-Result<json> Api::SetNetwork(const std::string& id, const std::string& body) {
-  json sb = WARREN_TRY(Sandbox(id));
+Result<json> Api::SetNetwork(const Principal& who, const std::string& id, const std::string& body) {
+  json sb = WARREN_TRY(Sandbox(who, id));
   json j = WARREN_TRY(ParseJsonBody(body));
   json spec = {{"image", "x:y"}, {"network", j}};
   SandboxSpec parsed = WARREN_TRY(ParseSandboxSpec(spec));
@@ -294,10 +314,11 @@ Result<json> Api::SetNetwork(const std::string& id, const std::string& body) {
   return sb;
 }
 
-Result<Api::ExecStart> Api::StartExec(const std::string& id, const std::string& body) {
+Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& id,
+                                      const std::string& body) {
   json j = WARREN_TRY(ParseJsonBody(body));
   ExecRequest r = WARREN_TRY(ParseExecRequest(j));
-  json sb = WARREN_TRY(Sandbox(id));
+  json sb = WARREN_TRY(Sandbox(who, id));
   if (sb["state"] != "running")
     return Status(Code::kConflict, "exec", id, "sandbox is " + sb["state"].get<std::string>());
   if (r.step) return Invalid("`step` needs a trajectory, and trajectories are not available yet");
@@ -314,13 +335,14 @@ Result<Api::ExecStart> Api::StartExec(const std::string& id, const std::string& 
   return ExecStart{rec, r.wait};
 }
 
-Result<std::shared_ptr<node::ExecRecord>> Api::GetExec(const std::string& id,
+Result<std::shared_ptr<node::ExecRecord>> Api::GetExec(const Principal& who, const std::string& id,
                                                        const std::string& exec_id) {
-  WARREN_TRY(Sandbox(id));
+  WARREN_TRY(Sandbox(who, id));
   return node_->GetExec(id, exec_id);
 }
 
-Status Api::SignalExec(const std::string& id, const std::string& exec_id, const std::string& body) {
+Status Api::SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,
+                       const std::string& body) {
   json j = body.empty() ? json::object() : WARREN_TRY(ParseJsonBody(body));
   if (!j.is_object()) return Invalid("signal request must be an object");
   for (auto& [k, v] : j.items())
@@ -333,7 +355,7 @@ Status Api::SignalExec(const std::string& id, const std::string& exec_id, const 
       {"CONT", SIGCONT}};
   auto it = kSignals.find(name);
   if (it == kSignals.end()) return Invalid("unknown signal `" + name + "`");
-  WARREN_TRY(Sandbox(id));
+  WARREN_TRY(Sandbox(who, id));
   return node_->SignalExec(id, exec_id, it->second);
 }
 
@@ -353,7 +375,7 @@ constexpr uint64_t kMaxFileBytes = 64ull << 20;
 
 }  // namespace
 
-Status Api::PutFile(const std::string& id, const Query& q, const std::string& body) {
+Status Api::PutFile(const Principal& who, const std::string& id, const Query& q, const std::string& body) {
   std::string path;
   WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
   uint32_t mode = 0644;
@@ -365,18 +387,18 @@ Status Api::PutFile(const std::string& id, const Query& q, const std::string& bo
   }
   for (auto& [k, v] : q)
     if (k != "path" && k != "mode") return Invalid("unknown query parameter `" + k + "`");
-  json sb = WARREN_TRY(Sandbox(id));
+  json sb = WARREN_TRY(Sandbox(who, id));
   if (sb["state"] != "running")
     return Status(Code::kConflict, "write file", id, "sandbox is " + sb["state"].get<std::string>());
   return node_->WriteFile(id, path, mode, body);
 }
 
-Result<std::string> Api::GetFile(const std::string& id, const Query& q) {
+Result<std::string> Api::GetFile(const Principal& who, const std::string& id, const Query& q) {
   std::string path;
   WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
   for (auto& [k, v] : q)
     if (k != "path") return Invalid("unknown query parameter `" + k + "`");
-  json sb = WARREN_TRY(Sandbox(id));
+  json sb = WARREN_TRY(Sandbox(who, id));
   if (sb["state"] != "running")
     return Status(Code::kConflict, "read file", id, "sandbox is " + sb["state"].get<std::string>());
   return node_->ReadFile(id, path, kMaxFileBytes);
@@ -424,6 +446,12 @@ Status Api::DeleteLayer(const std::string& ref) {
   // The blob stays while a sandbox made from it exists; new sandboxes cannot use the name.
   CollectBlobs({rec.digest});
   return Status::Ok();
+}
+
+json Api::ListTokens() {
+  json out = tokens_->List();
+  for (auto& t : out["tokens"]) t["usage"] = quota_.Usage(t.value("name", ""));
+  return out;
 }
 
 json Api::Nodes() { return {{"nodes", json::array({node_->Info()})}}; }

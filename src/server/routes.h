@@ -18,6 +18,8 @@
 #include "image/layer_store.h"
 #include "node/node_api.h"
 #include "server/api_types.h"
+#include "server/auth.h"
+#include "server/quota.h"
 #include "server/state_store.h"
 
 namespace warren::server {
@@ -41,7 +43,7 @@ class Histogram {
 
 class Api {
  public:
-  Api(StateStore* state, node::NodeApi* node, image::LayerStore* layers);
+  Api(StateStore* state, node::NodeApi* node, image::LayerStore* layers, TokenRegistry* tokens);
   ~Api();
 
   // Deletes sandboxes whose ttl_s has passed, from a background thread, until Stop().
@@ -52,26 +54,28 @@ class Api {
   // at startup; re-adoption comes with restart safety).
   void ReconcileAfterRestart();
 
-  Result<nlohmann::json> CreateSandbox(const std::string& body);
-  Result<nlohmann::json> CreateBatch(const std::string& body);
-  Result<nlohmann::json> GetSandbox(const std::string& id);
-  Result<nlohmann::json> ListSandboxes(const Query& q);
-  Status DeleteSandbox(const std::string& id);
+  Result<nlohmann::json> CreateSandbox(const Principal& who, const std::string& body);
+  Result<nlohmann::json> CreateBatch(const Principal& who, const std::string& body);
+  Result<nlohmann::json> GetSandbox(const Principal& who, const std::string& id);
+  Result<nlohmann::json> ListSandboxes(const Principal& who, const Query& q);
+  Status DeleteSandbox(const Principal& who, const std::string& id);
   // Freezes (true) or thaws (false) a sandbox; repeating the current state is a no-op.
-  Result<nlohmann::json> SetPaused(const std::string& id, bool paused);
-  Result<nlohmann::json> SetNetwork(const std::string& id, const std::string& body);
+  Result<nlohmann::json> SetPaused(const Principal& who, const std::string& id, bool paused);
+  Result<nlohmann::json> SetNetwork(const Principal& who, const std::string& id, const std::string& body);
 
   struct ExecStart {
     std::shared_ptr<node::ExecRecord> rec;
     bool wait = true;
   };
-  Result<ExecStart> StartExec(const std::string& id, const std::string& body);
-  Result<std::shared_ptr<node::ExecRecord>> GetExec(const std::string& id, const std::string& exec_id);
-  Status SignalExec(const std::string& id, const std::string& exec_id, const std::string& body);
+  Result<ExecStart> StartExec(const Principal& who, const std::string& id, const std::string& body);
+  Result<std::shared_ptr<node::ExecRecord>> GetExec(const Principal& who, const std::string& id,
+                                                    const std::string& exec_id);
+  Status SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,
+                    const std::string& body);
   void ObserveExec(double seconds) { exec_seconds_.Observe(seconds); }
 
-  Status PutFile(const std::string& id, const Query& q, const std::string& body);
-  Result<std::string> GetFile(const std::string& id, const Query& q);
+  Status PutFile(const Principal& who, const std::string& id, const Query& q, const std::string& body);
+  Result<std::string> GetFile(const Principal& who, const std::string& id, const Query& q);
 
   Result<nlohmann::json> UploadLayer(const Query& q, const std::string& body_path);
   // Removes every stored blob no layer name and no sandbox refers to, and build leftovers
@@ -80,14 +84,20 @@ class Api {
   Result<nlohmann::json> ListLayers();
   Status DeleteLayer(const std::string& ref);
 
+  Result<nlohmann::json> CreateToken(const std::string& body) { return tokens_->Create(body); }
+  nlohmann::json ListTokens();
+  Status DeleteToken(const std::string& name) { return tokens_->Remove(name); }
+
   nlohmann::json Nodes();
   std::string Metrics();
   void CountError(Code code);
   std::string TempPath(const std::string& what) const { return layers_->TempPath(what); }
 
  private:
-  Result<nlohmann::json> CreateOne(const SandboxSpec& spec);
-  Result<nlohmann::json> Sandbox(const std::string& id);
+  Result<nlohmann::json> CreateOne(const Principal& who, const SandboxSpec& spec);
+  // The sandbox record if `who` may see it; not_found otherwise (never forbidden: other
+  // principals' sandboxes do not exist for them).
+  Result<nlohmann::json> Sandbox(const Principal& who, const std::string& id);
   // Removes those of `digests` that no layer name and no sandbox refers to any more.
   void CollectBlobs(const std::vector<std::string>& digests);
   std::set<std::string> DigestsInUse();
@@ -95,6 +105,8 @@ class Api {
   StateStore* state_;
   node::NodeApi* node_;
   image::LayerStore* layers_;
+  TokenRegistry* tokens_;
+  QuotaTracker quota_;
   // Blob garbage collection takes it exclusively; a create holds it shared from resolving
   // NAME:TAG to digests until the layers are mounted, so a blob is never removed in between.
   std::shared_mutex gc_mu_;

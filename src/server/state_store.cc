@@ -72,6 +72,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path) {
       "CREATE TABLE IF NOT EXISTS layers (name TEXT NOT NULL, tag TEXT NOT NULL,"
       " digest TEXT NOT NULL, kind TEXT NOT NULL, size INTEGER NOT NULL, created_at TEXT NOT NULL,"
       " source TEXT NOT NULL, PRIMARY KEY (name, tag))"));
+  WARREN_RETURN_IF_ERROR(s->Exec(
+      "CREATE TABLE IF NOT EXISTS docs (kind TEXT NOT NULL, id TEXT NOT NULL, doc TEXT NOT NULL,"
+      " PRIMARY KEY (kind, id))"));
   return s;
 }
 
@@ -161,6 +164,40 @@ int StateStore::LayerRefs(const std::string& digest) {
   Stmt st(db_, "SELECT COUNT(*) FROM layers WHERE digest = ?");
   st.Bind(1, digest);
   return st.Step() == SQLITE_ROW ? static_cast<int>(st.Int(0)) : 0;
+}
+
+Status StateStore::PutDoc(const std::string& kind, const std::string& id, const nlohmann::json& doc) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "INSERT OR REPLACE INTO docs (kind, id, doc) VALUES (?,?,?)");
+  st.Bind(1, kind).Bind(2, id).Bind(3, doc.dump());
+  if (st.Step() != SQLITE_DONE) return DbError(db_, "put " + kind);
+  return Status::Ok();
+}
+
+Result<nlohmann::json> StateStore::GetDoc(const std::string& kind, const std::string& id) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT doc FROM docs WHERE kind = ? AND id = ?");
+  st.Bind(1, kind).Bind(2, id);
+  if (st.Step() != SQLITE_ROW) return NotFound(kind, id);
+  return nlohmann::json::parse(st.Text(0));
+}
+
+std::vector<nlohmann::json> StateStore::ListDocs(const std::string& kind) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT doc FROM docs WHERE kind = ? ORDER BY id");
+  st.Bind(1, kind);
+  std::vector<nlohmann::json> out;
+  while (st.Step() == SQLITE_ROW) out.push_back(nlohmann::json::parse(st.Text(0)));
+  return out;
+}
+
+Status StateStore::RemoveDoc(const std::string& kind, const std::string& id) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "DELETE FROM docs WHERE kind = ? AND id = ?");
+  st.Bind(1, kind).Bind(2, id);
+  if (st.Step() != SQLITE_DONE) return DbError(db_, "remove " + kind);
+  if (sqlite3_changes(db_) == 0) return NotFound(kind, id);
+  return Status::Ok();
 }
 
 }  // namespace warren::server

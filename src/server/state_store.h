@@ -38,6 +38,12 @@ class StateStore {
   // How many name:tag records point at `digest` (garbage collection of blobs).
   int LayerRefs(const std::string& digest);
 
+  // Small JSON documents by kind and id: tokens, leases.
+  Status PutDoc(const std::string& kind, const std::string& id, const nlohmann::json& doc);
+  Result<nlohmann::json> GetDoc(const std::string& kind, const std::string& id);
+  std::vector<nlohmann::json> ListDocs(const std::string& kind);
+  Status RemoveDoc(const std::string& kind, const std::string& id);  // not_found if absent
+
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}
   Status Exec(const char* sql);

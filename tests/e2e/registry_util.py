@@ -203,6 +203,22 @@ class TokenServer:
         h.wfile.write(body)
 
 
+def skopeo_copy(src: str, dst: str, *flags: str, scratch: str) -> str:
+    """`skopeo copy FLAGS SRC DST` with no policy file, no stored credentials and no proxy;
+    returns the digest of the manifest written. `scratch` is a directory for its files."""
+    require_tools("skopeo")
+    digestfile = os.path.join(scratch, f"digest-{uuid.uuid4().hex}")
+    argv = ["skopeo", "--insecure-policy", "copy", "--quiet", "--retry-times", "0",
+            "--digestfile", digestfile, *flags, src, dst]
+    _run(argv, "skopeo copy", timeout=120,
+         env={"REGISTRY_AUTH_FILE": os.path.join(scratch, "no-auth.json"), "HOME": scratch})
+    try:
+        with open(digestfile) as f:
+            return f.read().strip()
+    finally:
+        os.unlink(digestfile)
+
+
 # -- the registry -------------------------------------------------------------------------------
 class Registry:
     SERVICE = "warren-e2e-registry"
@@ -296,16 +312,25 @@ class Registry:
             cfg["auth"] = {"token": {"realm": self.token_server.realm, "service": self.SERVICE,
                                      "issuer": self.ISSUER, "rootcertbundle": root[1]}}
         conf = os.path.join(self.dir, "config.yml")
-        with open(conf, "w") as f:
-            json.dump(cfg, f, indent=1)  # JSON is YAML
-        log = open(self.log_path, "ab")
-        try:
-            self.proc = subprocess.Popen([REGISTRY_BIN, "serve", conf], stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=clean_env(), start_new_session=True, cwd=self.dir)
-        finally:
-            log.close()
-        self._wait_ready()
+        for attempt in range(3):
+            with open(conf, "w") as f:
+                json.dump(cfg, f, indent=1)  # JSON is YAML
+            log = open(self.log_path, "ab")
+            try:
+                self.proc = subprocess.Popen([REGISTRY_BIN, "serve", conf], stdout=log,
+                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env=clean_env(), start_new_session=True, cwd=self.dir)
+            finally:
+                log.close()
+            try:
+                self._wait_ready()
+                return
+            except AssertionError:
+                # The free port was taken in between: try another one.
+                if attempt == 2 or self.proc.poll() is None or "address already in use" not in self.log_tail():
+                    raise
+                self.port = free_port()
+                http_cfg["addr"] = self.host
 
     def _wait_ready(self, timeout: float = 30) -> None:
         deadline = time.time() + timeout
@@ -362,42 +387,41 @@ class Registry:
 
     # -- content --
     def push(self, layout: str, src_tag: str, repo: str, tag: Optional[str] = None,
-             all_platforms: bool = False) -> str:
+             all_platforms: bool = False, fmt: Optional[str] = None) -> str:
         """`skopeo copy oci:LAYOUT:SRC_TAG docker://HOST/REPO:TAG`; returns the pushed
-        manifest's digest (the index's with all_platforms)."""
+        manifest's digest (the index's with all_platforms). fmt "v2s2" converts to Docker
+        media types (manifest v2 schema 2, manifest list) on the way."""
         assert self.dir, "registry not started"
-        digestfile = os.path.join(self.dir, f"digest-{uuid.uuid4().hex}")
-        argv = ["skopeo", "--insecure-policy", "copy", "--quiet", "--retry-times", "0",
-                "--digestfile", digestfile]
+        flags = []
         if self.mode == "https":
-            argv += ["--dest-cert-dir", self.cert_dir]
+            flags += ["--dest-cert-dir", self.cert_dir]
         else:
-            argv += ["--dest-tls-verify=false"]
+            flags += ["--dest-tls-verify=false"]
         if self.mode in ("basic", "token"):
-            argv += ["--dest-creds", f"{self.user}:{self.password}"]
+            flags += ["--dest-creds", f"{self.user}:{self.password}"]
         if all_platforms:
-            argv += ["--all"]
-        argv += [f"oci:{layout}:{src_tag}", f"docker://{self.ref(repo, tag or src_tag)}"]
-        _run(argv, "skopeo copy", timeout=120,
-             env={"REGISTRY_AUTH_FILE": os.path.join(self.dir, "no-auth.json"),
-                  "HOME": self.dir})
-        with open(digestfile) as f:
-            return f.read().strip()
+            flags += ["--all"]
+        if fmt:
+            flags += ["--format", fmt]
+        return skopeo_copy(f"oci:{layout}:{src_tag}", f"docker://{self.ref(repo, tag or src_tag)}",
+                           *flags, scratch=self.dir)
 
-    def manifest_digest(self, repo: str, tag: str) -> Optional[str]:
-        """The registry's digest for REPO:TAG (HEAD /v2/REPO/manifests/TAG), or None if absent.
-        Only for the unauthenticated variants."""
+    def manifest(self, repo: str, reference: str) -> Optional[Tuple[str, str]]:
+        """(media type, digest) of REPO:REFERENCE as the registry serves it (HEAD), or None if
+        absent. Only for the unauthenticated variants."""
         assert self.mode in ("http", "https")
         ctx = ssl.create_default_context(cafile=self.ca_file) if self.mode == "https" else None
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                              urllib.request.HTTPSHandler(context=ctx))
-        req = urllib.request.Request(f"{self.scheme}://{self.host}/v2/{repo}/manifests/{tag}",
-                                     method="HEAD", headers={"Accept": ", ".join([
-                                         "application/vnd.oci.image.index.v1+json",
-                                         "application/vnd.oci.image.manifest.v1+json"])})
+        accept = ", ".join(["application/vnd.oci.image.index.v1+json",
+                            "application/vnd.docker.distribution.manifest.list.v2+json",
+                            "application/vnd.oci.image.manifest.v1+json",
+                            "application/vnd.docker.distribution.manifest.v2+json"])
+        req = urllib.request.Request(f"{self.scheme}://{self.host}/v2/{repo}/manifests/{reference}",
+                                     method="HEAD", headers={"Accept": accept})
         try:
             with opener.open(req, timeout=10) as r:
-                return r.headers.get("Docker-Content-Digest")
+                return r.headers.get("Content-Type", ""), r.headers.get("Docker-Content-Digest", "")
         except urllib.error.HTTPError as e:
             if e.code == 404:
                 return None

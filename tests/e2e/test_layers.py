@@ -21,6 +21,11 @@ def _tree(files: dict) -> str:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
         os.chmod(p, 0o755 if text.startswith("#!") else 0o644)
+    # Fixed times: a layer keeps file times, so equal trees need equal times to be one blob.
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        for n in filenames + dirnames:
+            os.utime(os.path.join(dirpath, n), (1_700_000_000, 1_700_000_000), follow_symlinks=False)
+    os.utime(root, (1_700_000_000, 1_700_000_000))
     return root
 
 

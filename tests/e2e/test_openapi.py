@@ -64,6 +64,11 @@ CONTRACT_ROUTES = [
     ("delete", "/v1/leases/{id}"),
     ("get", "/v1/nodes"),
     ("get", "/metrics"),
+    # Additions: the CLI's `warren token create|ls|rm` needs an API (CONTRACT.md names the
+    # CLI commands but no routes for them).
+    ("post", "/v1/tokens"),
+    ("get", "/v1/tokens"),
+    ("delete", "/v1/tokens/{name}"),
 ]
 
 # The contract's schemas and their fields; fields beyond these must be marked x-warren-addition.
@@ -100,7 +105,7 @@ CONTRACT_FIELDS = {
 ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResult", "stderr_b64"),
              ("ExecResult", "error"), ("StreamOutputLine", "data_b64"), ("Layer", "ref"),
              ("Layer", "source"), ("SandboxSpec", "open_files"), ("Sandbox", "open_files"),
-             ("Sandbox", "layers")}
+             ("Sandbox", "layers"), ("Sandbox", "owner")}
 
 ERROR_STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
                 "conflict": 409, "quota": 429, "internal": 500, "unavailable": 503}
@@ -564,6 +569,7 @@ class Ctx:
         self.image = image
         self.created: List[str] = []
         self.layers: List[str] = []
+        self.tokens: List[str] = []
         r = server.http("POST", "/v1/sandboxes", {"image": image})
         assert r.status == 201, r
         self.sandbox = r.json["id"]
@@ -590,6 +596,13 @@ class Ctx:
         self.layers.append(f"{name}:{tag}")
         return name, tag
 
+    def new_token(self) -> str:
+        name = u.unique("openapi-token")
+        r = self.server.http("POST", "/v1/tokens", {"name": name})
+        assert r.status == 201, r
+        self.tokens.append(name)
+        return name
+
     def running_exec(self) -> str:
         r = self.server.http("POST", f"/v1/sandboxes/{self.sandbox}/exec",
                              {"argv": ["sleep", "30"], "wait": False})
@@ -601,6 +614,8 @@ class Ctx:
             self.server.http("DELETE", "/v1/sandboxes/" + sid, timeout=60)
         for ref in self.layers:
             self.server.http("DELETE", "/v1/layers/" + ref, timeout=60)
+        for name in self.tokens:
+            self.server.http("DELETE", "/v1/tokens/" + name, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -707,10 +722,15 @@ def test_operation_against_server(server, ctx, sandboxes, path, method):
         overrides["id"] = ctx.new_sandbox()
     elif oid == "deleteLayer":
         overrides["name"], overrides["tag"] = ctx.new_layer()
+    elif oid == "deleteToken":
+        overrides["name"] = ctx.new_token()
     elif oid == "uploadLayer":
         overrides["name"], overrides["tag"] = u.unique("openapi-up"), "t1"
         ctx.layers.append(f"{overrides['name']}:{overrides['tag']}")
     target, body, headers = build_request(ctx, path, method, op, item, overrides)
+    if oid == "createToken":
+        body = dict(body, name=u.unique("openapi-token"))
+        ctx.tokens.append(body["name"])
     r = server.http(method.upper(), target, body, headers=headers or None, timeout=300)
     if oid == "createSandboxes" and r.status == 200:     # to delete after the test
         sandboxes.extend(s["id"] for s in r.json.get("sandboxes", []))

@@ -1,0 +1,77 @@
+#include "server/quota.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace warren::server {
+namespace {
+
+double Now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+std::string Fmt(double v) {
+  char b[32];
+  snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+}  // namespace
+
+Status QuotaTracker::Reserve(const Principal& who, double cpu, int64_t memory_mb) {
+  const Quotas& q = who.quotas;
+  std::lock_guard lock(mu_);
+  Use& u = use_[who.name];
+  auto refuse = [&](const std::string& what) {
+    return Status(Code::kQuota, "create sandbox", who.name, what);
+  };
+  if (q.max_sandboxes > 0 && u.sandboxes + 1 > q.max_sandboxes)
+    return refuse("quota of " + std::to_string(q.max_sandboxes) + " sandboxes reached");
+  if (q.max_cpu > 0 && u.cpu + cpu > q.max_cpu + 1e-9)
+    return refuse("CPU quota " + Fmt(q.max_cpu) + " reached (" + Fmt(u.cpu) + " in use, asked " + Fmt(cpu) + ")");
+  if (q.max_memory_mb > 0 && u.memory_mb + memory_mb > q.max_memory_mb)
+    return refuse("memory quota " + std::to_string(q.max_memory_mb) + " MB reached (" +
+                  std::to_string(u.memory_mb) + " MB in use, asked " + std::to_string(memory_mb) + ")");
+  if (q.create_rate > 0) {
+    const double burst = std::max(1.0, q.create_rate), now = Now();
+    if (u.bucket < 0) u.bucket = burst;
+    u.bucket = std::min(burst, u.bucket + (now - u.refilled_at) * q.create_rate);
+    u.refilled_at = now;
+    if (u.bucket < 1) return refuse("create rate limit of " + Fmt(q.create_rate) + "/s reached; retry shortly");
+    u.bucket -= 1;
+  }
+  u.sandboxes += 1;
+  u.cpu += cpu;
+  u.memory_mb += memory_mb;
+  return Status::Ok();
+}
+
+void QuotaTracker::Release(const std::string& owner, double cpu, int64_t memory_mb) {
+  std::lock_guard lock(mu_);
+  Use& u = use_[owner];
+  u.sandboxes = std::max<int64_t>(0, u.sandboxes - 1);
+  u.cpu = std::max(0.0, u.cpu - cpu);
+  u.memory_mb = std::max<int64_t>(0, u.memory_mb - memory_mb);
+}
+
+void QuotaTracker::Count(const std::vector<nlohmann::json>& sandboxes) {
+  std::lock_guard lock(mu_);
+  for (const auto& sb : sandboxes) {
+    Use& u = use_[sb.value("owner", "admin")];
+    u.sandboxes += 1;
+    u.cpu += sb.value("cpu", 0.0);
+    u.memory_mb += sb.value("memory_mb", int64_t{0});
+  }
+}
+
+nlohmann::json QuotaTracker::Usage(const std::string& owner) {
+  std::lock_guard lock(mu_);
+  const Use& u = use_[owner];
+  return {{"sandboxes", u.sandboxes}, {"cpu", u.cpu}, {"memory_mb", u.memory_mb}};
+}
+
+}  // namespace warren::server

@@ -1,0 +1,39 @@
+// Per-principal quotas: live sandboxes, their CPU and memory, and a create-rate token bucket.
+// A create reserves before it starts and releases if it fails, so concurrent creates can never
+// together overshoot a limit.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "server/auth.h"
+
+namespace warren::server {
+
+class QuotaTracker {
+ public:
+  // Room for one more sandbox of (cpu, memory_mb) owned by `who`, or a `quota` error naming
+  // the limit.
+  Status Reserve(const Principal& who, double cpu, int64_t memory_mb);
+  void Release(const std::string& owner, double cpu, int64_t memory_mb);
+  // Counts the sandboxes that already exist (at startup).
+  void Count(const std::vector<nlohmann::json>& sandboxes);
+  nlohmann::json Usage(const std::string& owner);
+
+ private:
+  struct Use {
+    int64_t sandboxes = 0;
+    double cpu = 0;
+    int64_t memory_mb = 0;
+    double bucket = -1;  // create-rate tokens; -1 until first use
+    double refilled_at = 0;
+  };
+  std::mutex mu_;
+  std::map<std::string, Use> use_;
+};
+
+}  // namespace warren::server

@@ -28,16 +28,24 @@ std::string RandomHex(size_t bytes) {
 std::string NewSandboxId() { return "sb-" + RandomHex(8); }
 std::string NewExecId() { return "ex-" + RandomHex(6); }
 
-std::string NowRfc3339() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+std::string Rfc3339(double unix_seconds) {
+  time_t secs = static_cast<time_t>(unix_seconds);
+  long ms = static_cast<long>((unix_seconds - static_cast<double>(secs)) * 1000);
   tm t;
-  gmtime_r(&ts.tv_sec, &t);
+  gmtime_r(&secs, &t);
   char buf[64];
   snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", t.tm_year + 1900,
-           t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, ts.tv_nsec / 1000000);
+           t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, ms);
   return buf;
 }
+
+double UnixNow() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+std::string NowRfc3339() { return Rfc3339(UnixNow()); }
 
 double NowSeconds() {
   timespec ts;

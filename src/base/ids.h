@@ -13,6 +13,8 @@ std::string NewSandboxId();
 std::string NewExecId();
 // Wall clock as RFC 3339 UTC with milliseconds.
 std::string NowRfc3339();
-double NowSeconds();
+std::string Rfc3339(double unix_seconds);
+double UnixNow();     // wall clock, seconds since the epoch
+double NowSeconds();  // monotonic
 
 }  // namespace warren

@@ -1,6 +1,9 @@
 // warren image build NAME:TAG (--from-dir DIR | --from-tar FILE | --from-oci SRC |
 //                               --debian SUITE [--packages a,b]) [--kind K] | ls | rm NAME:TAG
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 
@@ -11,6 +14,32 @@
 
 namespace warren::cli {
 namespace {
+
+// On SIGINT/SIGTERM: remove `dir` (rm -rf in a vforked child: the handler may only make
+// async-signal-safe calls, and vfork/execve/waitpid are), then die of the signal as usual.
+const char* g_scratch = nullptr;
+void RemoveScratchAndDie(int sig) {
+  if (g_scratch) {
+    pid_t pid = vfork();
+    if (pid == 0) {
+      execl("/bin/rm", "rm", "-rf", "--", g_scratch, static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    if (pid > 0) waitpid(pid, nullptr, 0);
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void RemoveOnSignal(const char* dir) {
+  g_scratch = dir;
+  struct sigaction sa {};
+  sa.sa_handler = RemoveScratchAndDie;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+}
 
 // Registry settings come from the environment so scripts need no extra flags.
 image::RegistryOptions RegistryFromEnv(const std::string& ca, bool insecure) {
@@ -54,10 +83,12 @@ int Build(const std::string& ref, image::BuildSource src, const std::string& kin
   };
   src.progress = [&](const std::string& m) { fprintf(stderr, "[%6.1fs] %s\n", elapsed(), m.c_str()); };
   // Scratch space on a real disk (tmpfs may be small): removed whatever happens.
-  char tmpl[] = "/var/tmp/warren-build-XXXXXX";
+  static char tmpl[] = "/var/tmp/warren-build-XXXXXX";
   if (!mkdtemp(tmpl)) return Fail(ErrnoStatus("mkdtemp", tmpl).Context(what));
   std::string work = tmpl;
   Cleanup rm_work([work] { (void)image::RemoveTree(work); });
+  // Ctrl-C in the middle of a build must not leave a copy of the whole tree behind.
+  RemoveOnSignal(tmpl);
   auto built = image::BuildRootfsTar(src, work);
   if (!built.ok()) return Fail(built.status().Context(what));
   src.progress("uploading to " + ServerUrl() + " (the server writes the EROFS layer)");

@@ -55,7 +55,9 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   if (!node.ok()) return Fail(node.status().Context("start node"));
   server::TokenRegistry tokens(state->get(), *token);
   if (Status st = tokens.Load(); !st.ok()) return Fail(st.Context("load tokens"));
-  server::Api api(state->get(), node->get(), &layers, &tokens);
+  auto durable = server::StateStore::Open(data_dir + "/state.db", /*durable=*/true);
+  if (!durable.ok()) return Fail(durable.status());
+  server::Api api(state->get(), durable->get(), node->get(), &layers, &tokens);
   api.ReconcileAfterRestart();
   api.SweepBlobs();
   api.StartReaper();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,8 @@ struct ExecSpec {
   int64_t timeout_ms = 0;
   uint64_t max_output = 1 << 20;
   bool binary = false;
+  // Called with the new record before the command starts (e.g. to set its finisher).
+  std::function<void(const std::shared_ptr<ExecRecord>&)> on_record;
 };
 
 class AgentConn {

@@ -54,6 +54,7 @@ void ExecRecord::AppendOutput(int stream, std::string_view data) {
 
 void ExecRecord::Finish(const ExecOutcome& outcome) {
   std::vector<std::function<void()>> wake;
+  std::function<void()> finisher;
   {
     std::lock_guard lock(mu_);
     if (done_) return;
@@ -61,14 +62,63 @@ void ExecRecord::Finish(const ExecOutcome& outcome) {
     finished_ = NowSeconds();
     outcome_ = outcome;
     for (int i = 0; i < 2; ++i) outcome_.truncated[i] |= host_truncated_[i];
+    finisher.swap(finisher_);  // also breaks the record <-> finisher reference cycle
+    if (!finisher) {
+      published_ = true;
+      NotifyLocked(&wake);
+    }
+  }
+  if (finisher) return finisher();  // it calls Publish() once the outcome is safe
+  for (auto& f : wake) f();
+}
+
+void ExecRecord::SetFinisher(std::function<void()> f) {
+  std::lock_guard lock(mu_);
+  finisher_ = std::move(f);
+}
+
+void ExecRecord::Publish() {
+  std::vector<std::function<void()>> wake;
+  {
+    std::lock_guard lock(mu_);
+    if (!done_ || published_) return;
+    published_ = true;
     NotifyLocked(&wake);
   }
   for (auto& f : wake) f();
 }
 
+std::shared_ptr<ExecRecord> ExecRecord::Replayed(const nlohmann::json& result, const std::string& sandbox_id,
+                                                 const std::string& out, const std::string& err) {
+  auto rec = std::make_shared<ExecRecord>(result.value("exec_id", ""), sandbox_id, UINT64_MAX,
+                                          result.contains("stdout_b64"));
+  rec->AppendOutput(1, out);
+  rec->AppendOutput(2, err);
+  ExecOutcome o;
+  o.exit_code = result.value("exit_code", nlohmann::json(-1)).is_number() ? result["exit_code"].get<int>() : -1;
+  o.signal = result.value("signal", nlohmann::json(nullptr)).is_string() ? result["signal"].get<std::string>() : "";
+  o.timed_out = result.value("timed_out", false);
+  o.truncated[0] = result.value("stdout_truncated", false);
+  o.truncated[1] = result.value("stderr_truncated", false);
+  o.error = result.value("error", "");
+  rec->Finish(o);
+  std::lock_guard lock(rec->mu_);
+  rec->replayed_ = true;
+  rec->fixed_duration_ms_ = result.value("duration_ms", int64_t{0});
+  return rec;
+}
+
+std::string ExecRecord::RawOutput(int stream) const {
+  std::lock_guard lock(mu_);
+  std::string out;
+  for (const auto& c : chunks_)
+    if (c.stream == stream) out += c.data;
+  return out;
+}
+
 bool ExecRecord::done() const {
   std::lock_guard lock(mu_);
-  return done_;
+  return published_;
 }
 
 uint64_t ExecRecord::bytes() const {
@@ -84,12 +134,12 @@ uint64_t ExecRecord::last_seq() const {
 ExecRecord::Snapshot ExecRecord::Poll(uint64_t after, std::function<void()> notify) {
   std::lock_guard lock(mu_);
   Snapshot s;
-  s.done = done_;
+  s.done = published_;
   // Chunks are in seq order: find the first one after `after`.
   auto it = std::upper_bound(chunks_.begin(), chunks_.end(), after,
                              [](uint64_t a, const OutputChunk& c) { return a < c.seq; });
   s.chunks.assign(it, chunks_.end());
-  if (s.chunks.empty() && !done_ && notify) waiters_.push_back(std::move(notify));
+  if (s.chunks.empty() && !published_ && notify) waiters_.push_back(std::move(notify));
   return s;
 }
 
@@ -99,7 +149,7 @@ bool ExecRecord::WaitDone(int timeout_ms) {
   for (;;) {
     {
       std::lock_guard lock(mu_);
-      if (done_) return true;
+      if (published_) return true;
       waiters_.push_back([state, flag] {
         std::lock_guard l(state->first);
         *flag = true;
@@ -127,8 +177,10 @@ nlohmann::json ExecRecord::ResultJson() const {
       {"stderr", SanitizeUtf8(out[1])},
       {"stdout_truncated", done_ ? outcome_.truncated[0] : host_truncated_[0]},
       {"stderr_truncated", done_ ? outcome_.truncated[1] : host_truncated_[1]},
-      {"duration_ms", static_cast<int64_t>(((done_ ? finished_ : NowSeconds()) - started_) * 1000)},
-      {"replayed", false},
+      {"duration_ms", fixed_duration_ms_ >= 0
+                          ? fixed_duration_ms_
+                          : static_cast<int64_t>(((done_ ? finished_ : NowSeconds()) - started_) * 1000)},
+      {"replayed", replayed_},
   };
   if (binary_) {
     j["stdout_b64"] = Base64Encode(out[0]);

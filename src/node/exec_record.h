@@ -53,7 +53,18 @@ class ExecRecord {
 
   void AppendOutput(int stream, std::string_view data);
   void Finish(const ExecOutcome& outcome);
+  // With a finisher, Finish() hands the finished record to it instead of announcing the end:
+  // waiters, streams and done() see the exec end only when the finisher calls Publish() (used
+  // to write a trajectory step durably before anyone is told the result).
+  void SetFinisher(std::function<void()> f);
+  void Publish();
+  // Done and announced.
   bool done() const;
+  // A finished record rebuilt from a stored result (a replayed trajectory step).
+  static std::shared_ptr<ExecRecord> Replayed(const nlohmann::json& result, const std::string& sandbox_id,
+                                              const std::string& stdout_raw, const std::string& stderr_raw);
+  // One stream's bytes as received (1 stdout, 2 stderr).
+  std::string RawOutput(int stream) const;
 
   struct Snapshot {
     std::vector<OutputChunk> chunks;  // seq > after
@@ -84,7 +95,11 @@ class ExecRecord {
   uint64_t next_seq_ = 1;
   uint64_t bytes_[2] = {0, 0};
   bool host_truncated_[2] = {false, false};
-  bool done_ = false;
+  bool done_ = false;       // the command ended
+  bool published_ = false;  // ... and the end is announced
+  bool replayed_ = false;
+  int64_t fixed_duration_ms_ = -1;
+  std::function<void()> finisher_;
   double finished_ = 0;
   ExecOutcome outcome_;
   std::vector<std::function<void()>> waiters_;

@@ -123,6 +123,7 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
                                                          const ExecSpec& spec) {
   auto conn = WARREN_TRY(Conn(id));
   auto rec = std::make_shared<ExecRecord>(exec_id, id, spec.max_output, spec.binary, conn->budget());
+  if (spec.on_record) spec.on_record(rec);
   WARREN_RETURN_IF_ERROR(conn->StartExec(rec, spec));
   return rec;
 }

@@ -41,9 +41,11 @@ const Principal& System() {
 }
 }  // namespace
 
-Api::Api(StateStore* state, node::NodeApi* node, image::LayerStore* layers, TokenRegistry* tokens)
-    : state_(state), node_(node), layers_(layers), tokens_(tokens) {
+Api::Api(StateStore* state, StateStore* durable, node::NodeApi* node, image::LayerStore* layers,
+         TokenRegistry* tokens)
+    : state_(state), node_(node), layers_(layers), tokens_(tokens), leases_(state), traj_(durable) {
   quota_.Count(state_->ListSandboxes());
+  leases_.Load();
   node_->SetOnSandboxLost([this](const std::string& id) {
     auto sb = state_->GetSandbox(id);
     if (!sb.ok() || (*sb)["state"] != "running") return;
@@ -65,6 +67,7 @@ void Api::StartReaper() {
       for (auto& [id, deadline] : deadlines_)
         if (deadline <= now) due.push_back(id);
       lock.unlock();
+      for (const auto& lease : leases_.TakeExpired()) ExpireLease(lease);
       for (const auto& id : due) {
         Status st = DeleteSandbox(System(), id);
         if (!st.ok() && st.code() != Code::kNotFound) CountError(st.code());
@@ -106,8 +109,18 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec) {
     return Invalid("backend `" + spec.backend + "` is not available yet; use container");
   if (spec.network.mode != "none")
     return Invalid("network mode `egress` is not available yet; use none");
-  if (spec.trajectory) return Invalid("trajectories are not available yet");
-  if (spec.lease) return Invalid("leases are not available yet");
+  if (spec.lease && !leases_.Get(who, *spec.lease).ok())
+    return Invalid("unknown or expired lease `" + *spec.lease + "`");
+
+  // A trainer that comes back after preemption asks for its trajectory's sandbox again: it
+  // gets the live one (with all the effects of the steps it will replay), not a new one.
+  if (spec.trajectory) {
+    for (const json& sb : state_->ListSandboxes())
+      if (sb.value("trajectory", json(nullptr)) == json(*spec.trajectory) &&
+          sb.value("owner", "admin") == who.name &&
+          (sb.value("state", "") == "running" || sb.value("state", "") == "paused"))
+        return sb;
+  }
 
   // Resolve NAME:TAG to digests, top layer first: workspace, tools, base. The sandbox records
   // the digests: tags move, what it was made from does not.
@@ -163,6 +176,8 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec) {
     return st;
   }
   release.Cancel();  // the sandbox holds its share until deleted
+  // The lease may have expired while we were creating: then this sandbox goes with it now.
+  if (spec.lease && !leases_.Get(who, *spec.lease).ok()) ExpireLease(*spec.lease);
   create_seconds_.Observe(NowSeconds() - t0);
   {
     std::lock_guard lock(reap_mu_);
@@ -188,6 +203,7 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
   SandboxSpec spec = WARREN_TRY(ParseSandboxSpec(j.value("spec", json::object())));
   json out = {{"sandboxes", json::array()}, {"errors", json::array()}};
   int64_t n = j["count"].get<int64_t>();
+  if (spec.trajectory && n > 1) return Invalid("a trajectory belongs to one sandbox: `count` must be 1");
   for (int64_t i = 0; i < n; ++i) {
     auto r = CreateOne(who, spec);
     if (r.ok()) {
@@ -321,24 +337,89 @@ Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& i
   json sb = WARREN_TRY(Sandbox(who, id));
   if (sb["state"] != "running")
     return Status(Code::kConflict, "exec", id, "sandbox is " + sb["state"].get<std::string>());
-  if (r.step) return Invalid("`step` needs a trajectory, and trajectories are not available yet");
+  const bool recorded = sb.value("trajectory", json(nullptr)).is_string();
+  if (r.step && !recorded) return Invalid("`step` needs a sandbox created with a `trajectory`");
   node::ExecSpec es;
-  es.argv = std::move(r.argv);
-  es.env = std::move(r.env);
+  es.argv = r.argv;  // copies: a trajectory step records the request too
+  es.env = r.env;
   es.cwd = r.cwd;
   es.has_stdin = r.stdin_data.has_value();
-  if (r.stdin_data) es.stdin_data = std::move(*r.stdin_data);
+  if (r.stdin_data) es.stdin_data = *r.stdin_data;
   es.timeout_ms = static_cast<int64_t>(r.timeout_s * 1000);
   es.max_output = r.max_output_bytes;
   es.binary = r.binary;
+  if (recorded) return StartTrajectoryExec(sb, r, std::move(es));
   auto rec = WARREN_TRY(node_->StartExec(id, NewExecId(), es));
   return ExecStart{rec, r.wait};
 }
 
+Result<Api::ExecStart> Api::StartTrajectoryExec(const json& sb, const ExecRequest& r, node::ExecSpec es) {
+  const std::string id = sb.value("id", "");
+  const std::string key = TrajectoryLog::Key(sb.value("owner", "admin"), sb["trajectory"].get<std::string>());
+  json request = {{"argv", r.argv}, {"env", r.env}, {"cwd", r.cwd}, {"timeout_s", r.timeout_s},
+                  {"max_output_bytes", r.max_output_bytes}, {"binary", r.binary}};
+  if (r.stdin_data) request["stdin_b64"] = Base64Encode(*r.stdin_data);
+  const std::string digest = StepDigest(request);
+  auto d = WARREN_TRY(traj_.Begin(key, r.step ? std::optional<int64_t>(static_cast<int64_t>(*r.step)) : std::nullopt,
+                                  digest));
+  if (d.recorded) {
+    const json& doc = *d.recorded;
+    auto raw = [&](const char* k) {
+      std::string out;
+      (void)Base64Decode(doc.value(k, ""), &out);
+      return out;
+    };
+    return ExecStart{node::ExecRecord::Replayed(doc["result"], id, raw("stdout_raw_b64"), raw("stderr_raw_b64")),
+                     r.wait};
+  }
+  request["step"] = d.step;
+  const std::string started = NowRfc3339();
+  // The step is written before its end is announced: the finisher runs on the mux thread when
+  // the command ends and hands the write to the recorder thread, which then publishes.
+  es.on_record = [this, key, step = d.step, request, digest, id, started](const std::shared_ptr<node::ExecRecord>& rec) {
+    std::weak_ptr<node::ExecRecord> weak = rec;
+    rec->SetFinisher([this, weak, key, step, request, digest, id, started] {
+      recorder_.Post([this, weak, key, step, request, digest, id, started] {
+        auto rec = weak.lock();
+        if (!rec) return traj_.Abandon(key, step);
+        json doc = {{"step", step},           {"sandbox_id", id},
+                    {"exec_id", rec->id()},   {"request_digest", digest},
+                    {"request", request},     {"result", rec->ResultJson()},
+                    {"started_at", started},  {"finished_at", NowRfc3339()},
+                    {"stdout_raw_b64", Base64Encode(rec->RawOutput(1))},
+                    {"stderr_raw_b64", Base64Encode(rec->RawOutput(2))}};
+        doc["result"]["replayed"] = false;
+        Status st = traj_.Record(key, step, doc);
+        if (!st.ok()) spdlog::error("trajectory {} step {}: {}", key, step, st.ToString());
+        rec->Publish();
+      });
+    });
+  };
+  auto rec = node_->StartExec(id, NewExecId(), es);
+  if (!rec.ok()) {
+    traj_.Abandon(key, d.step);
+    return rec.status();
+  }
+  return ExecStart{*rec, r.wait};
+}
+
+Result<json> Api::GetTrajectory(const Principal& who, const std::string& id) {
+  return traj_.Get(TrajectoryLog::Key(who.name, id), id);
+}
+
 Result<std::shared_ptr<node::ExecRecord>> Api::GetExec(const Principal& who, const std::string& id,
                                                        const std::string& exec_id) {
-  WARREN_TRY(Sandbox(who, id));
-  return node_->GetExec(id, exec_id);
+  json sb = WARREN_TRY(Sandbox(who, id));
+  auto rec = node_->GetExec(id, exec_id);
+  if (rec.ok() || !sb.value("trajectory", json(nullptr)).is_string()) return rec;
+  // A replayed step's exec id, or one whose record the node no longer holds: the log has it.
+  auto doc = traj_.FindExec(TrajectoryLog::Key(sb.value("owner", "admin"), sb["trajectory"]), exec_id);
+  if (!doc.ok()) return rec;
+  std::string out, err;
+  (void)Base64Decode(doc->value("stdout_raw_b64", ""), &out);
+  (void)Base64Decode(doc->value("stderr_raw_b64", ""), &err);
+  auto replay = node::ExecRecord::Replayed((*doc)["result"], id, out, err);
+  return replay;
 }
 
 Status Api::SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,
@@ -445,6 +526,27 @@ Status Api::DeleteLayer(const std::string& ref) {
   WARREN_RETURN_IF_ERROR(state_->RemoveLayer(name, tag));
   // The blob stays while a sandbox made from it exists; new sandboxes cannot use the name.
   CollectBlobs({rec.digest});
+  return Status::Ok();
+}
+
+void Api::ExpireLease(const std::string& lease) {
+  for (const json& sb : state_->ListSandboxes()) {
+    if (sb.value("lease", json(nullptr)) != json(lease)) continue;
+    const std::string id = sb.value("id", "");
+    Status st = sb.value("on_lease_expiry", "delete") == "pause"
+                    ? (sb.value("state", "") == "running" ? SetPaused(System(), id, true).status() : Status::Ok())
+                    : DeleteSandbox(System(), id);
+    if (!st.ok() && st.code() != Code::kNotFound)
+      spdlog::warn("lease {} expired: sandbox {}: {}", lease, id, st.ToString());
+    else
+      spdlog::info("lease {} expired: sandbox {} {}", lease, id,
+                   sb.value("on_lease_expiry", "delete") == "pause" ? "paused" : "deleted");
+  }
+}
+
+Status Api::ReleaseLease(const Principal& who, const std::string& id) {
+  WARREN_RETURN_IF_ERROR(leases_.Release(who, id));
+  ExpireLease(id);
   return Status::Ok();
 }
 

@@ -15,10 +15,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/work_queue.h"
 #include "image/layer_store.h"
 #include "node/node_api.h"
 #include "server/api_types.h"
 #include "server/auth.h"
+#include "server/leases.h"
+#include "server/trajectory.h"
 #include "server/quota.h"
 #include "server/state_store.h"
 
@@ -43,7 +46,10 @@ class Histogram {
 
 class Api {
  public:
-  Api(StateStore* state, node::NodeApi* node, image::LayerStore* layers, TokenRegistry* tokens);
+  // `durable`: a second connection to the state database that fsyncs every commit, for the
+  // trajectory log.
+  Api(StateStore* state, StateStore* durable, node::NodeApi* node, image::LayerStore* layers,
+      TokenRegistry* tokens);
   ~Api();
 
   // Deletes sandboxes whose ttl_s has passed, from a background thread, until Stop().
@@ -88,6 +94,16 @@ class Api {
   nlohmann::json ListTokens();
   Status DeleteToken(const std::string& name) { return tokens_->Remove(name); }
 
+  Result<nlohmann::json> CreateLease(const Principal& who, const std::string& body) {
+    return leases_.Create(who, body);
+  }
+  Result<nlohmann::json> RenewLease(const Principal& who, const std::string& id, const std::string& body) {
+    return leases_.Renew(who, id, body);
+  }
+  Result<nlohmann::json> GetTrajectory(const Principal& who, const std::string& id);
+  // Releases the lease and applies its sandboxes' on_lease_expiry now.
+  Status ReleaseLease(const Principal& who, const std::string& id);
+
   nlohmann::json Nodes();
   std::string Metrics();
   void CountError(Code code);
@@ -101,12 +117,17 @@ class Api {
   // Removes those of `digests` that no layer name and no sandbox refers to any more.
   void CollectBlobs(const std::vector<std::string>& digests);
   std::set<std::string> DigestsInUse();
+  // Starts (or replays) an exec of a sandbox that records a trajectory.
+  Result<ExecStart> StartTrajectoryExec(const nlohmann::json& sb, const ExecRequest& r, node::ExecSpec es);
+  // Deletes or pauses (on_lease_expiry) every sandbox tied to lease `id`.
+  void ExpireLease(const std::string& id);
 
   StateStore* state_;
   node::NodeApi* node_;
   image::LayerStore* layers_;
   TokenRegistry* tokens_;
   QuotaTracker quota_;
+  LeaseTable leases_;
   // Blob garbage collection takes it exclusively; a create holds it shared from resolving
   // NAME:TAG to digests until the layers are mounted, so a blob is never removed in between.
   std::shared_mutex gc_mu_;
@@ -118,6 +139,8 @@ class Api {
   std::map<std::string, double> deadlines_;  // sandbox id -> monotonic deadline
   std::mutex err_mu_;
   std::map<std::string, uint64_t> errors_;
+  TrajectoryLog traj_;
+  WorkQueue recorder_;  // writes finished trajectory steps; last: destroyed first
 };
 
 }  // namespace warren::server

@@ -23,6 +23,7 @@ class Stmt {
     return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s_, col))) : "";
   }
   int64_t Int(int col) { return sqlite3_column_int64(s_, col); }
+  bool IsNull(int col) { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
 
  private:
   sqlite3_stmt* s_ = nullptr;
@@ -52,7 +53,7 @@ nlohmann::json LayerRecord::ToJson() const {
           {"kind", kind}, {"size", size},       {"created_at", created_at}, {"source", source}};
 }
 
-Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path) {
+Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path, bool durable) {
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
@@ -64,7 +65,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path) {
   std::unique_ptr<StateStore> s(new StateStore(db));
   sqlite3_busy_timeout(db, 5000);
   WARREN_RETURN_IF_ERROR(s->Exec("PRAGMA journal_mode=WAL"));
-  WARREN_RETURN_IF_ERROR(s->Exec("PRAGMA synchronous=NORMAL"));
+  WARREN_RETURN_IF_ERROR(s->Exec(durable ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
   WARREN_RETURN_IF_ERROR(s->Exec(
       "CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL,"
       " created_at TEXT NOT NULL, doc TEXT NOT NULL)"));
@@ -75,6 +76,10 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path) {
   WARREN_RETURN_IF_ERROR(s->Exec(
       "CREATE TABLE IF NOT EXISTS docs (kind TEXT NOT NULL, id TEXT NOT NULL, doc TEXT NOT NULL,"
       " PRIMARY KEY (kind, id))"));
+  WARREN_RETURN_IF_ERROR(s->Exec(
+      "CREATE TABLE IF NOT EXISTS steps (traj TEXT NOT NULL, step INTEGER NOT NULL,"
+      " exec_id TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (traj, step))"));
+  WARREN_RETURN_IF_ERROR(s->Exec("CREATE INDEX IF NOT EXISTS steps_by_exec ON steps (exec_id)"));
   return s;
 }
 
@@ -198,6 +203,50 @@ Status StateStore::RemoveDoc(const std::string& kind, const std::string& id) {
   if (st.Step() != SQLITE_DONE) return DbError(db_, "remove " + kind);
   if (sqlite3_changes(db_) == 0) return NotFound(kind, id);
   return Status::Ok();
+}
+
+Status StateStore::InsertStep(const std::string& traj, int64_t step, const std::string& exec_id,
+                              const nlohmann::json& doc) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "INSERT INTO steps (traj, step, exec_id, doc) VALUES (?,?,?,?)");
+  st.Bind(1, traj).Bind(2, step).Bind(3, exec_id).Bind(4, doc.dump());
+  int rc = st.Step();
+  if (rc == SQLITE_CONSTRAINT) return Status(Code::kConflict, "record step", traj, "step already recorded");
+  if (rc != SQLITE_DONE) return DbError(db_, "record step");
+  return Status::Ok();
+}
+
+Result<nlohmann::json> StateStore::GetStep(const std::string& traj, int64_t step) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT doc FROM steps WHERE traj = ? AND step = ?");
+  st.Bind(1, traj).Bind(2, step);
+  if (st.Step() != SQLITE_ROW) return NotFound("step " + std::to_string(step), traj);
+  return nlohmann::json::parse(st.Text(0));
+}
+
+std::vector<nlohmann::json> StateStore::ListSteps(const std::string& traj) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT doc FROM steps WHERE traj = ? ORDER BY step");
+  st.Bind(1, traj);
+  std::vector<nlohmann::json> out;
+  while (st.Step() == SQLITE_ROW) out.push_back(nlohmann::json::parse(st.Text(0)));
+  return out;
+}
+
+int64_t StateStore::MaxStep(const std::string& traj) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT MAX(step) FROM steps WHERE traj = ?");
+  st.Bind(1, traj);
+  if (st.Step() != SQLITE_ROW || st.IsNull(0)) return -1;
+  return st.Int(0);
+}
+
+Result<nlohmann::json> StateStore::FindStepByExec(const std::string& exec_id) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT traj, doc FROM steps WHERE exec_id = ? LIMIT 1");
+  st.Bind(1, exec_id);
+  if (st.Step() != SQLITE_ROW) return NotFound("exec", exec_id);
+  return nlohmann::json{{"traj", st.Text(0)}, {"doc", nlohmann::json::parse(st.Text(1))}};
 }
 
 }  // namespace warren::server

@@ -22,7 +22,9 @@ struct LayerRecord {
 
 class StateStore {
  public:
-  static Result<std::unique_ptr<StateStore>> Open(const std::string& path);
+  // `durable`: every commit is fsynced (synchronous=FULL), for records that must survive a
+  // power loss, not only a crash of the daemon (WAL with synchronous=NORMAL).
+  static Result<std::unique_ptr<StateStore>> Open(const std::string& path, bool durable = false);
   ~StateStore();
 
   // Sandboxes: the full API object as JSON, with id and state pulled out.
@@ -43,6 +45,15 @@ class StateStore {
   Result<nlohmann::json> GetDoc(const std::string& kind, const std::string& id);
   std::vector<nlohmann::json> ListDocs(const std::string& kind);
   Status RemoveDoc(const std::string& kind, const std::string& id);  // not_found if absent
+
+  // Trajectory steps: (trajectory key, step) -> doc; conflict if the step exists.
+  Status InsertStep(const std::string& traj, int64_t step, const std::string& exec_id,
+                    const nlohmann::json& doc);
+  Result<nlohmann::json> GetStep(const std::string& traj, int64_t step);
+  std::vector<nlohmann::json> ListSteps(const std::string& traj);
+  int64_t MaxStep(const std::string& traj);  // -1 when none
+  // The step recorded for `exec_id`: {"traj", "doc"}.
+  Result<nlohmann::json> FindStepByExec(const std::string& exec_id);
 
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}

@@ -105,7 +105,8 @@ CONTRACT_FIELDS = {
 ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResult", "stderr_b64"),
              ("ExecResult", "error"), ("StreamOutputLine", "data_b64"), ("Layer", "ref"),
              ("Layer", "source"), ("SandboxSpec", "open_files"), ("Sandbox", "open_files"),
-             ("Sandbox", "layers"), ("Sandbox", "owner")}
+             ("Sandbox", "layers"), ("Sandbox", "owner"), ("Lease", "owner"), ("Lease", "ttl_s"),
+             ("Lease", "created_at")}
 
 ERROR_STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
                 "conflict": 409, "quota": 429, "internal": 500, "unavailable": 503}
@@ -580,6 +581,13 @@ class Ctx:
         self.file = "/tmp/openapi-test.txt"
         r = server.http("PUT", f"/v1/sandboxes/{self.sandbox}/files?path={self.file}", b"hello\n")
         assert r.status == 204, r
+        self.trajectory = u.unique("openapi-traj")
+        r = server.http("POST", "/v1/sandboxes", {"image": image, "trajectory": self.trajectory})
+        assert r.status == 201, r
+        self.created.append(r.json["id"])
+        r = server.http("POST", f"/v1/sandboxes/{r.json['id']}/exec", {"argv": ["echo", "step0"]})
+        assert r.status == 200, r
+        self.leases: List[str] = []
 
     def new_sandbox(self) -> str:
         r = self.server.http("POST", "/v1/sandboxes", {"image": self.image})
@@ -595,6 +603,12 @@ class Ctx:
         assert r.status == 201, r
         self.layers.append(f"{name}:{tag}")
         return name, tag
+
+    def new_lease(self) -> str:
+        r = self.server.http("POST", "/v1/leases", {"ttl_s": 600})
+        assert r.status == 200, r
+        self.leases.append(r.json["id"])
+        return r.json["id"]
 
     def new_token(self) -> str:
         name = u.unique("openapi-token")
@@ -614,6 +628,8 @@ class Ctx:
             self.server.http("DELETE", "/v1/sandboxes/" + sid, timeout=60)
         for ref in self.layers:
             self.server.http("DELETE", "/v1/layers/" + ref, timeout=60)
+        for lid in self.leases:
+            self.server.http("DELETE", "/v1/leases/" + lid, timeout=60)
         for name in self.tokens:
             self.server.http("DELETE", "/v1/tokens/" + name, timeout=60)
 
@@ -638,6 +654,10 @@ def build_request(ctx: Ctx, path: str, method: str, op: dict, item: dict,
     values: Dict[str, str] = {}
     if path.startswith("/v1/sandboxes/"):
         values.update({"id": ctx.sandbox, "exec_id": ctx.finished_exec, "path": ctx.file})
+    elif path.startswith("/v1/leases/"):
+        values["id"] = ctx.new_lease()
+    elif path.startswith("/v1/trajectories/"):
+        values["id"] = ctx.trajectory
     values.update(overrides)
     target = path
     query = []
@@ -852,8 +872,7 @@ def test_planned_values_answer_as_documented(server, ctx, sandboxes, path, metho
 def test_planned_value_params_cover_the_contract_gaps():
     got = {p.id for p in _planned_value_params()}
     for want in ("createSandbox:backend=fncall", "createSandbox:backend=microvm", "createSandbox:backend=vm",
-                 "createSandbox:network.mode=egress", "createSandbox:trajectory", "createSandbox:lease",
-                 "setNetwork:mode=egress", "exec:step", "createSandboxes:spec.trajectory"):
+                 "createSandbox:network.mode=egress", "setNetwork:mode=egress"):
         assert want in got, (want, sorted(got))
 
 
@@ -861,8 +880,8 @@ def test_not_enforced_fields_are_accepted_and_echoed(server, image, sandboxes):
     """x-warren-enforced: false fields are stored and echoed back (they only lack an effect)."""
     spec = deref({"$ref": "#/components/schemas/SandboxSpec"})
     fields = {k for k, p in spec["properties"].items() if p.get("x-warren-enforced") is False}
-    assert fields == {"ttl_s", "idle_timeout_s", "on_lease_expiry"}, fields
-    body = {"image": image, "ttl_s": 120, "idle_timeout_s": 60, "on_lease_expiry": "pause"}
+    assert fields == {"ttl_s", "idle_timeout_s"}, fields
+    body = {"image": image, "ttl_s": 120, "idle_timeout_s": 60}
     r = server.http("POST", "/v1/sandboxes", body)
     assert r.status == 201, r
     sandboxes.append(r.json["id"])

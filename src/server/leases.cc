@@ -1,0 +1,104 @@
+#include "server/leases.h"
+
+#include <cmath>
+
+#include "base/ids.h"
+#include "server/state_store.h"
+
+namespace warren::server {
+
+using nlohmann::json;
+
+namespace {
+constexpr const char* kLeaseKind = "lease";
+constexpr double kMaxTtl = 7 * 86400;
+constexpr double kDefaultTtl = 60;
+
+json Public(const json& doc) {
+  json out = doc;
+  out.erase("expires_unix");
+  return out;
+}
+}  // namespace
+
+void LeaseTable::Load() {
+  std::lock_guard lock(mu_);
+  for (const json& d : state_->ListDocs(kLeaseKind)) leases_[d.value("id", "")] = d;
+}
+
+Result<double> LeaseTable::ParseTtl(const std::string& body, double fallback) {
+  if (body.empty()) return fallback;
+  json j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return Invalid("lease request must be a JSON object");
+  for (auto& [k, v] : j.items())
+    if (k != "ttl_s") return Invalid("unknown field `" + k + "` in lease request");
+  if (!j.contains("ttl_s") || j["ttl_s"].is_null()) return fallback;
+  if (!j["ttl_s"].is_number() || std::isnan(j["ttl_s"].get<double>()) || j["ttl_s"].get<double>() < 1 ||
+      j["ttl_s"].get<double>() > kMaxTtl)
+    return Invalid("`ttl_s` must be a number of seconds from 1 to " + std::to_string(int(kMaxTtl)));
+  return j["ttl_s"].get<double>();
+}
+
+Result<json> LeaseTable::Create(const Principal& who, const std::string& body) {
+  double ttl = WARREN_TRY(ParseTtl(body, kDefaultTtl));
+  const double now = UnixNow();
+  json doc = {{"id", "ls-" + RandomHex(8)}, {"owner", who.name},       {"ttl_s", ttl},
+              {"created_at", Rfc3339(now)},  {"expires_at", Rfc3339(now + ttl)}, {"expires_unix", now + ttl}};
+  std::lock_guard lock(mu_);
+  WARREN_RETURN_IF_ERROR(state_->PutDoc(kLeaseKind, doc["id"], doc));
+  leases_[doc["id"]] = doc;
+  return Public(doc);
+}
+
+Result<json> LeaseTable::Renew(const Principal& who, const std::string& id, const std::string& body) {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(id);
+  const double now = UnixNow();
+  if (it == leases_.end() || !who.Owns(it->second.value("owner", "")) ||
+      it->second.value("expires_unix", 0.0) <= now)
+    return NotFound("lease", id);
+  double ttl = WARREN_TRY(ParseTtl(body, it->second.value("ttl_s", kDefaultTtl)));
+  json doc = it->second;
+  doc["ttl_s"] = ttl;
+  doc["expires_unix"] = now + ttl;
+  doc["expires_at"] = Rfc3339(now + ttl);
+  WARREN_RETURN_IF_ERROR(state_->PutDoc(kLeaseKind, id, doc));
+  it->second = doc;
+  return Public(doc);
+}
+
+Status LeaseTable::Release(const Principal& who, const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end() || !who.Owns(it->second.value("owner", ""))) return NotFound("lease", id);
+  WARREN_RETURN_IF_ERROR(state_->RemoveDoc(kLeaseKind, id));
+  leases_.erase(it);
+  return Status::Ok();
+}
+
+Result<json> LeaseTable::Get(const Principal& who, const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end() || !who.Owns(it->second.value("owner", "")) ||
+      it->second.value("expires_unix", 0.0) <= UnixNow())
+    return NotFound("lease", id);
+  return Public(it->second);
+}
+
+std::vector<std::string> LeaseTable::TakeExpired() {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  const double now = UnixNow();
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second.value("expires_unix", 0.0) <= now) {
+      out.push_back(it->first);
+      (void)state_->RemoveDoc(kLeaseKind, it->first);
+      it = leases_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+}  // namespace warren::server

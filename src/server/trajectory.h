@@ -1,0 +1,58 @@
+// The trajectory log: every exec of a sandbox created with `trajectory: T` is a numbered step
+// (0, 1, 2, ... or the request's `step`), written durably (fsynced SQLite) with its request
+// digest, result, output and timings before anyone is told the result.
+//
+// A preempted trainer comes back and repeats its steps: a recorded step with the same request
+// is replayed (`replayed: true`, nothing runs); a different request at a recorded step is 409;
+// the first unrecorded step runs for real. Trajectories belong to the principal that made
+// them: the key is OWNER/T.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "base/status.h"
+
+namespace warren::server {
+
+class StateStore;
+
+class TrajectoryLog {
+ public:
+  explicit TrajectoryLog(StateStore* durable) : store_(durable) {}
+
+  static std::string Key(const std::string& owner, const std::string& id) { return owner + "/" + id; }
+
+  struct Decision {
+    int64_t step = 0;
+    std::optional<nlohmann::json> recorded;  // set: replay this step's doc
+  };
+  // What an exec at `step` (or the next unrecorded one) of trajectory `key` is: a replay of
+  // the recorded step, or a run (the step is reserved until Record or Abandon).
+  Result<Decision> Begin(const std::string& key, std::optional<int64_t> step, const std::string& digest);
+  // Writes the finished step (durably) and frees its reservation.
+  Status Record(const std::string& key, int64_t step, const nlohmann::json& doc);
+  // Frees a reservation whose exec never started.
+  void Abandon(const std::string& key, int64_t step);
+
+  // GET /v1/trajectories/{id}: the steps without their raw output copies.
+  Result<nlohmann::json> Get(const std::string& key, const std::string& id);
+  // The recorded step of `exec_id` if it belongs to trajectory `key`.
+  Result<nlohmann::json> FindExec(const std::string& key, const std::string& exec_id);
+
+ private:
+  StateStore* store_;
+  std::mutex mu_;
+  std::map<std::string, std::set<int64_t>> running_;  // reserved steps per trajectory
+  std::map<std::string, int64_t> next_;                // next auto-numbered step
+};
+
+// The digest a step is matched by: the request as parsed (defaults filled in), without
+// `wait` and `step`.
+std::string StepDigest(const nlohmann::json& normalized_request);
+
+}  // namespace warren::server

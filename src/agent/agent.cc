@@ -6,12 +6,14 @@
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +54,10 @@ struct Exec {
   int64_t exited_at_ms = 0;
   uint64_t max_output = 1 << 20;
   uint64_t sent[2] = {0, 0};
+  // The last bytes sent of each stream, so that a node that restarted (and lost what was in
+  // flight on the old socket) can ask for them again: ring[i] holds stream i's bytes from
+  // offset sent[i] - ring[i].size().
+  std::string ring[2];
   bool truncated[2] = {false, false};
   bool exited = false;
   int status = 0;
@@ -65,9 +71,18 @@ class Agent {
 
  private:
   void Reply(json header, std::string payload = "") {
+    if (!connected_) return;
     Status st = Send(kControlFd, Message{std::move(header), std::move(payload)});
-    if (!st.ok()) _exit(0);  // the node is gone: nothing left to serve
+    if (!st.ok()) Disconnect();
   }
+  // The node went away (it died or restarts). Without a listening socket to come back
+  // through there is nothing left to serve; with one, the sandbox keeps running: commands
+  // go on (their output waits in the pipes, they block when a pipe is full), exits are kept,
+  // and everything resumes when a node connects again.
+  void Disconnect();
+  void Reconnect();
+  void HandleResume(Message& m);
+  void SendOutput(Exec& e, int which, std::string data);
   void HandleMessage(Message& m);
   void StartExec(Message& m);
   void HandleStdin(Message& m);
@@ -89,6 +104,15 @@ class Agent {
   uint64_t nofile_ = 4096;
   int oom_score_adj_ = 0;
   UniqueFd commands_cgroup_;  // cgroup.procs of the commands' memory cgroup, if any
+  UniqueFd listen_;           // where a restarted node reconnects (a host path, bound by the node)
+  // Recently finished execs, with their exit message and the tail of their output: the exit
+  // (and the last output) may have been in flight when the node died.
+  struct Finished {
+    std::unique_ptr<Exec> exec;
+    json exit;
+  };
+  std::deque<Finished> finished_;
+  bool connected_ = true;
 
  public:
   int landlock_abi_ = 0;
@@ -105,6 +129,11 @@ Status Agent::Setup() {
   auto msg = WARREN_TRY(Decode(data));
   const json& h = msg.header;
   if (h.value("t", "") != "setup") return Invalid("expected setup message", "agent");
+  if (h.value("listen", false)) {
+    if (fds.empty()) return Invalid("missing listening socket fd", "agent");
+    listen_ = std::move(fds.back());
+    fds.pop_back();
+  }
   if (h.value("commands_cgroup", false)) {
     if (fds.empty()) return Invalid("missing commands cgroup fd", "agent");
     commands_cgroup_ = std::move(fds.back());
@@ -232,14 +261,15 @@ void Agent::StartExec(Message& m) {
       return fail(ErrText("chdir", cs.cwd, err));
     }
     std::string msg = "warren: " + ErrText("exec", cs.argv[0], err) + "\n";
-    Reply({{"t", "out"}, {"id", id}, {"s", "stderr"}}, msg);
-    e->sent[1] += msg.size();
+    SendOutput(*e, 1, msg);
   }
   for (int fd : {e->out.get(), e->err.get()}) fcntl(fd, F_SETFL, O_NONBLOCK);
   fd_owner_[e->out.get()] = {id, 0};
   fd_owner_[e->err.get()] = {id, 1};
-  Watch(e->out.get(), EPOLLIN, true);
-  Watch(e->err.get(), EPOLLIN, true);
+  if (connected_) {
+    Watch(e->out.get(), EPOLLIN, true);
+    Watch(e->err.get(), EPOLLIN, true);
+  }
   if (e->in) {
     fcntl(e->in.get(), F_SETFL, O_NONBLOCK);
     e->pending_stdin = std::move(m.payload);
@@ -369,16 +399,90 @@ void Agent::ReadPipe(Exec& e, int which) {
     uint64_t room = e.max_output > e.sent[which] ? e.max_output - e.sent[which] : 0;
     size_t keep = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(n)));
     if (keep < static_cast<size_t>(n)) e.truncated[which] = true;
-    if (keep > 0) {
-      e.sent[which] += keep;
-      Reply({{"t", "out"}, {"id", e.id}, {"s", which == 0 ? "stdout" : "stderr"}},
-            std::string(buf, keep));
-    }
+    if (keep > 0) SendOutput(e, which, std::string(buf, keep));
+    if (!connected_) return;
   }
 }
 
+void Agent::SendOutput(Exec& e, int which, std::string data) {
+  constexpr size_t kRing = 256 * 1024;  // more than a unix socket's send buffer holds
+  e.sent[which] += data.size();
+  e.ring[which] += data;
+  if (e.ring[which].size() > kRing) e.ring[which].erase(0, e.ring[which].size() - kRing);
+  Reply({{"t", "out"}, {"id", e.id}, {"s", which == 0 ? "stdout" : "stderr"}}, std::move(data));
+}
+
+void Agent::Disconnect() {
+  if (!connected_) return;
+  if (!listen_) _exit(0);
+  connected_ = false;
+  Watch(kControlFd, 0, false);
+  close(kControlFd);
+  puts_.clear();  // unfinished uploads die with the connection that carried them
+  for (auto& [fd, owner] : fd_owner_) Watch(fd, 0, false);
+  Watch(listen_.get(), EPOLLIN, true);
+}
+
+void Agent::Reconnect() {
+  int fd = accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return;
+  if (fd != kControlFd) {
+    dup2(fd, kControlFd);  // keeps O_CLOEXEC off the copy: fine, commands close_range anyway
+    close(fd);
+  }
+  fcntl(kControlFd, F_SETFD, FD_CLOEXEC);
+  connected_ = true;
+  Watch(listen_.get(), 0, false);
+  Watch(kControlFd, EPOLLIN, true);
+  // Nothing is sent until the node says what it already has (HandleResume).
+}
+
+// resume {execs: {ID: [stdout bytes, stderr bytes] the node holds}} -> resumed {execs: [...]}
+// then every byte after those offsets still in the ring is sent again, and the pipes are
+// read from again.
+void Agent::HandleResume(Message& m) {
+  const json have = m.header.value("execs", json::object());
+  json known = json::array();
+  for (auto& [id, e] : execs_) {
+    known.push_back({{"id", id}, {"sent", {e->sent[0], e->sent[1]}}, {"exited", e->exited}});
+  }
+  for (auto& f : finished_)
+    if (have.contains(f.exec->id))
+      known.push_back({{"id", f.exec->id}, {"sent", {f.exec->sent[0], f.exec->sent[1]}}, {"exited", true}});
+  Reply({{"t", "resumed"}, {"execs", known}});
+  auto resend = [&](const std::string& id, Exec* e) {
+    for (int i = 0; i < 2; ++i) {
+      uint64_t from = 0;
+      if (have.contains(id) && have[id].is_array() && have[id].size() == 2 && have[id][i].is_number_unsigned())
+        from = have[id][i].get<uint64_t>();
+      uint64_t ring_start = e->sent[i] - e->ring[i].size();
+      if (from < ring_start) {
+        e->truncated[i] = true;  // older than what we kept: lost with the old node
+        from = ring_start;
+      }
+      if (from >= e->sent[i]) continue;
+      std::string rest = e->ring[i].substr(static_cast<size_t>(from - ring_start));
+      for (size_t off = 0; off < rest.size(); off += kMaxPayload)
+        Reply({{"t", "out"}, {"id", id}, {"s", i == 0 ? "stdout" : "stderr"}}, rest.substr(off, kMaxPayload));
+    }
+  };
+  for (auto& [id, e] : execs_)
+    if (have.contains(id)) resend(id, e.get());
+  // Execs the node still thinks are running but that ended while it was away.
+  for (auto& f : finished_) {
+    if (!have.contains(f.exec->id)) continue;
+    resend(f.exec->id, f.exec.get());
+    Reply(f.exit);
+  }
+  for (auto& [fd, owner] : fd_owner_) Watch(fd, owner.second == 2 ? EPOLLOUT : EPOLLIN, true);
+  std::vector<Exec*> exited;
+  for (auto& [id, e] : execs_)
+    if (e->exited) exited.push_back(e.get());
+  for (Exec* e : exited) MaybeFinish(*e);
+}
+
 void Agent::MaybeFinish(Exec& e) {
-  if (!e.exited) return;
+  if (!e.exited || !connected_) return;
   bool pipes_open = e.out || e.err;
   if (pipes_open && NowMs() - e.exited_at_ms < kExitGraceMs) return;
   for (UniqueFd* fd : {&e.out, &e.err, &e.in}) {
@@ -402,8 +506,14 @@ void Agent::MaybeFinish(Exec& e) {
     r["exit_code"] = WEXITSTATUS(e.status);
   }
   std::string id = e.id;
-  Reply(std::move(r));
-  execs_.erase(id);
+  Reply(r);
+  auto it = execs_.find(id);
+  constexpr size_t kKeepFinished = 16, kKeepTail = 64 * 1024;
+  for (auto& ring : it->second->ring)
+    if (ring.size() > kKeepTail) ring.erase(0, ring.size() - kKeepTail);
+  finished_.push_back({std::move(it->second), std::move(r)});
+  if (finished_.size() > kKeepFinished) finished_.pop_front();
+  execs_.erase(it);
 }
 
 void Agent::ReapChildren() {
@@ -414,9 +524,10 @@ void Agent::ReapChildren() {
     for (auto& [id, e] : execs_) {
       if (e->pid == pid && !e->exited) {
         // Drain what is already in the pipes before deciding (not yet marked exited, so
-        // an EOF here cannot finish and free the exec under us).
-        if (e->out) ReadPipe(*e, 0);
-        if (e->err) ReadPipe(*e, 1);
+        // an EOF here cannot finish and free the exec under us). Disconnected, the output
+        // stays in the pipes until a node is back.
+        if (connected_ && e->out) ReadPipe(*e, 0);
+        if (connected_ && e->err) ReadPipe(*e, 1);
         e->exited = true;
         e->status = status;
         e->exited_at_ms = NowMs();
@@ -449,6 +560,7 @@ void Agent::HandleMessage(Message& m) {
   else if (t == "put") HandlePut(m);
   else if (t == "get") HandleGet(m);
   else if (t == "ping") Reply({{"t", "pong"}, {"id", m.header.value("id", "")}});
+  else if (t == "resume") HandleResume(m);
 }
 
 int Agent::Serve() {
@@ -464,6 +576,7 @@ int Agent::Serve() {
   for (;;) {
     int64_t next = INT64_MAX;
     for (auto& [id, e] : execs_) {
+      if (e->exited && !connected_) continue;  // finished when a node is back: no timer
       int64_t due = e->exited ? e->exited_at_ms + kExitGraceMs : e->deadline_ms;
       if (due) next = std::min(next, due);
     }
@@ -472,10 +585,17 @@ int Agent::Serve() {
     int n = epoll_wait(epoll_.get(), evs, 64, timeout);
     for (int i = 0; i < n; ++i) {
       int fd = evs[i].data.fd;
-      if (fd == kControlFd) {
-        if (evs[i].events & (EPOLLHUP | EPOLLERR) && !(evs[i].events & EPOLLIN)) return 0;
+      if (listen_ && fd == listen_.get()) {
+        Reconnect();
+      } else if (fd == kControlFd) {
+        if (!connected_) continue;
         auto m = Recv(kControlFd);
-        if (!m.ok()) return 0;  // the node closed the socket: the sandbox is being deleted
+        // The node closed the socket: it is deleting the sandbox (and will kill us) or it
+        // died; either way wait for a new node, if there is a way back.
+        if (!m.ok()) {
+          Disconnect();
+          continue;
+        }
         HandleMessage(*m);
       } else if (fd == sigfd_.get()) {
         signalfd_siginfo si;
@@ -484,7 +604,7 @@ int Agent::Serve() {
         ReapChildren();
       } else {
         auto it = fd_owner_.find(fd);
-        if (it == fd_owner_.end()) continue;
+        if (it == fd_owner_.end() || !connected_) continue;
         auto ex = execs_.find(it->second.first);
         if (ex == execs_.end()) continue;
         if (it->second.second == 2) WriteStdin(*ex->second);

@@ -47,6 +47,17 @@ double UnixNow() {
 
 std::string NowRfc3339() { return Rfc3339(UnixNow()); }
 
+double ParseRfc3339(const std::string& s) {
+  tm t{};
+  int ms = 0;
+  if (sscanf(s.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &t.tm_year, &t.tm_mon, &t.tm_mday, &t.tm_hour,
+             &t.tm_min, &t.tm_sec, &ms) < 6)
+    return 0;
+  t.tm_year -= 1900;
+  t.tm_mon -= 1;
+  return static_cast<double>(timegm(&t)) + ms / 1000.0;
+}
+
 double NowSeconds() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -14,6 +14,8 @@ std::string NewExecId();
 // Wall clock as RFC 3339 UTC with milliseconds.
 std::string NowRfc3339();
 std::string Rfc3339(double unix_seconds);
+// Our own "YYYY-MM-DDTHH:MM:SS.mmmZ" back to seconds since the epoch; 0 if malformed.
+double ParseRfc3339(const std::string& s);
 double UnixNow();     // wall clock, seconds since the epoch
 double NowSeconds();  // monotonic
 

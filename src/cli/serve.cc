@@ -48,8 +48,8 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   nopts.unsafe_no_seccomp_landlock = unsafe_no_hardening;
   if (unsafe_no_hardening)
     spdlog::warn("UNSAFE: sandboxes run without seccomp and Landlock (benchmark mode)");
-  int stale = isolation::ReapStaleCgroups(nopts.cgroup_parent);
-  if (stale > 0) spdlog::warn("reaped {} sandbox cgroup(s) left by an earlier run", stale);
+  nopts.spill_dir = data_dir + "/execs";
+  if (mkdir(nopts.spill_dir.c_str(), 0700) != 0 && errno != EEXIST) return Fail(ErrnoStatus("mkdir", nopts.spill_dir));
 
   auto node = node::LocalNode::Start(nopts, &layers);
   if (!node.ok()) return Fail(node.status().Context("start node"));
@@ -58,7 +58,11 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   auto durable = server::StateStore::Open(data_dir + "/state.db", /*durable=*/true);
   if (!durable.ok()) return Fail(durable.status());
   server::Api api(state->get(), durable->get(), node->get(), &layers, &tokens);
+  // Sandboxes of an earlier run that is gone (kill -9, crash) are taken over; whatever could
+  // not be is killed and removed.
   api.ReconcileAfterRestart();
+  int stale = (*node)->ReapUnadopted();
+  if (stale > 0) spdlog::warn("reaped {} sandbox cgroup(s) left by an earlier run", stale);
   api.SweepBlobs();
   api.StartReaper();
   server::ServerOptions sopts;
@@ -73,8 +77,9 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   spdlog::info("warren serve: signal {}, shutting down", sig);
   http.Stop();
   api.StopReaper();
+  // A clean stop deletes the sandboxes (only a crash or kill -9 leaves them for re-adoption).
   (*node)->DeleteAll();
-  api.ReconcileAfterRestart();
+  api.MarkAllStopped();
   return 0;
 }
 

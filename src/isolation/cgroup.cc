@@ -147,7 +147,41 @@ Result<Cgroup> Cgroup::Create(const std::string& parent_name, const std::string&
   return cg;
 }
 
-int ReapStaleCgroups(const std::string& parent_name) {
+Result<Cgroup> Cgroup::Open(const std::string& parent_name, const std::string& name) {
+  const Layout& l = GetLayout();
+  Cgroup cg;
+  for (const std::string& root : l.v1_roots) {
+    std::string dir = root + "/" + parent_name + "/" + name;
+    if (!Exists(dir)) return NotFound("cgroup", dir);
+    cg.dirs_.push_back(dir);
+    if (root.ends_with("/memory") && Exists(dir + "/commands")) cg.commands_dir_ = dir + "/commands";
+  }
+  if (!l.v2_root.empty()) {
+    std::string dir = l.v2_root + "/" + parent_name + "/" + name;
+    if (!Exists(dir)) return NotFound("cgroup", dir);
+    cg.v2_dir_ = dir;
+  }
+  return cg;
+}
+
+bool Cgroup::Holds(pid_t pid) const {
+  if (v2_dir_.empty()) return false;
+  FILE* f = fopen(("/proc/" + std::to_string(pid) + "/cgroup").c_str(), "re");
+  if (!f) return false;
+  const Layout& l = GetLayout();
+  std::string want = v2_dir_.substr(l.v2_root.size());  // "/PARENT/NAME"
+  char line[4096];
+  bool found = false;
+  while (fgets(line, sizeof line, f)) {
+    std::string s = line;
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    if (s.rfind("0::", 0) == 0 && s.substr(3) == want) found = true;
+  }
+  fclose(f);
+  return found;
+}
+
+int ReapStaleCgroups(const std::string& parent_name, const std::set<std::string>& keep) {
   const Layout& l = GetLayout();
   std::vector<std::string> parents;
   for (const auto& r : l.v1_roots) parents.push_back(r + "/" + parent_name);
@@ -161,6 +195,7 @@ int ReapStaleCgroups(const std::string& parent_name) {
     closedir(d);
   }
   for (const auto& name : names) {
+    if (keep.count(name)) continue;
     // Kill until empty: SIGKILL of each listed pid, cgroup.kill where there is one.
     for (int round = 0; round < 50; ++round) {
       bool any = false;

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ class Cgroup {
   // "warren-1a2b3c4d", created if missing) and writes the limits.
   static Result<Cgroup> Create(const std::string& parent, const std::string& name,
                                const CgroupLimits& limits);
+
+  // The existing directories of sandbox `name` (re-adopting it after a daemon restart).
+  static Result<Cgroup> Open(const std::string& parent, const std::string& name);
+  // True if `pid` is in this cgroup (v2): tells our sandbox's init from a recycled pid.
+  bool Holds(pid_t pid) const;
 
   Cgroup() = default;
   Cgroup(Cgroup&&) = default;
@@ -74,7 +80,7 @@ class Cgroup {
 
 // Kills every process in, and removes, sandbox cgroups left under `parent` by an earlier run
 // of the same node daemon. Returns how many sandbox cgroups it found.
-int ReapStaleCgroups(const std::string& parent);
+int ReapStaleCgroups(const std::string& parent, const std::set<std::string>& keep = {});
 // Removes the (empty) parent directories when the node shuts down.
 void RemoveCgroupParent(const std::string& parent);
 

@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <set>
+
 namespace warren::node {
 namespace {
 
@@ -64,6 +66,21 @@ void AgentConn::OnMessage(agent::Message& m) {
       o.error = m.header.value("error", "exec failed");
       rec->Finish(o);
     }
+    return;
+  }
+  if (t == "resumed") {
+    // Execs we think are running that the agent no longer knows: their end was lost.
+    std::set<std::string> known;
+    for (const auto& e : m.header.value("execs", nlohmann::json::array())) known.insert(e.value("id", ""));
+    std::vector<std::shared_ptr<ExecRecord>> lost;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& [eid, rec] : execs_)
+        if (!rec->done() && !known.count(eid)) lost.push_back(rec);
+    }
+    ExecOutcome o;
+    o.error = "the exec's end was lost while warren serve restarted";
+    for (auto& rec : lost) rec->Finish(o);
     return;
   }
   std::shared_ptr<PendingOp> op;
@@ -167,6 +184,27 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
     rec->Finish(o);
   }
   return st;
+}
+
+void AgentConn::AdoptExecs(std::vector<std::shared_ptr<ExecRecord>> recs) {
+  std::lock_guard lock(mu_);
+  for (auto& r : recs) {
+    exec_order_.push_back(r->id());
+    execs_[r->id()] = std::move(r);
+  }
+}
+
+Status AgentConn::Resume() {
+  nlohmann::json have = nlohmann::json::object();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [eid, rec] : execs_)
+      if (!rec->done()) {
+        auto [out, err] = rec->received();
+        have[eid] = {out, err};
+      }
+  }
+  return Send({{{"t", "resume"}, {"execs", have}}, ""});
 }
 
 Status AgentConn::Signal(const std::string& exec_id, int sig) {

@@ -43,6 +43,10 @@ class AgentConn {
   void OnClosed(const std::string& why);
 
   Status StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSpec& spec);
+  // After a daemon restart: takes the records rebuilt from their spill files, then asks the
+  // agent to resume (it resends what came after what we hold, and the exits we missed).
+  void AdoptExecs(std::vector<std::shared_ptr<ExecRecord>> recs);
+  Status Resume();
   Status Signal(const std::string& exec_id, int sig);
   std::shared_ptr<ExecRecord> FindExec(const std::string& exec_id);
   // Blocking file operations through the agent (inside the sandbox's own mount namespace

@@ -19,6 +19,7 @@ uint64_t OutputBudget::Take(uint64_t want) {
 
 ExecRecord::~ExecRecord() {
   if (budget_) budget_->Give(bytes_[0] + bytes_[1]);
+  if (spill_) spill_->RemoveOnClose();
 }
 
 ExecRecord::ExecRecord(std::string id, std::string sandbox_id, uint64_t max_output, bool binary,
@@ -37,6 +38,8 @@ void ExecRecord::AppendOutput(int stream, std::string_view data) {
   {
     std::lock_guard lock(mu_);
     if (done_ || stream < 1 || stream > 2) return;
+    const uint64_t received = data.size();
+    received_[stream - 1] += received;
     uint64_t& used = bytes_[stream - 1];
     uint64_t room = max_output_ > used ? max_output_ - used : 0;
     if (budget_) room = budget_->Take(std::min<uint64_t>(room, data.size()));
@@ -44,6 +47,7 @@ void ExecRecord::AppendOutput(int stream, std::string_view data) {
       host_truncated_[stream - 1] = true;
       data = data.substr(0, static_cast<size_t>(room));
     }
+    if (spill_) spill_->Append(stream, data, received);
     if (data.empty()) return;
     used += data.size();
     chunks_.push_back({next_seq_++, stream, std::string(data)});
@@ -62,6 +66,11 @@ void ExecRecord::Finish(const ExecOutcome& outcome) {
     finished_ = NowSeconds();
     outcome_ = outcome;
     for (int i = 0; i < 2; ++i) outcome_.truncated[i] |= host_truncated_[i];
+    if (spill_)
+      spill_->Finish({{"exit_code", outcome_.exit_code}, {"signal", outcome_.signal},
+                      {"timed_out", outcome_.timed_out},
+                      {"truncated", {outcome_.truncated[0], outcome_.truncated[1]}},
+                      {"error", outcome_.error}, {"duration_ms", static_cast<int64_t>((finished_ - started_) * 1000)}});
     finisher.swap(finisher_);  // also breaks the record <-> finisher reference cycle
     if (!finisher) {
       published_ = true;
@@ -105,6 +114,59 @@ std::shared_ptr<ExecRecord> ExecRecord::Replayed(const nlohmann::json& result, c
   std::lock_guard lock(rec->mu_);
   rec->replayed_ = true;
   rec->fixed_duration_ms_ = result.value("duration_ms", int64_t{0});
+  return rec;
+}
+
+void ExecRecord::AttachSpill(std::unique_ptr<ExecSpill> spill) {
+  std::lock_guard lock(mu_);
+  spill_ = std::move(spill);
+}
+
+std::pair<uint64_t, uint64_t> ExecRecord::received() const {
+  std::lock_guard lock(mu_);
+  return {received_[0], received_[1]};
+}
+
+std::shared_ptr<ExecRecord> ExecRecord::Restore(ExecSpill::Loaded l, const std::string& sandbox_id,
+                                                std::shared_ptr<OutputBudget> budget) {
+  const nlohmann::json& m = l.meta;
+  auto rec = std::make_shared<ExecRecord>(m.value("id", ""), sandbox_id, m.value("max_output", uint64_t{1} << 20),
+                                          m.value("binary", false), std::move(budget));
+  {
+    std::lock_guard lock(rec->mu_);
+    // Started when the meta says, on our monotonic clock.
+    rec->started_ = NowSeconds() - (UnixNow() - m.value("started_unix", UnixNow()));
+  }
+  for (auto& f : l.frames) {
+    std::lock_guard lock(rec->mu_);
+    int i = f.stream == 2 ? 1 : 0;
+    rec->received_[i] += f.received;
+    if (f.kept.size() < f.received) rec->host_truncated_[i] = true;
+    if (f.kept.empty()) continue;
+    uint64_t grant = rec->budget_ ? rec->budget_->Take(f.kept.size()) : f.kept.size();
+    if (grant < f.kept.size()) {
+      rec->host_truncated_[i] = true;
+      f.kept.resize(static_cast<size_t>(grant));
+    }
+    rec->bytes_[i] += f.kept.size();
+    rec->chunks_.push_back({rec->next_seq_++, i + 1, std::move(f.kept)});
+  }
+  rec->AttachSpill(std::move(l.spill));
+  if (m.contains("outcome") && m["outcome"].is_object()) {
+    const auto& o = m["outcome"];
+    ExecOutcome out;
+    out.exit_code = o.value("exit_code", -1);
+    out.signal = o.value("signal", "");
+    out.timed_out = o.value("timed_out", false);
+    if (o.contains("truncated") && o["truncated"].is_array() && o["truncated"].size() == 2) {
+      out.truncated[0] = o["truncated"][0].get<bool>();
+      out.truncated[1] = o["truncated"][1].get<bool>();
+    }
+    out.error = o.value("error", "");
+    rec->Finish(out);
+    std::lock_guard lock(rec->mu_);
+    rec->fixed_duration_ms_ = o.value("duration_ms", int64_t{-1});
+  }
   return rec;
 }
 

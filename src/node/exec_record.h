@@ -11,7 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "node/exec_spill.h"
 
 namespace warren::node {
 
@@ -65,6 +68,14 @@ class ExecRecord {
                                               const std::string& stdout_raw, const std::string& stderr_raw);
   // One stream's bytes as received (1 stdout, 2 stderr).
   std::string RawOutput(int stream) const;
+  // Keeps a copy on disk from now on (see exec_spill.h); the files go with the record.
+  void AttachSpill(std::unique_ptr<ExecSpill> spill);
+  // Bytes the agent sent per stream (stdout, stderr), kept or not: where a resumed agent
+  // continues from.
+  std::pair<uint64_t, uint64_t> received() const;
+  // A record rebuilt from its spill files after a daemon restart.
+  static std::shared_ptr<ExecRecord> Restore(ExecSpill::Loaded loaded, const std::string& sandbox_id,
+                                             std::shared_ptr<OutputBudget> budget);
 
   struct Snapshot {
     std::vector<OutputChunk> chunks;  // seq > after
@@ -89,12 +100,14 @@ class ExecRecord {
   const std::shared_ptr<OutputBudget> budget_;
   const uint64_t max_output_;
   const bool binary_;
-  const double started_;
+  double started_;  // monotonic; set back when restored from a spill
   mutable std::mutex mu_;
   std::vector<OutputChunk> chunks_;
   uint64_t next_seq_ = 1;
   uint64_t bytes_[2] = {0, 0};
   bool host_truncated_[2] = {false, false};
+  std::unique_ptr<ExecSpill> spill_;
+  uint64_t received_[2] = {0, 0};
   bool done_ = false;       // the command ended
   bool published_ = false;  // ... and the end is announced
   bool replayed_ = false;

@@ -1,5 +1,12 @@
 #include "node/local_node.h"
 
+#include <dirent.h>
+#include <spdlog/spdlog.h>
+
+#include <set>
+
+#include "base/ids.h"
+#include "image/tar_extract.h"
 #include "isolation/cgroup.h"
 #include "isolation/seccomp_policy.h"
 #include "runtime/container/agent_binary.h"
@@ -22,10 +29,7 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   std::string agent = opts.agent_path.empty() ? runtime::DefaultAgentPath() : opts.agent_path;
   UniqueFd memfd = WARREN_TRY(runtime::LoadSealedAgent(agent));
   // Compiled once per daemon; every sandbox's agent installs the same program.
-  std::string bpf = WARREN_TRY(isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy())
-                                   .status().ok()
-                               ? isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy())
-                               : isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy()));
+  std::string bpf = WARREN_TRY(isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy()));
   if (opts.unsafe_no_seccomp_landlock) bpf.clear();
   node->container_ = std::make_unique<runtime::ContainerBackend>(
       std::move(memfd), &node->mounts_, &node->uids_, opts.cgroup_parent, std::move(bpf));
@@ -61,16 +65,71 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
     if (sandboxes_.count(cfg.id)) return Status(Code::kConflict, "create sandbox", cfg.id, "exists");
   }
   auto inst = WARREN_TRY(container_->Create(cfg));
-  auto entry = std::make_shared<Entry>();
-  entry->conn = std::make_shared<AgentConn>(cfg.id, inst->TakeControlSocket());
   SandboxRuntime rt{inst->host_pid(), inst->host_uid()};
+  auto conn = std::make_shared<AgentConn>(cfg.id, inst->TakeControlSocket());
+  Register(cfg.id, std::move(inst), std::move(conn));
+  return rt;
+}
+
+void LocalNode::Register(const std::string& id, std::unique_ptr<runtime::Instance> inst,
+                         std::shared_ptr<AgentConn> conn) {
+  auto entry = std::make_shared<Entry>();
   entry->instance = std::move(inst);
+  entry->conn = std::move(conn);
   {
     std::lock_guard lock(mu_);
-    sandboxes_[cfg.id] = entry;
+    sandboxes_[id] = entry;
   }
   mux_.Add(entry->conn);
-  return rt;
+}
+
+Status LocalNode::AdoptSandbox(const std::string& id) {
+  {
+    std::lock_guard lock(mu_);
+    if (sandboxes_.count(id)) return Status(Code::kConflict, "adopt", id, "already running here");
+  }
+  auto inst = WARREN_TRY(container_->Adopt(id));
+  auto conn = std::make_shared<AgentConn>(id, inst->TakeControlSocket());
+  std::vector<std::shared_ptr<ExecRecord>> recs;
+  if (!opts_.spill_dir.empty())
+    for (auto& l : ExecSpill::LoadDir(SpillDir(id)))
+      recs.push_back(ExecRecord::Restore(std::move(l), id, conn->budget()));
+  conn->AdoptExecs(std::move(recs));
+  Register(id, std::move(inst), conn);
+  // The agent answers with what it still has: output we lack, exits we missed.
+  Status st = conn->Resume();
+  if (!st.ok()) {
+    (void)DeleteSandbox(id);
+    return st.Context("adopt " + id);
+  }
+  std::lock_guard lock(mu_);
+  adopted_.insert(id);
+  return Status::Ok();
+}
+
+int LocalNode::ReapUnadopted() {
+  std::set<std::string> keep;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, e] : sandboxes_) keep.insert(id);
+  }
+  int n = isolation::ReapStaleCgroups(opts_.cgroup_parent, keep);
+  // Their leftovers: agent sockets and runtime files, exec spills.
+  for (const std::string& dir : {std::string("/run/warren/") + opts_.cgroup_parent, opts_.spill_dir}) {
+    if (dir.empty()) continue;
+    if (DIR* d = opendir(dir.c_str())) {
+      std::vector<std::string> names;
+      while (dirent* e = readdir(d)) {
+        std::string name = e->d_name;
+        if (name == "." || name == "..") continue;
+        std::string id = name.substr(0, name.find('.'));
+        if (!keep.count(id)) names.push_back(dir + "/" + name);
+      }
+      closedir(d);
+      for (auto& p : names) (void)image::RemoveTree(p);
+    }
+  }
+  return n;
 }
 
 Status LocalNode::DeleteSandbox(const std::string& id) {
@@ -84,7 +143,9 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
   }
   mux_.Remove(e->conn);
   e->conn->OnClosed("sandbox deleted");
-  return e->instance->Destroy().Context("delete " + id);
+  Status st = e->instance->Destroy().Context("delete " + id);
+  if (!opts_.spill_dir.empty()) (void)image::RemoveTree(SpillDir(id));
+  return st;
 }
 
 Result<std::shared_ptr<LocalNode::Entry>> LocalNode::Find(const std::string& id) {
@@ -123,6 +184,14 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
                                                          const ExecSpec& spec) {
   auto conn = WARREN_TRY(Conn(id));
   auto rec = std::make_shared<ExecRecord>(exec_id, id, spec.max_output, spec.binary, conn->budget());
+  if (!opts_.spill_dir.empty()) {
+    auto spill = ExecSpill::Create(SpillDir(id), exec_id,
+                                   {{"id", exec_id}, {"binary", spec.binary}, {"max_output", spec.max_output},
+                                    {"started_unix", UnixNow()}});
+    // Without its spill the exec still runs; it just would not survive a daemon restart.
+    if (spill.ok()) rec->AttachSpill(std::move(*spill));
+    else spdlog::warn("exec {}: {}", exec_id, spill.status().ToString());
+  }
   if (spec.on_record) spec.on_record(rec);
   WARREN_RETURN_IF_ERROR(conn->StartExec(rec, spec));
   return rec;

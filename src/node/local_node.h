@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "image/erofs_mount_cache.h"
 #include "image/layer_store.h"
@@ -23,6 +24,9 @@ struct LocalNodeOptions {
   // Benchmarks only (`warren serve --unsafe-no-seccomp-landlock`): sandboxes without seccomp
   // and Landlock, to measure what those layers cost. Never for real workloads.
   bool unsafe_no_seccomp_landlock = false;
+  // Where exec records are spilled (DATA_DIR/execs) so a restarted node can rebuild them;
+  // empty: not spilled.
+  std::string spill_dir;
 };
 
 class LocalNode : public NodeApi {
@@ -34,6 +38,8 @@ class LocalNode : public NodeApi {
   std::string name() const override { return opts_.name; }
   Result<SandboxRuntime> CreateSandbox(const NodeSandboxSpec& spec) override;
   Status DeleteSandbox(const std::string& id) override;
+  Status AdoptSandbox(const std::string& id) override;
+  int ReapUnadopted() override;
   Status PauseSandbox(const std::string& id) override;
   Status ResumeSandbox(const std::string& id) override;
   Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,
@@ -60,6 +66,8 @@ class LocalNode : public NodeApi {
   LocalNode(const LocalNodeOptions& opts, image::LayerStore* store);
   Result<std::shared_ptr<Entry>> Find(const std::string& id);
   Result<std::shared_ptr<AgentConn>> Conn(const std::string& id);
+  std::string SpillDir(const std::string& id) const { return opts_.spill_dir + "/" + id; }
+  void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn);
 
   LocalNodeOptions opts_;
   image::LayerStore* store_;
@@ -69,6 +77,7 @@ class LocalNode : public NodeApi {
   AgentMux mux_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> sandboxes_;
+  std::set<std::string> adopted_;
   std::function<void(const std::string&)> on_lost_;
 };
 

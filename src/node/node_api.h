@@ -30,6 +30,11 @@ class NodeApi {
   virtual std::string name() const = 0;
   virtual Result<SandboxRuntime> CreateSandbox(const NodeSandboxSpec& spec) = 0;
   virtual Status DeleteSandbox(const std::string& id) = 0;
+  // Takes over sandbox `id` left running by an earlier run of this node (kill -9, crash):
+  // its processes keep running; its exec records come back from their spill files.
+  virtual Status AdoptSandbox(const std::string& id) = 0;
+  // Kills the cgroups of sandboxes an earlier run left that were not adopted.
+  virtual int ReapUnadopted() = 0;
   virtual Status PauseSandbox(const std::string& id) = 0;
   virtual Status ResumeSandbox(const std::string& id) = 0;
   virtual Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id,

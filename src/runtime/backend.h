@@ -54,6 +54,11 @@ class Backend {
   virtual std::string name() const = 0;
   // Makes the sandbox and waits for its agent to say ready. A failure leaves nothing behind.
   virtual Result<std::unique_ptr<Instance>> Create(const SandboxConfig& config) = 0;
+  // Takes over a sandbox a previous run of this daemon made (after a crash or kill -9): its
+  // processes, cgroups and uid range, and a new control connection to its agent.
+  virtual Result<std::unique_ptr<Instance>> Adopt(const std::string& id) {
+    return Status(Code::kUnavailable, "adopt", id, "not supported by backend " + name());
+  }
 };
 
 }  // namespace warren::runtime

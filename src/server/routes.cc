@@ -88,12 +88,37 @@ void Api::StopReaper() {
   if (reaper_.joinable()) reaper_.join();
 }
 
-void Api::ReconcileAfterRestart() {
+void Api::MarkAllStopped() {
   for (json sb : state_->ListSandboxes()) {
     if (sb["state"] == "failed") continue;
     sb["state"] = "failed";
+    sb["error"] = {{"code", "unavailable"}, {"message", "warren serve was stopped; its sandboxes were deleted"}};
+    (void)state_->PutSandbox(sb);
+  }
+}
+
+void Api::ReconcileAfterRestart() {
+  const double wall = UnixNow(), mono = NowSeconds();
+  for (json sb : state_->ListSandboxes()) {
+    const std::string id = sb.value("id", ""), state = sb.value("state", "");
+    if (state == "failed") continue;
+    // Running and paused sandboxes kept running while we were away: take them over.
+    Status st = state == "running" || state == "paused"
+                    ? node_->AdoptSandbox(id)
+                    : Status(Code::kUnavailable, "adopt", id, "it was " + state + " when warren serve stopped");
+    if (st.ok()) {
+      spdlog::info("re-adopted sandbox {} ({})", id, state);
+      // Its TTL runs from its creation, on the wall clock.
+      double created = ParseRfc3339(sb.value("created_at", ""));
+      double left = created > 0 ? created + sb.value("ttl_s", 3600.0) - wall : sb.value("ttl_s", 3600.0);
+      std::lock_guard lock(reap_mu_);
+      deadlines_[id] = mono + std::max(0.0, left);
+      continue;
+    }
+    spdlog::warn("sandbox {} could not be re-adopted: {}", id, st.ToString());
+    sb["state"] = "failed";
     sb["error"] = {{"code", "unavailable"},
-                   {"message", "warren serve restarted; the sandbox was stopped"}};
+                   {"message", "warren serve restarted and could not take the sandbox over: " + st.ToString()}};
     (void)state_->PutSandbox(sb);
   }
 }

@@ -59,6 +59,8 @@ class Api {
   // Marks sandboxes recorded by an earlier daemon run as failed (their processes were reaped
   // at startup; re-adoption comes with restart safety).
   void ReconcileAfterRestart();
+  // After a clean shutdown deleted every sandbox: their records say so.
+  void MarkAllStopped();
 
   Result<nlohmann::json> CreateSandbox(const Principal& who, const std::string& body);
   Result<nlohmann::json> CreateBatch(const Principal& who, const std::string& body);

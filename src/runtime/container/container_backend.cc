@@ -8,9 +8,11 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <mutex>
 
 #include "agent/agent.h"
@@ -47,11 +49,28 @@ void KillAndReap(int pidfd) {
   }
 }
 
+// The same for an init we adopted after a restart: not our child (the old daemon's), so we
+// cannot reap it; its pidfd turns readable when it has exited.
+void KillAndWait(int pidfd) {
+  PidfdSignal(pidfd, SIGKILL);
+  pollfd p{pidfd, POLLIN, 0};
+  while (poll(&p, 1, 10000) < 0 && errno == EINTR) {
+  }
+}
+
+// Where a sandbox's agent listens for a node that restarted, and what the node needs to find
+// it again: /run/warren/<cgroup parent>/<id>.{sock,json}. /run is right: a reboot ends the
+// sandboxes too.
+std::string RunDir(const std::string& cgroup_parent) { return "/run/warren/" + cgroup_parent; }
+
 class ContainerInstance : public Instance {
  public:
   ContainerInstance(pid_t pid, UniqueFd pidfd, isolation::Cgroup cgroup, isolation::UidSlot slot,
-                    std::vector<std::shared_ptr<image::LayerMount>> layers, UniqueFd control)
-      : pid_(pid),
+                    std::vector<std::shared_ptr<image::LayerMount>> layers, UniqueFd control,
+                    std::string run_base, bool adopted)
+      : adopted_(adopted),
+        run_base_(std::move(run_base)),
+        pid_(pid),
         host_uid_(slot.range().host_base),
         pidfd_(std::move(pidfd)),
         cgroup_(std::move(cgroup)),
@@ -85,8 +104,11 @@ class ContainerInstance : public Instance {
     // A frozen sandbox is thawed so its processes can die.
     (void)cgroup_.Kill();
     (void)cgroup_.Freeze(false);
-    KillAndReap(pidfd_.get());
+    if (adopted_) KillAndWait(pidfd_.get());
+    else KillAndReap(pidfd_.get());
     pidfd_.Reset();
+    unlink((run_base_ + ".sock").c_str());
+    unlink((run_base_ + ".json").c_str());
     Status st = cgroup_.Destroy();
     // The sandbox's mount namespace died with its last process, taking the overlay, the
     // tmpfs upper and the idmapped layer clones along; drop our references to the layers.
@@ -98,6 +120,8 @@ class ContainerInstance : public Instance {
  private:
   std::mutex mu_;
   bool destroyed_ = false;
+  const bool adopted_;
+  const std::string run_base_;  // RUN_DIR/ID
   pid_t pid_;
   uint32_t host_uid_;
   UniqueFd pidfd_;
@@ -249,9 +273,25 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
     clones.push_back(std::move(c));
   }
 
-  // The commands' cgroup, passed along with the layers (last).
+  // The commands' cgroup, passed along with the layers.
   UniqueFd commands_procs = WARREN_TRY(cgroup.OpenCommandsProcs());
   if (commands_procs) clone_fds.push_back(commands_procs.get());
+  // Last, the socket a restarted node reconnects through (bound on the host, where the
+  // sandbox cannot see it; only root can reach the directory).
+  const std::string run_dir = RunDir(cgroup_parent_), run_base = run_dir + "/" + cfg.id;
+  if (mkdir(run_dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", run_dir);
+  UniqueFd listener(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!listener) return ErrnoStatus("socket", cfg.id);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock_path = run_base + ".sock";
+  if (sock_path.size() >= sizeof addr.sun_path) return Invalid("socket path too long", sock_path);
+  memcpy(addr.sun_path, sock_path.c_str(), sock_path.size() + 1);
+  unlink(sock_path.c_str());
+  if (bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener.get(), 4) != 0)
+    return ErrnoStatus("bind agent socket", sock_path);
+  Cleanup rm_sock([&] { unlink(sock_path.c_str()); });
+  clone_fds.push_back(listener.get());
 
   // 8. Release the child into the agent, then hand it the setup and the layer mounts.
   if (write(sync_wr.get(), "g", 1) != 1) return ErrnoStatus("release child", cfg.id);
@@ -262,6 +302,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
                         {"disk_bytes", cfg.disk_bytes},
                         {"layers", clones.size()},
                         {"commands_cgroup", commands_procs.valid()},
+                        {"listen", true},
                         {"nofile", cfg.open_files},
                         {"landlock", !seccomp_bpf_.empty()},
                         {"env", env}},
@@ -278,11 +319,59 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
     return Internal("create sandbox", cfg.id, "agent setup failed: " + reply->header.value("error", ""));
   if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
 
+  // What a restarted node needs to find this sandbox again.
+  nlohmann::json rt = {{"id", cfg.id}, {"pid", pid}, {"slot", slot.slot()}};
+  {
+    std::string tmp = run_base + ".json.tmp", s = rt.dump();
+    UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!f || write(f.get(), s.data(), s.size()) != static_cast<ssize_t>(s.size()) ||
+        rename(tmp.c_str(), (run_base + ".json").c_str()) != 0)
+      return ErrnoStatus("write", run_base + ".json");
+  }
+  rm_sock.Cancel();
   kill_child.Cancel();
   cgroup.CloseCloneFd();
   return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd_owner),
                                                          std::move(cgroup), std::move(slot),
-                                                         std::move(layers), std::move(node_end)));
+                                                         std::move(layers), std::move(node_end),
+                                                         run_base, /*adopted=*/false));
+}
+
+Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id) {
+  const std::string run_base = RunDir(cgroup_parent_) + "/" + id;
+  std::string doc;
+  {
+    UniqueFd f(open((run_base + ".json").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f) return ErrnoStatus("open", run_base + ".json");
+    char buf[4096];
+    ssize_t n = read(f.get(), buf, sizeof buf);
+    if (n <= 0) return Invalid("empty runtime file", run_base + ".json");
+    doc.assign(buf, static_cast<size_t>(n));
+  }
+  nlohmann::json rt = nlohmann::json::parse(doc, nullptr, false);
+  if (!rt.is_object() || rt.value("id", "") != id) return Invalid("bad runtime file", run_base + ".json");
+  const pid_t pid = rt.value("pid", 0);
+  const uint32_t slot_no = rt.value("slot", 0u);
+  // The cgroup, then the pid, then a check that the pid is still our sandbox's init (and not
+  // a recycled number): it must sit in the sandbox's cgroup.
+  isolation::Cgroup cgroup = WARREN_TRY(isolation::Cgroup::Open(cgroup_parent_, id));
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd) return ErrnoStatus("pidfd_open", id);
+  if (!cgroup.Holds(pid)) return Status(Code::kNotFound, "adopt", id, "its init is gone");
+  if (!uids_->Claim(slot_no)) return Status(Code::kConflict, "adopt", id, "its uid range is taken");
+  isolation::UidSlot slot(uids_, slot_no);
+  UniqueFd sock(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!sock) return ErrnoStatus("socket", id);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock_path = run_base + ".sock";
+  if (sock_path.size() >= sizeof addr.sun_path) return Invalid("socket path too long", sock_path);
+  memcpy(addr.sun_path, sock_path.c_str(), sock_path.size() + 1);
+  if (connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return ErrnoStatus("connect to agent", sock_path);
+  return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd), std::move(cgroup),
+                                                         std::move(slot), {}, std::move(sock), run_base,
+                                                         /*adopted=*/true));
 }
 
 }  // namespace warren::runtime

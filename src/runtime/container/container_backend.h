@@ -18,6 +18,7 @@ class ContainerBackend : public Backend {
 
   std::string name() const override { return "container"; }
   Result<std::unique_ptr<Instance>> Create(const SandboxConfig& config) override;
+  Result<std::unique_ptr<Instance>> Adopt(const std::string& id) override;
 
  private:
   UniqueFd agent_memfd_;

@@ -747,7 +747,7 @@ def print_build(res):
         rate = f"{r['mib_per_s']:8.1f}" if r["mib_per_s"] and not r["phase"] else f"{'':>8}"
         outb = f"{r['output_bytes'] / MiB:11.1f}" if r.get("output_bytes") else f"{'':>11}"
         wall = f"{r['wall_s']:8.2f}" if r["wall_s"] is not None else f"{'?':>8}"
-        print(f"{r['label']:<42} {wall} {rate} {outb}")
+        print(f"{r['label']:<42} {wall} {rate} {outb}".rstrip())
     ph = res["warren_phases"]
     if "cli_pack_s" in ph:
         print(f"(from `warren image build`'s stderr timestamps: pack {ph['cli_pack_s']:.1f} s, "
@@ -1067,8 +1067,8 @@ def bench_memory(args, server, work, rootfs):
     res["copies_extrapolated"] = {
         key: (v * scale if isinstance(v, (int, float)) and key not in ("per_reader",) else v)
         for key, v in res["copies_cat"].items()}
-    res["copies_extrapolated"]["readers"] = n
-    res["copies_extrapolated"]["per_reader"] = res["copies_cat"]["per_reader"]
+    # Only the page cache scales with the number of copies; MemAvailable's drop does not.
+    res["copies_extrapolated"].update(readers=n, memavailable_drop=None, per_reader=None)
     shutil.rmtree(mem)
     return res
 
@@ -1079,7 +1079,7 @@ def print_memory(res):
           f"before each baseline; 'x1 read' = page cache growth / {big / MiB:.0f} MiB)")
     head = (f"{'readers':<40} | {'MemAvail-':>9} {'/reader':>7} {'Cached+':>8} {'Shmem+':>7} "
             f"{'x1 read':>7} | {'cg mem+':>8} {'cg cache+':>9} {'x1 read':>7}")
-    print(f"{'':<40} | {'/proc/meminfo (whole host)':^42} | {'memory cgroup':^27}")
+    print(f"{'':<40} | {'/proc/meminfo (whole host)':^42} | {'memory cgroup':^27}".rstrip())
     print(head)
     print("-" * len(head))
 
@@ -1089,8 +1089,11 @@ def print_memory(res):
                   f"{d['cg_file'] / big:7.2f}")
         else:
             cg = f"{'-':>8} {'-':>9} {'-':>7}"
-        print(f"{label:<40} | {d['memavailable_drop'] / MiB:9.1f} "
-              f"{d['per_reader'] / MiB:7.2f} {d['cached_growth'] / MiB:8.1f} "
+        if d["memavailable_drop"] is not None:
+            avail = f"{d['memavailable_drop'] / MiB:9.1f} {d['per_reader'] / MiB:7.2f}"
+        else:
+            avail = f"{'-':>9} {'-':>7}"
+        print(f"{label:<40} | {avail} {d['cached_growth'] / MiB:8.1f} "
               f"{d['shmem_growth'] / MiB:7.1f} {d['cached_growth'] / big:7.2f} | {cg}")
 
     line(f"warren: {n} sandboxes, idle", res["warren_idle"])

@@ -227,28 +227,37 @@ bool ExecRecord::WaitDone(int timeout_ms) {
 
 nlohmann::json ExecRecord::ResultJson() const {
   std::lock_guard lock(mu_);
+  return ResultJsonLocked(published_);
+}
+
+nlohmann::json ExecRecord::FinalResultJson() const {
+  std::lock_guard lock(mu_);
+  return ResultJsonLocked(done_);
+}
+
+nlohmann::json ExecRecord::ResultJsonLocked(bool ended) const {
   std::string out[2];
   for (const auto& c : chunks_) out[c.stream - 1] += c.data;
   nlohmann::json j = {
       {"exec_id", id_},
-      {"state", done_ ? "exited" : "running"},
+      {"state", ended ? "exited" : "running"},
       {"exit_code", nullptr},
       {"signal", nullptr},
       {"timed_out", false},
       {"stdout", SanitizeUtf8(out[0])},
       {"stderr", SanitizeUtf8(out[1])},
-      {"stdout_truncated", done_ ? outcome_.truncated[0] : host_truncated_[0]},
-      {"stderr_truncated", done_ ? outcome_.truncated[1] : host_truncated_[1]},
+      {"stdout_truncated", ended ? outcome_.truncated[0] : host_truncated_[0]},
+      {"stderr_truncated", ended ? outcome_.truncated[1] : host_truncated_[1]},
       {"duration_ms", fixed_duration_ms_ >= 0
                           ? fixed_duration_ms_
-                          : static_cast<int64_t>(((done_ ? finished_ : NowSeconds()) - started_) * 1000)},
+                          : static_cast<int64_t>(((ended ? finished_ : NowSeconds()) - started_) * 1000)},
       {"replayed", replayed_},
   };
   if (binary_) {
     j["stdout_b64"] = Base64Encode(out[0]);
     j["stderr_b64"] = Base64Encode(out[1]);
   }
-  if (done_) {
+  if (ended) {
     if (outcome_.exit_code >= 0) j["exit_code"] = outcome_.exit_code;
     if (!outcome_.signal.empty()) j["signal"] = outcome_.signal;
     j["timed_out"] = outcome_.timed_out;

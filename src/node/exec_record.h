@@ -87,6 +87,8 @@ class ExecRecord {
 
   // The contract's ExecResult; the final seq is used for the stream's result line.
   nlohmann::json ResultJson() const;
+  // The same once the command ended, even before the end is announced (for the finisher).
+  nlohmann::json FinalResultJson() const;
   uint64_t last_seq() const;
   // Output bytes held (both streams).
   uint64_t bytes() const;
@@ -95,6 +97,7 @@ class ExecRecord {
 
  private:
   void NotifyLocked(std::vector<std::function<void()>>* out);
+  nlohmann::json ResultJsonLocked(bool done) const;
 
   const std::string id_, sandbox_id_;
   const std::shared_ptr<OutputBudget> budget_;

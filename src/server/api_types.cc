@@ -182,6 +182,12 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
     if (k.size() > 63 || v.size() > 255 || k.find('=') != std::string::npos)
       return Invalid("label keys are at most 63 characters without `=`, values at most 255");
   WARREN_RETURN_IF_ERROR(GetOptString(j, "trajectory", &s.trajectory));
+  if (s.trajectory) {
+    bool ok = !s.trajectory->empty() && s.trajectory->size() <= 128;
+    for (char c : *s.trajectory)
+      if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' && c != ':') ok = false;
+    if (!ok) return Invalid("`trajectory` must be 1-128 letters, digits, `-`, `_`, `.` or `:`");
+  }
   WARREN_RETURN_IF_ERROR(GetOptString(j, "lease", &s.lease));
   WARREN_RETURN_IF_ERROR(GetString(j, "on_lease_expiry", &s.on_lease_expiry));
   if (s.on_lease_expiry != "delete" && s.on_lease_expiry != "pause")

@@ -70,7 +70,9 @@ Result<json> LeaseTable::Renew(const Principal& who, const std::string& id, cons
 Status LeaseTable::Release(const Principal& who, const std::string& id) {
   std::lock_guard lock(mu_);
   auto it = leases_.find(id);
-  if (it == leases_.end() || !who.Owns(it->second.value("owner", ""))) return NotFound("lease", id);
+  if (it == leases_.end() || !who.Owns(it->second.value("owner", "")) ||
+      it->second.value("expires_unix", 0.0) <= UnixNow())
+    return NotFound("lease", id);  // an expired one is the reaper's (it applies the action)
   WARREN_RETURN_IF_ERROR(state_->RemoveDoc(kLeaseKind, id));
   leases_.erase(it);
   return Status::Ok();

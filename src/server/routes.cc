@@ -139,12 +139,15 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec) {
 
   // A trainer that comes back after preemption asks for its trajectory's sandbox again: it
   // gets the live one (with all the effects of the steps it will replay), not a new one.
+  // Creates of one trajectory are serialized, so concurrent ones cannot make two sandboxes.
+  std::unique_lock traj_lock(traj_create_mu_, std::defer_lock);
   if (spec.trajectory) {
-    for (const json& sb : state_->ListSandboxes())
+    traj_lock.lock();
+    for (json sb : state_->ListSandboxes())
       if (sb.value("trajectory", json(nullptr)) == json(*spec.trajectory) &&
           sb.value("owner", "admin") == who.name &&
           (sb.value("state", "") == "running" || sb.value("state", "") == "paused"))
-        return sb;
+        return Reattach(who, spec, std::move(sb));
   }
 
   // Resolve NAME:TAG to digests, top layer first: workspace, tools, base. The sandbox records
@@ -208,6 +211,19 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec) {
     std::lock_guard lock(reap_mu_);
     deadlines_[id] = NowSeconds() + static_cast<double>(spec.ttl_s);
   }
+  return sb;
+}
+
+// The trainer is back: its sandbox takes the lease of the new request (the old one belonged to
+// the trainer that died) and runs again if its lease expiry had paused it.
+Result<json> Api::Reattach(const Principal& who, const SandboxSpec& spec, json sb) {
+  const std::string id = sb.value("id", "");
+  if (spec.lease) {
+    sb["lease"] = *spec.lease;
+    sb["on_lease_expiry"] = spec.on_lease_expiry;
+  }
+  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
+  if (sb.value("state", "") == "paused") sb = WARREN_TRY(SetPaused(who, id, false));
   return sb;
 }
 
@@ -394,6 +410,13 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const json& sb, const ExecReques
       (void)Base64Decode(doc.value(k, ""), &out);
       return out;
     };
+    {
+      // GET and stream of this exec id answer from the log from now on (replayed: true),
+      // even where the node still holds the original run.
+      std::lock_guard lock(replayed_mu_);
+      if (replayed_ids_.size() > 100000) replayed_ids_.clear();
+      replayed_ids_.insert(doc.value("exec_id", ""));
+    }
     return ExecStart{node::ExecRecord::Replayed(doc["result"], id, raw("stdout_raw_b64"), raw("stderr_raw_b64")),
                      r.wait};
   }
@@ -407,9 +430,16 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const json& sb, const ExecReques
       recorder_.Post([this, weak, key, step, request, digest, id, started] {
         auto rec = weak.lock();
         if (!rec) return traj_.Abandon(key, step);
+        json result = rec->FinalResultJson();
+        // A step the infrastructure cut short (its sandbox deleted or lost) is not the
+        // command's outcome: it is not recorded and runs again when repeated.
+        if (result.contains("error")) {
+          traj_.Abandon(key, step);
+          return rec->Publish();
+        }
         json doc = {{"step", step},           {"sandbox_id", id},
                     {"exec_id", rec->id()},   {"request_digest", digest},
-                    {"request", request},     {"result", rec->ResultJson()},
+                    {"request", request},     {"result", result},
                     {"started_at", started},  {"finished_at", NowRfc3339()},
                     {"stdout_raw_b64", Base64Encode(rec->RawOutput(1))},
                     {"stderr_raw_b64", Base64Encode(rec->RawOutput(2))}};
@@ -436,7 +466,11 @@ Result<std::shared_ptr<node::ExecRecord>> Api::GetExec(const Principal& who, con
                                                        const std::string& exec_id) {
   json sb = WARREN_TRY(Sandbox(who, id));
   auto rec = node_->GetExec(id, exec_id);
-  if (rec.ok() || !sb.value("trajectory", json(nullptr)).is_string()) return rec;
+  if (!sb.value("trajectory", json(nullptr)).is_string()) return rec;
+  if (rec.ok()) {
+    std::lock_guard lock(replayed_mu_);
+    if (!replayed_ids_.count(exec_id)) return rec;
+  }
   // A replayed step's exec id, or one whose record the node no longer holds: the log has it.
   auto doc = traj_.FindExec(TrajectoryLog::Key(sb.value("owner", "admin"), sb["trajectory"]), exec_id);
   if (!doc.ok()) return rec;

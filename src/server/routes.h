@@ -119,6 +119,7 @@ class Api {
   // Removes those of `digests` that no layer name and no sandbox refers to any more.
   void CollectBlobs(const std::vector<std::string>& digests);
   std::set<std::string> DigestsInUse();
+  Result<nlohmann::json> Reattach(const Principal& who, const SandboxSpec& spec, nlohmann::json sb);
   // Starts (or replays) an exec of a sandbox that records a trajectory.
   Result<ExecStart> StartTrajectoryExec(const nlohmann::json& sb, const ExecRequest& r, node::ExecSpec es);
   // Deletes or pauses (on_lease_expiry) every sandbox tied to lease `id`.
@@ -142,6 +143,9 @@ class Api {
   std::mutex err_mu_;
   std::map<std::string, uint64_t> errors_;
   TrajectoryLog traj_;
+  std::mutex traj_create_mu_;
+  std::mutex replayed_mu_;
+  std::set<std::string> replayed_ids_;  // exec ids answered from the log at least once
   WorkQueue recorder_;  // writes finished trajectory steps; last: destroyed first
 };
 

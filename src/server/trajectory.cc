@@ -21,6 +21,8 @@ Result<TrajectoryLog::Decision> TrajectoryLog::Begin(const std::string& key, std
   if (next == next_.end()) next = next_.emplace(key, store_->MaxStep(key) + 1).first;
   Decision d;
   d.step = step ? *step : next->second;
+  if (d.step > 4294967295LL)
+    return Status(Code::kConflict, "exec", key, "the trajectory has no step number left (the last is 4294967295)");
   auto& running = running_[key];
   if (running.count(d.step))
     return Status(Code::kConflict, "exec step " + std::to_string(d.step), key, "this step is running now");

@@ -269,9 +269,22 @@ class Sandbox:
         return self._set(self._http().json("PUT", self._path + "/network", body=policy))
 
     # -- commands ---------------------------------------------------------
+    def _step(self, step):
+        """The step of the next exec of a trajectory sandbox: this object numbers its execs
+        0, 1, 2, ... itself, so a trainer that restarts and replays its loop with a new
+        Sandbox object asks for the same steps again and gets the recorded results."""
+        if not self._data.get("trajectory"):
+            return step
+        lock = self.__dict__.setdefault("_step_lock", threading.Lock())
+        with lock:
+            n = self.__dict__.get("_next_step", 0) if step is None else int(step)
+            self._next_step = max(self.__dict__.get("_next_step", 0), n + 1)
+            return n
+
     def run(self, cmd: Command, *, stdin=None, env=None, cwd=None, timeout=None,
             max_output_bytes=None, binary: bool = False, step=None) -> ExecResult:
         """Run a command and wait for it. A str runs through the shell; a list is argv."""
+        step = self._step(step)
         body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, timeout=timeout,
                           max_output_bytes=max_output_bytes, binary=binary, step=step)
         doc = self._http().json("POST", self._path + "/exec", body=body,
@@ -281,6 +294,7 @@ class Sandbox:
     def start(self, cmd: Command, *, stdin=None, env=None, cwd=None, timeout=None,
               max_output_bytes=None, binary: bool = False, step=None) -> str:
         """Start a command without waiting; returns its exec id."""
+        step = self._step(step)
         body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, timeout=timeout,
                           max_output_bytes=max_output_bytes, binary=binary, step=step, wait=False)
         status, doc = self._http().json_status("POST", self._path + "/exec", body=body)

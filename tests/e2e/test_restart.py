@@ -1,0 +1,183 @@
+"""Restart safety: `kill -9` of `warren serve` loses no sandbox and no record.
+
+Each test runs its own daemon (the session's shared one must not be killed), kills it with
+SIGKILL at an awkward moment, starts it again on the same data dir and port, and checks that
+sandboxes kept running and were taken over, exec results and streams are complete, trajectory
+steps and leases survived, and that deleting afterwards still leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import e2e_util as u
+from conftest import Server, _build_rootfs, _free_port, _scratch_base, _warren_bin, safe_rmtree
+
+IMG = "rs:1"
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    base = _scratch_base()
+    data = tempfile.mkdtemp(prefix="warren-e2e-restart-", dir=base)
+    root = Path(tempfile.mkdtemp(prefix="warren-e2e-restart-root-", dir=base))
+    srv = Server(_warren_bin(), data, _free_port(), str(tmp_path / "serve.log"), str(tmp_path / "home"))
+    srv.start()
+    try:
+        _build_rootfs(root)
+        r = srv.cli("image", "build", IMG, "--from-dir", str(root), timeout=300)
+        assert r.returncode == 0, r.stderr
+        yield srv
+    finally:
+        if srv.proc is not None and srv.proc.poll() is None:
+            srv.delete_all_sandboxes()
+        srv.stop()
+        safe_rmtree(data)
+        safe_rmtree(str(root))
+
+
+def kill9_and_restart(srv: Server, pause: float = 0.5) -> None:
+    os.kill(srv.proc.pid, signal.SIGKILL)
+    srv.proc.wait(timeout=20)
+    time.sleep(pause)
+    srv.start()
+
+
+def cgroup_dirs(srv: Server, sid: str) -> list:
+    parent = "warren-" + hashlib.sha256(os.path.realpath(srv.data_dir).encode()).hexdigest()[:8]
+    found = []
+    for root in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids",
+                 "/sys/fs/cgroup/cpu"):
+        p = os.path.join(root, parent, sid)
+        if os.path.isdir(p):
+            found.append(p)
+    return found
+
+
+def test_kill9_during_a_long_exec_loses_nothing(daemon):
+    srv = daemon
+    r = srv.http("POST", "/v1/sandboxes", {"image": IMG})
+    assert r.status == 201, r
+    sid = r.json["id"]
+    done = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "echo state > /root/f; echo finished"})
+    assert done.status == 200 and done.json["stdout"] == "finished\n", done
+    # A long exec with steady output: the daemon dies in the middle of it.
+    r = srv.http("POST", f"/v1/sandboxes/{sid}/exec",
+                 {"cmd": "i=1; while [ $i -le 12 ]; do echo line $i; i=$((i+1)); sleep 0.25; done; echo err >&2; exit 3",
+                  "wait": False})
+    assert r.status == 202, r
+    long_id = r.json["exec_id"]
+    time.sleep(1.1)
+    kill9_and_restart(srv)
+
+    sb = srv.http("GET", f"/v1/sandboxes/{sid}")
+    assert sb.status == 200 and sb.json["state"] == "running", sb
+    # The stream, from the start, is complete and ends with the result.
+    stream = srv.http("GET", f"/v1/sandboxes/{sid}/execs/{long_id}/stream?after=0", timeout=60)
+    assert stream.status == 200, stream
+    lines = u.ndjson_lines(stream.body)
+    out = "".join(l.get("data", "") for l in lines if l.get("stream") == "stdout")
+    assert out == "".join(f"line {i}\n" for i in range(1, 13)), out
+    seqs = [l["seq"] for l in lines]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    result = lines[-1]["result"]
+    assert result["exit_code"] == 3 and result["stderr"] == "err\n", result
+    # The exec that finished before the kill is intact.
+    again = srv.http("GET", f"/v1/sandboxes/{sid}/execs/{done.json['exec_id']}")
+    assert again.status == 200 and again.json["stdout"] == "finished\n" and again.json["exit_code"] == 0, again
+    # The sandbox kept its state and takes new execs.
+    r = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["cat", "/root/f"]})
+    assert r.status == 200 and r.json["stdout"] == "state\n", r
+    # Deleting it after the takeover still leaves nothing.
+    assert srv.http("DELETE", f"/v1/sandboxes/{sid}").status == 204
+    assert cgroup_dirs(srv, sid) == []
+    assert not os.path.exists(os.path.join(srv.data_dir, "execs", sid))
+
+
+def test_output_written_while_the_daemon_is_down_arrives(daemon):
+    """Commands keep running while no daemon listens; what they print waits and arrives."""
+    srv = daemon
+    sid = srv.http("POST", "/v1/sandboxes", {"image": IMG}).json["id"]
+    r = srv.http("POST", f"/v1/sandboxes/{sid}/exec",
+                 {"cmd": "sleep 0.5; seq 1 20000; echo tail", "wait": False})
+    long_id = r.json["exec_id"]
+    os.kill(srv.proc.pid, signal.SIGKILL)
+    srv.proc.wait(timeout=20)
+    time.sleep(2)   # the command runs (and blocks on its full pipe) meanwhile
+    srv.start()
+    res = u.wait_until(lambda: (lambda x: x if x.get("state") == "exited" else None)(
+        srv.http("GET", f"/v1/sandboxes/{sid}/execs/{long_id}").json), timeout=30)
+    assert res and res["exit_code"] == 0, res
+    assert res["stdout"] == "".join(f"{i}\n" for i in range(1, 20001)) + "tail\n"
+
+
+def test_paused_sandbox_stays_paused_and_resumes(daemon):
+    srv = daemon
+    sid = srv.http("POST", "/v1/sandboxes", {"image": IMG}).json["id"]
+    assert srv.http("POST", f"/v1/sandboxes/{sid}/pause").json["state"] == "paused"
+    kill9_and_restart(srv)
+    assert srv.http("GET", f"/v1/sandboxes/{sid}").json["state"] == "paused"
+    assert srv.http("POST", f"/v1/sandboxes/{sid}/resume").json["state"] == "running"
+    r = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["echo", "awake"]})
+    assert r.status == 200 and r.json["stdout"] == "awake\n", r
+
+
+def test_trajectory_steps_and_leases_survive(daemon):
+    srv = daemon
+    lease = srv.http("POST", "/v1/leases", {"ttl_s": 120}).json["id"]
+    sb = srv.http("POST", "/v1/sandboxes", {"image": IMG, "trajectory": "rs-traj", "lease": lease}).json
+    for i in range(3):
+        r = srv.http("POST", f"/v1/sandboxes/{sb['id']}/exec", {"cmd": "echo x >> /root/log; wc -l < /root/log"})
+        assert r.status == 200 and r.json["stdout"].strip() == str(i + 1), r
+    kill9_and_restart(srv)
+    # The trainer comes back: same sandbox, recorded steps replay, the next one runs.
+    again = srv.http("POST", "/v1/sandboxes", {"image": IMG, "trajectory": "rs-traj", "lease": lease})
+    assert again.status == 201 and again.json["id"] == sb["id"], again
+    for i in range(3):
+        r = srv.http("POST", f"/v1/sandboxes/{sb['id']}/exec",
+                     {"cmd": "echo x >> /root/log; wc -l < /root/log", "step": i})
+        assert r.status == 200 and r.json["replayed"] is True and r.json["stdout"].strip() == str(i + 1), r
+    r = srv.http("POST", f"/v1/sandboxes/{sb['id']}/exec", {"cmd": "echo x >> /root/log; wc -l < /root/log", "step": 3})
+    assert r.status == 200 and r.json["replayed"] is False and r.json["stdout"].strip() == "4", r
+    assert len(srv.http("GET", "/v1/trajectories/rs-traj").json["steps"]) == 4
+    # The lease is still there, renewable; releasing it deletes the sandbox.
+    assert srv.http("POST", f"/v1/leases/{lease}/renew").status == 200
+    assert srv.http("DELETE", f"/v1/leases/{lease}").status == 204
+    u.assert_error(srv.http("GET", f"/v1/sandboxes/{sb['id']}"), 404, "not_found")
+
+
+def test_a_sandbox_that_died_while_the_daemon_was_down_is_failed(daemon):
+    srv = daemon
+    live = srv.http("POST", "/v1/sandboxes", {"image": IMG}).json["id"]
+    dead = srv.http("POST", "/v1/sandboxes", {"image": IMG}).json["id"]
+    dead_pid = None
+    parent = "warren-" + hashlib.sha256(os.path.realpath(srv.data_dir).encode()).hexdigest()[:8]
+    with open(f"/run/warren/{parent}/{dead}.json") as f:
+        dead_pid = json.load(f)["pid"]
+    os.kill(srv.proc.pid, signal.SIGKILL)
+    srv.proc.wait(timeout=20)
+    os.kill(dead_pid, signal.SIGKILL)   # its init dies while nobody watches
+    time.sleep(0.5)
+    srv.start()
+    assert srv.http("GET", f"/v1/sandboxes/{live}").json["state"] == "running"
+    doc = srv.http("GET", f"/v1/sandboxes/{dead}").json
+    assert doc["state"] == "failed" and "restarted" in doc["error"]["message"], doc
+    assert cgroup_dirs(srv, dead) == []
+    assert srv.http("DELETE", f"/v1/sandboxes/{dead}").status == 204
+
+
+def test_two_restarts_in_a_row(daemon):
+    srv = daemon
+    sid = srv.http("POST", "/v1/sandboxes", {"image": IMG}).json["id"]
+    for n in range(2):
+        kill9_and_restart(srv, pause=0.2)
+        r = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["echo", str(n)]})
+        assert r.status == 200 and r.json["stdout"] == f"{n}\n", r

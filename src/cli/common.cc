@@ -175,7 +175,7 @@ int ExecAndStream(const std::string& id, const ExecFlags& flags) {
             result = ev["result"];
             return;
           }
-          if (!ev.contains("seq")) return;  // heartbeat
+          if (ev.value("heartbeat", false) || !ev.contains("seq")) return;  // a quiet command
           last_seq = ev["seq"].get<uint64_t>();
           std::string data;
           if (!ev.contains("data_b64") || !Base64Decode(ev["data_b64"].get<std::string>(), &data))

@@ -212,6 +212,13 @@ Status AgentConn::Signal(const std::string& exec_id, int sig) {
   return Send({{{"t", "signal"}, {"id", exec_id}, {"sig", sig}}, ""});
 }
 
+int AgentConn::Running() const {
+  std::lock_guard lock(mu_);
+  int n = 0;
+  for (auto& [eid, r] : execs_) n += !r->done();
+  return n;
+}
+
 std::shared_ptr<ExecRecord> AgentConn::FindExec(const std::string& exec_id) {
   std::lock_guard lock(mu_);
   auto it = execs_.find(exec_id);

@@ -49,6 +49,7 @@ class AgentConn {
   Status Resume();
   Status Signal(const std::string& exec_id, int sig);
   std::shared_ptr<ExecRecord> FindExec(const std::string& exec_id);
+  int Running() const;
   // Blocking file operations through the agent (inside the sandbox's own mount namespace
   // and credentials: the host never resolves a sandbox-controlled path).
   Status WriteFile(const std::string& path, uint32_t mode, std::string_view data);

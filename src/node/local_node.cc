@@ -107,6 +107,11 @@ Status LocalNode::AdoptSandbox(const std::string& id) {
   return Status::Ok();
 }
 
+int LocalNode::RunningExecs(const std::string& id) {
+  auto conn = Conn(id);
+  return conn.ok() ? (*conn)->Running() : 0;
+}
+
 int LocalNode::ReapUnadopted() {
   std::set<std::string> keep;
   {

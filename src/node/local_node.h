@@ -39,6 +39,7 @@ class LocalNode : public NodeApi {
   Result<SandboxRuntime> CreateSandbox(const NodeSandboxSpec& spec) override;
   Status DeleteSandbox(const std::string& id) override;
   Status AdoptSandbox(const std::string& id) override;
+  int RunningExecs(const std::string& id) override;
   int ReapUnadopted() override;
   Status PauseSandbox(const std::string& id) override;
   Status ResumeSandbox(const std::string& id) override;

@@ -33,6 +33,8 @@ class NodeApi {
   // Takes over sandbox `id` left running by an earlier run of this node (kill -9, crash):
   // its processes keep running; its exec records come back from their spill files.
   virtual Status AdoptSandbox(const std::string& id) = 0;
+  // Commands running now in sandbox `id` (0 if unknown): an idle sandbox has none.
+  virtual int RunningExecs(const std::string& id) = 0;
   // Kills the cgroups of sandboxes an earlier run left that were not adopted.
   virtual int ReapUnadopted() = 0;
   virtual Status PauseSandbox(const std::string& id) = 0;

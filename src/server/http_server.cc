@@ -188,9 +188,15 @@ struct HttpServer::Impl {
     http::response_serializer<http::empty_body> sr{res};
     stream.expires_never();
     co_await http::async_write_header(stream, sr, net::use_awaitable);
+    // A quiet command still shows signs of life: a heartbeat line every 15 s, so clients and
+    // proxies can tell a long silence from a dead connection.
+    constexpr auto kHeartbeat = std::chrono::seconds(15);
+    auto last_write = std::chrono::steady_clock::now();
     for (;;) {
       auto snap = rec->Poll(after, nullptr);
       std::string out;
+      if (snap.chunks.empty() && !snap.done && std::chrono::steady_clock::now() - last_write >= kHeartbeat)
+        out = json{{"heartbeat", true}, {"seq", after}}.dump() + "\n";
       for (const auto& c : snap.chunks) {
         out += node::ChunkJson(c, rec->binary()).dump() + "\n";
         after = c.seq;
@@ -200,13 +206,15 @@ struct HttpServer::Impl {
         json last = {{"seq", rec->last_seq() + 1}, {"result", rec->ResultJson()}};
         out += last.dump() + "\n";
       }
-      if (!out.empty())
+      if (!out.empty()) {
         co_await net::async_write(stream, http::make_chunk(net::buffer(out)), net::use_awaitable);
+        last_write = std::chrono::steady_clock::now();
+      }
       if (finished) {
         co_await net::async_write(stream, http::make_chunk_last(), net::use_awaitable);
         co_return;
       }
-      if (snap.chunks.empty()) co_await WaitChange(rec, after, std::chrono::seconds(15));
+      if (snap.chunks.empty()) co_await WaitChange(rec, after, kHeartbeat);
     }
   }
 

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include <spdlog/spdlog.h>
@@ -63,16 +64,28 @@ void Api::StartReaper() {
     while (!reap_stop_) {
       reap_cv_.wait_for(lock, std::chrono::milliseconds(500));
       double now = NowSeconds();
-      std::vector<std::string> due;
+      std::vector<std::string> due, idle;
       for (auto& [id, deadline] : deadlines_)
         if (deadline <= now) due.push_back(id);
+      for (auto& [id, i] : idle_)
+        if (now - i.last >= i.timeout) idle.push_back(id);
       lock.unlock();
+      // Idle: no API use for idle_timeout_s and no command running.
+      for (const auto& id : idle) {
+        if (node_->RunningExecs(id) > 0) {
+          Touch(id);
+          continue;
+        }
+        spdlog::info("sandbox {} idle for its idle_timeout_s: deleting", id);
+        if (!std::count(due.begin(), due.end(), id)) due.push_back(id);
+      }
       for (const auto& lease : leases_.TakeExpired()) ExpireLease(lease);
       for (const auto& id : due) {
         Status st = DeleteSandbox(System(), id);
         if (!st.ok() && st.code() != Code::kNotFound) CountError(st.code());
         std::lock_guard l(reap_mu_);
         deadlines_.erase(id);
+        idle_.erase(id);
       }
       lock.lock();
     }
@@ -86,6 +99,12 @@ void Api::StopReaper() {
   }
   reap_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
+}
+
+void Api::Touch(const std::string& id) {
+  std::lock_guard lock(reap_mu_);
+  auto it = idle_.find(id);
+  if (it != idle_.end()) it->second.last = NowSeconds();
 }
 
 void Api::MarkAllStopped() {
@@ -113,6 +132,8 @@ void Api::ReconcileAfterRestart() {
       double left = created > 0 ? created + sb.value("ttl_s", 3600.0) - wall : sb.value("ttl_s", 3600.0);
       std::lock_guard lock(reap_mu_);
       deadlines_[id] = mono + std::max(0.0, left);
+      if (sb.value("idle_timeout_s", json(nullptr)).is_number())
+        idle_[id] = {sb["idle_timeout_s"].get<double>(), mono};
       continue;
     }
     spdlog::warn("sandbox {} could not be re-adopted: {}", id, st.ToString());
@@ -210,6 +231,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec) {
   {
     std::lock_guard lock(reap_mu_);
     deadlines_[id] = NowSeconds() + static_cast<double>(spec.ttl_s);
+    if (spec.idle_timeout_s) idle_[id] = {static_cast<double>(*spec.idle_timeout_s), NowSeconds()};
   }
   return sb;
 }
@@ -262,6 +284,9 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
 Result<json> Api::Sandbox(const Principal& who, const std::string& id) {
   auto sb = state_->GetSandbox(id);
   if (!sb.ok() || !who.Owns(sb->value("owner", "admin"))) return NotFound("sandbox", id);
+  // Any use of a sandbox through the API (get, exec, files, streams, pause) counts as
+  // activity for its idle timeout; the daemon's own actions do not.
+  if (&who != &System()) Touch(id);
   return sb;
 }
 
@@ -306,6 +331,7 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
   {
     std::lock_guard lock(reap_mu_);
     deadlines_.erase(id);
+    idle_.erase(id);
   }
   WARREN_RETURN_IF_ERROR(state_->RemoveSandbox(id));
   quota_.Release(sb.value("owner", "admin"), sb.value("cpu", 0.0), sb.value("memory_mb", int64_t{0}));

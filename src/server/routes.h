@@ -140,6 +140,12 @@ class Api {
   bool reap_stop_ = false;
   std::thread reaper_;
   std::map<std::string, double> deadlines_;  // sandbox id -> monotonic deadline
+  struct Idle {
+    double timeout = 0, last = 0;  // seconds; monotonic time of the last use
+  };
+  std::map<std::string, Idle> idle_;  // sandboxes with an idle_timeout_s
+  // Marks sandbox `id` as used now (idle timeout).
+  void Touch(const std::string& id);
   std::mutex err_mu_;
   std::map<std::string, uint64_t> errors_;
   TrajectoryLog traj_;

@@ -880,8 +880,8 @@ def test_not_enforced_fields_are_accepted_and_echoed(server, image, sandboxes):
     """x-warren-enforced: false fields are stored and echoed back (they only lack an effect)."""
     spec = deref({"$ref": "#/components/schemas/SandboxSpec"})
     fields = {k for k, p in spec["properties"].items() if p.get("x-warren-enforced") is False}
-    assert fields == {"ttl_s", "idle_timeout_s"}, fields
-    body = {"image": image, "ttl_s": 120, "idle_timeout_s": 60}
+    assert fields == set(), fields
+    body = {"image": image, "ttl_s": 120}
     r = server.http("POST", "/v1/sandboxes", body)
     assert r.status == 201, r
     sandboxes.append(r.json["id"])

@@ -349,8 +349,8 @@ class Sandbox:
                     if not line:
                         continue
                     doc = json.loads(line)
-                    if not isinstance(doc, dict):
-                        continue
+                    if not isinstance(doc, dict) or doc.get("heartbeat"):
+                        continue               # a quiet command's sign of life
                     if "result" in doc:
                         yield StreamEvent(doc)
                         return

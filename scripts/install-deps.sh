@@ -8,6 +8,7 @@ PACKAGES=(
   erofs-utils busybox-static crun bubblewrap tar
   python3 python3-pytest python3-yaml curl
   libcurl4-openssl-dev mmdebstrap skopeo umoci docker-registry python3-jwt python3-cryptography openssl
+  python3-prometheus-client
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -82,6 +82,10 @@ void AddSpecFlags(CLI::App* cmd, SpecFlags* f) {
   cmd->add_option("--ttl", f->ttl, "seconds until the sandbox is reaped");
   Repeatable(cmd->add_option("--label", f->labels, "K=V (repeatable)"));
   Repeatable(cmd->add_option("--env", f->env, "K=V (repeatable)"));
+  cmd->add_option("--idle-timeout", f->idle_timeout, "seconds without use until the sandbox is reaped");
+  cmd->add_option("--lease", f->lease, "tie the sandbox to lease ID (POST /v1/leases)");
+  cmd->add_option("--on-lease-expiry", f->on_lease_expiry, "delete|pause");
+  cmd->add_option("--trajectory", f->trajectory, "record (and replay) execs as trajectory T");
 }
 
 static Status SplitKv(const std::vector<std::string>& in, const char* flag, nlohmann::json* out) {
@@ -111,6 +115,10 @@ Result<nlohmann::json> SpecJson(const SpecFlags& f) {
   if (!f.disk.empty()) j["disk_mb"] = WARREN_TRY(SizeMb(f.disk, "--disk"));
   if (f.pids) j["pids"] = f.pids;
   if (f.ttl) j["ttl_s"] = f.ttl;
+  if (f.idle_timeout) j["idle_timeout_s"] = f.idle_timeout;
+  if (!f.lease.empty()) j["lease"] = f.lease;
+  if (!f.on_lease_expiry.empty()) j["on_lease_expiry"] = f.on_lease_expiry;
+  if (!f.trajectory.empty()) j["trajectory"] = f.trajectory;
   std::string mode = f.allow.empty() ? f.network : "egress";
   j["network"] = {{"mode", mode}, {"allow", f.allow}};
   nlohmann::json labels, env;

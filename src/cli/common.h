@@ -30,6 +30,8 @@ client::HttpClient& Client();
 
 struct SpecFlags {
   std::string backend = "container", image, workspace, network = "none";
+  std::string lease, trajectory, on_lease_expiry;
+  uint64_t idle_timeout = 0;
   std::vector<std::string> tools, allow, labels, env;
   double cpu = 0;
   std::string memory, disk;
@@ -67,5 +69,7 @@ void AddInspect(CLI::App& app);
 void AddRm(CLI::App& app);
 void AddCp(CLI::App& app);
 void AddToken(CLI::App& app);
+void AddPause(CLI::App& app);  // pause and resume
+void AddNet(CLI::App& app);
 
 }  // namespace warren::cli

@@ -72,7 +72,7 @@ std::vector<std::string> SplitComma(const std::string& s) {
   return out;
 }
 
-int Build(const std::string& ref, image::BuildSource src, const std::string& kind) {
+int Build(const std::string& ref, image::BuildSource src, const std::string& kind, bool as_json) {
   size_t colon = ref.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == ref.size())
     return Fail("image build", "the image name must be NAME:TAG");
@@ -103,7 +103,8 @@ int Build(const std::string& ref, image::BuildSource src, const std::string& kin
   auto j = client::JsonOf(*r, what);
   if (!j.ok()) return Fail(j.status());
   src.progress("done: " + std::to_string((*j).value("size", 0ull) / 1000000) + " MB layer");
-  printf("%s %s\n", ref.c_str(), (*j)["digest"].get<std::string>().c_str());
+  if (as_json) printf("%s\n", j->dump(2).c_str());
+  else printf("%s %s\n", ref.c_str(), (*j)["digest"].get<std::string>().c_str());
   return 0;
 }
 
@@ -133,6 +134,8 @@ void AddImage(CLI::App& app) {
   build->add_flag("--insecure-registry", *insecure,
                   "allow plain HTTP and unverified TLS (loopback registries may use HTTP anyway)");
   build->add_option("--debian-mirror", *mirror, "Debian mirror URL (or $WARREN_DEBIAN_MIRROR)");
+  auto build_json = std::make_shared<bool>(false);
+  build->add_flag("--json", *build_json, "print the stored layer's JSON instead of NAME:TAG DIGEST");
   build->callback([=] {
     image::BuildSource src;
     src.from_dir = *dir;
@@ -143,15 +146,18 @@ void AddImage(CLI::App& app) {
     src.debian_mirror = !mirror->empty() ? *mirror
                         : getenv("WARREN_DEBIAN_MIRROR") ? getenv("WARREN_DEBIAN_MIRROR") : "";
     src.registry = RegistryFromEnv(*ca, *insecure);
-    ExitCode() = Build(*ref, std::move(src), *kind);
+    ExitCode() = Build(*ref, std::move(src), *kind, *build_json);
   });
 
   auto* ls = image->add_subcommand("ls", "list images");
-  ls->callback([] {
+  auto ls_json = std::make_shared<bool>(false);
+  ls->add_flag("--json", *ls_json, "print the API's JSON");
+  ls->callback([ls_json] {
     auto r = Client().Request("GET", "/v1/layers");
     if (!r.ok()) return void(ExitCode() = Fail(r.status()));
     auto j = client::JsonOf(*r, "list images");
     if (!j.ok()) return void(ExitCode() = Fail(j.status()));
+    if (*ls_json) return void(printf("%s\n", j->dump(2).c_str()));
     printf("%-32s %-9s %10s  %-19s  %-24s  %s\n", "NAME:TAG", "KIND", "SIZE", "DIGEST", "CREATED",
            "SOURCE");
     for (const auto& l : (*j)["layers"])

@@ -64,11 +64,14 @@ void AddToken(CLI::App& app) {
   });
 
   auto* ls = token->add_subcommand("ls", "list tokens (never their secrets)");
-  ls->callback([] {
+  auto ls_json = std::make_shared<bool>(false);
+  ls->add_flag("--json", *ls_json, "print the API's JSON");
+  ls->callback([ls_json] {
     auto r = Client().Request("GET", "/v1/tokens");
     if (!r.ok()) return void(ExitCode() = Fail(r.status()));
     auto j = client::JsonOf(*r, "list tokens");
     if (!j.ok()) return void(ExitCode() = Fail(j.status()));
+    if (*ls_json) return void(printf("%s\n", j->dump(2).c_str()));
     printf("%-20s %-36s %9s %7s %10s %6s  %s\n", "NAME", "SCOPES", "SANDBOXES", "CPU", "MEMORY_MB",
            "RATE/S", "CREATED");
     for (const auto& t : (*j)["tokens"]) {

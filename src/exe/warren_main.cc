@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   warren::cli::AddRm(app);
   warren::cli::AddCp(app);
   warren::cli::AddToken(app);
+  warren::cli::AddPause(app);
+  warren::cli::AddNet(app);
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) args.push_back(argv[i]);  // CLI11 wants them reversed
   for (size_t i = args.size(); i-- > 0;) {

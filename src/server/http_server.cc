@@ -9,6 +9,8 @@
 #include "base/utf8.h"
 #include <optional>
 
+#include <spdlog/spdlog.h>
+
 #include "server/auth.h"
 
 namespace warren::server {
@@ -488,6 +490,13 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
     unsigned version = hp.get().version();
     bool keep_alive = hp.get().keep_alive();
     bool streamed = false;
+    // One id per request, in the response header and the log line, so a client's report
+    // ("my create failed") can be matched with what the daemon saw.
+    const std::string request_id = RandomHex(6);
+    const std::string method(hp.get().method_string());
+    std::string path(hp.get().target());
+    if (size_t q = path.find('?'); q != std::string::npos) path.resize(q);
+    const auto t0 = std::chrono::steady_clock::now();
     Reply reply;
     try {
       reply = co_await Route(stream, buf, hp, &streamed);
@@ -498,12 +507,23 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
       reply = Error(Internal("handle request", "", e.what()));
       reply.close = true;
     }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const int status = streamed ? 200 : static_cast<int>(reply.status);
+    if (path != "/healthz" && path != "/metrics") {
+      // Structured: key=value pairs, the request id first.
+      if (status >= 500)
+        spdlog::warn("req={} method={} path={} status={} ms={:.1f} error={}", request_id, method, path, status, ms,
+                     reply.body.substr(0, 300));
+      else
+        spdlog::info("req={} method={} path={} status={} ms={:.1f}", request_id, method, path, status, ms);
+    }
     if (streamed) {
       if (!keep_alive) break;
       continue;
     }
     http::response<http::string_body> res{reply.status, version};
     res.set(http::field::server, "warren");
+    res.set("X-Request-Id", request_id);
     if (!reply.content_type.empty()) res.set(http::field::content_type, reply.content_type);
     res.keep_alive(keep_alive && !reply.close);
     res.body() = std::move(reply.body);

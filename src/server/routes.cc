@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include <spdlog/spdlog.h>
@@ -673,6 +674,24 @@ std::string Api::Metrics() {
   {
     std::lock_guard lock(err_mu_);
     for (auto& [code, n] : errors_) o << "warren_api_errors_total{code=\"" << code << "\"} " << n << "\n";
+  }
+  // Node capacity and usage.
+  json node = node_->Info();
+  o << "# TYPE warren_node_sandboxes gauge\nwarren_node_sandboxes " << node.value("sandboxes", 0) << "\n";
+  o << "# TYPE warren_node_layer_mounts gauge\nwarren_node_layer_mounts " << node.value("layer_mounts", 0) << "\n";
+  o << "# TYPE warren_node_uid_slots gauge\n"
+    << "warren_node_uid_slots{state=\"used\"} " << node.value("uid_slots_used", 0) << "\n"
+    << "warren_node_uid_slots{state=\"total\"} " << node.value("uid_slots", 0) << "\n";
+  o << "# TYPE warren_node_cpus gauge\nwarren_node_cpus " << std::thread::hardware_concurrency() << "\n";
+  if (FILE* f = fopen("/proc/meminfo", "re")) {
+    char key[64];
+    unsigned long long kb;
+    o << "# TYPE warren_node_memory_bytes gauge\n";
+    while (fscanf(f, "%63s %llu kB\n", key, &kb) == 2) {
+      if (!strcmp(key, "MemTotal:")) o << "warren_node_memory_bytes{kind=\"total\"} " << kb * 1024 << "\n";
+      if (!strcmp(key, "MemAvailable:")) o << "warren_node_memory_bytes{kind=\"available\"} " << kb * 1024 << "\n";
+    }
+    fclose(f);
   }
   o << "# TYPE warren_egress_bytes_total counter\n"
     << "warren_egress_bytes_total{source=\"upstream\"} 0\n"

@@ -13,7 +13,6 @@ See bench/README.md.
 """
 
 import argparse
-import ctypes
 import http.client
 import json
 import os
@@ -32,36 +31,13 @@ SYSTEMS = ("warren", "crun", "bwrap", "fork")
 CRUN_ID_PREFIX = "wbench"
 
 
-class BenchError(Exception):
-    pass
-
-
-class Stopped(Exception):
-    """Raised in the main thread by SIGTERM (SIGINT raises KeyboardInterrupt)."""
-
-
-def _raise_stopped(signum, frame):
-    raise Stopped(f"signal {signum}")
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
+from benchlib import (CLONE_NEWNS, MNT_DETACH, MS_PRIVATE, MS_REC, PR_SET_PDEATHSIG,  # noqa: F401
+                      BenchError, Stopped, _check, _raise_stopped, libc, log, percentile,
+                      sys_mount, sys_umount)
 
 
 # ---------------------------------------------------------------------------
 # statistics
-
-def percentile(sorted_vals, p):
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not sorted_vals:
-        return float("nan")
-    if len(sorted_vals) == 1:
-        return sorted_vals[0]
-    k = (len(sorted_vals) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(sorted_vals) - 1)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
-
 
 def summarize(samples_s):
     ms = sorted(x * 1000.0 for x in samples_s)
@@ -237,43 +213,6 @@ class ExecClient:
 # ---------------------------------------------------------------------------
 # crun (runs in a child process with its own mount namespace)
 
-_libc = None
-
-
-def libc():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
-                                ctypes.c_ulong, ctypes.c_char_p]
-        _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-        _libc.unshare.argtypes = [ctypes.c_int]
-        _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong,
-                                ctypes.c_ulong, ctypes.c_ulong]
-    return _libc
-
-
-def _check(rc, what):
-    if rc != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"{what}: {os.strerror(e)}")
-
-
-CLONE_NEWNS = 0x00020000
-MS_REC = 0x4000
-MS_PRIVATE = 1 << 18
-MNT_DETACH = 2
-PR_SET_PDEATHSIG = 1
-
-
-def sys_mount(src, target, fstype, flags=0, data=None):
-    _check(libc().mount(src.encode() if src else None, target.encode(),
-                        fstype.encode() if fstype else None, flags,
-                        data.encode() if data else None), f"mount {target}")
-
-
-def sys_umount(target, flags=0):
-    _check(libc().umount2(target.encode(), flags), f"umount {target}")
 
 
 def crun_config(memory_bytes, pids, cgroups_path, userns):

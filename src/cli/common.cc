@@ -98,6 +98,18 @@ static Status SplitKv(const std::vector<std::string>& in, const char* flag, nloh
   return Status::Ok();
 }
 
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    if (j > i) out.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
 Result<uint64_t> SizeMb(const std::string& s, const char* flag) {
   auto b = ParseSize(s);
   // A bare number means MiB, as users of --memory 512 expect.

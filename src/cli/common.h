@@ -37,6 +37,8 @@ struct SpecFlags {
   std::string memory, disk;
   uint64_t pids = 0, ttl = 0;
 };
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> SplitList(const std::string& s);
 // "512M"/"1G" (or a bare number of MiB) in MiB; the error names `flag`.
 Result<uint64_t> SizeMb(const std::string& s, const char* flag);
 // Makes a vector option take one value per occurrence (--env A=1 --env B=2).

@@ -60,18 +60,6 @@ std::string HumanSize(uint64_t n) {
   return b;
 }
 
-std::vector<std::string> SplitComma(const std::string& s) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i <= s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    if (j > i) out.push_back(s.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
-
 int Build(const std::string& ref, image::BuildSource src, const std::string& kind, bool as_json) {
   size_t colon = ref.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == ref.size())
@@ -142,7 +130,7 @@ void AddImage(CLI::App& app) {
     src.from_tar = *tar;
     src.from_oci = *oci;
     src.debian_suite = *debian;
-    src.packages = SplitComma(*packages);
+    src.packages = SplitList(*packages);
     src.debian_mirror = !mirror->empty() ? *mirror
                         : getenv("WARREN_DEBIAN_MIRROR") ? getenv("WARREN_DEBIAN_MIRROR") : "";
     src.registry = RegistryFromEnv(*ca, *insecure);

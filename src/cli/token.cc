@@ -6,18 +6,6 @@
 namespace warren::cli {
 namespace {
 
-std::vector<std::string> SplitList(const std::string& s) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i <= s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    if (j > i) out.push_back(s.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
-
 std::string Limit(const nlohmann::json& v) {
   if (!v.is_number() || v.get<double>() == 0) return "-";
   char b[32];

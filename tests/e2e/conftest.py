@@ -302,6 +302,24 @@ def sandboxes(server):
             print(f"\nwarning: could not delete sandbox {sid}: {e}", file=sys.stderr)
 
 
+@pytest.fixture
+def tokens(server):
+    """make(**fields) -> (name, secret): a token made through POST /v1/tokens (fields: scopes,
+    max_sandboxes, ...); every token is revoked after the test."""
+    made = []
+
+    def make(**fields):
+        name = fields.pop("name", None) or e2e_util.unique("tok")
+        r = server.http("POST", "/v1/tokens", dict(name=name, **fields))
+        assert r.status == 201, r
+        made.append(name)
+        return name, r.json["token"]
+
+    yield make
+    for name in made:
+        server.http("DELETE", "/v1/tokens/" + name)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -12,23 +12,6 @@ import pytest
 import e2e_util as u
 
 
-@pytest.fixture
-def tokens(server):
-    """make(**fields) -> (name, secret); every token is revoked afterwards."""
-    made = []
-
-    def make(**fields):
-        name = fields.pop("name", None) or u.unique("tok")
-        r = server.http("POST", "/v1/tokens", dict(name=name, **fields))
-        assert r.status == 201, r
-        made.append(name)
-        return name, r.json["token"]
-
-    yield make
-    for name in made:
-        server.http("DELETE", "/v1/tokens/" + name)
-
-
 def as_(server, secret, method, path, body=None):
     return server.http(method, path, body, headers={"Authorization": "Bearer " + secret})
 

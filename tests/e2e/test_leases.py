@@ -54,23 +54,6 @@ def leases(server):
             print(f"\nwarning: could not release lease {lid}: {e}", file=sys.stderr)
 
 
-@pytest.fixture
-def tokens(server):
-    """make(scopes=None) -> (name, secret); every token is revoked afterwards."""
-    made = []
-
-    def make(**fields):
-        name = fields.pop("name", None) or u.unique("lease-tok")
-        r = server.http("POST", "/v1/tokens", dict(name=name, **fields))
-        assert r.status == 201, r
-        made.append(name)
-        return name, r.json["token"]
-
-    yield make
-    for name in made:
-        server.http("DELETE", "/v1/tokens/" + name)
-
-
 def _create(server, sandboxes, image, token=None, **spec):
     r = server.http("POST", "/v1/sandboxes", dict(image=image, **spec), token=token)
     assert r.status == 201, r

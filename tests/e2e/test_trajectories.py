@@ -101,22 +101,6 @@ def _same_result(replay: dict, recorded: dict) -> None:
     assert a == b, f"the replay differs from the recorded result:\nreplay:   {replay}\nrecorded: {recorded}"
 
 
-@pytest.fixture
-def tokens(server):
-    made = []
-
-    def make(**fields):
-        name = fields.pop("name", None) or u.unique("traj-tok")
-        r = server.http("POST", "/v1/tokens", dict(name=name, **fields))
-        assert r.status == 201, r
-        made.append(name)
-        return name, r.json["token"]
-
-    yield make
-    for name in made:
-        server.http("DELETE", "/v1/tokens/" + name)
-
-
 # --------------------------------------------------------------------------
 # recording
 # --------------------------------------------------------------------------

@@ -264,7 +264,7 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
 
   bool is_layer_upload = seg.size() == 2 && seg[0] == "v1" && seg[1] == "layers" && verb == http::verb::post;
   const uint64_t limit = is_layer_upload ? kLayerBodyLimit
-                         : (seg.size() == 4 && seg[0] == "v1" && seg[3] == "files") ? kFileBodyLimit
+                         : (seg.size() == 4 && seg[0] == "v1" && (seg[3] == "files" || seg[3] == "archive")) ? kFileBodyLimit
                                                                                     : kJsonBodyLimit;
   // Refuse an oversized declared length before any buffer is sized from it.
   if (hp.content_length() && *hp.content_length() > limit) {
@@ -458,8 +458,18 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
       auto r = co_await Blocking([&] { return api->SetPaused(who, id, what == "pause"); });
       co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
     }
-    if (seg.size() == 4 && what == "archive")
-      co_return Error(Status(Code::kUnavailable, what, id, "not available yet"));
+    if (seg.size() == 4 && what == "archive") {
+      if (verb == http::verb::put) {
+        Status st = co_await Blocking([&] { return api->PutArchive(who, id, q, body); });
+        co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
+      }
+      if (verb == http::verb::get) {
+        auto r = co_await Blocking([&] { return api->GetArchive(who, id, q); });
+        if (!r.ok()) co_return Error(r.status());
+        co_return Reply{http::status::ok, "application/x-tar", std::move(*r)};
+      }
+      co_return method_not_allowed();
+    }
   }
   co_return Error(NotFound("path", target_str));
 }

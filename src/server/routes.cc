@@ -573,6 +573,72 @@ Status Api::PutFile(const Principal& who, const std::string& id, const Query& q,
   return node_->WriteFile(id, path, mode, body);
 }
 
+namespace {
+
+// Runs argv in the sandbox (as its root, inside its namespaces: the host never resolves a
+// sandbox path) and waits; errors name `what`.
+Result<std::shared_ptr<node::ExecRecord>> RunTool(node::NodeApi* node, const std::string& id,
+                                                  const std::string& what, std::vector<std::string> argv,
+                                                  const std::string* stdin_data, uint64_t max_output) {
+  node::ExecSpec es;
+  es.argv = std::move(argv);
+  es.timeout_ms = 300000;
+  es.max_output = max_output;
+  es.binary = true;
+  if (stdin_data) {
+    es.has_stdin = true;
+    es.stdin_data = *stdin_data;
+  }
+  auto rec = WARREN_TRY(node->StartExec(id, NewExecId(), es));
+  if (!rec->WaitDone(310000)) return Status(Code::kUnavailable, what, id, "timed out");
+  json r = rec->ResultJson();
+  if (r.contains("error")) return Status(Code::kUnavailable, what, id, r["error"].get<std::string>());
+  int code = r.value("exit_code", json(-1)).is_number() ? r["exit_code"].get<int>() : -1;
+  if (code == 127) return Invalid("the sandbox's image has no `tar` (or `sh`) to do this with", id);
+  if (code != 0) {
+    std::string err = rec->RawOutput(2);
+    if (err.size() > 2000) err.resize(2000);
+    Code c = err.find("No such file") != std::string::npos || err.find("not found") != std::string::npos
+                 ? Code::kNotFound : Code::kInvalid;
+    return Status(c, what, id, "tar failed (exit " + std::to_string(code) + "): " + SanitizeUtf8(err));
+  }
+  return rec;
+}
+
+}  // namespace
+
+// Directories as tar go through the image's own `tar` inside the sandbox: the archive is
+// unpacked with the sandbox's credentials, in its mount namespace, under its Landlock rules,
+// so a hostile archive (or symlink in the sandbox) can only ever touch the sandbox.
+Status Api::PutArchive(const Principal& who, const std::string& id, const Query& q, const std::string& body) {
+  std::string path;
+  WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
+  for (auto& [k, v] : q)
+    if (k != "path") return Invalid("unknown query parameter `" + k + "`");
+  json sb = WARREN_TRY(Sandbox(who, id));
+  if (sb["state"] != "running")
+    return Status(Code::kConflict, "put archive", id, "sandbox is " + sb["state"].get<std::string>());
+  (void)WARREN_TRY(RunTool(node_, id, "unpack archive into " + path,
+                                {"/bin/sh", "-c", "mkdir -p -- \"$1\" && exec tar -x -f - -C \"$1\"", "sh", path},
+                                &body, 64 << 10));
+  return Status::Ok();
+}
+
+Result<std::string> Api::GetArchive(const Principal& who, const std::string& id, const Query& q) {
+  std::string path;
+  WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
+  for (auto& [k, v] : q)
+    if (k != "path") return Invalid("unknown query parameter `" + k + "`");
+  json sb = WARREN_TRY(Sandbox(who, id));
+  if (sb["state"] != "running")
+    return Status(Code::kConflict, "get archive", id, "sandbox is " + sb["state"].get<std::string>());
+  auto rec = WARREN_TRY(RunTool(node_, id, "archive " + path, {"tar", "-c", "-f", "-", "-C", path, "."}, nullptr,
+                                kMaxFileBytes));
+  if (rec->ResultJson().value("stdout_truncated", false))
+    return Invalid("the directory as tar is larger than " + std::to_string(kMaxFileBytes >> 20) + " MiB", path);
+  return rec->RawOutput(1);
+}
+
 Result<std::string> Api::GetFile(const Principal& who, const std::string& id, const Query& q) {
   std::string path;
   WARREN_RETURN_IF_ERROR(AbsPath(q, &path));

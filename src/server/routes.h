@@ -84,6 +84,8 @@ class Api {
 
   Status PutFile(const Principal& who, const std::string& id, const Query& q, const std::string& body);
   Result<std::string> GetFile(const Principal& who, const std::string& id, const Query& q);
+  Status PutArchive(const Principal& who, const std::string& id, const Query& q, const std::string& body);
+  Result<std::string> GetArchive(const Principal& who, const std::string& id, const Query& q);
 
   Result<nlohmann::json> UploadLayer(const Query& q, const std::string& body_path);
   // Removes every stored blob no layer name and no sandbox refers to, and build leftovers

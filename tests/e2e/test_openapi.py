@@ -653,7 +653,8 @@ def build_request(ctx: Ctx, path: str, method: str, op: dict, item: dict,
     overrides = dict(overrides or {})
     values: Dict[str, str] = {}
     if path.startswith("/v1/sandboxes/"):
-        values.update({"id": ctx.sandbox, "exec_id": ctx.finished_exec, "path": ctx.file})
+        values.update({"id": ctx.sandbox, "exec_id": ctx.finished_exec,
+                       "path": "/tmp" if path.endswith("/archive") else ctx.file})
     elif path.startswith("/v1/leases/"):
         values["id"] = ctx.new_lease()
     elif path.startswith("/v1/trajectories/"):

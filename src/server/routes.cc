@@ -151,8 +151,12 @@ void Api::CountError(Code code) {
   ++errors_[CodeName(code)];
 }
 
-Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec) {
+Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool reserved) {
   double t0 = NowSeconds();
+  // The quota share: taken here, or already by the batch (in item order); given back unless a
+  // sandbox ends up holding it.
+  Cleanup release([&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
+  if (!reserved) release.Cancel();
   if (spec.backend != "container")
     return Invalid("backend `" + spec.backend + "` is not available yet; use container");
   if (spec.network.mode != "none")
@@ -191,8 +195,10 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec) {
   for (const auto& t : spec.tools) WARREN_RETURN_IF_ERROR(resolve(t, "tool"));
   WARREN_RETURN_IF_ERROR(resolve(spec.image, "base"));
 
-  WARREN_RETURN_IF_ERROR(quota_.Reserve(who, spec.cpu, static_cast<int64_t>(spec.memory_mb)));
-  Cleanup release([&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
+  if (!reserved) {
+    WARREN_RETURN_IF_ERROR(quota_.Reserve(who, spec.cpu, static_cast<int64_t>(spec.memory_mb)));
+    release = Cleanup([&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
+  }
   const std::string id = NewSandboxId();
   ns.backend = spec.backend;
   ns.config.id = id;
@@ -271,10 +277,18 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
   if (spec.trajectory && n > 1) return Invalid("a trajectory belongs to one sandbox: `count` must be 1");
   // A few creates at once: each spends much of its time waiting (clone, the agent's setup),
   // so the batch goes faster than one by one, without flooding the host.
+  // Quotas are taken in item order first, so a batch beyond a quota gets its first items.
   std::vector<Result<json>> results(static_cast<size_t>(n));
+  std::vector<bool> reserved(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    Status st = quota_.Reserve(who, spec.cpu, static_cast<int64_t>(spec.memory_mb));
+    reserved[static_cast<size_t>(i)] = st.ok();
+    if (!st.ok()) results[static_cast<size_t>(i)] = st;
+  }
   std::atomic<int64_t> next{0};
   auto work = [&] {
-    for (int64_t i; (i = next.fetch_add(1)) < n;) results[static_cast<size_t>(i)] = CreateOne(who, spec);
+    for (int64_t i; (i = next.fetch_add(1)) < n;)
+      if (reserved[static_cast<size_t>(i)]) results[static_cast<size_t>(i)] = CreateOne(who, spec, true);
   };
   const int64_t workers = std::min<int64_t>(n, kBatchWorkers);
   std::vector<std::thread> pool;

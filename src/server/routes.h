@@ -114,7 +114,8 @@ class Api {
   std::string TempPath(const std::string& what) const { return layers_->TempPath(what); }
 
  private:
-  Result<nlohmann::json> CreateOne(const Principal& who, const SandboxSpec& spec);
+  // `reserved`: the caller already took the quota share (batches do, in item order).
+  Result<nlohmann::json> CreateOne(const Principal& who, const SandboxSpec& spec, bool reserved = false);
   // The sandbox record if `who` may see it; not_found otherwise (never forbidden: other
   // principals' sandboxes do not exist for them).
   Result<nlohmann::json> Sandbox(const Principal& who, const std::string& id);

@@ -200,21 +200,27 @@ int ReapStaleCgroups(const std::string& parent_name, const std::set<std::string>
     for (int round = 0; round < 50; ++round) {
       bool any = false;
       for (const auto& p : parents) {
-        std::string dir = p + "/" + name;
-        if (Exists(dir + "/cgroup.kill")) (void)WriteFile(dir + "/cgroup.kill", "1");
-        FILE* f = fopen((dir + "/cgroup.procs").c_str(), "r");
-        if (!f) continue;
-        int pid;
-        while (fscanf(f, "%d", &pid) == 1) {
-          any = true;
-          kill(pid, SIGKILL);
+        // The sandbox's directory and its nested commands cgroup (v1 memory): v1 lists only
+        // a directory's own members.
+        for (const std::string& dir : {p + "/" + name + "/commands", p + "/" + name}) {
+          if (Exists(dir + "/cgroup.kill")) (void)WriteFile(dir + "/cgroup.kill", "1");
+          FILE* f = fopen((dir + "/cgroup.procs").c_str(), "r");
+          if (!f) continue;
+          int pid;
+          while (fscanf(f, "%d", &pid) == 1) {
+            any = true;
+            kill(pid, SIGKILL);
+          }
+          fclose(f);
         }
-        fclose(f);
       }
       if (!any) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    for (const auto& p : parents) rmdir((p + "/" + name).c_str());
+    for (const auto& p : parents) {
+      rmdir((p + "/" + name + "/commands").c_str());
+      rmdir((p + "/" + name).c_str());
+    }
   }
   return static_cast<int>(names.size());
 }

@@ -123,6 +123,13 @@ void Api::ReconcileAfterRestart() {
   for (json sb : state_->ListSandboxes()) {
     const std::string id = sb.value("id", ""), state = sb.value("state", "");
     if (state == "failed") continue;
+    if (state == "stopping") {
+      // A delete the earlier daemon did not finish: its processes go with the unadopted
+      // ones (ReapUnadopted), its record goes now.
+      (void)state_->RemoveSandbox(id);
+      quota_.Release(sb.value("owner", "admin"), sb.value("cpu", 0.0), sb.value("memory_mb", int64_t{0}));
+      continue;
+    }
     // Running and paused sandboxes kept running while we were away: take them over.
     Status st = state == "running" || state == "paused"
                     ? node_->AdoptSandbox(id)
@@ -353,9 +360,19 @@ Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {
 
 Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
   json sb = WARREN_TRY(Sandbox(who, id));
+  // `stopping` while the node kills it: visible to readers, and if the daemon dies now the
+  // next one finishes the deletion (ReconcileAfterRestart).
+  if (sb.value("state", "") != "failed") {
+    json stopping = sb;
+    stopping["state"] = "stopping";
+    (void)state_->PutSandbox(stopping);
+  }
   Status st = node_->DeleteSandbox(id);
   // A sandbox the node does not know (failed at a restart) only needs its record removed.
-  if (!st.ok() && st.code() != Code::kNotFound) return st;
+  if (!st.ok() && st.code() != Code::kNotFound) {
+    (void)state_->PutSandbox(sb);
+    return st;
+  }
   {
     std::lock_guard lock(reap_mu_);
     deadlines_.erase(id);

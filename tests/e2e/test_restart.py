@@ -181,3 +181,23 @@ def test_two_restarts_in_a_row(daemon):
         kill9_and_restart(srv, pause=0.2)
         r = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["echo", str(n)]})
         assert r.status == 200 and r.json["stdout"] == f"{n}\n", r
+
+
+def test_a_delete_cut_short_by_the_crash_is_finished(daemon):
+    """A record left `stopping` (the daemon died mid-delete) is deleted by the next daemon."""
+    import sqlite3
+    srv = daemon
+    sid = srv.http("POST", "/v1/sandboxes", {"image": IMG}).json["id"]
+    os.kill(srv.proc.pid, signal.SIGKILL)
+    srv.proc.wait(timeout=20)
+    con = sqlite3.connect(os.path.join(srv.data_dir, "state.db"))
+    try:
+        doc = json.loads(con.execute("SELECT doc FROM sandboxes WHERE id = ?", (sid,)).fetchone()[0])
+        doc["state"] = "stopping"
+        con.execute("UPDATE sandboxes SET state = 'stopping', doc = ? WHERE id = ?", (json.dumps(doc), sid))
+        con.commit()
+    finally:
+        con.close()
+    srv.start()
+    u.assert_error(srv.http("GET", f"/v1/sandboxes/{sid}"), 404, "not_found")
+    assert cgroup_dirs(srv, sid) == []

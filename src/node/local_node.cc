@@ -1,6 +1,7 @@
 #include "node/local_node.h"
 
 #include <dirent.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <set>
@@ -20,6 +21,8 @@ LocalNode::LocalNode(const LocalNodeOptions& opts, image::LayerStore* store)
 LocalNode::~LocalNode() {
   DeleteAll();
   isolation::RemoveCgroupParent(opts_.cgroup_parent);
+  // Empty once every sandbox is gone (each removes its socket and runtime file).
+  rmdir(("/run/warren/" + opts_.cgroup_parent).c_str());
 }
 
 Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts,

@@ -641,14 +641,20 @@ Result<std::shared_ptr<node::ExecRecord>> RunTool(node::NodeApi* node, const std
 // Directories as tar go through the image's own `tar` inside the sandbox: the archive is
 // unpacked with the sandbox's credentials, in its mount namespace, under its Landlock rules,
 // so a hostile archive (or symlink in the sandbox) can only ever touch the sandbox.
-Status Api::PutArchive(const Principal& who, const std::string& id, const Query& q, const std::string& body) {
+Result<std::string> Api::RunningPath(const Principal& who, const std::string& id, const Query& q,
+                                     const char* op) {
   std::string path;
   WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
   for (auto& [k, v] : q)
     if (k != "path") return Invalid("unknown query parameter `" + k + "`");
   json sb = WARREN_TRY(Sandbox(who, id));
   if (sb["state"] != "running")
-    return Status(Code::kConflict, "put archive", id, "sandbox is " + sb["state"].get<std::string>());
+    return Status(Code::kConflict, op, id, "sandbox is " + sb["state"].get<std::string>());
+  return path;
+}
+
+Status Api::PutArchive(const Principal& who, const std::string& id, const Query& q, const std::string& body) {
+  const std::string path = WARREN_TRY(RunningPath(who, id, q, "put archive"));
   (void)WARREN_TRY(RunTool(node_, id, "unpack archive into " + path,
                                 {"/bin/sh", "-c", "mkdir -p -- \"$1\" && exec tar -x -f - -C \"$1\"", "sh", path},
                                 &body, 64 << 10));
@@ -656,13 +662,7 @@ Status Api::PutArchive(const Principal& who, const std::string& id, const Query&
 }
 
 Result<std::string> Api::GetArchive(const Principal& who, const std::string& id, const Query& q) {
-  std::string path;
-  WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
-  for (auto& [k, v] : q)
-    if (k != "path") return Invalid("unknown query parameter `" + k + "`");
-  json sb = WARREN_TRY(Sandbox(who, id));
-  if (sb["state"] != "running")
-    return Status(Code::kConflict, "get archive", id, "sandbox is " + sb["state"].get<std::string>());
+  const std::string path = WARREN_TRY(RunningPath(who, id, q, "get archive"));
   auto rec = WARREN_TRY(RunTool(node_, id, "archive " + path, {"tar", "-c", "-f", "-", "-C", path, "."}, nullptr,
                                 kMaxFileBytes));
   if (rec->ResultJson().value("stdout_truncated", false))
@@ -671,13 +671,7 @@ Result<std::string> Api::GetArchive(const Principal& who, const std::string& id,
 }
 
 Result<std::string> Api::GetFile(const Principal& who, const std::string& id, const Query& q) {
-  std::string path;
-  WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
-  for (auto& [k, v] : q)
-    if (k != "path") return Invalid("unknown query parameter `" + k + "`");
-  json sb = WARREN_TRY(Sandbox(who, id));
-  if (sb["state"] != "running")
-    return Status(Code::kConflict, "read file", id, "sandbox is " + sb["state"].get<std::string>());
+  const std::string path = WARREN_TRY(RunningPath(who, id, q, "read file"));
   return node_->ReadFile(id, path, kMaxFileBytes);
 }
 

@@ -114,6 +114,8 @@ class Api {
   std::string TempPath(const std::string& what) const { return layers_->TempPath(what); }
 
  private:
+  // The absolute `path` of a file operation on running sandbox `id` (no other parameters).
+  Result<std::string> RunningPath(const Principal& who, const std::string& id, const Query& q, const char* op);
   // `reserved`: the caller already took the quota share (batches do, in item order).
   Result<nlohmann::json> CreateOne(const Principal& who, const SandboxSpec& spec, bool reserved = false);
   // The sandbox record if `who` may see it; not_found otherwise (never forbidden: other

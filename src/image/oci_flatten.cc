@@ -31,6 +31,15 @@ Result<ReadPtr> OpenLayer(const std::string& path) {
   return in;
 }
 
+// The next entry's header, or nullptr at the end of the layer.
+Result<archive_entry*> NextEntry(archive* in, const std::string& path) {
+  archive_entry* e = nullptr;
+  int r = archive_read_next_header(in, &e);
+  if (r == ARCHIVE_EOF) return static_cast<archive_entry*>(nullptr);
+  if (r < ARCHIVE_WARN) return Invalid(std::string("bad tar entry: ") + archive_error_string(in), path);
+  return e;
+}
+
 // What a whiteout entry means: the path it deletes, or (opaque) the directory it empties.
 struct Whiteout {
   bool is_whiteout = false;
@@ -89,12 +98,9 @@ Result<std::map<std::string, std::string>> PlanHardLinks(const std::string& path
                                                          const UpperView& upper) {
   std::map<std::string, std::string> carrier;
   ReadPtr in = WARREN_TRY(OpenLayer(path));
-  archive_entry* e;
   for (;;) {
-    int r = archive_read_next_header(in.get(), &e);
-    if (r == ARCHIVE_EOF) break;
-    if (r < ARCHIVE_WARN)
-      return Invalid(std::string("bad tar entry: ") + archive_error_string(in.get()), path);
+    archive_entry* e = WARREN_TRY(NextEntry(in.get(), path));
+    if (!e) break;
     const char* hl = archive_entry_hardlink(e);
     if (!hl) continue;
     bool bad = false;
@@ -146,12 +152,9 @@ Result<FlattenStats> FlattenLayers(const std::vector<std::string>& layers,
 
     UpperView mine;  // this layer's decisions apply to the layers below it, not to itself
     ReadPtr in = WARREN_TRY(OpenLayer(path));
-    archive_entry* e;
     for (;;) {
-      int r = archive_read_next_header(in.get(), &e);
-      if (r == ARCHIVE_EOF) break;
-      if (r < ARCHIVE_WARN)
-        return Invalid(std::string("bad tar entry: ") + archive_error_string(in.get()), path);
+      archive_entry* e = WARREN_TRY(NextEntry(in.get(), path));
+      if (!e) break;
       if (++seen > kMaxEntries)
         return Invalid("image has more than " + std::to_string(kMaxEntries) + " entries", path);
       bool bad = false;

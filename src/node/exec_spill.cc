@@ -43,7 +43,6 @@ Status WriteMeta(const std::string& base, const nlohmann::json& meta) {
 
 Result<std::unique_ptr<ExecSpill>> ExecSpill::Create(const std::string& dir, const std::string& exec_id,
                                                      const nlohmann::json& meta) {
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", dir);
   std::string base = dir + "/" + exec_id;
   UniqueFd out(open((base + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600));
   if (!out) return ErrnoStatus("create", base + ".out");
@@ -77,20 +76,16 @@ void ExecSpill::Finish(const nlohmann::json& outcome) {
 }
 
 std::vector<ExecSpill::Loaded> ExecSpill::LoadDir(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> names;  // (mtime of meta ns, exec id)
+  std::vector<std::string> names;  // exec ids
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
       std::string n = e->d_name;
-      if (n.size() > 5 && n.ends_with(".meta")) {
-        struct stat sb;
-        int64_t t = stat((dir + "/" + n).c_str(), &sb) == 0 ? sb.st_ctim.tv_sec * 1000000000LL + sb.st_ctim.tv_nsec : 0;
-        names.emplace_back(t, n.substr(0, n.size() - 5));
-      }
+      if (n.size() > 5 && n.ends_with(".meta")) names.push_back(n.substr(0, n.size() - 5));
     }
     closedir(d);
   }
   std::vector<Loaded> out;
-  for (auto& [t, id] : names) {
+  for (const auto& id : names) {
     std::string base = dir + "/" + id;
     std::ifstream mf(base + ".meta", std::ios::binary);
     std::stringstream ms;

@@ -20,7 +20,8 @@ namespace warren::node {
 
 class ExecSpill {
  public:
-  // Creates the files; `meta` holds what rebuilding needs (id, binary, max_output).
+  // Creates the files in `dir` (which must exist); `meta` holds what rebuilding needs (id,
+  // binary, max_output).
   static Result<std::unique_ptr<ExecSpill>> Create(const std::string& dir, const std::string& exec_id,
                                                    const nlohmann::json& meta);
   ~ExecSpill();

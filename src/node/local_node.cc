@@ -1,6 +1,7 @@
 #include "node/local_node.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <spdlog/spdlog.h>
 
@@ -67,10 +68,17 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
     std::lock_guard lock(mu_);
     if (sandboxes_.count(cfg.id)) return Status(Code::kConflict, "create sandbox", cfg.id, "exists");
   }
-  auto inst = WARREN_TRY(container_->Create(cfg));
-  SandboxRuntime rt{inst->host_pid(), inst->host_uid()};
-  auto conn = std::make_shared<AgentConn>(cfg.id, inst->TakeControlSocket());
-  Register(cfg.id, std::move(inst), std::move(conn));
+  // The sandbox's exec spill directory, made once here rather than at every exec.
+  if (!opts_.spill_dir.empty() && mkdir(SpillDir(cfg.id).c_str(), 0700) != 0 && errno != EEXIST)
+    return ErrnoStatus("mkdir", SpillDir(cfg.id));
+  auto inst = container_->Create(cfg);
+  if (!inst.ok()) {
+    if (!opts_.spill_dir.empty()) rmdir(SpillDir(cfg.id).c_str());
+    return inst.status();
+  }
+  SandboxRuntime rt{(*inst)->host_pid(), (*inst)->host_uid()};
+  auto conn = std::make_shared<AgentConn>(cfg.id, (*inst)->TakeControlSocket());
+  Register(cfg.id, std::move(*inst), std::move(conn));
   return rt;
 }
 
@@ -92,6 +100,7 @@ Status LocalNode::AdoptSandbox(const std::string& id) {
     if (sandboxes_.count(id)) return Status(Code::kConflict, "adopt", id, "already running here");
   }
   auto inst = WARREN_TRY(container_->Adopt(id));
+  if (!opts_.spill_dir.empty()) mkdir(SpillDir(id).c_str(), 0700);  // absent if it never ran an exec
   auto conn = std::make_shared<AgentConn>(id, inst->TakeControlSocket());
   std::vector<std::shared_ptr<ExecRecord>> recs;
   if (!opts_.spill_dir.empty())

@@ -103,6 +103,10 @@ void Api::StopReaper() {
   if (reaper_.joinable()) reaper_.join();
 }
 
+void Api::ReleaseQuotaOf(const json& sb) {
+  quota_.Release(sb.value("owner", "admin"), sb.value("cpu", 0.0), sb.value("memory_mb", int64_t{0}));
+}
+
 void Api::Touch(const std::string& id) {
   std::lock_guard lock(reap_mu_);
   auto it = idle_.find(id);
@@ -127,7 +131,7 @@ void Api::ReconcileAfterRestart() {
       // A delete the earlier daemon did not finish: its processes go with the unadopted
       // ones (ReapUnadopted), its record goes now.
       (void)state_->RemoveSandbox(id);
-      quota_.Release(sb.value("owner", "admin"), sb.value("cpu", 0.0), sb.value("memory_mb", int64_t{0}));
+      ReleaseQuotaOf(sb);
       continue;
     }
     // Running and paused sandboxes kept running while we were away: take them over.
@@ -379,7 +383,7 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
     idle_.erase(id);
   }
   WARREN_RETURN_IF_ERROR(state_->RemoveSandbox(id));
-  quota_.Release(sb.value("owner", "admin"), sb.value("cpu", 0.0), sb.value("memory_mb", int64_t{0}));
+  ReleaseQuotaOf(sb);
   std::vector<std::string> digests;
   if (sb.contains("layers") && sb["layers"].is_array())
     for (const auto& l : sb["layers"]) digests.push_back(l.value("digest", ""));
@@ -397,11 +401,17 @@ std::set<std::string> Api::DigestsInUse() {
 }
 
 void Api::CollectBlobs(const std::vector<std::string>& digests) {
-  if (digests.empty()) return;
+  // The usual case is cheap: a digest some name still points at stays. Only the others need
+  // the scan of every sandbox record (a delete of each of 1,000 sandboxes must not scan
+  // 1,000 records each).
+  std::vector<std::string> candidates;
+  for (const auto& d : digests)
+    if (!d.empty() && state_->LayerRefs(d) == 0) candidates.push_back(d);
+  if (candidates.empty()) return;
   std::unique_lock lock(gc_mu_);
   std::set<std::string> used = DigestsInUse();
-  for (const auto& d : digests)
-    if (!d.empty() && !used.count(d)) {
+  for (const auto& d : candidates)
+    if (!used.count(d)) {
       Status st = layers_->Remove(d);
       if (!st.ok()) spdlog::warn("garbage-collect blob: {}", st.ToString());
     }

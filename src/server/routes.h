@@ -151,6 +151,8 @@ class Api {
   std::map<std::string, Idle> idle_;  // sandboxes with an idle_timeout_s
   // Marks sandbox `id` as used now (idle timeout).
   void Touch(const std::string& id);
+  // Gives back the quota share a sandbox record held.
+  void ReleaseQuotaOf(const nlohmann::json& sb);
   std::mutex err_mu_;
   std::map<std::string, uint64_t> errors_;
   TrajectoryLog traj_;

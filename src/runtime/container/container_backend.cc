@@ -63,6 +63,14 @@ void KillAndWait(int pidfd) {
 // sandboxes too.
 std::string RunDir(const std::string& cgroup_parent) { return "/run/warren/" + cgroup_parent; }
 
+Result<sockaddr_un> UnixAddr(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return Invalid("socket path too long", path);
+  memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
 class ContainerInstance : public Instance {
  public:
   ContainerInstance(pid_t pid, UniqueFd pidfd, isolation::Cgroup cgroup, isolation::UidSlot slot,
@@ -282,11 +290,8 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   if (mkdir(run_dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", run_dir);
   UniqueFd listener(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!listener) return ErrnoStatus("socket", cfg.id);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
   const std::string sock_path = run_base + ".sock";
-  if (sock_path.size() >= sizeof addr.sun_path) return Invalid("socket path too long", sock_path);
-  memcpy(addr.sun_path, sock_path.c_str(), sock_path.size() + 1);
+  sockaddr_un addr = WARREN_TRY(UnixAddr(sock_path));
   unlink(sock_path.c_str());
   if (bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener.get(), 4) != 0)
     return ErrnoStatus("bind agent socket", sock_path);
@@ -362,11 +367,8 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id)
   isolation::UidSlot slot(uids_, slot_no);
   UniqueFd sock(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!sock) return ErrnoStatus("socket", id);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
   const std::string sock_path = run_base + ".sock";
-  if (sock_path.size() >= sizeof addr.sun_path) return Invalid("socket path too long", sock_path);
-  memcpy(addr.sun_path, sock_path.c_str(), sock_path.size() + 1);
+  sockaddr_un addr = WARREN_TRY(UnixAddr(sock_path));
   if (connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return ErrnoStatus("connect to agent", sock_path);
   return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd), std::move(cgroup),

@@ -69,7 +69,7 @@ class Api:
         return json.loads(data) if data else None
 
 
-def start_server(tmp):
+def start_server(tmp, extra_args=()):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -77,7 +77,7 @@ def start_server(tmp):
     data = os.path.join(tmp, "data")
     log_f = open(os.path.join(tmp, "serve.log"), "wb")
     proc = subprocess.Popen([os.path.join(REPO, "build", "warren"), "serve", "--listen", f"127.0.0.1:{port}",
-                             "--data-dir", data], stdout=log_f, stderr=subprocess.STDOUT, start_new_session=True)
+                             "--data-dir", data, *extra_args], stdout=log_f, stderr=subprocess.STDOUT, start_new_session=True)
     for _ in range(300):
         if os.path.exists(os.path.join(data, "admin.token")):
             try:

@@ -53,6 +53,7 @@ struct Exec {
   int64_t deadline_ms = 0;  // 0: none
   int64_t exited_at_ms = 0;
   uint64_t max_output = 1 << 20;
+  bool channel = false;  // a node-internal channel: no output cap, no resend ring
   uint64_t sent[2] = {0, 0};
   // The last bytes sent of each stream, so that a node that restarted (and lost what was in
   // flight on the old socket) can ask for them again: ring[i] holds stream i's bytes from
@@ -201,6 +202,8 @@ void Agent::StartExec(Message& m) {
   auto e = std::make_unique<Exec>();
   e->id = id;
   e->max_output = h.value("max_output", uint64_t{1} << 20);
+  e->channel = h.value("channel", false);
+  if (e->channel) e->max_output = ~uint64_t{0};
   int64_t timeout_ms = h.value("timeout_ms", int64_t{0});
   if (timeout_ms > 0) e->deadline_ms = NowMs() + timeout_ms;
 
@@ -223,6 +226,7 @@ void Agent::StartExec(Message& m) {
   cs.nofile = nofile_;
   cs.agent_oom_score_adj = oom_score_adj_;
   cs.cgroup_procs_fd = commands_cgroup_.get();
+  cs.keep_caps = e->channel;
 
   int po[2], pe[2], perr[2], pi[2] = {-1, -1};
   if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(perr, O_CLOEXEC))
@@ -407,8 +411,10 @@ void Agent::ReadPipe(Exec& e, int which) {
 void Agent::SendOutput(Exec& e, int which, std::string data) {
   constexpr size_t kRing = 256 * 1024;  // more than a unix socket's send buffer holds
   e.sent[which] += data.size();
-  e.ring[which] += data;
-  if (e.ring[which].size() > kRing) e.ring[which].erase(0, e.ring[which].size() - kRing);
+  if (!e.channel) {
+    e.ring[which] += data;
+    if (e.ring[which].size() > kRing) e.ring[which].erase(0, e.ring[which].size() - kRing);
+  }
   Reply({{"t", "out"}, {"id", e.id}, {"s", which == 0 ? "stdout" : "stderr"}}, std::move(data));
 }
 

@@ -17,6 +17,10 @@ struct ChildSpec {
   uint64_t nofile = 4096;
   int agent_oom_score_adj = 0;
   int cgroup_procs_fd = -1;  // the commands' cgroup: the child moves itself in first
+  // A node-internal channel command (the fncall runner's dispatcher): keeps the sandbox
+  // root's capabilities, which it needs to make each call's namespaces. Never set for
+  // anything a user asked to run.
+  bool keep_caps = false;
 };
 
 // Never returns.

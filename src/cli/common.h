@@ -73,5 +73,6 @@ void AddCp(CLI::App& app);
 void AddToken(CLI::App& app);
 void AddPause(CLI::App& app);  // pause and resume
 void AddNet(CLI::App& app);
+void AddCall(CLI::App& app);
 
 }  // namespace warren::cli

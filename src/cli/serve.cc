@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <thread>
+
 #include <limits.h>
 #include <stdlib.h>
 
@@ -11,6 +14,7 @@
 #include "cli/common.h"
 #include "image/layer_store.h"
 #include "isolation/cgroup.h"
+#include "isolation/seccomp_policy.h"
 #include "node/local_node.h"
 #include "runtime/container/agent_binary.h"
 #include "server/auth.h"
@@ -21,7 +25,14 @@
 namespace warren::cli {
 namespace {
 
-int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no_hardening) {
+struct FncallFlags {
+  std::string image;
+  int runners = 0;  // 0: one per CPU
+  int workers = 4;
+};
+
+int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no_hardening,
+          const FncallFlags& fn) {
   if (geteuid() != 0) return Fail("serve", "warren serve must run as root (it makes namespaces, mounts and cgroups)");
   // Signals are taken by sigwait below; block them before any thread starts.
   sigset_t sigs;
@@ -65,6 +76,16 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   if (stale > 0) spdlog::warn("reaped {} sandbox cgroup(s) left by an earlier run", stale);
   api.SweepBlobs();
   api.StartReaper();
+  fncall::PoolOptions fopts;
+  fopts.default_image = fn.image;
+  fopts.max_runners = fn.runners > 0 ? fn.runners : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  fopts.workers_per_runner = fn.workers;
+  if (!unsafe_no_hardening) {
+    auto bpf = isolation::CompileSeccompPolicy(isolation::CallSeccompPolicy());
+    if (!bpf.ok()) return Fail(bpf.status().Context("call seccomp policy"));
+    fopts.call_seccomp_bpf = *bpf;
+  }
+  api.EnableCalls(fopts);
   server::ServerOptions sopts;
   sopts.listen = listen;
   server::HttpServer http(&api, &tokens, sopts);
@@ -77,6 +98,7 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   spdlog::info("warren serve: signal {}, shutting down", sig);
   http.Stop();
   api.StopReaper();
+  api.StopCalls();
   // A clean stop deletes the sandboxes (only a crash or kill -9 leaves them for re-adoption).
   (*node)->DeleteAll();
   api.MarkAllStopped();
@@ -95,7 +117,12 @@ void AddServe(CLI::App& app) {
   cmd->add_flag("--unsafe-no-seccomp-landlock", *unsafe,
                 "benchmarks only: sandboxes without seccomp and Landlock")
       ->group("");  // hidden from --help
-  cmd->callback([listen, data_dir, unsafe] { ExitCode() = Serve(*listen, *data_dir, *unsafe); });
+  auto fn = std::make_shared<FncallFlags>();
+  cmd->add_option("--fncall-image", fn->image,
+                  "runner image (NAME:TAG) of calls that name none; it needs python3 and the toolchains");
+  cmd->add_option("--fncall-runners", fn->runners, "runner sandboxes per runner image at most (default: one per CPU)");
+  cmd->add_option("--fncall-workers", fn->workers, "calls running at once in one runner");
+  cmd->callback([listen, data_dir, unsafe, fn] { ExitCode() = Serve(*listen, *data_dir, *unsafe, *fn); });
 }
 
 }  // namespace warren::cli

@@ -12,10 +12,16 @@
 
 namespace warren::isolation {
 
-extern const char kSeccompPolicyJson[];  // generated from policy/seccomp.json
+extern const char kSeccompPolicyJson[];      // generated from policy/seccomp.json
+extern const char kCallSeccompPolicyJson[];  // generated from policy/seccomp-call.json
 
 const std::string& BuiltinSeccompPolicy() {
   static const std::string policy = kSeccompPolicyJson;
+  return policy;
+}
+
+const std::string& CallSeccompPolicy() {
+  static const std::string policy = kCallSeccompPolicyJson;
   return policy;
 }
 
@@ -54,7 +60,7 @@ Result<scmp_arg_cmp> ArgCmp(const json& a, const std::string& where) {
 
 }  // namespace
 
-Result<std::string> CompileSeccompPolicy(const std::string& policy_json) {
+Result<std::string> CompileSeccompPolicy(const std::string& policy_json, const std::string& profile) {
   json p = json::parse(policy_json, nullptr, false);
   if (p.is_discarded() || !p.is_object() || !p.contains("rules") || !p["rules"].is_array())
     return Invalid("seccomp policy must be an object with a rules array");
@@ -69,17 +75,41 @@ Result<std::string> CompileSeccompPolicy(const std::string& policy_json) {
     std::string where = "rule " + std::to_string(n++);
     if (!rule.contains("why") || rule["why"].get<std::string>().empty())
       return Invalid("every rule must say why it is there: " + where);
+    bool skipped = false;
+    for (const json& p : rule.value("skip_in", json::array())) skipped |= p == profile;
+    if (skipped) continue;
     uint32_t action = WARREN_TRY(Action(rule, "action", where));
-    std::vector<scmp_arg_cmp> args;
-    for (const json& a : rule.value("args", json::array()))
-      args.push_back(WARREN_TRY(ArgCmp(a, where)));
+    // Each variant is one libseccomp rule; "masked_any" (any bit of a mask set) becomes one
+    // variant per bit, since a rule can only compare for equality under a mask.
+    std::vector<std::vector<scmp_arg_cmp>> variants(1);
+    for (const json& a : rule.value("args", json::array())) {
+      if (a.value("op", "") == "masked_any") {
+        unsigned idx = a.value("index", 0u);
+        uint64_t mask = a.value("mask", uint64_t{0});
+        if (idx > 5 || mask == 0) return Invalid("bad masked_any argument rule in " + where);
+        std::vector<std::vector<scmp_arg_cmp>> expanded;
+        for (int bit = 0; bit < 64; ++bit) {
+          if (!(mask >> bit & 1)) continue;
+          for (auto v : variants) {
+            v.push_back(SCMP_CMP(idx, SCMP_CMP_MASKED_EQ, uint64_t{1} << bit, uint64_t{1} << bit));
+            expanded.push_back(std::move(v));
+          }
+        }
+        variants = std::move(expanded);
+        continue;
+      }
+      scmp_arg_cmp cmp = WARREN_TRY(ArgCmp(a, where));
+      for (auto& v : variants) v.push_back(cmp);
+    }
     for (const json& name : rule.value("names", json::array())) {
       std::string nm = name.get<std::string>();
       int nr = seccomp_syscall_resolve_name(nm.c_str());
       if (nr == __NR_SCMP_ERROR) continue;  // not a syscall on this arch (e.g. stime)
-      int rc = seccomp_rule_add_array(ctx.get(), action, nr, static_cast<unsigned>(args.size()),
-                                      args.empty() ? nullptr : args.data());
-      if (rc != 0) return ErrnoStatus("seccomp_rule_add " + nm, where, -rc);
+      for (const auto& args : variants) {
+        int rc = seccomp_rule_add_array(ctx.get(), action, nr, static_cast<unsigned>(args.size()),
+                                        args.empty() ? nullptr : args.data());
+        if (rc != 0) return ErrnoStatus("seccomp_rule_add " + nm, where, -rc);
+      }
     }
   }
   // Export through a memfd: libseccomp 2.5 writes BPF only to an fd.

@@ -51,7 +51,15 @@ void AgentConn::OnMessage(agent::Message& m) {
     std::shared_ptr<ExecRecord> rec = FindExec(id);
     if (!rec) return;
     if (t == "out") {
-      rec->AppendOutput(m.header.value("s", "") == "stderr" ? 2 : 1, m.payload);
+      int stream = m.header.value("s", "") == "stderr" ? 2 : 1;
+      std::function<void(int, std::string_view)> channel;
+      {
+        std::lock_guard lock(mu_);
+        auto it = channels_.find(id);
+        if (it != channels_.end()) channel = it->second;
+      }
+      if (channel) channel(stream, m.payload);
+      else rec->AppendOutput(stream, m.payload);
     } else if (t == "exit") {
       ExecOutcome o;
       o.exit_code = m.header.value("exit_code", -1);
@@ -142,6 +150,7 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
                     std::to_string(kMaxRunningExecs) + " commands are already running");
     execs_[rec->id()] = rec;
     exec_order_.push_back(rec->id());
+    if (spec.channel && spec.on_output) channels_[rec->id()] = spec.on_output;
     // Forget the oldest finished execs beyond the bounds.
     uint64_t held = 0;
     for (auto& [eid, r] : execs_) held += r->bytes();
@@ -170,12 +179,13 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
                     {"timeout_ms", spec.timeout_ms},
                     {"max_output", spec.max_output},
                     {"stdin", spec.has_stdin},
-                    {"stdin_more", spec.has_stdin && first < in.size()}},
+                    {"channel", spec.channel},
+                    {"stdin_more", spec.has_stdin && (spec.channel || first < in.size())}},
                    std::string(in.substr(0, first))};
   Status st = Send(m);
   for (size_t off = first; st.ok() && off < in.size(); off += agent::kMaxPayload) {
     size_t n = std::min(in.size() - off, agent::kMaxPayload);
-    st = Send({{{"t", "stdin"}, {"id", rec->id()}, {"eof", off + n >= in.size()}},
+    st = Send({{{"t", "stdin"}, {"id", rec->id()}, {"eof", !spec.channel && off + n >= in.size()}},
                std::string(in.substr(off, n))});
   }
   if (!st.ok()) {
@@ -184,6 +194,21 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
     rec->Finish(o);
   }
   return st;
+}
+
+Status AgentConn::SendStdin(const std::string& exec_id, std::string_view data, bool eof) {
+  // The agent's messages are bounded; large writes go in pieces, each sent whole (a
+  // SEQPACKET send is atomic), under the send lock so pieces of two writers never interleave.
+  std::lock_guard lock(stdin_mu_);
+  size_t off = 0;
+  do {
+    size_t n = std::min(data.size() - off, agent::kMaxPayload);
+    bool last = off + n >= data.size();
+    WARREN_RETURN_IF_ERROR(Send({{{"t", "stdin"}, {"id", exec_id}, {"eof", eof && last}},
+                                 std::string(data.substr(off, n))}));
+    off += n;
+  } while (off < data.size());
+  return Status::Ok();
 }
 
 void AgentConn::AdoptExecs(std::vector<std::shared_ptr<ExecRecord>> recs) {

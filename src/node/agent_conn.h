@@ -28,6 +28,11 @@ struct ExecSpec {
   bool binary = false;
   // Called with the new record before the command starts (e.g. to set its finisher).
   std::function<void(const std::shared_ptr<ExecRecord>&)> on_record;
+  // A node-internal channel command (see agent/exec_child.h, keep_caps): its output goes to
+  // `on_output` (stream 1 or 2, on the mux thread) instead of the record, with no cap, and
+  // its stdin stays open for SendStdin.
+  bool channel = false;
+  std::function<void(int stream, std::string_view data)> on_output;
 };
 
 class AgentConn {
@@ -48,6 +53,8 @@ class AgentConn {
   void AdoptExecs(std::vector<std::shared_ptr<ExecRecord>> recs);
   Status Resume();
   Status Signal(const std::string& exec_id, int sig);
+  // More stdin for a command started with has_stdin (and, for the rest to come, a channel).
+  Status SendStdin(const std::string& exec_id, std::string_view data, bool eof);
   std::shared_ptr<ExecRecord> FindExec(const std::string& exec_id);
   int Running() const;
   // Blocking file operations through the agent (inside the sandbox's own mount namespace
@@ -72,6 +79,7 @@ class AgentConn {
   const std::string sandbox_id_;
   UniqueFd sock_;
   std::mutex send_mu_;
+  std::mutex stdin_mu_;  // keeps the pieces of one SendStdin together
   mutable std::mutex mu_;
   bool closed_ = false;
   std::string close_reason_;
@@ -79,6 +87,7 @@ class AgentConn {
   std::map<std::string, std::shared_ptr<ExecRecord>> execs_;
   std::vector<std::string> exec_order_;  // for bounding how many finished execs we keep
   std::map<std::string, std::shared_ptr<PendingOp>> ops_;
+  std::map<std::string, std::function<void(int, std::string_view)>> channels_;
   std::shared_ptr<OutputBudget> budget_;
 
  public:

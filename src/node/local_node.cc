@@ -34,9 +34,12 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   UniqueFd memfd = WARREN_TRY(runtime::LoadSealedAgent(agent));
   // Compiled once per daemon; every sandbox's agent installs the same program.
   std::string bpf = WARREN_TRY(isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy()));
-  if (opts.unsafe_no_seccomp_landlock) bpf.clear();
+  std::string runner_bpf = WARREN_TRY(
+      isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy(), isolation::kRunnerProfile));
+  if (opts.unsafe_no_seccomp_landlock) bpf.clear(), runner_bpf.clear();
   node->container_ = std::make_unique<runtime::ContainerBackend>(
-      std::move(memfd), &node->mounts_, &node->uids_, opts.cgroup_parent, std::move(bpf));
+      std::move(memfd), &node->mounts_, &node->uids_, opts.cgroup_parent, std::move(bpf),
+      std::move(runner_bpf));
   WARREN_RETURN_IF_ERROR(node->mux_.Start());
   LocalNode* self = node.get();
   node->mux_.SetOnClosed([self](const std::string& id) {
@@ -201,7 +204,7 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
                                                          const ExecSpec& spec) {
   auto conn = WARREN_TRY(Conn(id));
   auto rec = std::make_shared<ExecRecord>(exec_id, id, spec.max_output, spec.binary, conn->budget());
-  if (!opts_.spill_dir.empty()) {
+  if (!opts_.spill_dir.empty() && !spec.channel) {
     auto spill = ExecSpill::Create(SpillDir(id), exec_id,
                                    {{"id", exec_id}, {"binary", spec.binary}, {"max_output", spec.max_output},
                                     {"started_unix", UnixNow()}});
@@ -225,6 +228,12 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::GetExec(const std::string& id,
 Status LocalNode::SignalExec(const std::string& id, const std::string& exec_id, int sig) {
   auto conn = WARREN_TRY(Conn(id));
   return conn->Signal(exec_id, sig);
+}
+
+Status LocalNode::WriteExecStdin(const std::string& id, const std::string& exec_id,
+                                 std::string_view data, bool eof) {
+  auto conn = WARREN_TRY(Conn(id));
+  return conn->SendStdin(exec_id, data, eof);
 }
 
 Status LocalNode::WriteFile(const std::string& id, const std::string& path, uint32_t mode,

@@ -48,6 +48,8 @@ class LocalNode : public NodeApi {
   Result<std::shared_ptr<ExecRecord>> GetExec(const std::string& id,
                                               const std::string& exec_id) override;
   Status SignalExec(const std::string& id, const std::string& exec_id, int sig) override;
+  Status WriteExecStdin(const std::string& id, const std::string& exec_id, std::string_view data,
+                        bool eof) override;
   Status WriteFile(const std::string& id, const std::string& path, uint32_t mode,
                    std::string_view data) override;
   Result<std::string> ReadFile(const std::string& id, const std::string& path,

@@ -45,6 +45,9 @@ class NodeApi {
   virtual Result<std::shared_ptr<ExecRecord>> GetExec(const std::string& id,
                                                       const std::string& exec_id) = 0;
   virtual Status SignalExec(const std::string& id, const std::string& exec_id, int sig) = 0;
+  // More stdin for a running command (a channel command's requests, see ExecSpec::channel).
+  virtual Status WriteExecStdin(const std::string& id, const std::string& exec_id,
+                                std::string_view data, bool eof) = 0;
   virtual Status WriteFile(const std::string& id, const std::string& path, uint32_t mode,
                            std::string_view data) = 0;
   virtual Result<std::string> ReadFile(const std::string& id, const std::string& path,

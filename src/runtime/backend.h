@@ -30,6 +30,9 @@ struct SandboxConfig {
   double cpus = 1.0;
   uint64_t open_files = 4096;  // RLIMIT_NOFILE of every command
   std::map<std::string, std::string> env;
+  // A node-internal fncall runner (see runtime/fncall/runner.h): the runner seccomp profile
+  // and no sandbox-wide Landlock, so its zygote can make each call's namespaces.
+  bool fncall_runner = false;
 };
 
 // A live sandbox. Destroying it kills every process in it and releases everything it held.

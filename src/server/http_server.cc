@@ -374,6 +374,12 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     co_return method_not_allowed();
   }
 
+  if (seg.size() == 2 && (seg[1] == "calls" || seg[1] == "calls:batch")) {
+    if (verb != http::verb::post) co_return method_not_allowed();
+    const bool batch = seg[1] == "calls:batch";
+    auto r = co_await Blocking([&] { return batch ? api->CallBatch(who, body) : api->Call(who, body); });
+    co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
+  }
   if (seg.size() == 2 && seg[1] == "sandboxes:batch") {
     if (verb != http::verb::post) co_return method_not_allowed();
     auto r = co_await Blocking([&] { return api->CreateBatch(who, body); });

@@ -756,7 +756,46 @@ json Api::ListTokens() {
   return out;
 }
 
-json Api::Nodes() { return {{"nodes", json::array({node_->Info()})}}; }
+void Api::EnableCalls(fncall::PoolOptions opts) {
+  opts.call_seccomp_bpf = opts.call_seccomp_bpf.empty() ? std::string() : opts.call_seccomp_bpf;
+  auto resolve = [this](const std::string& ref) -> Result<std::vector<std::string>> {
+    std::string name, tag;
+    WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
+    auto rec = state_->GetLayer(name, tag);
+    if (!rec.ok()) return Invalid("unknown runner image `" + ref + "` (build one with warren image build)");
+    return std::vector<std::string>{rec->digest};
+  };
+  calls_ = std::make_unique<fncall::CallService>(node_, resolve, std::move(opts));
+}
+
+void Api::StopCalls() {
+  if (calls_) calls_->Shutdown();
+}
+
+Result<json> Api::Call(const Principal& who, const std::string& body) {
+  (void)who;  // calls keep nothing: there is nothing of theirs for another principal to see
+  if (!calls_) return Status(Code::kUnavailable, "call", "fncall", "not enabled on this server");
+  json rq = json::parse(body, nullptr, false);
+  if (rq.is_discarded()) return Invalid("call: the body is not JSON");
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = calls_->Call(rq);
+  call_seconds_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return r;
+}
+
+Result<json> Api::CallBatch(const Principal& who, const std::string& body) {
+  (void)who;
+  if (!calls_) return Status(Code::kUnavailable, "call", "fncall", "not enabled on this server");
+  json rq = json::parse(body, nullptr, false);
+  if (rq.is_discarded()) return Invalid("call batch: the body is not JSON");
+  return calls_->CallBatch(rq);
+}
+
+json Api::Nodes() {
+  json n = node_->Info();
+  if (calls_) n["fncall"] = calls_->Stats();
+  return {{"nodes", json::array({n})}};
+}
 
 std::string Api::Metrics() {
   std::map<std::string, int> by_state;
@@ -771,6 +810,15 @@ std::string Api::Metrics() {
   }
   o << create_seconds_.Render("warren_create_seconds");
   o << exec_seconds_.Render("warren_exec_seconds");
+  o << call_seconds_.Render("warren_call_seconds");
+  if (calls_) {
+    json st = calls_->Stats();
+    o << "# TYPE warren_calls_total counter\nwarren_calls_total " << st.value("calls", 0) << "\n";
+    o << "# TYPE warren_call_runs_total counter\nwarren_call_runs_total " << st.value("runs", 0) << "\n";
+    o << "# TYPE warren_fncall_runners gauge\nwarren_fncall_runners " << st["runners"].size() << "\n";
+    o << "# TYPE warren_fncall_runner_starts_total counter\nwarren_fncall_runner_starts_total "
+      << st.value("runner_starts", 0) << "\n";
+  }
   o << "# TYPE warren_api_errors_total counter\n";
   {
     std::lock_guard lock(err_mu_);

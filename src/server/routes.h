@@ -21,6 +21,7 @@
 #include "server/api_types.h"
 #include "server/auth.h"
 #include "server/leases.h"
+#include "runtime/fncall/call_pool.h"
 #include "server/trajectory.h"
 #include "server/quota.h"
 #include "server/state_store.h"
@@ -108,6 +109,12 @@ class Api {
   // Releases the lease and applies its sandboxes' on_lease_expiry now.
   Status ReleaseLease(const Principal& who, const std::string& id);
 
+  // fncall (POST /v1/calls): off until enabled; stopped before the node deletes everything.
+  void EnableCalls(fncall::PoolOptions opts);
+  void StopCalls();
+  Result<nlohmann::json> Call(const Principal& who, const std::string& body);
+  Result<nlohmann::json> CallBatch(const Principal& who, const std::string& body);
+
   nlohmann::json Nodes();
   std::string Metrics();
   void CountError(Code code);
@@ -139,7 +146,8 @@ class Api {
   // Blob garbage collection takes it exclusively; a create holds it shared from resolving
   // NAME:TAG to digests until the layers are mounted, so a blob is never removed in between.
   std::shared_mutex gc_mu_;
-  Histogram create_seconds_, exec_seconds_;
+  Histogram create_seconds_, exec_seconds_, call_seconds_;
+  std::unique_ptr<fncall::CallService> calls_;
   std::mutex reap_mu_;
   std::condition_variable reap_cv_;
   bool reap_stop_ = false;

@@ -104,7 +104,8 @@ class Server:
     def start(self) -> None:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [self.bin, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data_dir],
+            [self.bin, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data_dir,
+             "--fncall-image", RUNNER_IMAGE],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         deadline = time.time() + 60
@@ -205,6 +206,8 @@ class Server:
 
 
 _SERVER: "Server | None" = None
+# The fncall runner image (built by test_calls.py's fixture; the server names it at start).
+RUNNER_IMAGE = "e2e-runner:1"
 
 
 @pytest.fixture(scope="session")

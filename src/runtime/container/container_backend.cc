@@ -177,12 +177,13 @@ Status PrepareHostDirs() {
 
 ContainerBackend::ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache* mounts,
                                    isolation::UidAllocator* uids, std::string cgroup_parent,
-                                   std::string seccomp_bpf)
+                                   std::string seccomp_bpf, std::string runner_seccomp_bpf)
     : agent_memfd_(std::move(agent_memfd)),
       mounts_(mounts),
       uids_(uids),
       cgroup_parent_(std::move(cgroup_parent)),
-      seccomp_bpf_(std::move(seccomp_bpf)) {}
+      seccomp_bpf_(std::move(seccomp_bpf)),
+      runner_seccomp_bpf_(std::move(runner_seccomp_bpf)) {}
 
 Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& cfg) {
   // 1. Identity: a host uid/gid range of our own; root inside is its first id.
@@ -309,9 +310,9 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
                         {"commands_cgroup", commands_procs.valid()},
                         {"listen", true},
                         {"nofile", cfg.open_files},
-                        {"landlock", !seccomp_bpf_.empty()},
+                        {"landlock", !seccomp_bpf_.empty() && !cfg.fncall_runner},
                         {"env", env}},
-                       seccomp_bpf_};
+                       cfg.fncall_runner ? runner_seccomp_bpf_ : seccomp_bpf_};
   WARREN_RETURN_IF_ERROR(
       sys::SendWithFds(node_end.get(), agent::Encode(setup), clone_fds).Context("setup " + cfg.id));
   clones.clear();

@@ -14,7 +14,7 @@ class ContainerBackend : public Backend {
   // `cgroup_parent` names this node's cgroup parent directory.
   ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache* mounts,
                    isolation::UidAllocator* uids, std::string cgroup_parent,
-                   std::string seccomp_bpf);
+                   std::string seccomp_bpf, std::string runner_seccomp_bpf = "");
 
   std::string name() const override { return "container"; }
   Result<std::unique_ptr<Instance>> Create(const SandboxConfig& config) override;
@@ -26,6 +26,9 @@ class ContainerBackend : public Backend {
   isolation::UidAllocator* uids_;
   std::string cgroup_parent_;
   std::string seccomp_bpf_;  // compiled policy, installed by every agent
+  // For fncall runners: the policy without its mount rule, and no sandbox-wide Landlock
+  // (Landlock forbids mounting); each call then gets both, tighter, of its own.
+  std::string runner_seccomp_bpf_;
 };
 
 // Makes sure the shared staging directory exists on the host (see isolation/rootfs.h).

@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""fncall benchmark: isolated calls per second and latency, next to what a user would do
+instead, in the same run.
+
+  python   POST /v1/calls {"language": "python", "code": "print(1)"}: calls/s and p50/p99
+           with 1 and 2 concurrent clients.
+  cpp      a trivial C++ program compiled once and run per case: one call with N cases per
+           client; runs/s from the call's wall time minus its compile, p50/p99 of the cases'
+           own duration_ms.
+  baseline fork+exec `python3 -I -S -c 'print(1)'`, `bwrap --unshare-all` of the same, and
+           fork+exec / bwrap of the compiled C++ program, with 1 and 2 workers.
+
+Starts its own `warren serve` (build/warren) with a scratch data dir, builds the runner image
+(Debian bookworm + python3, gcc, g++ via mmdebstrap: a few minutes, or --data-dir of a
+previous run with --keep), removes everything at the end. Root, Debian's /usr/bin/python3.
+
+  sudo /usr/bin/python3 bench/calls.py [--iterations 300] [--cases 200] [--json out.json]
+"""
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from service import REPO, Api, log, start_server, summary  # noqa: E402
+
+RUNNER = "bench-runner:1"
+CPP = "#include <cstdio>\nint main(){int x; if (scanf(\"%d\", &x) != 1) return 1; printf(\"%d\\n\", x + 1);}"
+
+
+def timed_loop(fn, n, clients):
+    """Runs fn() n times split over `clients` threads; returns (per-call seconds, calls/s)."""
+    samples = []
+
+    def worker(k):
+        out = []
+        for _ in range(n // clients):
+            t0 = time.perf_counter()
+            fn(k)
+            out.append(time.perf_counter() - t0)
+        return out
+
+    t0 = time.perf_counter()
+    with cf.ThreadPoolExecutor(clients) as ex:
+        for part in ex.map(worker, range(clients)):
+            samples += part
+    return samples, len(samples) / (time.perf_counter() - t0)
+
+
+def row(name, samples, rate):
+    s = summary(samples)
+    return {"name": name, "p50_ms": round(s["p50_ms"], 2), "p99_ms": round(s["p99_ms"], 2),
+            "per_s": round(rate, 1), "n": s["n"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iterations", type=int, default=300)
+    ap.add_argument("--cases", type=int, default=200)
+    ap.add_argument("--json")
+    ap.add_argument("--data-dir", help="reuse this scratch dir (its runner image) instead of a new one")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch dir for a later --data-dir")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root")
+    tmp = args.data_dir or tempfile.mkdtemp(prefix="warren-bench-calls-", dir="/var/tmp")
+    os.makedirs(tmp, exist_ok=True)
+    proc, port, token = start_server(tmp, ["--fncall-image", RUNNER])
+    rows = []
+    try:
+        env = dict(os.environ, WARREN_URL=f"http://127.0.0.1:{port}", WARREN_TOKEN=token)
+        api = Api(port, token)
+        if not any(f'{l["name"]}:{l["tag"]}' == RUNNER for l in api.call("GET", "/v1/layers")["layers"]):
+            log("building the runner image (mmdebstrap)...")
+            subprocess.run([os.path.join(REPO, "build", "warren"), "image", "build", RUNNER, "--debian",
+                            "bookworm", "--packages", "python3,gcc,g++,libc6-dev"], env=env, check=True)
+        apis = [Api(port, token) for _ in range(2)]
+        for a in apis:  # warm: runners started, workers preforked
+            for _ in range(20):
+                a.call("POST", "/v1/calls", {"language": "python", "code": "print(1)"})
+
+        def py_call(k):
+            r = apis[k].call("POST", "/v1/calls", {"language": "python", "code": "print(1)"})
+            assert r["stdout"] == "1\n", r
+
+        for clients in (1, 2):
+            s, rate = timed_loop(py_call, args.iterations, clients)
+            rows.append(row(f"warren call python, {clients} client(s)", s, rate))
+            log(rows[-1])
+
+        cases = [{"stdin": f"{i}\n", "expected": f"{i + 1}\n"} for i in range(args.cases)]
+        for clients in (1, 2):
+            def cpp_call(k):
+                r = apis[k].call("POST", "/v1/calls", {"language": "cpp", "code": CPP, "cases": cases})
+                assert all(c["verdict"] == "passed" for c in r["cases"]), r
+                return r
+
+            t0 = time.perf_counter()
+            with cf.ThreadPoolExecutor(clients) as ex:
+                results = list(ex.map(cpp_call, range(clients)))
+            wall = time.perf_counter() - t0
+            compile_s = max(r["compile"]["duration_ms"] for r in results) / 1000
+            durations = [c["duration_ms"] / 1000 for r in results for c in r["cases"]]
+            rate = len(durations) / max(wall - compile_s, 1e-6)
+            rows.append(row(f"warren call cpp run (compiled once), {clients} client(s)", durations, rate))
+            log(rows[-1])
+
+        # Baselines, same run.
+        py = ["/usr/bin/python3", "-I", "-S", "-c", "print(1)"]
+        bwrap = shutil.which("bwrap")
+        bw = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
+              "--dev", "/dev", "--tmpfs", "/tmp"] if bwrap else None
+        exe = os.path.join(tmp, "plus1")
+        subprocess.run(["g++", "-O2", "-x", "c++", "-o", exe, "-"], input=CPP.encode(), check=True)
+        for name, argv, stdin in [("fork+exec python3 -I -S", py, None),
+                                  ("bwrap --unshare-all python3 -I -S", bw + py if bw else None, None),
+                                  ("fork+exec cpp program", [exe], b"1\n"),
+                                  ("bwrap --unshare-all cpp program", bw + [exe] if bw else None, b"1\n")]:
+            if argv is None:
+                log(f"skipped {name}: bwrap not installed")
+                continue
+            for clients in (1, 2):
+                s, rate = timed_loop(lambda k: subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL,
+                                                              check=True), args.iterations, clients)
+                rows.append(row(f"{name}, {clients} worker(s)", s, rate))
+                log(rows[-1])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    width = max(len(r["name"]) for r in rows)
+    print(f"{'cycle'.ljust(width)}  {'p50 ms':>8}  {'p99 ms':>8}  {'per s':>8}")
+    for r in rows:
+        print(f"{r['name'].ljust(width)}  {r['p50_ms']:>8.2f}  {r['p99_ms']:>8.2f}  {r['per_s']:>8.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+// CallService: POST /v1/calls. Keeps a pool of fncall runners per runner image, sized by load
+// (a runner is added when every runner is busy, up to max_runners; idle ones beyond one are
+// stopped), recycled after `recycle_after` runs or at any sign of damage; compiles once, runs
+// each case in a fresh worker, and judges.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "node/node_api.h"
+#include "runtime/fncall/runner.h"
+
+namespace warren::fncall {
+
+struct PoolOptions {
+  std::string default_image;  // `warren serve --fncall-image`
+  int max_runners = 4;        // per image
+  int workers_per_runner = 4;
+  int prefork = 2;
+  uint64_t recycle_after = 5000;  // runs per runner
+  int idle_stop_s = 300;          // a runner beyond the first idle this long is stopped
+  uint64_t runner_memory_bytes = 4ull << 30;
+  std::string call_seccomp_bpf;
+};
+
+// Resolves a runner image NAME:TAG to its layer digests, top first.
+using ImageResolver = std::function<Result<std::vector<std::string>>(const std::string& image)>;
+
+class CallService {
+ public:
+  CallService(node::NodeApi* node, ImageResolver resolve, PoolOptions opts);
+  ~CallService();
+
+  // The contract's CallRequest -> CallResult.
+  Result<nlohmann::json> Call(const nlohmann::json& request);
+  // {"calls": [...]} -> {"results": [CallResult | {"error": {...}}]}
+  Result<nlohmann::json> CallBatch(const nlohmann::json& request);
+  // Runners and counts, for GET /v1/nodes and /metrics.
+  nlohmann::json Stats() const;
+  void Shutdown();
+
+ private:
+  struct Pool {
+    std::vector<std::shared_ptr<Runner>> runners;
+    std::map<Runner*, std::chrono::steady_clock::time_point> last_used;
+    int starting = 0;
+  };
+  // A healthy runner for `image`, starting one if all are busy (or none exists).
+  Result<std::shared_ptr<Runner>> Acquire(const std::string& image);
+  Result<std::shared_ptr<Runner>> StartRunner(const std::string& image);
+  // Runs on some runner of `image`; one retry on another runner if this one failed.
+  Result<RunResult> RunOn(const std::string& image, const RunRequest& req);
+  void Retire(const std::shared_ptr<Runner>& r);
+  void Maintain();
+
+  node::NodeApi* node_;
+  ImageResolver resolve_;
+  PoolOptions opts_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Pool> pools_;
+  std::vector<std::shared_ptr<Runner>> retiring_;
+  bool stop_ = false;
+  std::thread maintainer_;
+  std::atomic<uint64_t> calls_{0}, runs_{0}, runner_starts_{0}, runner_failures_{0};
+};
+
+}  // namespace warren::fncall

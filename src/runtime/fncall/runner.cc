@@ -1,0 +1,292 @@
+#include "runtime/fncall/runner.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "base/ids.h"
+
+namespace warren::fncall {
+
+extern const char kZygoteScript[];  // generated from zygote.py
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kReadyTimeoutMs = 60000;
+// How long past a run's own wall limit we wait before calling the runner hung.
+constexpr int64_t kRunSlackMs = 15000;
+
+std::string Frame(const json& header, std::string_view payload) {
+  std::string h = header.dump();
+  uint32_t total = static_cast<uint32_t>(4 + h.size() + payload.size());
+  uint32_t hlen = static_cast<uint32_t>(h.size());
+  std::string out(8, '\0');
+  memcpy(out.data(), &total, 4);  // little-endian hosts only, like the rest of the protocol
+  memcpy(out.data() + 4, &hlen, 4);
+  out += h;
+  out.append(payload);
+  return out;
+}
+
+json LimitsJson(const RunLimits& l) {
+  return {{"wall_ms", l.wall_ms},       {"cpu_s", l.cpu_s},   {"as_bytes", l.as_bytes},
+          {"stack_bytes", l.stack_bytes}, {"fsize_bytes", l.fsize_bytes}, {"nproc", l.nproc},
+          {"nofile", l.nofile},         {"max_output", l.max_output}};
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Runner>> Runner::Start(node::NodeApi* node, const RunnerConfig& cfg) {
+  std::shared_ptr<Runner> r(new Runner(node, cfg));
+  node::NodeSandboxSpec spec;
+  spec.config.id = cfg.id;
+  spec.config.hostname = "runner";
+  for (const auto& d : cfg.layer_digests) spec.config.layers.push_back({d, ""});
+  spec.config.memory_bytes = cfg.memory_bytes;
+  spec.config.disk_bytes = cfg.disk_bytes;
+  spec.config.pids = cfg.pids;
+  spec.config.cpus = cfg.cpus;
+  spec.config.fncall_runner = true;
+  WARREN_RETURN_IF_ERROR(node->CreateSandbox(spec).status().Context("start fncall runner"));
+
+  std::weak_ptr<Runner> weak = r;
+  node::ExecSpec es;
+  es.argv = {cfg.python, "-I", "-c", kZygoteScript};
+  es.env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+            {"LANG", "C.UTF-8"}};
+  es.channel = true;
+  es.has_stdin = true;
+  json init = {{"uid_base", 10000},
+               {"max_workers", cfg.max_workers},
+               {"prefork", cfg.prefork},
+               {"tmp_bytes", cfg.tmp_bytes}};
+  es.stdin_data = Frame(init, cfg.call_seccomp_bpf);
+  es.on_output = [weak](int stream, std::string_view data) {
+    if (auto self = weak.lock()) self->OnOutput(stream, data);
+  };
+  es.on_record = [weak](const std::shared_ptr<node::ExecRecord>& rec) {
+    std::weak_ptr<node::ExecRecord> wrec = rec;
+    rec->SetFinisher([weak, wrec] {
+      std::string why = "the runner's dispatcher ended";
+      if (auto rec = wrec.lock()) {
+        json res = rec->FinalResultJson();
+        why += " (exit " + res.value("exit_code", json(nullptr)).dump() + ", signal " +
+               res.value("signal", json(nullptr)).dump() + ")";
+        rec->Publish();
+      }
+      if (auto self = weak.lock()) self->MarkDead(why);
+    });
+  };
+  r->exec_id_ = NewExecId();
+  auto rec = node->StartExec(cfg.id, r->exec_id_, es);
+  if (!rec.ok()) {
+    r->Stop();
+    return rec.status().Context("start fncall dispatcher");
+  }
+  std::unique_lock lock(r->mu_);
+  bool ok = r->cv_.wait_for(lock, std::chrono::milliseconds(kReadyTimeoutMs),
+                            [&] { return r->ready_ || r->dead_; });
+  if (!r->ready_) {
+    std::string why = r->dead_ ? r->dead_reason_ : ok ? "not ready" : "not ready within 60 s";
+    lock.unlock();
+    r->Stop();
+    return Status(Code::kUnavailable, "start fncall runner", cfg.id,
+                  why + " (does the runner image have " + cfg.python + "?)");
+  }
+  return r;
+}
+
+Runner::~Runner() { Stop(); }
+
+void Runner::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  MarkDead("runner stopped");
+  Status st = node_->DeleteSandbox(cfg_.id);
+  if (!st.ok()) spdlog::warn("fncall runner {}: delete: {}", cfg_.id, st.ToString());
+}
+
+bool Runner::healthy() const {
+  std::lock_guard lock(mu_);
+  return ready_ && !dead_;
+}
+
+int Runner::inflight() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int>(pending_.size());
+}
+
+uint64_t Runner::served() const {
+  std::lock_guard lock(mu_);
+  return served_;
+}
+
+void Runner::MarkDead(const std::string& why) {
+  std::lock_guard lock(mu_);
+  if (dead_) return;
+  dead_ = true;
+  dead_reason_ = why;
+  for (auto& [id, p] : pending_) {
+    p->done = true;
+    p->status = Status(Code::kUnavailable, "fncall run", cfg_.id, why);
+  }
+  cv_.notify_all();
+}
+
+Result<RunResult> Runner::Run(const RunRequest& req) {
+  json h = {{"t", "run"}, {"env", req.env}, {"limits", LimitsJson(req.limits)}};
+  if (req.python) {
+    h["mode"] = "python";
+    h["code"] = req.code;
+    h["filename"] = req.filename;
+    h["args"] = req.args;
+  } else {
+    h["mode"] = "exec";
+    h["argv"] = req.argv;
+  }
+  if (!req.collect.empty()) h["collect"] = req.collect;
+  std::string payload;
+  json files = json::array();
+  for (const RunFile& f : req.files) {
+    files.push_back({{"name", f.name}, {"len", f.data.size()}, {"mode", f.mode}});
+    payload += f.data;
+  }
+  h["files"] = files;
+  payload += req.stdin_data;
+
+  auto p = std::make_shared<Pending>();
+  uint64_t id;
+  {
+    std::lock_guard lock(mu_);
+    if (dead_) return Status(Code::kUnavailable, "fncall run", cfg_.id, dead_reason_);
+    id = next_id_++;
+    pending_[id] = p;
+  }
+  h["id"] = id;
+  Status st = node_->WriteExecStdin(cfg_.id, exec_id_, Frame(h, payload), false);
+  std::unique_lock lock(mu_);
+  if (!st.ok()) {
+    pending_.erase(id);
+    lock.unlock();
+    MarkDead("write to dispatcher: " + st.ToString());
+    return st.Context("fncall run");
+  }
+  auto limit = std::chrono::milliseconds(req.limits.wall_ms + kRunSlackMs);
+  if (!cv_.wait_for(lock, limit, [&] { return p->done; })) {
+    pending_.erase(id);
+    lock.unlock();
+    MarkDead("a run got no result within its wall limit + 15 s");
+    return Status(Code::kUnavailable, "fncall run", cfg_.id, "runner did not answer");
+  }
+  pending_.erase(id);
+  ++served_;
+  if (!p->status.ok()) return p->status;
+  return std::move(p->result);
+}
+
+void Runner::OnOutput(int stream, std::string_view data) {
+  if (stream == 2) {
+    // The dispatcher's own complaints (a traceback if it crashed), line by line to the log.
+    for (char c : data) {
+      if (c != '\n' && errline_.size() < 2000) {
+        errline_ += c;
+        continue;
+      }
+      if (c == '\n') {
+        spdlog::warn("fncall runner {}: {}", cfg_.id, errline_);
+        errline_.clear();
+      }
+    }
+    return;
+  }
+  inbuf_.append(data);
+  size_t off = 0;
+  while (inbuf_.size() - off >= 8) {
+    uint32_t total, hlen;
+    memcpy(&total, inbuf_.data() + off, 4);
+    memcpy(&hlen, inbuf_.data() + off + 4, 4);
+    if (hlen > total - 4 || total > (1u << 31)) {
+      MarkDead("garbled frame from the dispatcher");
+      inbuf_.clear();
+      return;
+    }
+    if (inbuf_.size() - off < 4 + static_cast<size_t>(total)) break;
+    std::string header = inbuf_.substr(off + 8, hlen);
+    std::string_view payload(inbuf_.data() + off + 8 + hlen, total - 4 - hlen);
+    OnFrame(header, payload);
+    off += 4 + total;
+  }
+  inbuf_.erase(0, off);
+}
+
+void Runner::OnFrame(const std::string& header, std::string_view payload) {
+  json h = json::parse(header, nullptr, false);
+  if (!h.is_object()) return MarkDead("unreadable frame from the dispatcher");
+  const std::string t = h.value("t", "");
+  if (t == "ready") {
+    std::lock_guard lock(mu_);
+    ready_ = true;
+    cv_.notify_all();
+    return;
+  }
+  if (t == "log") {
+    spdlog::warn("fncall runner {}: {}", cfg_.id, h.value("error", h.dump()));
+    if (h.value("damaged", false)) MarkDead("damaged: " + h.value("error", "worker failed"));
+    return;
+  }
+  if (t != "result") return;
+  std::shared_ptr<Pending> p;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(h.value("id", uint64_t{0}));
+    if (it == pending_.end()) return;
+    p = it->second;
+  }
+  RunResult r;
+  r.exit_code = h.value("exit_code", -1);
+  r.signal = h.value("signal", 0);
+  r.timed_out = h.value("timed_out", false);
+  r.output_limit = h.value("output_limit", false);
+  r.stdout_truncated = h.value("stdout_truncated", false);
+  r.stderr_truncated = h.value("stderr_truncated", false);
+  r.wall_ms = h.value("wall_ms", int64_t{0});
+  r.cpu_ms = h.value("cpu_ms", int64_t{0});
+  r.maxrss_kb = h.value("maxrss_kb", int64_t{0});
+  size_t out_len = h.value("stdout_len", size_t{0}), err_len = h.value("stderr_len", size_t{0});
+  Status bad;
+  if (out_len + err_len > payload.size()) {
+    bad = Status(Code::kInternal, "fncall run", cfg_.id, "result shorter than announced");
+  } else {
+    r.stdout_data.assign(payload.substr(0, out_len));
+    r.stderr_data.assign(payload.substr(out_len, err_len));
+    size_t pos = out_len + err_len;
+    for (const json& f : h.value("files", json::array())) {
+      size_t len = f.value("len", size_t{0});
+      if (pos + len > payload.size()) break;
+      r.files.push_back({f.value("name", ""), std::string(payload.substr(pos, len)),
+                         f.value("mode", 0644u)});
+      pos += len;
+    }
+  }
+  if (h.contains("error")) {
+    bad = Status(Code::kUnavailable, "fncall run", cfg_.id, h.value("error", "worker failed"));
+  }
+  bool damaged = h.value("damaged", false);
+  {
+    std::lock_guard lock(mu_);
+    p->done = true;
+    p->status = bad;
+    p->result = std::move(r);
+    cv_.notify_all();
+  }
+  if (damaged) MarkDead("damaged: " + h.value("error", "worker failed"));
+}
+
+}  // namespace warren::fncall

@@ -1,0 +1,126 @@
+// One fncall runner: a container sandbox made from the runner image (runner seccomp profile,
+// see isolation/seccomp_policy.h) running zygote.py as a node-internal channel command.
+// The node writes run requests to its stdin and reads results from its stdout; each run is
+// one program in fresh namespaces under its own uid (see zygote.py for how).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "node/node_api.h"
+
+namespace warren::fncall {
+
+struct RunFile {
+  std::string name;
+  std::string data;
+  uint32_t mode = 0644;
+};
+
+struct RunLimits {
+  int64_t wall_ms = 10000;
+  int64_t cpu_s = 10;          // RLIMIT_CPU (whole seconds; the wall limit is the precise one)
+  uint64_t as_bytes = 256ull << 20;
+  uint64_t stack_bytes = 64ull << 20;
+  uint64_t fsize_bytes = 64ull << 20;
+  uint64_t nproc = 64;
+  uint64_t nofile = 256;
+  uint64_t max_output = 1ull << 20;  // per stream; more ends the run (output_limit)
+};
+
+struct RunRequest {
+  bool python = false;  // run `code` in the runner's warm interpreter instead of exec'ing argv
+  std::string code;     // python
+  std::string filename = "main.py";
+  std::vector<std::string> args;
+  std::vector<std::string> argv;  // exec
+  std::map<std::string, std::string> env;
+  std::vector<RunFile> files;     // written into the run's fresh /tmp (its cwd)
+  std::string stdin_data;
+  RunLimits limits;
+  std::vector<std::string> collect;  // files of /tmp to bring back (a compiler's output)
+};
+
+struct RunResult {
+  int exit_code = -1;
+  int signal = 0;
+  bool timed_out = false;
+  bool output_limit = false;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  int64_t wall_ms = 0;
+  int64_t cpu_ms = 0;
+  int64_t maxrss_kb = 0;
+  std::string stdout_data;
+  std::string stderr_data;
+  std::vector<RunFile> files;
+};
+
+struct RunnerConfig {
+  std::string id;                       // the runner sandbox's id
+  std::vector<std::string> layer_digests;  // the runner image, top first
+  std::string python = "python3";       // the interpreter that runs zygote.py
+  uint64_t memory_bytes = 2ull << 30;   // the whole runner (all its calls)
+  uint64_t disk_bytes = 1ull << 30;
+  uint64_t pids = 2048;
+  double cpus = 2.0;
+  int max_workers = 4;                  // calls running at once in this runner
+  int prefork = 2;                      // workers kept ready
+  uint64_t tmp_bytes = 256ull << 20;    // each call's /tmp
+  std::string call_seccomp_bpf;         // each call's own filter (policy/seccomp-call.json)
+};
+
+class Runner {
+ public:
+  // Makes the sandbox, starts the dispatcher and waits until it is ready.
+  static Result<std::shared_ptr<Runner>> Start(node::NodeApi* node, const RunnerConfig& cfg);
+  ~Runner();
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  // Runs one program; blocks until its result. An error means the runner could not run it
+  // (the runner is then not healthy()); the program's own failures are in the result.
+  Result<RunResult> Run(const RunRequest& req);
+
+  const std::string& id() const { return cfg_.id; }
+  // False once the dispatcher ended or reported damage: take it out of service.
+  bool healthy() const;
+  int inflight() const;
+  uint64_t served() const;
+  // Deletes the sandbox (every call in it ends). Idempotent.
+  void Stop();
+
+ private:
+  struct Pending {
+    bool done = false;
+    Status status;
+    RunResult result;
+  };
+  Runner(node::NodeApi* node, RunnerConfig cfg) : node_(node), cfg_(std::move(cfg)) {}
+  void OnOutput(int stream, std::string_view data);
+  void OnFrame(const std::string& header, std::string_view payload);
+  void MarkDead(const std::string& why);
+
+  node::NodeApi* node_;
+  const RunnerConfig cfg_;
+  std::string exec_id_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string inbuf_;    // stdout bytes not yet a whole frame (mux thread only)
+  std::string errline_;  // the dispatcher's stderr, by line, to the log
+  bool ready_ = false;
+  bool dead_ = false;
+  bool stopped_ = false;
+  std::string dead_reason_;
+  uint64_t next_id_ = 1;
+  uint64_t served_ = 0;
+  std::map<uint64_t, std::shared_ptr<Pending>> pending_;
+};
+
+}  // namespace warren::fncall

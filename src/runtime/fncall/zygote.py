@@ -1,0 +1,813 @@
+# warren fncall runner: dispatcher + zygote + per-call workers. Runs inside a runner sandbox
+# (a container sandbox made for fncall), started by the node as one long command whose stdin
+# and stdout are the node's channel. Standard library only: the runner image brings python3.
+#
+# Processes (see docs/design.md, "fncall"):
+#   dispatcher  holds the channel and every call's data; never forks a worker itself.
+#   zygote      forked from the dispatcher before any call data exists and never sees any:
+#               it only clones workers, so no call can find an earlier call in memory.
+#   W (worker)  cloned by the zygote into fresh mount, pid, ipc, net and uts namespaces, pid 1
+#               there: mounts a new /proc, a fresh tmpfs on /tmp (the call's directory) and
+#               /dev/shm, makes / read-only, brings lo up; then drops to the call's own uid (no
+#               capabilities), no_new_privs, Landlock (writes only in its tmpfs), seccomp (the
+#               node's call filter, stacked on the runner's), and waits for its request. Python
+#               code runs in W itself, from the warm interpreter (one fork per call: on this
+#               kind of host every page a forked Python touches is a costly fault); any other
+#               program is posix_spawn'd (vfork, nothing copied) as pid 2 and W reports its
+#               status, usage and the files asked for (a compiler's output). W's end ends every
+#               process of the call and its namespaces.
+# Workers are made ahead of time (`prefork`), so a call only pays for writing its request.
+#
+# Channel frames (both directions): u32 LE length of the rest, u32 LE header length, JSON
+# header, payload bytes.
+import ctypes
+import errno
+import gc
+import fcntl
+import json
+import os
+import resource
+import select
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+SYS_CLONE, SYS_CLOSE_RANGE = 56, 436
+SYS_LANDLOCK_CREATE, SYS_LANDLOCK_ADD, SYS_LANDLOCK_RESTRICT = 444, 445, 446
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+
+_libc = ctypes.CDLL(None, use_errno=True)
+# The GIL stays held across clone: the child must come out of it in the state we went in.
+_pylibc = ctypes.PyDLL(None, use_errno=True)
+_clone = _pylibc.syscall
+_clone.restype = ctypes.c_long
+_clone.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_void_p, ctypes.c_ulong]
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                        ctypes.c_char_p]
+_libc.syscall.restype = ctypes.c_long
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                        ctypes.c_ulong]
+
+
+def _check(rc, what):
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+    return rc
+
+
+def mount(src, target, fstype, flags, data=None):
+    enc = lambda s: s.encode() if s is not None else None
+    _check(_libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def frame(header, payload=b""):
+    h = json.dumps(header, separators=(",", ":")).encode()
+    return struct.pack("<II", 4 + len(h) + len(payload), len(h)) + h + payload
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def read_exact(fd, n):
+    out = bytearray()
+    while len(out) < n:
+        b = os.read(fd, n - len(out))
+        if not b:
+            raise EOFError("channel closed")
+        out += b
+    return bytes(out)
+
+
+def read_frame(fd):
+    total, hlen = struct.unpack("<II", read_exact(fd, 8))
+    body = read_exact(fd, total - 4)
+    return json.loads(body[:hlen]), body[hlen:]
+
+
+# ---------------------------------------------------------------------------------------------
+# W: the call's pid 1.
+
+def landlock(tmp_dirs):
+    """Read and execute everywhere; write only in the call's own tmpfs; no signals or abstract
+    sockets across the call's boundary (ABI 6+)."""
+    abi = _libc.syscall(SYS_LANDLOCK_CREATE, None, 0, 1)
+    if abi <= 0:
+        return 0
+    ex, wf, rf, rd = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+    fs = (1 << 13) - 1  # execute .. make_sym
+    if abi >= 2:
+        fs |= 1 << 13   # refer
+    if abi >= 3:
+        fs |= 1 << 14   # truncate
+    if abi >= 5:
+        fs |= 1 << 15   # ioctl on devices
+    scoped = 3 if abi >= 6 else 0
+    size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
+    attr = struct.pack("<QQQ", fs, 0, scoped)[:size]
+    rs = _check(_libc.syscall(SYS_LANDLOCK_CREATE, attr, size, 0), "landlock_create_ruleset")
+
+    def allow(path, access):
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            rule = struct.pack("<Qi", access & fs, fd)
+            _check(_libc.syscall(SYS_LANDLOCK_ADD, rs, 1, rule, 0), f"landlock_add_rule {path}")
+        finally:
+            os.close(fd)
+
+    allow("/", ex | rf | rd)
+    allow("/dev", rf | wf | (1 << 15))  # /dev/null, /dev/zero, /dev/tty...: no new nodes
+    make = fs & ~((1 << 6) | (1 << 11) | (1 << 15))  # everything but device nodes
+    for d in tmp_dirs:
+        allow(d, make)
+    _check(_libc.syscall(SYS_LANDLOCK_RESTRICT, rs, 0), "landlock_restrict_self")
+    os.close(rs)
+    return abi
+
+
+def seccomp(bpf):
+    if not bpf:
+        return
+    buf = ctypes.create_string_buffer(bpf, len(bpf))
+    prog = struct.pack("<HxxxxxxQ", len(bpf) // 8, ctypes.addressof(buf))
+    pbuf = ctypes.create_string_buffer(prog, len(prog))
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, pbuf, 0, 0), "seccomp")
+
+
+def set_limits(lim):
+    def cap(kind, value):
+        value = int(value)
+        soft, hard = resource.getrlimit(kind)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(kind, (value, value))
+
+    if lim.get("cpu_s"):
+        s = int(lim["cpu_s"])
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        soft_hard = (s, s + 1) if hard == resource.RLIM_INFINITY else (min(s, hard), hard)
+        resource.setrlimit(resource.RLIMIT_CPU, soft_hard)
+    if lim.get("as_bytes"):
+        # The interpreter's own mappings do not count against the program (U is a fork of
+        # the warm interpreter; an exec'd program starts from nothing anyway).
+        base = lim.get("as_base", 0)
+        cap(resource.RLIMIT_AS, lim["as_bytes"] + base)
+    if lim.get("stack_bytes"):
+        cap(resource.RLIMIT_STACK, lim["stack_bytes"])
+    if lim.get("fsize_bytes"):
+        cap(resource.RLIMIT_FSIZE, lim["fsize_bytes"])
+    if lim.get("nproc"):
+        cap(resource.RLIMIT_NPROC, lim["nproc"])
+    if lim.get("nofile"):
+        cap(resource.RLIMIT_NOFILE, lim["nofile"])
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def vm_hwm_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def vm_size():
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def run_python(code, args, filename):
+    import builtins
+    import io
+    import types
+    sys.argv = [filename] + list(args)
+    sys.path[0:0] = [os.path.dirname(filename)]
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
+                                 encoding="utf-8", errors="surrogateescape")
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
+                                  encoding="utf-8", errors="surrogateescape")
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+                                  encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    main = types.ModuleType("__main__")
+    main.__file__ = filename
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    status = 0
+    try:
+        exec(compile(code, filename, "exec"), main.__dict__)
+    except SystemExit as e:
+        if e.code is None:
+            status = 0
+        elif isinstance(e.code, int):
+            status = e.code & 0xFF
+        else:
+            print(e.code, file=sys.stderr)
+            status = 1
+    except BaseException as e:
+        import traceback
+        tb = e.__traceback__.tb_next if e.__traceback__ else None  # not our own frame
+        traceback.print_exception(type(e), e, tb)
+        status = 1
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            status = status or 120
+    os._exit(status)
+
+
+def lo_up():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ifr = struct.pack("16sh", b"lo", 0)
+        flags = struct.unpack("16sh", fcntl.ioctl(s, 0x8913, ifr)[:18])[1]
+        fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", flags | 1))
+    finally:
+        s.close()
+
+
+def read_artifacts(names, limit):
+    """Files the call asked to keep (a compiler's output). The program owned the directory:
+    no following links, no blocking on a FIFO, regular files only."""
+    out, meta = [], []
+    expanded = []
+    for name in names:
+        if name.startswith("*."):  # by suffix, e.g. a Java compiler's classes
+            expanded += sorted(n for n in os.listdir("/tmp") if n.endswith(name[1:]))
+        else:
+            expanded.append(name)
+    total = 0
+    for name in expanded:
+        try:
+            fd = os.open(os.path.join("/tmp", name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if not (st.st_mode & 0o170000 == 0o100000) or total + st.st_size > limit:
+                continue
+            total += st.st_size
+            data = read_exact(fd, st.st_size) if st.st_size else b""
+            meta.append({"name": name, "len": len(data), "mode": st.st_mode & 0o755})
+            out.append(data)
+        finally:
+            os.close(fd)
+    return meta, b"".join(out)
+
+
+def worker_setup(req, cfg):
+    """As root of the runner: the call's own mounts, hostname and loopback."""
+    uid = req["uid"]
+    if cfg["make_private"]:
+        mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    tmp_opts = f"size={cfg['tmp_bytes']},mode=0700,uid={uid},gid={uid}"
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp_opts)
+    if cfg["has_shm"]:
+        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp_opts)
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | cfg["root_flags"])
+    socket.sethostname("sandbox")
+    lo_up()
+
+
+def worker_main(fds, req, cfg, bpf):
+    """W: pid 1 of the call's fresh namespaces. Sets them up, becomes the call's uid, waits for
+    the request, then runs Python code itself or spawns the program and reports on it."""
+    req_r, stdin_r, stdout_w, stderr_w, status_w = fds
+    uid = req["uid"]
+    try:
+        worker_setup(req, cfg)
+    except OSError as e:
+        write_all(status_w, frame({"error": f"worker setup: {e}"}))
+        os._exit(1)
+    os.dup2(stdin_r, 0)
+    os.dup2(stdout_w, 1)
+    os.dup2(stderr_w, 2)
+    os.dup2(req_r, 3)
+    os.dup2(status_w, 4)
+    _libc.syscall(SYS_CLOSE_RANGE, 5, 0xFFFFFFFF, 0)
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)  # every capability goes with root
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, None, 0, 0), "no_new_privs")
+    landlock(["/tmp", "/dev/shm"])
+    seccomp(bpf)
+    try:
+        req, payload = read_frame(3)
+    except EOFError:
+        os._exit(0)  # the runner is going away
+    os.close(3)
+    pos = 0
+    for f in req.get("files", []):
+        data = payload[pos:pos + f["len"]]
+        pos += f["len"]
+        fd = os.open(os.path.join("/tmp", f["name"]), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                     f.get("mode", 0o644))
+        write_all(fd, data)
+        os.close(fd)
+    del payload
+    os.chdir("/tmp")
+    env = req.get("env", {})
+    os.environ.clear()
+    os.environ.update(env)
+    lim = dict(req.get("limits", {}))
+    if req.get("mode") == "python":
+        os.close(4)  # the zygote's wait status is the report
+        lim["as_base"] = vm_size()
+        set_limits(lim)
+        gc.enable()
+        run_python(req["code"], req.get("args", []), "/tmp/" + req.get("filename", "main.py"))
+    # Anything else runs as pid 2 under us: we stay as its init (reaping, signals work as
+    # usual for it) and report its own status and usage. Nobody of our uid may read our fds.
+    _libc.prctl(PR_SET_DUMPABLE, 0, None, 0, 0)
+    set_limits(lim)
+    argv = req["argv"]
+    # SIGUSR1 from the dispatcher: out of wall time or output; end the program here so its
+    # usage still comes back. SIGCHLD wakes the wait below.
+    child = [0]
+    signal.signal(signal.SIGUSR1, lambda *_: child[0] and os.kill(child[0], signal.SIGKILL))
+    wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    baseline = vm_hwm_kb("self")
+    try:
+        # posix_spawn is vfork-based: nothing of this interpreter is copied. Python ignores
+        # SIGPIPE and SIGXFSZ; the program gets the defaults.
+        pid = os.posix_spawnp(argv[0], argv, env, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+    except OSError as e:
+        os.write(2, f"warren: exec {argv[0]}: {e.strerror}\n".encode())
+        code = 127 if e.errno == errno.ENOENT else 126
+        write_all(4, frame({"exit_code": code, "signal": 0, "cpu_ms": 0, "maxrss_kb": 0}))
+        os._exit(0)
+    child[0] = pid
+    os.close(0)
+    os.close(1)
+    os.close(2)
+    # The program's peak memory: its rusage counts the larger of its own peak and this
+    # interpreter's (the address space it was spawned from), so below that size it is sampled.
+    peak, delay = 0, 0.002
+    while True:
+        try:
+            done, status, ru = os.wait4(pid, os.WNOHANG)
+        except InterruptedError:
+            continue
+        if done:
+            break
+        peak = max(peak, vm_hwm_kb(pid))
+        select.select([wake_r], [], [], delay)
+        try:
+            os.read(wake_r, 64)
+        except BlockingIOError:
+            pass
+        delay = 0.01
+    report = {
+        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1,
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0,
+        "cpu_ms": int((ru.ru_utime + ru.ru_stime) * 1000),
+        "maxrss_kb": ru.ru_maxrss if ru.ru_maxrss > baseline else peak,
+    }
+    data = b""
+    if req.get("collect"):
+        report["files"], data = read_artifacts(req["collect"], cfg["artifact_limit"])
+    try:
+        write_all(4, frame(report, data))
+    except OSError:
+        pass
+    os._exit(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The zygote: clones workers on request and reports their end; holds nothing of any call.
+
+def zygote_main(sock, cfg, bpf):
+    null = os.open("/dev/null", os.O_RDWR)
+    os.dup2(null, 0)  # the channel stays with the dispatcher alone
+    os.dup2(null, 1)
+    os.close(null)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, None, 0, 0)
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS
+    # Children start with everything frozen: their collector never walks (and so never
+    # copies) the pages of the objects they inherit.
+    gc.disable()
+    gc.freeze()
+    sock.setblocking(False)
+    rfd, wfd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    signal.set_wakeup_fd(wfd)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sel = selectors.DefaultSelector()
+    sel.register(sock.fileno(), selectors.EVENT_READ, "sock")
+    sel.register(rfd, selectors.EVENT_READ, "chld")
+    while True:
+        for key, _ in sel.select():
+            if key.data == "chld":
+                try:
+                    os.read(rfd, 4096)
+                except BlockingIOError:
+                    pass
+                while True:
+                    try:
+                        pid, status, ru = os.wait4(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
+                    if pid == 0:
+                        break
+                    rep = {"exited": pid,
+                           "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1,
+                           "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0,
+                           "cpu_ms": int((ru.ru_utime + ru.ru_stime) * 1000),
+                           "maxrss_kb": ru.ru_maxrss}
+                    sock.setblocking(True)
+                    sock.send(json.dumps(rep).encode())
+                    sock.setblocking(False)
+                continue
+            try:
+                msg, fds, _, _ = socket.recv_fds(sock, 4096, 8)
+            except BlockingIOError:
+                continue
+            if not msg:
+                os._exit(0)
+            req = json.loads(msg)
+            pid = _clone(SYS_CLONE, flags | signal.SIGCHLD, None, None, None, 0)
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                worker_main(fds, req, cfg, bpf)
+                os._exit(122)
+            err = ctypes.get_errno()
+            for fd in fds:
+                os.close(fd)
+            sock.setblocking(True)
+            if pid < 0:
+                sock.send(json.dumps({"error": f"clone: {os.strerror(err)}"}).encode())
+            else:
+                pidfd = os.pidfd_open(pid)
+                socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [pidfd])
+                os.close(pidfd)
+            sock.setblocking(False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The dispatcher.
+
+class Worker:
+    def __init__(self, uid, fds):
+        # Our ends of its request, stdin, stdout, stderr and status pipes.
+        self.uid = uid
+        self.req_w, self.stdin_w, self.out_r, self.err_r, self.status_r = fds
+        self.pid = 0
+        self.pidfd = -1
+        self.run = None
+        self.exit = None  # the zygote's report of W's end
+
+
+class Run:
+    def __init__(self, header, payload):
+        self.id = header["id"]
+        self.header = header
+        self.payload = payload
+        self.python = header.get("mode") == "python"
+        self.out = [bytearray(), bytearray()]
+        self.truncated = [False, False]
+        self.status = bytearray()
+        self.open = set()
+        self.deadline = 0.0
+        self.start = 0.0
+        self.timed_out = False
+        self.output_limit = False
+        self.killed_at = None
+        self.stdin = b""
+
+
+class Dispatcher:
+    def __init__(self, cfg, zsock):
+        self.cfg = cfg
+        self.zsock = zsock
+        self.sel = selectors.DefaultSelector()
+        self.ready = []        # workers set up and waiting for a call
+        self.forking = []      # fork requests sent to the zygote, answered in order
+        self.by_pid = {}       # W's pid -> worker, until the zygote reports its end
+        self.queue = []        # runs waiting for a worker
+        self.fd_owner = {}     # fd -> (worker, what)
+        self.free_uids = list(range(cfg["uid_base"], cfg["uid_base"] + cfg["max_workers"] * 2))
+        self.live = 0          # workers forked whose end has not been reported
+        self.inbuf = bytearray()
+        self.out_pending = bytearray()
+        os.set_blocking(0, False)
+        self.sel.register(0, selectors.EVENT_READ, "channel")
+        self.sel.register(zsock.fileno(), selectors.EVENT_READ, "zygote")
+
+    def send(self, header, payload=b""):
+        self.out_pending += frame(header, payload)
+        while self.out_pending:
+            n = os.write(1, self.out_pending)
+            del self.out_pending[:n]
+
+    def fork_worker(self):
+        uid = self.free_uids.pop(0)
+        theirs, ours = [], []
+        for direction in ("req", "stdin", "out", "err", "status"):
+            r, w = os.pipe2(os.O_CLOEXEC)
+            if direction in ("req", "stdin"):
+                theirs.append(r), ours.append(w)
+            else:
+                theirs.append(w), ours.append(r)
+        socket.send_fds(self.zsock, [json.dumps({"uid": uid}).encode()], theirs)
+        for fd in theirs:
+            os.close(fd)
+        self.forking.append(Worker(uid, ours))
+        self.live += 1
+
+    def top_up(self):
+        prefork = self.cfg["prefork"]
+        want = prefork + len(self.queue)
+        while (len(self.ready) + len(self.forking) < want and self.free_uids
+               and self.live < self.cfg["max_workers"] + prefork):
+            self.fork_worker()
+
+    def on_zygote(self):
+        try:
+            msg, fds, _, _ = socket.recv_fds(self.zsock, 4096, 1)
+        except BlockingIOError:
+            return
+        if not msg:
+            raise SystemExit("zygote ended")
+        rep = json.loads(msg)
+        if "exited" in rep:
+            w = self.by_pid.pop(rep["exited"], None)
+            if w is None:
+                return
+            w.exit = rep
+            if w.run is None:  # died before any call: its setup failed
+                self.ready = [r for r in self.ready if r is not w]
+                err = self.read_setup_error(w)
+                self.discard(w)
+                self.send({"t": "log", "error": err, "damaged": True})
+            else:
+                w.run.open.discard("exit")
+                self.maybe_finish(w)
+            return
+        w = self.forking.pop(0)
+        if "error" in rep:
+            self.discard(w)
+            self.send({"t": "log", "error": rep["error"], "damaged": True})
+            return
+        w.pid, w.pidfd = rep["pid"], fds[0]
+        self.by_pid[w.pid] = w
+        self.ready.append(w)
+        self.drain_queue()
+
+    def read_setup_error(self, w):
+        try:
+            os.set_blocking(w.status_r, False)
+            h, _ = json.loads(os.read(w.status_r, 65536)[8:] or b"{}"), None
+            return h.get("error", "worker ended before its call")
+        except (OSError, ValueError):
+            return "worker ended before its call"
+
+    def discard(self, w):
+        for fd in (w.req_w, w.stdin_w, w.out_r, w.err_r, w.status_r, w.pidfd):
+            if fd >= 0:
+                self.close_fd(fd)
+        w.req_w = w.stdin_w = w.out_r = w.err_r = w.status_r = w.pidfd = -1
+        self.free_uids.append(w.uid)
+        self.live -= 1
+
+    def close_fd(self, fd):
+        if fd in self.fd_owner:
+            self.sel.unregister(fd)
+            del self.fd_owner[fd]
+        os.close(fd)
+
+    def on_channel(self):
+        try:
+            data = os.read(0, 1 << 20)
+        except BlockingIOError:
+            return
+        if not data:
+            raise SystemExit(0)
+        self.inbuf += data
+        while len(self.inbuf) >= 8:
+            total, hlen = struct.unpack_from("<II", self.inbuf)
+            if len(self.inbuf) < 4 + total:
+                break
+            body = bytes(self.inbuf[8:4 + total])
+            del self.inbuf[:4 + total]
+            header = json.loads(body[:hlen])
+            if header.get("t") == "run":
+                self.queue.append(Run(header, body[hlen:]))
+        self.drain_queue()
+
+    def drain_queue(self):
+        while self.queue and self.ready:
+            self.start(self.ready.pop(0), self.queue.pop(0))
+        self.top_up()
+
+    def start(self, w, run):
+        h = run.header
+        w.run = run
+        files_len = sum(f["len"] for f in h.get("files", []))
+        req = {k: h[k] for k in ("mode", "argv", "code", "args", "filename", "env", "files",
+                                 "limits", "collect") if k in h}
+        run.stdin = run.payload[files_len:]
+        run.start = time.monotonic()
+        run.deadline = run.start + h.get("limits", {}).get("wall_ms", 10000) / 1000.0
+        run.open = {0, 1, "status", "exit"}
+        for fd, what in ((w.out_r, 0), (w.err_r, 1), (w.status_r, "status")):
+            os.set_blocking(fd, False)
+            self.fd_owner[fd] = (w, what)
+            self.sel.register(fd, selectors.EVENT_READ, "worker")
+        try:
+            write_all(w.req_w, frame(req, run.payload[:files_len]))
+        except OSError:
+            pass  # W is gone; its end (and the error it left) comes from the zygote
+        self.close_fd(w.req_w)
+        w.req_w = -1
+        if run.stdin:
+            os.set_blocking(w.stdin_w, False)
+            self.fd_owner[w.stdin_w] = (w, "stdin")
+            self.sel.register(w.stdin_w, selectors.EVENT_WRITE, "worker")
+        else:
+            self.close_fd(w.stdin_w)
+            w.stdin_w = -1
+
+    def on_worker(self, fd):
+        w, what = self.fd_owner[fd]
+        run = w.run
+        if what == "stdin":
+            try:
+                n = os.write(fd, run.stdin[:1 << 16])
+                run.stdin = run.stdin[n:]
+            except BlockingIOError:
+                return
+            except OSError:
+                run.stdin = b""  # the program closed its stdin
+            if not run.stdin:
+                self.close_fd(fd)
+                w.stdin_w = -1
+            return
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not data:
+            self.close_fd(fd)
+            run.open.discard(what)
+            if what == "status":
+                w.status_r = -1
+            elif what == 0:
+                w.out_r = -1
+            else:
+                w.err_r = -1
+            self.maybe_finish(w)
+        elif what == "status":
+            run.status += data
+            if len(run.status) > self.cfg["artifact_limit"] + (1 << 20):
+                self.kill(w, run, hard=True)
+        else:
+            cap = run.header.get("limits", {}).get("max_output", 1 << 20)
+            room = cap - len(run.out[what])
+            if len(data) > room:
+                run.truncated[what] = True
+                if not run.output_limit:
+                    run.output_limit = True
+                    self.kill(w, run)
+                data = data[:max(room, 0)]
+            run.out[what] += data
+
+    def kill(self, w, run, hard=False):
+        """Python runs in W itself: end it. A spawned program is ended by W (SIGUSR1), which
+        then reports its usage; W is killed outright if it has not done so within 0.5 s."""
+        if w.pidfd < 0:
+            return
+        sig = signal.SIGKILL if (hard or run.python) else signal.SIGUSR1
+        if run.killed_at is None or hard:
+            run.killed_at = time.monotonic()
+            try:
+                signal.pidfd_send_signal(w.pidfd, sig)
+            except OSError:
+                pass
+
+    def maybe_finish(self, w):
+        run = w.run
+        if run is None or run.open:
+            return
+        wall_ms = int((time.monotonic() - run.start) * 1000)
+        res = {"t": "result", "id": run.id, "wall_ms": wall_ms, "timed_out": run.timed_out,
+               "output_limit": run.output_limit, "stdout_truncated": run.truncated[0],
+               "stderr_truncated": run.truncated[1]}
+        for k in ("exit_code", "signal", "cpu_ms", "maxrss_kb"):
+            res[k] = w.exit.get(k, 0)
+        files = b""
+        st = bytes(run.status)
+        if len(st) >= 8:
+            total, hl = struct.unpack_from("<II", st)
+            try:
+                rep = json.loads(st[8:8 + hl])
+            except ValueError:
+                rep = {"error": "unreadable worker report"}
+            files = st[8 + hl:4 + total]
+            if "error" in rep:
+                res["error"] = rep["error"]
+                res["damaged"] = True
+            elif not run.python:
+                res.update(rep)
+        elif not run.python and not (run.timed_out or run.output_limit or run.killed_at):
+            res["error"] = "worker ended without a report"
+            res["damaged"] = True
+        res["stdout_len"], res["stderr_len"] = len(run.out[0]), len(run.out[1])
+        w.run = None
+        self.discard(w)
+        self.send(res, bytes(run.out[0]) + bytes(run.out[1]) + files)
+        self.top_up()
+
+    def check_deadlines(self):
+        now = time.monotonic()
+        nearest = None
+        for w in list(self.by_pid.values()):
+            run = w.run
+            if run is None:
+                continue
+            if run.killed_at is None and now >= run.deadline:
+                run.timed_out = True
+                self.kill(w, run)
+            elif run.killed_at is not None and now - run.killed_at >= 0.5:
+                self.kill(w, run, hard=True)
+            t = run.deadline if run.killed_at is None else run.killed_at + 0.5
+            nearest = t if nearest is None else min(nearest, t)
+        return None if nearest is None else max(0.0, nearest - now)
+
+    def loop(self):
+        self.top_up()
+        self.send({"t": "ready", "pid": os.getpid(), "python": sys.version.split()[0]})
+        while True:
+            timeout = self.check_deadlines()
+            for key, _ in self.sel.select(timeout):
+                if key.data == "channel":
+                    self.on_channel()
+                elif key.data == "zygote":
+                    self.on_zygote()
+                elif key.fd in self.fd_owner:
+                    self.on_worker(key.fd)
+
+
+def root_flags():
+    f = os.statvfs("/").f_flag
+    out = 0
+    for st, ms in ((1, MS_RDONLY), (2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC),
+                   (1024, MS_NOATIME), (2048, MS_NODIRATIME), (4096, MS_RELATIME)):
+        if f & st:
+            out |= ms
+    return out
+
+
+def main():
+    os.set_blocking(0, True)
+    cfg, bpf = read_frame(0)
+    with open("/proc/self/mountinfo") as f:
+        shared = any(" shared:" in line for line in f)
+    cfg.setdefault("max_workers", 4)
+    cfg.setdefault("prefork", 2)
+    cfg.setdefault("tmp_bytes", 256 << 20)
+    cfg.setdefault("artifact_limit", 64 << 20)
+    cfg.update(make_private=shared, has_shm=os.path.isdir("/dev/shm"), root_flags=root_flags())
+    zsock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        zsock.close()
+        zygote_main(theirs, cfg, bpf)
+        os._exit(0)
+    theirs.close()
+    zsock.setblocking(False)
+    Dispatcher(cfg, zsock).loop()
+
+
+if __name__ == "__main__":
+    main()

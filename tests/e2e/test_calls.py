@@ -1,0 +1,258 @@
+"""fncall (POST /v1/calls): verdicts in each language, limits, hostile programs, isolation
+between calls, the pool staying healthy; through the HTTP API, the SDK and `warren call`.
+The runner image is a real Debian userland with python3, gcc and g++ (mmdebstrap)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import time
+
+import pytest
+
+from conftest import RUNNER_IMAGE
+
+
+@pytest.fixture(scope="session")
+def runner(server):
+    layers = {f'{l["name"]}:{l["tag"]}' for l in server.http("GET", "/v1/layers").json["layers"]}
+    if RUNNER_IMAGE not in layers:
+        r = server.cli("image", "build", RUNNER_IMAGE, "--debian", "bookworm",
+                       "--packages", "python3,gcc,g++,libc6-dev", timeout=900)
+        assert r.returncode == 0, f"runner image build failed:\n{r.stderr[-4000:]}"
+    return RUNNER_IMAGE
+
+
+def call(server, **req):
+    r = server.http("POST", "/v1/calls", req, timeout=180)
+    assert r.status == 200, r
+    return r.json
+
+
+def test_python_runs_with_stdin_and_args(server, runner):
+    res = call(server, language="python", code="import sys\nprint(input()[::-1], sys.argv[1:])",
+               stdin="abc\n", args=["x", "y"])
+    assert res["verdict"] == "ok", res
+    assert res["stdout"] == "cba ['x', 'y']\n"
+    assert res["exit_code"] == 0 and res["signal"] is None and res["compile"] is None
+    assert res["duration_ms"] >= 0 and res["memory_peak_kb"] > 0
+
+
+@pytest.mark.parametrize("lang,code", [
+    ("python", "a, b = map(int, input().split())\nprint(a + b)"),
+    ("bash", "read a b; echo $((a + b))"),
+    ("c", '#include <stdio.h>\nint main(void){long a,b;scanf("%ld %ld",&a,&b);printf("%ld\\n",a+b);return 0;}'),
+    ("cpp", "#include <iostream>\nint main(){long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}"),
+])
+def test_cases_are_judged_in_every_language(server, runner, lang, code):
+    cases = [{"stdin": "1 2\n", "expected": "3\n"}, {"stdin": "40 2\n", "expected": "42\n"},
+             {"stdin": "2 2\n", "expected": "5\n"}]
+    res = call(server, language=lang, code=code, cases=cases)
+    assert res["verdict"] == "ok", res
+    assert [c["verdict"] for c in res["cases"]] == ["passed", "passed", "wrong_answer"], res
+    assert res["cases"][2]["stdout"] == "4\n"
+    if lang in ("c", "cpp"):
+        assert res["compile"]["ok"] is True and res["compile"]["duration_ms"] > 0
+    else:
+        assert res["compile"] is None
+
+
+def test_whitespace_compare(server, runner):
+    cases = [{"stdin": "", "expected": "1 2\n3"}]
+    code = "print('1  2')\nprint(3, end='   \\n\\n')"
+    assert call(server, language="python", code=code, cases=cases)["cases"][0]["verdict"] == "wrong_answer"
+    res = call(server, language="python", code=code, cases=cases, compare="whitespace")
+    assert res["cases"][0]["verdict"] == "passed"
+
+
+def test_compile_error_carries_the_compilers_message(server, runner):
+    res = call(server, language="cpp", code="int main() { return undefined_name; }",
+               cases=[{"stdin": "", "expected": ""}])
+    assert res["verdict"] == "compile_error"
+    assert res["compile"]["ok"] is False and "undefined_name" in res["compile"]["stderr"]
+    assert [c["verdict"] for c in res["cases"]] == ["compile_error"]
+
+
+def test_compile_bombs_end_as_compile_errors(server, runner):
+    t = time.time()
+    res = call(server, language="c", code="#include </dev/zero>\nint main(){}")
+    assert res["verdict"] == "compile_error", res
+    res = call(server, language="cpp", code="#include </dev/random>\nint main(){}")
+    assert res["verdict"] == "compile_error", res
+    assert time.time() - t < 90
+
+
+@pytest.mark.parametrize("lang,code", [
+    ("python", "while True: pass"),
+    ("python", "import time\ntime.sleep(30)"),
+    ("c", "int main(void){volatile unsigned long x=0; for(;;) x++;}"),
+    ("bash", "while :; do :; done"),
+])
+def test_time_limit(server, runner, lang, code):
+    t = time.time()
+    res = call(server, language=lang, code=code, timeout_s=1)
+    assert res["verdict"] == "time_limit", res
+    assert time.time() - t < 15
+
+
+@pytest.mark.parametrize("lang,code", [
+    ("python", "x = bytearray(10**10)"),
+    ("python", "a = []\nwhile True: a.append(' ' * 10**6)"),
+    ("c", "#include <stdlib.h>\n#include <string.h>\nint main(void){for(;;){char*p=malloc(1<<20); memset(p,1,1<<20);}}"),
+    ("cpp", "#include <vector>\nint main(){std::vector<long> v; for(;;) v.push_back(1);}"),
+])
+def test_memory_limit(server, runner, lang, code):
+    res = call(server, language=lang, code=code, memory_mb=64, timeout_s=5)
+    assert res["verdict"] == "memory_limit", res
+
+
+@pytest.mark.parametrize("lang,code,signal", [
+    ("python", "raise ValueError('boom')", None),
+    ("python", "import sys; sys.exit(3)", None),
+    ("c", "int main(void){int *p = 0; return *p;}", "SIGSEGV"),
+    ("cpp", "#include <cassert>\nint main(){assert(1 == 2);}", "SIGABRT"),
+    ("cpp", "#include <stdexcept>\nint main(){throw std::runtime_error(\"x\");}", "SIGABRT"),
+])
+def test_runtime_errors(server, runner, lang, code, signal):
+    res = call(server, language=lang, code=code)
+    assert res["verdict"] == "runtime_error", res
+    assert res["signal"] == signal
+    if lang == "python":
+        assert res["exit_code"] in (1, 3)
+        assert "zygote" not in res["stderr"]
+    if "ValueError" in code:
+        assert "ValueError: boom" in res["stderr"] and 'File "/tmp/main.py", line 1' in res["stderr"]
+
+
+def test_output_limit(server, runner):
+    t = time.time()
+    res = call(server, language="python", code="while True: print('y' * 1000)")
+    assert res["verdict"] == "output_limit", res
+    assert res["stdout_truncated"] is True and len(res["stdout"]) <= (1 << 20)
+    res = call(server, language="bash", code="yes | head -c 100000000 > /tmp/big; echo done",
+               max_output_bytes=1000)
+    assert res["verdict"] in ("output_limit", "runtime_error", "ok")  # the file cap is 64 MiB
+    assert time.time() - t < 60
+
+
+def test_fork_bomb_is_contained_and_pool_stays_healthy(server, runner):
+    res = call(server, language="bash", code=":(){ :|:& };:", timeout_s=2)
+    assert res["verdict"] in ("time_limit", "runtime_error", "ok"), res
+    res = call(server, language="python",
+               code="import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", timeout_s=2)
+    assert res["verdict"] in ("time_limit", "runtime_error"), res
+    assert call(server, language="python", code="print('alive')")["stdout"] == "alive\n"
+
+
+SPY = r"""
+import os, socket, time
+found = {
+  "tmp": sorted(os.listdir("/tmp")),
+  "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+  "uid": os.getuid(),
+  "hostname": socket.gethostname(),
+}
+open("/tmp/mark-" + str(os.getpid()) + "-" + MARK, "w").write("secret")
+for path in ("/etc/evil", "/var/tmp/evil", "/root/evil", "/dev/shm/../evil"):
+    try:
+        open(path, "w").write("x")
+        found.setdefault("wrote", []).append(path)
+    except OSError:
+        pass
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=1)
+    found["reached_host"] = True
+except OSError:
+    found["reached_host"] = False
+time.sleep(SLEEP)
+print(repr(found))
+"""
+
+
+def test_calls_see_nothing_of_each_other(server, runner):
+    def spy(mark, sleep):
+        code = SPY.replace("MARK", repr(mark)).replace("PORT", str(server.port)).replace("SLEEP", str(sleep))
+        res = call(server, language="python", code=code)
+        assert res["verdict"] == "ok", res
+        return eval(res["stdout"])
+
+    with cf.ThreadPoolExecutor(4) as ex:
+        found = list(ex.map(lambda i: spy(f"c{i}", 1.0), range(4)))
+    later = spy("later", 0)
+    for f in found + [later]:
+        assert f["tmp"] == ["main.py"], f          # no other call's files, before or after
+        assert f["pids"] == [1], f                  # only itself in its pid namespace
+        assert "wrote" not in f, f                  # nothing writable outside its own /tmp
+        assert f["reached_host"] is False, f        # no network to the host
+        assert f["uid"] != 0 and f["hostname"] == "sandbox"
+    assert len({f["uid"] for f in found}) == 4      # concurrent calls: each its own uid
+
+
+def test_a_call_cannot_make_namespaces_or_mount(server, runner):
+    code = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.unshare(0x10000000), ctypes.get_errno())   # CLONE_NEWUSER
+print(libc.unshare(0x00020000), ctypes.get_errno())   # CLONE_NEWNS
+print(libc.mount(b"none", b"/tmp", b"tmpfs", 0, None), ctypes.get_errno())
+print(libc.ptrace(0, 0, 0, 0), ctypes.get_errno())
+"""
+    res = call(server, language="python", code=code)
+    assert res["verdict"] == "ok", res
+    assert res["stdout"].split("\n")[:4] == ["-1 1"] * 4, res["stdout"]
+
+
+def test_bad_requests_are_clear_errors(server, runner):
+    for body, why in [({"language": "cobol", "code": "x"}, "unknown language"),
+                      ({"language": "python"}, "`code` is required"),
+                      ({"language": "python", "code": "1", "timeout_s": -1}, "timeout_s"),
+                      ({"language": "python", "code": "1", "memory_mb": 10**9}, "memory_mb"),
+                      ({"language": "python", "code": "1", "cases": "no"}, "cases"),
+                      ({"language": "python", "code": "1", "image": "nope:1"}, "unknown runner image")]:
+        r = server.http("POST", "/v1/calls", body)
+        assert r.status == 400, (body, r)
+        assert why in r.json["error"]["message"], (why, r.json)
+
+
+def test_batch_and_sdk(server, runner):
+    c = server.client()
+    res = c.call(language="python", code="print(input().upper())", stdin="hi\n")
+    assert res.verdict == "ok" and res.stdout == "HI\n"
+    many = c.call_many([{"language": "python", "code": f"print({i}*{i})"} for i in range(20)]
+                       + [{"language": "cobol", "code": ""}])
+    assert [m.stdout for m in many[:20]] == [f"{i * i}\n" for i in range(20)]
+    assert many[20].get("error") is not None
+
+
+def test_cli_call(server, runner, tmp_path):
+    src = tmp_path / "main.c"
+    src.write_text('#include <stdio.h>\nint main(void){int n; scanf("%d",&n); printf("%d\\n", n*2); return 0;}')
+    inp = tmp_path / "in.txt"
+    inp.write_text("21\n")
+    r = server.cli("call", "--lang", "c", "--code", str(src), "--stdin", str(inp))
+    assert r.returncode == 0 and r.stdout == "42\n", r
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([{"stdin": "1\n", "expected": "2\n"}, {"stdin": "2\n", "expected": "5\n"}]))
+    r = server.cli("call", "--lang", "c", "--code", str(src), "--cases", str(cases))
+    assert r.returncode == 1 and "passed" in r.stdout and "wrong_answer" in r.stdout and "1/2 passed" in r.stdout
+    r = server.cli("call", "--lang", "python", "--code", "-", input="import sys; sys.exit(4)")
+    assert r.returncode == 4
+    r = server.cli("call", "--lang", "python", "--code", "-", "--timeout", "1", input="while 1: pass")
+    assert r.returncode == 124 and "time_limit" in r.stderr
+
+
+def test_pool_stays_healthy_across_many_calls(server, runner):
+    bad = ["while True: pass", "import os\nos.kill(os.getpid(), 9)", "x = bytearray(10**10)",
+           "print('z' * 3000000)", "import os\nos.close(1)\nprint(1)"]
+    with cf.ThreadPoolExecutor(4) as ex:
+        futs = [ex.submit(call, server, language="python", code=bad[i % len(bad)] if i % 4 == 0 else f"print({i})",
+                          timeout_s=1) for i in range(300)]
+        results = [f.result() for f in futs]
+    for i, r in enumerate(results):
+        if i % 4:
+            assert r["verdict"] == "ok" and r["stdout"] == f"{i}\n", (i, r)
+    node = server.http("GET", "/v1/nodes").json["nodes"][0]
+    fn = node["fncall"]
+    assert fn["runners"] and all(r["healthy"] for r in fn["runners"]), fn
+    metrics = server.http("GET", "/metrics").body.decode()
+    assert "warren_calls_total" in metrics and "warren_call_seconds_bucket" in metrics

@@ -50,6 +50,9 @@ struct Exec {
   UniqueFd out, err, in;
   std::string pending_stdin;
   bool stdin_eof = false;
+  // Whether the stdin pipe is watched for EPOLLOUT: only while there is something to write
+  // (level-triggered, it would otherwise wake the loop forever while a client sends nothing).
+  bool stdin_armed = false;
   int64_t deadline_ms = 0;  // 0: none
   int64_t exited_at_ms = 0;
   uint64_t max_output = 1 << 20;
@@ -96,6 +99,7 @@ class Agent {
   void CheckTimers();
   void MaybeFinish(Exec& e);
   void Watch(int fd, uint32_t events, bool add);
+  void Rearm(int fd, uint32_t events);
 
   UniqueFd epoll_, sigfd_;
   std::map<std::string, std::unique_ptr<Exec>> execs_;
@@ -194,6 +198,13 @@ void Agent::Watch(int fd, uint32_t events, bool add) {
   epoll_ctl(epoll_.get(), add ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, fd, add ? &ev : nullptr);
 }
 
+void Agent::Rearm(int fd, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
+}
+
 void Agent::StartExec(Message& m) {
   const json& h = m.header;
   std::string id = h.value("id", "");
@@ -280,6 +291,7 @@ void Agent::StartExec(Message& m) {
     e->stdin_eof = !h.value("stdin_more", false);
     fd_owner_[e->in.get()] = {id, 2};
     Watch(e->in.get(), EPOLLOUT, true);
+    e->stdin_armed = true;
   }
   execs_[id] = std::move(e);
 }
@@ -299,15 +311,23 @@ void Agent::WriteStdin(Exec& e) {
     fd_owner_.erase(e.in.get());
     Watch(e.in.get(), 0, false);
     e.in.Reset();
+  } else if (e.in && e.pending_stdin.empty() && e.stdin_armed) {
+    Rearm(e.in.get(), 0);
+    e.stdin_armed = false;
   }
 }
 
 void Agent::HandleStdin(Message& m) {
   auto it = execs_.find(m.header.value("id", ""));
   if (it == execs_.end() || !it->second->in) return;
-  it->second->pending_stdin += m.payload;
-  if (m.header.value("eof", false)) it->second->stdin_eof = true;
-  WriteStdin(*it->second);
+  Exec& e = *it->second;
+  e.pending_stdin += m.payload;
+  if (m.header.value("eof", false)) e.stdin_eof = true;
+  WriteStdin(e);
+  if (e.in && !e.pending_stdin.empty() && !e.stdin_armed) {
+    Rearm(e.in.get(), EPOLLOUT);
+    e.stdin_armed = true;
+  }
 }
 
 void Agent::HandleSignal(Message& m) {
@@ -480,7 +500,14 @@ void Agent::HandleResume(Message& m) {
     resend(f.exec->id, f.exec.get());
     Reply(f.exit);
   }
-  for (auto& [fd, owner] : fd_owner_) Watch(fd, owner.second == 2 ? EPOLLOUT : EPOLLIN, true);
+  for (auto& [fd, owner] : fd_owner_) {
+    uint32_t ev = EPOLLIN;
+    if (owner.second == 2) {
+      auto it = execs_.find(owner.first);
+      ev = it != execs_.end() && it->second->stdin_armed ? EPOLLOUT : 0;
+    }
+    Watch(fd, ev, true);
+  }
   std::vector<Exec*> exited;
   for (auto& [id, e] : execs_)
     if (e->exited) exited.push_back(e.get());

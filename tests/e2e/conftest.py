@@ -235,6 +235,17 @@ def server(tmp_path_factory):
         safe_rmtree(data_dir)
 
 
+@pytest.fixture(scope="session")
+def runner(server):
+    """The fncall runner image: a real Debian userland with python3, gcc and g++ (mmdebstrap)."""
+    layers = {f'{l["name"]}:{l["tag"]}' for l in server.http("GET", "/v1/layers").json["layers"]}
+    if RUNNER_IMAGE not in layers:
+        r = server.cli("image", "build", RUNNER_IMAGE, "--debian", "bookworm",
+                       "--packages", "python3,gcc,g++,libc6-dev", timeout=900)
+        assert r.returncode == 0, f"runner image build failed:\n{r.stderr[-4000:]}"
+    return RUNNER_IMAGE
+
+
 def _build_rootfs(root: Path) -> None:
     busybox = shutil.which("busybox", path="/bin:/usr/bin:/sbin:/usr/sbin")
     if not busybox:

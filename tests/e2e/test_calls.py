@@ -10,17 +10,6 @@ import time
 
 import pytest
 
-from conftest import RUNNER_IMAGE
-
-
-@pytest.fixture(scope="session")
-def runner(server):
-    layers = {f'{l["name"]}:{l["tag"]}' for l in server.http("GET", "/v1/layers").json["layers"]}
-    if RUNNER_IMAGE not in layers:
-        r = server.cli("image", "build", RUNNER_IMAGE, "--debian", "bookworm",
-                       "--packages", "python3,gcc,g++,libc6-dev", timeout=900)
-        assert r.returncode == 0, f"runner image build failed:\n{r.stderr[-4000:]}"
-    return RUNNER_IMAGE
 
 
 def call(server, **req):
@@ -70,7 +59,7 @@ def test_compile_error_carries_the_compilers_message(server, runner):
                cases=[{"stdin": "", "expected": ""}])
     assert res["verdict"] == "compile_error"
     assert res["compile"]["ok"] is False and "undefined_name" in res["compile"]["stderr"]
-    assert [c["verdict"] for c in res["cases"]] == ["compile_error"]
+    assert res["cases"] is None
 
 
 def test_compile_bombs_end_as_compile_errors(server, runner):

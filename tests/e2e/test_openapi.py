@@ -106,7 +106,10 @@ ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResu
              ("ExecResult", "error"), ("StreamOutputLine", "data_b64"), ("Layer", "ref"),
              ("Layer", "source"), ("SandboxSpec", "open_files"), ("Sandbox", "open_files"),
              ("Sandbox", "layers"), ("Sandbox", "owner"), ("Lease", "owner"), ("Lease", "ttl_s"),
-             ("Lease", "created_at")}
+             ("Lease", "created_at"), ("CallRequest", "max_output_bytes"), ("CallRequest", "env"),
+             ("CallResult", "stdout_truncated"), ("CallResult", "stderr_truncated"),
+             ("CallCaseResult", "signal"), ("CallCaseResult", "stderr"), ("CallCaseResult", "timed_out"),
+             ("CallCaseResult", "stdout_truncated"), ("CallCaseResult", "stderr_truncated")}
 
 ERROR_STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
                 "conflict": 409, "quota": 429, "internal": 500, "unavailable": 503}
@@ -732,10 +735,12 @@ def _find(path: str, method: str) -> Tuple[dict, dict]:
 
 
 @pytest.mark.parametrize("path,method", _op_params())
-def test_operation_against_server(server, ctx, sandboxes, path, method):
+def test_operation_against_server(server, ctx, sandboxes, path, method, request):
     """(b) Routed and answering as documented; planned ones answer what x-warren-today says."""
     op, item = _find(path, method)
     oid = op_id(path, method, op)
+    if oid in ("call", "callMany"):
+        request.getfixturevalue("runner")  # the server's default runner image must exist
     overrides: Dict[str, str] = {}
     if oid == "signalExec":
         overrides["exec_id"] = ctx.running_exec()

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "base/ids.h"
 #include "runtime/fncall/judge.h"
@@ -156,6 +157,11 @@ Result<RunResult> CallService::RunOn(const std::string& image, const RunRequest&
 
 Result<json> CallService::Call(const json& rq) {
   if (!rq.is_object()) return Bad("the body must be a JSON object");
+  static const std::set<std::string> kFields = {
+      "language", "code", "stdin", "args", "timeout_s", "memory_mb", "cases",
+      "compare", "image", "max_output_bytes", "env"};
+  for (const auto& [k, v] : rq.items())
+    if (!kFields.count(k)) return Bad("unknown field `" + k + "`");
   Status err;
   const std::string lang_name = StrField(rq, "language", "", &err);
   const std::string code = StrField(rq, "code", "", &err);
@@ -225,6 +231,8 @@ Result<json> CallService::Call(const json& rq) {
       return Bad("`cases` must be a list of 1 to 1000 {stdin, expected}");
     for (const auto& c : rq["cases"]) {
       if (!c.is_object()) return Bad("each case must be an object {stdin, expected}");
+      for (const auto& [k, v] : c.items())
+        if (k != "stdin" && k != "expected") return Bad("unknown field `" + k + "` in a case");
       Status e;
       Case k{StrField(c, "stdin", "", &e), StrField(c, "expected", "", &e)};
       WARREN_RETURN_IF_ERROR(e);
@@ -259,14 +267,7 @@ Result<json> CallService::Call(const json& rq) {
       result.update({{"verdict", "compile_error"}, {"exit_code", cr.exit_code},
                      {"signal", nullptr}, {"stdout", ""}, {"stderr", msg}, {"timed_out", false},
                      {"duration_ms", 0}, {"cpu_ms", 0}, {"memory_peak_kb", 0}});
-      if (judged) {
-        json cs = json::array();
-        for (size_t i = 0; i < cases.size(); ++i)
-          cs.push_back({{"verdict", "compile_error"}, {"exit_code", nullptr}, {"stdout", ""},
-                        {"duration_ms", 0}, {"cpu_ms", 0}, {"memory_peak_kb", 0}});
-        result["cases"] = cs;
-      }
-      return result;
+      return result;  // cases stay null: none ran
     }
     run_files = std::move(cr.files);
   } else {
@@ -342,6 +343,8 @@ Result<json> CallService::Call(const json& rq) {
 Result<json> CallService::CallBatch(const json& rq) {
   if (!rq.is_object() || !rq.contains("calls") || !rq["calls"].is_array())
     return Bad("the body must be {\"calls\": [CallRequest, ...]}");
+  for (const auto& [k, v] : rq.items())
+    if (k != "calls") return Bad("unknown field `" + k + "`");
   const json& calls = rq["calls"];
   if (calls.size() > 10000) return Bad("at most 10000 calls per batch");
   std::vector<json> out(calls.size());

@@ -20,9 +20,12 @@
 #
 # Channel frames (both directions): u32 LE length of the rest, u32 LE header length, JSON
 # header, payload bytes.
+import atexit
+import builtins
 import ctypes
 import errno
 import gc
+import io
 import fcntl
 import json
 import os
@@ -34,6 +37,8 @@ import socket
 import struct
 import sys
 import time
+import traceback
+import types
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
@@ -196,12 +201,10 @@ def vm_size():
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def run_python(code, args, filename):
-    import builtins
-    import io
-    import types
-    sys.argv = [filename] + list(args)
-    sys.path[0:0] = [os.path.dirname(filename)]
+def prepare_python():
+    """Before the request: what every Python run needs and no request decides (fresh streams on
+    the call's pipes, a __main__ module, the compiler warmed), so the pages this touches are
+    copied while the worker waits rather than while the call runs."""
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
                                  encoding="utf-8", errors="surrogateescape")
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
@@ -210,8 +213,15 @@ def run_python(code, args, filename):
                                   encoding="utf-8", errors="backslashreplace", line_buffering=True)
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     main = types.ModuleType("__main__")
-    main.__file__ = filename
     main.__builtins__ = builtins
+    exec(compile("import sys\nx = [str(i) for i in range(3)]\n", "<warm>", "exec"), {})
+    return main
+
+
+def run_python(main, code, args, filename):
+    sys.argv = [filename] + list(args)
+    sys.path[0:0] = [os.path.dirname(filename)]
+    main.__file__ = filename
     sys.modules["__main__"] = main
     status = 0
     try:
@@ -225,12 +235,10 @@ def run_python(code, args, filename):
             print(e.code, file=sys.stderr)
             status = 1
     except BaseException as e:
-        import traceback
         tb = e.__traceback__.tb_next if e.__traceback__ else None  # not our own frame
         traceback.print_exception(type(e), e, tb)
         status = 1
     try:
-        import atexit
         atexit._run_exitfuncs()
         if "threading" in sys.modules:
             sys.modules["threading"]._shutdown()
@@ -241,6 +249,18 @@ def run_python(code, args, filename):
             stream.flush()
         except BaseException:
             status = status or 120
+    # Our own report, so the result need not wait for this process's teardown. The program
+    # could have spoiled fd 4: then the zygote's report of our end counts instead.
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    try:
+        os.close(0)
+        os.close(1)
+        os.close(2)
+        write_all(4, frame({"exit_code": status, "signal": 0, "cpu_ms": int(cpu * 1000),
+                            "maxrss_kb": max(me.ru_maxrss, kids.ru_maxrss)}))
+    except OSError:
+        pass
     os._exit(status)
 
 
@@ -320,6 +340,7 @@ def worker_main(fds, req, cfg, bpf):
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, None, 0, 0), "no_new_privs")
     landlock(["/tmp", "/dev/shm"])
     seccomp(bpf)
+    main = prepare_python()
     try:
         req, payload = read_frame(3)
     except EOFError:
@@ -340,11 +361,10 @@ def worker_main(fds, req, cfg, bpf):
     os.environ.update(env)
     lim = dict(req.get("limits", {}))
     if req.get("mode") == "python":
-        os.close(4)  # the zygote's wait status is the report
         lim["as_base"] = vm_size()
         set_limits(lim)
         gc.enable()
-        run_python(req["code"], req.get("args", []), "/tmp/" + req.get("filename", "main.py"))
+        run_python(main, req["code"], req.get("args", []), "/tmp/" + req.get("filename", "main.py"))
     # Anything else runs as pid 2 under us: we stay as its init (reaping, signals work as
     # usual for it) and report its own status and usage. Nobody of our uid may read our fds.
     _libc.prctl(PR_SET_DUMPABLE, 0, None, 0, 0)
@@ -452,6 +472,8 @@ def zygote_main(sock, cfg, bpf):
                 msg, fds, _, _ = socket.recv_fds(sock, 4096, 8)
             except BlockingIOError:
                 continue
+            except OSError:
+                os._exit(0)  # the dispatcher is gone
             if not msg:
                 os._exit(0)
             req = json.loads(msg)
@@ -486,6 +508,7 @@ class Worker:
         self.pidfd = -1
         self.run = None
         self.exit = None  # the zygote's report of W's end
+        self.finished = False  # its run's result was sent; waiting only for its end
 
 
 class Run:
@@ -565,7 +588,9 @@ class Dispatcher:
             if w is None:
                 return
             w.exit = rep
-            if w.run is None:  # died before any call: its setup failed
+            if w.finished:  # its result went out at its report; now it is gone
+                self.discard(w)
+            elif w.run is None:  # died before any call: its setup failed
                 self.ready = [r for r in self.ready if r is not w]
                 err = self.read_setup_error(w)
                 self.discard(w)
@@ -715,36 +740,51 @@ class Dispatcher:
             except OSError:
                 pass
 
+    def report(self, run):
+        """W's own report (status pipe): (header, files) or (None, b"")."""
+        st = bytes(run.status)
+        if len(st) < 8:
+            return None, b""
+        total, hl = struct.unpack_from("<II", st)
+        try:
+            rep = json.loads(st[8:8 + hl])
+        except ValueError:
+            return None, b""
+        return (rep if isinstance(rep, dict) else None), st[8 + hl:4 + total]
+
     def maybe_finish(self, w):
+        """The result goes out once stdout, stderr and W's report are in, without waiting for
+        W's namespaces to be torn down; W's uid is reused only after the zygote saw it end.
+        Without a report (W was killed, or a Python program closed or spoiled it), the
+        zygote's report of W's end is the result."""
         run = w.run
-        if run is None or run.open:
+        if run is None or run.open - {"exit"}:
+            return
+        rep, files = self.report(run)
+        ok_report = rep is not None and "exit_code" in rep
+        if not ok_report and "exit" in run.open and not (rep and "error" in rep):
             return
         wall_ms = int((time.monotonic() - run.start) * 1000)
         res = {"t": "result", "id": run.id, "wall_ms": wall_ms, "timed_out": run.timed_out,
                "output_limit": run.output_limit, "stdout_truncated": run.truncated[0],
                "stderr_truncated": run.truncated[1]}
-        for k in ("exit_code", "signal", "cpu_ms", "maxrss_kb"):
-            res[k] = w.exit.get(k, 0)
-        files = b""
-        st = bytes(run.status)
-        if len(st) >= 8:
-            total, hl = struct.unpack_from("<II", st)
-            try:
-                rep = json.loads(st[8:8 + hl])
-            except ValueError:
-                rep = {"error": "unreadable worker report"}
-            files = st[8 + hl:4 + total]
-            if "error" in rep:
-                res["error"] = rep["error"]
-                res["damaged"] = True
-            elif not run.python:
-                res.update(rep)
-        elif not run.python and not (run.timed_out or run.output_limit or run.killed_at):
-            res["error"] = "worker ended without a report"
-            res["damaged"] = True
+        if ok_report:
+            for k in ("exit_code", "signal", "cpu_ms", "maxrss_kb", "files"):
+                if k in rep:
+                    res[k] = rep[k]
+        else:
+            for k in ("exit_code", "signal", "cpu_ms", "maxrss_kb"):
+                res[k] = (w.exit or {}).get(k, 0)
+            files = b""
+            if rep and "error" in rep:
+                res["error"], res["damaged"] = rep["error"], True
+            elif not run.python and not (run.timed_out or run.output_limit or run.killed_at):
+                res["error"], res["damaged"] = "worker ended without a report", True
         res["stdout_len"], res["stderr_len"] = len(run.out[0]), len(run.out[1])
         w.run = None
-        self.discard(w)
+        w.finished = True
+        if "exit" not in run.open:
+            self.discard(w)
         self.send(res, bytes(run.out[0]) + bytes(run.out[1]) + files)
         self.top_up()
 

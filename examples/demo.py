@@ -107,6 +107,30 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else 0.0
 
 
+PALINDROME_CASES = [("abba", "True"), ("abc", "False"), ("Never odd or even", "True"), ("", "True")]
+
+
+def judge_with_calls(client, image):
+    """Judges each candidate's is_palindrome through POST /v1/calls; True if the verdicts are
+    the expected ones."""
+    cases = [{"stdin": text + "\n", "expected": want + "\n"} for text, want in PALINDROME_CASES]
+    print("\njudged by fncall (one call per candidate, each case in a fresh worker):")
+    ok = True
+    t0 = time.monotonic()
+    for name, src in CANDIDATES.items():
+        code = src + "\nprint(is_palindrome(input()))\n"
+        res = client.call(language="python", code=code, cases=cases, image=image, timeout_s=1)
+        verdicts = [c["verdict"] for c in res.cases or []]
+        passed = verdicts.count("passed")
+        ms = [c["duration_ms"] for c in res.cases or []]
+        print(f"  {name:<15} {passed}/{len(cases)} passed  {' '.join(v[:2] for v in verdicts)}"
+              f"  ({max(ms) if ms else 0} ms slowest case)")
+        # is_palindrome is right in `correct` and `split-on-space`, wrong in the others.
+        ok &= (passed == len(cases)) == (name in ("correct", "split-on-space"))
+    print(f"  {len(NAMES)} calls, {len(NAMES) * len(cases)} runs in {time.monotonic() - t0:.1f}s")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", default="demo-py:bookworm")
@@ -151,9 +175,12 @@ def main():
     if left:
         print(f"leaked sandboxes: {[s.id for s in left]}")
         return 1
+    # The same candidates judged by the fncall backend: no sandbox of their own, each test case
+    # run in a fresh isolated worker of a runner made from the same Debian base.
+    judged = judge_with_calls(client, args.base)
     right = all(r["reward"] == 1.0 for r in results if r["candidate"] == "correct")
     wrong = all(r["reward"] < 1.0 for r in results if r["candidate"] != "correct")
-    if errors or not right or not wrong:
+    if errors or not right or not wrong or not judged:
         print("unexpected rewards or errors")
         return 1
     return 0

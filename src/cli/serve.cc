@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <limits.h>
@@ -16,9 +18,12 @@
 #include "isolation/cgroup.h"
 #include "isolation/seccomp_policy.h"
 #include "node/local_node.h"
+#include "runtime/fncall/call_pool.h"
+#include "runtime/fncall/fncall_node.h"
 #include "runtime/container/agent_binary.h"
 #include "server/auth.h"
 #include "server/http_server.h"
+#include "server/api_types.h"
 #include "server/routes.h"
 #include "server/state_store.h"
 
@@ -68,14 +73,8 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   if (Status st = tokens.Load(); !st.ok()) return Fail(st.Context("load tokens"));
   auto durable = server::StateStore::Open(data_dir + "/state.db", /*durable=*/true);
   if (!durable.ok()) return Fail(durable.status());
-  server::Api api(state->get(), durable->get(), node->get(), &layers, &tokens);
-  // Sandboxes of an earlier run that is gone (kill -9, crash) are taken over; whatever could
-  // not be is killed and removed.
-  api.ReconcileAfterRestart();
-  int stale = (*node)->ReapUnadopted();
-  if (stale > 0) spdlog::warn("reaped {} sandbox cgroup(s) left by an earlier run", stale);
-  api.SweepBlobs();
-  api.StartReaper();
+  // fncall: the runner pool (POST /v1/calls) and `backend: fncall` sandboxes, which the
+  // FncallNode answers for in front of the real node.
   fncall::PoolOptions fopts;
   fopts.default_image = fn.image;
   fopts.max_runners = fn.runners > 0 ? fn.runners : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -85,7 +84,32 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
     if (!bpf.ok()) return Fail(bpf.status().Context("call seccomp policy"));
     fopts.call_seccomp_bpf = *bpf;
   }
-  api.EnableCalls(fopts);
+  {
+    std::ifstream agent_file(runtime::DefaultAgentPath(), std::ios::binary);
+    std::ostringstream bytes;
+    bytes << agent_file.rdbuf();
+    if (agent_file && !bytes.str().empty()) fopts.worker_binary = std::make_shared<const std::string>(bytes.str());
+    else spdlog::warn("fncall: cannot read {}: exec'd programs run in Python workers", runtime::DefaultAgentPath());
+  }
+  server::StateStore* st = state->get();
+  auto resolve = [st](const std::string& ref) -> Result<std::vector<std::string>> {
+    std::string name, tag;
+    WARREN_RETURN_IF_ERROR(server::ParseImageRef(ref, &name, &tag));
+    auto rec = st->GetLayer(name, tag);
+    if (!rec.ok()) return Invalid("unknown runner image `" + ref + "` (build one with warren image build)");
+    return std::vector<std::string>{rec->digest};
+  };
+  fncall::CallService calls(node->get(), resolve, fopts);
+  fncall::FncallNode fnode(node->get(), &calls);
+  server::Api api(state->get(), durable->get(), &fnode, &layers, &tokens);
+  api.SetCalls(&calls);
+  // Sandboxes of an earlier run that is gone (kill -9, crash) are taken over; whatever could
+  // not be is killed and removed.
+  api.ReconcileAfterRestart();
+  int stale = (*node)->ReapUnadopted();
+  if (stale > 0) spdlog::warn("reaped {} sandbox cgroup(s) left by an earlier run", stale);
+  api.SweepBlobs();
+  api.StartReaper();
   server::ServerOptions sopts;
   sopts.listen = listen;
   server::HttpServer http(&api, &tokens, sopts);

@@ -1,4 +1,11 @@
-// warren-agent: see src/agent/agent.h.
-#include "agent/agent.h"
+// warren-agent: see src/agent/agent.h. `warren-agent --call-worker ...` is one fncall call's
+// worker instead (see src/agent/call_worker.h).
+#include <cstring>
 
-int main() { return warren::agent::Run(); }
+#include "agent/agent.h"
+#include "agent/call_worker.h"
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--call-worker") == 0) return warren::agent::CallWorkerMain(argc, argv);
+  return warren::agent::Run();
+}

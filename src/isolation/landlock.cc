@@ -55,31 +55,65 @@ int LandlockAbi() {
   return abi < 0 ? 0 : static_cast<int>(abi);
 }
 
+namespace {
+
+// The access rights this kernel's ABI handles, and the ruleset for them.
+struct Ruleset {
+  int abi = 0;
+  uint64_t fs = 0;
+  UniqueFd fd;
+};
+
+Result<Ruleset> NewRuleset(const char* what) {
+  Ruleset r;
+  r.abi = LandlockAbi();
+  if (r.abi <= 0) return r;
+  r.fs = kFsExecute | kFsWriteFile | kFsReadFile | kFsReadDir | kFsRemoveDir | kFsRemoveFile |
+         kFsMakeChar | kFsMakeDir | kFsMakeReg | kFsMakeSock | kFsMakeFifo | kFsMakeBlock |
+         kFsMakeSym;
+  if (r.abi >= 2) r.fs |= kFsRefer;
+  if (r.abi >= 3) r.fs |= kFsTruncate;
+  if (r.abi >= 5) r.fs |= kFsIoctlDev;
+  RulesetAttr attr{r.fs, 0, r.abi >= 6 ? (kScopeAbstractUnix | kScopeSignal) : 0};
+  // Older kernels reject a larger struct than they know: pass only the fields of this ABI.
+  size_t size = r.abi >= 6 ? sizeof(RulesetAttr) : r.abi >= 4 ? 16 : 8;
+  r.fd.Reset(static_cast<int>(CreateRuleset(&attr, size, 0)));
+  if (!r.fd) return ErrnoStatus("landlock_create_ruleset", what);
+  return r;
+}
+
+}  // namespace
+
 Result<int> ApplyLandlock(bool required) {
-  int abi = LandlockAbi();
-  if (abi <= 0) {
+  Ruleset r = WARREN_TRY(NewRuleset("sandbox"));
+  if (r.abi <= 0) {
     if (required) return Status(Code::kUnavailable, "landlock", "kernel", "not available");
     return 0;
   }
-  uint64_t fs = kFsExecute | kFsWriteFile | kFsReadFile | kFsReadDir | kFsRemoveDir |
-                kFsRemoveFile | kFsMakeChar | kFsMakeDir | kFsMakeReg | kFsMakeSock | kFsMakeFifo |
-                kFsMakeBlock | kFsMakeSym;
-  if (abi >= 2) fs |= kFsRefer;
-  if (abi >= 3) fs |= kFsTruncate;
-  if (abi >= 5) fs |= kFsIoctlDev;
-  RulesetAttr attr{fs, 0, abi >= 6 ? (kScopeAbstractUnix | kScopeSignal) : 0};
-  // Older kernels reject a larger struct than they know: pass only the fields of this ABI.
-  size_t size = abi >= 6 ? sizeof(RulesetAttr) : abi >= 4 ? 16 : 8;
-  UniqueFd ruleset(static_cast<int>(CreateRuleset(&attr, size, 0)));
-  if (!ruleset) return ErrnoStatus("landlock_create_ruleset", "sandbox");
   // Everything under the sandbox's root, except making device nodes (and device ioctls,
   // which only /dev gets).
-  uint64_t everywhere = fs & ~(kFsMakeChar | kFsMakeBlock | kFsIoctlDev);
-  WARREN_RETURN_IF_ERROR(AddPathRule(ruleset.get(), "/", everywhere));
-  if (abi >= 5) WARREN_RETURN_IF_ERROR(AddPathRule(ruleset.get(), "/dev", everywhere | kFsIoctlDev));
-  if (syscall(SYS_landlock_restrict_self, ruleset.get(), 0) != 0)
+  uint64_t everywhere = r.fs & ~(kFsMakeChar | kFsMakeBlock | kFsIoctlDev);
+  WARREN_RETURN_IF_ERROR(AddPathRule(r.fd.get(), "/", everywhere));
+  if (r.abi >= 5) WARREN_RETURN_IF_ERROR(AddPathRule(r.fd.get(), "/dev", everywhere | kFsIoctlDev));
+  if (syscall(SYS_landlock_restrict_self, r.fd.get(), 0) != 0)
     return ErrnoStatus("landlock_restrict_self", "sandbox");
-  return abi;
+  return r.abi;
+}
+
+Result<int> ApplyCallLandlock(const std::vector<std::string>& writable) {
+  Ruleset r = WARREN_TRY(NewRuleset("call"));
+  if (r.abi <= 0) return 0;
+  WARREN_RETURN_IF_ERROR(AddPathRule(r.fd.get(), "/", kFsExecute | kFsReadFile | kFsReadDir));
+  // /dev/null, /dev/zero, /dev/tty...: read and write, no new nodes.
+  WARREN_RETURN_IF_ERROR(AddPathRule(r.fd.get(), "/dev", (kFsReadFile | kFsWriteFile | kFsIoctlDev) & r.fs));
+  const uint64_t make = r.fs & ~(kFsMakeChar | kFsMakeBlock | kFsIoctlDev);
+  for (const auto& d : writable) {
+    if (access(d.c_str(), F_OK) != 0) continue;
+    WARREN_RETURN_IF_ERROR(AddPathRule(r.fd.get(), d.c_str(), make));
+  }
+  if (syscall(SYS_landlock_restrict_self, r.fd.get(), 0) != 0)
+    return ErrnoStatus("landlock_restrict_self", "call");
+  return r.abi;
 }
 
 }  // namespace warren::isolation

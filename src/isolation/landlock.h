@@ -4,6 +4,9 @@
 // UNIX sockets and signals cannot cross the sandbox's boundary. Works for euid 0.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "base/status.h"
 
 namespace warren::isolation {
@@ -14,5 +17,10 @@ int LandlockAbi();
 // Restricts the calling process (needs no_new_privs). With `required` false, a kernel without
 // Landlock is not an error (the other layers still hold); the returned ABI says what applied.
 Result<int> ApplyLandlock(bool required);
+
+// One fncall call: read and execute everywhere, write only beneath `writable` (its own
+// tmpfs), /dev files readable and writable; abstract sockets and signals scoped (ABI 6+).
+// 0 (nothing applied) on kernels without Landlock.
+Result<int> ApplyCallLandlock(const std::vector<std::string>& writable);
 
 }  // namespace warren::isolation

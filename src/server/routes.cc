@@ -122,6 +122,22 @@ void Api::MarkAllStopped() {
   }
 }
 
+// The node spec of a fncall sandbox from its record (a fncall sandbox is only its record).
+static node::NodeSandboxSpec FncallSpecOf(const json& sb) {
+  node::NodeSandboxSpec ns;
+  ns.backend = "fncall";
+  ns.config.id = sb.value("id", "");
+  for (const auto& l : sb.value("layers", json::array())) ns.config.layers.push_back({l.value("digest", ""), ""});
+  ns.config.memory_bytes = sb.value("memory_mb", uint64_t{512}) << 20;
+  ns.config.disk_bytes = sb.value("disk_mb", uint64_t{1024}) << 20;
+  ns.config.pids = sb.value("pids", uint64_t{512});
+  ns.config.open_files = sb.value("open_files", uint64_t{4096});
+  const json env = sb.value("env", json::object());
+  for (const auto& [k, v] : env.items())
+    if (v.is_string()) ns.config.env[k] = v.get<std::string>();
+  return ns;
+}
+
 void Api::ReconcileAfterRestart() {
   const double wall = UnixNow(), mono = NowSeconds();
   for (json sb : state_->ListSandboxes()) {
@@ -134,9 +150,11 @@ void Api::ReconcileAfterRestart() {
       ReleaseQuotaOf(sb);
       continue;
     }
-    // Running and paused sandboxes kept running while we were away: take them over.
+    // Running and paused sandboxes kept running while we were away: take them over. A fncall
+    // sandbox has no processes between execs: it is simply made again.
     Status st = state == "running" || state == "paused"
-                    ? node_->AdoptSandbox(id)
+                    ? (sb.value("backend", "") == "fncall" ? node_->CreateSandbox(FncallSpecOf(sb)).status()
+                                                           : node_->AdoptSandbox(id))
                     : Status(Code::kUnavailable, "adopt", id, "it was " + state + " when warren serve stopped");
     if (st.ok()) {
       spdlog::info("re-adopted sandbox {} ({})", id, state);
@@ -168,8 +186,10 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   // sandbox ends up holding it.
   Cleanup release([&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
   if (!reserved) release.Cancel();
-  if (spec.backend != "container")
-    return Invalid("backend `" + spec.backend + "` is not available yet; use container");
+  if (spec.backend != "container" && spec.backend != "fncall")
+    return Invalid("backend `" + spec.backend + "` is not available yet; use container or fncall");
+  if (spec.backend == "fncall" && !calls_)
+    return Status(Code::kUnavailable, "create sandbox", "fncall", "not enabled on this server");
   if (spec.network.mode != "none")
     return Invalid("network mode `egress` is not available yet; use none");
   if (spec.lease && !leases_.Get(who, *spec.lease).ok())
@@ -660,6 +680,8 @@ Result<std::string> Api::RunningPath(const Principal& who, const std::string& id
   json sb = WARREN_TRY(Sandbox(who, id));
   if (sb["state"] != "running")
     return Status(Code::kConflict, op, id, "sandbox is " + sb["state"].get<std::string>());
+  if (sb.value("backend", "") == "fncall")
+    return Status(Code::kConflict, op, id, "a fncall sandbox keeps no files between execs; use a container sandbox");
   return path;
 }
 
@@ -756,17 +778,7 @@ json Api::ListTokens() {
   return out;
 }
 
-void Api::EnableCalls(fncall::PoolOptions opts) {
-  opts.call_seccomp_bpf = opts.call_seccomp_bpf.empty() ? std::string() : opts.call_seccomp_bpf;
-  auto resolve = [this](const std::string& ref) -> Result<std::vector<std::string>> {
-    std::string name, tag;
-    WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
-    auto rec = state_->GetLayer(name, tag);
-    if (!rec.ok()) return Invalid("unknown runner image `" + ref + "` (build one with warren image build)");
-    return std::vector<std::string>{rec->digest};
-  };
-  calls_ = std::make_unique<fncall::CallService>(node_, resolve, std::move(opts));
-}
+void Api::SetCalls(fncall::CallService* calls) { calls_ = calls; }
 
 void Api::StopCalls() {
   if (calls_) calls_->Shutdown();

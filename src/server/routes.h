@@ -109,8 +109,9 @@ class Api {
   // Releases the lease and applies its sandboxes' on_lease_expiry now.
   Status ReleaseLease(const Principal& who, const std::string& id);
 
-  // fncall (POST /v1/calls): off until enabled; stopped before the node deletes everything.
-  void EnableCalls(fncall::PoolOptions opts);
+  // fncall (POST /v1/calls and fncall sandboxes): off until set; stopped before the node
+  // deletes everything. The service outlives the Api.
+  void SetCalls(fncall::CallService* calls);
   void StopCalls();
   Result<nlohmann::json> Call(const Principal& who, const std::string& body);
   Result<nlohmann::json> CallBatch(const Principal& who, const std::string& body);
@@ -147,7 +148,7 @@ class Api {
   // NAME:TAG to digests until the layers are mounted, so a blob is never removed in between.
   std::shared_mutex gc_mu_;
   Histogram create_seconds_, exec_seconds_, call_seconds_;
-  std::unique_ptr<fncall::CallService> calls_;
+  fncall::CallService* calls_ = nullptr;
   std::mutex reap_mu_;
   std::condition_variable reap_cv_;
   bool reap_stop_ = false;

@@ -877,7 +877,7 @@ def test_planned_values_answer_as_documented(server, ctx, sandboxes, path, metho
 
 def test_planned_value_params_cover_the_contract_gaps():
     got = {p.id for p in _planned_value_params()}
-    for want in ("createSandbox:backend=fncall", "createSandbox:backend=microvm", "createSandbox:backend=vm",
+    for want in ("createSandbox:backend=microvm", "createSandbox:backend=vm",
                  "createSandbox:network.mode=egress", "setNetwork:mode=egress"):
         assert want in got, (want, sorted(got))
 

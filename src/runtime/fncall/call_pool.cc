@@ -69,14 +69,22 @@ void CallService::Shutdown() {
   for (auto& r : all) r->Stop();
 }
 
-Result<std::shared_ptr<Runner>> CallService::StartRunner(const std::string& image) {
+static std::string PoolKey(const std::vector<std::string>& layers) {
+  std::string k;
+  for (const auto& l : layers) k += l + ",";
+  return k;
+}
+
+Result<std::shared_ptr<Runner>> CallService::StartRunner(const std::vector<std::string>& layers,
+                                                         const std::string& image) {
   RunnerConfig cfg;
   cfg.id = "fnr-" + RandomHex(6);
-  cfg.layer_digests = WARREN_TRY(resolve_(image));
+  cfg.layer_digests = layers;
   cfg.memory_bytes = opts_.runner_memory_bytes;
   cfg.max_workers = opts_.workers_per_runner;
   cfg.prefork = opts_.prefork;
   cfg.call_seccomp_bpf = opts_.call_seccomp_bpf;
+  cfg.worker_binary = opts_.worker_binary;
   runner_starts_++;
   auto r = Runner::Start(node_, cfg);
   if (!r.ok()) {
@@ -87,12 +95,15 @@ Result<std::shared_ptr<Runner>> CallService::StartRunner(const std::string& imag
   return r;
 }
 
-Result<std::shared_ptr<Runner>> CallService::Acquire(const std::string& image) {
+Result<std::shared_ptr<Runner>> CallService::Acquire(const std::vector<std::string>& layers,
+                                                     const std::string& image) {
+  const std::string key = PoolKey(layers);
   std::unique_lock lock(mu_);
   auto deadline = Clock::now() + std::chrono::seconds(90);
   while (true) {
     if (stop_) return Status(Code::kUnavailable, "call", image, "shutting down");
-    Pool& pool = pools_[image];
+    Pool& pool = pools_[key];
+    if (pool.label.empty()) pool.label = image, pool.layers = layers;
     std::shared_ptr<Runner> best;
     for (auto& r : pool.runners)
       if (r->healthy() && (!best || r->inflight() < best->inflight())) best = r;
@@ -101,9 +112,9 @@ Result<std::shared_ptr<Runner>> CallService::Acquire(const std::string& image) {
         (!best || pool.starting == 0)) {
       ++pool.starting;
       lock.unlock();
-      auto r = StartRunner(image);
+      auto r = StartRunner(layers, image);
       lock.lock();
-      Pool& p = pools_[image];
+      Pool& p = pools_[key];
       --p.starting;
       cv_.notify_all();
       if (r.ok()) {
@@ -141,10 +152,15 @@ void CallService::Retire(const std::shared_ptr<Runner>& r) {
   }
 }
 
-Result<RunResult> CallService::RunOn(const std::string& image, const RunRequest& req) {
+Result<RunResult> CallService::RunLayers(const std::vector<std::string>& layers, const RunRequest& req) {
+  return RunOn(layers, layers.empty() ? "" : layers.front(), req);
+}
+
+Result<RunResult> CallService::RunOn(const std::vector<std::string>& layers, const std::string& image,
+                                     const RunRequest& req) {
   Status last;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    auto runner = WARREN_TRY(Acquire(image));
+    auto runner = WARREN_TRY(Acquire(layers, image));
     auto res = runner->Run(req);
     runs_++;
     if (!runner->healthy() || runner->served() >= opts_.recycle_after) Retire(runner);
@@ -239,6 +255,7 @@ Result<json> CallService::Call(const json& rq) {
       cases.push_back(std::move(k));
     }
   }
+  const std::vector<std::string> layers = WARREN_TRY(resolve_(image));
   calls_++;
 
   json result = {{"compile", nullptr}, {"cases", nullptr}};
@@ -255,7 +272,7 @@ Result<json> CallService::Call(const json& rq) {
     c.limits.nproc = std::max<uint64_t>(64, lang->min_nproc);
     c.limits.max_output = kCompileOutput;
     c.collect = lang->artifacts;
-    RunResult cr = WARREN_TRY(RunOn(image, c));
+    RunResult cr = WARREN_TRY(RunOn(layers, image, c));
     bool ok = cr.exit_code == 0 && cr.signal == 0 && !cr.timed_out && !cr.files.empty();
     std::string msg = cr.stderr_data + cr.stdout_data;
     if (cr.timed_out) msg += "\nwarren: compilation ran out of time (30 s)";
@@ -315,7 +332,7 @@ Result<json> CallService::Call(const json& rq) {
   };
   if (!judged) {
     run.stdin_data = stdin_data;
-    RunResult r = WARREN_TRY(RunOn(image, run));
+    RunResult r = WARREN_TRY(RunOn(layers, image, run));
     top(r, judge(r));
     return result;
   }
@@ -325,7 +342,7 @@ Result<json> CallService::Call(const json& rq) {
   RunResult first;
   for (size_t i = 0; i < cases.size(); ++i) {
     run.stdin_data = cases[i].stdin_data;
-    RunResult r = WARREN_TRY(RunOn(image, run));
+    RunResult r = WARREN_TRY(RunOn(layers, image, run));
     std::string v = judge(r);
     if (v != "ok" && !first_bad) first_bad = r, first_bad_verdict = v;
     if (v == "ok") v = OutputMatches(r.stdout_data, cases[i].expected, compare) ? "passed" : "wrong_answer";
@@ -368,9 +385,9 @@ Result<json> CallService::CallBatch(const json& rq) {
 json CallService::Stats() const {
   std::lock_guard lock(mu_);
   json runners = json::array();
-  for (const auto& [img, pool] : pools_)
+  for (const auto& [key, pool] : pools_)
     for (const auto& r : pool.runners)
-      runners.push_back({{"id", r->id()}, {"image", img}, {"inflight", r->inflight()},
+      runners.push_back({{"id", r->id()}, {"image", pool.label}, {"inflight", r->inflight()},
                          {"served", r->served()}, {"healthy", r->healthy()}});
   return {{"runners", runners},
           {"calls", calls_.load()},
@@ -412,7 +429,9 @@ void CallService::Maintain() {
       if (!warmed) {
         // A first runner for the default image, so the first call does not wait for it.
         warmed = true;
-        if (auto r = Acquire(opts_.default_image); !r.ok())
+        auto layers = resolve_(opts_.default_image);
+        auto r = layers.ok() ? Acquire(*layers, opts_.default_image) : layers.status();
+        if (!r.ok())
           spdlog::info("fncall: no runner yet for {}: {}", opts_.default_image, r.status().ToString());
       }
       lock.lock();

@@ -30,6 +30,7 @@ struct PoolOptions {
   int idle_stop_s = 300;          // a runner beyond the first idle this long is stopped
   uint64_t runner_memory_bytes = 4ull << 30;
   std::string call_seccomp_bpf;
+  std::shared_ptr<const std::string> worker_binary;  // see RunnerConfig
 };
 
 // Resolves a runner image NAME:TAG to its layer digests, top first.
@@ -44,21 +45,28 @@ class CallService {
   Result<nlohmann::json> Call(const nlohmann::json& request);
   // {"calls": [...]} -> {"results": [CallResult | {"error": {...}}]}
   Result<nlohmann::json> CallBatch(const nlohmann::json& request);
+  // One program on a runner of the image made of `layers` (top first): the exec of a fncall
+  // sandbox. An error means no runner could run it.
+  Result<RunResult> RunLayers(const std::vector<std::string>& layers, const RunRequest& req);
   // Runners and counts, for GET /v1/nodes and /metrics.
   nlohmann::json Stats() const;
   void Shutdown();
 
  private:
+  // One pool per runner image, keyed by its layer digests.
   struct Pool {
+    std::string label;  // NAME:TAG or the digest, for Stats
+    std::vector<std::string> layers;
     std::vector<std::shared_ptr<Runner>> runners;
     std::map<Runner*, std::chrono::steady_clock::time_point> last_used;
     int starting = 0;
   };
-  // A healthy runner for `image`, starting one if all are busy (or none exists).
-  Result<std::shared_ptr<Runner>> Acquire(const std::string& image);
-  Result<std::shared_ptr<Runner>> StartRunner(const std::string& image);
-  // Runs on some runner of `image`; one retry on another runner if this one failed.
-  Result<RunResult> RunOn(const std::string& image, const RunRequest& req);
+  // A healthy runner for `layers`, starting one if all are busy (or none exists).
+  Result<std::shared_ptr<Runner>> Acquire(const std::vector<std::string>& layers, const std::string& label);
+  Result<std::shared_ptr<Runner>> StartRunner(const std::vector<std::string>& layers, const std::string& label);
+  // Runs on some runner of `layers`; one retry on another runner if this one failed.
+  Result<RunResult> RunOn(const std::vector<std::string>& layers, const std::string& label,
+                          const RunRequest& req);
   void Retire(const std::shared_ptr<Runner>& r);
   void Maintain();
 

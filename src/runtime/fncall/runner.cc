@@ -35,7 +35,8 @@ std::string Frame(const json& header, std::string_view payload) {
 json LimitsJson(const RunLimits& l) {
   return {{"wall_ms", l.wall_ms},       {"cpu_s", l.cpu_s},   {"as_bytes", l.as_bytes},
           {"stack_bytes", l.stack_bytes}, {"fsize_bytes", l.fsize_bytes}, {"nproc", l.nproc},
-          {"nofile", l.nofile},         {"max_output", l.max_output}};
+          {"nofile", l.nofile},         {"max_output", l.max_output},
+          {"kill_at_output_cap", l.kill_at_output_cap}};
 }
 
 }  // namespace
@@ -55,7 +56,20 @@ Result<std::shared_ptr<Runner>> Runner::Start(node::NodeApi* node, const RunnerC
 
   std::weak_ptr<Runner> weak = r;
   node::ExecSpec es;
-  es.argv = {cfg.python, "-I", "-c", kZygoteScript};
+  // The script comes on stdin (it is larger than an agent message may be): its length, it,
+  // then the init frame.
+  static const char kBootstrap[] =
+      "import os\n"
+      "def r(n):\n"
+      "    b = b''\n"
+      "    while len(b) < n:\n"
+      "        c = os.read(0, n - len(b))\n"
+      "        if not c: raise SystemExit(1)\n"
+      "        b += c\n"
+      "    return b\n"
+      "src = r(int.from_bytes(r(4), 'little'))\n"
+      "exec(compile(src, 'zygote.py', 'exec'), {'__name__': '__main__'})\n";
+  es.argv = {cfg.python, "-I", "-c", kBootstrap};
   es.env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
             {"LANG", "C.UTF-8"}};
   es.channel = true;
@@ -63,8 +77,14 @@ Result<std::shared_ptr<Runner>> Runner::Start(node::NodeApi* node, const RunnerC
   json init = {{"uid_base", 10000},
                {"max_workers", cfg.max_workers},
                {"prefork", cfg.prefork},
-               {"tmp_bytes", cfg.tmp_bytes}};
-  es.stdin_data = Frame(init, cfg.call_seccomp_bpf);
+               {"tmp_bytes", cfg.tmp_bytes},
+               {"bpf_len", cfg.call_seccomp_bpf.size()},
+               {"worker_len", cfg.worker_binary ? cfg.worker_binary->size() : 0}};
+  const std::string script = kZygoteScript;
+  const uint32_t script_len = static_cast<uint32_t>(script.size());
+  es.stdin_data.assign(reinterpret_cast<const char*>(&script_len), 4);
+  es.stdin_data += script;
+  es.stdin_data += Frame(init, cfg.call_seccomp_bpf + (cfg.worker_binary ? *cfg.worker_binary : ""));
   es.on_output = [weak](int stream, std::string_view data) {
     if (auto self = weak.lock()) self->OnOutput(stream, data);
   };
@@ -141,7 +161,7 @@ void Runner::MarkDead(const std::string& why) {
 }
 
 Result<RunResult> Runner::Run(const RunRequest& req) {
-  json h = {{"t", "run"}, {"env", req.env}, {"limits", LimitsJson(req.limits)}};
+  json h = {{"t", "run"}, {"env", req.env}, {"cwd", req.cwd}, {"limits", LimitsJson(req.limits)}};
   if (req.python) {
     h["mode"] = "python";
     h["code"] = req.code;

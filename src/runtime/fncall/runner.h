@@ -31,7 +31,10 @@ struct RunLimits {
   uint64_t fsize_bytes = 64ull << 20;
   uint64_t nproc = 64;
   uint64_t nofile = 256;
-  uint64_t max_output = 1ull << 20;  // per stream; more ends the run (output_limit)
+  uint64_t max_output = 1ull << 20;  // per stream
+  // Past max_output: end the run (a call's output_limit), or keep it running and drop the
+  // rest (an exec of a fncall sandbox, like a container's).
+  bool kill_at_output_cap = true;
 };
 
 struct RunRequest {
@@ -41,7 +44,8 @@ struct RunRequest {
   std::vector<std::string> args;
   std::vector<std::string> argv;  // exec
   std::map<std::string, std::string> env;
-  std::vector<RunFile> files;     // written into the run's fresh /tmp (its cwd)
+  std::vector<RunFile> files;     // written into the run's fresh /tmp
+  std::string cwd = "/tmp";
   std::string stdin_data;
   RunLimits limits;
   std::vector<std::string> collect;  // files of /tmp to bring back (a compiler's output)
@@ -74,6 +78,9 @@ struct RunnerConfig {
   int prefork = 2;                      // workers kept ready
   uint64_t tmp_bytes = 256ull << 20;    // each call's /tmp
   std::string call_seccomp_bpf;         // each call's own filter (policy/seccomp-call.json)
+  // warren-agent itself: exec'd programs run in its --call-worker mode (see
+  // agent/call_worker.h); empty: in forked Python workers instead.
+  std::shared_ptr<const std::string> worker_binary;
 };
 
 class Runner {

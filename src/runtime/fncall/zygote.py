@@ -355,7 +355,13 @@ def worker_main(fds, req, cfg, bpf):
         write_all(fd, data)
         os.close(fd)
     del payload
-    os.chdir("/tmp")
+    cwd = req.get("cwd") or "/tmp"
+    try:
+        os.chdir(cwd)
+    except OSError as e:
+        os.write(2, f"warren: chdir {cwd}: {e.strerror}\n".encode())
+        write_all(4, frame({"exit_code": 126, "signal": 0, "cpu_ms": 0, "maxrss_kb": 0}))
+        os._exit(126)
     env = req.get("env", {})
     os.environ.clear()
     os.environ.update(env)
@@ -500,8 +506,9 @@ def zygote_main(sock, cfg, bpf):
 # The dispatcher.
 
 class Worker:
-    def __init__(self, uid, fds):
+    def __init__(self, uid, fds, kind="py"):
         # Our ends of its request, stdin, stdout, stderr and status pipes.
+        self.kind = kind  # "py": cloned by the zygote; "native": warren-agent --call-worker
         self.uid = uid
         self.req_w, self.stdin_w, self.out_r, self.err_r, self.status_r = fds
         self.pid = 0
@@ -530,11 +537,11 @@ class Run:
 
 
 class Dispatcher:
-    def __init__(self, cfg, zsock):
+    def __init__(self, cfg, zsock, bpf=b"", worker=b""):
         self.cfg = cfg
         self.zsock = zsock
         self.sel = selectors.DefaultSelector()
-        self.ready = []        # workers set up and waiting for a call
+        self.ready = {"py": [], "native": []}  # workers set up and waiting for a call
         self.forking = []      # fork requests sent to the zygote, answered in order
         self.by_pid = {}       # W's pid -> worker, until the zygote reports its end
         self.queue = []        # runs waiting for a worker
@@ -546,6 +553,16 @@ class Dispatcher:
         os.set_blocking(0, False)
         self.sel.register(0, selectors.EVENT_READ, "channel")
         self.sel.register(zsock.fileno(), selectors.EVENT_READ, "zygote")
+        # Exec'd programs run in native workers when the node sent the worker binary.
+        self.native = None
+        if worker:
+            wfd = high_fd(os.memfd_create("warren-call-worker", os.MFD_CLOEXEC))
+            write_all(wfd, worker)
+            bfd = high_fd(os.memfd_create("warren-call-seccomp", os.MFD_CLOEXEC))
+            write_all(bfd, bpf)  # workers pread it: the shared offset does not matter
+            flags = (1 if cfg["make_private"] else 0) | (2 if cfg["has_shm"] else 0)
+            self.native = (f"/proc/self/fd/{wfd}", bfd,
+                           [str(cfg["tmp_bytes"]), str(flags), str(cfg["root_flags"])])
 
     def send(self, header, payload=b""):
         self.out_pending += frame(header, payload)
@@ -568,12 +585,63 @@ class Dispatcher:
         self.forking.append(Worker(uid, ours))
         self.live += 1
 
+    def spawn_native(self):
+        """A native worker: posix_spawn (vfork: nothing of this process is copied) of
+        `warren-agent --call-worker`, which makes the call's namespaces itself."""
+        path, bpf_fd, args = self.native
+        uid = self.free_uids.pop(0)
+        theirs, ours = [], []
+        for direction in ("req", "stdin", "out", "err", "status"):
+            r, w = (high_fd(fd) for fd in os.pipe2(os.O_CLOEXEC))
+            if direction in ("req", "stdin"):
+                theirs.append(r), ours.append(w)
+            else:
+                theirs.append(w), ours.append(r)
+        req_r, stdin_r, out_w, err_w, status_w = theirs
+        actions = [(os.POSIX_SPAWN_DUP2, stdin_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
+                   (os.POSIX_SPAWN_DUP2, err_w, 2), (os.POSIX_SPAWN_DUP2, req_r, 3),
+                   (os.POSIX_SPAWN_DUP2, status_w, 4), (os.POSIX_SPAWN_DUP2, bpf_fd, 5)]
+        w = Worker(uid, ours, "native")
+        try:
+            w.pid = os.posix_spawn(path, [path, "--call-worker", str(uid)] + args, {},
+                                   file_actions=actions,
+                                   setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGUSR1))
+            w.pidfd = os.pidfd_open(w.pid)
+        except OSError as e:
+            for fd in theirs + ours:
+                os.close(fd)
+            self.free_uids.append(uid)
+            self.native = None  # fall back to Python workers for exec'd programs
+            self.send({"t": "log", "error": f"native worker: {e}; using Python workers"})
+            return
+        for fd in theirs:
+            os.close(fd)
+        self.live += 1
+        self.by_pid[w.pid] = w
+        self.fd_owner[w.pidfd] = (w, "native-exit")
+        self.sel.register(w.pidfd, selectors.EVENT_READ, "worker")
+        self.ready["native"].append(w)
+
+    def kind_of(self, run):
+        return "native" if (not run.python and self.native) else "py"
+
     def top_up(self):
         prefork = self.cfg["prefork"]
-        want = prefork + len(self.queue)
-        while (len(self.ready) + len(self.forking) < want and self.free_uids
-               and self.live < self.cfg["max_workers"] + prefork):
-            self.fork_worker()
+        for kind in ("py", "native"):
+            if kind == "native" and not self.native:
+                continue
+            queued = sum(1 for r in self.queue if self.kind_of(r) == kind)
+            forking = len(self.forking) if kind == "py" else 0
+            while (len(self.ready[kind]) + forking < prefork + queued and self.free_uids
+                   and self.live < self.cfg["max_workers"] + 2 * prefork):
+                if kind == "py":
+                    self.fork_worker()
+                    forking += 1
+                else:
+                    before = self.live
+                    self.spawn_native()
+                    if self.live == before:
+                        break
 
     def on_zygote(self):
         try:
@@ -588,16 +656,7 @@ class Dispatcher:
             if w is None:
                 return
             w.exit = rep
-            if w.finished:  # its result went out at its report; now it is gone
-                self.discard(w)
-            elif w.run is None:  # died before any call: its setup failed
-                self.ready = [r for r in self.ready if r is not w]
-                err = self.read_setup_error(w)
-                self.discard(w)
-                self.send({"t": "log", "error": err, "damaged": True})
-            else:
-                w.run.open.discard("exit")
-                self.maybe_finish(w)
+            self.on_worker_end(w)
             return
         w = self.forking.pop(0)
         if "error" in rep:
@@ -606,8 +665,20 @@ class Dispatcher:
             return
         w.pid, w.pidfd = rep["pid"], fds[0]
         self.by_pid[w.pid] = w
-        self.ready.append(w)
+        self.ready["py"].append(w)
         self.drain_queue()
+
+    def on_worker_end(self, w):
+        if w.finished:  # its result went out at its report; now it is gone
+            self.discard(w)
+        elif w.run is None:  # died before any call: its set-up failed
+            self.ready[w.kind] = [r for r in self.ready[w.kind] if r is not w]
+            err = self.read_setup_error(w)
+            self.discard(w)
+            self.send({"t": "log", "error": err, "damaged": True})
+        else:
+            w.run.open.discard("exit")
+            self.maybe_finish(w)
 
     def read_setup_error(self, w):
         try:
@@ -651,8 +722,14 @@ class Dispatcher:
         self.drain_queue()
 
     def drain_queue(self):
-        while self.queue and self.ready:
-            self.start(self.ready.pop(0), self.queue.pop(0))
+        waiting = []
+        for run in self.queue:
+            ready = self.ready[self.kind_of(run)]
+            if ready:
+                self.start(ready.pop(0), run)
+            else:
+                waiting.append(run)
+        self.queue = waiting
         self.top_up()
 
     def start(self, w, run):
@@ -660,7 +737,7 @@ class Dispatcher:
         w.run = run
         files_len = sum(f["len"] for f in h.get("files", []))
         req = {k: h[k] for k in ("mode", "argv", "code", "args", "filename", "env", "files",
-                                 "limits", "collect") if k in h}
+                                 "limits", "collect", "cwd") if k in h}
         run.stdin = run.payload[files_len:]
         run.start = time.monotonic()
         run.deadline = run.start + h.get("limits", {}).get("wall_ms", 10000) / 1000.0
@@ -686,6 +763,17 @@ class Dispatcher:
     def on_worker(self, fd):
         w, what = self.fd_owner[fd]
         run = w.run
+        if what == "native-exit":
+            self.close_fd(fd)
+            w.pidfd = -1
+            try:
+                os.waitpid(w.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            self.by_pid.pop(w.pid, None)
+            w.exit = {"exit_code": -1, "signal": signal.SIGKILL}  # counts only without a report
+            self.on_worker_end(w)
+            return
         if what == "stdin":
             try:
                 n = os.write(fd, run.stdin[:1 << 16])
@@ -721,7 +809,7 @@ class Dispatcher:
             room = cap - len(run.out[what])
             if len(data) > room:
                 run.truncated[what] = True
-                if not run.output_limit:
+                if run.header.get("limits", {}).get("kill_at_output_cap", True) and not run.output_limit:
                     run.output_limit = True
                     self.kill(w, run)
                 data = data[:max(room, 0)]
@@ -818,6 +906,15 @@ class Dispatcher:
                     self.on_worker(key.fd)
 
 
+def high_fd(fd):
+    """Moves a new fd above the numbers a spawned worker's stdio and pipes take (0-5)."""
+    if fd >= 10:
+        return fd
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return new
+
+
 def root_flags():
     f = os.statvfs("/").f_flag
     out = 0
@@ -830,7 +927,10 @@ def root_flags():
 
 def main():
     os.set_blocking(0, True)
-    cfg, bpf = read_frame(0)
+    cfg, payload = read_frame(0)
+    bpf_len = cfg.get("bpf_len", len(payload))
+    bpf, worker = payload[:bpf_len], payload[bpf_len:bpf_len + cfg.get("worker_len", 0)]
+    del payload
     with open("/proc/self/mountinfo") as f:
         shared = any(" shared:" in line for line in f)
     cfg.setdefault("max_workers", 4)
@@ -846,7 +946,7 @@ def main():
         os._exit(0)
     theirs.close()
     zsock.setblocking(False)
-    Dispatcher(cfg, zsock).loop()
+    Dispatcher(cfg, zsock, bpf, worker).loop()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,13 @@
+// `warren-agent --call-worker`: one fncall call's worker for programs that are exec'd (C, C++,
+// shell, ...): spawned by the runner's dispatcher (vfork, nothing of it copied), it makes the
+// call's namespaces and runs the program in them, all in this small static binary, where a
+// forked Python worker would pay for every page it touches. Same wire protocol as zygote.py's
+// Python workers (see there): fds 0/1/2 the program's stdio, 3 the request, 4 the report,
+// 5 the call's seccomp filter; argv: UID TMP_BYTES FLAGS ROOT_MOUNT_FLAGS.
+#pragma once
+
+namespace warren::agent {
+
+int CallWorkerMain(int argc, char** argv);
+
+}  // namespace warren::agent

@@ -1,0 +1,207 @@
+#include "runtime/fncall/fncall_node.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/fncall/judge.h"
+
+namespace warren::fncall {
+namespace {
+
+constexpr size_t kMaxRunning = 64;      // execs running at once in one fncall sandbox
+constexpr size_t kKeepExecs = 256;      // finished exec records kept per sandbox
+constexpr int64_t kMaxWallMs = 3600 * 1000;
+
+Status NoState(const std::string& op, const std::string& id) {
+  return Status(Code::kConflict, op, id,
+                "a fncall sandbox keeps nothing between execs (each runs in a fresh worker of its "
+                "runner image): use a container sandbox for files, pause and signals");
+}
+
+}  // namespace
+
+FncallNode::~FncallNode() {
+  std::vector<Worker> all;
+  {
+    std::lock_guard lock(mu_);
+    all.swap(workers_);
+  }
+  for (auto& w : all) w.thread.join();
+}
+
+std::shared_ptr<FncallNode::Box> FncallNode::Find(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = boxes_.find(id);
+  return it == boxes_.end() ? nullptr : it->second;
+}
+
+Result<node::SandboxRuntime> FncallNode::CreateSandbox(const node::NodeSandboxSpec& spec) {
+  if (spec.backend != "fncall") return inner_->CreateSandbox(spec);
+  if (spec.config.layers.size() != 1)
+    return Invalid("a fncall sandbox runs in its runner image alone: no workspace or tools");
+  auto box = std::make_shared<Box>();
+  for (const auto& l : spec.config.layers) box->layers.push_back(l.digest);
+  box->config = spec.config;
+  box->budget = std::make_shared<node::OutputBudget>(256ull << 20);
+  std::lock_guard lock(mu_);
+  if (boxes_.count(spec.config.id)) return Status(Code::kConflict, "create sandbox", spec.config.id, "exists");
+  boxes_[spec.config.id] = box;
+  return node::SandboxRuntime{};
+}
+
+Status FncallNode::DeleteSandbox(const std::string& id) {
+  std::lock_guard lock(mu_);
+  if (boxes_.erase(id)) return Status::Ok();  // running execs end at their own limits
+  return inner_->DeleteSandbox(id);
+}
+
+int FncallNode::RunningExecs(const std::string& id) {
+  auto box = Find(id);
+  if (!box) return inner_->RunningExecs(id);
+  std::lock_guard lock(mu_);
+  int n = 0;
+  for (auto& [eid, rec] : box->execs) n += !rec->done();
+  return n;
+}
+
+Status FncallNode::PauseSandbox(const std::string& id) {
+  return Find(id) ? NoState("pause", id) : inner_->PauseSandbox(id);
+}
+
+Status FncallNode::ResumeSandbox(const std::string& id) {
+  return Find(id) ? NoState("resume", id) : inner_->ResumeSandbox(id);
+}
+
+Status FncallNode::SignalExec(const std::string& id, const std::string& exec_id, int sig) {
+  return Find(id) ? NoState("signal " + exec_id, id) : inner_->SignalExec(id, exec_id, sig);
+}
+
+Status FncallNode::WriteExecStdin(const std::string& id, const std::string& exec_id,
+                                  std::string_view data, bool eof) {
+  return Find(id) ? NoState("stdin " + exec_id, id) : inner_->WriteExecStdin(id, exec_id, data, eof);
+}
+
+Status FncallNode::WriteFile(const std::string& id, const std::string& path, uint32_t mode,
+                             std::string_view data) {
+  return Find(id) ? NoState("write " + path, id) : inner_->WriteFile(id, path, mode, data);
+}
+
+Result<std::string> FncallNode::ReadFile(const std::string& id, const std::string& path, uint64_t max) {
+  if (Find(id)) return NoState("read " + path, id);
+  return inner_->ReadFile(id, path, max);
+}
+
+nlohmann::json FncallNode::Info() {
+  nlohmann::json j = inner_->Info();
+  j["backends"].push_back("fncall");
+  std::lock_guard lock(mu_);
+  j["fncall_sandboxes"] = boxes_.size();
+  return j;
+}
+
+Result<std::shared_ptr<node::ExecRecord>> FncallNode::GetExec(const std::string& id,
+                                                              const std::string& exec_id) {
+  auto box = Find(id);
+  if (!box) return inner_->GetExec(id, exec_id);
+  std::lock_guard lock(mu_);
+  auto it = box->execs.find(exec_id);
+  if (it == box->execs.end()) return NotFound("exec", exec_id);
+  return it->second;
+}
+
+void FncallNode::JoinFinished() {
+  std::vector<Worker> done;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      if (it->done->load()) {
+        done.push_back(std::move(*it));
+        it = workers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& w : done) w.thread.join();
+}
+
+Result<std::shared_ptr<node::ExecRecord>> FncallNode::StartExec(const std::string& id,
+                                                                const std::string& exec_id,
+                                                                const node::ExecSpec& spec) {
+  auto box = Find(id);
+  if (!box) return inner_->StartExec(id, exec_id, spec);
+  JoinFinished();
+  auto rec = std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary, box->budget);
+  {
+    std::lock_guard lock(mu_);
+    size_t running = 0;
+    for (auto& [eid, r] : box->execs) running += !r->done();
+    if (running >= kMaxRunning)
+      return Status(Code::kQuota, "exec", id, std::to_string(kMaxRunning) + " commands are already running");
+    box->execs[exec_id] = rec;
+    box->order.push_back(exec_id);
+    for (size_t i = 0; box->order.size() > kKeepExecs && i < box->order.size();) {
+      auto it = box->execs.find(box->order[i]);
+      if (it != box->execs.end() && !it->second->done()) {
+        ++i;
+        continue;
+      }
+      if (it != box->execs.end()) box->execs.erase(it);
+      box->order.erase(box->order.begin() + static_cast<long>(i));
+    }
+  }
+  if (spec.on_record) spec.on_record(rec);
+
+  RunRequest req;
+  req.argv = spec.argv;
+  req.env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+             {"HOME", "/tmp"}, {"TMPDIR", "/tmp"}, {"LANG", "C.UTF-8"}};
+  for (const auto& [k, v] : box->config.env) req.env[k] = v;
+  for (const auto& [k, v] : spec.env) req.env[k] = v;
+  req.cwd = spec.cwd.empty() || spec.cwd == "/" ? "/tmp" : spec.cwd;
+  req.stdin_data = spec.stdin_data;
+  const int64_t wall = spec.timeout_ms > 0 ? std::min(spec.timeout_ms, kMaxWallMs) : kMaxWallMs;
+  req.limits.wall_ms = wall;
+  req.limits.cpu_s = (wall + 999) / 1000;
+  req.limits.as_bytes = box->config.memory_bytes;
+  req.limits.nproc = std::clamp<uint64_t>(box->config.pids, 16, 4096);
+  req.limits.nofile = box->config.open_files;
+  req.limits.fsize_bytes = box->config.disk_bytes;
+  req.limits.max_output = spec.max_output;
+  req.limits.kill_at_output_cap = false;  // an exec keeps running; its output is cut
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::lock_guard lock(mu_);
+  workers_.push_back({std::thread([this, box, rec, req = std::move(req), done]() mutable {
+                        Execute(box, rec, std::move(req));
+                        done->store(true);
+                      }),
+                      done});
+  return rec;
+}
+
+void FncallNode::Execute(std::shared_ptr<Box> box, std::shared_ptr<node::ExecRecord> rec, RunRequest req) {
+  node::ExecOutcome o;
+  auto r = calls_->RunLayers(box->layers, req);
+  if (!r.ok()) {
+    o.error = r.status().ToString();
+    rec->Finish(o);
+    return;
+  }
+  rec->AppendOutput(1, r->stdout_data);
+  rec->AppendOutput(2, r->stderr_data);
+  o.truncated[0] = r->stdout_truncated;
+  o.truncated[1] = r->stderr_truncated;
+  o.timed_out = r->timed_out;
+  int sig = r->timed_out && r->signal == 0 ? SIGKILL : r->signal;
+  if (sig > 0) {
+    o.signal = SignalName(sig).substr(3);  // "KILL", as container execs say it
+    o.exit_code = 128 + sig;
+  } else {
+    o.exit_code = r->exit_code;
+  }
+  rec->Finish(o);
+}
+
+}  // namespace warren::fncall

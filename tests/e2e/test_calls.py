@@ -245,3 +245,59 @@ def test_pool_stays_healthy_across_many_calls(server, runner):
     assert fn["runners"] and all(r["healthy"] for r in fn["runners"]), fn
     metrics = server.http("GET", "/metrics").body.decode()
     assert "warren_calls_total" in metrics and "warren_call_seconds_bucket" in metrics
+
+
+# -- backend: fncall sandboxes: the sandbox API, stateless ---------------------------------
+
+def test_fncall_sandbox_runs_each_exec_fresh(server, runner, sandboxes):
+    r = server.http("POST", "/v1/sandboxes", {"image": runner, "backend": "fncall", "env": {"GREETING": "hi"}})
+    assert r.status == 201, r
+    sid = r.json["id"]
+    sandboxes.append(sid)
+    assert r.json["backend"] == "fncall" and r.json["state"] == "running"
+    ex = server.http("POST", f"/v1/sandboxes/{sid}/exec",
+                     {"cmd": "echo $GREETING > /tmp/f; cat /tmp/f; ls /tmp; id -u; cat", "stdin": "in\n"}).json
+    assert ex["exit_code"] == 0 and ex["stdout"].split("\n")[:3] == ["hi", "f", ex["stdout"].split("\n")[2]], ex
+    assert ex["stdout"].endswith("in\n")
+    again = server.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["ls", "-A", "/tmp"]}).json
+    assert again["exit_code"] == 0 and again["stdout"] == "", again   # nothing kept between execs
+    t = server.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["sleep", "30"], "timeout_s": 1}).json
+    assert t["timed_out"] is True and t["signal"] == "KILL", t
+    big = server.http("POST", f"/v1/sandboxes/{sid}/exec",
+                      {"cmd": "head -c 100000 /dev/zero; echo done >&2", "max_output_bytes": 1000}).json
+    assert big["stdout_truncated"] is True and big["exit_code"] == 0 and big["stderr"] == "done\n", big
+    # Asynchronous exec and its stream work as for containers.
+    started = server.http("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "echo a; echo b", "wait": False}).json
+    deadline = time.time() + 30
+    while True:
+        got = server.http("GET", f"/v1/sandboxes/{sid}/execs/{started['exec_id']}").json
+        if got["state"] != "running" or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    assert got["state"] == "exited" and got["stdout"] == "a\nb\n", got
+    lines = [json.loads(l) for l in server.http(
+        "GET", f"/v1/sandboxes/{sid}/execs/{started['exec_id']}/stream").body.decode().splitlines()]
+    assert "".join(l.get("data", "") for l in lines) == "a\nb\n" and lines[-1]["result"]["exit_code"] == 0
+
+
+def test_fncall_sandbox_refuses_what_needs_state(server, runner, sandboxes):
+    r = server.http("POST", "/v1/sandboxes", {"image": runner, "backend": "fncall"})
+    assert r.status == 201, r
+    sid = r.json["id"]
+    sandboxes.append(sid)
+    assert server.http("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/x", b"data").status == 409
+    assert server.http("GET", f"/v1/sandboxes/{sid}/files?path=/etc/hostname").status == 409
+    assert server.http("POST", f"/v1/sandboxes/{sid}/pause").status == 409
+    assert server.http("DELETE", f"/v1/sandboxes/{sid}").status == 204
+    sandboxes.remove(sid)
+    r = server.http("POST", "/v1/sandboxes", {"image": runner, "backend": "fncall", "workspace": runner})
+    assert r.status == 400 and "no workspace or tools" in r.json["error"]["message"], r
+
+
+def test_fncall_sandbox_from_the_sdk_and_cli(server, runner):
+    c = server.client()
+    with c.sandbox(image=runner, backend="fncall") as sb:
+        res = sb.run("python3 -c 'print(6*7)'")
+        assert res.exit_code == 0 and res.stdout == "42\n"
+    r = server.cli("run", "--backend", "fncall", "--image", runner, "--", "sh", "-c", "echo hi; exit 3")
+    assert r.returncode == 3 and r.stdout == "hi\n", r

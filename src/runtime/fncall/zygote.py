@@ -6,16 +6,18 @@
 #   dispatcher  holds the channel and every call's data; never forks a worker itself.
 #   zygote      forked from the dispatcher before any call data exists and never sees any:
 #               it only clones workers, so no call can find an earlier call in memory.
-#   W (worker)  cloned by the zygote into fresh mount, pid, ipc, net and uts namespaces, pid 1
-#               there: mounts a new /proc, a fresh tmpfs on /tmp (the call's directory) and
-#               /dev/shm, makes / read-only, brings lo up; then drops to the call's own uid (no
-#               capabilities), no_new_privs, Landlock (writes only in its tmpfs), seccomp (the
-#               node's call filter, stacked on the runner's), and waits for its request. Python
-#               code runs in W itself, from the warm interpreter (one fork per call: on this
-#               kind of host every page a forked Python touches is a costly fault); any other
-#               program is posix_spawn'd (vfork, nothing copied) as pid 2 and W reports its
-#               status, usage and the files asked for (a compiler's output). W's end ends every
-#               process of the call and its namespaces.
+#   W (worker)  for Python code: cloned by the zygote into fresh mount, pid, ipc, net and uts
+#               namespaces, pid 1 there: mounts a new /proc, a fresh tmpfs on /tmp (the call's
+#               directory) and /dev/shm, makes / read-only, brings lo up; then drops to the
+#               call's own uid (no capabilities), no_new_privs, Landlock (writes only in its
+#               tmpfs), seccomp (the node's call filter, stacked on the runner's), and waits
+#               for its request; the code runs in W itself, from the warm interpreter (one fork
+#               per call: on this kind of host every page a forked Python touches is a costly
+#               fault). W's end ends every process of the call and its namespaces.
+#   native      for programs that are exec'd (C, C++, shell): `warren-agent --call-worker`,
+#               posix_spawn'd by the dispatcher (vfork: nothing of a Python is copied); it
+#               makes the same namespaces, mounts, uid, Landlock and seccomp in C++, runs the
+#               program as pid 2 and reports its status, usage and the files asked for.
 # Workers are made ahead of time (`prefork`), so a call only pays for writing its request.
 #
 # Channel frames (both directions): u32 LE length of the rest, u32 LE header length, JSON
@@ -30,7 +32,6 @@ import fcntl
 import json
 import os
 import resource
-import select
 import selectors
 import signal
 import socket
@@ -185,17 +186,6 @@ def set_limits(lim):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def vm_hwm_kb(pid):
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
 def vm_size():
     with open("/proc/self/statm", "rb") as f:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
@@ -274,35 +264,6 @@ def lo_up():
         s.close()
 
 
-def read_artifacts(names, limit):
-    """Files the call asked to keep (a compiler's output). The program owned the directory:
-    no following links, no blocking on a FIFO, regular files only."""
-    out, meta = [], []
-    expanded = []
-    for name in names:
-        if name.startswith("*."):  # by suffix, e.g. a Java compiler's classes
-            expanded += sorted(n for n in os.listdir("/tmp") if n.endswith(name[1:]))
-        else:
-            expanded.append(name)
-    total = 0
-    for name in expanded:
-        try:
-            fd = os.open(os.path.join("/tmp", name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            st = os.fstat(fd)
-            if not (st.st_mode & 0o170000 == 0o100000) or total + st.st_size > limit:
-                continue
-            total += st.st_size
-            data = read_exact(fd, st.st_size) if st.st_size else b""
-            meta.append({"name": name, "len": len(data), "mode": st.st_mode & 0o755})
-            out.append(data)
-        finally:
-            os.close(fd)
-    return meta, b"".join(out)
-
-
 def worker_setup(req, cfg):
     """As root of the runner: the call's own mounts, hostname and loopback."""
     uid = req["uid"]
@@ -320,7 +281,7 @@ def worker_setup(req, cfg):
 
 def worker_main(fds, req, cfg, bpf):
     """W: pid 1 of the call's fresh namespaces. Sets them up, becomes the call's uid, waits for
-    the request, then runs Python code itself or spawns the program and reports on it."""
+    the request, then runs its Python code itself."""
     req_r, stdin_r, stdout_w, stderr_w, status_w = fds
     uid = req["uid"]
     try:
@@ -371,63 +332,9 @@ def worker_main(fds, req, cfg, bpf):
         set_limits(lim)
         gc.enable()
         run_python(main, req["code"], req.get("args", []), "/tmp/" + req.get("filename", "main.py"))
-    # Anything else runs as pid 2 under us: we stay as its init (reaping, signals work as
-    # usual for it) and report its own status and usage. Nobody of our uid may read our fds.
-    _libc.prctl(PR_SET_DUMPABLE, 0, None, 0, 0)
-    set_limits(lim)
-    argv = req["argv"]
-    # SIGUSR1 from the dispatcher: out of wall time or output; end the program here so its
-    # usage still comes back. SIGCHLD wakes the wait below.
-    child = [0]
-    signal.signal(signal.SIGUSR1, lambda *_: child[0] and os.kill(child[0], signal.SIGKILL))
-    wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    baseline = vm_hwm_kb("self")
-    try:
-        # posix_spawn is vfork-based: nothing of this interpreter is copied. Python ignores
-        # SIGPIPE and SIGXFSZ; the program gets the defaults.
-        pid = os.posix_spawnp(argv[0], argv, env, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
-    except OSError as e:
-        os.write(2, f"warren: exec {argv[0]}: {e.strerror}\n".encode())
-        code = 127 if e.errno == errno.ENOENT else 126
-        write_all(4, frame({"exit_code": code, "signal": 0, "cpu_ms": 0, "maxrss_kb": 0}))
-        os._exit(0)
-    child[0] = pid
-    os.close(0)
-    os.close(1)
-    os.close(2)
-    # The program's peak memory: its rusage counts the larger of its own peak and this
-    # interpreter's (the address space it was spawned from), so below that size it is sampled.
-    peak, delay = 0, 0.002
-    while True:
-        try:
-            done, status, ru = os.wait4(pid, os.WNOHANG)
-        except InterruptedError:
-            continue
-        if done:
-            break
-        peak = max(peak, vm_hwm_kb(pid))
-        select.select([wake_r], [], [], delay)
-        try:
-            os.read(wake_r, 64)
-        except BlockingIOError:
-            pass
-        delay = 0.01
-    report = {
-        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1,
-        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0,
-        "cpu_ms": int((ru.ru_utime + ru.ru_stime) * 1000),
-        "maxrss_kb": ru.ru_maxrss if ru.ru_maxrss > baseline else peak,
-    }
-    data = b""
-    if req.get("collect"):
-        report["files"], data = read_artifacts(req["collect"], cfg["artifact_limit"])
-    try:
-        write_all(4, frame(report, data))
-    except OSError:
-        pass
-    os._exit(0)
+    # Programs that are exec'd run in native workers (warren-agent --call-worker), not here.
+    write_all(4, frame({"error": "worker setup: a Python worker got a program to exec"}))
+    os._exit(1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -611,8 +518,7 @@ class Dispatcher:
             for fd in theirs + ours:
                 os.close(fd)
             self.free_uids.append(uid)
-            self.native = None  # fall back to Python workers for exec'd programs
-            self.send({"t": "log", "error": f"native worker: {e}; using Python workers"})
+            self.send({"t": "log", "error": f"native worker: {e}", "damaged": True})
             return
         for fd in theirs:
             os.close(fd)
@@ -623,7 +529,7 @@ class Dispatcher:
         self.ready["native"].append(w)
 
     def kind_of(self, run):
-        return "native" if (not run.python and self.native) else "py"
+        return "py" if run.python else "native"
 
     def top_up(self):
         prefork = self.cfg["prefork"]
@@ -724,6 +630,10 @@ class Dispatcher:
     def drain_queue(self):
         waiting = []
         for run in self.queue:
+            if not run.python and not self.native:
+                self.send({"t": "result", "id": run.id, "error": "no native worker to run programs",
+                           "damaged": True, "stdout_len": 0, "stderr_len": 0})
+                continue
             ready = self.ready[self.kind_of(run)]
             if ready:
                 self.start(ready.pop(0), run)

@@ -851,7 +851,10 @@ def main():
     zsock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
+        # The zygote keeps nothing it does not need: every page it holds is a page each of
+        # its clones inherits (the worker binary alone is megabytes).
         zsock.close()
+        worker = None
         zygote_main(theirs, cfg, bpf)
         os._exit(0)
     theirs.close()

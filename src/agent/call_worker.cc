@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/protocol.h"
 #include "isolation/landlock.h"
 #include "isolation/net_loopback.h"
 #include "isolation/seccomp_filter.h"
@@ -65,17 +66,8 @@ bool ReadAll(int fd, size_t n, std::string* out) {
   return true;
 }
 
-std::string Frame(const json& h, const std::string& payload = "") {
-  std::string hs = h.dump();
-  uint32_t total = static_cast<uint32_t>(4 + hs.size() + payload.size()), hl = static_cast<uint32_t>(hs.size());
-  std::string out(8, '\0');
-  memcpy(out.data(), &total, 4);
-  memcpy(out.data() + 4, &hl, 4);
-  return out + hs + payload;
-}
-
 [[noreturn]] void Report(const json& h, const std::string& payload, int code) {
-  WriteAll(kReport, Frame(h, payload));
+  WriteAll(kReport, EncodeFrame(h, payload));
   _exit(code);
 }
 
@@ -280,14 +272,14 @@ int CallWorkerMain(int argc, char** argv) {
   const unsigned long root_flags = strtoul(argv[5], nullptr, 10);
   if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWPID) != 0) {
     int e = errno;
-    WriteAll(kReport, Frame({{"error", std::string("worker setup: unshare: ") + strerror(e)}}));
+    WriteAll(kReport, EncodeFrame({{"error", std::string("worker setup: unshare: ") + strerror(e)}}));
     return 1;
   }
   pid_t pid = fork();  // pid 1 of the new pid namespace
   if (pid == 0) Worker(uid, tmp_bytes, flags, root_flags);
   if (pid < 0) {
     int e = errno;
-    WriteAll(kReport, Frame({{"error", std::string("worker setup: fork: ") + strerror(e)}}));
+    WriteAll(kReport, EncodeFrame({{"error", std::string("worker setup: fork: ") + strerror(e)}}));
     return 1;
   }
   // The dispatcher's SIGUSR1 (out of time or output) goes on to the worker, which ends the

@@ -52,4 +52,16 @@ Result<Message> Recv(int fd) {
   return Decode(buf);
 }
 
+std::string EncodeFrame(const nlohmann::json& header, std::string_view payload) {
+  const std::string h = header.dump();
+  const uint32_t total = static_cast<uint32_t>(4 + h.size() + payload.size());
+  const uint32_t hlen = static_cast<uint32_t>(h.size());
+  std::string out(8, '\0');
+  memcpy(out.data(), &total, 4);  // little-endian hosts only, like the rest of the protocol
+  memcpy(out.data() + 4, &hlen, 4);
+  out += h;
+  out.append(payload);
+  return out;
+}
+
 }  // namespace warren::agent

@@ -35,6 +35,11 @@ struct Message {
 std::string Encode(const Message& m);
 Result<Message> Decode(std::string_view wire);
 
+// fncall channel frames (node <-> a runner's dispatcher, dispatcher <-> native call worker; see
+// runtime/fncall/zygote.py): u32 LE length of the rest, u32 LE header length, JSON header,
+// payload. Unlike Message, a byte stream (pipes) carries them.
+std::string EncodeFrame(const nlohmann::json& header, std::string_view payload = {});
+
 // Blocking send/receive of one message on a SOCK_SEQPACKET socket. Recv returns a
 // kUnavailable status on EOF (the peer closed).
 Status Send(int fd, const Message& m);

@@ -143,30 +143,8 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
   {
     std::lock_guard lock(mu_);
     if (closed_) return Status(Code::kConflict, "exec", sandbox_id_, "sandbox is not running");
-    size_t running = 0;
-    for (auto& [eid, r] : execs_) running += !r->done();
-    if (running >= kMaxRunningExecs)
-      return Status(Code::kQuota, "exec", sandbox_id_,
-                    std::to_string(kMaxRunningExecs) + " commands are already running");
-    execs_[rec->id()] = rec;
-    exec_order_.push_back(rec->id());
+    WARREN_RETURN_IF_ERROR(AdmitExec(&execs_, &exec_order_, rec, kMaxRunningExecs, kKeepExecs, kKeepBytes));
     if (spec.channel && spec.on_output) channels_[rec->id()] = spec.on_output;
-    // Forget the oldest finished execs beyond the bounds.
-    uint64_t held = 0;
-    for (auto& [eid, r] : execs_) held += r->bytes();
-    for (size_t i = 0; i < exec_order_.size() &&
-                       (exec_order_.size() > kKeepExecs || held > kKeepBytes);) {
-      auto it = execs_.find(exec_order_[i]);
-      if (it != execs_.end() && !it->second->done()) {
-        ++i;  // running: kept, look at the next oldest
-        continue;
-      }
-      if (it != execs_.end()) {
-        held -= it->second->bytes();
-        execs_.erase(it);
-      }
-      exec_order_.erase(exec_order_.begin() + static_cast<long>(i));
-    }
   }
   nlohmann::json env = spec.env;
   std::string_view in = spec.stdin_data;

@@ -84,7 +84,7 @@ class AgentConn {
   bool closed_ = false;
   std::string close_reason_;
   uint64_t next_op_ = 1;
-  std::map<std::string, std::shared_ptr<ExecRecord>> execs_;
+  ExecMap execs_;
   std::vector<std::string> exec_order_;  // for bounding how many finished execs we keep
   std::map<std::string, std::shared_ptr<PendingOp>> ops_;
   std::map<std::string, std::function<void(int, std::string_view)>> channels_;

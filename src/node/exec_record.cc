@@ -274,4 +274,30 @@ nlohmann::json ChunkJson(const OutputChunk& c, bool binary) {
   return j;
 }
 
+Status AdmitExec(ExecMap* execs, std::vector<std::string>* order, const std::shared_ptr<ExecRecord>& rec,
+                 size_t max_running, size_t keep_count, uint64_t keep_bytes) {
+  size_t running = 0;
+  for (auto& [eid, r] : *execs) running += !r->done();
+  if (running >= max_running)
+    return Status(Code::kQuota, "exec", rec->sandbox_id(),
+                  std::to_string(max_running) + " commands are already running");
+  (*execs)[rec->id()] = rec;
+  order->push_back(rec->id());
+  uint64_t held = 0;
+  for (auto& [eid, r] : *execs) held += r->bytes();
+  for (size_t i = 0; i < order->size() && (order->size() > keep_count || held > keep_bytes);) {
+    auto it = execs->find((*order)[i]);
+    if (it != execs->end() && !it->second->done()) {
+      ++i;  // running: kept, look at the next oldest
+      continue;
+    }
+    if (it != execs->end()) {
+      held -= it->second->bytes();
+      execs->erase(it);
+    }
+    order->erase(order->begin() + static_cast<long>(i));
+  }
+  return Status::Ok();
+}
+
 }  // namespace warren::node

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <functional>
 #include <mutex>
@@ -120,6 +121,14 @@ class ExecRecord {
   ExecOutcome outcome_;
   std::vector<std::function<void()>> waiters_;
 };
+
+// The exec records of one sandbox, by id and in start order. Admits `rec` unless
+// `max_running` are running already (kQuota), then forgets the oldest finished records while
+// more than `keep_count` are held or they hold more than `keep_bytes` of output. The caller
+// locks.
+using ExecMap = std::map<std::string, std::shared_ptr<ExecRecord>>;
+Status AdmitExec(ExecMap* execs, std::vector<std::string>* order, const std::shared_ptr<ExecRecord>& rec,
+                 size_t max_running, size_t keep_count, uint64_t keep_bytes);
 
 // JSON for one stream line: {"seq", "stream", "data"} (+ "data_b64" when binary).
 nlohmann::json ChunkJson(const OutputChunk& c, bool binary);

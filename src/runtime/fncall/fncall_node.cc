@@ -136,21 +136,7 @@ Result<std::shared_ptr<node::ExecRecord>> FncallNode::StartExec(const std::strin
   auto rec = std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary, box->budget);
   {
     std::lock_guard lock(mu_);
-    size_t running = 0;
-    for (auto& [eid, r] : box->execs) running += !r->done();
-    if (running >= kMaxRunning)
-      return Status(Code::kQuota, "exec", id, std::to_string(kMaxRunning) + " commands are already running");
-    box->execs[exec_id] = rec;
-    box->order.push_back(exec_id);
-    for (size_t i = 0; box->order.size() > kKeepExecs && i < box->order.size();) {
-      auto it = box->execs.find(box->order[i]);
-      if (it != box->execs.end() && !it->second->done()) {
-        ++i;
-        continue;
-      }
-      if (it != box->execs.end()) box->execs.erase(it);
-      box->order.erase(box->order.begin() + static_cast<long>(i));
-    }
+    WARREN_RETURN_IF_ERROR(node::AdmitExec(&box->execs, &box->order, rec, kMaxRunning, kKeepExecs, ~uint64_t{0}));
   }
   if (spec.on_record) spec.on_record(rec);
 

@@ -52,7 +52,7 @@ class FncallNode : public node::NodeApi {
     std::vector<std::string> layers;
     runtime::SandboxConfig config;
     std::shared_ptr<node::OutputBudget> budget;
-    std::map<std::string, std::shared_ptr<node::ExecRecord>> execs;
+    node::ExecMap execs;
     std::vector<std::string> order;  // for forgetting the oldest finished execs
   };
   std::shared_ptr<Box> Find(const std::string& id);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "agent/protocol.h"
 #include "base/ids.h"
 
 namespace warren::fncall {
@@ -19,18 +20,6 @@ using nlohmann::json;
 constexpr int kReadyTimeoutMs = 60000;
 // How long past a run's own wall limit we wait before calling the runner hung.
 constexpr int64_t kRunSlackMs = 15000;
-
-std::string Frame(const json& header, std::string_view payload) {
-  std::string h = header.dump();
-  uint32_t total = static_cast<uint32_t>(4 + h.size() + payload.size());
-  uint32_t hlen = static_cast<uint32_t>(h.size());
-  std::string out(8, '\0');
-  memcpy(out.data(), &total, 4);  // little-endian hosts only, like the rest of the protocol
-  memcpy(out.data() + 4, &hlen, 4);
-  out += h;
-  out.append(payload);
-  return out;
-}
 
 json LimitsJson(const RunLimits& l) {
   return {{"wall_ms", l.wall_ms},       {"cpu_s", l.cpu_s},   {"as_bytes", l.as_bytes},
@@ -84,7 +73,7 @@ Result<std::shared_ptr<Runner>> Runner::Start(node::NodeApi* node, const RunnerC
   const uint32_t script_len = static_cast<uint32_t>(script.size());
   es.stdin_data.assign(reinterpret_cast<const char*>(&script_len), 4);
   es.stdin_data += script;
-  es.stdin_data += Frame(init, cfg.call_seccomp_bpf + (cfg.worker_binary ? *cfg.worker_binary : ""));
+  es.stdin_data += agent::EncodeFrame(init, cfg.call_seccomp_bpf + (cfg.worker_binary ? *cfg.worker_binary : ""));
   es.on_output = [weak](int stream, std::string_view data) {
     if (auto self = weak.lock()) self->OnOutput(stream, data);
   };
@@ -190,7 +179,7 @@ Result<RunResult> Runner::Run(const RunRequest& req) {
     pending_[id] = p;
   }
   h["id"] = id;
-  Status st = node_->WriteExecStdin(cfg_.id, exec_id_, Frame(h, payload), false);
+  Status st = node_->WriteExecStdin(cfg_.id, exec_id_, agent::EncodeFrame(h, payload), false);
   std::unique_lock lock(mu_);
   if (!st.ok()) {
     pending_.erase(id);

@@ -171,8 +171,8 @@ def set_limits(lim):
         soft_hard = (s, s + 1) if hard == resource.RLIM_INFINITY else (min(s, hard), hard)
         resource.setrlimit(resource.RLIMIT_CPU, soft_hard)
     if lim.get("as_bytes"):
-        # The interpreter's own mappings do not count against the program (U is a fork of
-        # the warm interpreter; an exec'd program starts from nothing anyway).
+        # The interpreter's own mappings do not count against the program: the worker is a
+        # fork of the warm interpreter, which the code found already there.
         base = lim.get("as_base", 0)
         cap(resource.RLIMIT_AS, lim["as_bytes"] + base)
     if lim.get("stack_bytes"):

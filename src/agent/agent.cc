@@ -168,7 +168,9 @@ Status Agent::Setup() {
   std::string hostname = h.value("hostname", "sandbox");
   if (sethostname(hostname.data(), hostname.size()) != 0)
     return ErrnoStatus("sethostname", hostname);
-  WARREN_RETURN_IF_ERROR(isolation::BringUpLoopback());
+  // In a namespace the node made, lo is up already and we could not touch it (the node's
+  // user namespace owns it, not ours).
+  if (h.value("loopback", true)) WARREN_RETURN_IF_ERROR(isolation::BringUpLoopback());
   nofile_ = h.value("nofile", uint64_t{4096});
   if (FILE* f = fopen("/proc/self/oom_score_adj", "re")) {
     if (fscanf(f, "%d", &oom_score_adj_) != 1) oom_score_adj_ = 0;

@@ -30,6 +30,12 @@
 namespace warren::cli {
 namespace {
 
+struct NetFlags {
+  std::string subnet = "10.89.0.0/16";
+  bool off = false;
+  size_t pool = 8;
+};
+
 struct FncallFlags {
   std::string image;
   int runners = 0;  // 0: one per CPU
@@ -37,7 +43,7 @@ struct FncallFlags {
 };
 
 int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no_hardening,
-          const FncallFlags& fn) {
+          const FncallFlags& fn, const NetFlags& net) {
   if (geteuid() != 0) return Fail("serve", "warren serve must run as root (it makes namespaces, mounts and cgroups)");
   // Signals are taken by sigwait below; block them before any thread starts.
   sigset_t sigs;
@@ -65,6 +71,13 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   if (unsafe_no_hardening)
     spdlog::warn("UNSAFE: sandboxes run without seccomp and Landlock (benchmark mode)");
   nopts.spill_dir = data_dir + "/execs";
+  // Networking names per data dir too: the nftables table, the bridge (15 bytes at most).
+  nopts.network = !net.off;
+  nopts.net.table = nopts.cgroup_parent;
+  nopts.net.bridge = "wr" + Sha256Hex(key).substr(0, 8);
+  nopts.net.subnet = net.subnet;
+  nopts.net.pool_bare = net.pool;
+  nopts.net.pool_wired = std::max<size_t>(1, net.pool / 2);
   if (mkdir(nopts.spill_dir.c_str(), 0700) != 0 && errno != EEXIST) return Fail(ErrnoStatus("mkdir", nopts.spill_dir));
 
   auto node = node::LocalNode::Start(nopts, &layers);
@@ -146,7 +159,14 @@ void AddServe(CLI::App& app) {
                   "runner image (NAME:TAG) of calls that name none; it needs python3 and the toolchains");
   cmd->add_option("--fncall-runners", fn->runners, "runner sandboxes per runner image at most (default: one per CPU)");
   cmd->add_option("--fncall-workers", fn->workers, "calls running at once in one runner");
-  cmd->callback([listen, data_dir, unsafe, fn] { ExitCode() = Serve(*listen, *data_dir, *unsafe, *fn); });
+  auto net = std::make_shared<NetFlags>();
+  cmd->add_option("--net-subnet", net->subnet,
+                  "IPv4 subnet of sandbox addresses in egress mode; the node takes its first address");
+  cmd->add_option("--net-pool", net->pool, "network namespaces kept ready for new sandboxes");
+  cmd->add_flag("--no-network", net->off, "no sandbox networking: every sandbox gets loopback only");
+  cmd->callback([listen, data_dir, unsafe, fn, net] {
+    ExitCode() = Serve(*listen, *data_dir, *unsafe, *fn, *net);
+  });
 }
 
 }  // namespace warren::cli

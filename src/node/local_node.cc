@@ -7,6 +7,7 @@
 
 #include <set>
 
+#include "base/cleanup.h"
 #include "base/ids.h"
 #include "image/tar_extract.h"
 #include "isolation/cgroup.h"
@@ -40,6 +41,19 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   node->container_ = std::make_unique<runtime::ContainerBackend>(
       std::move(memfd), &node->mounts_, &node->uids_, opts.cgroup_parent, std::move(bpf),
       std::move(runner_bpf));
+  if (opts.network) {
+    net::NetworkOptions no = opts.net;
+    if (no.state_dir.empty()) no.state_dir = "/run/warren/" + opts.cgroup_parent + "-net";
+    auto n = net::Network::Start(no);
+    if (n.ok()) {
+      node->net_ = std::move(*n);
+    } else {
+      node->net_error_ = n.status().ToString();
+      spdlog::warn("sandbox networking is off (egress will be refused): {}", node->net_error_);
+    }
+  } else {
+    node->net_error_ = "sandbox networking is disabled on this node";
+  }
   WARREN_RETURN_IF_ERROR(node->mux_.Start());
   LocalNode* self = node.get();
   node->mux_.SetOnClosed([self](const std::string& id) {
@@ -74,15 +88,53 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   // The sandbox's exec spill directory, made once here rather than at every exec.
   if (!opts_.spill_dir.empty() && mkdir(SpillDir(cfg.id).c_str(), 0700) != 0 && errno != EEXIST)
     return ErrnoStatus("mkdir", SpillDir(cfg.id));
-  auto inst = container_->Create(cfg);
-  if (!inst.ok()) {
+  if (spec.network.egress && !net_)
+    return Status(Code::kUnavailable, "create sandbox", cfg.id, "no egress here: " + net_error_);
+  Cleanup rm_spill([&] {
     if (!opts_.spill_dir.empty()) rmdir(SpillDir(cfg.id).c_str());
-    return inst.status();
+  });
+  Cleanup detach([&] {
+    if (net_) net_->Detach(cfg.id);
+  });
+  if (net_ && !cfg.fncall_runner) {
+    net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, spec.network));
+    cfg.netns_fd = a.netns_fd;
+    // The usual proxy variables, set whatever the mode: a sandbox switched to egress later
+    // finds its proxy without a restart of anything; in mode none they fail fast.
+    const std::string proxy = net_->proxy_url();
+    for (const char* k : {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "npm_config_proxy",
+                          "npm_config_https_proxy"})
+      cfg.env.emplace(k, proxy);
+    cfg.env.emplace("no_proxy", "localhost,127.0.0.1,::1");
+    cfg.env.emplace("NO_PROXY", "localhost,127.0.0.1,::1");
   }
+  auto inst = container_->Create(cfg);
+  if (!inst.ok()) return inst.status();
+  rm_spill.Cancel();
+  detach.Cancel();
   SandboxRuntime rt{(*inst)->host_pid(), (*inst)->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, (*inst)->TakeControlSocket());
   Register(cfg.id, std::move(*inst), std::move(conn));
+  if (net_ && spec.network.egress) ConfigureEgress(cfg.id);
   return rt;
+}
+
+void LocalNode::ConfigureEgress(const std::string& id) {
+  const std::string gw = net::Ip4String(net_->gateway()), proxy = net_->proxy_url();
+  (void)WriteFile(id, "/etc/resolv.conf", 0644, "nameserver " + gw + "\noptions timeout:2 attempts:2\n");
+  (void)WriteFile(id, "/etc/apt/apt.conf.d/90warren-proxy", 0644,
+                  "Acquire::http::Proxy \"" + proxy + "\";\nAcquire::https::Proxy \"" + proxy + "\";\n");
+}
+
+Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
+  auto e = WARREN_TRY(Find(id));
+  if (!net_) {
+    if (policy.egress) return Status(Code::kUnavailable, "set network", id, "no egress here: " + net_error_);
+    return Status::Ok();
+  }
+  WARREN_RETURN_IF_ERROR(net_->SetPolicy(id, policy));
+  if (policy.egress) ConfigureEgress(id);
+  return Status::Ok();
 }
 
 void LocalNode::Register(const std::string& id, std::unique_ptr<runtime::Instance> inst,
@@ -103,6 +155,11 @@ Status LocalNode::AdoptSandbox(const std::string& id) {
     if (sandboxes_.count(id)) return Status(Code::kConflict, "adopt", id, "already running here");
   }
   auto inst = WARREN_TRY(container_->Adopt(id));
+  if (net_) {
+    // A sandbox made without a node namespace (fncall runners) has no network record.
+    Status st = net_->Adopt(id, inst->host_pid());
+    if (!st.ok() && st.code() != Code::kNotFound) spdlog::warn("adopt network of {}: {}", id, st.ToString());
+  }
   if (!opts_.spill_dir.empty()) mkdir(SpillDir(id).c_str(), 0700);  // absent if it never ran an exec
   auto conn = std::make_shared<AgentConn>(id, inst->TakeControlSocket());
   std::vector<std::shared_ptr<ExecRecord>> recs;
@@ -164,6 +221,7 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
   mux_.Remove(e->conn);
   e->conn->OnClosed("sandbox deleted");
   Status st = e->instance->Destroy().Context("delete " + id);
+  if (net_) net_->Detach(id);
   if (!opts_.spill_dir.empty()) (void)image::RemoveTree(SpillDir(id));
   return st;
 }
@@ -262,7 +320,8 @@ nlohmann::json LocalNode::Info() {
           {"sandboxes", live_sandboxes()},
           {"layer_mounts", mounts_.live()},
           {"uid_slots_used", uids_.used()},
-          {"uid_slots", opts_.uid_slots}};
+          {"uid_slots", opts_.uid_slots},
+          {"network", net_ ? net_->Info() : nlohmann::json{{"error", net_error_}}}};
 }
 
 }  // namespace warren::node

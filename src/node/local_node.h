@@ -10,6 +10,7 @@
 #include "image/erofs_mount_cache.h"
 #include "image/layer_store.h"
 #include "isolation/uid_allocator.h"
+#include "net/network.h"
 #include "node/agent_mux.h"
 #include "node/node_api.h"
 
@@ -27,6 +28,10 @@ struct LocalNodeOptions {
   // Where exec records are spilled (DATA_DIR/execs) so a restarted node can rebuild them;
   // empty: not spilled.
   std::string spill_dir;
+  // Sandbox networking (egress mode, the namespace pool); off: every sandbox gets a
+  // namespace of its own with only lo, and egress is refused.
+  bool network = true;
+  net::NetworkOptions net;
 };
 
 class LocalNode : public NodeApi {
@@ -41,6 +46,7 @@ class LocalNode : public NodeApi {
   Status AdoptSandbox(const std::string& id) override;
   int RunningExecs(const std::string& id) override;
   int ReapUnadopted() override;
+  Status SetNetwork(const std::string& id, const net::Policy& policy) override;
   Status PauseSandbox(const std::string& id) override;
   Status ResumeSandbox(const std::string& id) override;
   Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,
@@ -70,6 +76,9 @@ class LocalNode : public NodeApi {
   Result<std::shared_ptr<Entry>> Find(const std::string& id);
   Result<std::shared_ptr<AgentConn>> Conn(const std::string& id);
   std::string SpillDir(const std::string& id) const { return opts_.spill_dir + "/" + id; }
+  // Points an egress sandbox's resolver and package tools at the node (best effort: an
+  // image without /etc/apt simply has no apt to configure).
+  void ConfigureEgress(const std::string& id);
   void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn);
 
   LocalNodeOptions opts_;
@@ -77,6 +86,8 @@ class LocalNode : public NodeApi {
   image::ErofsMountCache mounts_;
   isolation::UidAllocator uids_;
   std::unique_ptr<runtime::Backend> container_;
+  std::unique_ptr<net::Network> net_;
+  std::string net_error_;  // why there is no sandbox networking, if there is none
   AgentMux mux_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> sandboxes_;

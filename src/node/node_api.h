@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "node/agent_conn.h"
+#include "net/policy.h"
 #include "node/exec_record.h"
 #include "runtime/backend.h"
 
@@ -17,6 +18,7 @@ namespace warren::node {
 struct NodeSandboxSpec {
   std::string backend = "container";
   runtime::SandboxConfig config;  // layers carry digests; the node resolves blob paths
+  net::Policy network;
 };
 
 struct SandboxRuntime {
@@ -37,6 +39,8 @@ class NodeApi {
   virtual int RunningExecs(const std::string& id) = 0;
   // Kills the cgroups of sandboxes an earlier run left that were not adopted.
   virtual int ReapUnadopted() = 0;
+  // Changes the sandbox's egress policy; connections it no longer allows are cut.
+  virtual Status SetNetwork(const std::string& id, const net::Policy& policy) = 0;
   virtual Status PauseSandbox(const std::string& id) = 0;
   virtual Status ResumeSandbox(const std::string& id) = 0;
   virtual Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id,

@@ -33,6 +33,9 @@ struct SandboxConfig {
   // A node-internal fncall runner (see runtime/fncall/runner.h): the runner seccomp profile
   // and no sandbox-wide Landlock, so its zygote can make each call's namespaces.
   bool fncall_runner = false;
+  // A network namespace the node made (net/netns.h) to run the sandbox in, or -1 for a new
+  // one of its own with only lo (fncall runners; hosts without sandbox networking).
+  int netns_fd = -1;
 };
 
 // A live sandbox. Destroying it kills every process in it and releases everything it held.

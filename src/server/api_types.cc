@@ -4,6 +4,7 @@
 #include <set>
 
 #include "base/utf8.h"
+#include "net/policy.h"
 
 namespace warren::server {
 namespace {
@@ -164,6 +165,7 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
     }
     if (s.network.mode == "none" && !s.network.allow.empty())
       return Invalid("`network.allow` rules need `network.mode` egress");
+    WARREN_RETURN_IF_ERROR(net::ParsePolicy(s.network.mode, s.network.allow).status());
   }
   WARREN_RETURN_IF_ERROR(GetStringMap(j, "env", &s.env, 1024, true));
   size_t env_bytes = 0;

@@ -11,6 +11,7 @@
 #include "base/cleanup.h"
 #include "base/ids.h"
 #include "base/utf8.h"
+#include "net/policy.h"
 
 namespace warren::server {
 
@@ -190,8 +191,6 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
     return Invalid("backend `" + spec.backend + "` is not available yet; use container or fncall");
   if (spec.backend == "fncall" && !calls_)
     return Status(Code::kUnavailable, "create sandbox", "fncall", "not enabled on this server");
-  if (spec.network.mode != "none")
-    return Invalid("network mode `egress` is not available yet; use none");
   if (spec.lease && !leases_.Get(who, *spec.lease).ok())
     return Invalid("unknown or expired lease `" + *spec.lease + "`");
 
@@ -240,6 +239,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   ns.config.open_files = spec.open_files;
   ns.config.cpus = spec.cpu;
   ns.config.env = spec.env;
+  ns.network = WARREN_TRY(net::ParsePolicy(spec.network.mode, spec.network.allow));
 
   json sb = ToJson(spec);
   sb["id"] = id;
@@ -467,8 +467,13 @@ Result<json> Api::SetNetwork(const Principal& who, const std::string& id, const 
   json j = WARREN_TRY(ParseJsonBody(body));
   json spec = {{"image", "x:y"}, {"network", j}};
   SandboxSpec parsed = WARREN_TRY(ParseSandboxSpec(spec));
-  if (parsed.network.mode != "none")
-    return Invalid("network mode `egress` is not available yet; use none");
+  net::Policy policy = WARREN_TRY(net::ParsePolicy(parsed.network.mode, parsed.network.allow));
+  const std::string state = sb.value("state", "");
+  if (state != "running" && state != "paused")
+    return Status(Code::kConflict, "set network", id, "sandbox is " + state);
+  WARREN_RETURN_IF_ERROR(node_->SetNetwork(id, policy));
+  sb["network"] = {{"mode", parsed.network.mode}, {"allow", parsed.network.allow}};
+  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
   return sb;
 }
 

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <cstring>
 #include <mutex>
 
@@ -183,7 +185,8 @@ ContainerBackend::ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache*
       uids_(uids),
       cgroup_parent_(std::move(cgroup_parent)),
       seccomp_bpf_(std::move(seccomp_bpf)),
-      runner_seccomp_bpf_(std::move(runner_seccomp_bpf)) {}
+      runner_seccomp_bpf_(std::move(runner_seccomp_bpf)),
+      host_netns_(open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) {}
 
 Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& cfg) {
   // 1. Identity: a host uid/gid range of our own; root inside is its first id.
@@ -219,11 +222,14 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   const int memfd = agent_memfd_.get();
 
   // 5. Spawn into new user, mount, pid, net, uts, ipc and cgroup namespaces, directly into
-  //    the v2 cgroup where there is one.
+  //    the v2 cgroup where there is one. A network namespace the node made instead of a new
+  //    one is entered by this thread just for the clone (setns is per thread; the child
+  //    inherits it), since the child, once in its own user namespace, could not enter it.
   int pidfd = -1;
   sys::CloneArgs ca;
-  ca.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS |
-             CLONE_NEWIPC | CLONE_PIDFD;
+  ca.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_PIDFD;
+  if (cfg.netns_fd < 0) ca.flags |= CLONE_NEWNET;
+  else if (setns(cfg.netns_fd, CLONE_NEWNET) != 0) return ErrnoStatus("setns", "network namespace of " + cfg.id);
   ca.pidfd = &pidfd;
   if (cgroup.v2_fd() >= 0) {
     ca.flags |= CLONE_INTO_CGROUP;
@@ -253,7 +259,13 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
     syscall(SYS_execveat, agent::kSelfMemfd, kEmpty, argv, envp, AT_EMPTY_PATH);
     _exit(127);
   }
-  if (pid < 0) return ErrnoStatus("clone3", cfg.id);
+  const int clone_errno = errno;
+  if (cfg.netns_fd >= 0 && setns(host_netns_.get(), CLONE_NEWNET) != 0) {
+    // This thread would serve everything after in the sandbox's namespace: never go on.
+    spdlog::critical("setns back to the host network namespace: {}", strerror(errno));
+    abort();
+  }
+  if (pid < 0) return ErrnoStatus("clone3", cfg.id, clone_errno);
   UniqueFd pidfd_owner(pidfd);
   // From here a failure must kill and reap the child before the cgroup can be removed.
   Cleanup kill_child([&] { KillAndReap(pidfd_owner.get()); });
@@ -309,6 +321,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
                         {"layers", clones.size()},
                         {"commands_cgroup", commands_procs.valid()},
                         {"listen", true},
+                        {"loopback", cfg.netns_fd < 0},
                         {"nofile", cfg.open_files},
                         {"landlock", !seccomp_bpf_.empty() && !cfg.fncall_runner},
                         {"env", env}},

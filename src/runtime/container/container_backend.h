@@ -29,6 +29,7 @@ class ContainerBackend : public Backend {
   // For fncall runners: the policy without its mount rule, and no sandbox-wide Landlock
   // (Landlock forbids mounting); each call then gets both, tighter, of its own.
   std::string runner_seccomp_bpf_;
+  UniqueFd host_netns_;  // to come back to after entering a sandbox's to clone it
 };
 
 // Makes sure the shared staging directory exists on the host (see isolation/rootfs.h).

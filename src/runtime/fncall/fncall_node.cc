@@ -41,6 +41,8 @@ Result<node::SandboxRuntime> FncallNode::CreateSandbox(const node::NodeSandboxSp
   if (spec.backend != "fncall") return inner_->CreateSandbox(spec);
   if (spec.config.layers.size() != 1)
     return Invalid("a fncall sandbox runs in its runner image alone: no workspace or tools");
+  if (spec.network.egress)
+    return Invalid("a fncall sandbox has no network (each call runs with loopback only); use a container sandbox");
   auto box = std::make_shared<Box>();
   for (const auto& l : spec.config.layers) box->layers.push_back(l.digest);
   box->config = spec.config;
@@ -49,6 +51,13 @@ Result<node::SandboxRuntime> FncallNode::CreateSandbox(const node::NodeSandboxSp
   if (boxes_.count(spec.config.id)) return Status(Code::kConflict, "create sandbox", spec.config.id, "exists");
   boxes_[spec.config.id] = box;
   return node::SandboxRuntime{};
+}
+
+Status FncallNode::SetNetwork(const std::string& id, const net::Policy& policy) {
+  if (!Find(id)) return inner_->SetNetwork(id, policy);
+  if (policy.egress)
+    return Invalid("a fncall sandbox has no network (each call runs with loopback only); use a container sandbox");
+  return Status::Ok();
 }
 
 Status FncallNode::DeleteSandbox(const std::string& id) {

@@ -30,6 +30,7 @@ class FncallNode : public node::NodeApi {
   Status AdoptSandbox(const std::string& id) override { return inner_->AdoptSandbox(id); }
   int RunningExecs(const std::string& id) override;
   int ReapUnadopted() override { return inner_->ReapUnadopted(); }
+  Status SetNetwork(const std::string& id, const net::Policy& policy) override;
   Status PauseSandbox(const std::string& id) override;
   Status ResumeSandbox(const std::string& id) override;
   Result<std::shared_ptr<node::ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,

@@ -1,0 +1,25 @@
+// Network namespaces made and entered by the node. A namespace the node makes is owned by
+// the host's user namespace, so a sandbox root (root only in its own user namespace) holds no
+// capability over it: it cannot change its addresses, routes, links or sysctls, nor open raw
+// or packet sockets. The node works inside one on a short-lived thread, never on a thread that
+// serves anything else (setns is per thread).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+
+namespace warren::net {
+
+// A new namespace with `lo` up; `inside` runs in it before it is returned.
+Result<UniqueFd> CreateNetns(const std::function<Status()>& inside = nullptr);
+// Runs `fn` on a thread inside the namespace `netns_fd`.
+Status RunInNetns(int netns_fd, const std::function<Status()>& fn);
+// Writes a sysctl of the calling thread's network namespace, e.g. "net/ipv4/ip_forward".
+Status WriteNetSysctl(const std::string& key, const std::string& value);
+// The host's (initial) network namespace as seen by this process.
+Result<UniqueFd> OpenHostNetns();
+
+}  // namespace warren::net

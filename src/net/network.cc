@@ -1,0 +1,442 @@
+#include "net/network.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "net/conntrack.h"
+#include "net/netns.h"
+
+namespace warren::net {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string VethName(uint32_t ip) {
+  char buf[16];
+  snprintf(buf, sizeof buf, "wv%08x", ntohl(ip));
+  return buf;
+}
+
+Status ParseSubnet(const std::string& s, uint32_t* net, int* prefix) {
+  auto rule = ParseRule(s);
+  if (!rule.ok() || rule->is_domain() || rule->family != AF_INET || rule->prefix < 8 || rule->prefix > 28)
+    return Invalid("network subnet must be an IPv4 CIDR from /8 to /28", s);
+  memcpy(net, rule->addr.data(), 4);
+  *prefix = rule->prefix;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Network::CheckSubnetFree() {
+  // Another link with an address in our subnet (another node, a VPN) would make routing to
+  // sandboxes ambiguous: refuse rather than misroute.
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return ErrnoStatus("getifaddrs", opts_.subnet);
+  std::string clash;
+  const uint32_t mask = htonl(~0u << (32 - prefix_));
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || opts_.bridge == a->ifa_name) continue;
+    uint32_t addr = reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr;
+    if ((addr & mask) == subnet_) clash = std::string(a->ifa_name) + " has " + Ip4String(addr);
+  }
+  freeifaddrs(list);
+  if (!clash.empty())
+    return Status(Code::kConflict, "claim sandbox subnet", opts_.subnet,
+                  clash + " (another node or network uses it; pick another with --net-subnet)");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Network>> Network::Start(const NetworkOptions& opts) {
+  std::unique_ptr<Network> n(new Network(opts));
+  WARREN_RETURN_IF_ERROR(n->Init());
+  n->filler_ = std::thread([p = n.get()] { p->FillPool(); });
+  return n;
+}
+
+Status Network::Init() {
+  WARREN_RETURN_IF_ERROR(ParseSubnet(opts_.subnet, &subnet_, &prefix_));
+  gateway_ = htonl(ntohl(subnet_) + 1);
+  if (opts_.bridge.empty() || opts_.bridge.size() > 15) return Invalid("bad bridge name", opts_.bridge);
+  WARREN_RETURN_IF_ERROR(CheckSubnetFree());
+  // NAT out needs forwarding; sandboxes are the only thing routed through here that the
+  // firewall does not refuse.
+  WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv4/ip_forward", "1"));
+  host_nl_ = std::make_unique<RtNetlink>(WARREN_TRY(RtNetlink::Open()));
+  bridge_index_ = host_nl_->Index(opts_.bridge);
+  if (bridge_index_ == 0) {
+    // A bridge left by a killed node is kept: adopted sandboxes' veths hang on it.
+    WARREN_RETURN_IF_ERROR(host_nl_->CreateBridge(opts_.bridge));
+    bridge_index_ = host_nl_->Index(opts_.bridge);
+    if (bridge_index_ == 0) return Internal("create bridge", opts_.bridge, "it did not appear");
+    made_bridge_ = true;
+  }
+  WARREN_RETURN_IF_ERROR(host_nl_->AddAddress4(bridge_index_, gateway_, prefix_));
+  WARREN_RETURN_IF_ERROR(host_nl_->SetUp(bridge_index_, true));
+  (void)WriteNetSysctl("net/ipv4/conf/" + opts_.bridge + "/send_redirects", "0");
+  (void)WriteNetSysctl("net/ipv6/conf/" + opts_.bridge + "/disable_ipv6", "1");
+  FirewallConfig fc{opts_.table, opts_.bridge, subnet_, prefix_, gateway_, opts_.proxy_port};
+  firewall_ = WARREN_TRY(Firewall::Create(fc));
+  if (!opts_.state_dir.empty() && mkdir(opts_.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return ErrnoStatus("mkdir", opts_.state_dir);
+  return Status::Ok();
+}
+
+Network::~Network() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (filler_.joinable()) filler_.join();
+  std::vector<std::string> ids;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, sb] : sandboxes_) ids.push_back(id);
+  }
+  for (auto& id : ids) Detach(id);
+  // Pooled namespaces die with their last fd, taking their veths along.
+  bare_.clear();
+  wired_.clear();
+  firewall_.reset();
+  if (made_bridge_ && host_nl_) (void)host_nl_->DeleteLink(bridge_index_);
+}
+
+std::string Network::proxy_url() const {
+  return "http://" + Ip4String(gateway_) + ":" + std::to_string(opts_.proxy_port);
+}
+
+Result<uint32_t> Network::AllocateIp() {
+  std::lock_guard lock(mu_);
+  const uint32_t hosts = (1u << (32 - prefix_)) - 2;  // .0 and broadcast excluded
+  for (uint32_t i = 0; i < hosts; ++i) {
+    uint32_t h = next_ip_;
+    next_ip_ = next_ip_ + 1 > hosts ? 2 : next_ip_ + 1;
+    if (h < 2 || used_ips_.count(h)) continue;  // .1 is the gateway
+    used_ips_.insert(h);
+    return htonl(ntohl(subnet_) + h);
+  }
+  return Status(Code::kQuota, "allocate address", opts_.subnet, "every address is in use");
+}
+
+void Network::ReleaseIp(uint32_t ip) {
+  if (!ip) return;
+  std::lock_guard lock(mu_);
+  used_ips_.erase(ntohl(ip) - ntohl(subnet_));
+}
+
+Status Network::Wire(int netns_fd, uint32_t ip) {
+  const std::string name = VethName(ip);
+  {
+    std::lock_guard lock(nl_mu_);
+    WARREN_RETURN_IF_ERROR(host_nl_->CreateVeth(name, bridge_index_, "eth0", netns_fd));
+    int idx = host_nl_->Index(name);
+    Status st = idx ? host_nl_->SetBridgePortIsolated(idx) : Internal("create veth", name, "it did not appear");
+    if (!st.ok()) {
+      if (idx) (void)host_nl_->DeleteLink(idx);
+      return st;
+    }
+  }
+  return RunInNetns(netns_fd, [&]() -> Status {
+    RtNetlink nl = WARREN_TRY(RtNetlink::Open());
+    int idx = nl.Index("eth0");
+    if (!idx) return Internal("wire sandbox", name, "eth0 did not appear");
+    return nl.AddAddress4(idx, ip, 32);
+  });
+}
+
+Status Network::SetLink(int netns_fd, bool egress) {
+  return RunInNetns(netns_fd, [&]() -> Status {
+    RtNetlink nl = WARREN_TRY(RtNetlink::Open());
+    int idx = nl.Index("eth0");
+    if (!idx) return Internal("set sandbox link", "eth0", "missing");
+    // Down takes the routes along: a sandbox in mode none gets "Network is unreachable" at
+    // once from connect(), not a timeout.
+    WARREN_RETURN_IF_ERROR(nl.SetUp(idx, egress));
+    if (egress) WARREN_RETURN_IF_ERROR(nl.AddDefaultRoute4(idx, gateway_));
+    return Status::Ok();
+  });
+}
+
+Result<Network::Pooled> Network::MakeNamespace(bool wired) {
+  Pooled p;
+  p.netns = WARREN_TRY(CreateNetns([]() -> Status {
+    // The sandbox's root is not root of this namespace: let it bind low ports anyway. No
+    // IPv6 on the links we add (there is no IPv6 egress); ::1 on lo stays.
+    WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv4/ip_unprivileged_port_start", "0"));
+    WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv6/conf/default/disable_ipv6", "1"));
+    return Status::Ok();
+  }));
+  if (wired) {
+    p.ip = WARREN_TRY(AllocateIp());
+    Status st = Wire(p.netns.get(), p.ip);
+    if (st.ok()) st = SetLink(p.netns.get(), true);
+    if (!st.ok()) {
+      ReleaseIp(p.ip);
+      return st;
+    }
+  }
+  return p;
+}
+
+void Network::FillPool() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait_for(lock, std::chrono::seconds(5), [&] {
+      return stop_ || bare_.size() < opts_.pool_bare || wired_.size() < opts_.pool_wired;
+    });
+    if (stop_) return;
+    bool wired = wired_.size() < opts_.pool_wired;
+    if (!wired && bare_.size() >= opts_.pool_bare) continue;
+    lock.unlock();
+    auto p = MakeNamespace(wired);
+    lock.lock();
+    if (!p.ok()) {
+      spdlog::warn("network pool: {}", p.status().ToString());
+      cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stop_; });
+      continue;
+    }
+    (wired ? wired_ : bare_).push_back(std::move(*p));
+  }
+}
+
+Result<Attachment> Network::Attach(const std::string& id, const Policy& policy) {
+  Pooled p;
+  {
+    std::lock_guard lock(mu_);
+    if (sandboxes_.count(id)) return Status(Code::kConflict, "attach network", id, "already attached");
+    auto& q = policy.egress ? wired_ : bare_;
+    if (!q.empty()) {
+      p = std::move(q.front());
+      q.pop_front();
+      ++pool_hits_;
+    } else {
+      ++pool_misses_;
+    }
+  }
+  cv_.notify_all();
+  if (!p.netns) {
+    auto made = MakeNamespace(policy.egress);
+    if (!made.ok()) return made.status().Context("attach network " + id);
+    p = std::move(*made);
+  }
+  auto sb = std::make_unique<Sandbox>();
+  sb->netns = std::move(p.netns);
+  sb->ip = p.ip;
+  sb->policy = policy;
+  if (sb->ip) {
+    Status st = firewall_->AddSandbox(sb->ip, policy);
+    if (!st.ok()) {
+      ReleaseIp(sb->ip);
+      return st.Context("attach network " + id);
+    }
+  }
+  Attachment a{sb->netns.get(), sb->ip};
+  SaveRecord(id, *sb);
+  std::lock_guard lock(mu_);
+  if (sb->ip) by_ip_[sb->ip] = id;
+  sandboxes_[id] = std::move(sb);
+  return a;
+}
+
+bool Network::Keeps(const Sandbox& sb, uint32_t dst, uint16_t port, Proto p) const {
+  if (!sb.policy.egress) return false;
+  if (dst == gateway_) return port == 53 || (p == Proto::kTcp && port == opts_.proxy_port);
+  if (sb.policy.AllowsAddress(AF_INET, reinterpret_cast<const uint8_t*>(&dst), port, p)) return true;
+  auto it = sb.resolved.find(dst);
+  if (it == sb.resolved.end() || it->second.expiry_ms < NowMs()) return false;
+  for (const EgressRule* r : sb.policy.RulesForName(it->second.name))
+    if (r->MatchesPort(port, p)) return true;
+  return false;
+}
+
+Status Network::SetPolicy(const std::string& id, const Policy& policy) {
+  std::lock_guard change(change_mu_);
+  Sandbox* sb;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return NotFound("sandbox network", id);
+    sb = it->second.get();
+  }
+  const std::string ctx = "set network of " + id;
+  if (policy.egress && !sb->ip) {
+    // First egress of a sandbox made in mode none: give it its link now.
+    uint32_t ip = WARREN_TRY(AllocateIp());
+    Status st = Wire(sb->netns.get(), ip);
+    if (st.ok()) st = firewall_->AddSandbox(ip, policy);
+    if (!st.ok()) {
+      ReleaseIp(ip);
+      return st.Context(ctx);
+    }
+    std::lock_guard lock(mu_);
+    sb->ip = ip;
+    by_ip_[ip] = id;
+  } else if (sb->ip) {
+    WARREN_RETURN_IF_ERROR(firewall_->SetPolicy(sb->ip, policy).Context(ctx));
+  }
+  {
+    std::lock_guard lock(mu_);
+    sb->policy = policy;
+  }
+  if (sb->ip) {
+    WARREN_RETURN_IF_ERROR(SetLink(sb->netns.get(), policy.egress).Context(ctx));
+    // Names resolved before stay reachable if the new policy still allows them.
+    const int64_t now = NowMs();
+    std::vector<std::pair<uint32_t, Resolved>> keep;
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = sb->resolved.begin(); it != sb->resolved.end();) {
+        if (it->second.expiry_ms > now && !policy.RulesForName(it->second.name).empty()) {
+          keep.emplace_back(it->first, it->second);
+          ++it;
+        } else {
+          it = sb->resolved.erase(it);
+        }
+      }
+    }
+    for (auto& [addr, r] : keep)
+      for (const EgressRule* rule : policy.RulesForName(r.name))
+        (void)firewall_->AllowResolved(sb->ip, addr, *rule, static_cast<uint32_t>((r.expiry_ms - now) / 1000 + 1));
+    // Cut what the new policy no longer allows.
+    auto cut = DeleteConnections(sb->ip, [&](uint32_t dst, uint16_t port, Proto p) {
+      std::lock_guard lock(mu_);
+      return Keeps(*sb, dst, port, p);
+    });
+    if (!cut.ok()) spdlog::warn("{}: {}", ctx, cut.status().ToString());
+    std::function<void(uint32_t)> fn;
+    {
+      std::lock_guard lock(mu_);
+      fn = on_policy_change_;
+    }
+    if (fn) fn(sb->ip);
+  }
+  SaveRecord(id, *sb);
+  return Status::Ok();
+}
+
+void Network::Detach(const std::string& id) {
+  std::lock_guard change(change_mu_);
+  std::unique_ptr<Sandbox> sb;
+  std::function<void(uint32_t)> fn;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return;
+    sb = std::move(it->second);
+    sandboxes_.erase(it);
+    if (sb->ip) by_ip_.erase(sb->ip);
+    fn = on_policy_change_;
+  }
+  if (sb->ip) {
+    Status st = firewall_->RemoveSandbox(sb->ip);
+    if (!st.ok()) spdlog::warn("detach network of {}: {}", id, st.ToString());
+    // The address goes back to the pool: nothing of this sandbox may follow it.
+    (void)DeleteConnections(sb->ip, [](uint32_t, uint16_t, Proto) { return false; });
+    if (fn) fn(sb->ip);
+    ReleaseIp(sb->ip);
+  }
+  if (!opts_.state_dir.empty()) unlink((opts_.state_dir + "/" + id + ".json").c_str());
+  // The namespace (and its veth) goes when the sandbox's last process and this fd are gone.
+}
+
+Status Network::Adopt(const std::string& id, int pid) {
+  std::string doc;
+  {
+    const std::string path = opts_.state_dir + "/" + id + ".json";
+    UniqueFd f(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f) return ErrnoStatus("open", path);
+    char buf[16384];
+    ssize_t n = read(f.get(), buf, sizeof buf);
+    if (n <= 0) return Invalid("empty network record", path);
+    doc.assign(buf, static_cast<size_t>(n));
+  }
+  nlohmann::json j = nlohmann::json::parse(doc, nullptr, false);
+  if (!j.is_object()) return Invalid("bad network record", id);
+  auto sb = std::make_unique<Sandbox>();
+  sb->policy = WARREN_TRY(ParsePolicy(j.value("mode", "none"), j.value("allow", std::vector<std::string>{})));
+  sb->ip = j.value("ip", 0u);
+  const std::string ns = "/proc/" + std::to_string(pid) + "/ns/net";
+  sb->netns = UniqueFd(open(ns.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!sb->netns) return ErrnoStatus("open", ns);
+  if (sb->ip) {
+    {
+      std::lock_guard lock(mu_);
+      used_ips_.insert(ntohl(sb->ip) - ntohl(subnet_));
+    }
+    WARREN_RETURN_IF_ERROR(firewall_->AddSandbox(sb->ip, sb->policy).Context("adopt network of " + id));
+  }
+  std::lock_guard lock(mu_);
+  if (sb->ip) by_ip_[sb->ip] = id;
+  sandboxes_[id] = std::move(sb);
+  return Status::Ok();
+}
+
+void Network::SaveRecord(const std::string& id, const Sandbox& sb) {
+  if (opts_.state_dir.empty()) return;
+  nlohmann::json j = {{"ip", sb.ip}, {"mode", sb.policy.egress ? "egress" : "none"}, {"allow", sb.policy.Texts()}};
+  const std::string path = opts_.state_dir + "/" + id + ".json", tmp = path + ".tmp", s = j.dump();
+  UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!f || write(f.get(), s.data(), s.size()) != static_cast<ssize_t>(s.size()) || rename(tmp.c_str(), path.c_str()) != 0)
+    spdlog::warn("save network record of {}: {}", id, strerror(errno));
+}
+
+bool Network::PolicyOf(uint32_t ip, Policy* out, std::string* id) {
+  std::lock_guard lock(mu_);
+  auto it = by_ip_.find(ip);
+  if (it == by_ip_.end()) return false;
+  auto sb = sandboxes_.find(it->second);
+  if (sb == sandboxes_.end()) return false;
+  if (out) *out = sb->second->policy;
+  if (id) *id = it->second;
+  return true;
+}
+
+void Network::AllowResolved(uint32_t ip, const std::string& name, const std::vector<uint32_t>& addrs,
+                            uint32_t ttl_s) {
+  Policy policy;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_ip_.find(ip);
+    if (it == by_ip_.end()) return;
+    Sandbox* sb = sandboxes_[it->second].get();
+    policy = sb->policy;
+    const int64_t expiry = NowMs() + int64_t{ttl_s} * 1000;
+    for (uint32_t a : addrs) {
+      auto& r = sb->resolved[a];
+      if (r.expiry_ms < expiry) r = Resolved{name, expiry};
+    }
+  }
+  for (const EgressRule* rule : policy.RulesForName(name))
+    for (uint32_t a : addrs) {
+      Status st = firewall_->AllowResolved(ip, a, *rule, ttl_s);
+      if (!st.ok()) spdlog::warn("allow {} for {}: {}", Ip4String(a), Ip4String(ip), st.ToString());
+    }
+}
+
+void Network::SetOnPolicyChange(std::function<void(uint32_t ip)> fn) {
+  std::lock_guard lock(mu_);
+  on_policy_change_ = std::move(fn);
+}
+
+nlohmann::json Network::Info() {
+  std::lock_guard lock(mu_);
+  return {{"bridge", opts_.bridge},
+          {"subnet", opts_.subnet},
+          {"gateway", Ip4String(gateway_)},
+          {"sandboxes", sandboxes_.size()},
+          {"wired", by_ip_.size()},
+          {"pool", {{"bare", bare_.size()}, {"wired", wired_.size()}, {"hits", pool_hits_}, {"misses", pool_misses_}}}};
+}
+
+}  // namespace warren::net

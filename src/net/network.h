@@ -1,0 +1,120 @@
+// The node's sandbox networking (docs/design.md, "Network"): a pool of network namespaces
+// made ahead of time, a veth into the node's bridge with an address per sandbox for those in
+// egress mode, NAT out, and the policy of each sandbox enforced by the firewall (addresses),
+// the DNS resolver (names) and the egress proxy (HTTP/HTTPS), all on the host side.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "net/firewall.h"
+#include "net/netlink.h"
+#include "net/policy.h"
+
+namespace warren::net {
+
+struct NetworkOptions {
+  std::string bridge = "warren0";
+  std::string table = "warren";    // nftables table
+  std::string subnet = "10.89.0.0/16";
+  uint16_t proxy_port = 3128;
+  size_t pool_bare = 8;   // namespaces with only lo, for sandboxes in mode none
+  size_t pool_wired = 4;  // namespaces with a veth and an address, for egress
+  std::string state_dir;  // where each sandbox's network record lives (restart adoption)
+};
+
+// What a sandbox is given: the namespace to run in (the backend enters it) and its address.
+struct Attachment {
+  int netns_fd = -1;  // owned by the Network; valid until Detach
+  uint32_t ip = 0;    // network byte order; 0 until it is first wired for egress
+};
+
+class Network {
+ public:
+  static Result<std::unique_ptr<Network>> Start(const NetworkOptions& opts);
+  ~Network();
+
+  uint32_t gateway() const { return gateway_; }
+  std::string proxy_url() const;
+  const NetworkOptions& options() const { return opts_; }
+
+  // A namespace for a new sandbox under `policy`; released by Detach (also on failure).
+  Result<Attachment> Attach(const std::string& id, const Policy& policy);
+  Status SetPolicy(const std::string& id, const Policy& policy);
+  void Detach(const std::string& id);
+  // After a restart: the sandbox whose init is `pid` keeps its namespace and address.
+  Status Adopt(const std::string& id, int pid);
+
+  // For the resolver and the proxy: the policy of the sandbox at `ip` (false: none there).
+  bool PolicyOf(uint32_t ip, Policy* out, std::string* id = nullptr);
+  // The resolver answered `addrs` for the allowed `name` to the sandbox at `ip`: they are
+  // reachable, on the ports the name's rules give, for `ttl_s` seconds.
+  void AllowResolved(uint32_t ip, const std::string& name, const std::vector<uint32_t>& addrs, uint32_t ttl_s);
+  // Called after a sandbox's policy changed (the proxy closes what is no longer allowed).
+  void SetOnPolicyChange(std::function<void(uint32_t ip)> fn);
+
+  nlohmann::json Info();
+
+ private:
+  struct Pooled {
+    UniqueFd netns;
+    uint32_t ip = 0;
+  };
+  struct Resolved {
+    std::string name;
+    int64_t expiry_ms = 0;  // steady clock
+  };
+  struct Sandbox {
+    UniqueFd netns;
+    uint32_t ip = 0;
+    Policy policy;
+    std::map<uint32_t, Resolved> resolved;  // what its allowed names resolved to
+  };
+  explicit Network(const NetworkOptions& opts) : opts_(opts) {}
+  Status Init();
+  Status CheckSubnetFree();
+  Result<Pooled> MakeNamespace(bool wired);
+  Status Wire(int netns_fd, uint32_t ip);
+  Status SetLink(int netns_fd, bool egress);
+  Result<uint32_t> AllocateIp();
+  void ReleaseIp(uint32_t ip);
+  void FillPool();
+  void SaveRecord(const std::string& id, const Sandbox& sb);
+  bool Keeps(const Sandbox& sb, uint32_t dst, uint16_t port, Proto p) const;
+
+  NetworkOptions opts_;
+  uint32_t subnet_ = 0, gateway_ = 0;  // network byte order
+  int prefix_ = 16;
+  std::unique_ptr<RtNetlink> host_nl_;
+  std::mutex nl_mu_;
+  int bridge_index_ = 0;
+  bool made_bridge_ = false;
+  std::unique_ptr<Firewall> firewall_;
+
+  std::mutex change_mu_;  // one policy change (or detach) at a time
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::deque<Pooled> bare_, wired_;
+  std::map<std::string, std::unique_ptr<Sandbox>> sandboxes_;
+  std::map<uint32_t, std::string> by_ip_;
+  std::set<uint32_t> used_ips_;  // host order
+  uint32_t next_ip_ = 2;         // host part, host order
+  std::function<void(uint32_t)> on_policy_change_;
+  uint64_t pool_hits_ = 0, pool_misses_ = 0;
+  std::thread filler_;
+};
+
+}  // namespace warren::net

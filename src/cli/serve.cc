@@ -34,6 +34,7 @@ struct NetFlags {
   std::string subnet = "10.89.0.0/16";
   bool off = false;
   size_t pool = 8;
+  std::string dns_hosts, dns_upstream;
 };
 
 struct FncallFlags {
@@ -78,6 +79,8 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   nopts.net.subnet = net.subnet;
   nopts.net.pool_bare = net.pool;
   nopts.net.pool_wired = std::max<size_t>(1, net.pool / 2);
+  nopts.net.dns_hosts = net.dns_hosts;
+  nopts.net.dns_upstream = net.dns_upstream;
   if (mkdir(nopts.spill_dir.c_str(), 0700) != 0 && errno != EEXIST) return Fail(ErrnoStatus("mkdir", nopts.spill_dir));
 
   auto node = node::LocalNode::Start(nopts, &layers);
@@ -163,6 +166,10 @@ void AddServe(CLI::App& app) {
   cmd->add_option("--net-subnet", net->subnet,
                   "IPv4 subnet of sandbox addresses in egress mode; the node takes its first address");
   cmd->add_option("--net-pool", net->pool, "network namespaces kept ready for new sandboxes");
+  cmd->add_option("--dns-hosts", net->dns_hosts,
+                  "file of name overrides for sandboxes (/etc/hosts format), asked before upstream DNS");
+  cmd->add_option("--dns-upstream", net->dns_upstream, "DNS server (IP[:PORT]) to resolve allowed names with "
+                  "(default: the host's resolv.conf)");
   cmd->add_flag("--no-network", net->off, "no sandbox networking: every sandbox gets loopback only");
   cmd->callback([listen, data_dir, unsafe, fn, net] {
     ExitCode() = Serve(*listen, *data_dir, *unsafe, *fn, *net);

@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "net/conntrack.h"
+#include "net/dns_server.h"
 #include "net/netns.h"
 
 namespace warren::net {
@@ -87,6 +88,8 @@ Status Network::Init() {
   (void)WriteNetSysctl("net/ipv6/conf/" + opts_.bridge + "/disable_ipv6", "1");
   FirewallConfig fc{opts_.table, opts_.bridge, subnet_, prefix_, gateway_, opts_.proxy_port};
   firewall_ = WARREN_TRY(Firewall::Create(fc));
+  resolver_ = WARREN_TRY(Resolver::Create(opts_.dns_hosts, opts_.dns_upstream));
+  dns_ = WARREN_TRY(DnsServer::Start(gateway_, 53, this, resolver_.get()));
   if (!opts_.state_dir.empty() && mkdir(opts_.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
     return ErrnoStatus("mkdir", opts_.state_dir);
   return Status::Ok();
@@ -99,6 +102,7 @@ Network::~Network() {
   }
   cv_.notify_all();
   if (filler_.joinable()) filler_.join();
+  dns_.reset();
   std::vector<std::string> ids;
   {
     std::lock_guard lock(mu_);
@@ -436,6 +440,7 @@ nlohmann::json Network::Info() {
           {"gateway", Ip4String(gateway_)},
           {"sandboxes", sandboxes_.size()},
           {"wired", by_ip_.size()},
+          {"dns", dns_ ? dns_->Stats() : nlohmann::json(nullptr)},
           {"pool", {{"bare", bare_.size()}, {"wired", wired_.size()}, {"hits", pool_hits_}, {"misses", pool_misses_}}}};
 }
 

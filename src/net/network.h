@@ -19,11 +19,14 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "net/dns_server.h"
 #include "net/firewall.h"
 #include "net/netlink.h"
 #include "net/policy.h"
+#include "net/resolver.h"
 
 namespace warren::net {
+
 
 struct NetworkOptions {
   std::string bridge = "warren0";
@@ -33,6 +36,8 @@ struct NetworkOptions {
   size_t pool_bare = 8;   // namespaces with only lo, for sandboxes in mode none
   size_t pool_wired = 4;  // namespaces with a veth and an address, for egress
   std::string state_dir;  // where each sandbox's network record lives (restart adoption)
+  std::string dns_hosts;     // operator's name overrides, /etc/hosts format (net/resolver.h)
+  std::string dns_upstream;  // "IP[:PORT]"; empty: the host's resolv.conf
 };
 
 // What a sandbox is given: the namespace to run in (the backend enters it) and its address.
@@ -49,6 +54,7 @@ class Network {
   uint32_t gateway() const { return gateway_; }
   std::string proxy_url() const;
   const NetworkOptions& options() const { return opts_; }
+  Resolver* resolver() { return resolver_.get(); }
 
   // A namespace for a new sandbox under `policy`; released by Detach (also on failure).
   Result<Attachment> Attach(const std::string& id, const Policy& policy);
@@ -102,6 +108,8 @@ class Network {
   int bridge_index_ = 0;
   bool made_bridge_ = false;
   std::unique_ptr<Firewall> firewall_;
+  std::unique_ptr<Resolver> resolver_;
+  std::unique_ptr<DnsServer> dns_;
 
   std::mutex change_mu_;  // one policy change (or detach) at a time
   std::mutex mu_;

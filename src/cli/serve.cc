@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "base/sha256.h"
+#include "base/size.h"
 #include "cli/common.h"
 #include "image/layer_store.h"
 #include "isolation/cgroup.h"
@@ -35,6 +36,7 @@ struct NetFlags {
   bool off = false;
   size_t pool = 8;
   std::string dns_hosts, dns_upstream;
+  std::string cache_size;
 };
 
 struct FncallFlags {
@@ -81,6 +83,12 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   nopts.net.pool_wired = std::max<size_t>(1, net.pool / 2);
   nopts.net.dns_hosts = net.dns_hosts;
   nopts.net.dns_upstream = net.dns_upstream;
+  nopts.net.cache_dir = data_dir + "/egress-cache";
+  if (!net.cache_size.empty()) {
+    auto bytes = ParseSize(net.cache_size);
+    if (!bytes) return Fail(Invalid("--proxy-cache-size wants a size like 10G", net.cache_size));
+    nopts.net.cache_bytes = *bytes;
+  }
   if (mkdir(nopts.spill_dir.c_str(), 0700) != 0 && errno != EEXIST) return Fail(ErrnoStatus("mkdir", nopts.spill_dir));
 
   auto node = node::LocalNode::Start(nopts, &layers);
@@ -170,6 +178,7 @@ void AddServe(CLI::App& app) {
                   "file of name overrides for sandboxes (/etc/hosts format), asked before upstream DNS");
   cmd->add_option("--dns-upstream", net->dns_upstream, "DNS server (IP[:PORT]) to resolve allowed names with "
                   "(default: the host's resolv.conf)");
+  cmd->add_option("--proxy-cache-size", net->cache_size, "size of the egress proxy's package cache (default 10G)");
   cmd->add_flag("--no-network", net->off, "no sandbox networking: every sandbox gets loopback only");
   cmd->callback([listen, data_dir, unsafe, fn, net] {
     ExitCode() = Serve(*listen, *data_dir, *unsafe, *fn, *net);

@@ -90,6 +90,14 @@ Status Network::Init() {
   firewall_ = WARREN_TRY(Firewall::Create(fc));
   resolver_ = WARREN_TRY(Resolver::Create(opts_.dns_hosts, opts_.dns_upstream));
   dns_ = WARREN_TRY(DnsServer::Start(gateway_, 53, this, resolver_.get()));
+  ProxyOptions po;
+  po.addr = gateway_;
+  po.port = opts_.proxy_port;
+  po.subnet = subnet_;
+  po.prefix = prefix_;
+  po.cache_dir = opts_.cache_dir.empty() ? opts_.state_dir + "-cache" : opts_.cache_dir;
+  po.cache_bytes = opts_.cache_bytes;
+  proxy_ = WARREN_TRY(EgressProxy::Start(po, this, resolver_.get()));
   if (!opts_.state_dir.empty() && mkdir(opts_.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
     return ErrnoStatus("mkdir", opts_.state_dir);
   return Status::Ok();
@@ -103,6 +111,7 @@ Network::~Network() {
   cv_.notify_all();
   if (filler_.joinable()) filler_.join();
   dns_.reset();
+  proxy_.reset();
   std::vector<std::string> ids;
   {
     std::lock_guard lock(mu_);
@@ -318,12 +327,7 @@ Status Network::SetPolicy(const std::string& id, const Policy& policy) {
       return Keeps(*sb, dst, port, p);
     });
     if (!cut.ok()) spdlog::warn("{}: {}", ctx, cut.status().ToString());
-    std::function<void(uint32_t)> fn;
-    {
-      std::lock_guard lock(mu_);
-      fn = on_policy_change_;
-    }
-    if (fn) fn(sb->ip);
+    if (proxy_) proxy_->Recheck(sb->ip);
   }
   SaveRecord(id, *sb);
   return Status::Ok();
@@ -332,7 +336,6 @@ Status Network::SetPolicy(const std::string& id, const Policy& policy) {
 void Network::Detach(const std::string& id) {
   std::lock_guard change(change_mu_);
   std::unique_ptr<Sandbox> sb;
-  std::function<void(uint32_t)> fn;
   {
     std::lock_guard lock(mu_);
     auto it = sandboxes_.find(id);
@@ -340,14 +343,14 @@ void Network::Detach(const std::string& id) {
     sb = std::move(it->second);
     sandboxes_.erase(it);
     if (sb->ip) by_ip_.erase(sb->ip);
-    fn = on_policy_change_;
   }
+  if (proxy_) proxy_->Forget(id);
   if (sb->ip) {
     Status st = firewall_->RemoveSandbox(sb->ip);
     if (!st.ok()) spdlog::warn("detach network of {}: {}", id, st.ToString());
     // The address goes back to the pool: nothing of this sandbox may follow it.
     (void)DeleteConnections(sb->ip, [](uint32_t, uint16_t, Proto) { return false; });
-    if (fn) fn(sb->ip);
+    if (proxy_) proxy_->Recheck(sb->ip);
     ReleaseIp(sb->ip);
   }
   if (!opts_.state_dir.empty()) unlink((opts_.state_dir + "/" + id + ".json").c_str());
@@ -428,10 +431,6 @@ void Network::AllowResolved(uint32_t ip, const std::string& name, const std::vec
     }
 }
 
-void Network::SetOnPolicyChange(std::function<void(uint32_t ip)> fn) {
-  std::lock_guard lock(mu_);
-  on_policy_change_ = std::move(fn);
-}
 
 nlohmann::json Network::Info() {
   std::lock_guard lock(mu_);
@@ -441,6 +440,7 @@ nlohmann::json Network::Info() {
           {"sandboxes", sandboxes_.size()},
           {"wired", by_ip_.size()},
           {"dns", dns_ ? dns_->Stats() : nlohmann::json(nullptr)},
+          {"proxy", proxy_ ? proxy_->Stats() : nlohmann::json(nullptr)},
           {"pool", {{"bare", bare_.size()}, {"wired", wired_.size()}, {"hits", pool_hits_}, {"misses", pool_misses_}}}};
 }
 

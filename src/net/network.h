@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "net/dns_server.h"
+#include "net/egress_proxy.h"
 #include "net/firewall.h"
 #include "net/netlink.h"
 #include "net/policy.h"
@@ -38,6 +39,8 @@ struct NetworkOptions {
   std::string state_dir;  // where each sandbox's network record lives (restart adoption)
   std::string dns_hosts;     // operator's name overrides, /etc/hosts format (net/resolver.h)
   std::string dns_upstream;  // "IP[:PORT]"; empty: the host's resolv.conf
+  std::string cache_dir;     // the egress proxy's package cache
+  uint64_t cache_bytes = 10ull << 30;
 };
 
 // What a sandbox is given: the namespace to run in (the backend enters it) and its address.
@@ -68,8 +71,6 @@ class Network {
   // The resolver answered `addrs` for the allowed `name` to the sandbox at `ip`: they are
   // reachable, on the ports the name's rules give, for `ttl_s` seconds.
   void AllowResolved(uint32_t ip, const std::string& name, const std::vector<uint32_t>& addrs, uint32_t ttl_s);
-  // Called after a sandbox's policy changed (the proxy closes what is no longer allowed).
-  void SetOnPolicyChange(std::function<void(uint32_t ip)> fn);
 
   nlohmann::json Info();
 
@@ -110,6 +111,7 @@ class Network {
   std::unique_ptr<Firewall> firewall_;
   std::unique_ptr<Resolver> resolver_;
   std::unique_ptr<DnsServer> dns_;
+  std::unique_ptr<EgressProxy> proxy_;
 
   std::mutex change_mu_;  // one policy change (or detach) at a time
   std::mutex mu_;
@@ -120,7 +122,6 @@ class Network {
   std::map<uint32_t, std::string> by_ip_;
   std::set<uint32_t> used_ips_;  // host order
   uint32_t next_ip_ = 2;         // host part, host order
-  std::function<void(uint32_t)> on_policy_change_;
   uint64_t pool_hits_ = 0, pool_misses_ = 0;
   std::thread filler_;
 };

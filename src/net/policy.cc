@@ -36,16 +36,16 @@ std::string NormalizeName(std::string_view name) {
   for (char c : name) {
     char l = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
     if (l == '.') {
-      if (label == 0) return "";
+      if (label == 0 || out.back() == '-') return "";  // empty label, or one ending in '-'
       label = 0;
-    } else if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9') || l == '-' || l == '_') {
+    } else if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9') || l == '_' || (l == '-' && label > 0)) {
       if (++label > 63) return "";
     } else {
       return "";
     }
     out.push_back(l);
   }
-  return label == 0 ? "" : out;
+  return label == 0 || out.back() == '-' ? "" : out;
 }
 
 bool ParseAddress(std::string_view s, int* family, std::array<uint8_t, 16>* addr) {

@@ -859,9 +859,34 @@ std::string Api::Metrics() {
     }
     fclose(f);
   }
+  // Egress through the node's proxy: bytes fetched upstream and served from its package
+  // cache, in total and per sandbox, with connections and refusals.
+  json net = node_->Info().value("network", json::object());
+  json proxy = net.value("proxy", json::object());
+  if (!proxy.is_object()) proxy = json::object();
   o << "# TYPE warren_egress_bytes_total counter\n"
-    << "warren_egress_bytes_total{source=\"upstream\"} 0\n"
-    << "warren_egress_bytes_total{source=\"cache\"} 0\n";
+    << "warren_egress_bytes_total{source=\"upstream\"} " << proxy.value("upstream_bytes", uint64_t{0}) << "\n"
+    << "warren_egress_bytes_total{source=\"cache\"} " << proxy.value("cache_bytes", uint64_t{0}) << "\n";
+  json per = proxy.value("sandboxes", json::object());
+  o << "# TYPE warren_egress_sandbox_bytes_total counter\n";
+  for (auto& [id, b] : per.items())
+    o << "warren_egress_sandbox_bytes_total{sandbox=\"" << id << "\",source=\"upstream\"} "
+      << b.value("upstream_bytes", uint64_t{0}) << "\n"
+      << "warren_egress_sandbox_bytes_total{sandbox=\"" << id << "\",source=\"cache\"} "
+      << b.value("cache_bytes", uint64_t{0}) << "\n";
+  o << "# TYPE warren_egress_connections_total counter\n";
+  for (auto& [id, b] : per.items())
+    o << "warren_egress_connections_total{sandbox=\"" << id << "\"} " << b.value("connections", uint64_t{0}) << "\n";
+  o << "# TYPE warren_egress_refused_total counter\n"
+    << "warren_egress_refused_total " << proxy.value("refused", uint64_t{0}) << "\n";
+  o << "# TYPE warren_egress_cache_bytes gauge\n"
+    << "warren_egress_cache_bytes " << proxy.value("cache_size_bytes", uint64_t{0}) << "\n";
+  json dns = net.value("dns", json::object());
+  if (dns.is_object()) {
+    o << "# TYPE warren_dns_queries_total counter\n";
+    for (const char* k : {"answered", "refused", "failed"})
+      o << "warren_dns_queries_total{result=\"" << k << "\"} " << dns.value(k, uint64_t{0}) << "\n";
+  }
   return o.str();
 }
 

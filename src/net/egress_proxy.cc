@@ -1,0 +1,665 @@
+#include "net/egress_proxy.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/eventfd.h>
+#include <sys/sendfile.h>
+#include <unistd.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <charconv>
+
+#include "net/fd_stream.h"
+#include "net/firewall.h"
+#include "net/network.h"
+#include "net/resolver.h"
+#include "net/tls_sni.h"
+
+namespace warren::net {
+
+namespace http = boost::beast::http;
+using boost::system::error_code;
+
+constexpr int kIdleMs = 120000;       // a client or upstream silent this long is dropped
+constexpr int kConnectMs = 10000;
+constexpr int kSniWaitMs = 10000;
+constexpr size_t kHeaderLimit = 64 * 1024;
+
+struct EgressProxy::Conn {
+  uint32_t src = 0;
+  std::string sandbox;
+  UniqueFd client;
+  std::atomic<int> upstream{-1};
+  std::mutex mu;
+  std::string host;  // what it is talking to now (empty between requests)
+  uint16_t port = 0;
+};
+
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool InNet(uint32_t addr, uint32_t net, int prefix) {
+  uint32_t mask = prefix == 0 ? 0 : htonl(~0u << (32 - prefix));
+  return (addr & mask) == (net & mask);
+}
+
+uint32_t Net(const char* s) {
+  in_addr a{};
+  inet_pton(AF_INET, s, &a);
+  return a.s_addr;
+}
+
+bool ParseHostPort(std::string_view s, uint16_t default_port, std::string* host, uint16_t* port) {
+  *port = default_port;
+  std::string_view h = s;
+  if (!s.empty() && s.front() == '[') {
+    size_t close = s.find(']');
+    if (close == std::string_view::npos) return false;
+    h = s.substr(0, close + 1);
+    s = s.substr(close + 1);
+    if (!s.empty()) {
+      if (s.front() != ':') return false;
+      s.remove_prefix(1);
+    } else {
+      s = {};
+    }
+  } else if (size_t colon = s.rfind(':'); colon != std::string_view::npos) {
+    h = s.substr(0, colon);
+    s = s.substr(colon + 1);
+  } else {
+    s = {};
+  }
+  if (!s.empty()) {
+    unsigned v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size() || v == 0 || v > 65535) return false;
+    *port = static_cast<uint16_t>(v);
+  } else if (default_port == 0) {
+    return false;
+  }
+  *host = std::string(h);
+  return !host->empty();
+}
+
+struct Url {
+  std::string host;
+  uint16_t port = 80;
+  std::string path;  // origin-form: path and query
+};
+
+bool ParseHttpUrl(std::string_view t, Url* u) {
+  constexpr std::string_view kScheme = "http://";
+  if (t.size() <= kScheme.size()) return false;
+  for (size_t i = 0; i < kScheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(t[i])) != kScheme[i]) return false;
+  t.remove_prefix(kScheme.size());
+  size_t slash = t.find_first_of("/?");
+  std::string_view authority = t.substr(0, slash);
+  if (authority.find('@') != std::string_view::npos) return false;  // no userinfo
+  if (!ParseHostPort(authority, 80, &u->host, &u->port)) return false;
+  u->path = slash == std::string_view::npos ? "/" : std::string(t.substr(slash));
+  if (u->path.front() == '?') u->path.insert(0, "/");
+  return true;
+}
+
+// Hop-by-hop headers (RFC 9110 7.6.1) and the proxy's own: never forwarded.
+void StripHopByHop(http::fields& f) {
+  for (auto field : {http::field::connection, http::field::keep_alive, http::field::proxy_authorization,
+                     http::field::proxy_authenticate, http::field::te, http::field::trailer,
+                     http::field::transfer_encoding, http::field::upgrade, http::field::proxy_connection})
+    f.erase(field);
+}
+
+std::string HostOnly(std::string host) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+// A host for comparison: no brackets, lowercase, no trailing dot.
+std::string Canonical(const std::string& host) {
+  std::string h = HostOnly(host);
+  for (char& ch : h) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (!h.empty() && h.back() == '.') h.pop_back();
+  return h;
+}
+
+}  // namespace
+
+// One client connection: its requests in order, each answered before the next is read.
+struct ProxySession {
+  EgressProxy* proxy;
+  EgressProxy::Conn* c;
+  FdStream client;
+  boost::beast::flat_buffer buf{kHeaderLimit * 2};
+
+  void Error(http::status status, const std::string& message) {
+    http::response<http::string_body> r{status, 11};
+    r.set(http::field::content_type, "text/plain; charset=utf-8");
+    r.set(http::field::connection, "close");
+    r.set("X-Warren-Error", message);
+    r.body() = "warren egress proxy: " + message + "\n";
+    r.prepare_payload();
+    error_code ec;
+    http::write(client, r, ec);
+  }
+
+  void SetTarget(const std::string& host, uint16_t port, int upstream_fd) {
+    std::lock_guard lock(c->mu);
+    c->host = host;
+    c->port = port;
+    c->upstream.store(upstream_fd);
+  }
+  // Declared after the upstream fd it names, so it is cleared (under the lock a policy
+  // change cuts with) before that fd is closed and its number reused.
+  struct TargetGuard {
+    ProxySession* s;
+    ~TargetGuard() { s->SetTarget("", 0, -1); }
+  };
+
+  void Run() {
+    for (;;) {
+      http::request_parser<http::buffer_body> req;
+      req.header_limit(kHeaderLimit);
+      req.body_limit(std::numeric_limits<std::uint64_t>::max());
+      error_code ec;
+      http::read_header(client, buf, req, ec);
+      if (ec == http::error::header_limit) return Error(http::status::request_header_fields_too_large, "request header too large");
+      if (ec) return;
+      auto& h = req.get();
+      if (h.method() == http::verb::connect) return Tunnel(req);
+      if (!Forward(req)) return;
+    }
+  }
+
+  bool Allowed(const std::string& host, uint16_t port) {
+    std::string why;
+    if (proxy->Allowed(c, host, port, &why)) return true;
+    Error(http::status::forbidden, why);
+    return false;
+  }
+
+  void Tunnel(http::request_parser<http::buffer_body>& req) {
+    std::string host;
+    uint16_t port;
+    if (!ParseHostPort(req.get().target(), 0, &host, &port))
+      return Error(http::status::bad_request, "CONNECT needs host:port");
+    if (!Allowed(host, port)) return;
+    auto up = proxy->Connect(HostOnly(host), port);
+    if (!up.ok()) return Error(http::status::bad_gateway, up.status().ToString());
+    SetTarget(host, port, up->get());
+    TargetGuard guard{this};
+    const char kOk[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    if (!client.WriteAll(kOk, sizeof kOk - 1)) return;
+    // Whatever the client sent after its CONNECT is the start of the tunnel.
+    std::string first(static_cast<const char*>(buf.data().data()), buf.size());
+    buf.consume(buf.size());
+    // Read the ClientHello and hold it to the CONNECT's host.
+    const int64_t deadline = NowMs() + kSniWaitMs;
+    std::string sni;
+    SniResult r;
+    while ((r = ParseSni(first, &sni)) == SniResult::kNeedMore && first.size() < 20000) {
+      pollfd p{client.fd(), POLLIN, 0};
+      int left = static_cast<int>(deadline - NowMs());
+      if (left <= 0 || poll(&p, 1, left) <= 0) break;
+      char tmp[16384];
+      ssize_t n = recv(client.fd(), tmp, sizeof tmp, 0);
+      if (n <= 0) break;
+      first.append(tmp, static_cast<size_t>(n));
+    }
+    if (r == SniResult::kFound) {
+      std::string want = NormalizeName(HostOnly(host)), got = NormalizeName(sni);
+      std::string why;
+      if (got != want && !proxy->Allowed(c, sni, port, &why)) {
+        spdlog::info("egress proxy: {} CONNECT {}:{} with TLS server name {}: refused", c->sandbox, host, port, sni);
+        return;  // the tunnel is open already: all we can do is close it
+      }
+    }
+    FdStream upstream(up->get(), kIdleMs);
+    if (!first.empty() && !upstream.WriteAll(first.data(), first.size())) return;
+    Splice(upstream);
+    proxy->Count(c, upstream.bytes_in(), 0);
+  }
+
+  // Copies both ways until both sides are done or either stays silent too long.
+  void Splice(FdStream& upstream) {
+    int fds[2] = {client.fd(), upstream.fd()};
+    bool open[2] = {true, true};
+    char tmp[65536];
+    while (open[0] || open[1]) {
+      pollfd p[2] = {{fds[0], static_cast<short>(open[0] ? POLLIN : 0), 0},
+                     {fds[1], static_cast<short>(open[1] ? POLLIN : 0), 0}};
+      int r = poll(p, 2, kIdleMs);
+      if (r == 0) return;
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      for (int i = 0; i < 2; ++i) {
+        if (!open[i] || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t n = recv(fds[i], tmp, sizeof tmp, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        FdStream& out = i == 0 ? upstream : client;
+        if (n <= 0) {
+          open[i] = false;
+          shutdown(fds[1 - i], SHUT_WR);
+          if (n < 0) return;
+          continue;
+        }
+        if (i == 1) proxy->Count(c, static_cast<uint64_t>(n), 0);
+        if (!out.WriteAll(tmp, static_cast<size_t>(n))) return;
+      }
+    }
+  }
+
+  // Sends a stored response; a client whose own validators match gets a 304.
+  bool SendCached(const CacheEntry& e, const http::request_header<>& rq, bool keep_alive) {
+    auto header = [&](const char* name) {
+      auto it = e.headers.find(name);
+      return it == e.headers.end() ? std::string() : it->second;
+    };
+    const std::string etag = header("ETag"), lm = header("Last-Modified");
+    const bool not_modified = (!etag.empty() && rq[http::field::if_none_match] == etag) ||
+                              (!lm.empty() && rq[http::field::if_none_match].empty() &&
+                               rq[http::field::if_modified_since] == lm);
+    http::response<http::empty_body> r{not_modified ? http::status::not_modified : http::status::ok, 11};
+    for (const auto& [k, v] : e.headers) r.set(k, v);
+    r.set("X-Cache", "HIT from warren");
+    r.keep_alive(keep_alive);
+    const bool body = !not_modified && rq.method() != http::verb::head;
+    if (!not_modified) r.content_length(e.size);
+    http::response_serializer<http::empty_body> sr{r};
+    error_code ec;
+    http::write_header(client, sr, ec);
+    if (ec) return false;
+    if (!body) return keep_alive;
+    UniqueFd f(open(e.body_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f) return false;
+    off_t off = 0;
+    while (static_cast<uint64_t>(off) < e.size) {
+      ssize_t n = sendfile(client.fd(), f.get(), &off, e.size - static_cast<uint64_t>(off));
+      if (n > 0) {
+        proxy->Count(c, 0, static_cast<uint64_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN && client.Wait(POLLOUT, ec)) continue;
+      return false;
+    }
+    return keep_alive;
+  }
+
+  // One plain-HTTP request; false: close the client connection.
+  bool Forward(http::request_parser<http::buffer_body>& req) {
+    auto& h = req.get();
+    Url u;
+    if (!ParseHttpUrl(h.target(), &u)) {
+      Error(http::status::bad_request,
+            "give an absolute http:// URL (https:// goes through CONNECT), got `" + std::string(h.target()) + "`");
+      return false;
+    }
+    // The Host header must name the same host the URL does: a request for an allowed URL
+    // cannot be steered to another virtual host.
+    if (auto host_hdr = h[http::field::host]; !host_hdr.empty()) {
+      std::string hh;
+      uint16_t hp;
+      if (!ParseHostPort(host_hdr, 80, &hh, &hp) || Canonical(hh) != Canonical(u.host) || hp != u.port) {
+        Error(http::status::bad_request, "Host header `" + std::string(host_hdr) + "` does not match the URL's host");
+        return false;
+      }
+    }
+    if (!Allowed(u.host, u.port)) return false;
+    const bool client_keep_alive = req.keep_alive();
+    const std::string url = "http://" + HostOnly(u.host) + ":" + std::to_string(u.port) + u.path;
+    const CacheKind kind = ClassifyForCache(u.path);
+    const bool cacheable = (h.method() == http::verb::get || h.method() == http::verb::head) && kind != CacheKind::kNone &&
+                           h[http::field::authorization].empty() && h[http::field::cookie].empty() && req.is_done();
+    std::optional<CacheEntry> cached = cacheable ? proxy->cache_.Lookup(url) : std::nullopt;
+    if (cached && cached->kind == CacheKind::kImmutable) return SendCached(*cached, h.base(), client_keep_alive);
+
+    auto up = proxy->Connect(HostOnly(u.host), u.port);
+    if (!up.ok()) {
+      Error(http::status::bad_gateway, up.status().ToString());
+      return false;
+    }
+    SetTarget(u.host, u.port, up->get());
+    TargetGuard guard{this};
+    FdStream upstream(up->get(), kIdleMs);
+    // The request upstream: origin-form, no hop-by-hop headers, one request per connection.
+    const http::request_header<> client_head = h.base();
+    h.target(u.path);
+    h.version(11);
+    StripHopByHop(h.base());
+    h.set(http::field::host, u.port == 80 ? u.host : u.host + ":" + std::to_string(u.port));
+    h.set(http::field::connection, "close");
+    if (cached) {
+      // Revalidate our copy with its own validators, not the client's.
+      h.erase(http::field::if_none_match);
+      h.erase(http::field::if_modified_since);
+      if (auto it = cached->headers.find("ETag"); it != cached->headers.end()) h.set(http::field::if_none_match, it->second);
+      if (auto it = cached->headers.find("Last-Modified"); it != cached->headers.end())
+        h.set(http::field::if_modified_since, it->second);
+    } else if (cacheable && h.method() == http::verb::get) {
+      // We want the whole body to store: the client's conditions are answered by us.
+      h.erase(http::field::if_none_match);
+      h.erase(http::field::if_modified_since);
+      h.erase(http::field::range);
+      h.erase(http::field::if_range);
+    }
+    if (h.method() != http::verb::get && h.method() != http::verb::head) h.erase(http::field::expect);
+    if (!Relay(req, client, upstream, nullptr)) {
+      Error(http::status::bad_gateway, "sending the request to " + u.host + " failed");
+      return false;
+    }
+    // The answer.
+    boost::beast::flat_buffer ubuf{kHeaderLimit * 2};
+    http::response_parser<http::buffer_body> res;
+    res.header_limit(kHeaderLimit);
+    res.body_limit(std::numeric_limits<std::uint64_t>::max());
+    if (client_head.method() == http::verb::head) res.skip(true);
+    error_code ec;
+    http::read_header(upstream, ubuf, res, ec);
+    if (ec) {
+      proxy->Count(c, upstream.bytes_in(), 0);
+      Error(http::status::bad_gateway, "no answer from " + u.host + ": " + ec.message());
+      return false;
+    }
+    auto& rh = res.get();
+    if (cached && rh.result() == http::status::not_modified) {
+      proxy->Count(c, upstream.bytes_in(), 0);
+      return SendCached(*cached, client_head, client_keep_alive);
+    }
+    auto cc = std::string(rh[http::field::cache_control]);
+    const bool store = cacheable && client_head.method() == http::verb::get && rh.result() == http::status::ok &&
+                       cc.find("no-store") == std::string::npos && cc.find("private") == std::string::npos &&
+                       (kind == CacheKind::kImmutable || !rh[http::field::etag].empty() ||
+                        !rh[http::field::last_modified].empty());
+    std::unique_ptr<PackageCache::Writer> writer = store ? proxy->cache_.Begin(url) : nullptr;
+    CacheEntry meta;
+    if (writer) {
+      meta.url = url;
+      meta.kind = kind;
+      for (auto f : {http::field::content_type, http::field::etag, http::field::last_modified,
+                     http::field::content_encoding, http::field::cache_control, http::field::expires})
+        if (auto v = rh[f]; !v.empty()) meta.headers[std::string(http::to_string(f))] = std::string(v);
+    }
+    // To the client: the same response, re-framed for this connection.
+    const bool framed = res.content_length().has_value() || res.chunked() || res.is_done();
+    StripHopByHop(rh.base());
+    rh.version(11);
+    if (!res.content_length() && !res.is_done() && client_head.method() != http::verb::head) rh.chunked(true);
+    const bool keep = client_keep_alive && framed;
+    rh.keep_alive(keep);
+    uint64_t body_bytes = 0;
+    bool ok = Relay(res, upstream, client, [&](const char* d, size_t n) {
+      body_bytes += n;
+      if (writer) writer->Append(d, n);
+    }, &ubuf);
+    proxy->Count(c, upstream.bytes_in(), 0);
+    if (ok && writer && res.is_done()) {
+      meta.size = body_bytes;
+      writer->Commit(std::move(meta));
+    }
+    return ok && keep;
+  }
+
+  // Streams a message's body from `in` to `out` through `p` (header already read), as in
+  // Beast's relay example.
+  template <bool isRequest, class Tee>
+  bool Relay(http::parser<isRequest, http::buffer_body>& p, FdStream& in, FdStream& out, Tee tee,
+             boost::beast::flat_buffer* in_buf) {
+    http::serializer<isRequest, http::buffer_body> sr{p.get()};
+    char chunk[65536];
+    error_code ec;
+    do {
+      if (!p.is_done()) {
+        p.get().body().data = chunk;
+        p.get().body().size = sizeof chunk;
+        http::read(in, *in_buf, p, ec);
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) return false;
+        p.get().body().size = sizeof chunk - p.get().body().size;
+        p.get().body().data = chunk;
+        p.get().body().more = !p.is_done();
+        if constexpr (!std::is_same_v<Tee, std::nullptr_t>) tee(chunk, p.get().body().size);
+      } else {
+        p.get().body().data = nullptr;
+        p.get().body().size = 0;
+        p.get().body().more = false;
+      }
+      http::write(out, sr, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) return false;
+    } while (!p.is_done() || !sr.is_done());
+    return true;
+  }
+  bool Relay(http::request_parser<http::buffer_body>& p, FdStream& in, FdStream& out, std::nullptr_t) {
+    return Relay(p, in, out, nullptr, &buf);
+  }
+};
+
+Result<std::unique_ptr<EgressProxy>> EgressProxy::Start(const ProxyOptions& opts, Network* net, Resolver* resolver) {
+  std::unique_ptr<EgressProxy> p(new EgressProxy(opts, net, resolver));
+  WARREN_RETURN_IF_ERROR(p->cache_.Init());
+  p->listener_ = UniqueFd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!p->listener_) return ErrnoStatus("socket", "egress proxy");
+  int one = 1;
+  setsockopt(p->listener_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(opts.port);
+  sa.sin_addr.s_addr = opts.addr;
+  const std::string where = Ip4String(opts.addr) + ":" + std::to_string(opts.port);
+  if (bind(p->listener_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(p->listener_.get(), 512) != 0)
+    return ErrnoStatus("listen egress proxy", where);
+  p->wake_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!p->wake_) return ErrnoStatus("eventfd", "egress proxy");
+  p->acceptor_ = std::thread([q = p.get()] { q->Accept(); });
+  return p;
+}
+
+EgressProxy::~EgressProxy() {
+  uint64_t one = 1;
+  (void)!write(wake_.get(), &one, sizeof one);
+  if (acceptor_.joinable()) acceptor_.join();
+  std::unique_lock lock(mu_);
+  stop_ = true;
+  for (Conn* c : conns_) {
+    shutdown(c->client.get(), SHUT_RDWR);
+    int u = c->upstream.load();
+    if (u >= 0) shutdown(u, SHUT_RDWR);
+  }
+  cv_.wait(lock, [&] { return conns_.empty(); });
+}
+
+void EgressProxy::Accept() {
+  for (;;) {
+    pollfd p[2] = {{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+    if (poll(p, 2, -1) < 0 && errno != EINTR) return;
+    if (p[1].revents) return;
+    sockaddr_in from{};
+    socklen_t len = sizeof from;
+    int fd = accept4(listener_.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    auto c = std::make_unique<Conn>();
+    c->client = UniqueFd(fd);
+    c->src = from.sin_addr.s_addr;
+    {
+      std::lock_guard lock(mu_);
+      if (stop_ || conns_.size() >= opts_.max_connections || per_sandbox_[c->src] >= opts_.max_per_sandbox) {
+        ++total_.refused;
+        const char k503[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        (void)!send(fd, k503, sizeof k503 - 1, MSG_NOSIGNAL);
+        continue;
+      }
+      conns_.insert(c.get());
+      ++per_sandbox_[c->src];
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::thread([this, c = c.release()] {
+      Serve(c);
+      std::lock_guard lock(mu_);
+      conns_.erase(c);
+      if (--per_sandbox_[c->src] == 0) per_sandbox_.erase(c->src);
+      delete c;
+      cv_.notify_all();
+    }).detach();
+  }
+}
+
+void EgressProxy::Serve(Conn* c) {
+  std::string id;
+  if (!net_->PolicyOf(c->src, nullptr, &id)) {
+    const char k403[] = "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    (void)!send(c->client.get(), k403, sizeof k403 - 1, MSG_NOSIGNAL);
+    return;
+  }
+  c->sandbox = id;
+  {
+    std::lock_guard lock(mu_);
+    ++by_sandbox_[id].connections;
+    ++total_.connections;
+  }
+  ProxySession s{this, c, FdStream(c->client.get(), kIdleMs)};
+  try {
+    s.Run();
+  } catch (const std::exception& e) {
+    spdlog::warn("egress proxy: {}: {}", id, e.what());
+  }
+}
+
+bool EgressProxy::Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why) {
+  Policy p;
+  if (!net_->PolicyOf(c->src, &p) || !p.egress) {
+    *why = "this sandbox's network mode is none";
+  } else if (p.AllowsHost(host, port, Proto::kTcp)) {
+    return true;
+  } else {
+    *why = HostOnly(host) + ":" + std::to_string(port) + " is not allowed by this sandbox's network policy";
+  }
+  std::lock_guard lock(mu_);
+  ++by_sandbox_[c->sandbox].refused;
+  ++total_.refused;
+  return false;
+}
+
+bool EgressProxy::Forbidden(uint32_t a) {
+  if (InNet(a, Net("0.0.0.0"), 8) || InNet(a, Net("127.0.0.0"), 8) || InNet(a, Net("169.254.0.0"), 16) ||
+      InNet(a, Net("224.0.0.0"), 3) || InNet(a, opts_.subnet, opts_.prefix))
+    return true;
+  std::lock_guard lock(mu_);
+  if (NowMs() - local_addrs_at_ > 10000) {
+    local_addrs_.clear();
+    ifaddrs* list = nullptr;
+    if (getifaddrs(&list) == 0) {
+      for (ifaddrs* i = list; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
+          local_addrs_.insert(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+      freeifaddrs(list);
+    }
+    local_addrs_at_ = NowMs();
+  }
+  return local_addrs_.count(a) > 0;
+}
+
+Result<UniqueFd> EgressProxy::Connect(const std::string& host, uint16_t port) {
+  std::vector<uint32_t> addrs;
+  int family;
+  std::array<uint8_t, 16> lit;
+  if (ParseAddress(host, &family, &lit)) {
+    if (family != AF_INET) return Status(Code::kUnavailable, "connect", host, "there is no IPv6 egress");
+    uint32_t a;
+    memcpy(&a, lit.data(), 4);
+    addrs.push_back(a);
+  } else {
+    std::string name = NormalizeName(host);
+    if (name.empty()) return Invalid("not a host name", host);
+    addrs = WARREN_TRY(resolver_->Resolve(name)).addrs;
+  }
+  const std::string what = host + ":" + std::to_string(port);
+  Status last = Status(Code::kUnavailable, "connect", what, "no usable address");
+  for (uint32_t a : addrs) {
+    if (Forbidden(a)) {
+      last = Status(Code::kForbidden, "connect", what, Ip4String(a) + " is on the node itself, loopback, link-local or the sandbox network");
+      continue;
+    }
+    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd) return ErrnoStatus("socket", what);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = a;
+    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 && errno != EINPROGRESS) {
+      last = ErrnoStatus("connect", what + " (" + Ip4String(a) + ")");
+      continue;
+    }
+    pollfd p{fd.get(), POLLOUT, 0};
+    if (poll(&p, 1, kConnectMs) <= 0) {
+      last = Status(Code::kUnavailable, "connect", what + " (" + Ip4String(a) + ")", "timed out");
+      continue;
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+      last = ErrnoStatus("connect", what + " (" + Ip4String(a) + ")", err);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+  }
+  return last;
+}
+
+void EgressProxy::Count(Conn* c, uint64_t upstream, uint64_t cached) {
+  std::lock_guard lock(mu_);
+  auto& b = by_sandbox_[c->sandbox];
+  b.upstream += upstream;
+  b.cache += cached;
+  total_.upstream += upstream;
+  total_.cache += cached;
+}
+
+void EgressProxy::Recheck(uint32_t src) {
+  Policy p;
+  const bool known = net_->PolicyOf(src, &p);
+  std::lock_guard lock(mu_);
+  for (Conn* c : conns_) {
+    if (c->src != src) continue;
+    std::lock_guard cl(c->mu);
+    const bool keep = known && p.egress && (c->host.empty() || p.AllowsHost(c->host, c->port, Proto::kTcp));
+    if (keep) continue;
+    shutdown(c->client.get(), SHUT_RDWR);
+    if (int u = c->upstream.load(); u >= 0) shutdown(u, SHUT_RDWR);
+  }
+}
+
+void EgressProxy::Forget(const std::string& id) {
+  std::lock_guard lock(mu_);
+  by_sandbox_.erase(id);
+}
+
+nlohmann::json EgressProxy::Stats() {
+  std::lock_guard lock(mu_);
+  nlohmann::json per = nlohmann::json::object();
+  for (auto& [id, b] : by_sandbox_)
+    per[id] = {{"upstream_bytes", b.upstream}, {"cache_bytes", b.cache}, {"connections", b.connections},
+               {"refused", b.refused}};
+  return {{"upstream_bytes", total_.upstream}, {"cache_bytes", total_.cache},
+          {"connections", total_.connections}, {"refused", total_.refused},
+          {"open_connections", conns_.size()},  {"cache_entries", cache_.entries()},
+          {"cache_size_bytes", cache_.bytes()}, {"sandboxes", per}};
+}
+
+}  // namespace warren::net

@@ -1,0 +1,91 @@
+// The node's HTTP/HTTPS egress proxy for sandboxes, on the bridge address (sandboxes find it
+// through http_proxy & co, set in every exec, and apt's configuration). It enforces the
+// same policy as the firewall and the resolver, by the connecting sandbox's address:
+//   CONNECT host:port   - host and port must be allowed; the tunnel's TLS ClientHello must
+//                         name the same host (or another allowed one): no domain fronting;
+//   GET http://host/... - host (and the Host header, which must agree) must be allowed;
+//                         package downloads are served from and stored in the shared
+//                         PackageCache.
+// Destinations on the host itself, loopback, link-local (metadata) and the sandbox subnet
+// are refused whatever a name resolves to. A policy change cuts the sandbox's connections
+// it no longer allows. Bytes are counted per sandbox and by source (upstream or cache).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "net/package_cache.h"
+#include "net/policy.h"
+
+namespace warren::net {
+
+class Network;
+class Resolver;
+
+struct ProxyOptions {
+  uint32_t addr = 0;  // network byte order
+  uint16_t port = 3128;
+  uint32_t subnet = 0;  // the sandbox subnet, never a destination
+  int prefix = 16;
+  std::string cache_dir;
+  uint64_t cache_bytes = 10ull << 30;
+  size_t max_connections = 1024;
+  size_t max_per_sandbox = 128;
+};
+
+class EgressProxy {
+ public:
+  static Result<std::unique_ptr<EgressProxy>> Start(const ProxyOptions& opts, Network* net, Resolver* resolver);
+  ~EgressProxy();
+  // After the policy of the sandbox at `src` changed: cut what it no longer allows.
+  void Recheck(uint32_t src);
+  // A deleted sandbox's counters go.
+  void Forget(const std::string& id);
+  nlohmann::json Stats();
+
+  struct Conn;
+
+ private:
+  EgressProxy(const ProxyOptions& opts, Network* net, Resolver* resolver)
+      : opts_(opts), net_(net), resolver_(resolver), cache_(opts.cache_dir, opts.cache_bytes) {}
+  void Accept();
+  void Serve(Conn* c);
+  Result<UniqueFd> Connect(const std::string& host, uint16_t port);
+  bool Forbidden(uint32_t addr);
+  void Count(Conn* c, uint64_t upstream, uint64_t cached);
+  bool Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why);
+  friend struct ProxySession;
+
+  ProxyOptions opts_;
+  Network* net_;
+  Resolver* resolver_;
+  PackageCache cache_;
+  UniqueFd listener_, wake_;
+  std::thread acceptor_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::set<Conn*> conns_;
+  std::map<uint32_t, size_t> per_sandbox_;
+  struct Bytes {
+    uint64_t upstream = 0, cache = 0, connections = 0, refused = 0;
+  };
+  std::map<std::string, Bytes> by_sandbox_;  // sandbox id -> counters
+  Bytes total_;
+  std::set<uint32_t> local_addrs_;
+  int64_t local_addrs_at_ = 0;
+};
+
+}  // namespace warren::net

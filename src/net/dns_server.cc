@@ -119,10 +119,11 @@ std::string DnsServer::Answer(uint32_t src, const std::string& msg) {
     ++failed_;
     return BuildDnsResponse(msg, *q, r.status().code() == Code::kNotFound ? kRcodeNxDomain : kRcodeServFail);
   }
-  // Allowed before the client hears of them: its connect right after must pass.
-  net_->AllowResolved(src, name, r->addrs, r->ttl_s + kAllowSlackS);
+  // Allowed before the client hears of them: its connect right after must pass. Only what
+  // was allowed is answered.
+  std::vector<uint32_t> addrs = net_->AllowResolved(src, name, *r, kAllowSlackS);
   ++answered_;
-  return BuildDnsResponse(msg, *q, kRcodeOk, r->addrs, r->ttl_s);
+  return BuildDnsResponse(msg, *q, kRcodeOk, addrs, r->ttl_s);
 }
 
 }  // namespace warren::net

@@ -181,11 +181,28 @@ struct ProxySession {
     }
   }
 
-  bool Allowed(const std::string& host, uint16_t port) {
+  bool Allowed(const std::string& host, uint16_t port, Policy* policy = nullptr) {
     std::string why;
-    if (proxy->Allowed(c, host, port, &why)) return true;
+    if (proxy->Allowed(c, host, port, &why, policy)) return true;
     Error(http::status::forbidden, why);
     return false;
+  }
+
+  // Connects to an allowed host:port, marked as this connection's target first and checked
+  // again after, so a policy change at any moment either sees it or is seen.
+  Result<UniqueFd> Open(const std::string& host, uint16_t port) {
+    Policy policy;
+    if (!Allowed(host, port, &policy)) return Status(Code::kForbidden, "connect", host, "refused");
+    SetTarget(host, port, -1);
+    auto up = proxy->Connect(HostOnly(host), port, policy);
+    if (!up.ok()) {
+      Error(up.status().code() == Code::kForbidden ? http::status::forbidden : http::status::bad_gateway,
+            up.status().ToString());
+      return up.status();
+    }
+    SetTarget(host, port, up->get());
+    if (!Allowed(host, port)) return Status(Code::kForbidden, "connect", host, "refused");
+    return up;
   }
 
   void Tunnel(http::request_parser<http::buffer_body>& req) {
@@ -193,11 +210,10 @@ struct ProxySession {
     uint16_t port;
     if (!ParseHostPort(req.get().target(), 0, &host, &port))
       return Error(http::status::bad_request, "CONNECT needs host:port");
-    if (!Allowed(host, port)) return;
-    auto up = proxy->Connect(HostOnly(host), port);
-    if (!up.ok()) return Error(http::status::bad_gateway, up.status().ToString());
-    SetTarget(host, port, up->get());
     TargetGuard guard{this};
+    auto up = Open(host, port);
+    if (!up.ok()) return;
+    TargetGuard guard_fd{this};
     const char kOk[] = "HTTP/1.1 200 Connection established\r\n\r\n";
     if (!client.WriteAll(kOk, sizeof kOk - 1)) return;
     // Whatever the client sent after its CONNECT is the start of the tunnel.
@@ -236,8 +252,8 @@ struct ProxySession {
     bool open[2] = {true, true};
     char tmp[65536];
     while (open[0] || open[1]) {
-      pollfd p[2] = {{fds[0], static_cast<short>(open[0] ? POLLIN : 0), 0},
-                     {fds[1], static_cast<short>(open[1] ? POLLIN : 0), 0}};
+      // A finished side is left out (fd -1): poll would report its hang-up for ever.
+      pollfd p[2] = {{open[0] ? fds[0] : -1, POLLIN, 0}, {open[1] ? fds[1] : -1, POLLIN, 0}};
       int r = poll(p, 2, kIdleMs);
       if (r == 0) return;
       if (r < 0) {
@@ -282,11 +298,9 @@ struct ProxySession {
     http::write_header(client, sr, ec);
     if (ec) return false;
     if (!body) return keep_alive;
-    UniqueFd f(open(e.body_path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!f) return false;
     off_t off = 0;
     while (static_cast<uint64_t>(off) < e.size) {
-      ssize_t n = sendfile(client.fd(), f.get(), &off, e.size - static_cast<uint64_t>(off));
+      ssize_t n = sendfile(client.fd(), e.body->get(), &off, e.size - static_cast<uint64_t>(off));
       if (n > 0) {
         proxy->Count(c, 0, static_cast<uint64_t>(n));
         continue;
@@ -317,7 +331,7 @@ struct ProxySession {
         return false;
       }
     }
-    if (!Allowed(u.host, u.port)) return false;
+    if (!Allowed(u.host, u.port)) return false;  // before the cache too
     const bool client_keep_alive = req.keep_alive();
     const std::string url = "http://" + HostOnly(u.host) + ":" + std::to_string(u.port) + u.path;
     const CacheKind kind = ClassifyForCache(u.path);
@@ -326,19 +340,18 @@ struct ProxySession {
     std::optional<CacheEntry> cached = cacheable ? proxy->cache_.Lookup(url) : std::nullopt;
     if (cached && cached->kind == CacheKind::kImmutable) return SendCached(*cached, h.base(), client_keep_alive);
 
-    auto up = proxy->Connect(HostOnly(u.host), u.port);
-    if (!up.ok()) {
-      Error(http::status::bad_gateway, up.status().ToString());
-      return false;
-    }
-    SetTarget(u.host, u.port, up->get());
     TargetGuard guard{this};
+    auto up = Open(u.host, u.port);
+    if (!up.ok()) return false;
+    TargetGuard guard_fd{this};
     FdStream upstream(up->get(), kIdleMs);
     // The request upstream: origin-form, no hop-by-hop headers, one request per connection.
     const http::request_header<> client_head = h.base();
     h.target(u.path);
     h.version(11);
+    const bool chunked_body = req.chunked();
     StripHopByHop(h.base());
+    if (chunked_body) h.chunked(true);  // re-framed as it came, or upstream misreads the body
     h.set(http::field::host, u.port == 80 ? u.host : u.host + ":" + std::to_string(u.port));
     h.set(http::field::connection, "close");
     if (cached) {
@@ -362,15 +375,22 @@ struct ProxySession {
     }
     // The answer.
     boost::beast::flat_buffer ubuf{kHeaderLimit * 2};
-    http::response_parser<http::buffer_body> res;
-    res.header_limit(kHeaderLimit);
-    res.body_limit(std::numeric_limits<std::uint64_t>::max());
-    if (client_head.method() == http::verb::head) res.skip(true);
+    std::optional<http::response_parser<http::buffer_body>> parser;
     error_code ec;
-    http::read_header(upstream, ubuf, res, ec);
-    if (ec) {
+    for (int interim = 0;; ++interim) {
+      // Interim answers (100 Continue, 103 Early Hints) are not the response: skip them.
+      parser.emplace();
+      parser->header_limit(kHeaderLimit);
+      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+      if (client_head.method() == http::verb::head) parser->skip(true);
+      http::read_header(upstream, ubuf, *parser, ec);
+      const unsigned code = ec ? 0 : parser->get().result_int();
+      if (ec || code < 100 || code >= 200 || code == 101 || interim > 8) break;
+    }
+    auto& res = *parser;
+    if (ec || res.get().result_int() < 200) {
       proxy->Count(c, upstream.bytes_in(), 0);
-      Error(http::status::bad_gateway, "no answer from " + u.host + ": " + ec.message());
+      Error(http::status::bad_gateway, "no answer from " + u.host + (ec ? ": " + ec.message() : ""));
       return false;
     }
     auto& rh = res.get();
@@ -381,6 +401,9 @@ struct ProxySession {
     auto cc = std::string(rh[http::field::cache_control]);
     const bool store = cacheable && client_head.method() == http::verb::get && rh.result() == http::status::ok &&
                        cc.find("no-store") == std::string::npos && cc.find("private") == std::string::npos &&
+                       rh[http::field::vary].empty() &&  // one copy serves everyone: no variants
+                       (res.content_length() ? *res.content_length() <= proxy->opts_.cache_entry_bytes
+                                             : res.chunked()) &&  // never a close-delimited body
                        (kind == CacheKind::kImmutable || !rh[http::field::etag].empty() ||
                         !rh[http::field::last_modified].empty());
     std::unique_ptr<PackageCache::Writer> writer = store ? proxy->cache_.Begin(url) : nullptr;
@@ -394,18 +417,21 @@ struct ProxySession {
     }
     // To the client: the same response, re-framed for this connection.
     const bool framed = res.content_length().has_value() || res.chunked() || res.is_done();
+    const boost::optional<uint64_t> length = res.content_length();
+    const bool http10 = client_head.version() < 11;
     StripHopByHop(rh.base());
     rh.version(11);
-    if (!res.content_length() && !res.is_done() && client_head.method() != http::verb::head) rh.chunked(true);
-    const bool keep = client_keep_alive && framed;
+    // A body of unknown length: chunked for HTTP/1.1 clients, ended by closing for 1.0 ones.
+    if (!length && !res.is_done() && client_head.method() != http::verb::head && !http10) rh.chunked(true);
+    const bool keep = client_keep_alive && framed && !(http10 && !length);
     rh.keep_alive(keep);
     uint64_t body_bytes = 0;
     bool ok = Relay(res, upstream, client, [&](const char* d, size_t n) {
       body_bytes += n;
-      if (writer) writer->Append(d, n);
+      if (writer && (body_bytes > proxy->opts_.cache_entry_bytes || !writer->Append(d, n))) writer.reset();
     }, &ubuf);
     proxy->Count(c, upstream.bytes_in(), 0);
-    if (ok && writer && res.is_done()) {
+    if (ok && writer && res.is_done() && (!length || *length == body_bytes)) {
       meta.size = body_bytes;
       writer->Commit(std::move(meta));
     }
@@ -506,14 +532,23 @@ void EgressProxy::Accept() {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    std::thread([this, c = c.release()] {
-      Serve(c);
+    Conn* raw = c.release();
+    auto done = [this, raw] {
       std::lock_guard lock(mu_);
-      conns_.erase(c);
-      if (--per_sandbox_[c->src] == 0) per_sandbox_.erase(c->src);
-      delete c;
+      conns_.erase(raw);
+      if (--per_sandbox_[raw->src] == 0) per_sandbox_.erase(raw->src);
+      delete raw;
       cv_.notify_all();
-    }).detach();
+    };
+    try {
+      std::thread([this, raw, done] {
+        Serve(raw);
+        done();
+      }).detach();
+    } catch (const std::system_error& e) {  // out of threads: refuse this one, keep serving
+      spdlog::warn("egress proxy: cannot start a connection thread: {}", e.what());
+      done();
+    }
   }
 }
 
@@ -538,8 +573,9 @@ void EgressProxy::Serve(Conn* c) {
   }
 }
 
-bool EgressProxy::Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why) {
-  Policy p;
+bool EgressProxy::Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why, Policy* policy) {
+  Policy local;
+  Policy& p = policy ? *policy : local;
   if (!net_->PolicyOf(c->src, &p) || !p.egress) {
     *why = "this sandbox's network mode is none";
   } else if (p.AllowsHost(host, port, Proto::kTcp)) {
@@ -572,8 +608,9 @@ bool EgressProxy::Forbidden(uint32_t a) {
   return local_addrs_.count(a) > 0;
 }
 
-Result<UniqueFd> EgressProxy::Connect(const std::string& host, uint16_t port) {
+Result<UniqueFd> EgressProxy::Connect(const std::string& host, uint16_t port, const Policy& policy) {
   std::vector<uint32_t> addrs;
+  bool trusted = true;  // an address the sandbox named itself was checked against its rules
   int family;
   std::array<uint8_t, 16> lit;
   if (ParseAddress(host, &family, &lit)) {
@@ -584,13 +621,21 @@ Result<UniqueFd> EgressProxy::Connect(const std::string& host, uint16_t port) {
   } else {
     std::string name = NormalizeName(host);
     if (name.empty()) return Invalid("not a host name", host);
-    addrs = WARREN_TRY(resolver_->Resolve(name)).addrs;
+    Resolution r = WARREN_TRY(resolver_->Resolve(name));
+    addrs = r.addrs;
+    trusted = r.trusted;
   }
   const std::string what = host + ":" + std::to_string(port);
   Status last = Status(Code::kUnavailable, "connect", what, "no usable address");
   for (uint32_t a : addrs) {
     if (Forbidden(a)) {
       last = Status(Code::kForbidden, "connect", what, Ip4String(a) + " is on the node itself, loopback, link-local or the sandbox network");
+      continue;
+    }
+    if (!trusted && IsInternalAddress(a) &&
+        !policy.AllowsAddress(AF_INET, reinterpret_cast<const uint8_t*>(&a), port, Proto::kTcp)) {
+      last = Status(Code::kForbidden, "connect", what,
+                    Ip4String(a) + " is an internal address; only an address rule can open it");
       continue;
     }
     UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));

@@ -42,6 +42,7 @@ struct ProxyOptions {
   uint64_t cache_bytes = 10ull << 30;
   size_t max_connections = 1024;
   size_t max_per_sandbox = 128;
+  uint64_t cache_entry_bytes = 2ull << 30;  // larger downloads pass through unstored
 };
 
 class EgressProxy {
@@ -61,11 +62,12 @@ class EgressProxy {
       : opts_(opts), net_(net), resolver_(resolver), cache_(opts.cache_dir, opts.cache_bytes) {}
   void Accept();
   void Serve(Conn* c);
-  Result<UniqueFd> Connect(const std::string& host, uint16_t port);
+  friend struct ProxySession;
+  Result<UniqueFd> Connect(const std::string& host, uint16_t port, const Policy& policy);
   bool Forbidden(uint32_t addr);
   void Count(Conn* c, uint64_t upstream, uint64_t cached);
-  bool Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why);
-  friend struct ProxySession;
+  // Whether the sandbox behind `c` may reach host:port now; its policy in `policy`.
+  bool Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why, Policy* policy = nullptr);
 
   ProxyOptions opts_;
   Network* net_;

@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <nftables/libnftables.h>
 
+#include <cstring>
+
 namespace warren::net {
 
 std::string Ip4String(uint32_t addr) {
@@ -13,23 +15,7 @@ std::string Ip4String(uint32_t addr) {
 
 namespace {
 
-std::string Protos(Proto p) {
-  switch (p) {
-    case Proto::kTcp: return "tcp";
-    case Proto::kUdp: return "udp";
-    default: return "";
-  }
-}
 
-// "PROTO . LO-HI" elements for a rule: one per protocol it covers.
-std::vector<std::string> ProtoPorts(const EgressRule& r) {
-  std::string ports = r.port_lo == r.port_hi ? std::to_string(r.port_lo)
-                                             : std::to_string(r.port_lo) + "-" + std::to_string(r.port_hi);
-  std::vector<std::string> out;
-  for (Proto p : {Proto::kTcp, Proto::kUdp})
-    if (r.proto == Proto::kAny || r.proto == p) out.push_back(Protos(p) + " . " + ports);
-  return out;
-}
 
 }  // namespace
 
@@ -54,13 +40,14 @@ Result<std::unique_ptr<Firewall>> Firewall::Create(const FirewallConfig& cfg) {
       "  chain input_hook {\n"
       "    type filter hook input priority filter - 5; policy accept;\n"
       "    iifname " + br + " jump from_sandbox_to_host\n"
+      "    ip saddr " + subnet + " drop\n"  // a sandbox address from anywhere else is forged
       "  }\n"
       "  chain from_sandbox_to_host {\n"
       "    meta nfproto ipv6 drop\n"
       "    ip saddr != " + subnet + " drop\n"
       "    ct state established,related accept\n"
       "    ip saddr @egress_on ip daddr " + gw + " udp dport 53 accept\n"
-      "    ip saddr @egress_on ip daddr " + gw + " tcp dport { 53, " + std::to_string(cfg.proxy_port) + " } accept\n"
+      "    ip saddr @egress_on ip daddr " + gw + " tcp dport " + std::to_string(cfg.proxy_port) + " accept\n"
       "    meta l4proto tcp reject with tcp reset\n"
       "    reject with icmpx admin-prohibited\n"
       "  }\n"
@@ -68,6 +55,10 @@ Result<std::unique_ptr<Firewall>> Firewall::Create(const FirewallConfig& cfg) {
       "    type filter hook forward priority filter - 5; policy accept;\n"
       "    iifname " + br + " jump from_sandbox\n"
       "    oifname " + br + " jump to_sandbox\n"
+      "    ip saddr " + subnet + " drop\n" +
+      // The host did not forward before we turned forwarding on for sandboxes: it still
+      // forwards nothing else.
+      (cfg.forward_only_sandboxes ? "    drop\n" : "") +
       "  }\n"
       "  chain from_sandbox {\n"
       "    meta nfproto ipv6 reject with icmpx admin-prohibited\n"
@@ -117,69 +108,114 @@ Status Firewall::Run(const std::string& cmds, const std::string& op, const std::
   return Status::Ok();
 }
 
-std::string Firewall::RuleElements(const Policy& policy) const {
-  std::string out;
+std::string Firewall::SetName(uint32_t ip, uint64_t gen, size_t k) const {
+  return Chain(ip) + "_g" + std::to_string(gen) + "_d" + std::to_string(k);
+}
+
+// The sandbox chain's body for `policy`: one rule per address rule (rules, not set elements:
+// users' CIDRs may overlap, which interval sets refuse), one per domain rule matching the
+// set its names' addresses land in, then refusal. Sets of generation `gen` are created.
+std::string Firewall::PolicyCommands(uint32_t ip, const Policy& policy, uint64_t gen) const {
+  const std::string t = "inet " + cfg_.table, c = Chain(ip);
+  std::string cmds;
+  auto match = [](const EgressRule& r) {
+    std::string m;
+    if (r.proto == Proto::kAny) m += " meta l4proto { tcp, udp }";
+    else m += std::string(" meta l4proto ") + (r.proto == Proto::kTcp ? "tcp" : "udp");
+    if (r.port_lo != 0 || r.port_hi != 65535)
+      m += " th dport " + (r.port_lo == r.port_hi ? std::to_string(r.port_lo)
+                                                 : std::to_string(r.port_lo) + "-" + std::to_string(r.port_hi));
+    return m;
+  };
+  size_t k = 0;
   for (const auto& r : policy.rules) {
-    if (r.is_domain() || r.family != AF_INET) continue;  // names via DNS; no IPv6 egress
-    std::string net = Ip4String(*reinterpret_cast<const uint32_t*>(r.addr.data())) + "/" + std::to_string(r.prefix);
-    for (const auto& pp : ProtoPorts(r)) out += (out.empty() ? "" : ", ") + net + " . " + pp;
+    if (r.is_domain()) {
+      const std::string set = SetName(ip, gen, k++);
+      cmds += "add set " + t + " " + set + " { type ipv4_addr; flags timeout; size 4096; }\n";
+      cmds += "add rule " + t + " " + c + " ip daddr @" + set + match(r) + " accept\n";
+    } else if (r.family == AF_INET) {  // no IPv6 egress
+      uint32_t a;
+      memcpy(&a, r.addr.data(), 4);
+      cmds += "add rule " + t + " " + c + " ip daddr " + Ip4String(a) + "/" + std::to_string(r.prefix) + match(r) +
+              " accept\n";
+    }
   }
-  return out;
+  cmds += "add rule " + t + " " + c + " meta l4proto tcp reject with tcp reset\n";
+  cmds += "add rule " + t + " " + c + " reject with icmpx admin-prohibited\n";
+  return cmds;
+}
+
+static size_t DomainRules(const Policy& p) {
+  size_t n = 0;
+  for (const auto& r : p.rules) n += r.is_domain();
+  return n;
 }
 
 Status Firewall::AddSandbox(uint32_t ip, const Policy& policy) {
   const std::string t = "inet " + cfg_.table, c = Chain(ip), addr = Ip4String(ip);
-  std::string cmds =
-      "add set " + t + " " + c + "_rules { type ipv4_addr . inet_proto . inet_service; flags interval; }\n"
-      "add set " + t + " " + c + "_dns { type ipv4_addr . inet_proto . inet_service; flags interval,timeout; }\n"
-      "add chain " + t + " " + c + "\n"
-      "flush chain " + t + " " + c + "\n"
-      "flush set " + t + " " + c + "_rules\n"
-      "flush set " + t + " " + c + "_dns\n"
-      "add rule " + t + " " + c + " ip daddr . meta l4proto . th dport @" + c + "_rules accept\n"
-      "add rule " + t + " " + c + " ip daddr . meta l4proto . th dport @" + c + "_dns accept\n"
-      "add element " + t + " sandboxes { " + addr + " : jump " + c + " }\n";
-  std::string elems = RuleElements(policy);
-  if (!elems.empty()) cmds += "add element " + t + " " + c + "_rules { " + elems + " }\n";
+  std::lock_guard lock(state_mu_);
+  SbState& st = state_[ip];
+  st.gen += 1;
+  std::string cmds = "add chain " + t + " " + c + "\nflush chain " + t + " " + c + "\n" +
+                     PolicyCommands(ip, policy, st.gen) +
+                     "add element " + t + " sandboxes { " + addr + " : jump " + c + " }\n";
   if (policy.egress) cmds += "add element " + t + " egress_on { " + addr + " }\n";
-  return Run(cmds, "add sandbox to firewall", addr);
+  Status s = Run(cmds, "add sandbox to firewall", addr);
+  if (!s.ok()) {
+    state_.erase(ip);
+    return s;
+  }
+  st.domains = DomainRules(policy);
+  return s;
 }
 
 Status Firewall::SetPolicy(uint32_t ip, const Policy& policy) {
   const std::string t = "inet " + cfg_.table, c = Chain(ip), addr = Ip4String(ip);
-  // Both in one transaction: there is no moment with neither the old nor the new policy.
-  std::string cmds = "flush set " + t + " " + c + "_rules\nflush set " + t + " " + c + "_dns\n";
-  std::string elems = RuleElements(policy);
-  if (!elems.empty()) cmds += "add element " + t + " " + c + "_rules { " + elems + " }\n";
-  // "add" of a present element and "delete" of an absent one: make both idempotent by
-  // adding before deleting.
+  std::lock_guard lock(state_mu_);
+  auto it = state_.find(ip);
+  if (it == state_.end()) return NotFound("firewall chain of", addr);
+  SbState& st = it->second;
+  // One transaction: there is no moment with neither the old nor the new policy.
+  std::string cmds = "flush chain " + t + " " + c + "\n";
+  for (size_t k = 0; k < st.domains; ++k) cmds += "delete set " + t + " " + SetName(ip, st.gen, k) + "\n";
+  cmds += PolicyCommands(ip, policy, st.gen + 1);
+  // "add" of a present element is fine; "delete" of an absent one is not: add first.
   cmds += "add element " + t + " egress_on { " + addr + " }\n";
   if (!policy.egress) cmds += "delete element " + t + " egress_on { " + addr + " }\n";
-  return Run(cmds, "set firewall policy", addr);
+  WARREN_RETURN_IF_ERROR(Run(cmds, "set firewall policy", addr));
+  st.gen += 1;
+  st.domains = DomainRules(policy);
+  return Status::Ok();
 }
 
-Status Firewall::AllowResolved(uint32_t ip, uint32_t a, const EgressRule& rule, uint32_t ttl_s) {
-  const std::string t = "inet " + cfg_.table, c = Chain(ip);
-  std::string elems;
-  for (const auto& pp : ProtoPorts(rule))
-    elems += (elems.empty() ? "" : ", ") + Ip4String(a) + " . " + pp + " timeout " + std::to_string(ttl_s) + "s";
-  // Re-adding an element does not extend its timeout: delete it first (added first, so the
-  // delete always finds it), all in one transaction.
-  std::string cmds = "add element " + t + " " + c + "_dns { " + elems + " }\n" +
-                     "delete element " + t + " " + c + "_dns { " + elems + " }\n" +
-                     "add element " + t + " " + c + "_dns { " + elems + " }\n";
-  return Run(cmds, "allow resolved address", Ip4String(a));
+Status Firewall::AllowResolved(uint32_t ip, uint32_t a, size_t domain_rule, uint32_t ttl_s) {
+  const std::string t = "inet " + cfg_.table;
+  std::lock_guard lock(state_mu_);
+  auto it = state_.find(ip);
+  if (it == state_.end() || domain_rule >= it->second.domains) return Status::Ok();  // policy moved on
+  const std::string set = t + " " + SetName(ip, it->second.gen, domain_rule);
+  const std::string elem = "{ " + Ip4String(a) + " timeout " + std::to_string(ttl_s) + "s }";
+  // Re-adding an element does not extend its timeout: add (so the delete finds it), delete
+  // and add again, in one transaction.
+  return Run("add element " + set + " " + elem + "\ndelete element " + set + " " + elem + "\nadd element " + set +
+                 " " + elem + "\n",
+             "allow resolved address", Ip4String(a));
 }
 
 Status Firewall::RemoveSandbox(uint32_t ip) {
   const std::string t = "inet " + cfg_.table, c = Chain(ip), addr = Ip4String(ip);
+  std::lock_guard lock(state_mu_);
+  auto it = state_.find(ip);
+  if (it == state_.end()) return Status::Ok();
   std::string cmds = "add element " + t + " egress_on { " + addr + " }\n"
                      "delete element " + t + " egress_on { " + addr + " }\n"
                      "delete element " + t + " sandboxes { " + addr + " }\n"
-                     "delete chain " + t + " " + c + "\n"
-                     "delete set " + t + " " + c + "_rules\n"
-                     "delete set " + t + " " + c + "_dns\n";
-  return Run(cmds, "remove sandbox from firewall", addr);
+                     "flush chain " + t + " " + c + "\n"
+                     "delete chain " + t + " " + c + "\n";
+  for (size_t k = 0; k < it->second.domains; ++k) cmds += "delete set " + t + " " + SetName(ip, it->second.gen, k) + "\n";
+  Status s = Run(cmds, "remove sandbox from firewall", addr);
+  state_.erase(it);
+  return s;
 }
 
 }  // namespace warren::net

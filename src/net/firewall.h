@@ -1,8 +1,8 @@
 // The egress firewall: one nftables table per node (libnftables, applied atomically), in
-// the host's network namespace where no sandbox can reach it. Every sandbox has its own chain
-// and two sets, keyed by its address:
-//   rules  - address rules of its policy (CIDR . proto . port range)
-//   dns    - addresses its allowed names resolved to, each expiring with its DNS answer
+// the host's network namespace where no sandbox can reach it. Every sandbox has its own chain,
+// jumped to by its address: a rule per address rule of its policy, and a rule per domain rule
+// matching a set of the addresses that domain's names resolved to for this sandbox (filled by
+// the DNS resolver, each address expiring with its answer).
 // A packet from the sandbox bridge is checked per connection (conntrack `new`), so a policy
 // change cuts nothing by itself; the network manager deletes the conntrack entries of
 // connections the new policy no longer allows, whose next packet is then checked again and
@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,6 +31,7 @@ struct FirewallConfig {
   int prefix = 16;
   uint32_t gateway = 0;       // the bridge's address: DNS resolver and proxy listen here
   uint16_t proxy_port = 3128;
+  bool forward_only_sandboxes = false;  // drop all other forwarded traffic
 };
 
 class Firewall {
@@ -40,21 +42,31 @@ class Firewall {
 
   // A sandbox's chain and sets, filled from `policy`.
   Status AddSandbox(uint32_t ip, const Policy& policy);
-  // Refills its rules set, empties its dns set, turns egress on or off.
+  // Rebuilds its chain (resolved addresses start empty), turns egress on or off.
   Status SetPolicy(uint32_t ip, const Policy& policy);
-  // `addr` (resolved from an allowed name under `rule`) reachable for `ttl_s` seconds.
-  Status AllowResolved(uint32_t ip, uint32_t addr, const EgressRule& rule, uint32_t ttl_s);
+  // `addr`, resolved from a name allowed by the policy's `domain_rule`-th domain rule (0-based,
+  // counting domain rules only), reachable as that rule says for `ttl_s` seconds.
+  Status AllowResolved(uint32_t ip, uint32_t addr, size_t domain_rule, uint32_t ttl_s);
   Status RemoveSandbox(uint32_t ip);
 
  private:
   explicit Firewall(const FirewallConfig& cfg) : cfg_(cfg) {}
   Status Run(const std::string& cmds, const std::string& op, const std::string& object);
-  std::string RuleElements(const Policy& policy) const;
+  std::string PolicyCommands(uint32_t ip, const Policy& policy, uint64_t gen) const;
   std::string Chain(uint32_t ip) const;
+  std::string SetName(uint32_t ip, uint64_t gen, size_t k) const;
 
   FirewallConfig cfg_;
-  std::mutex mu_;
+  std::mutex mu_;  // the nft context
   nft_ctx* ctx_ = nullptr;
+  // Per sandbox: the generation of its sets (new names on every policy, so one transaction
+  // can drop the old and make the new) and how many domain sets it has.
+  struct SbState {
+    uint64_t gen = 0;
+    size_t domains = 0;
+  };
+  std::mutex state_mu_;
+  std::map<uint32_t, SbState> state_;
 };
 
 std::string Ip4String(uint32_t addr);  // network byte order

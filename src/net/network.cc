@@ -8,14 +8,19 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <fstream>
 #include <cstdio>
 
 #include "net/conntrack.h"
 #include "net/dns_server.h"
 #include "net/netns.h"
+#include "net/sock_destroy.h"
 
 namespace warren::net {
 namespace {
+
+constexpr size_t kMaxResolvedPerSandbox = 4096;
+constexpr size_t kMaxAddrsPerAnswer = 16;
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -72,6 +77,12 @@ Status Network::Init() {
   WARREN_RETURN_IF_ERROR(CheckSubnetFree());
   // NAT out needs forwarding; sandboxes are the only thing routed through here that the
   // firewall does not refuse.
+  {
+    std::ifstream in("/proc/sys/net/ipv4/ip_forward");
+    std::string v;
+    in >> v;
+    forwarding_was_off_ = v == "0";
+  }
   WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv4/ip_forward", "1"));
   host_nl_ = std::make_unique<RtNetlink>(WARREN_TRY(RtNetlink::Open()));
   bridge_index_ = host_nl_->Index(opts_.bridge);
@@ -86,7 +97,7 @@ Status Network::Init() {
   WARREN_RETURN_IF_ERROR(host_nl_->SetUp(bridge_index_, true));
   (void)WriteNetSysctl("net/ipv4/conf/" + opts_.bridge + "/send_redirects", "0");
   (void)WriteNetSysctl("net/ipv6/conf/" + opts_.bridge + "/disable_ipv6", "1");
-  FirewallConfig fc{opts_.table, opts_.bridge, subnet_, prefix_, gateway_, opts_.proxy_port};
+  FirewallConfig fc{opts_.table, opts_.bridge, subnet_, prefix_, gateway_, opts_.proxy_port, forwarding_was_off_};
   firewall_ = WARREN_TRY(Firewall::Create(fc));
   resolver_ = WARREN_TRY(Resolver::Create(opts_.dns_hosts, opts_.dns_upstream));
   dns_ = WARREN_TRY(DnsServer::Start(gateway_, 53, this, resolver_.get()));
@@ -123,6 +134,7 @@ Network::~Network() {
   wired_.clear();
   firewall_.reset();
   if (made_bridge_ && host_nl_) (void)host_nl_->DeleteLink(bridge_index_);
+  if (forwarding_was_off_) (void)WriteNetSysctl("net/ipv4/ip_forward", "0");
 }
 
 std::string Network::proxy_url() const {
@@ -160,12 +172,18 @@ Status Network::Wire(int netns_fd, uint32_t ip) {
       return st;
     }
   }
-  return RunInNetns(netns_fd, [&]() -> Status {
+  Status st = RunInNetns(netns_fd, [&]() -> Status {
     RtNetlink nl = WARREN_TRY(RtNetlink::Open());
     int idx = nl.Index("eth0");
     if (!idx) return Internal("wire sandbox", name, "eth0 did not appear");
     return nl.AddAddress4(idx, ip, 32);
   });
+  if (!st.ok()) {
+    // Deleting our end takes eth0 along: a later attempt must not clash with it.
+    std::lock_guard lock(nl_mu_);
+    if (int idx = host_nl_->Index(name)) (void)host_nl_->DeleteLink(idx);
+  }
+  return st;
 }
 
 Status Network::SetLink(int netns_fd, bool egress) {
@@ -287,7 +305,13 @@ Status Network::SetPolicy(const std::string& id, const Policy& policy) {
     // First egress of a sandbox made in mode none: give it its link now.
     uint32_t ip = WARREN_TRY(AllocateIp());
     Status st = Wire(sb->netns.get(), ip);
-    if (st.ok()) st = firewall_->AddSandbox(ip, policy);
+    if (st.ok()) {
+      st = firewall_->AddSandbox(ip, policy);
+      if (!st.ok()) {
+        std::lock_guard lock(nl_mu_);
+        if (int idx = host_nl_->Index(VethName(ip))) (void)host_nl_->DeleteLink(idx);
+      }
+    }
     if (!st.ok()) {
       ReleaseIp(ip);
       return st.Context(ctx);
@@ -319,13 +343,17 @@ Status Network::SetPolicy(const std::string& id, const Policy& policy) {
       }
     }
     for (auto& [addr, r] : keep)
-      for (const EgressRule* rule : policy.RulesForName(r.name))
-        (void)firewall_->AllowResolved(sb->ip, addr, *rule, static_cast<uint32_t>((r.expiry_ms - now) / 1000 + 1));
-    // Cut what the new policy no longer allows.
-    auto cut = DeleteConnections(sb->ip, [&](uint32_t dst, uint16_t port, Proto p) {
+      for (size_t k : DomainRuleIndexes(policy, r.name))
+        (void)firewall_->AllowResolved(sb->ip, addr, k, static_cast<uint32_t>((r.expiry_ms - now) / 1000 + 1));
+    // Cut the sandbox's own end of what is no longer allowed (it learns at once)...
+    auto keep_fn = [&](uint32_t dst, uint16_t port, Proto p) {
       std::lock_guard lock(mu_);
       return Keeps(*sb, dst, port, p);
-    });
+    };
+    Status destroyed = RunInNetns(sb->netns.get(), [&]() -> Status { return DestroySockets(keep_fn).status(); });
+    if (!destroyed.ok()) spdlog::warn("{}: {}", ctx, destroyed.ToString());
+    // ... and the host's: its connection tracking, so a packet still in flight is refused.
+    auto cut = DeleteConnections(sb->ip, keep_fn);
     if (!cut.ok()) spdlog::warn("{}: {}", ctx, cut.status().ToString());
     if (proxy_) proxy_->Recheck(sb->ip);
   }
@@ -344,7 +372,7 @@ void Network::Detach(const std::string& id) {
     sandboxes_.erase(it);
     if (sb->ip) by_ip_.erase(sb->ip);
   }
-  if (proxy_) proxy_->Forget(id);
+
   if (sb->ip) {
     Status st = firewall_->RemoveSandbox(sb->ip);
     if (!st.ok()) spdlog::warn("detach network of {}: {}", id, st.ToString());
@@ -353,6 +381,7 @@ void Network::Detach(const std::string& id) {
     if (proxy_) proxy_->Recheck(sb->ip);
     ReleaseIp(sb->ip);
   }
+  if (proxy_) proxy_->Forget(id);
   if (!opts_.state_dir.empty()) unlink((opts_.state_dir + "/" + id + ".json").c_str());
   // The namespace (and its veth) goes when the sandbox's last process and this fd are gone.
 }
@@ -363,10 +392,10 @@ Status Network::Adopt(const std::string& id, int pid) {
     const std::string path = opts_.state_dir + "/" + id + ".json";
     UniqueFd f(open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!f) return ErrnoStatus("open", path);
-    char buf[16384];
-    ssize_t n = read(f.get(), buf, sizeof buf);
-    if (n <= 0) return Invalid("empty network record", path);
-    doc.assign(buf, static_cast<size_t>(n));
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(f.get(), buf, sizeof buf)) > 0) doc.append(buf, static_cast<size_t>(n));
+    if (doc.empty()) return Invalid("empty network record", path);
   }
   nlohmann::json j = nlohmann::json::parse(doc, nullptr, false);
   if (!j.is_object()) return Invalid("bad network record", id);
@@ -409,28 +438,47 @@ bool Network::PolicyOf(uint32_t ip, Policy* out, std::string* id) {
   return true;
 }
 
-void Network::AllowResolved(uint32_t ip, const std::string& name, const std::vector<uint32_t>& addrs,
-                            uint32_t ttl_s) {
-  Policy policy;
+std::vector<uint32_t> Network::AllowResolved(uint32_t ip, const std::string& name, const Resolution& r,
+                                             uint32_t slack_s) {
+  // Under the change lock: a policy change in between would otherwise see its fresh sets
+  // refilled from the old policy.
+  std::lock_guard change(change_mu_);
+  std::vector<uint32_t> allowed;
+  std::vector<size_t> rules;
   {
     std::lock_guard lock(mu_);
     auto it = by_ip_.find(ip);
-    if (it == by_ip_.end()) return;
+    if (it == by_ip_.end()) return allowed;
     Sandbox* sb = sandboxes_[it->second].get();
-    policy = sb->policy;
-    const int64_t expiry = NowMs() + int64_t{ttl_s} * 1000;
-    for (uint32_t a : addrs) {
-      auto& r = sb->resolved[a];
-      if (r.expiry_ms < expiry) r = Resolved{name, expiry};
+    rules = DomainRuleIndexes(sb->policy, name);
+    if (rules.empty()) return allowed;
+    const int64_t now = NowMs(), expiry = now + int64_t{r.ttl_s + slack_s} * 1000;
+    // Bounded per sandbox: a name that resolves to ever new addresses cannot grow our state
+    // (or its set) without end. Expired entries go first.
+    if (sb->resolved.size() >= kMaxResolvedPerSandbox)
+      std::erase_if(sb->resolved, [&](const auto& kv) { return kv.second.expiry_ms < now; });
+    for (uint32_t a : r.addrs) {
+      if (allowed.size() >= kMaxAddrsPerAnswer) break;
+      if (!r.trusted && IsInternalAddress(a)) {
+        bool named = false;
+        for (const auto& rule : sb->policy.rules)
+          named |= !rule.is_domain() && rule.family == AF_INET &&
+                   rule.MatchesAddress(AF_INET, reinterpret_cast<const uint8_t*>(&a), rule.port_lo, rule.proto == Proto::kAny ? Proto::kTcp : rule.proto);
+        if (!named) continue;
+      }
+      if (!sb->resolved.count(a) && sb->resolved.size() >= kMaxResolvedPerSandbox) break;
+      auto& e = sb->resolved[a];
+      if (e.expiry_ms < expiry) e = Resolved{name, expiry};
+      allowed.push_back(a);
     }
   }
-  for (const EgressRule* rule : policy.RulesForName(name))
-    for (uint32_t a : addrs) {
-      Status st = firewall_->AllowResolved(ip, a, *rule, ttl_s);
+  for (uint32_t a : allowed)
+    for (size_t k : rules) {
+      Status st = firewall_->AllowResolved(ip, a, k, r.ttl_s + slack_s);
       if (!st.ok()) spdlog::warn("allow {} for {}: {}", Ip4String(a), Ip4String(ip), st.ToString());
     }
+  return allowed;
 }
-
 
 nlohmann::json Network::Info() {
   std::lock_guard lock(mu_);

@@ -68,9 +68,11 @@ class Network {
 
   // For the resolver and the proxy: the policy of the sandbox at `ip` (false: none there).
   bool PolicyOf(uint32_t ip, Policy* out, std::string* id = nullptr);
-  // The resolver answered `addrs` for the allowed `name` to the sandbox at `ip`: they are
-  // reachable, on the ports the name's rules give, for `ttl_s` seconds.
-  void AllowResolved(uint32_t ip, const std::string& name, const std::vector<uint32_t>& addrs, uint32_t ttl_s);
+  // The resolver found `r` for the allowed `name` asked by the sandbox at `ip`: the
+  // addresses it may have (at most 16; none internal unless from the operator's hosts file or
+  // named by an address rule) are made reachable, on the ports the name's rules give, for
+  // the answer's TTL plus `slack_s`. Returns those addresses: the answer the sandbox gets.
+  std::vector<uint32_t> AllowResolved(uint32_t ip, const std::string& name, const Resolution& r, uint32_t slack_s);
 
   nlohmann::json Info();
 
@@ -108,6 +110,7 @@ class Network {
   std::mutex nl_mu_;
   int bridge_index_ = 0;
   bool made_bridge_ = false;
+  bool forwarding_was_off_ = false;  // restored when we go
   std::unique_ptr<Firewall> firewall_;
   std::unique_ptr<Resolver> resolver_;
   std::unique_ptr<DnsServer> dns_;

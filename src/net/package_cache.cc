@@ -72,10 +72,11 @@ std::optional<CacheEntry> PackageCache::Lookup(const std::string& url) {
   e.status = j.value("status", 200);
   e.size = j.value("size", uint64_t{0});
   e.headers = j.value("headers", std::map<std::string, std::string>{});
-  e.body_path = key + ".body";
+  const std::string body = key + ".body";
+  e.body = std::make_shared<UniqueFd>(open(body.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st;
-  if (stat(e.body_path.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != e.size) return std::nullopt;
-  utimensat(AT_FDCWD, e.body_path.c_str(), nullptr, 0);  // recently used
+  if (!*e.body || fstat(e.body->get(), &st) != 0 || static_cast<uint64_t>(st.st_size) != e.size) return std::nullopt;
+  futimens(e.body->get(), nullptr);  // recently used
   return e;
 }
 

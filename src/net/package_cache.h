@@ -34,7 +34,8 @@ struct CacheEntry {
   int status = 200;
   std::map<std::string, std::string> headers;  // Content-Type, ETag, Last-Modified, ...
   uint64_t size = 0;
-  std::string body_path;
+  std::shared_ptr<UniqueFd> body;  // opened by Lookup: an eviction or replacement after it
+                                   // cannot mix this entry's headers with another body
 };
 
 class PackageCache {

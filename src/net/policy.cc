@@ -183,6 +183,33 @@ std::vector<std::string> Policy::Texts() const {
   return out;
 }
 
+bool IsInternalAddress(uint32_t addr) {
+  const uint32_t a = ntohl(addr);
+  struct Net {
+    uint32_t net;
+    int prefix;
+  };
+  static constexpr Net kNets[] = {
+      {0x0a000000, 8},  {0xac100000, 12}, {0xc0a80000, 16}, {0x64400000, 10}, {0xc0000000, 24},
+      {0xc6120000, 15}, {0xf0000000, 4},  {0xa83f8110, 32},  // 168.63.129.16 (Azure)
+      {0x7f000000, 8},  {0xa9fe0000, 16}, {0x00000000, 8},  {0xe0000000, 3}};
+  for (const Net& n : kNets)
+    if ((a >> (32 - n.prefix)) == (n.net >> (32 - n.prefix))) return true;
+  return false;
+}
+
+std::vector<size_t> DomainRuleIndexes(const Policy& p, std::string_view name) {
+  std::vector<size_t> out;
+  if (!p.egress) return out;
+  size_t k = 0;
+  for (const auto& r : p.rules) {
+    if (!r.is_domain()) continue;
+    if (r.MatchesName(name)) out.push_back(k);
+    ++k;
+  }
+  return out;
+}
+
 Result<Policy> ParsePolicy(std::string_view mode, const std::vector<std::string>& allow) {
   Policy p;
   if (mode == "egress") p.egress = true;

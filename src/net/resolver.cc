@@ -77,7 +77,7 @@ Result<std::unique_ptr<Resolver>> Resolver::Create(const std::string& hosts_file
 Resolver::~Resolver() = default;
 
 Result<Resolution> Resolver::Resolve(const std::string& name) {
-  if (auto it = hosts_.find(name); it != hosts_.end()) return Resolution{it->second, kHostsTtl};
+  if (auto it = hosts_.find(name); it != hosts_.end()) return Resolution{it->second, kHostsTtl, true};
   const int64_t now = NowMs();
   {
     std::lock_guard lock(mu_);

@@ -18,6 +18,7 @@ namespace warren::net {
 struct Resolution {
   std::vector<uint32_t> addrs;  // network byte order
   uint32_t ttl_s = 0;
+  bool trusted = false;  // from the operator's hosts file, not from DNS
 };
 
 class Resolver {

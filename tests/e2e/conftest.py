@@ -31,6 +31,16 @@ import e2e_util  # noqa: E402  (tests/e2e is on sys.path: rootdir-relative conft
 
 IMAGE = "t:1"
 
+# Test hosts of the network tests (test_network.py): a network namespace that module makes,
+# at NET_UPSTREAM.2 and .3, which the server's --dns-hosts file names. Never anything outside
+# this machine.
+NET_UPSTREAM = "10.251.0"
+NET_HOSTS = {
+    "pkg.test": f"{NET_UPSTREAM}.2", "deb.debian.org": f"{NET_UPSTREAM}.2", "a.wild.test": f"{NET_UPSTREAM}.2",
+    "other.test": f"{NET_UPSTREAM}.3",
+    "loop.wild.test": "127.0.0.1", "meta.wild.test": "169.254.169.254",  # what a proxy must never reach
+}
+
 
 def _warren_bin() -> Path:
     b = Path(os.environ.get("WARREN_BIN") or "build/warren")
@@ -99,13 +109,14 @@ class Server:
         self.rootfs = ""
         self.proc: subprocess.Popen = None  # type: ignore
         self.env = {}
+        self.extra_args: list = []
 
     # -- process ----------------------------------------------------------
     def start(self) -> None:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [self.bin, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data_dir,
-             "--fncall-image", RUNNER_IMAGE],
+             "--fncall-image", RUNNER_IMAGE, *self.extra_args],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         deadline = time.time() + 60
@@ -223,6 +234,10 @@ def server(tmp_path_factory):
     logs = tmp_path_factory.mktemp("warren-server")
     home = str(tmp_path_factory.mktemp("warren-home"))
     srv = Server(b, data_dir, _free_port(), str(logs / "server.log"), home)
+    hosts = os.path.join(data_dir, "e2e-hosts")
+    with open(hosts, "w") as f:
+        f.writelines(f"{ip} {name}\n" for name, ip in NET_HOSTS.items())
+    srv.extra_args = ["--dns-hosts", hosts]
     try:
         srv.start()
         _SERVER = srv

@@ -228,6 +228,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   int pidfd = -1;
   sys::CloneArgs ca;
   ca.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_PIDFD;
+  if (cfg.netns_fd >= 0 && !host_netns_) return ErrnoStatus("open", "/proc/self/ns/net", EBADF);
   if (cfg.netns_fd < 0) ca.flags |= CLONE_NEWNET;
   else if (setns(cfg.netns_fd, CLONE_NEWNET) != 0) return ErrnoStatus("setns", "network namespace of " + cfg.id);
   ca.pidfd = &pidfd;

@@ -1,0 +1,64 @@
+"""Test hosts for the network tests, run inside a network namespace the test made (never
+anything outside this machine): an HTTP server over a directory that logs every request with
+its status, a TCP echo server and a UDP echo server, on every address of the namespace.
+
+usage: net_upstream.py DIR LOG HTTP_PORT ECHO_PORT"""
+
+import http.server
+import socketserver
+import sys
+import threading
+
+root, log_path, http_port, echo_port = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+log_lock = threading.Lock()
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, directory=root, **kw)
+
+    def log_request(self, code="-", size="-"):
+        with log_lock, open(log_path, "a") as f:
+            f.write(f"{self.command} {self.path} {int(code) if str(code).isdigit() else code}\n")
+
+    def log_message(self, *a):
+        pass
+
+
+class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def server_bind(self):  # no reverse lookup of our name (there is no DNS here)
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = "upstream", self.server_address[1]
+
+
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        while True:
+            data = self.request.recv(65536)
+            if not data:
+                return
+            self.request.sendall(data)
+
+
+class EchoServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class UdpEcho(socketserver.BaseRequestHandler):
+    def handle(self):
+        data, sock = self.request
+        sock.sendto(data, self.client_address)
+
+
+servers = [HTTPServer(("0.0.0.0", http_port), Handler), EchoServer(("0.0.0.0", echo_port), Echo),
+           socketserver.ThreadingUDPServer(("0.0.0.0", echo_port), UdpEcho)]
+for s in servers[1:]:
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+print("ready", flush=True)
+servers[0].serve_forever()

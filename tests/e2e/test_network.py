@@ -1,0 +1,490 @@
+"""Sandbox networking: default deny, allowlists by name and address, the node's DNS resolver,
+the egress proxy and its package cache, policy changes while a sandbox runs, and the tricks a
+root occupant tries. The only hosts reached are in a network namespace this module makes
+(conftest.NET_HOSTS names them for the server); nothing leaves this machine."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import conftest
+from conftest import NET_UPSTREAM
+
+UP2, UP3 = f"{NET_UPSTREAM}.2", f"{NET_UPSTREAM}.3"
+HTTP_PORT, ECHO_PORT = 80, 9007
+HERE = Path(__file__).resolve().parent
+
+
+def _sh(*args, check=True):
+    return subprocess.run(args, check=check, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory):
+    """The test hosts: a namespace with UP2 and UP3, an HTTP server (a directory that also
+    holds a Debian repository), TCP and UDP echo; routed from the host through a veth."""
+    ns, veth = f"wt-up-{os.getpid()}", f"wtu{os.getpid() % 100000}"
+    root = tmp_path_factory.mktemp("upstream-www")
+    log = root.parent / "upstream-requests.log"
+    log.write_text("")
+    _build_debian_repo(root)
+    (root / "hello.txt").write_text("hello from upstream\n")
+    with open(root / "big.bin", "wb") as f:
+        f.write(os.urandom(1 << 20) * 8)
+    proc = None
+    try:
+        _sh("ip", "netns", "add", ns)
+        _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _sh("ip", "addr", "add", f"{NET_UPSTREAM}.1/24", "dev", veth)
+        _sh("ip", "link", "set", veth, "up")
+        for ip in (UP2, UP3):
+            _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+        _sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        _sh("ip", "-n", ns, "link", "set", "lo", "up")
+        _sh("ip", "-n", ns, "route", "add", "default", "via", f"{NET_UPSTREAM}.1")
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, "/usr/bin/python3", str(HERE / "net_upstream.py"),
+                                 str(root), str(log), str(HTTP_PORT), str(ECHO_PORT)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout.readline().strip() == "ready"
+        yield {"root": root, "log": log, "ns": ns}
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        _sh("ip", "link", "del", veth, check=False)
+        _sh("ip", "netns", "del", ns, check=False)
+
+
+def _build_debian_repo(root: Path) -> None:
+    """A real (unsigned) Debian repository with one small package, made with dpkg-deb and
+    apt-ftparchive: what apt-get fetches in the package-cache test."""
+    pkg = Path(tempfile.mkdtemp(prefix="warren-e2e-deb-"))
+    try:
+        (pkg / "DEBIAN").mkdir()
+        (pkg / "usr/bin").mkdir(parents=True)
+        (pkg / "DEBIAN/control").write_text(textwrap.dedent("""\
+            Package: warren-hello
+            Version: 1.0
+            Architecture: all
+            Maintainer: Warren tests <tests@warren.invalid>
+            Description: says hello from a package fetched through the egress proxy
+            """))
+        (pkg / "usr/bin/warren-hello").write_text("#!/bin/sh\necho hello from a cached package\n")
+        os.chmod(pkg / "usr/bin/warren-hello", 0o755)
+        pool = root / "debian/pool/main/w/warren-hello"
+        pool.mkdir(parents=True)
+        _sh("dpkg-deb", "--root-owner-group", "--build", str(pkg), str(pool / "warren-hello_1.0_all.deb"))
+    finally:
+        shutil.rmtree(pkg)
+    dist = root / "debian/dists/bookworm"
+    (dist / "main/binary-amd64").mkdir(parents=True)
+    packages = subprocess.run(["apt-ftparchive", "packages", "pool"], cwd=root / "debian", check=True,
+                              capture_output=True, text=True)
+    (dist / "main/binary-amd64/Packages").write_text(packages.stdout)
+    release = subprocess.run(
+        ["apt-ftparchive", "-o", "APT::FTPArchive::Release::Suite=bookworm",
+         "-o", "APT::FTPArchive::Release::Codename=bookworm", "-o", "APT::FTPArchive::Release::Components=main",
+         "-o", "APT::FTPArchive::Release::Architectures=amd64", "release", "."],
+        cwd=dist, check=True, capture_output=True, text=True)
+    (dist / "Release").write_text(release.stdout)
+
+
+def make(server, runner, sandboxes, allow=None, mode=None):
+    spec = {"image": runner}
+    if allow is not None or mode is not None:
+        spec["network"] = {"mode": mode or "egress", "allow": list(allow or [])}
+    sb = server.client().create(spec)
+    sandboxes.append(sb.id)
+    return sb
+
+
+def py(sb, code: str, timeout: int = 60, env=None):
+    return sb.run(["python3", "-c", textwrap.dedent(code)], timeout=timeout, env=env)
+
+
+PROBE = """
+import errno, json, socket, sys, time
+def tcp(host, port, t=4):
+    s = socket.socket(); s.settimeout(t); t0 = time.time()
+    try:
+        s.connect((host, port)); s.sendall(b"ping"); d = s.recv(16); s.close()
+        return "ok:" + d.decode(errors="replace")
+    except Exception as e:
+        return f"{type(e).__name__}:{getattr(e, 'errno', '')}:{time.time() - t0:.2f}"
+def udp(host, port, t=2):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(t)
+    try:
+        s.sendto(b"ping", (host, port)); return "ok:" + s.recv(16).decode()
+    except Exception as e:
+        return f"{type(e).__name__}:{getattr(e, 'errno', '')}"
+def name(n):
+    try: return socket.gethostbyname(n)
+    except Exception as e: return f"{type(e).__name__}"
+"""
+
+
+def probe(sb, body: str, env=None):
+    r = py(sb, PROBE + textwrap.dedent(body), env=env)
+    assert r.exit_code == 0, r.raw
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_default_is_no_network(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes)
+    assert sb.network["mode"] == "none"
+    out = probe(sb, f"""
+        print(json.dumps({{"tcp": tcp("{UP2}", {ECHO_PORT}), "name": name("pkg.test"),
+                          "udp": udp("{UP2}", {ECHO_PORT})}}))""")
+    assert out["tcp"].startswith("OSError:101:"), out  # Network is unreachable, at once
+    assert float(out["tcp"].split(":")[2]) < 1.0
+    assert not out["name"][0].isdigit(), out
+    assert not out["udp"].startswith("ok"), out
+    r = sb.run("python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 80)); s.listen(); print(\"lo ok\")'")
+    assert r.stdout.strip() == "lo ok", r.raw  # loopback works, and root may bind low ports
+
+
+def test_allowlist_by_name_and_address(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes, allow=[f"pkg.test:{ECHO_PORT}/tcp", f"{UP3}/32:{ECHO_PORT}/tcp"])
+    out = probe(sb, f"""
+        print(json.dumps({{
+            "by_name": tcp("pkg.test", {ECHO_PORT}), "resolved": name("pkg.test"),
+            "not_allowed_name": name("other.test"), "unknown_name": name("exfil-data.evil.test"),
+            "by_ip_of_allowed_name": tcp("{UP2}", {ECHO_PORT}),
+            "other_port": tcp("{UP2}", {HTTP_PORT}), "other_port_of_cidr": tcp("{UP3}", {HTTP_PORT}),
+            "cidr_rule": tcp("{UP3}", {ECHO_PORT}),
+            "udp_not_allowed": udp("{UP2}", {ECHO_PORT}),
+        }}))""")
+    assert out["by_name"] == "ok:ping", out
+    assert out["resolved"] == UP2
+    assert out["not_allowed_name"] == "gaierror" and out["unknown_name"] == "gaierror", out
+    assert out["by_ip_of_allowed_name"] == "ok:ping", out  # the resolved address is open now
+    assert out["other_port"].startswith("ConnectionRefusedError"), out
+    assert out["other_port_of_cidr"].startswith("ConnectionRefusedError"), out
+    assert out["cidr_rule"] == "ok:ping", out
+    assert not out["udp_not_allowed"].startswith("ok"), out
+
+
+def test_udp_rule_and_dns_only_through_the_node(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes, allow=[f"{UP2}:{ECHO_PORT}/udp"])
+    out = probe(sb, f"""
+        import struct
+        q = struct.pack(">HHHHHH", 7, 0x100, 1, 0, 0, 0) + b"\\x03pkg\\x04test\\x00" + struct.pack(">HH", 1, 1)
+        def dns(server):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2)
+            try:
+                s.sendto(q, (server, 53)); return "answer"
+            except Exception as e: return type(e).__name__
+            finally:
+                try: s.recv(512)
+                except Exception as e: pass
+        def dns_answered(server):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2)
+            try:
+                s.sendto(q, (server, 53)); s.recv(512); return True
+            except Exception: return False
+        print(json.dumps({{"udp": udp("{UP2}", {ECHO_PORT}), "udp_tcp": tcp("{UP2}", {ECHO_PORT}),
+                          "other_dns": dns_answered("{UP3}"), "node_dns": dns_answered(open("/etc/resolv.conf").read().split()[1])}}))""")
+    assert out["udp"] == "ok:ping", out
+    assert out["udp_tcp"].startswith("ConnectionRefusedError"), out  # /udp allows UDP only
+    assert out["other_dns"] is False, out
+    assert out["node_dns"] is True, out
+
+
+def test_sandboxes_host_and_metadata_are_unreachable(server, runner, sandboxes, upstream):
+    a = make(server, runner, sandboxes, allow=["10.0.0.0/8", "169.254.0.0/16", "127.0.0.0/8"])
+    b = make(server, runner, sandboxes, allow=["10.0.0.0/8"])
+    r = py(a, """
+        import socket, threading
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.connect(("10.0.0.1", 9))
+        print(u.getsockname()[0])
+        """)
+    a_ip = r.stdout.strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+\.\d+", a_ip), r.raw
+    a.start(["python3", "-c", "import socket,time\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+             "s.bind(('0.0.0.0', 9999)); s.listen()\nwhile True: c,_=s.accept(); c.sendall(b'pong'); c.close()"])
+    time.sleep(0.5)
+    gw = open_resolv_gateway(b)
+    api_port = int(server.url.rsplit(":", 1)[1])
+    out = probe(b, f"""
+        print(json.dumps({{"other_sandbox": tcp("{a_ip}", 9999), "gateway_ssh": tcp("{gw}", 22),
+                          "gateway_api": tcp("{gw}", {api_port}), "host_upstream_side": tcp("{NET_UPSTREAM}.1", 22),
+                          "metadata": tcp("169.254.169.254", 80)}}))""")
+    for k, v in out.items():
+        assert not v.startswith("ok"), (k, out)
+    self_out = probe(a, f"""print(json.dumps({{"own_port_via_lo": tcp("127.0.0.1", 9999)}}))""")
+    assert self_out["own_port_via_lo"] == "ok:pong", self_out  # a rule for 127/8 only means its own lo
+
+
+def open_resolv_gateway(sb) -> str:
+    return sb.run("cat /etc/resolv.conf").stdout.split()[1]
+
+
+def test_raw_sockets_ipv6_and_network_changes_are_refused(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes, allow=[f"{UP2}/32"])
+    out = probe(sb, f"""
+        import fcntl, struct
+        res = {{}}
+        for label, args in [("raw", (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)),
+                            ("ping", (socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)),
+                            ("packet", (socket.AF_PACKET, socket.SOCK_RAW, 0)),
+                            ("raw6", (socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6))]:
+            try: socket.socket(*args); res[label] = "created"
+            except OSError as e: res[label] = e.errno
+        s6 = socket.socket(socket.AF_INET6); s6.settimeout(2)
+        try: s6.connect(("2001:db8::1", 80)); res["v6"] = "connected"
+        except OSError as e: res["v6"] = e.errno
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        ifr = struct.pack("16sH14s", b"eth0", 0, b"")
+        try: fcntl.ioctl(s, 0x8914, ifr); res["link_down"] = "done"    # SIOCSIFFLAGS
+        except OSError as e: res["link_down"] = e.errno
+        addr = struct.pack("16sH2s4s8s", b"eth0", socket.AF_INET, b"", socket.inet_aton("{UP3}"), b"")
+        try: fcntl.ioctl(s, 0x8916, addr); res["set_addr"] = "done"    # SIOCSIFADDR
+        except OSError as e: res["set_addr"] = e.errno
+        try: open("/proc/sys/net/ipv4/ip_forward", "w").write("1"); res["sysctl"] = "done"
+        except OSError as e: res["sysctl"] = e.errno
+        print(json.dumps(res))""")
+    assert out["raw"] in (1, 13) and out["packet"] in (1, 13, 97) and out["raw6"] in (1, 13, 97), out
+    assert out["ping"] in (1, 13), out
+    assert out["v6"] in (101, 99, 97), out  # no IPv6 route at all
+    assert out["link_down"] == 1 and out["set_addr"] == 1, out  # EPERM: not its namespace to change
+    assert out["sysctl"] in (1, 13, 30), out
+
+
+def test_stage_change_closes_the_network_within_a_second(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes, allow=[f"pkg.test:{ECHO_PORT}/tcp", f"pkg.test:{HTTP_PORT}/tcp"])
+    # "setup": a long-lived connection that talks every 50 ms, and one through the proxy.
+    exec_id = sb.start(["python3", "-c", textwrap.dedent(f"""
+        import socket, time, urllib.request
+        s = socket.create_connection(("pkg.test", {ECHO_PORT}), timeout=5)
+        print("connected", flush=True)
+        while True:
+            try:
+                s.sendall(b"x")
+                if s.recv(1) != b"x": raise OSError("closed")
+            except OSError as e:
+                print("cut", time.time(), type(e).__name__, flush=True)
+                break
+            time.sleep(0.05)
+        """)], timeout=60)
+    deadline = time.time() + 20
+    while "connected" not in sb.exec_result(exec_id).stdout:
+        assert time.time() < deadline, sb.exec_result(exec_id).raw
+        time.sleep(0.1)
+    time.sleep(0.3)
+    t0 = time.time()
+    sb.set_network(None)  # "evaluation"
+    while sb.exec_result(exec_id).state != "exited":
+        assert time.time() < t0 + 10, "the established connection was not cut"
+        time.sleep(0.05)
+    res = sb.exec_result(exec_id)
+    cut_at = float(res.stdout.split("cut", 1)[1].split()[0])
+    assert cut_at - t0 < 1.0, (cut_at - t0, res.raw)
+    out = probe(sb, f"""print(json.dumps({{"new": tcp("pkg.test", {ECHO_PORT}), "ip": tcp("{UP2}", {ECHO_PORT})}}))""")
+    assert out["new"].startswith("gaierror") or out["new"].startswith("OSError:101"), out
+    assert out["ip"].startswith("OSError:101:"), out
+    # ... and back: a sandbox made without network gets a link on its first egress.
+    sb.set_network([f"{UP2}:{ECHO_PORT}/tcp"])
+    assert probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""") == "ok:ping"
+
+
+def test_none_sandbox_can_be_opened_later(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes)
+    assert probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""").startswith("OSError:101")
+    sb.set_network([f"pkg.test:{ECHO_PORT}"])
+    assert sb.network == {"mode": "egress", "allow": [f"pkg.test:{ECHO_PORT}"]}
+    assert probe(sb, f"""print(json.dumps(tcp("pkg.test", {ECHO_PORT})))""") == "ok:ping"
+    got = server.http("GET", "/v1/sandboxes/" + sb.id).json
+    assert got["network"]["mode"] == "egress"
+
+
+def proxy_get(sb, url: str, headers=None):
+    hdrs = json.dumps(headers or {})
+    r = py(sb, f"""
+        import json, urllib.request, urllib.error
+        req = urllib.request.Request({url!r}, headers=json.loads({hdrs!r}))
+        try:
+            r = urllib.request.urlopen(req, timeout=20)
+            print(json.dumps({{"status": r.status, "len": len(r.read()), "cache": r.headers.get("X-Cache")}}))
+        except urllib.error.HTTPError as e:
+            print(json.dumps({{"status": e.code, "why": e.headers.get("X-Warren-Error"), "body": e.read().decode()}}))
+        """)
+    assert r.exit_code == 0, r.raw
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_proxy_enforces_the_policy_by_name_and_host_header(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes, allow=[f"pkg.test:{HTTP_PORT}/tcp", "*.wild.test"])
+    ok = proxy_get(sb, "http://pkg.test/hello.txt")
+    assert ok["status"] == 200 and ok["len"] == len("hello from upstream\n"), ok
+    refused = proxy_get(sb, "http://other.test/hello.txt")
+    assert refused["status"] == 403 and "not allowed" in refused["why"], refused
+    assert "other.test:80" in refused["body"]
+    by_ip = proxy_get(sb, f"http://{UP3}/hello.txt")
+    assert by_ip["status"] == 403, by_ip
+    # The Host header must agree with the URL: no virtual-host steering.
+    steer = proxy_get(sb, "http://pkg.test/hello.txt", headers={"Host": "other.test"})
+    assert steer["status"] == 400 and "Host header" in steer["why"], steer
+    # An allowed name that resolves to the node itself or to link-local: never reached.
+    for host in ("loop.wild.test", "meta.wild.test"):
+        r = proxy_get(sb, f"http://{host}:{HTTP_PORT}/")
+        assert r["status"] == 403 and "loopback" in r["why"], (host, r)
+
+
+def test_connect_checks_the_tls_server_name(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes, allow=[f"pkg.test:{ECHO_PORT}/tcp", f"{UP3}:{ECHO_PORT}/tcp"])
+    out = probe(sb, f"""
+        import os, struct
+        proxy = os.environ["https_proxy"].split("//")[1]
+        host, port = proxy.split(":")
+        def hello(name):
+            n = name.encode()
+            ext = struct.pack(">HHHBH", 0, len(n) + 5, len(n) + 3, 0, len(n)) + n
+            body = b"\\x03\\x03" + b"r" * 32 + b"\\x00" + b"\\x00\\x02\\x13\\x01" + b"\\x01\\x00" + struct.pack(">H", len(ext)) + ext
+            hs = b"\\x01" + len(body).to_bytes(3, "big") + body
+            return b"\\x16\\x03\\x01" + struct.pack(">H", len(hs)) + hs
+        def tunnel(target, sni):
+            s = socket.create_connection((host, int(port)), timeout=5)
+            s.sendall(f"CONNECT {{target}} HTTP/1.1\\r\\nHost: {{target}}\\r\\n\\r\\n".encode())
+            head = b""
+            while b"\\r\\n\\r\\n" not in head:
+                d = s.recv(1)
+                if not d: break
+                head += d
+            status = head.split(b" ")[1].decode() if head else "closed"
+            if status != "200": return status
+            msg = hello(sni) if sni else b"plain bytes"
+            s.sendall(msg)
+            got = b""
+            try:
+                while len(got) < len(msg):
+                    d = s.recv(65536)
+                    if not d: break
+                    got += d
+            except OSError: pass
+            return "echoed" if got == msg else "closed"
+        print(json.dumps({{"same": tunnel("pkg.test:{ECHO_PORT}", "pkg.test"),
+                          "other_allowed": tunnel("pkg.test:{ECHO_PORT}", "{UP3}"),
+                          "fronted": tunnel("pkg.test:{ECHO_PORT}", "other.test"),
+                          "no_tls": tunnel("pkg.test:{ECHO_PORT}", None),
+                          "denied": tunnel("other.test:{ECHO_PORT}", "other.test")}}))""")
+    assert out == {"same": "echoed", "other_allowed": "echoed", "fronted": "closed", "no_tls": "echoed",
+                   "denied": "403"}, out
+
+
+def metrics(server) -> dict:
+    text = server.http("GET", "/metrics").body.decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'warren_egress_bytes_total\{source="(\w+)"\} (\d+)', line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def test_proxy_cache_serves_the_second_download(server, runner, sandboxes, upstream):
+    a = make(server, runner, sandboxes, allow=["pkg.test"])
+    b = make(server, runner, sandboxes, allow=["pkg.test"])
+    before = metrics(server)
+    first = proxy_get(a, "http://pkg.test/debian/pool/main/w/warren-hello/warren-hello_1.0_all.deb")
+    assert first["status"] == 200 and first["cache"] is None, first
+    mid = metrics(server)
+    assert mid["upstream"] - before["upstream"] >= first["len"]
+    second = proxy_get(b, "http://pkg.test/debian/pool/main/w/warren-hello/warren-hello_1.0_all.deb")
+    assert second["status"] == 200 and second["cache"] == "HIT from warren" and second["len"] == first["len"], second
+    after = metrics(server)
+    assert after["cache"] - mid["cache"] == first["len"]
+    assert after["upstream"] == mid["upstream"]  # nothing fetched for the second
+    per = server.http("GET", "/metrics").body.decode()
+    assert f'warren_egress_sandbox_bytes_total{{sandbox="{b.id}",source="cache"}} {first["len"]}' in per
+
+
+def _requests_since(log: Path, mark: int):
+    lines = log.read_text().splitlines()[mark:]
+    return [l.split() for l in lines]
+
+
+def test_apt_installs_through_the_proxy_then_from_the_cache(server, runner, sandboxes, upstream):
+    """The real client: apt-get update && apt-get install in two Debian sandboxes with the
+    (test) Debian archive allowed; the second is served from the cache; then with the policy
+    at none the same command fails fast with a clear error."""
+    script = ("rm -f /etc/apt/sources.list.d/* && "
+              "echo 'deb [trusted=yes] http://deb.debian.org/debian bookworm main' > /etc/apt/sources.list && "
+              "apt-get update -q && apt-get install -y -q --no-install-recommends warren-hello && warren-hello")
+    log = upstream["log"]
+    results = []
+    for i in range(2):
+        sb = make(server, runner, sandboxes, allow=["deb.debian.org:80/tcp"])
+        mark = len(log.read_text().splitlines())
+        r = sb.run(script, timeout=300)
+        assert r.exit_code == 0, r.raw
+        assert "hello from a cached package" in r.stdout
+        results.append(_requests_since(log, mark))
+        if i == 1:
+            t0 = time.time()
+            sb.set_network(None)
+            r = sb.run(script, timeout=120)
+            took = time.time() - t0
+            assert r.exit_code != 0
+            assert took < 20, took
+            text = r.stdout + r.stderr
+            assert re.search(r"Network is unreachable|Could not connect", text), text[-2000:]
+    first, second = results
+    assert any(req[0] == "GET" and req[1].endswith(".deb") and req[2] == "200" for req in first), first
+    downloads = [req for req in second if req[2] == "200"]
+    assert downloads == [], f"the second run fetched bodies from upstream: {downloads}"
+
+
+def test_policy_rules_are_validated(server, runner, sandboxes):
+    for bad in (["*.com"], ["10.0.0.0/40"], ["host:0"], ["exa mple.org"]):
+        r = server.http("POST", "/v1/sandboxes", {"image": runner, "network": {"mode": "egress", "allow": bad}})
+        assert r.status == 400 and "bad network rule" in r.json["error"]["message"], r
+    r = server.http("POST", "/v1/sandboxes", {"image": runner, "network": {"mode": "none", "allow": ["x.org"]}})
+    assert r.status == 400
+    sb = make(server, runner, sandboxes)
+    r = server.http("PUT", f"/v1/sandboxes/{sb.id}/network", {"mode": "egress", "allow": ["*.org"]})
+    assert r.status == 400, r
+    r = server.http("PUT", f"/v1/sandboxes/{sb.id}/network", {"mode": "egress", "allow": ["x.org"], "extra": 1})
+    assert r.status == 400, r
+
+
+def test_cli_net_changes_the_policy(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes)
+    r = server.cli("net", sb.id, "--allow", f"pkg.test:{ECHO_PORT}/tcp")
+    assert r.returncode == 0, r.stderr
+    assert probe(sb, f"""print(json.dumps(tcp("pkg.test", {ECHO_PORT})))""") == "ok:ping"
+    r = server.cli("net", sb.id, "--none")
+    assert r.returncode == 0, r.stderr
+    assert probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""").startswith("OSError:101")
+
+
+def test_nothing_is_left_after_delete(server, runner, upstream):
+    c = server.client()
+    sbs = [c.create({"image": runner, "network": {"mode": "egress", "allow": ["pkg.test"]}}) for _ in range(3)]
+    ips = [py(sb, """
+        import socket; u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.connect(("10.0.0.1", 9)); print(u.getsockname()[0])
+        """).stdout.strip() for sb in sbs]
+    for sb in sbs:
+        sb.delete()
+    table = _sh("nft", "list", "ruleset").stdout
+    names = []
+    for ip in ips:
+        n = sum(int(p) << (8 * (3 - i)) for i, p in enumerate(ip.split(".")))
+        assert f"sb_{n} " not in table and f"sb_{n}_" not in table, ip
+        names.append(f"wv{n:08x}")
+    # The veth goes with its namespace, which the kernel tears down in the background.
+    deadline = time.time() + 20
+    while any(n in _sh("ip", "-o", "link").stdout for n in names):
+        assert time.time() < deadline, "veths left behind"
+        time.sleep(0.2)

@@ -144,6 +144,12 @@ Status Agent::Setup() {
     commands_cgroup_ = std::move(fds.back());
     fds.pop_back();
   }
+  UniqueFd sysfs;
+  if (h.value("sysfs", false)) {
+    if (fds.empty()) return Invalid("missing sysfs fd", "agent");
+    sysfs = std::move(fds.back());
+    fds.pop_back();
+  }
   if (fds.size() != h.value("layers", 0u)) return Invalid("layer fd count mismatch", "agent");
   const json env = h.value("env", json::object());
   for (auto& [k, v] : env.items())
@@ -163,7 +169,7 @@ Status Agent::Setup() {
   WARREN_RETURN_IF_ERROR(isolation::BuildRootfs(plan, &root));
   WARREN_RETURN_IF_ERROR(isolation::MountProc(root));
   WARREN_RETURN_IF_ERROR(isolation::MountMinimalDev(root));
-  WARREN_RETURN_IF_ERROR(isolation::MountSys(root));
+  WARREN_RETURN_IF_ERROR(isolation::MountSys(root, sysfs.get()));
   WARREN_RETURN_IF_ERROR(isolation::PivotInto(root));
   std::string hostname = h.value("hostname", "sandbox");
   if (sethostname(hostname.data(), hostname.size()) != 0)

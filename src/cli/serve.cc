@@ -1,6 +1,7 @@
 // warren serve [--listen ADDR:PORT] [--data-dir DIR]: API server + one node in one process.
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,6 +56,11 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Every sandbox costs the daemon a few fds (agent socket, pidfd): take all we may have.
+  if (rlimit nofile; getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &nofile);
+  }
 
   if (mkdir(data_dir.c_str(), 0700) != 0 && errno != EEXIST) return Fail(ErrnoStatus("mkdir", data_dir));
   image::LayerStore layers(data_dir);
@@ -80,7 +86,7 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   nopts.net.bridge = "wr" + Sha256Hex(key).substr(0, 8);
   nopts.net.subnet = net.subnet;
   nopts.net.pool_bare = net.pool;
-  nopts.net.pool_wired = std::max<size_t>(1, net.pool / 2);
+  nopts.net.pool_wired = net.pool == 0 ? 0 : std::max<size_t>(1, net.pool / 2);
   nopts.net.dns_hosts = net.dns_hosts;
   nopts.net.dns_upstream = net.dns_upstream;
   nopts.net.cache_dir = data_dir + "/egress-cache";

@@ -3,6 +3,8 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 
+#include "sys/mount_api.h"
+
 namespace warren::isolation {
 namespace {
 
@@ -59,8 +61,10 @@ Status MountProc(const std::string& root) {
   return Status::Ok();
 }
 
-Status MountSys(const std::string& root) {
+Status MountSys(const std::string& root, int sysfs_fd) {
   const std::string sys = root + "/sys";
+  // A sysfs the node made for our network namespace (we may not mount one there ourselves).
+  if (sysfs_fd >= 0) return sys::MoveMountTo(sysfs_fd, sys);
   if (mount("sysfs", sys.c_str(), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
             nullptr) != 0) {
     // sysfs needs a fully visible host sysfs; where it is not, an empty read-only tmpfs keeps

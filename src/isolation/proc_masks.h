@@ -13,6 +13,8 @@
 namespace warren::isolation {
 
 Status MountProc(const std::string& root);
-Status MountSys(const std::string& root);
+// `sysfs_fd`: a detached sysfs the node made (for a network namespace the sandbox does not
+// own), attached instead of mounting one; -1 to mount our own.
+Status MountSys(const std::string& root, int sysfs_fd = -1);
 
 }  // namespace warren::isolation

@@ -116,6 +116,13 @@ Status RtNetlink::SetUp(int ifindex, bool up) {
   return Talk(nlh, up ? "set link up" : "set link down", std::to_string(ifindex));
 }
 
+Status RtNetlink::SetMac(int ifindex, const uint8_t mac[6]) {
+  char buf[MNL_SOCKET_BUFFER_SIZE];
+  nlmsghdr* nlh = LinkMsg(buf, RTM_NEWLINK, 0, AF_UNSPEC, ifindex, nullptr);
+  mnl_attr_put(nlh, IFLA_ADDRESS, 6, mac);
+  return Talk(nlh, "set link address", std::to_string(ifindex));
+}
+
 Status RtNetlink::DeleteLink(int ifindex) {
   char buf[MNL_SOCKET_BUFFER_SIZE];
   nlmsghdr* nlh = LinkMsg(buf, RTM_DELLINK, 0, AF_UNSPEC, ifindex, nullptr);

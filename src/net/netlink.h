@@ -27,6 +27,7 @@ class RtNetlink {
   // A bridge port that cannot talk to other isolated ports: sandboxes never see each other.
   Status SetBridgePortIsolated(int ifindex);
   Status SetUp(int ifindex, bool up);
+  Status SetMac(int ifindex, const uint8_t mac[6]);
   Status DeleteLink(int ifindex);
   // Adds `addr`/`prefix` (IPv4, network byte order) to the link.
   Status AddAddress4(int ifindex, uint32_t addr, int prefix);

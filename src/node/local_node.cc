@@ -99,6 +99,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   if (net_ && !cfg.fncall_runner) {
     net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, spec.network));
     cfg.netns_fd = a.netns_fd;
+    cfg.sysfs_fd = a.sysfs_fd;
     // The usual proxy variables, set whatever the mode: a sandbox switched to egress later
     // finds its proxy without a restart of anything; in mode none they fail fast.
     const std::string proxy = net_->proxy_url();
@@ -112,6 +113,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   if (!inst.ok()) return inst.status();
   rm_spill.Cancel();
   detach.Cancel();
+  if (net_) net_->Started(cfg.id, (*inst)->host_pid());
   SandboxRuntime rt{(*inst)->host_pid(), (*inst)->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, (*inst)->TakeControlSocket());
   Register(cfg.id, std::move(*inst), std::move(conn));

@@ -36,6 +36,7 @@ struct SandboxConfig {
   // A network namespace the node made (net/netns.h) to run the sandbox in, or -1 for a new
   // one of its own with only lo (fncall runners; hosts without sandbox networking).
   int netns_fd = -1;
+  int sysfs_fd = -1;  // with netns_fd: a detached sysfs of that namespace, for /sys
 };
 
 // A live sandbox. Destroying it kills every process in it and releases everything it held.

@@ -488,3 +488,58 @@ def test_nothing_is_left_after_delete(server, runner, upstream):
     while any(n in _sh("ip", "-o", "link").stdout for n in names):
         assert time.time() < deadline, "veths left behind"
         time.sleep(0.2)
+
+
+def test_policy_survives_kill9_of_the_daemon(tmp_path, upstream):
+    """A daemon killed with -9 comes back and finds its egress sandboxes' networks: the
+    policy is still enforced and can still be changed."""
+    from conftest import Server, _build_rootfs, _free_port, _scratch_base, _warren_bin, safe_rmtree
+    base = _scratch_base()
+    data = tempfile.mkdtemp(prefix="warren-e2e-netrestart-", dir=base)
+    root = Path(tempfile.mkdtemp(prefix="warren-e2e-netrestart-root-", dir=base))
+    srv = Server(_warren_bin(), data, _free_port(), str(tmp_path / "serve.log"), str(tmp_path / "home"))
+    hosts = os.path.join(data, "hosts")
+    with open(hosts, "w") as f:
+        f.write(f"{UP2} pkg.test\n")
+    # Its own subnet: the session's server holds the default one.
+    srv.extra_args = ["--dns-hosts", hosts, "--net-subnet", "10.91.0.0/16"]
+    srv.start()
+    try:
+        _build_rootfs(root)
+        assert srv.cli("image", "build", "nr:1", "--from-dir", str(root), timeout=300).returncode == 0
+
+        def nc(sid, host):
+            r = srv.http("POST", f"/v1/sandboxes/{sid}/exec",
+                         {"cmd": f"echo ping | nc -w 2 {host} {ECHO_PORT}", "timeout_s": 20})
+            assert r.status == 200, r
+            return r.json["stdout"].strip()
+
+        r = srv.http("POST", "/v1/sandboxes", {"image": "nr:1", "network": {"mode": "egress",
+                                                                           "allow": [f"{UP2}:{ECHO_PORT}/tcp"]}})
+        assert r.status == 201, r
+        sid = r.json["id"]
+        assert nc(sid, UP2) == "ping"
+        assert nc(sid, UP3) == ""
+        os.kill(srv.proc.pid, signal.SIGKILL)
+        srv.proc.wait(timeout=20)
+        time.sleep(0.5)
+        srv.start()
+        assert srv.http("GET", f"/v1/sandboxes/{sid}").json["state"] == "running"
+        assert nc(sid, UP2) == "ping"
+        assert nc(sid, UP3) == ""
+        r = srv.http("PUT", f"/v1/sandboxes/{sid}/network", {"mode": "none"})
+        assert r.status == 200, r
+        assert nc(sid, UP2) == ""
+        r = srv.http("PUT", f"/v1/sandboxes/{sid}/network", {"mode": "egress", "allow": [f"{UP3}:{ECHO_PORT}/tcp"]})
+        assert r.status == 200, r
+        assert nc(sid, UP3) == "ping" and nc(sid, UP2) == ""
+        assert srv.http("DELETE", f"/v1/sandboxes/{sid}").status == 204
+    finally:
+        if srv.proc is not None and srv.proc.poll() is None:
+            srv.delete_all_sandboxes()
+        srv.stop()
+        safe_rmtree(data)
+        safe_rmtree(str(root))
+    table = _sh("nft", "list", "tables").stdout
+    parent = "warren-" + __import__("hashlib").sha256(os.path.realpath(data).encode()).hexdigest()[:8]
+    assert parent not in table, table  # a clean stop takes the node's table along

@@ -297,6 +297,8 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
 
   // The commands' cgroup, passed along with the layers.
   UniqueFd commands_procs = WARREN_TRY(cgroup.OpenCommandsProcs());
+  // The agent takes these from the back: listener, commands cgroup, sysfs, then the layers.
+  if (cfg.sysfs_fd >= 0) clone_fds.push_back(cfg.sysfs_fd);
   if (commands_procs) clone_fds.push_back(commands_procs.get());
   // Last, the socket a restarted node reconnects through (bound on the host, where the
   // sandbox cannot see it; only root can reach the directory).
@@ -323,6 +325,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
                         {"commands_cgroup", commands_procs.valid()},
                         {"listen", true},
                         {"loopback", cfg.netns_fd < 0},
+                        {"sysfs", cfg.sysfs_fd >= 0},
                         {"nofile", cfg.open_files},
                         {"landlock", !seccomp_bpf_.empty() && !cfg.fncall_runner},
                         {"env", env}},

@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""Sandbox networking benchmark (issue 7): what a sandbox's network costs, and the proxy.
+
+  setup     the node's network attach per sandbox (namespace, and for egress a veth with an
+            address and its firewall chain), as the node measures it, with the namespace pool
+            (`--net-pool 8`) and without it (`--net-pool 0`), against doing the same by hand
+            with iproute2 (`ip netns add` + `ip link add veth ... netns` + address + up), and
+            create -> first exec latency through the API for none and egress sandboxes.
+  parallel  POST /v1/sandboxes:batch of 100 egress sandboxes (and 100 none ones) with 4
+            clients in parallel: wall time.
+  proxy     a 100 MB file from a test host, downloaded inside a sandbox with busybox wget
+            through the egress proxy: first (upstream, cache miss) and then from the cache,
+            against the same download direct (allowed by an address rule, through NAT) and
+            from the host itself without any sandbox.
+
+The test host is a network namespace the benchmark makes (10.252.0.2), nothing else is
+contacted. Starts its own `warren serve` (build/warren) with scratch state under /var/tmp.
+Root, Debian's /usr/bin/python3, standard library only.
+
+  sudo /usr/bin/python3 bench/network.py [--json out.json]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from service import Api, log, pct, start_server, REPO  # noqa: E402
+
+UP = "10.252.0"
+NS = f"wbench-up-{os.getpid()}"
+VETH = f"wbu{os.getpid() % 100000}"
+SUBNET = "10.86.0.0/16"
+
+
+def sh(*args, check=True):
+    return subprocess.run(args, check=check, capture_output=True, text=True)
+
+
+def make_upstream(www):
+    with open(os.path.join(www, "big.bin"), "wb") as f:
+        chunk = os.urandom(1 << 20)
+        for _ in range(100):
+            f.write(chunk)
+    sh("ip", "netns", "add", NS)
+    sh("ip", "link", "add", VETH, "type", "veth", "peer", "name", "eth0", "netns", NS)
+    sh("ip", "addr", "add", f"{UP}.1/24", "dev", VETH)
+    sh("ip", "link", "set", VETH, "up")
+    sh("ip", "-n", NS, "addr", "add", f"{UP}.2/24", "dev", "eth0")
+    sh("ip", "-n", NS, "link", "set", "eth0", "up")
+    sh("ip", "-n", NS, "link", "set", "lo", "up")
+    sh("ip", "-n", NS, "route", "add", "default", "via", f"{UP}.1")
+    proc = subprocess.Popen(["ip", "netns", "exec", NS, "busybox", "httpd", "-f", "-p", "80", "-h", www],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(50):
+        if sh("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://{UP}.2/big.bin", "-r", "0-0",
+              check=False).stdout == "206":
+            break
+        time.sleep(0.1)
+    return proc
+
+
+def drop_upstream(proc):
+    if proc:
+        proc.kill()
+        proc.wait()
+    sh("ip", "link", "del", VETH, check=False)
+    sh("ip", "netns", "del", NS, check=False)
+
+
+def by_hand(n):
+    """What an operator would do without a pool: iproute2, one netns and veth per sandbox."""
+    samples = []
+    for i in range(n):
+        ns, v = f"wbh{os.getpid()}-{i}", f"wbh{i}"
+        t0 = time.perf_counter()
+        sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", v, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        sh("ip", "-n", ns, "addr", "add", f"10.253.{i // 250}.{i % 250 + 2}/32", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "link", "set", v, "up")
+        samples.append(time.perf_counter() - t0)
+        sh("ip", "netns", "del", ns)
+    return samples
+
+
+def node_net(api):
+    return api.call("GET", "/v1/nodes")["nodes"][0]["network"]
+
+
+def create_exec(api, image, network, n):
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        sb = api.call("POST", "/v1/sandboxes", {"image": image, "network": network})
+        r = api.call("POST", f"/v1/sandboxes/{sb['id']}/exec", {"argv": ["true"]})
+        samples.append(time.perf_counter() - t0)
+        assert r["exit_code"] == 0, r
+        api.call("DELETE", f"/v1/sandboxes/{sb['id']}")
+    return samples
+
+
+def serve(tmp, pool, hosts):
+    return start_server(tmp, ["--net-subnet", SUBNET, "--net-pool", str(pool), "--dns-hosts", hosts])
+
+
+def stop(proc):
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+def image(api_port, token, tmp):
+    root = os.path.join(tmp, "rootfs")
+    sh(os.path.join(REPO, "scripts", "make-busybox-rootfs.sh"), root)
+    env = dict(os.environ, WARREN_URL=f"http://127.0.0.1:{api_port}", WARREN_TOKEN=token)
+    subprocess.run([os.path.join(REPO, "build", "warren"), "image", "build", "bench:1", "--from-dir", root],
+                   check=True, env=env, capture_output=True)
+    return "bench:1"
+
+
+def wget(api, sid, url, direct=False):
+    cmd = f"wget -q -O /dev/null {url}"
+    if direct:
+        cmd = "unset http_proxy HTTP_PROXY; " + cmd
+    t0 = time.perf_counter()
+    r = api.call("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["sh", "-c", cmd], "timeout_s": 300})
+    dt = time.perf_counter() - t0
+    assert r["exit_code"] == 0, r
+    return dt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iterations", type=int, default=40)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/network.py must run as root")
+    out = {}
+    tmp = tempfile.mkdtemp(prefix="warren-bench-net-", dir="/var/tmp")
+    www = os.path.join(tmp, "www")
+    os.makedirs(www)
+    hosts = os.path.join(tmp, "hosts")
+    with open(hosts, "w") as f:
+        f.write(f"{UP}.2 big.bench\n")
+    upstream = proc = None
+    try:
+        upstream = make_upstream(www)
+        n = args.iterations
+        log(f"setup by hand (iproute2), {n}x")
+        hand = by_hand(n)
+        out["setup_by_hand_ms"] = {"p50": pct([x * 1000 for x in hand], 50)}
+
+        for pool in (8, 0):
+            d = os.path.join(tmp, f"pool{pool}")
+            os.makedirs(d)
+            proc, port, token = serve(d, pool, hosts)
+            api = Api(port, token)
+            img = image(port, token, d)
+            time.sleep(1)  # the pool fills
+            res = {}
+            for label, network in (("none", {"mode": "none"}), ("egress", {"mode": "egress", "allow": ["big.bench"]})):
+                before = node_net(api)["pool"]
+                lat = create_exec(api, img, network, n)
+                time.sleep(0.5)
+                after = node_net(api)["pool"]
+                res[label] = {"create_exec_p50_ms": pct([x * 1000 for x in lat], 50),
+                              "attach_us_hit": after["attach_us_hit"], "attach_us_miss": after["attach_us_miss"],
+                              "hits": after["hits"] - before["hits"], "misses": after["misses"] - before["misses"]}
+                log(f"pool {pool} {label}: {res[label]}")
+            out[f"pool_{pool}"] = res
+            if pool == 8:
+                # parallel batches of 100
+                for label, network in (("none", {"mode": "none"}), ("egress", {"mode": "egress", "allow": ["big.bench"]})):
+                    t0 = time.perf_counter()
+                    results = []
+
+                    def batch():
+                        a = Api(port, token)
+                        results.append(a.call("POST", "/v1/sandboxes:batch",
+                                              {"count": 25, "spec": {"image": img, "network": network}}))
+                    ts = [threading.Thread(target=batch) for _ in range(4)]
+                    [t.start() for t in ts]
+                    [t.join() for t in ts]
+                    wall = time.perf_counter() - t0
+                    made = [s["id"] for r in results for s in r["sandboxes"]]
+                    errors = sum(len(r["errors"]) for r in results)
+                    out[f"parallel_100_{label}_s"] = wall
+                    log(f"parallel create of 100 ({label}): {wall:.2f} s, {errors} errors")
+                    for sid in made:
+                        api.call("DELETE", f"/v1/sandboxes/{sid}")
+                # proxy throughput
+                sb = api.call("POST", "/v1/sandboxes", {"image": img, "network": {"mode": "egress",
+                                                                                "allow": ["big.bench", f"{UP}.2/32"]}})
+                url = "http://big.bench/big.bin"
+                miss = wget(api, sb["id"], url)
+                hits = [wget(api, sb["id"], url) for _ in range(3)]
+                direct = [wget(api, sb["id"], url, direct=True) for _ in range(3)]
+                t0 = time.perf_counter()
+                sh("curl", "-s", "-o", "/dev/null", f"http://{UP}.2/big.bin")
+                host = time.perf_counter() - t0
+                mb = 100 * 1.048576
+                out["proxy_MBps"] = {"miss": mb / miss, "cache_hit": mb / min(hits), "direct_nat": mb / min(direct),
+                                     "host_curl": mb / host}
+                log(f"100 MB: proxy miss {mb / miss:.0f} MB/s, cache hit {mb / min(hits):.0f} MB/s, "
+                    f"direct {mb / min(direct):.0f} MB/s, host curl {mb / host:.0f} MB/s")
+                api.call("DELETE", f"/v1/sandboxes/{sb['id']}")
+            stop(proc)
+            proc = None
+    finally:
+        if proc:
+            stop(proc)
+        drop_upstream(upstream)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(out, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -45,7 +45,7 @@ def sh(*args, check=True):
 
 
 def make_upstream(www):
-    with open(os.path.join(www, "big.bin"), "wb") as f:
+    with open(os.path.join(www, "big.deb"), "wb") as f:
         chunk = os.urandom(1 << 20)
         for _ in range(100):
             f.write(chunk)
@@ -60,7 +60,7 @@ def make_upstream(www):
     proc = subprocess.Popen(["ip", "netns", "exec", NS, "busybox", "httpd", "-f", "-p", "80", "-h", www],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(50):
-        if sh("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://{UP}.2/big.bin", "-r", "0-0",
+        if sh("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://{UP}.2/big.deb", "-r", "0-0",
               check=False).stdout == "206":
             break
         time.sleep(0.1)
@@ -200,12 +200,12 @@ def main():
                 # proxy throughput
                 sb = api.call("POST", "/v1/sandboxes", {"image": img, "network": {"mode": "egress",
                                                                                 "allow": ["big.bench", f"{UP}.2/32"]}})
-                url = "http://big.bench/big.bin"
+                url = "http://big.bench/big.deb"
                 miss = wget(api, sb["id"], url)
                 hits = [wget(api, sb["id"], url) for _ in range(3)]
                 direct = [wget(api, sb["id"], url, direct=True) for _ in range(3)]
                 t0 = time.perf_counter()
-                sh("curl", "-s", "-o", "/dev/null", f"http://{UP}.2/big.bin")
+                sh("curl", "-s", "-o", "/dev/null", f"http://{UP}.2/big.deb")
                 host = time.perf_counter() - t0
                 mb = 100 * 1.048576
                 out["proxy_MBps"] = {"miss": mb / miss, "cache_hit": mb / min(hits), "direct_nat": mb / min(direct),

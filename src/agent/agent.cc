@@ -177,6 +177,19 @@ Status Agent::Setup() {
   // In a namespace the node made, lo is up already and we could not touch it (the node's
   // user namespace owns it, not ours).
   if (h.value("loopback", true)) WARREN_RETURN_IF_ERROR(isolation::BringUpLoopback());
+  // Files the node wants in place before any command runs (an egress sandbox's resolver
+  // and proxy configuration), written after the pivot so every path, symlinks included,
+  // resolves inside the sandbox. A file standing there is replaced (a symlink is not
+  // followed); a missing directory means the image has no use for the file.
+  for (const auto& f : h.value("files", json::array())) {
+    const std::string path = f.value("path", ""), data = f.value("data", "");
+    if (path.empty() || path[0] != '/') continue;
+    unlink(path.c_str());
+    UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, f.value("mode", 0644)));
+    if (!fd) continue;
+    if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size()))
+      return ErrnoStatus("write", path);
+  }
   nofile_ = h.value("nofile", uint64_t{4096});
   if (FILE* f = fopen("/proc/self/oom_score_adj", "re")) {
     if (fscanf(f, "%d", &oom_score_adj_) != 1) oom_score_adj_ = 0;

@@ -27,6 +27,7 @@ Result<std::unique_ptr<Firewall>> Firewall::Create(const FirewallConfig& cfg) {
   if (!fw->ctx_) return Internal("create nftables context", cfg.table, "nft_ctx_new failed");
   nft_ctx_buffer_output(fw->ctx_);
   nft_ctx_buffer_error(fw->ctx_);
+  fw->thread_ = std::thread([p = fw.get()] { p->Loop(); });
   const std::string t = "inet " + cfg.table, br = "\"" + cfg.bridge + "\"";
   const std::string subnet = Ip4String(cfg.subnet) + "/" + std::to_string(cfg.prefix);
   const std::string gw = Ip4String(cfg.gateway);
@@ -90,22 +91,57 @@ Result<std::unique_ptr<Firewall>> Firewall::Create(const FirewallConfig& cfg) {
 }
 
 Firewall::~Firewall() {
-  if (!ctx_) return;
-  (void)Run("delete table inet " + cfg_.table + "\n", "delete nftables table", cfg_.table);
-  nft_ctx_free(ctx_);
+  if (ctx_) (void)Run("delete table inet " + cfg_.table + "\n", "delete nftables table", cfg_.table);
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (ctx_) nft_ctx_free(ctx_);
+}
+
+void Firewall::Loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;
+    auto task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    task();
+    lock.lock();
+  }
+}
+
+template <class F>
+auto Firewall::OnThread(F f) -> std::future<decltype(f())> {
+  auto task = std::make_shared<std::packaged_task<decltype(f())()>>(std::move(f));
+  auto fut = task->get_future();
+  {
+    std::lock_guard lock(mu_);
+    tasks_.push_back([task] { (*task)(); });
+  }
+  cv_.notify_one();
+  return fut;
 }
 
 Status Firewall::Run(const std::string& cmds, const std::string& op, const std::string& object) {
-  std::lock_guard lock(mu_);
-  int rc = nft_run_cmd_from_buffer(ctx_, cmds.c_str());
-  std::string err = nft_ctx_get_error_buffer(ctx_);
-  (void)nft_ctx_get_output_buffer(ctx_);  // drain
-  if (rc != 0) {
+  auto exec = [&]() -> Status {
+    int rc = nft_run_cmd_from_buffer(ctx_, cmds.c_str());
+    std::string err = nft_ctx_get_error_buffer(ctx_);
+    (void)nft_ctx_get_output_buffer(ctx_);  // drain
+    if (rc == 0) return Status::Ok();
     while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
     if (err.size() > 400) err = err.substr(0, 400) + "...";
     return Internal(op, object, "nftables refused: " + err);
-  }
-  return Status::Ok();
+  };
+  if (std::this_thread::get_id() == thread_.get_id()) return exec();  // AddSandboxAsync
+  return OnThread(exec).get();
+}
+
+std::shared_future<Status> Firewall::AddSandboxAsync(uint32_t ip, const Policy& policy) {
+  return OnThread([this, ip, policy] { return AddSandbox(ip, policy); }).share();
 }
 
 std::string Firewall::SetName(uint32_t ip, uint64_t gen, size_t k) const {
@@ -114,14 +150,15 @@ std::string Firewall::SetName(uint32_t ip, uint64_t gen, size_t k) const {
 
 // The sandbox chain's body for `policy`: one rule per address rule (rules, not set elements:
 // users' CIDRs may overlap, which interval sets refuse), one per domain rule matching the
-// set its names' addresses land in, then refusal. Sets of generation `gen` are created.
+// set its names' addresses land in. Sets of generation `gen` are created.
 std::string Firewall::PolicyCommands(uint32_t ip, const Policy& policy, uint64_t gen) const {
   const std::string t = "inet " + cfg_.table, c = Chain(ip);
   std::string cmds;
+  // Only TCP and UDP get this far (from_sandbox refuses the rest), so "any protocol" needs
+  // no match at all, and a port match (th dport) is valid for both.
   auto match = [](const EgressRule& r) {
     std::string m;
-    if (r.proto == Proto::kAny) m += " meta l4proto { tcp, udp }";
-    else m += std::string(" meta l4proto ") + (r.proto == Proto::kTcp ? "tcp" : "udp");
+    if (r.proto != Proto::kAny) m += std::string(" meta l4proto ") + (r.proto == Proto::kTcp ? "tcp" : "udp");
     if (r.port_lo != 0 || r.port_hi != 65535)
       m += " th dport " + (r.port_lo == r.port_hi ? std::to_string(r.port_lo)
                                                  : std::to_string(r.port_lo) + "-" + std::to_string(r.port_hi));
@@ -140,8 +177,7 @@ std::string Firewall::PolicyCommands(uint32_t ip, const Policy& policy, uint64_t
               " accept\n";
     }
   }
-  cmds += "add rule " + t + " " + c + " meta l4proto tcp reject with tcp reset\n";
-  cmds += "add rule " + t + " " + c + " reject with icmpx admin-prohibited\n";
+  // Nothing matched: back in from_sandbox, which refuses (TCP reset, else ICMP).
   return cmds;
 }
 

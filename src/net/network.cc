@@ -286,11 +286,7 @@ Result<Attachment> Network::Attach(const std::string& id, const Policy& policy) 
   sb->ip = p.ip;
   sb->policy = policy;
   if (sb->ip) {
-    Status st = firewall_->AddSandbox(sb->ip, policy);
-    if (!st.ok()) {
-      ReleaseIp(sb->ip);
-      return st.Context("attach network " + id);
-    }
+    sb->firewall = firewall_->AddSandboxAsync(sb->ip, policy);
   }
   Attachment a{sb->netns.get(), sb->sysfs.get(), sb->ip};
   SaveRecord(id, *sb);
@@ -302,6 +298,17 @@ Result<Attachment> Network::Attach(const std::string& id, const Policy& policy) 
   if (sb->ip) by_ip_[sb->ip] = id;
   sandboxes_[id] = std::move(sb);
   return a;
+}
+
+Status Network::Ready(const std::string& id) {
+  std::shared_future<Status> f;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return NotFound("sandbox network", id);
+    f = it->second->firewall;
+  }
+  return f.valid() ? f.get() : Status::Ok();
 }
 
 void Network::Started(const std::string& id, int pid) {
@@ -346,6 +353,7 @@ Status Network::SetPolicy(const std::string& id, const Policy& policy) {
     sb = it->second.get();
   }
   const std::string ctx = "set network of " + id;
+  if (sb->firewall.valid()) WARREN_RETURN_IF_ERROR(sb->firewall.get());
   auto opened = OpenNetns(*sb);
   if (!opened.ok()) return opened.status().Context(ctx);
   UniqueFd netns = std::move(*opened);
@@ -421,6 +429,7 @@ void Network::Detach(const std::string& id) {
     if (sb->ip) by_ip_.erase(sb->ip);
   }
 
+  if (sb->firewall.valid()) sb->firewall.wait();  // its chain is loaded before it is removed
   if (sb->ip) {
     Status st = firewall_->RemoveSandbox(sb->ip);
     if (!st.ok()) spdlog::warn("detach network of {}: {}", id, st.ToString());

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,8 +61,11 @@ class Network {
   const NetworkOptions& options() const { return opts_; }
   Resolver* resolver() { return resolver_.get(); }
 
-  // A namespace for a new sandbox under `policy`; released by Detach (also on failure).
+  // A namespace for a new sandbox under `policy`; released by Detach (also on failure). Its
+  // firewall chain is loaded in the background meanwhile (the sandbox runs nothing before
+  // Ready, and without a chain every packet of it is refused anyway): Ready waits for it.
   Result<Attachment> Attach(const std::string& id, const Policy& policy);
+  Status Ready(const std::string& id);
   Status SetPolicy(const std::string& id, const Policy& policy);
   void Detach(const std::string& id);
   // The sandbox runs (its init is `pid`): the node keeps no fd of its network from now on
@@ -95,6 +99,7 @@ class Network {
     UniqueFd netns;  // until Started, or while the node works in it
     UniqueFd sysfs;
     int pid = 0;     // its init, once started
+    std::shared_future<Status> firewall;  // its chain being loaded (Attach)
     uint32_t ip = 0;
     Policy policy;
     std::map<uint32_t, Resolved> resolved;  // what its allowed names resolved to

@@ -108,24 +108,34 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
       cfg.env.emplace(k, proxy);
     cfg.env.emplace("no_proxy", "localhost,127.0.0.1,::1");
     cfg.env.emplace("NO_PROXY", "localhost,127.0.0.1,::1");
+    if (spec.network.egress) cfg.files = EgressFiles();
   }
   auto inst = container_->Create(cfg);
   if (!inst.ok()) return inst.status();
+  if (net_ && !cfg.fncall_runner) {
+    if (Status st = net_->Ready(cfg.id); !st.ok()) {
+      (void)(*inst)->Destroy();
+      return st;
+    }
+  }
   rm_spill.Cancel();
   detach.Cancel();
   if (net_) net_->Started(cfg.id, (*inst)->host_pid());
   SandboxRuntime rt{(*inst)->host_pid(), (*inst)->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, (*inst)->TakeControlSocket());
   Register(cfg.id, std::move(*inst), std::move(conn));
-  if (net_ && spec.network.egress) ConfigureEgress(cfg.id);
   return rt;
 }
 
-void LocalNode::ConfigureEgress(const std::string& id) {
+std::vector<std::pair<std::string, std::string>> LocalNode::EgressFiles() const {
   const std::string gw = net::Ip4String(net_->gateway()), proxy = net_->proxy_url();
-  (void)WriteFile(id, "/etc/resolv.conf", 0644, "nameserver " + gw + "\noptions timeout:2 attempts:2\n");
-  (void)WriteFile(id, "/etc/apt/apt.conf.d/90warren-proxy", 0644,
-                  "Acquire::http::Proxy \"" + proxy + "\";\nAcquire::https::Proxy \"" + proxy + "\";\n");
+  return {{"/etc/resolv.conf", "nameserver " + gw + "\noptions timeout:2 attempts:2\n"},
+          {"/etc/apt/apt.conf.d/90warren-proxy",
+           "Acquire::http::Proxy \"" + proxy + "\";\nAcquire::https::Proxy \"" + proxy + "\";\n"}};
+}
+
+void LocalNode::ConfigureEgress(const std::string& id) {
+  for (const auto& [path, data] : EgressFiles()) (void)WriteFile(id, path, 0644, data);
 }
 
 Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {

@@ -79,6 +79,7 @@ class LocalNode : public NodeApi {
   // Points an egress sandbox's resolver and package tools at the node (best effort: an
   // image without /etc/apt simply has no apt to configure).
   void ConfigureEgress(const std::string& id);
+  std::vector<std::pair<std::string, std::string>> EgressFiles() const;
   void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn);
 
   LocalNodeOptions opts_;

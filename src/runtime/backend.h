@@ -37,6 +37,8 @@ struct SandboxConfig {
   // one of its own with only lo (fncall runners; hosts without sandbox networking).
   int netns_fd = -1;
   int sysfs_fd = -1;  // with netns_fd: a detached sysfs of that namespace, for /sys
+  // Files the agent writes into the sandbox before it is ready: (path, content), mode 0644.
+  std::vector<std::pair<std::string, std::string>> files;
 };
 
 // A live sandbox. Destroying it kills every process in it and releases everything it held.

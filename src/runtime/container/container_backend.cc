@@ -149,6 +149,12 @@ Status WriteProcFile(pid_t pid, const char* name, const std::string& value) {
   return Status::Ok();
 }
 
+nlohmann::json FilesJson(const std::vector<std::pair<std::string, std::string>>& files) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [path, data] : files) out.push_back({{"path", path}, {"data", data}, {"mode", 0644}});
+  return out;
+}
+
 Result<agent::Message> WaitForAgent(int sock, int timeout_ms) {
   pollfd p{sock, POLLIN, 0};
   int n;
@@ -326,6 +332,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
                         {"listen", true},
                         {"loopback", cfg.netns_fd < 0},
                         {"sysfs", cfg.sysfs_fd >= 0},
+                        {"files", FilesJson(cfg.files)},
                         {"nofile", cfg.open_files},
                         {"landlock", !seccomp_bpf_.empty() && !cfg.fncall_runner},
                         {"env", env}},

@@ -112,8 +112,20 @@ bool ParseHttpUrl(std::string_view t, Url* u) {
   return true;
 }
 
-// Hop-by-hop headers (RFC 9110 7.6.1) and the proxy's own: never forwarded.
+// Hop-by-hop headers (RFC 9110 7.6.1), those the Connection header names, and the proxy's
+// own: never forwarded.
 void StripHopByHop(http::fields& f) {
+  std::string named(f[http::field::connection]);
+  for (size_t start = 0; start < named.size();) {
+    size_t comma = named.find(',', start);
+    if (comma == std::string::npos) comma = named.size();
+    std::string token = named.substr(start, comma - start);
+    token.erase(0, token.find_first_not_of(" \t"));
+    token.erase(token.find_last_not_of(" \t") + 1);
+    if (!token.empty() && !boost::beast::iequals(token, "close") && !boost::beast::iequals(token, "keep-alive"))
+      f.erase(token);
+    start = comma + 1;
+  }
   for (auto field : {http::field::connection, http::field::keep_alive, http::field::proxy_authorization,
                      http::field::proxy_authenticate, http::field::te, http::field::trailer,
                      http::field::transfer_encoding, http::field::upgrade, http::field::proxy_connection})
@@ -504,7 +516,8 @@ EgressProxy::~EgressProxy() {
     int u = c->upstream.load();
     if (u >= 0) shutdown(u, SHUT_RDWR);
   }
-  cv_.wait(lock, [&] { return conns_.empty(); });
+  work_cv_.notify_all();
+  cv_.wait(lock, [&] { return conns_.empty() && workers_ == 0; });
 }
 
 void EgressProxy::Accept() {
@@ -532,24 +545,40 @@ void EgressProxy::Accept() {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    Conn* raw = c.release();
-    auto done = [this, raw] {
-      std::lock_guard lock(mu_);
-      conns_.erase(raw);
-      if (--per_sandbox_[raw->src] == 0) per_sandbox_.erase(raw->src);
-      delete raw;
-      cv_.notify_all();
-    };
-    try {
-      std::thread([this, raw, done] {
-        Serve(raw);
-        done();
-      }).detach();
-    } catch (const std::system_error& e) {  // out of threads: refuse this one, keep serving
-      spdlog::warn("egress proxy: cannot start a connection thread: {}", e.what());
-      done();
+    std::lock_guard lock(mu_);
+    pending_.push_back(c.release());
+    // Threads are kept and reused: a fresh one costs 10-25 ms of page faults here (stack,
+    // malloc arena) before it serves a byte.
+    if (idle_workers_ == 0) {
+      try {
+        std::thread([this] { Work(); }).detach();
+        ++workers_;
+      } catch (const std::system_error& e) {  // out of threads: a busy one takes it later
+        spdlog::warn("egress proxy: cannot start a worker thread: {}", e.what());
+      }
     }
+    work_cv_.notify_one();
   }
+}
+
+void EgressProxy::Work() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    ++idle_workers_;
+    const bool got = work_cv_.wait_for(lock, std::chrono::seconds(60), [&] { return stop_ || !pending_.empty(); });
+    --idle_workers_;
+    if (pending_.empty() && (stop_ || !got)) break;  // stopping, or idle for a minute
+    Conn* c = pending_.front();
+    pending_.pop_front();
+    lock.unlock();
+    if (!stop_) Serve(c);
+    lock.lock();
+    conns_.erase(c);
+    if (--per_sandbox_[c->src] == 0) per_sandbox_.erase(c->src);
+    delete c;
+  }
+  --workers_;
+  cv_.notify_all();
 }
 
 void EgressProxy::Serve(Conn* c) {

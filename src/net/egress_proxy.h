@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -61,6 +62,7 @@ class EgressProxy {
   EgressProxy(const ProxyOptions& opts, Network* net, Resolver* resolver)
       : opts_(opts), net_(net), resolver_(resolver), cache_(opts.cache_dir, opts.cache_bytes) {}
   void Accept();
+  void Work();  // a worker thread: serves accepted connections one after another
   void Serve(Conn* c);
   friend struct ProxySession;
   Result<UniqueFd> Connect(const std::string& host, uint16_t port, const Policy& policy);
@@ -80,6 +82,9 @@ class EgressProxy {
   std::condition_variable cv_;
   bool stop_ = false;
   std::set<Conn*> conns_;
+  std::deque<Conn*> pending_;  // accepted, waiting for a worker
+  std::condition_variable work_cv_;
+  size_t workers_ = 0, idle_workers_ = 0;
   std::map<uint32_t, size_t> per_sandbox_;
   struct Bytes {
     uint64_t upstream = 0, cache = 0, connections = 0, refused = 0;

@@ -382,8 +382,10 @@ Status Network::SetPolicy(const std::string& id, const Policy& policy) {
     std::lock_guard lock(mu_);
     sb->policy = policy;
   }
+  Status link;
   if (sb->ip) {
-    WARREN_RETURN_IF_ERROR(SetLink(netns.get(), policy.egress).Context(ctx));
+    // A failure here still lets the cuts below run: the firewall holds the new policy.
+    link = SetLink(netns.get(), policy.egress).Context(ctx);
     // Names resolved before stay reachable if the new policy still allows them.
     const int64_t now = NowMs();
     std::vector<std::pair<uint32_t, Resolved>> keep;
@@ -414,7 +416,7 @@ Status Network::SetPolicy(const std::string& id, const Policy& policy) {
     if (proxy_) proxy_->Recheck(sb->ip);
   }
   SaveRecord(id, *sb);
-  return Status::Ok();
+  return link;
 }
 
 void Network::Detach(const std::string& id) {

@@ -543,3 +543,37 @@ def test_policy_survives_kill9_of_the_daemon(tmp_path, upstream):
     table = _sh("nft", "list", "tables").stdout
     parent = "warren-" + __import__("hashlib").sha256(os.path.realpath(data).encode()).hexdigest()[:8]
     assert parent not in table, table  # a clean stop takes the node's table along
+
+
+def test_stage_change_cuts_connections_through_the_proxy(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes, allow=[f"pkg.test:{ECHO_PORT}/tcp"])
+    exec_id = sb.start(["python3", "-c", textwrap.dedent(f"""
+        import os, socket, time
+        host, port = os.environ["https_proxy"].split("//")[1].split(":")
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(b"CONNECT pkg.test:{ECHO_PORT} HTTP/1.1\\r\\nHost: pkg.test\\r\\n\\r\\n")
+        head = b""
+        while b"\\r\\n\\r\\n" not in head:
+            head += s.recv(1)
+        assert b" 200 " in head, head
+        print("tunnel", flush=True)
+        while True:
+            try:
+                s.sendall(b"x")
+                if s.recv(1) != b"x": raise OSError("closed")
+            except OSError as e:
+                print("cut", time.time(), type(e).__name__, flush=True)
+                break
+            time.sleep(0.05)
+        """)], timeout=60)
+    deadline = time.time() + 20
+    while "tunnel" not in sb.exec_result(exec_id).stdout:
+        assert time.time() < deadline, sb.exec_result(exec_id).raw
+        time.sleep(0.1)
+    t0 = time.time()
+    sb.set_network([f"other.test:{ECHO_PORT}/tcp"])  # still egress, but not to pkg.test
+    while sb.exec_result(exec_id).state != "exited":
+        assert time.time() < t0 + 10, "the tunnel was not cut"
+        time.sleep(0.05)
+    res = sb.exec_result(exec_id)
+    assert float(res.stdout.split("cut", 1)[1].split()[0]) - t0 < 1.0, res.raw

@@ -20,6 +20,7 @@ import os
 import statistics
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sdk", "python"))
 import warren  # noqa: E402
@@ -131,6 +132,52 @@ def judge_with_calls(client, image):
     return ok
 
 
+def egress_bytes(client):
+    """warren_egress_bytes_total by source, from /metrics."""
+    req = urllib.request.Request(client.url + "/metrics", headers={"Authorization": "Bearer " + client.token})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("warren_egress_bytes_total{"):
+            src = line.split('source="', 1)[1].split('"', 1)[0]
+            out[src] = int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+APT = ("apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends jq >/dev/null "
+       "&& jq --version")
+
+
+def network_stages(client, image):
+    """Setup with the Debian archive allowed (apt through the node's caching proxy), twice,
+    then the evaluation stage with no network. Skipped if this machine cannot reach the
+    archive."""
+    print("\nnetwork: setup stage with the Debian archive allowed, then evaluation with none:")
+    for i in (1, 2):
+        before = egress_bytes(client)
+        with client.sandbox(image=image, network={"mode": "egress", "allow": ["deb.debian.org:80/tcp", "security.debian.org:80/tcp"]},
+                            labels={"demo": "network"}) as sb:
+            t0 = time.monotonic()
+            r = sb.run(APT, timeout=300)
+            took = time.monotonic() - t0
+            if r.exit_code != 0:
+                print(f"  skipped: apt could not reach the Debian archive from here ({r.stderr.strip()[-200:]})")
+                return True
+            after = egress_bytes(client)
+            up = (after.get("upstream", 0) - before.get("upstream", 0)) / 1e6
+            cached = (after.get("cache", 0) - before.get("cache", 0)) / 1e6
+            print(f"  sandbox {i}: apt-get update && install jq -> {r.stdout.strip()} in {took:.1f}s; "
+                  f"{up:.1f} MB from upstream, {cached:.1f} MB from the node's cache")
+            if i == 2:
+                sb.set_network(None)
+                t0 = time.monotonic()
+                r = sb.run("apt-get update 2>&1 | grep -m1 -i -E 'unreachable|could not|failed' ; exit 0", timeout=120)
+                print(f"  after set_network(None): apt-get update fails in {time.monotonic() - t0:.1f}s: "
+                      f"{r.stdout.strip()[:110]}")
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", default="demo-py:bookworm")
@@ -139,6 +186,7 @@ def main():
     ap.add_argument("--count", type=int, default=32)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--test-timeout", type=float, default=5)
+    ap.add_argument("--no-network", action="store_true", help="skip the network stages")
     args = ap.parse_args()
 
     client = warren.Client()
@@ -178,6 +226,8 @@ def main():
     # The same candidates judged by the fncall backend: no sandbox of their own, each test case
     # run in a fresh isolated worker of a runner made from the same Debian base.
     judged = judge_with_calls(client, args.base)
+    if not args.no_network:
+        network_stages(client, args.base)
     right = all(r["reward"] == 1.0 for r in results if r["candidate"] == "correct")
     wrong = all(r["reward"] < 1.0 for r in results if r["candidate"] != "correct")
     if errors or not right or not wrong or not judged:

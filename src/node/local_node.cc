@@ -145,7 +145,13 @@ Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
     return Status::Ok();
   }
   WARREN_RETURN_IF_ERROR(net_->SetPolicy(id, policy));
-  if (policy.egress) ConfigureEgress(id);
+  if (policy.egress) {
+    {
+      std::lock_guard lock(e->mu);
+      e->egress_files_pending = e->paused;
+    }
+    if (!e->egress_files_pending) ConfigureEgress(id);
+  }
   return Status::Ok();
 }
 
@@ -247,12 +253,23 @@ Result<std::shared_ptr<LocalNode::Entry>> LocalNode::Find(const std::string& id)
 
 Status LocalNode::PauseSandbox(const std::string& id) {
   auto e = WARREN_TRY(Find(id));
-  return e->instance->Pause().Context("pause " + id);
+  std::lock_guard lock(e->mu);
+  WARREN_RETURN_IF_ERROR(e->instance->Pause().Context("pause " + id));
+  e->paused = true;
+  return Status::Ok();
 }
 
 Status LocalNode::ResumeSandbox(const std::string& id) {
   auto e = WARREN_TRY(Find(id));
-  return e->instance->Resume().Context("resume " + id);
+  bool files;
+  {
+    std::lock_guard lock(e->mu);
+    WARREN_RETURN_IF_ERROR(e->instance->Resume().Context("resume " + id));
+    e->paused = false;
+    files = std::exchange(e->egress_files_pending, false);
+  }
+  if (files) ConfigureEgress(id);
+  return Status::Ok();
 }
 
 void LocalNode::DeleteAll() {

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <set>
 
 #include "image/erofs_mount_cache.h"
@@ -71,6 +72,10 @@ class LocalNode : public NodeApi {
   struct Entry {
     std::unique_ptr<runtime::Instance> instance;
     std::shared_ptr<AgentConn> conn;
+    // A frozen agent answers nothing: egress files for a paused sandbox wait for its resume.
+    std::mutex mu;
+    bool paused = false;
+    bool egress_files_pending = false;
   };
   LocalNode(const LocalNodeOptions& opts, image::LayerStore* store);
   Result<std::shared_ptr<Entry>> Find(const std::string& id);

@@ -577,3 +577,14 @@ def test_stage_change_cuts_connections_through_the_proxy(server, runner, sandbox
         time.sleep(0.05)
     res = sb.exec_result(exec_id)
     assert float(res.stdout.split("cut", 1)[1].split()[0]) - t0 < 1.0, res.raw
+
+
+def test_network_of_a_paused_sandbox_changes_and_holds_after_resume(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes)
+    sb.pause()
+    t0 = time.time()
+    sb.set_network([f"pkg.test:{ECHO_PORT}/tcp"])  # answers at once: nothing waits for the frozen agent
+    assert time.time() - t0 < 5
+    assert server.http("GET", f"/v1/sandboxes/{sb.id}").json["network"]["mode"] == "egress"
+    sb.resume()
+    assert probe(sb, f"""print(json.dumps(tcp("pkg.test", {ECHO_PORT})))""") == "ok:ping"

@@ -202,7 +202,11 @@ def test_kernel_memory_oom_with_lowered_score(make_sandbox, server):
     res = sb.exec(["/bin/sh", "-c", "for v in -1000 -998 -500 0 500; do echo $v > /proc/self/oom_score_adj 2>/dev/null && break; done; "
                    "cat /proc/self/oom_score_adj >&2; exec /usr/local/bin/attack inode_fill /tmp/atk-inodes 2000000"],
                   timeout_s=120)
-    if res.get("error") or not sb.alive():
+    # The agent must answer. A command it starts may itself be OOM-killed while the inodes
+    # still fill the commands' cgroup (that memory stays charged until the files go), so
+    # "answers" means a result with an exit status, not necessarily a successful echo.
+    probe = sb.exec(["/bin/echo", "still-here"], timeout_s=20, http_timeout=40)
+    if res.get("error") or probe.get("error") or probe.get("exit_code") is None:
         t = time.time()
         d = server.http("DELETE", f"/v1/sandboxes/{sb.id}", timeout=90)
         clean = u.wait_until(lambda: not u.processes_with_uid(uid), timeout=20)

@@ -119,7 +119,7 @@ Status Network::Init() {
   po.port = opts_.proxy_port;
   po.subnet = subnet_;
   po.prefix = prefix_;
-  po.cache_dir = opts_.cache_dir.empty() ? opts_.state_dir + "-cache" : opts_.cache_dir;
+  po.cache_dir = opts_.cache_dir;  // empty: nothing is cached
   po.cache_bytes = opts_.cache_bytes;
   proxy_ = WARREN_TRY(EgressProxy::Start(po, this, resolver_.get()));
   if (!opts_.state_dir.empty() && mkdir(opts_.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
@@ -148,6 +148,8 @@ Network::~Network() {
   firewall_.reset();
   if (made_bridge_ && host_nl_) (void)host_nl_->DeleteLink(bridge_index_);
   if (forwarding_was_off_) (void)WriteNetSysctl("net/ipv4/ip_forward", "0");
+  // Empty now that every sandbox is detached (a crash leaves it for the next run's adoption).
+  if (!opts_.state_dir.empty()) rmdir(opts_.state_dir.c_str());
 }
 
 std::string Network::proxy_url() const {

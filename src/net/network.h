@@ -40,7 +40,7 @@ struct NetworkOptions {
   std::string state_dir;  // where each sandbox's network record lives (restart adoption)
   std::string dns_hosts;     // operator's name overrides, /etc/hosts format (net/resolver.h)
   std::string dns_upstream;  // "IP[:PORT]"; empty: the host's resolv.conf
-  std::string cache_dir;     // the egress proxy's package cache
+  std::string cache_dir;     // the egress proxy's package cache; empty: none
   uint64_t cache_bytes = 10ull << 30;
 };
 

@@ -39,6 +39,7 @@ CacheKind ClassifyForCache(std::string_view path) {
 }
 
 Status PackageCache::Init() {
+  if (dir_.empty()) return Status::Ok();  // no cache: every lookup misses, nothing is stored
   if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", dir_);
   DIR* d = opendir(dir_.c_str());
   if (!d) return ErrnoStatus("opendir", dir_);
@@ -59,6 +60,7 @@ Status PackageCache::Init() {
 std::string PackageCache::Key(const std::string& url) const { return dir_ + "/" + Sha256Hex(url); }
 
 std::optional<CacheEntry> PackageCache::Lookup(const std::string& url) {
+  if (dir_.empty()) return std::nullopt;
   const std::string key = Key(url);
   std::ifstream in(key + ".json");
   if (!in) return std::nullopt;
@@ -81,6 +83,7 @@ std::optional<CacheEntry> PackageCache::Lookup(const std::string& url) {
 }
 
 std::unique_ptr<PackageCache::Writer> PackageCache::Begin(const std::string& url) {
+  if (dir_.empty()) return nullptr;
   auto w = std::unique_ptr<Writer>(new Writer());
   w->cache_ = this;
   w->key_ = Key(url);

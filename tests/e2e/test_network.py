@@ -262,35 +262,46 @@ def test_raw_sockets_ipv6_and_network_changes_are_refused(server, runner, sandbo
     assert out["sysctl"] in (1, 13, 30), out
 
 
-def test_stage_change_closes_the_network_within_a_second(server, runner, sandboxes, upstream):
-    sb = make(server, runner, sandboxes, allow=[f"pkg.test:{ECHO_PORT}/tcp", f"pkg.test:{HTTP_PORT}/tcp"])
-    # "setup": a long-lived connection that talks every 50 ms, and one through the proxy.
-    exec_id = sb.start(["python3", "-c", textwrap.dedent(f"""
-        import socket, time, urllib.request
-        s = socket.create_connection(("pkg.test", {ECHO_PORT}), timeout=5)
-        print("connected", flush=True)
-        while True:
-            try:
-                s.sendall(b"x")
-                if s.recv(1) != b"x": raise OSError("closed")
-            except OSError as e:
-                print("cut", time.time(), type(e).__name__, flush=True)
-                break
-            time.sleep(0.05)
-        """)], timeout=60)
+# The talking loop of the cut tests: once `s` is connected (and READY printed), one byte
+# each way every 50 ms until the connection fails, then "cut <time> <error>".
+TALK = """
+print("ready", flush=True)
+while True:
+    try:
+        s.sendall(b"x")
+        if s.recv(1) != b"x": raise OSError("closed")
+    except OSError as e:
+        print("cut", time.time(), type(e).__name__, flush=True)
+        break
+    time.sleep(0.05)
+"""
+
+
+def assert_cut_within_a_second(sb, connect: str, change, what: str):
+    """Runs `connect` (python that leaves a connected socket in `s`) and TALK in `sb`, calls
+    `change()` once it talks, and asserts the connection fails less than a second later."""
+    exec_id = sb.start(["python3", "-c", "import os, socket, time\n" + textwrap.dedent(connect) + TALK],
+                       timeout=60)
     deadline = time.time() + 20
-    while "connected" not in sb.exec_result(exec_id).stdout:
+    while "ready" not in sb.exec_result(exec_id).stdout:
         assert time.time() < deadline, sb.exec_result(exec_id).raw
         time.sleep(0.1)
     time.sleep(0.3)
     t0 = time.time()
-    sb.set_network(None)  # "evaluation"
+    change()
     while sb.exec_result(exec_id).state != "exited":
-        assert time.time() < t0 + 10, "the established connection was not cut"
+        assert time.time() < t0 + 10, f"the {what} was not cut"
         time.sleep(0.05)
     res = sb.exec_result(exec_id)
     cut_at = float(res.stdout.split("cut", 1)[1].split()[0])
     assert cut_at - t0 < 1.0, (cut_at - t0, res.raw)
+
+
+def test_stage_change_closes_the_network_within_a_second(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes, allow=[f"pkg.test:{ECHO_PORT}/tcp", f"pkg.test:{HTTP_PORT}/tcp"])
+    # "setup": a long-lived connection that talks every 50 ms; then "evaluation".
+    assert_cut_within_a_second(sb, f"""s = socket.create_connection(("pkg.test", {ECHO_PORT}), timeout=5)""",
+                               lambda: sb.set_network(None), "established connection")
     out = probe(sb, f"""print(json.dumps({{"new": tcp("pkg.test", {ECHO_PORT}), "ip": tcp("{UP2}", {ECHO_PORT})}}))""")
     assert out["new"].startswith("gaierror") or out["new"].startswith("OSError:101"), out
     assert out["ip"].startswith("OSError:101:"), out
@@ -547,8 +558,7 @@ def test_policy_survives_kill9_of_the_daemon(tmp_path, upstream):
 
 def test_stage_change_cuts_connections_through_the_proxy(server, runner, sandboxes, upstream):
     sb = make(server, runner, sandboxes, allow=[f"pkg.test:{ECHO_PORT}/tcp"])
-    exec_id = sb.start(["python3", "-c", textwrap.dedent(f"""
-        import os, socket, time
+    connect = f"""
         host, port = os.environ["https_proxy"].split("//")[1].split(":")
         s = socket.create_connection((host, int(port)), timeout=5)
         s.sendall(b"CONNECT pkg.test:{ECHO_PORT} HTTP/1.1\\r\\nHost: pkg.test\\r\\n\\r\\n")
@@ -556,27 +566,9 @@ def test_stage_change_cuts_connections_through_the_proxy(server, runner, sandbox
         while b"\\r\\n\\r\\n" not in head:
             head += s.recv(1)
         assert b" 200 " in head, head
-        print("tunnel", flush=True)
-        while True:
-            try:
-                s.sendall(b"x")
-                if s.recv(1) != b"x": raise OSError("closed")
-            except OSError as e:
-                print("cut", time.time(), type(e).__name__, flush=True)
-                break
-            time.sleep(0.05)
-        """)], timeout=60)
-    deadline = time.time() + 20
-    while "tunnel" not in sb.exec_result(exec_id).stdout:
-        assert time.time() < deadline, sb.exec_result(exec_id).raw
-        time.sleep(0.1)
-    t0 = time.time()
-    sb.set_network([f"other.test:{ECHO_PORT}/tcp"])  # still egress, but not to pkg.test
-    while sb.exec_result(exec_id).state != "exited":
-        assert time.time() < t0 + 10, "the tunnel was not cut"
-        time.sleep(0.05)
-    res = sb.exec_result(exec_id)
-    assert float(res.stdout.split("cut", 1)[1].split()[0]) - t0 < 1.0, res.raw
+        """
+    # Still egress, but not to pkg.test.
+    assert_cut_within_a_second(sb, connect, lambda: sb.set_network([f"other.test:{ECHO_PORT}/tcp"]), "tunnel")
 
 
 def test_network_of_a_paused_sandbox_changes_and_holds_after_resume(server, runner, sandboxes, upstream):

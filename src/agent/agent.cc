@@ -20,6 +20,7 @@
 
 #include "agent/exec_child.h"
 #include "agent/protocol.h"
+#include "agent/vm_init.h"
 #include "base/unique_fd.h"
 #include "isolation/devices.h"
 #include "isolation/landlock.h"
@@ -150,6 +151,17 @@ Status Agent::Setup() {
     sysfs = std::move(fds.back());
     fds.pop_back();
   }
+  const bool vm = h.value("vm", false);
+  if (vm) {
+    // A microVM: layers are disks of this guest, limits its own cgroup; the node's clock and
+    // randomness replace a restored template's.
+    WARREN_RETURN_IF_ERROR(VmReseed(h.value("seed", ""), h.value("now_ns", int64_t{0})));
+    std::vector<std::string> serials;
+    for (const auto& s : h.value("layer_serials", json::array()))
+      if (s.is_string()) serials.push_back(s.get<std::string>());
+    fds = WARREN_TRY(MountVmLayers(serials));
+    commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(h.value("memory_bytes", uint64_t{0}), h.value("pids", uint64_t{0})));
+  }
   if (fds.size() != h.value("layers", 0u)) return Invalid("layer fd count mismatch", "agent");
   const json env = h.value("env", json::object());
   for (auto& [k, v] : env.items())
@@ -157,7 +169,7 @@ Status Agent::Setup() {
 
   // The node attached us to the v1 cgroups after clone; a fresh cgroup namespace now roots
   // /proc/self/cgroup at the sandbox's own cgroups, hiding the host's layout.
-  if (unshare(CLONE_NEWCGROUP) != 0) return ErrnoStatus("unshare cgroup namespace", "agent");
+  if (!vm && unshare(CLONE_NEWCGROUP) != 0) return ErrnoStatus("unshare cgroup namespace", "agent");
 
   isolation::RootfsPlan plan;
   plan.layers = std::move(fds);
@@ -170,7 +182,7 @@ Status Agent::Setup() {
   WARREN_RETURN_IF_ERROR(isolation::MountProc(root));
   WARREN_RETURN_IF_ERROR(isolation::MountMinimalDev(root));
   WARREN_RETURN_IF_ERROR(isolation::MountSys(root, sysfs.get()));
-  WARREN_RETURN_IF_ERROR(isolation::PivotInto(root));
+  WARREN_RETURN_IF_ERROR(vm ? SwitchRootInto(root) : isolation::PivotInto(root));
   std::string hostname = h.value("hostname", "sandbox");
   if (sethostname(hostname.data(), hostname.size()) != 0)
     return ErrnoStatus("sethostname", hostname);
@@ -670,6 +682,15 @@ int Agent::Serve() {
 }
 
 }  // namespace
+
+int RunVm() {
+  Status st = VmInit();
+  if (!st.ok()) {
+    fprintf(stderr, "warren-agent: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return Run();
+}
 
 int Run() {
   close(kSelfMemfd);

@@ -13,5 +13,7 @@ inline constexpr int kControlFd = 3;
 inline constexpr int kSelfMemfd = 5;  // the memfd we were executed from; closed at start
 
 int Run();
+// PID 1 of a microVM (the kernel ran us as /init): see agent/vm_init.h, then Run().
+int RunVm();
 
 }  // namespace warren::agent

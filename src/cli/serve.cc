@@ -40,6 +40,11 @@ struct NetFlags {
   std::string cache_size;
 };
 
+struct VmFlags {
+  std::string kernel, accel = "auto", cache = "/var/cache/warren/vm";
+  bool no_snapshots = false, off = false;
+};
+
 struct FncallFlags {
   std::string image;
   int runners = 0;  // 0: one per CPU
@@ -47,7 +52,7 @@ struct FncallFlags {
 };
 
 int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no_hardening,
-          const FncallFlags& fn, const NetFlags& net) {
+          const FncallFlags& fn, const NetFlags& net, const VmFlags& vm) {
   if (geteuid() != 0) return Fail("serve", "warren serve must run as root (it makes namespaces, mounts and cgroups)");
   // Signals are taken by sigwait below; block them before any thread starts.
   sigset_t sigs;
@@ -96,6 +101,15 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
     nopts.net.cache_bytes = *bytes;
   }
   if (mkdir(nopts.spill_dir.c_str(), 0700) != 0 && errno != EEXIST) return Fail(ErrnoStatus("mkdir", nopts.spill_dir));
+  nopts.microvm = !vm.off;
+  nopts.vm.kernel = vm.kernel;
+  nopts.vm.accel = vm.accel;
+  nopts.vm.snapshots = !vm.no_snapshots;
+  nopts.vm.cache_dir = vm.cache;
+  if (vm.accel != "auto" && vm.accel != "kvm" && vm.accel != "tcg")
+    return Fail(Invalid("--vm-accel wants auto, kvm or tcg", vm.accel));
+  if (size_t slash = vm.cache.rfind('/'); slash != std::string::npos && slash > 0)
+    (void)mkdir(vm.cache.substr(0, slash).c_str(), 0755);
 
   auto node = node::LocalNode::Start(nopts, &layers);
   if (!node.ok()) return Fail(node.status().Context("start node"));
@@ -186,8 +200,14 @@ void AddServe(CLI::App& app) {
                   "(default: the host's resolv.conf)");
   cmd->add_option("--proxy-cache-size", net->cache_size, "size of the egress proxy's package cache (default 10G)");
   cmd->add_flag("--no-network", net->off, "no sandbox networking: every sandbox gets loopback only");
-  cmd->callback([listen, data_dir, unsafe, fn, net] {
-    ExitCode() = Serve(*listen, *data_dir, *unsafe, *fn, *net);
+  auto vm = std::make_shared<VmFlags>();
+  cmd->add_option("--vm-kernel", vm->kernel, "guest kernel for microVMs (a vmlinuz; default: the newest in /boot)");
+  cmd->add_option("--vm-accel", vm->accel, "auto (probe KVM, else TCG), kvm or tcg");
+  cmd->add_option("--vm-cache", vm->cache, "guest images and template snapshots (content-addressed, shared by daemons)");
+  cmd->add_flag("--no-vm-snapshots", vm->no_snapshots, "boot every microVM cold instead of restoring a template");
+  cmd->add_flag("--no-microvm", vm->off, "no microvm backend on this node");
+  cmd->callback([listen, data_dir, unsafe, fn, net, vm] {
+    ExitCode() = Serve(*listen, *data_dir, *unsafe, *fn, *net, *vm);
   });
 }
 

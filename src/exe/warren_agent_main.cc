@@ -1,5 +1,7 @@
 // warren-agent: see src/agent/agent.h. `warren-agent --call-worker ...` is one fncall call's
 // worker instead (see src/agent/call_worker.h).
+#include <unistd.h>
+
 #include <cstring>
 
 #include "agent/agent.h"
@@ -7,5 +9,7 @@
 
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--call-worker") == 0) return warren::agent::CallWorkerMain(argc, argv);
+  // In a microVM the kernel starts us as /init; in a container the node runs us from a memfd.
+  if (getpid() == 1 && argc > 0 && strcmp(argv[0], "/init") == 0) return warren::agent::RunVm();
   return warren::agent::Run();
 }

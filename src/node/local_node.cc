@@ -21,6 +21,7 @@ LocalNode::LocalNode(const LocalNodeOptions& opts, image::LayerStore* store)
     : opts_(opts), store_(store), uids_(opts.uid_base, opts.uid_slots, "/run/warren/uid-blocks") {}
 
 LocalNode::~LocalNode() {
+  if (vm_start_.joinable()) vm_start_.join();
   DeleteAll();
   isolation::RemoveCgroupParent(opts_.cgroup_parent);
   // Empty once every sandbox is gone (each removes its socket and runtime file).
@@ -56,6 +57,23 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   }
   WARREN_RETURN_IF_ERROR(node->mux_.Start());
   LocalNode* self = node.get();
+  if (opts.microvm) {
+    runtime::vm::MicrovmOptions vo = opts.vm;
+    if (vo.agent_path.empty()) vo.agent_path = agent;
+    if (vo.cgroup_parent.empty()) vo.cgroup_parent = opts.cgroup_parent;
+    node->vm_start_ = std::thread([self, vo] {
+      auto b = runtime::vm::MicrovmBackend::Start(vo, &self->uids_);
+      std::lock_guard lock(self->vm_mu_);
+      if (b.ok()) self->microvm_ = std::move(*b);
+      else self->vm_error_ = b.status().ToString();
+      if (!b.ok()) spdlog::warn("microvm backend unavailable: {}", self->vm_error_);
+      self->vm_done_ = true;
+      self->vm_cv_.notify_all();
+    });
+  } else {
+    node->vm_error_ = "microVMs are disabled on this node";
+    node->vm_done_ = true;
+  }
   node->mux_.SetOnClosed([self](const std::string& id) {
     std::function<void(const std::string&)> fn;
     {
@@ -72,10 +90,24 @@ void LocalNode::SetOnSandboxLost(std::function<void(const std::string& id)> fn) 
   on_lost_ = std::move(fn);
 }
 
+Result<runtime::vm::MicrovmBackend*> LocalNode::Microvm() {
+  std::unique_lock lock(vm_mu_);
+  vm_cv_.wait(lock, [this] { return vm_done_; });
+  if (!microvm_) return Status(Code::kUnavailable, "create sandbox", "microvm", "no microVMs on this node: " + vm_error_);
+  return microvm_.get();
+}
+
 Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
-  if (spec.backend != "container")
+  runtime::Backend* backend = container_.get();
+  if (spec.backend == "microvm") {
+    backend = WARREN_TRY(Microvm());
+    if (spec.network.egress)
+      return Status(Code::kUnavailable, "create sandbox", spec.config.id,
+                    "egress for microVMs is not built yet (network none only)");
+  } else if (spec.backend != "container") {
     return Status(Code::kInvalid, "create sandbox", spec.config.id,
                   "backend `" + spec.backend + "` is not available on this node (yet)");
+  }
   runtime::SandboxConfig cfg = spec.config;
   for (auto& l : cfg.layers) {
     if (!store_->Has(l.digest)) return NotFound("layer blob", l.digest);
@@ -110,7 +142,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
     cfg.env.emplace("NO_PROXY", "localhost,127.0.0.1,::1");
     if (spec.network.egress) cfg.files = EgressFiles();
   }
-  auto inst = container_->Create(cfg);
+  auto inst = backend->Create(cfg);
   if (!inst.ok()) return inst.status();
   if (net_ && !cfg.fncall_runner) {
     if (Status st = net_->Ready(cfg.id); !st.ok()) {
@@ -123,7 +155,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   if (net_) net_->Started(cfg.id, (*inst)->host_pid());
   SandboxRuntime rt{(*inst)->host_pid(), (*inst)->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, (*inst)->TakeControlSocket());
-  Register(cfg.id, std::move(*inst), std::move(conn));
+  Register(cfg.id, std::move(*inst), std::move(conn), spec.backend == "microvm");
   return rt;
 }
 
@@ -140,6 +172,8 @@ void LocalNode::ConfigureEgress(const std::string& id) {
 
 Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
   auto e = WARREN_TRY(Find(id));
+  if (e->microvm && policy.egress)
+    return Status(Code::kUnavailable, "set network", id, "egress for microVMs is not built yet (network none only)");
   if (!net_) {
     if (policy.egress) return Status(Code::kUnavailable, "set network", id, "no egress here: " + net_error_);
     return Status::Ok();
@@ -156,8 +190,9 @@ Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
 }
 
 void LocalNode::Register(const std::string& id, std::unique_ptr<runtime::Instance> inst,
-                         std::shared_ptr<AgentConn> conn) {
+                         std::shared_ptr<AgentConn> conn, bool microvm) {
   auto entry = std::make_shared<Entry>();
+  entry->microvm = microvm;
   entry->instance = std::move(inst);
   entry->conn = std::move(conn);
   {
@@ -341,8 +376,15 @@ size_t LocalNode::live_sandboxes() const {
 }
 
 nlohmann::json LocalNode::Info() {
+  nlohmann::json backends = {"container"}, vm;
+  {
+    std::lock_guard lock(vm_mu_);
+    if (microvm_) backends.push_back("microvm"), vm = microvm_->Info();
+    else vm = {{"error", vm_done_ ? vm_error_ : "starting"}};
+  }
   return {{"name", opts_.name},
-          {"backends", {"container"}},
+          {"backends", backends},
+          {"microvm", vm},
           {"cgroups", isolation::CgroupLayoutName()},
           {"cgroup_parent", opts_.cgroup_parent},
           {"hardening", opts_.unsafe_no_seccomp_landlock ? "reduced (benchmark mode)" : "full"},

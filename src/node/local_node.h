@@ -2,7 +2,9 @@
 // of different sandboxes run in parallel.
 #pragma once
 
+#include <condition_variable>
 #include <map>
+#include <thread>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -14,6 +16,7 @@
 #include "net/network.h"
 #include "node/agent_mux.h"
 #include "node/node_api.h"
+#include "runtime/vm/microvm_backend.h"
 
 namespace warren::node {
 
@@ -33,6 +36,10 @@ struct LocalNodeOptions {
   // namespace of its own with only lo, and egress is refused.
   bool network = true;
   net::NetworkOptions net;
+  // microVMs (backend microvm): off, or where QEMU or a guest kernel is missing, creates
+  // with that backend are refused with the reason.
+  bool microvm = true;
+  runtime::vm::MicrovmOptions vm;
 };
 
 class LocalNode : public NodeApi {
@@ -76,6 +83,7 @@ class LocalNode : public NodeApi {
     std::mutex mu;
     bool paused = false;
     bool egress_files_pending = false;
+    bool microvm = false;  // no NIC yet: egress cannot be switched on
   };
   LocalNode(const LocalNodeOptions& opts, image::LayerStore* store);
   Result<std::shared_ptr<Entry>> Find(const std::string& id);
@@ -85,13 +93,23 @@ class LocalNode : public NodeApi {
   // image without /etc/apt simply has no apt to configure).
   void ConfigureEgress(const std::string& id);
   std::vector<std::pair<std::string, std::string>> EgressFiles() const;
-  void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn);
+  void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn,
+                bool microvm = false);
 
   LocalNodeOptions opts_;
   image::LayerStore* store_;
   image::ErofsMountCache mounts_;
   isolation::UidAllocator uids_;
   std::unique_ptr<runtime::Backend> container_;
+  // The microvm backend starts in the background (it probes KVM and may extract the guest
+  // kernel): creates wait for it, /v1/nodes says "starting" meanwhile.
+  Result<runtime::vm::MicrovmBackend*> Microvm();
+  std::thread vm_start_;
+  std::mutex vm_mu_;
+  std::condition_variable vm_cv_;
+  bool vm_done_ = false;
+  std::unique_ptr<runtime::vm::MicrovmBackend> microvm_;
+  std::string vm_error_;
   std::unique_ptr<net::Network> net_;
   std::string net_error_;  // why there is no sandbox networking, if there is none
   AgentMux mux_;

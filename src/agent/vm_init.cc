@@ -1,0 +1,178 @@
+#include "agent/vm_init.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <linux/random.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "agent/agent.h"
+#include "agent/frame_relay.h"
+#include "agent/protocol.h"
+#include "sys/mount_api.h"
+
+namespace warren::agent {
+namespace {
+
+std::string ReadSmall(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+Status WriteSmall(const std::string& path, const std::string& data) {
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return ErrnoStatus("open", path);
+  if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size()))
+    return ErrnoStatus("write", path);
+  return Status::Ok();
+}
+
+Status LoadModules() {
+  std::ifstream order(kModuleOrderFile);
+  if (!order) return Status::Ok();  // a kernel with everything built in
+  std::string name;
+  while (std::getline(order, name)) {
+    if (name.empty()) continue;
+    const std::string path = "/lib/modules/" + name;
+    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return ErrnoStatus("open module", path);
+    if (syscall(SYS_finit_module, fd.get(), "", 0) != 0 && errno != EEXIST)
+      return ErrnoStatus("load module", name);
+  }
+  return Status::Ok();
+}
+
+// The port's device node: /sys/class/virtio-ports/vportNpM/name holds the name QEMU gave it.
+Result<std::string> FindAgentPort() {
+  for (int tries = 0; tries < 500; ++tries) {
+    if (DIR* d = opendir("/sys/class/virtio-ports")) {
+      std::string found;
+      while (dirent* e = readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        const std::string dev = e->d_name;
+        if (ReadSmall("/sys/class/virtio-ports/" + dev + "/name") == kAgentPortName) found = "/dev/" + dev;
+      }
+      closedir(d);
+      if (!found.empty() && access(found.c_str(), F_OK) == 0) return found;
+    }
+    usleep(10000);
+  }
+  return Status(Code::kNotFound, "find virtio port", kAgentPortName, "no such port after 5 s");
+}
+
+}  // namespace
+
+Status VmInit() {
+  for (const char* d : {"/proc", "/sys", "/dev", "/run"}) mkdir(d, 0755);
+  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    return ErrnoStatus("mount proc", "/proc");
+  if (mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    return ErrnoStatus("mount sysfs", "/sys");
+  if (mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755") != 0)
+    return ErrnoStatus("mount devtmpfs", "/dev");
+  WARREN_RETURN_IF_ERROR(LoadModules());
+  const std::string port = WARREN_TRY(FindAgentPort());
+  UniqueFd stream(open(port.c_str(), O_RDWR | O_CLOEXEC));
+  if (!stream) return ErrnoStatus("open", port);
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    return ErrnoStatus("socketpair", "agent channel");
+  UniqueFd mine(sv[0]), relay_end(sv[1]);
+  pid_t pid = fork();
+  if (pid < 0) return ErrnoStatus("fork", "agent relay");
+  if (pid == 0) {
+    mine.Reset();
+    Status st = RelayFrames(stream.get(), relay_end.get());
+    if (!st.ok()) fprintf(stderr, "warren-agent relay: %s\n", st.ToString().c_str());
+    _exit(st.ok() ? 0 : 1);
+  }
+  stream.Reset();
+  relay_end.Reset();
+  if (dup2(mine.get(), kControlFd) < 0) return ErrnoStatus("dup2", "agent channel");
+  return Send(kControlFd, Message{{{"t", "hello"}}, ""});
+}
+
+Status VmReseed(const std::string& seed_hex, int64_t now_ns) {
+  if (now_ns > 0) {
+    timespec ts{static_cast<time_t>(now_ns / 1000000000), static_cast<long>(now_ns % 1000000000)};
+    if (clock_settime(CLOCK_REALTIME, &ts) != 0) return ErrnoStatus("clock_settime", "guest clock");
+  }
+  if (seed_hex.empty()) return Status::Ok();
+  std::string seed;
+  for (size_t i = 0; i + 1 < seed_hex.size(); i += 2)
+    seed.push_back(static_cast<char>(std::stoi(seed_hex.substr(i, 2), nullptr, 16)));
+  UniqueFd rnd(open("/dev/urandom", O_WRONLY | O_CLOEXEC));
+  if (!rnd) return ErrnoStatus("open", "/dev/urandom");
+  std::string buf(sizeof(rand_pool_info) + seed.size(), '\0');
+  auto* info = reinterpret_cast<rand_pool_info*>(buf.data());
+  info->entropy_count = static_cast<int>(seed.size() * 8);
+  info->buf_size = static_cast<int>(seed.size());
+  memcpy(info->buf, seed.data(), seed.size());
+  if (ioctl(rnd.get(), RNDADDENTROPY, info) != 0) return ErrnoStatus("RNDADDENTROPY", "/dev/urandom");
+  if (ioctl(rnd.get(), RNDRESEEDCRNG) != 0) return ErrnoStatus("RNDRESEEDCRNG", "/dev/urandom");
+  return Status::Ok();
+}
+
+Result<std::vector<UniqueFd>> MountVmLayers(const std::vector<std::string>& serials) {
+  std::map<std::string, std::string> by_serial;  // serial -> /dev/vdX
+  if (DIR* d = opendir("/sys/block")) {
+    while (dirent* e = readdir(d)) {
+      if (strncmp(e->d_name, "vd", 2) != 0) continue;
+      by_serial[ReadSmall(std::string("/sys/block/") + e->d_name + "/serial")] = std::string("/dev/") + e->d_name;
+    }
+    closedir(d);
+  }
+  std::vector<UniqueFd> out;
+  for (const auto& s : serials) {
+    auto it = by_serial.find(s);
+    if (it == by_serial.end()) return NotFound("layer disk with serial", s);
+    {
+      UniqueFd dev(open(it->second.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!dev) return ErrnoStatus("open", it->second);
+      if (ioctl(dev.get(), BLKFLSBUF, 0) != 0) return ErrnoStatus("BLKFLSBUF", it->second);
+    }
+    auto m = sys::FsMount("erofs", it->second, {{"ro", ""}}, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV);
+    if (!m.ok()) return m.status().Context("layer " + s);
+    out.push_back(std::move(*m));
+  }
+  return out;
+}
+
+Result<UniqueFd> MakeVmCommandsCgroup(uint64_t memory_bytes, uint64_t pids) {
+  const std::string root = kVmCgroupDir;
+  mkdir(root.c_str(), 0755);
+  if (mount("cgroup2", root.c_str(), "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    return ErrnoStatus("mount cgroup2", root);
+  WARREN_RETURN_IF_ERROR(WriteSmall(root + "/cgroup.subtree_control", "+memory +pids"));
+  const std::string cg = root + "/commands";
+  if (mkdir(cg.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", cg);
+  if (memory_bytes) WARREN_RETURN_IF_ERROR(WriteSmall(cg + "/memory.max", std::to_string(memory_bytes)));
+  if (pids) WARREN_RETURN_IF_ERROR(WriteSmall(cg + "/pids.max", std::to_string(pids)));
+  UniqueFd procs(open((cg + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+  if (!procs) return ErrnoStatus("open", cg + "/cgroup.procs");
+  return procs;
+}
+
+Status SwitchRootInto(const std::string& new_root) {
+  if (chdir(new_root.c_str()) != 0) return ErrnoStatus("chdir", new_root);
+  if (mount(".", "/", nullptr, MS_MOVE, nullptr) != 0) return ErrnoStatus("move root", new_root);
+  if (chroot(".") != 0) return ErrnoStatus("chroot", new_root);
+  if (chdir("/") != 0) return ErrnoStatus("chdir", "/");
+  return Status::Ok();
+}
+
+}  // namespace warren::agent

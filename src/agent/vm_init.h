@@ -1,0 +1,45 @@
+// PID 1 of a microVM: what the kernel and an init system would otherwise have done, before
+// warren-agent serves the node the same way it does in a container.
+//
+// The initramfs the node builds (runtime/vm/guest_image.h) holds this binary as /init, the
+// kernel modules a sandbox needs (virtio transport, block and console, EROFS, overlayfs) and
+// their load order. VmInit mounts /proc, /sys and /dev, loads the modules, finds the
+// virtio-serial port named kAgentPortName and relays the agent protocol between it and the
+// usual SOCK_SEQPACKET control socket on kControlFd (see agent/frame_relay.h). It then says
+// `hello` and returns: the agent's Setup waits for the node's setup message from here on, and
+// this is also where a template VM is snapshotted, so every restored VM resumes right there.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+
+namespace warren::agent {
+
+inline constexpr const char* kAgentPortName = "warren.agent";
+inline constexpr const char* kModuleOrderFile = "/lib/modules/warren.order";
+// Where the guest mounts cgroup2 for its commands' cgroup (inside the initramfs).
+inline constexpr const char* kVmCgroupDir = "/run/warren-cgroup";
+
+Status VmInit();
+
+// In the guest, after a template restore: folds the node's fresh randomness into the kernel's
+// pool and reseeds it (every VM restored from one template would otherwise share the
+// template's random state), and sets the clock.
+Status VmReseed(const std::string& seed_hex, int64_t now_ns);
+
+// Detached EROFS mounts of the layer disks whose virtio serial numbers are `serials` (one
+// per layer, top first). Drops whatever the block cache holds for each disk first: a restored
+// VM's kernel probed the template's placeholder disks.
+Result<std::vector<UniqueFd>> MountVmLayers(const std::vector<std::string>& serials);
+
+// A cgroup for the commands with the sandbox's memory and pids limits; returns an fd open for
+// writing on its cgroup.procs (how commands move themselves in, as in a container).
+Result<UniqueFd> MakeVmCommandsCgroup(uint64_t memory_bytes, uint64_t pids);
+
+// switch_root: the initramfs cannot be pivoted away from, so the new root is moved over it.
+Status SwitchRootInto(const std::string& new_root);
+
+}  // namespace warren::agent

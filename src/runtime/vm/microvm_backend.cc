@@ -1,0 +1,552 @@
+#include "runtime/vm/microvm_backend.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include "agent/frame_relay.h"
+#include "agent/protocol.h"
+#include "agent/vm_init.h"
+#include "base/cleanup.h"
+#include "base/sha256.h"
+#include "isolation/cgroup.h"
+#include "runtime/vm/qemu_process.h"
+#include "runtime/vm/qmp_client.h"
+
+namespace warren::runtime::vm {
+namespace {
+
+using nlohmann::json;
+
+// Disk slots every microVM has, so that a template's devices match any sandbox's: unused
+// slots point at the placeholder. A sandbox with more layers boots cold.
+constexpr size_t kLayerSlots = 8;
+// Fixed fd numbers inside QEMU (see QemuArgs).
+constexpr int kAgentFd = 3, kQmpFd = 4, kKernelFd = 5, kInitrdFd = 6, kStateFd = 7, kRamFd = 8, kFirstLayerFd = 9;
+constexpr int kColdBootTimeoutMs = 180000;  // TCG on a busy 2-core host
+constexpr int kSetupTimeoutMs = 60000;
+constexpr size_t kConsoleTail = 8192;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The host's TSC rate: a TCG guest calibrating its own clock hangs now and then without it.
+uint64_t HostTscKhz() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("cpu MHz", 0) == 0) return static_cast<uint64_t>(std::stod(line.substr(line.find(':') + 1)) * 1000);
+  return 0;
+}
+
+std::string FileKey(const std::string& path) {
+  struct stat sb;
+  if (stat(path.c_str(), &sb) != 0) return "missing";
+  return std::to_string(sb.st_size) + "-" + std::to_string(sb.st_mtim.tv_sec);
+}
+
+// Waits for the next agent message on `sock`, giving up if QEMU exits first.
+Result<agent::Message> WaitMessage(int sock, int qemu_pidfd, int timeout_ms) {
+  const int64_t deadline = NowMs() + timeout_ms;
+  for (;;) {
+    int64_t left = deadline - NowMs();
+    if (left <= 0) return Status(Code::kUnavailable, "wait for the guest agent", "microvm", "timed out");
+    pollfd p[2] = {{sock, POLLIN, 0}, {qemu_pidfd, POLLIN, 0}};
+    int r = poll(p, 2, static_cast<int>(left));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoStatus("poll", "guest agent");
+    if (p[0].revents) return agent::Recv(sock);
+    if (p[1].revents) return Status(Code::kUnavailable, "wait for the guest agent", "microvm", "QEMU exited");
+  }
+}
+
+// Loads the template's device state (fd kStateFd, RAM skipped: it is mapped already) and
+// runs the guest. A guest saved stopped stays paused after loading until `cont`.
+Status Restore(QmpClient& q) {
+  WARREN_RETURN_IF_ERROR(
+      q.Execute("migrate-set-capabilities", {{"capabilities", {{{"capability", "x-ignore-shared"}, {"state", true}}}}})
+          .status());
+  WARREN_RETURN_IF_ERROR(q.Execute("migrate-incoming", {{"uri", "fd:" + std::to_string(kStateFd)}}).status());
+  const int64_t deadline = NowMs() + 30000;
+  for (;;) {
+    json st = WARREN_TRY(q.Execute("query-status"));
+    const std::string s = st.value("status", "");
+    if (s == "paused") break;
+    if (s != "inmigrate") return Internal("restore microvm", "qemu", "state after loading: " + s);
+    if (NowMs() > deadline) return Internal("restore microvm", "qemu", "loading the template did not finish");
+    usleep(2000);
+  }
+  return q.Execute("cont").status();
+}
+
+std::string HexRandom(size_t n) {
+  std::string raw(n, '\0');
+  if (getrandom(raw.data(), n, 0) != static_cast<ssize_t>(n)) return "";
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) out += kHex[c >> 4], out += kHex[c & 15];
+  return out;
+}
+
+}  // namespace
+
+// One running QEMU and what it holds. Destroying it kills QEMU and releases everything.
+struct MicrovmBoot {
+  isolation::UidSlot slot;
+  isolation::Cgroup cgroup;
+  QemuProcess qemu;
+  std::unique_ptr<QmpClient> qmp;
+  UniqueFd control;  // the node's end of the agent's packet socket
+  UniqueFd stop;     // eventfd ending the relay
+  std::thread relay;
+  std::mutex console_mu;
+  std::string console;  // the guest console's last kConsoleTail bytes
+
+  std::string ConsoleTail() {
+    std::lock_guard lock(console_mu);
+    return console;
+  }
+  void Shutdown() {
+    KillQemu(qemu);
+    if (stop) {
+      uint64_t one = 1;
+      (void)!write(stop.get(), &one, sizeof one);
+    }
+    if (relay.joinable()) relay.join();
+    (void)cgroup.Destroy();
+  }
+  ~MicrovmBoot() { Shutdown(); }
+};
+
+struct MicrovmBackend::Template {
+  std::mutex mu;  // held while the template is being made or loaded
+  std::string state_path;  // device state (QEMU migration stream without RAM)
+  std::string ram_path;    // guest RAM image, sparse, to load `ram` from after a restart
+  UniqueFd ram;            // guest RAM: a sealed memfd every restored VM maps privately
+  bool ready = false;
+  Status error;
+};
+
+namespace {
+
+class MicrovmInstance : public Instance {
+ public:
+  MicrovmInstance(std::unique_ptr<MicrovmBoot> boot, int pid, uint32_t uid, UniqueFd control,
+                           std::function<Status(bool)> freeze)
+      : boot_(std::move(boot)), pid_(pid), uid_(uid), control_(std::move(control)), freeze_(std::move(freeze)) {}
+  UniqueFd TakeControlSocket() override { return std::move(control_); }
+  Status Destroy() override {
+    std::lock_guard lock(mu_);
+    boot_.reset();
+    return Status::Ok();
+  }
+  Status Pause() override { return freeze_(true); }
+  Status Resume() override { return freeze_(false); }
+  int host_pid() const override { return pid_; }
+  uint32_t host_uid() const override { return uid_; }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<MicrovmBoot> boot_;
+  int pid_;
+  uint32_t uid_;
+  UniqueFd control_;
+  std::function<Status(bool)> freeze_;
+};
+
+}  // namespace
+
+MicrovmBackend::~MicrovmBackend() = default;
+
+uint64_t MicrovmBackend::GuestRamMiB(uint64_t memory_bytes) {
+  // Kernel, initramfs (agent and modules) and the guest's own page cache need ~130 MiB.
+  return std::max<uint64_t>(memory_bytes >> 20, 64) + 192;
+}
+
+Result<std::unique_ptr<MicrovmBackend>> MicrovmBackend::Start(const MicrovmOptions& opts, isolation::UidAllocator* uids) {
+  std::unique_ptr<MicrovmBackend> b(new MicrovmBackend(opts, uids));
+  if (access(opts.qemu.c_str(), X_OK) != 0)
+    return ErrnoStatus("find QEMU (install qemu-system-x86)", opts.qemu);
+  if (mkdir(opts.cache_dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", opts.cache_dir);
+  b->guest_ = WARREN_TRY(PrepareGuestImage(opts.cache_dir, opts.kernel, opts.agent_path));
+  b->accel_ = ChooseAccel(opts.accel == "auto" ? "" : opts.accel);
+  b->tsc_khz_ = HostTscKhz();
+  b->qemu_version_ = FileKey(opts.qemu);
+  // Sparse: the guest sees a large disk in every unused slot, so a layer of any size put
+  // behind that slot after a restore is readable up to its end.
+  b->placeholder_ = opts.cache_dir + "/placeholder.img";
+  {
+    UniqueFd f(open(b->placeholder_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    if (!f || ftruncate(f.get(), off_t{64} << 30) != 0) return ErrnoStatus("create", b->placeholder_);
+  }
+  mkdir((opts.cache_dir + "/templates").c_str(), 0700);
+  spdlog::info("microvm: accelerator {} ({}); guest kernel {}", b->accel_.accel, b->accel_.reason, b->guest_.release);
+  return b;
+}
+
+json MicrovmBackend::Info() const {
+  return {{"accel", accel_.accel},
+          {"accel_probe", accel_.reason},
+          {"guest_kernel", guest_.release},
+          {"snapshots", opts_.snapshots},
+          {"restores", restores_.load()},
+          {"cold_boots", cold_boots_.load()}};
+}
+
+std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode) const {
+  const bool kvm = accel_.accel == "kvm";
+  std::string append = "console=ttyS0 reboot=t panic=-1 quiet loglevel=3";
+  if (!kvm && tsc_khz_) append += " tsc_early_khz=" + std::to_string(tsc_khz_);
+  const std::string ram = std::to_string(ram_mib) + "M";
+  std::vector<std::string> a = {"-M", mode == Mode::kCold ? "microvm" : "microvm,memory-backend=ram"};
+  if (mode != Mode::kCold) {
+    // The template writes its RAM into our memfd (share=on); a restored VM maps the sealed
+    // memfd copy-on-write (share=off): it starts with the template's memory without copying
+    // it, and shares every page it does not write with the template and the other VMs.
+    a.insert(a.end(), {"-object", "memory-backend-file,id=ram,size=" + ram + ",mem-path=/proc/self/fd/" +
+                                      std::to_string(kRamFd) + ",share=" + (mode == Mode::kTemplate ? "on" : "off")});
+  }
+  a.insert(a.end(), {
+      "-accel", kvm ? "kvm" : "tcg", "-cpu", kvm ? "host" : "max",
+      "-m", ram, "-smp", std::to_string(vcpus),
+      "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+      "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+      "-kernel", "/proc/self/fd/" + std::to_string(kKernelFd),
+      "-initrd", "/proc/self/fd/" + std::to_string(kInitrdFd),
+      "-append", append,
+      "-serial", "stdio",
+      "-device", "virtio-serial-device,max_ports=2",
+      "-chardev", "socket,id=agent,fd=" + std::to_string(kAgentFd),
+      "-device", std::string("virtserialport,chardev=agent,name=") + agent::kAgentPortName,
+      "-chardev", "socket,id=qmp,fd=" + std::to_string(kQmpFd),
+      "-mon", "chardev=qmp,mode=control",
+      "-object", "rng-random,id=rng,filename=/dev/urandom",
+      "-device", "virtio-rng-device,rng=rng"});
+  for (size_t i = 0; i < slots; ++i) {
+    const std::string n = std::to_string(i), set = std::to_string(i + 1);
+    a.insert(a.end(), {"-add-fd", "fd=" + std::to_string(kFirstLayerFd + static_cast<int>(i)) + ",set=" + set,
+                       "-drive", "if=none,id=layer" + n + ",file=/dev/fdset/" + set + ",format=raw,readonly=on",
+                       "-device", "virtio-blk-device,drive=layer" + n + ",serial=layer" + n});
+  }
+  // The state comes in through QMP once x-ignore-shared is set on this side too.
+  if (mode == Mode::kRestore) a.insert(a.end(), {"-incoming", "defer"});
+  return a;
+}
+
+Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& spec) {
+  const std::string& name = spec.name;
+  const uint64_t ram_mib = spec.ram_mib;
+  auto boot = std::make_unique<MicrovmBoot>();
+  auto slot = uids_->Allocate();
+  if (!slot) return Status(Code::kQuota, "allocate uid range", name, "all uid slots are in use");
+  boot->slot = isolation::UidSlot(uids_, *slot);
+  const uint32_t uid = boot->slot.range().host_base;
+  isolation::CgroupLimits limits;
+  // Guest RAM plus QEMU itself (and, under TCG, its translation cache).
+  limits.memory_bytes = (ram_mib + (accel_.accel == "kvm" ? 256 : 768)) << 20;
+  limits.pids = 256;  // QEMU threads: vCPUs, I/O workers
+  limits.cpus = spec.cpus;
+  boot->cgroup = WARREN_TRY(isolation::Cgroup::Create(opts_.cgroup_parent, spec.cgroup_name, limits));
+
+  int agent_sv[2], qmp_sv[2], packet_sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent_sv) != 0) return ErrnoStatus("socketpair", "agent stream");
+  UniqueFd agent_host(agent_sv[0]), agent_qemu(agent_sv[1]);
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qmp_sv) != 0) return ErrnoStatus("socketpair", "qmp");
+  UniqueFd qmp_host(qmp_sv[0]), qmp_qemu(qmp_sv[1]);
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, packet_sv) != 0)
+    return ErrnoStatus("socketpair", "agent packets");
+  boot->control.Reset(packet_sv[0]);
+  UniqueFd packet_relay(packet_sv[1]);
+  UniqueFd kernel(open(guest_.kernel_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!kernel) return ErrnoStatus("open", guest_.kernel_path);
+  UniqueFd initrd(open(guest_.initramfs_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!initrd) return ErrnoStatus("open", guest_.initramfs_path);
+  // Unused fixed slots get /dev/null, so the numbering never shifts.
+  UniqueFd null_fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!null_fd) return ErrnoStatus("open", "/dev/null");
+  QemuLaunch l;
+  l.binary = opts_.qemu;
+  l.args = QemuArgs(ram_mib, spec.vcpus, spec.layer_fds.size(), spec.mode);
+  l.fds = {agent_qemu.get(), qmp_qemu.get(), kernel.get(), initrd.get(),
+           spec.state_fd >= 0 ? spec.state_fd : null_fd.get(), spec.ram_fd >= 0 ? spec.ram_fd : null_fd.get()};
+  l.fds.insert(l.fds.end(), spec.layer_fds.begin(), spec.layer_fds.end());
+  l.uid = l.gid = uid;
+  l.netns_fd = spec.netns_fd;
+  l.cgroup_v2_fd = boot->cgroup.v2_fd();
+  {
+    std::string joined;
+    for (const auto& a : l.args) joined += " " + a;
+    spdlog::debug("microvm {}: qemu{}", name, joined);
+  }
+  isolation::Cgroup* cg = &boot->cgroup;
+  boot->qemu = WARREN_TRY(SpawnJailedQemu(l, [cg](pid_t pid) { return cg->AttachV1(pid); }));
+  boot->cgroup.CloseCloneFd();
+
+  // The relay thread: agent frames between QEMU's chardev and our packet socket, and the
+  // console drained into a bounded tail (the guest may write to it without end).
+  boot->stop.Reset(eventfd(0, EFD_CLOEXEC));
+  if (!boot->stop) return ErrnoStatus("eventfd", name);
+  MicrovmBoot* raw = boot.get();
+  boot->relay = std::thread([raw, stream = std::move(agent_host), packets = std::move(packet_relay),
+                             console = raw->qemu.console.get()]() mutable {
+    Status st = agent::RelayFrames(stream.get(), packets.get(), raw->stop.get(), console, [raw](std::string_view s) {
+      std::lock_guard lock(raw->console_mu);
+      raw->console.append(s);
+      if (raw->console.size() > kConsoleTail) raw->console.erase(0, raw->console.size() - kConsoleTail);
+    });
+    if (!st.ok()) spdlog::warn("microvm agent relay: {}", st.ToString());
+  });
+  boot->qmp = std::make_unique<QmpClient>(std::move(qmp_host));
+  Status st = boot->qmp->Handshake(30000);
+  if (!st.ok()) return st.Context("start microvm " + name + " (console: " + boot->ConsoleTail() + ")");
+  return boot;
+}
+
+Result<std::shared_ptr<MicrovmBackend::Template>> MicrovmBackend::TemplateFor(uint64_t ram_mib, int vcpus) {
+  // Everything the saved state depends on: a change to any of it makes a new template.
+  std::string recipe = guest_.digest + "\n" + qemu_version_ + "\n" + accel_.accel + "\n";
+  for (const auto& a : QemuArgs(ram_mib, vcpus, kLayerSlots, Mode::kRestore)) recipe += a + "\n";
+  const std::string key = Sha256Hex(recipe).substr(0, 20);
+  std::shared_ptr<Template> t;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = templates_[key];
+    if (!slot) {
+      slot = std::make_shared<Template>();
+      slot->state_path = opts_.cache_dir + "/templates/" + key + ".state";
+      slot->ram_path = opts_.cache_dir + "/templates/" + key + ".ram";
+    }
+    t = slot;
+  }
+  std::lock_guard lock(t->mu);  // one maker; the others wait for its result
+  if (!t->ready && t->error.ok()) {
+    const int64_t t0 = NowMs();
+    const bool saved = access(t->state_path.c_str(), R_OK) == 0 && access(t->ram_path.c_str(), R_OK) == 0;
+    t->error = saved ? LoadTemplate(*t, ram_mib) : MakeTemplate(*t, ram_mib, vcpus);
+    if (t->error.ok()) {
+      t->ready = true;
+      spdlog::info("microvm: template {} MiB x{} {} in {} ms", ram_mib, vcpus, saved ? "loaded" : "made", NowMs() - t0);
+    } else {
+      spdlog::warn("microvm: no template for {} MiB x{}: {}", ram_mib, vcpus, t->error.ToString());
+    }
+  }
+  if (!t->ready) return t->error;
+  return t;
+}
+
+namespace {
+
+Result<UniqueFd> NewRamMemfd(uint64_t ram_mib) {
+  UniqueFd fd(memfd_create("warren-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) return ErrnoStatus("memfd_create", "template RAM");
+  if (ftruncate(fd.get(), static_cast<off_t>(ram_mib << 20)) != 0) return ErrnoStatus("ftruncate", "template RAM");
+  return fd;
+}
+
+// No VM may change the template's RAM (write() or a shared writable mapping): sealed, the
+// memfd can only be mapped privately, copy-on-write.
+Status SealRam(int fd) {
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+    return ErrnoStatus("seal", "template RAM");
+  return Status::Ok();
+}
+
+// Copies the data extents of `from` to `to` at the same offsets (both sparse-aware).
+Status CopySparse(int from, int to, const std::string& what) {
+  std::string buf(1 << 20, '\0');
+  off_t pos = 0;
+  for (;;) {
+    off_t data = lseek(from, pos, SEEK_DATA);
+    if (data < 0) break;  // ENXIO: no more data
+    off_t hole = lseek(from, data, SEEK_HOLE);
+    if (hole < 0) return ErrnoStatus("seek", what);
+    for (off_t off = data; off < hole;) {
+      ssize_t n = pread(from, buf.data(), std::min<off_t>(hole - off, static_cast<off_t>(buf.size())), off);
+      if (n <= 0) return ErrnoStatus("read", what);
+      if (pwrite(to, buf.data(), static_cast<size_t>(n), off) != n) return ErrnoStatus("write", what);
+      off += n;
+    }
+    pos = hole;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status MicrovmBackend::LoadTemplate(Template& t, uint64_t ram_mib) {
+  UniqueFd file(open(t.ram_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!file) return ErrnoStatus("open", t.ram_path);
+  UniqueFd ram = WARREN_TRY(NewRamMemfd(ram_mib));
+  WARREN_RETURN_IF_ERROR(CopySparse(file.get(), ram.get(), t.ram_path));
+  WARREN_RETURN_IF_ERROR(SealRam(ram.get()));
+  t.ram = std::move(ram);
+  return Status::Ok();
+}
+
+Status MicrovmBackend::MakeTemplate(Template& t, uint64_t ram_mib, int vcpus) {
+  UniqueFd ph(open(placeholder_.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ph) return ErrnoStatus("open", placeholder_);
+  UniqueFd ram = WARREN_TRY(NewRamMemfd(ram_mib));
+  LaunchSpec ls;
+  ls.name = "template";
+  ls.cgroup_name = "template-" + HexRandom(4);
+  ls.ram_mib = ram_mib;
+  ls.vcpus = vcpus;
+  ls.cpus = vcpus;
+  ls.mode = Mode::kTemplate;
+  ls.layer_fds.assign(kLayerSlots, ph.get());
+  ls.ram_fd = ram.get();
+  auto boot = WARREN_TRY(Launch(ls));
+  // The guest agent says hello once it waits for its setup: that is the moment to save.
+  auto hello = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), kColdBootTimeoutMs);
+  if (!hello.ok()) return hello.status().Context("boot template (console: " + boot->ConsoleTail() + ")");
+  if (hello->header.value("t", "") != "hello") return Internal("boot template", "microvm", "unexpected agent message");
+
+  const std::string suffix = ".tmp" + std::to_string(getpid());  // daemons may share the cache
+  const std::string state_tmp = t.state_path + suffix, ram_tmp = t.ram_path + suffix;
+  Cleanup rm_tmp([&] {
+    unlink(state_tmp.c_str());
+    unlink(ram_tmp.c_str());
+  });
+  UniqueFd out(open(state_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!out) return ErrnoStatus("create", state_tmp);
+  QmpClient& q = *boot->qmp;
+  // The RAM is in our memfd already: the stream carries only the devices' state.
+  WARREN_RETURN_IF_ERROR(
+      q.Execute("migrate-set-capabilities", {{"capabilities", {{{"capability", "x-ignore-shared"}, {"state", true}}}}})
+          .status());
+  WARREN_RETURN_IF_ERROR(q.Execute("stop").status());
+  WARREN_RETURN_IF_ERROR(q.Execute("getfd", {{"fdname", "state"}}, 10000, out.get()).status());
+  WARREN_RETURN_IF_ERROR(q.Execute("migrate", {{"uri", "fd:state"}}).status());
+  const int64_t deadline = NowMs() + 60000;
+  for (;;) {
+    json m = WARREN_TRY(q.Execute("query-migrate"));
+    const std::string st = m.value("status", "");
+    if (st == "completed") break;
+    if (st == "failed" || st == "cancelled")
+      return Internal("save template", t.state_path, "migration " + st + ": " + m.value("error-desc", ""));
+    if (NowMs() > deadline) return Internal("save template", t.state_path, "migration did not finish");
+    usleep(10000);
+  }
+  boot.reset();  // QEMU gone: no writable shared mapping of the RAM is left, so it can be sealed
+  WARREN_RETURN_IF_ERROR(SealRam(ram.get()));
+  // Kept on disk (sparse) so a restarted daemon does not boot the template again.
+  {
+    UniqueFd rf(open(ram_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!rf) return ErrnoStatus("create", ram_tmp);
+    if (ftruncate(rf.get(), static_cast<off_t>(ram_mib << 20)) != 0) return ErrnoStatus("ftruncate", ram_tmp);
+    WARREN_RETURN_IF_ERROR(CopySparse(ram.get(), rf.get(), ram_tmp));
+    if (fsync(rf.get()) != 0) return ErrnoStatus("fsync", ram_tmp);
+  }
+  if (fsync(out.get()) != 0) return ErrnoStatus("fsync", state_tmp);
+  // RAM first: a state file is only ever next to its complete RAM image.
+  if (rename(ram_tmp.c_str(), t.ram_path.c_str()) != 0) return ErrnoStatus("rename", t.ram_path);
+  if (rename(state_tmp.c_str(), t.state_path.c_str()) != 0) return ErrnoStatus("rename", t.state_path);
+  rm_tmp.Cancel();
+  t.ram = std::move(ram);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cfg) {
+  const uint64_t ram = GuestRamMiB(cfg.memory_bytes);
+  const int vcpus = std::clamp(static_cast<int>(std::ceil(cfg.cpus > 0 ? cfg.cpus : 1)), 1, 16);
+  if (cfg.layers.empty()) return Invalid("no layers", cfg.id);
+  std::vector<UniqueFd> owned;
+  std::vector<int> fds;
+  for (const auto& l : cfg.layers) {
+    UniqueFd f(open(l.blob_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f) return ErrnoStatus("open layer", l.blob_path);
+    fds.push_back(f.get());
+    owned.push_back(std::move(f));
+  }
+  std::shared_ptr<Template> tmpl;
+  UniqueFd state;
+  if (opts_.snapshots && cfg.layers.size() <= kLayerSlots) {
+    auto t = TemplateFor(ram, vcpus);
+    if (t.ok()) {
+      state.Reset(open((*t)->state_path.c_str(), O_RDONLY | O_CLOEXEC));
+      if (state) tmpl = *t;
+      else spdlog::warn("microvm: open template {}: {}", (*t)->state_path, strerror(errno));
+    }
+  }
+  LaunchSpec ls;
+  ls.name = ls.cgroup_name = cfg.id;
+  ls.ram_mib = ram;
+  ls.vcpus = vcpus;
+  ls.cpus = cfg.cpus;
+  ls.netns_fd = cfg.netns_fd;
+  if (tmpl) {
+    UniqueFd ph(open(placeholder_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ph) return ErrnoStatus("open", placeholder_);
+    while (fds.size() < kLayerSlots) fds.push_back(ph.get());
+    owned.push_back(std::move(ph));
+    ls.mode = Mode::kRestore;
+    ls.state_fd = state.get();
+    ls.ram_fd = tmpl->ram.get();
+  }
+  ls.layer_fds = fds;
+  auto boot = WARREN_TRY(Launch(ls));
+  owned.clear();
+  state.Reset();
+  if (tmpl) {
+    WARREN_RETURN_IF_ERROR(Restore(*boot->qmp).Context("restore " + cfg.id + " (console: " + boot->ConsoleTail() + ")"));
+    ++restores_;
+  } else {
+    auto hello = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), kColdBootTimeoutMs);
+    if (!hello.ok()) return hello.status().Context("boot " + cfg.id + " (console: " + boot->ConsoleTail() + ")");
+    ++cold_boots_;
+  }
+  json files = json::array();
+  for (const auto& [path, data] : cfg.files) files.push_back({{"path", path}, {"data", data}, {"mode", 0644}});
+  json serials = json::array();
+  for (size_t i = 0; i < cfg.layers.size(); ++i) serials.push_back("layer" + std::to_string(i));
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  agent::Message setup{{{"t", "setup"},
+                        {"vm", true},
+                        {"hostname", cfg.hostname},
+                        {"disk_bytes", cfg.disk_bytes},
+                        {"layers", cfg.layers.size()},
+                        {"layer_serials", serials},
+                        {"memory_bytes", cfg.memory_bytes},
+                        {"pids", cfg.pids},
+                        {"loopback", true},
+                        {"files", files},
+                        {"nofile", cfg.open_files},
+                        {"landlock", false},
+                        {"seed", HexRandom(32)},
+                        {"now_ns", int64_t{now.tv_sec} * 1000000000 + now.tv_nsec},
+                        {"env", json(cfg.env)}},
+                       ""};
+  WARREN_RETURN_IF_ERROR(agent::Send(boot->control.get(), setup).Context("setup " + cfg.id));
+  auto reply = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), kSetupTimeoutMs);
+  if (!reply.ok()) return reply.status().Context("create " + cfg.id + " (console: " + boot->ConsoleTail() + ")");
+  const std::string t = reply->header.value("t", "");
+  if (t == "setup_failed")
+    return Internal("create sandbox", cfg.id, "guest agent setup failed: " + reply->header.value("error", ""));
+  if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
+
+  const int pid = boot->qemu.pid;
+  const uint32_t uid = boot->slot.range().host_base;
+  UniqueFd control = std::move(boot->control);
+  isolation::Cgroup* cg = &boot->cgroup;
+  return std::unique_ptr<Instance>(std::make_unique<MicrovmInstance>(
+      std::move(boot), pid, uid, std::move(control), [cg](bool frozen) { return cg->Freeze(frozen); }));
+}
+
+}  // namespace warren::runtime::vm

@@ -1,0 +1,93 @@
+// The microvm backend: each sandbox is a QEMU `-M microvm` guest with warren-agent as init.
+//
+// The guest boots Debian's kernel with our initramfs (guest_image.h). The sandbox's layers are
+// read-only virtio-blk disks, composed with overlayfs inside the guest over a tmpfs upper of
+// the sandbox's disk size; the agent protocol runs over a virtio-serial port (frame_relay.h);
+// vCPUs and memory come from the spec, the commands' pids and memory limits from a cgroup in
+// the guest. QEMU itself runs jailed (qemu_process.h) in the sandbox's cgroup and network
+// namespace.
+//
+// Fast start: per (memory, vCPUs) a template VM is booted once, stopped where its agent
+// waits for setup, and saved to a file (QEMU migration). A new sandbox restores that state
+// (-incoming) with its own layer files behind the same disk slots, and the agent's setup
+// then mounts them, reseeds the guest's randomness and sets its clock. See docs/design.md,
+// "microVMs".
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "isolation/uid_allocator.h"
+#include "runtime/backend.h"
+#include "runtime/vm/accel_probe.h"
+#include "runtime/vm/guest_image.h"
+
+namespace warren::runtime::vm {
+
+struct MicrovmOptions {
+  std::string qemu = "/usr/bin/qemu-system-x86_64";
+  std::string kernel;     // a vmlinuz; "" = the newest in /boot
+  std::string cache_dir;  // guest images and template snapshots
+  std::string agent_path;
+  std::string accel;      // "", "auto", "kvm" or "tcg"
+  std::string cgroup_parent;
+  bool snapshots = true;  // restore from templates; false: every sandbox boots cold
+};
+
+struct MicrovmBoot;  // one running QEMU and what it holds (microvm_backend.cc)
+
+class MicrovmBackend : public Backend {
+ public:
+  // Fails (with the reason) where microVMs cannot run: no QEMU, no guest kernel or modules.
+  static Result<std::unique_ptr<MicrovmBackend>> Start(const MicrovmOptions& opts, isolation::UidAllocator* uids);
+  ~MicrovmBackend() override;
+
+  std::string name() const override { return "microvm"; }
+  Result<std::unique_ptr<Instance>> Create(const SandboxConfig& config) override;
+  nlohmann::json Info() const;
+  const AccelChoice& accel() const { return accel_; }
+
+  // The guest RAM a sandbox with `memory_bytes` for its commands gets (kernel, agent, page
+  // cache need some on top), in MiB.
+  static uint64_t GuestRamMiB(uint64_t memory_bytes);
+
+ private:
+  struct Template;
+  MicrovmBackend(const MicrovmOptions& opts, isolation::UidAllocator* uids) : opts_(opts), uids_(uids) {}
+  Result<std::shared_ptr<Template>> TemplateFor(uint64_t ram_mib, int vcpus);
+  Status MakeTemplate(Template& t, uint64_t ram_mib, int vcpus);
+  Status LoadTemplate(Template& t, uint64_t ram_mib);
+  // How a QEMU starts: booting (anonymous RAM), booting a template (RAM in a memfd it shares
+  // with us) or restoring one (that memfd, sealed, mapped copy-on-write, plus the saved
+  // device state).
+  enum class Mode { kCold, kTemplate, kRestore };
+  std::vector<std::string> QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode) const;
+  struct LaunchSpec {
+    std::string name, cgroup_name;
+    uint64_t ram_mib = 0;
+    int vcpus = 1;
+    double cpus = 1;
+    Mode mode = Mode::kCold;
+    std::vector<int> layer_fds;
+    int state_fd = -1, ram_fd = -1, netns_fd = -1;
+  };
+  Result<std::unique_ptr<MicrovmBoot>> Launch(const LaunchSpec& spec);
+
+  MicrovmOptions opts_;
+  isolation::UidAllocator* uids_;
+  GuestImage guest_;
+  AccelChoice accel_;
+  std::string qemu_version_;
+  std::string placeholder_;  // a sparse file standing in for layer disks in templates
+  uint64_t tsc_khz_ = 0;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Template>> templates_;
+  // Figures for /v1/nodes.
+  std::atomic<uint64_t> restores_{0}, cold_boots_{0};
+};
+
+}  // namespace warren::runtime::vm

@@ -1,0 +1,143 @@
+#include "runtime/vm/qemu_process.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+
+#include "base/cleanup.h"
+#include "sys/clone3.h"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+namespace warren::runtime::vm {
+namespace {
+
+// Host directories QEMU has no business seeing (state of the node and of other users).
+constexpr const char* kHiddenDirs[] = {"/run", "/tmp", "/var", "/home", "/root", "/srv", "/mnt", "/media", "/boot"};
+
+// Child side: report the failing step and errno to the parent, then exit.
+[[noreturn]] void Fail(int report_fd, int step) {
+  int msg[2] = {step, errno};
+  (void)!write(report_fd, msg, sizeof msg);
+  _exit(126);
+}
+
+}  // namespace
+
+Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Status(pid_t)>& before_exec) {
+  if (l.uid == 0 || l.gid == 0) return Invalid("QEMU must not run as root", "qemu launch");
+  std::vector<std::string> argv_s = {l.binary};
+  argv_s.insert(argv_s.end(), l.args.begin(), l.args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::string path_env = "PATH=/usr/bin:/bin";
+  char* envp[] = {path_env.data(), nullptr};
+
+  int console[2], sync[2], report[2];
+  if (pipe2(console, O_CLOEXEC) != 0) return ErrnoStatus("pipe", "qemu console");
+  UniqueFd con_rd(console[0]), con_wr(console[1]);
+  if (pipe2(sync, O_CLOEXEC) != 0) return ErrnoStatus("pipe", "qemu sync");
+  UniqueFd sync_rd(sync[0]), sync_wr(sync[1]);
+  if (pipe2(report, O_CLOEXEC) != 0) return ErrnoStatus("pipe", "qemu report");
+  UniqueFd rep_rd(report[0]), rep_wr(report[1]);
+
+  int pidfd = -1;
+  sys::CloneArgs ca;
+  ca.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_PIDFD;
+  if (l.netns_fd < 0) ca.flags |= CLONE_NEWNET;
+  ca.pidfd = &pidfd;
+  if (l.cgroup_v2_fd >= 0) {
+    ca.flags |= CLONE_INTO_CGROUP;
+    ca.cgroup_fd = l.cgroup_v2_fd;
+  }
+  pid_t pid = sys::Clone3(ca);
+  if (pid == 0) {
+    const int rep = rep_wr.get();
+    // Move the passed fds above everything, then down to kFirstFd.. in order.
+    std::vector<int> high;
+    for (int fd : l.fds) {
+      int h = fcntl(fd, F_DUPFD_CLOEXEC, 64 + static_cast<int>(l.fds.size()) + 8);
+      if (h < 0) Fail(rep, 1);
+      high.push_back(h);
+    }
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(con_wr.get(), 1) < 0 || dup2(con_wr.get(), 2) < 0) Fail(rep, 2);
+    for (size_t i = 0; i < high.size(); ++i)
+      if (dup2(high[i], kFirstFd + static_cast<int>(i)) < 0) Fail(rep, 3);  // dup2 clears CLOEXEC
+    char go;
+    if (read(sync_rd.get(), &go, 1) != 1) _exit(125);  // the parent gave up
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) Fail(rep, 4);
+    for (const char* d : kHiddenDirs) {
+      struct stat sb;
+      if (lstat(d, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+      if (mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,mode=0755") != 0) Fail(rep, 5);
+    }
+    // A /proc of the new pid namespace: QEMU sees only itself (its fds stay reachable
+    // through /proc/self/fd, which is how it opens the kernel and initramfs).
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) Fail(rep, 6);
+    if (l.netns_fd >= 0 && setns(l.netns_fd, CLONE_NEWNET) != 0) Fail(rep, 7);
+    rlimit core{0, 0};
+    setrlimit(RLIMIT_CORE, &core);
+    if (setgroups(0, nullptr) != 0 || setresgid(l.gid, l.gid, l.gid) != 0 || setresuid(l.uid, l.uid, l.uid) != 0)
+      Fail(rep, 8);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(rep, 9);
+    syscall(SYS_close_range, static_cast<unsigned>(kFirstFd + l.fds.size()), ~0u, CLOSE_RANGE_CLOEXEC);
+    execve(l.binary.c_str(), argv.data(), envp);
+    Fail(rep, 10);
+  }
+  if (pid < 0) return ErrnoStatus("clone3", "qemu");
+  QemuProcess p;
+  p.pid = pid;
+  p.pidfd.Reset(pidfd);
+  Cleanup kill([&] { KillQemu(p); });
+  con_wr.Reset();
+  sync_rd.Reset();
+  rep_wr.Reset();
+  if (before_exec) WARREN_RETURN_IF_ERROR(before_exec(pid));
+  if (write(sync_wr.get(), "g", 1) != 1) return ErrnoStatus("release", "qemu child");
+  sync_wr.Reset();
+  // The report pipe closes on exec (CLOEXEC) or carries the failing step.
+  int msg[2];
+  ssize_t n;
+  do {
+    n = read(rep_rd.get(), msg, sizeof msg);
+  } while (n < 0 && errno == EINTR);
+  if (n == sizeof msg) {
+    static const char* kSteps[] = {"", "dup fds", "stdio", "place fds", "private mounts", "hide host dirs",
+                                   "mount proc", "enter network namespace", "drop to uid", "no_new_privs"};
+    std::string step = msg[0] > 0 && msg[0] < 10 ? kSteps[msg[0]] : "exec";
+    return ErrnoStatus("start qemu: " + step, l.binary, msg[1]);
+  }
+  p.console = std::move(con_rd);
+  kill.Cancel();
+  return p;
+}
+
+void KillQemu(QemuProcess& p) {
+  if (p.pid <= 0) return;
+  if (p.pidfd) syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGKILL, nullptr, 0);
+  siginfo_t info;
+  if (p.pidfd) {
+    while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(p.pidfd.get()), &info, WEXITED | __WALL) != 0 &&
+           errno == EINTR) {
+    }
+  }
+  p.pid = -1;
+  p.pidfd.Reset();
+}
+
+}  // namespace warren::runtime::vm

@@ -161,6 +161,10 @@ Status Agent::Setup() {
       if (s.is_string()) serials.push_back(s.get<std::string>());
     fds = WARREN_TRY(MountVmLayers(serials));
     commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(h.value("memory_bytes", uint64_t{0}), h.value("pids", uint64_t{0})));
+    if (h.contains("net") && h["net"].is_object()) {
+      const json& n = h["net"];
+      WARREN_RETURN_IF_ERROR(ConfigureVmNet(n.value("ip", ""), n.value("gateway", ""), n.value("mac", "")));
+    }
   }
   if (fds.size() != h.value("layers", 0u)) return Invalid("layer fd count mismatch", "agent");
   const json env = h.value("env", json::object());

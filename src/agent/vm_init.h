@@ -39,6 +39,10 @@ Result<std::vector<UniqueFd>> MountVmLayers(const std::vector<std::string>& seri
 // writing on its cgroup.procs (how commands move themselves in, as in a container).
 Result<UniqueFd> MakeVmCommandsCgroup(uint64_t memory_bytes, uint64_t pids);
 
+// The guest's NIC (eth0): its MAC, its /32 address, an on-link route to the gateway and the
+// default route through it. The node's firewall decides what any of it may reach.
+Status ConfigureVmNet(const std::string& ip, const std::string& gateway, const std::string& mac);
+
 // switch_root: the initramfs cannot be pivoted away from, so the new root is moved over it.
 Status SwitchRootInto(const std::string& new_root);
 

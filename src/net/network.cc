@@ -260,7 +260,7 @@ void Network::FillPool() {
   }
 }
 
-Result<Attachment> Network::Attach(const std::string& id, const Policy& policy) {
+Result<Attachment> Network::Attach(const std::string& id, const Policy& policy, bool keep_link) {
   const auto t0 = std::chrono::steady_clock::now();
   Pooled p;
   {
@@ -287,6 +287,7 @@ Result<Attachment> Network::Attach(const std::string& id, const Policy& policy) 
   sb->sysfs = std::move(p.sysfs);
   sb->ip = p.ip;
   sb->policy = policy;
+  sb->keep_link = keep_link;
   if (sb->ip) {
     sb->firewall = firewall_->AddSandboxAsync(sb->ip, policy);
   }
@@ -387,7 +388,7 @@ Status Network::SetPolicy(const std::string& id, const Policy& policy) {
   Status link;
   if (sb->ip) {
     // A failure here still lets the cuts below run: the firewall holds the new policy.
-    link = SetLink(netns.get(), policy.egress).Context(ctx);
+    if (!sb->keep_link) link = SetLink(netns.get(), policy.egress).Context(ctx);
     // Names resolved before stay reachable if the new policy still allows them.
     const int64_t now = NowMs();
     std::vector<std::pair<uint32_t, Resolved>> keep;

@@ -64,7 +64,10 @@ class Network {
   // A namespace for a new sandbox under `policy`; released by Detach (also on failure). Its
   // firewall chain is loaded in the background meanwhile (the sandbox runs nothing before
   // Ready, and without a chain every packet of it is refused anyway): Ready waits for it.
-  Result<Attachment> Attach(const std::string& id, const Policy& policy);
+  // `keep_link`: a microVM's namespace, whose eth0 is bridged to the VM's tap: its link stays
+  // up in mode none too (the firewall refuses with resets, so the guest fails fast; a down
+  // link would make it wait for timeouts instead).
+  Result<Attachment> Attach(const std::string& id, const Policy& policy, bool keep_link = false);
   Status Ready(const std::string& id);
   Status SetPolicy(const std::string& id, const Policy& policy);
   void Detach(const std::string& id);
@@ -99,6 +102,7 @@ class Network {
     UniqueFd netns;  // until Started, or while the node works in it
     UniqueFd sysfs;
     int pid = 0;     // its init, once started
+    bool keep_link = false;
     std::shared_future<Status> firewall;  // its chain being loaded (Attach)
     uint32_t ip = 0;
     Policy policy;

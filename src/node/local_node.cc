@@ -101,9 +101,6 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   runtime::Backend* backend = container_.get();
   if (spec.backend == "microvm") {
     backend = WARREN_TRY(Microvm());
-    if (spec.network.egress)
-      return Status(Code::kUnavailable, "create sandbox", spec.config.id,
-                    "egress for microVMs is not built yet (network none only)");
   } else if (spec.backend != "container") {
     return Status(Code::kInvalid, "create sandbox", spec.config.id,
                   "backend `" + spec.backend + "` is not available on this node (yet)");
@@ -129,9 +126,10 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
     if (net_) net_->Detach(cfg.id);
   });
   if (net_ && !cfg.fncall_runner) {
-    net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, spec.network));
+    net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, spec.network, spec.backend == "microvm"));
     cfg.netns_fd = a.netns_fd;
     cfg.sysfs_fd = a.sysfs_fd;
+    if (a.ip) cfg.net_ip = a.ip, cfg.net_gateway = net_->gateway();
     // The usual proxy variables, set whatever the mode: a sandbox switched to egress later
     // finds its proxy without a restart of anything; in mode none they fail fast.
     const std::string proxy = net_->proxy_url();
@@ -155,7 +153,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   if (net_) net_->Started(cfg.id, (*inst)->host_pid());
   SandboxRuntime rt{(*inst)->host_pid(), (*inst)->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, (*inst)->TakeControlSocket());
-  Register(cfg.id, std::move(*inst), std::move(conn), spec.backend == "microvm");
+  Register(cfg.id, std::move(*inst), std::move(conn), spec.backend == "microvm", cfg.net_ip != 0);
   return rt;
 }
 
@@ -172,8 +170,11 @@ void LocalNode::ConfigureEgress(const std::string& id) {
 
 Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
   auto e = WARREN_TRY(Find(id));
-  if (e->microvm && policy.egress)
-    return Status(Code::kUnavailable, "set network", id, "egress for microVMs is not built yet (network none only)");
+  // A microVM's NIC is bridged to its namespace's link when it is made; one made without
+  // egress has no link to bridge (and no hotplug on -M microvm).
+  if (e->microvm && policy.egress && !e->wired)
+    return Status(Code::kUnavailable, "set network", id,
+                  "this microVM was created with network none; create it with egress to change its allowlist later");
   if (!net_) {
     if (policy.egress) return Status(Code::kUnavailable, "set network", id, "no egress here: " + net_error_);
     return Status::Ok();
@@ -190,9 +191,10 @@ Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
 }
 
 void LocalNode::Register(const std::string& id, std::unique_ptr<runtime::Instance> inst,
-                         std::shared_ptr<AgentConn> conn, bool microvm) {
+                         std::shared_ptr<AgentConn> conn, bool microvm, bool wired) {
   auto entry = std::make_shared<Entry>();
   entry->microvm = microvm;
+  entry->wired = wired;
   entry->instance = std::move(inst);
   entry->conn = std::move(conn);
   {

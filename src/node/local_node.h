@@ -83,7 +83,8 @@ class LocalNode : public NodeApi {
     std::mutex mu;
     bool paused = false;
     bool egress_files_pending = false;
-    bool microvm = false;  // no NIC yet: egress cannot be switched on
+    bool microvm = false;
+    bool wired = false;  // has an egress link (a microVM without one cannot switch to egress)
   };
   LocalNode(const LocalNodeOptions& opts, image::LayerStore* store);
   Result<std::shared_ptr<Entry>> Find(const std::string& id);
@@ -94,7 +95,7 @@ class LocalNode : public NodeApi {
   void ConfigureEgress(const std::string& id);
   std::vector<std::pair<std::string, std::string>> EgressFiles() const;
   void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn,
-                bool microvm = false);
+                bool microvm = false, bool wired = false);
 
   LocalNodeOptions opts_;
   image::LayerStore* store_;

@@ -37,6 +37,9 @@ struct SandboxConfig {
   // one of its own with only lo (fncall runners; hosts without sandbox networking).
   int netns_fd = -1;
   int sysfs_fd = -1;  // with netns_fd: a detached sysfs of that namespace, for /sys
+  // microVMs: the sandbox's address and gateway (network byte order) when its namespace has an
+  // egress link (eth0) to bridge the VM's NIC to; 0: no link.
+  uint32_t net_ip = 0, net_gateway = 0;
   // Files the agent writes into the sandbox before it is ready: (path, content), mode 0644.
   std::vector<std::pair<std::string, std::string>> files;
 };

@@ -1,5 +1,6 @@
 #include "runtime/vm/microvm_backend.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -36,7 +37,11 @@ using nlohmann::json;
 // slots point at the placeholder. A sandbox with more layers boots cold.
 constexpr size_t kLayerSlots = 8;
 // Fixed fd numbers inside QEMU (see QemuArgs).
-constexpr int kAgentFd = 3, kQmpFd = 4, kKernelFd = 5, kInitrdFd = 6, kStateFd = 7, kRamFd = 8, kFirstLayerFd = 9;
+constexpr int kAgentFd = 3, kQmpFd = 4, kKernelFd = 5, kInitrdFd = 6, kStateFd = 7, kRamFd = 8, kTapFd = 9,
+              kFirstLayerFd = 10;
+// Every VM's NIC has this MAC in QEMU's arguments (a template's arguments must match its
+// restores'); the guest agent then sets the sandbox's own (GuestMac).
+constexpr const char* kTemplateMac = "52:54:00:00:00:01";
 constexpr int kColdBootTimeoutMs = 180000;  // TCG on a busy 2-core host
 constexpr int kSetupTimeoutMs = 60000;
 constexpr size_t kConsoleTail = 8192;
@@ -92,6 +97,21 @@ Status Restore(QmpClient& q) {
     usleep(2000);
   }
   return q.Execute("cont").status();
+}
+
+std::string Ip4(uint32_t be) {
+  char buf[INET_ADDRSTRLEN];
+  in_addr a{be};
+  return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "";
+}
+
+// The VM's own MAC, locally administered and unique on the node's bridge (from its address);
+// not the namespace's eth0 MAC, which that namespace's bridge would drop as its own.
+std::string GuestMac(uint32_t be_ip) {
+  const auto* b = reinterpret_cast<const uint8_t*>(&be_ip);
+  char buf[18];
+  snprintf(buf, sizeof buf, "02:57:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3]);
+  return buf;
 }
 
 std::string HexRandom(size_t n) {
@@ -236,7 +256,9 @@ std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, s
       "-chardev", "socket,id=qmp,fd=" + std::to_string(kQmpFd),
       "-mon", "chardev=qmp,mode=control",
       "-object", "rng-random,id=rng,filename=/dev/urandom",
-      "-device", "virtio-rng-device,rng=rng"});
+      "-device", "virtio-rng-device,rng=rng",
+      "-netdev", "tap,id=net0,fd=" + std::to_string(kTapFd),
+      "-device", std::string("virtio-net-device,netdev=net0,mac=") + kTemplateMac});
   for (size_t i = 0; i < slots; ++i) {
     const std::string n = std::to_string(i), set = std::to_string(i + 1);
     a.insert(a.end(), {"-add-fd", "fd=" + std::to_string(kFirstLayerFd + static_cast<int>(i)) + ",set=" + set,
@@ -283,7 +305,10 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   l.binary = opts_.qemu;
   l.args = QemuArgs(ram_mib, spec.vcpus, spec.layer_fds.size(), spec.mode);
   l.fds = {agent_qemu.get(), qmp_qemu.get(), kernel.get(), initrd.get(),
-           spec.state_fd >= 0 ? spec.state_fd : null_fd.get(), spec.ram_fd >= 0 ? spec.ram_fd : null_fd.get()};
+           spec.state_fd >= 0 ? spec.state_fd : null_fd.get(), spec.ram_fd >= 0 ? spec.ram_fd : null_fd.get(),
+           null_fd.get() /* the tap, made by the child */};
+  l.tap_fd = kTapFd;
+  l.bridge_eth0 = spec.bridge_eth0;
   l.fds.insert(l.fds.end(), spec.layer_fds.begin(), spec.layer_fds.end());
   l.uid = l.gid = uid;
   l.netns_fd = spec.netns_fd;
@@ -490,6 +515,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   ls.vcpus = vcpus;
   ls.cpus = cfg.cpus;
   ls.netns_fd = cfg.netns_fd;
+  ls.bridge_eth0 = cfg.net_ip != 0;
   if (tmpl) {
     UniqueFd ph(open(placeholder_.c_str(), O_RDONLY | O_CLOEXEC));
     if (!ph) return ErrnoStatus("open", placeholder_);
@@ -533,6 +559,9 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
                         {"now_ns", int64_t{now.tv_sec} * 1000000000 + now.tv_nsec},
                         {"env", json(cfg.env)}},
                        ""};
+  if (cfg.net_ip) {
+    setup.header["net"] = {{"ip", Ip4(cfg.net_ip)}, {"gateway", Ip4(cfg.net_gateway)}, {"mac", GuestMac(cfg.net_ip)}};
+  }
   WARREN_RETURN_IF_ERROR(agent::Send(boot->control.get(), setup).Context("setup " + cfg.id));
   auto reply = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), kSetupTimeoutMs);
   if (!reply.ok()) return reply.status().Context("create " + cfg.id + " (console: " + boot->ConsoleTail() + ")");

@@ -74,6 +74,7 @@ class MicrovmBackend : public Backend {
     Mode mode = Mode::kCold;
     std::vector<int> layer_fds;
     int state_fd = -1, ram_fd = -1, netns_fd = -1;
+    bool bridge_eth0 = false;
   };
   Result<std::unique_ptr<MicrovmBoot>> Launch(const LaunchSpec& spec);
 

@@ -4,7 +4,12 @@
 #include <grp.h>
 #include <sched.h>
 #include <signal.h>
+#include <linux/if_tun.h>
+#include <linux/sockios.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -33,6 +38,39 @@ constexpr const char* kHiddenDirs[] = {"/run", "/tmp", "/var", "/home", "/root",
   int msg[2] = {step, errno};
   (void)!write(report_fd, msg, sizeof msg);
   _exit(126);
+}
+
+bool SetUp(int sock, const char* name) {
+  ifreq ifr{};
+  strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
+  if (ioctl(sock, SIOCGIFFLAGS, &ifr) != 0) return false;
+  ifr.ifr_flags |= IFF_UP;
+  return ioctl(sock, SIOCSIFFLAGS, &ifr) == 0;
+}
+
+// In the child, in the sandbox's network namespace, still root: the VM's TAP (and bridge).
+// Plain ioctls: the child must not allocate or take locks after clone.
+int MakeTap(bool bridge_eth0) {
+  int tap = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+  if (tap < 0) return -1;
+  ifreq ifr{};
+  strncpy(ifr.ifr_name, "tap0", IFNAMSIZ - 1);
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+  if (ioctl(tap, TUNSETIFF, &ifr) != 0) return -1;
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0 || !SetUp(s, "tap0")) return -1;
+  if (bridge_eth0) {
+    if (ioctl(s, SIOCBRADDBR, "br0") != 0) return -1;
+    for (const char* port : {"eth0", "tap0"}) {
+      ifreq p{};
+      strncpy(p.ifr_name, "br0", IFNAMSIZ - 1);
+      p.ifr_ifindex = static_cast<int>(if_nametoindex(port));
+      if (p.ifr_ifindex == 0 || ioctl(s, SIOCBRADDIF, &p) != 0) return -1;
+    }
+    if (!SetUp(s, "br0")) return -1;
+  }
+  close(s);
+  return tap;
 }
 
 }  // namespace
@@ -90,6 +128,11 @@ Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Sta
     // through /proc/self/fd, which is how it opens the kernel and initramfs).
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) Fail(rep, 6);
     if (l.netns_fd >= 0 && setns(l.netns_fd, CLONE_NEWNET) != 0) Fail(rep, 7);
+    if (l.tap_fd >= 0) {
+      int tap = MakeTap(l.bridge_eth0);
+      if (tap < 0 || dup2(tap, l.tap_fd) < 0) Fail(rep, 10);
+      close(tap);
+    }
     rlimit core{0, 0};
     setrlimit(RLIMIT_CORE, &core);
     if (setgroups(0, nullptr) != 0 || setresgid(l.gid, l.gid, l.gid) != 0 || setresuid(l.uid, l.uid, l.uid) != 0)
@@ -97,7 +140,7 @@ Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Sta
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(rep, 9);
     syscall(SYS_close_range, static_cast<unsigned>(kFirstFd + l.fds.size()), ~0u, CLOSE_RANGE_CLOEXEC);
     execve(l.binary.c_str(), argv.data(), envp);
-    Fail(rep, 10);
+    Fail(rep, 11);
   }
   if (pid < 0) return ErrnoStatus("clone3", "qemu");
   QemuProcess p;
@@ -118,8 +161,9 @@ Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Sta
   } while (n < 0 && errno == EINTR);
   if (n == sizeof msg) {
     static const char* kSteps[] = {"", "dup fds", "stdio", "place fds", "private mounts", "hide host dirs",
-                                   "mount proc", "enter network namespace", "drop to uid", "no_new_privs"};
-    std::string step = msg[0] > 0 && msg[0] < 10 ? kSteps[msg[0]] : "exec";
+                                   "mount proc", "enter network namespace", "drop to uid", "no_new_privs",
+                                   "make the VM's tap device"};
+    std::string step = msg[0] > 0 && msg[0] < 11 ? kSteps[msg[0]] : "exec";
     return ErrnoStatus("start qemu: " + step, l.binary, msg[1]);
   }
   p.console = std::move(con_rd);

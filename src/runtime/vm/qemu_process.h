@@ -28,6 +28,11 @@ struct QemuLaunch {
   uint32_t uid = 0, gid = 0;  // must be non-zero
   int netns_fd = -1;          // -1: a new network namespace with nothing in it
   int cgroup_v2_fd = -1;      // CLONE_INTO_CGROUP, when the host has cgroup2
+  // >= 0: the child makes a TAP device `tap0` in its network namespace (where the VM's NIC
+  // goes) and puts its fd at this number; with bridge_eth0, also a bridge joining it to the
+  // namespace's eth0 (the sandbox's link to the node's bridge).
+  int tap_fd = -1;
+  bool bridge_eth0 = false;
 };
 
 inline constexpr int kFirstFd = 3;

@@ -310,6 +310,31 @@ def test_stage_change_closes_the_network_within_a_second(server, runner, sandbox
     assert probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""") == "ok:ping"
 
 
+def test_microvm_egress_follows_the_same_policy(server, runner, sandboxes, upstream):
+    """A microVM's NIC is bridged into its sandbox's namespace: the same firewall, resolver and
+    proxy decide what it reaches, and a stage change refuses new connections at once."""
+    sb = server.client().create({"image": runner, "backend": "microvm", "network": {
+        "mode": "egress", "allow": [f"pkg.test:{ECHO_PORT}/tcp", f"pkg.test:{HTTP_PORT}/tcp"]}})
+    sandboxes.append(sb.id)
+    out = probe(sb, f"""
+        import urllib.request
+        print(json.dumps({{
+            "by_name": tcp("pkg.test", {ECHO_PORT}), "other_name": name("other.test"),
+            "other_host": tcp("{UP3}", {ECHO_PORT}), "other_port": tcp("{UP2}", 22),
+            "proxy": urllib.request.urlopen("http://pkg.test/hello.txt", timeout=20).read().decode(),
+        }}))""")
+    assert out["by_name"] == "ok:ping", out
+    assert out["other_name"] == "gaierror", out
+    assert out["other_host"].startswith("ConnectionRefusedError"), out
+    assert out["other_port"].startswith("ConnectionRefusedError"), out
+    assert out["proxy"] == "hello from upstream\n", out
+    sb.set_network(None)
+    out = probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""")
+    assert out.startswith("ConnectionRefusedError") and float(out.split(":")[2]) < 1.0, out
+    sb.set_network([f"{UP2}:{ECHO_PORT}/tcp"])
+    assert probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""") == "ok:ping"
+
+
 def test_none_sandbox_can_be_opened_later(server, runner, sandboxes, upstream):
     sb = make(server, runner, sandboxes)
     assert probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""").startswith("OSError:101")

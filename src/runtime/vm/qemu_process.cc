@@ -104,20 +104,26 @@ Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Sta
   }
   pid_t pid = sys::Clone3(ca);
   if (pid == 0) {
-    const int rep = rep_wr.get();
-    // Move the passed fds above everything, then down to kFirstFd.. in order.
+    // Every fd the child still uses goes above the range the passed fds are placed in first,
+    // so placing them cannot clobber one (the parent's numbers are arbitrary).
+    const int floor = kFirstFd + static_cast<int>(l.fds.size()) + 8;
+    const int rep = fcntl(rep_wr.get(), F_DUPFD_CLOEXEC, floor);
+    const int sync_fd = fcntl(sync_rd.get(), F_DUPFD_CLOEXEC, floor);
+    const int con = fcntl(con_wr.get(), F_DUPFD_CLOEXEC, floor);
+    const int netns = l.netns_fd >= 0 ? fcntl(l.netns_fd, F_DUPFD_CLOEXEC, floor) : -1;
+    if (rep < 0 || sync_fd < 0 || con < 0 || (l.netns_fd >= 0 && netns < 0)) _exit(124);
     std::vector<int> high;
     for (int fd : l.fds) {
-      int h = fcntl(fd, F_DUPFD_CLOEXEC, 64 + static_cast<int>(l.fds.size()) + 8);
+      int h = fcntl(fd, F_DUPFD_CLOEXEC, floor);
       if (h < 0) Fail(rep, 1);
       high.push_back(h);
     }
     int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (null < 0 || dup2(null, 0) < 0 || dup2(con_wr.get(), 1) < 0 || dup2(con_wr.get(), 2) < 0) Fail(rep, 2);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(con, 1) < 0 || dup2(con, 2) < 0) Fail(rep, 2);
     for (size_t i = 0; i < high.size(); ++i)
       if (dup2(high[i], kFirstFd + static_cast<int>(i)) < 0) Fail(rep, 3);  // dup2 clears CLOEXEC
     char go;
-    if (read(sync_rd.get(), &go, 1) != 1) _exit(125);  // the parent gave up
+    if (read(sync_fd, &go, 1) != 1) _exit(125);  // the parent gave up
     if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) Fail(rep, 4);
     for (const char* d : kHiddenDirs) {
       struct stat sb;
@@ -127,7 +133,7 @@ Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Sta
     // A /proc of the new pid namespace: QEMU sees only itself (its fds stay reachable
     // through /proc/self/fd, which is how it opens the kernel and initramfs).
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) Fail(rep, 6);
-    if (l.netns_fd >= 0 && setns(l.netns_fd, CLONE_NEWNET) != 0) Fail(rep, 7);
+    if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) Fail(rep, 7);
     if (l.tap_fd >= 0) {
       int tap = MakeTap(l.bridge_eth0);
       if (tap < 0 || dup2(tap, l.tap_fd) < 0) Fail(rep, 10);

@@ -1,0 +1,134 @@
+// Unit tests of the microvm backend's pieces that need no QEMU: the guest module order, the
+// agent frame relay over a byte stream, the accelerator choice.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "agent/frame_relay.h"
+#include "agent/protocol.h"
+#include "base/unique_fd.h"
+#include "runtime/vm/accel_probe.h"
+#include "runtime/vm/guest_image.h"
+
+namespace warren {
+namespace {
+
+using runtime::vm::ModuleLoadOrder;
+
+constexpr const char* kDep =
+    "kernel/drivers/virtio/virtio_ring.ko:\n"
+    "kernel/drivers/virtio/virtio.ko: kernel/drivers/virtio/virtio_ring.ko\n"
+    "kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko\n"
+    "kernel/drivers/char/hw_random/virtio-rng.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko\n"
+    "kernel/fs/erofs/erofs.ko: kernel/lib/libcrc32c.ko\n"
+    "kernel/lib/libcrc32c.ko:\n";
+constexpr const char* kBuiltin = "kernel/lib/lz4/lz4_decompress.ko\nkernel/fs/overlayfs/overlay.ko\n";
+
+TEST(GuestModules, DependenciesComeFirstAndOnce) {
+  auto order = ModuleLoadOrder({"virtio_blk", "virtio-rng", "erofs"}, kDep, kBuiltin);
+  ASSERT_TRUE(order.ok()) << order.status().ToString();
+  std::vector<std::string> want = {"kernel/drivers/virtio/virtio_ring.ko", "kernel/drivers/virtio/virtio.ko",
+                                   "kernel/drivers/block/virtio_blk.ko",
+                                   "kernel/drivers/char/hw_random/virtio-rng.ko", "kernel/lib/libcrc32c.ko",
+                                   "kernel/fs/erofs/erofs.ko"};
+  EXPECT_EQ(*order, want);
+}
+
+TEST(GuestModules, BuiltinOnesAreSkippedAndUnknownOnesNamed) {
+  auto order = ModuleLoadOrder({"overlay"}, kDep, kBuiltin);
+  ASSERT_TRUE(order.ok());
+  EXPECT_TRUE(order->empty());
+  auto missing = ModuleLoadOrder({"virtio_net"}, kDep, kBuiltin);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_NE(missing.status().ToString().find("virtio_net"), std::string::npos);
+}
+
+// A relay between a packet socket pair and a stream socket pair, as the node and guest run it.
+struct RelayRig {
+  UniqueFd packet_user, packet_relay, stream_user, stream_relay;
+  std::thread thread;
+  Status result;
+  RelayRig() {
+    int p[2], s[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, p), 0);
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, s), 0);
+    packet_user.Reset(p[0]), packet_relay.Reset(p[1]), stream_user.Reset(s[0]), stream_relay.Reset(s[1]);
+    thread = std::thread([this] { result = agent::RelayFrames(stream_relay.get(), packet_relay.get()); });
+  }
+  std::string ReadStream(size_t n) {
+    std::string out;
+    while (out.size() < n) {
+      char buf[65536];
+      ssize_t r = read(stream_user.get(), buf, std::min(sizeof buf, n - out.size()));
+      if (r <= 0) break;
+      out.append(buf, static_cast<size_t>(r));
+    }
+    return out;
+  }
+  ~RelayRig() {
+    stream_user.Reset();
+    packet_user.Reset();
+    if (thread.joinable()) thread.join();
+  }
+};
+
+TEST(FrameRelay, PacketsBecomeFramesAndBack) {
+  RelayRig rig;
+  agent::Message big{{{"t", "out"}, {"id", "ex-1"}}, std::string(agent::kMaxPayload, 'x')};
+  ASSERT_TRUE(agent::Send(rig.packet_user.get(), agent::Message{{{"t", "hello"}}, ""}).ok());
+  ASSERT_TRUE(agent::Send(rig.packet_user.get(), big).ok());
+  const std::string a = agent::FrameForStream(agent::Encode(agent::Message{{{"t", "hello"}}, ""}));
+  const std::string b = agent::FrameForStream(agent::Encode(big));
+  EXPECT_EQ(rig.ReadStream(a.size() + b.size()), a + b);
+
+  // The other way, written one byte at a time: message boundaries come back whole.
+  const std::string wire = agent::FrameForStream(agent::Encode(agent::Message{{{"t", "setup"}}, "abc"})) +
+                           agent::FrameForStream(agent::Encode(big));
+  std::thread writer([&] {
+    for (char c : wire) ASSERT_EQ(write(rig.stream_user.get(), &c, 1), 1);
+  });
+  auto m1 = agent::Recv(rig.packet_user.get());
+  auto m2 = agent::Recv(rig.packet_user.get());
+  writer.join();
+  ASSERT_TRUE(m1.ok() && m2.ok());
+  EXPECT_EQ(m1->header["t"], "setup");
+  EXPECT_EQ(m1->payload, "abc");
+  EXPECT_EQ(m2->payload, big.payload);
+}
+
+TEST(FrameRelay, OversizedFrameIsAnErrorNotAnAllocation) {
+  RelayRig rig;
+  const char huge[4] = {'\xff', '\xff', '\xff', '\x7f'};  // ~2 GiB announced
+  ASSERT_EQ(write(rig.stream_user.get(), huge, 4), 4);
+  rig.thread.join();
+  EXPECT_FALSE(rig.result.ok());
+  EXPECT_NE(rig.result.ToString().find("agent stream"), std::string::npos);
+}
+
+TEST(FrameRelay, EndsCleanlyWhenTheStreamCloses) {
+  RelayRig rig;
+  rig.stream_user.Reset();
+  rig.thread.join();
+  EXPECT_TRUE(rig.result.ok()) << rig.result.ToString();
+  // Its owner then closes the packet end (the node's thread, the guest's relay process), and
+  // the agent connection sees the end.
+  rig.packet_relay.Reset();
+  EXPECT_FALSE(agent::Recv(rig.packet_user.get()).ok());
+}
+
+TEST(AccelProbe, ForcedTcgAndAProbedChoiceWithAReason) {
+  auto forced = runtime::vm::ChooseAccel("tcg");
+  EXPECT_EQ(forced.accel, "tcg");
+  auto probed = runtime::vm::ChooseAccel("");
+  EXPECT_TRUE(probed.accel == "kvm" || probed.accel == "tcg");
+  EXPECT_FALSE(probed.reason.empty());
+  if (probed.accel == "kvm") {
+    EXPECT_GE(probed.kvm_loop_ms, 0);
+  }
+}
+
+}  // namespace
+}  // namespace warren

@@ -110,6 +110,8 @@ def main():
     spec = {"image": "b:1", "backend": "microvm", "memory_mb": 256}
     out = {}
     proc = None
+    for sub in ("a", "b"):
+        os.makedirs(os.path.join(tmp, sub))
     try:
         proc, port, token = start_server(os.path.join(tmp, "a"), ["--vm-cache", vmcache, "--net-subnet", SUBNET])
         build_image(port, token, tmp)

@@ -132,6 +132,31 @@ def judge_with_calls(client, image):
     return ok
 
 
+def microvm_stage(client, args):
+    """Two rollouts again as microVMs: the same layers and API, each behind a kernel of its own,
+    restored from a template VM (the first one of a node boots and saves the template)."""
+    node = client.nodes()[0]
+    vm = node.get("microvm") or {}
+    if "microvm" not in node.get("backends", []):
+        print(f"\nmicroVMs: not available on this node ({vm.get('error', 'unknown reason')})")
+        return True
+    print(f"\nmicroVM backend (QEMU -M microvm, {vm.get('accel')}; {vm.get('accel_probe')}):")
+    ok = True
+    for name in ("correct", "gives-up"):
+        t0 = time.monotonic()
+        with client.sandbox(image=args.base, workspace=args.workspace, tools=[args.tool], backend="microvm",
+                            memory_mb=512, labels={"demo": "microvm"}) as sb:
+            created = time.monotonic() - t0
+            sb.write_file("/work/repo/textstats/solution.py", CANDIDATES[name])
+            kernel = sb.run("uname -r").stdout.strip()
+            r = sb.run(["/opt/tools/grader/bin/grade", "/work/repo"], timeout=120)
+            grade = json.loads(r.stdout.strip().splitlines()[-1]) if r.exit_code == 0 else {}
+            print(f"  {name:<15} {grade.get('passed', 0)}/{grade.get('total', 0)} tests on guest kernel {kernel}; "
+                  f"created in {created:.2f}s, tests ran in {time.monotonic() - t0 - created:.1f}s")
+            ok &= (grade.get("passed") == grade.get("total")) == (name == "correct")
+    return ok
+
+
 def egress_bytes(client):
     """warren_egress_bytes_total by source, from /metrics."""
     req = urllib.request.Request(client.url + "/metrics", headers={"Authorization": "Bearer " + client.token})
@@ -226,6 +251,7 @@ def main():
     # The same candidates judged by the fncall backend: no sandbox of their own, each test case
     # run in a fresh isolated worker of a runner made from the same Debian base.
     judged = judge_with_calls(client, args.base)
+    judged &= microvm_stage(client, args)
     if not args.no_network:
         network_stages(client, args.base)
     right = all(r["reward"] == 1.0 for r in results if r["candidate"] == "correct")

@@ -211,6 +211,25 @@ Status ConfigureVmNet(const std::string& ip, const std::string& gateway, const s
   return Status::Ok();
 }
 
+Status MountVmProcAndDev(const std::string& root) {
+  const std::string proc = root + "/proc", dev = root + "/dev";
+  if (mount("proc", proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    return ErrnoStatus("mount proc", proc);
+  if (mount("devtmpfs", dev.c_str(), "devtmpfs", MS_NOSUID, "mode=0755") != 0)
+    return ErrnoStatus("mount devtmpfs", dev);
+  for (const char* d : {"/pts", "/shm"}) mkdir((dev + d).c_str(), 0755);
+  if (mount("devpts", (dev + "/pts").c_str(), "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") != 0)
+    return ErrnoStatus("mount devpts", dev + "/pts");
+  if (mount("shm", (dev + "/shm").c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0)
+    return ErrnoStatus("mount shm", dev + "/shm");
+  unlink((dev + "/ptmx").c_str());
+  if (symlink("pts/ptmx", (dev + "/ptmx").c_str()) != 0) return ErrnoStatus("symlink", dev + "/ptmx");
+  for (auto [target, name] : {std::pair{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
+                              {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}})
+    (void)symlink(target, (dev + "/" + name).c_str());
+  return Status::Ok();
+}
+
 Status SwitchRootInto(const std::string& new_root) {
   if (chdir(new_root.c_str()) != 0) return ErrnoStatus("chdir", new_root);
   if (mount(".", "/", nullptr, MS_MOVE, nullptr) != 0) return ErrnoStatus("move root", new_root);

@@ -43,6 +43,9 @@ Result<UniqueFd> MakeVmCommandsCgroup(uint64_t memory_bytes, uint64_t pids);
 // default route through it. The node's firewall decides what any of it may reach.
 Status ConfigureVmNet(const std::string& ip, const std::string& gateway, const std::string& mac);
 
+// /proc, and /dev as devtmpfs with devpts and a /dev/shm, under `root`.
+Status MountVmProcAndDev(const std::string& root);
+
 // switch_root: the initramfs cannot be pivoted away from, so the new root is moved over it.
 Status SwitchRootInto(const std::string& new_root);
 

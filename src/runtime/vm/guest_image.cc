@@ -196,6 +196,7 @@ Result<GuestImage> PrepareGuestImage(const std::string& cache_dir, const std::st
     return Invalid("guest kernel must be named vmlinuz-<release> (its modules are found by release)", vmlinuz);
   GuestImage g;
   g.release = base.substr(8);
+  g.bzimage_path = vmlinuz;
   const std::string mod_dir = modules_root + "/" + g.release;
   if (mkdir(cache_dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", cache_dir);
 

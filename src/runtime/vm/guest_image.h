@@ -17,6 +17,7 @@ namespace warren::runtime::vm {
 struct GuestImage {
   std::string release;         // kernel release, e.g. 6.1.0-56-amd64
   std::string kernel_path;     // uncompressed vmlinux
+  std::string bzimage_path;    // the compressed original
   std::string initramfs_path;  // newc cpio, uncompressed
   std::string digest;          // of both: what a saved template VM depends on
 };

@@ -246,8 +246,12 @@ std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, s
       "-m", ram, "-smp", std::to_string(vcpus),
       "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
       "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-      "-kernel", "/proc/self/fd/" + std::to_string(kKernelFd),
-      "-initrd", "/proc/self/fd/" + std::to_string(kInitrdFd),
+      "-kernel", "/proc/self/fd/" + std::to_string(kKernelFd)});
+  // A restored VM never reads its kernel or initramfs again (its RAM is the template's): it
+  // gets the small compressed kernel, only so QEMU can set the machine up, and no initramfs.
+  if (mode != Mode::kRestore)
+    a.insert(a.end(), {"-initrd", "/proc/self/fd/" + std::to_string(kInitrdFd)});
+  a.insert(a.end(), {
       "-append", append,
       "-serial", "stdio",
       "-device", "virtio-serial-device,max_ports=2",
@@ -294,8 +298,9 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
     return ErrnoStatus("socketpair", "agent packets");
   boot->control.Reset(packet_sv[0]);
   UniqueFd packet_relay(packet_sv[1]);
-  UniqueFd kernel(open(guest_.kernel_path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!kernel) return ErrnoStatus("open", guest_.kernel_path);
+  const std::string& kernel_path = spec.mode == Mode::kRestore ? guest_.bzimage_path : guest_.kernel_path;
+  UniqueFd kernel(open(kernel_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!kernel) return ErrnoStatus("open", kernel_path);
   UniqueFd initrd(open(guest_.initramfs_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!initrd) return ErrnoStatus("open", guest_.initramfs_path);
   // Unused fixed slots get /dev/null, so the numbering never shifts.
@@ -526,7 +531,9 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
     ls.ram_fd = tmpl->ram.get();
   }
   ls.layer_fds = fds;
+  const int64_t t0 = NowMs();
   auto boot = WARREN_TRY(Launch(ls));
+  const int64_t t_launched = NowMs();
   owned.clear();
   state.Reset();
   if (tmpl) {
@@ -562,6 +569,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   if (cfg.net_ip) {
     setup.header["net"] = {{"ip", Ip4(cfg.net_ip)}, {"gateway", Ip4(cfg.net_gateway)}, {"mac", GuestMac(cfg.net_ip)}};
   }
+  const int64_t t_running = NowMs();
   WARREN_RETURN_IF_ERROR(agent::Send(boot->control.get(), setup).Context("setup " + cfg.id));
   auto reply = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), kSetupTimeoutMs);
   if (!reply.ok()) return reply.status().Context("create " + cfg.id + " (console: " + boot->ConsoleTail() + ")");
@@ -569,6 +577,9 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   if (t == "setup_failed")
     return Internal("create sandbox", cfg.id, "guest agent setup failed: " + reply->header.value("error", ""));
   if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
+  spdlog::info("microvm {}: QEMU started in {} ms, guest {} in {} ms, agent setup {} ms {}", cfg.id, t_launched - t0,
+               tmpl ? "restored" : "booted", t_running - t_launched, NowMs() - t_running,
+               reply->header.value("setup_ms", json::object()).dump());
 
   const int pid = boot->qemu.pid;
   const uint32_t uid = boot->slot.range().host_base;

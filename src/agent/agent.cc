@@ -123,6 +123,10 @@ class Agent {
  public:
   int landlock_abi_ = 0;
   json setup_ms_ = json::object();
+  // A microVM's agent: where the guest's relay connects each session with a host.
+  void SetListener(UniqueFd l) {
+    if (l) listen_ = std::move(l);
+  }
 };
 
 std::string ErrText(const char* op, const std::string& obj, int err) {
@@ -712,18 +716,20 @@ int Agent::Serve() {
 }  // namespace
 
 int RunVm() {
-  Status st = VmInit();
+  UniqueFd listener;
+  Status st = VmInit(&listener);
   if (!st.ok()) {
     fprintf(stderr, "warren-agent: %s\n", st.ToString().c_str());
     return 1;
   }
-  return Run();
+  return Run(std::move(listener));
 }
 
-int Run() {
+int Run(UniqueFd listener) {
   close(kSelfMemfd);
   signal(SIGPIPE, SIG_IGN);
   Agent agent;
+  agent.SetListener(std::move(listener));
   Status st = agent.Setup();
   if (!st.ok()) {
     (void)Send(kControlFd, Message{{{"t", "setup_failed"}, {"error", st.ToString()}}, ""});

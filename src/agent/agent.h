@@ -7,12 +7,14 @@
 // host secret.
 #pragma once
 
+#include "base/unique_fd.h"
+
 namespace warren::agent {
 
 inline constexpr int kControlFd = 3;
 inline constexpr int kSelfMemfd = 5;  // the memfd we were executed from; closed at start
 
-int Run();
+int Run(UniqueFd listener = {});
 // PID 1 of a microVM (the kernel ran us as /init): see agent/vm_init.h, then Run().
 int RunVm();
 

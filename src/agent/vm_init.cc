@@ -10,7 +10,9 @@
 #include <net/route.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -80,7 +82,62 @@ Result<std::string> FindAgentPort() {
 
 }  // namespace
 
-Status VmInit() {
+namespace {
+
+constexpr const char* kAgentSocket = "/run/warren-agent.sock";
+
+Status WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, 100);
+      continue;
+    }
+    if (n < 0) return ErrnoStatus("write", "agent port");
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::Ok();
+}
+
+// The relay process. A session is one connection to the agent; a node that adopts this VM
+// after a restart starts a new one (the agent then waits for its `resume`).
+[[noreturn]] void RelayLoop(const std::string& port, UniqueFd first) {
+  UniqueFd stream(open(port.c_str(), O_RDWR | O_CLOEXEC));
+  if (!stream) _exit(1);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, kAgentSocket, sizeof addr.sun_path - 1);
+  UniqueFd pkt = std::move(first);
+  std::string initial;
+  for (;;) {
+    RelayOptions o;
+    o.watch_adopt = true;
+    o.stream_reconnects = true;
+    o.initial = std::move(initial);
+    std::string leftover;
+    o.leftover = &leftover;
+    Status st = RelayFrames(stream.get(), pkt.get(), o);
+    if (!IsAdoptRestart(st)) {
+      if (!st.ok()) fprintf(stderr, "warren-agent relay: %s\n", st.ToString().c_str());
+      _exit(st.ok() ? 0 : 1);
+    }
+    pkt.Reset();  // the agent sees the old session end
+    for (int tries = 0; !pkt && tries < 500; ++tries) {
+      pkt.Reset(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+      if (connect(pkt.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        pkt.Reset();
+        usleep(10000);
+      }
+    }
+    if (!pkt || !WriteAll(stream.get(), kSyncFrame).ok()) _exit(1);
+    initial = std::move(leftover);
+  }
+}
+
+}  // namespace
+
+Status VmInit(UniqueFd* listener) {
   for (const char* d : {"/proc", "/sys", "/dev", "/run"}) mkdir(d, 0755);
   if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
     return ErrnoStatus("mount proc", "/proc");
@@ -90,23 +147,41 @@ Status VmInit() {
     return ErrnoStatus("mount devtmpfs", "/dev");
   WARREN_RETURN_IF_ERROR(LoadModules());
   const std::string port = WARREN_TRY(FindAgentPort());
-  UniqueFd stream(open(port.c_str(), O_RDWR | O_CLOEXEC));
-  if (!stream) return ErrnoStatus("open", port);
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-    return ErrnoStatus("socketpair", "agent channel");
-  UniqueFd mine(sv[0]), relay_end(sv[1]);
+  // In the initramfs, which the sandbox's root hides after setup. Every fd here lives above
+  // kControlFd, which the agent's connection takes.
+  auto high = [](int fd) {
+    if (fd < 0) return fd;
+    int h = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    close(fd);
+    return h;
+  };
+  UniqueFd l(high(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)));
+  if (!l) return ErrnoStatus("socket", kAgentSocket);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, kAgentSocket, sizeof addr.sun_path - 1);
+  unlink(kAgentSocket);
+  if (bind(l.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(l.get(), 4) != 0)
+    return ErrnoStatus("bind", kAgentSocket);
+  // The first session: the relay's end connected now, the agent's accepted below.
+  UniqueFd first(high(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)));
+  if (!first || connect(first.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return ErrnoStatus("connect", kAgentSocket);
+  int c = high(accept4(l.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (c < 0) return ErrnoStatus("accept", kAgentSocket);
   pid_t pid = fork();
   if (pid < 0) return ErrnoStatus("fork", "agent relay");
   if (pid == 0) {
-    mine.Reset();
-    Status st = RelayFrames(stream.get(), relay_end.get());
-    if (!st.ok()) fprintf(stderr, "warren-agent relay: %s\n", st.ToString().c_str());
-    _exit(st.ok() ? 0 : 1);
+    l.Reset();
+    close(c);
+    RelayLoop(port, std::move(first));
   }
-  stream.Reset();
-  relay_end.Reset();
-  if (dup2(mine.get(), kControlFd) < 0) return ErrnoStatus("dup2", "agent channel");
+  first.Reset();
+  if (c != kControlFd) {
+    if (dup2(c, kControlFd) < 0) return ErrnoStatus("dup2", "agent channel");
+    close(c);
+  }
+  *listener = std::move(l);
   return Send(kControlFd, Message{{{"t", "hello"}}, ""});
 }
 

@@ -5,7 +5,10 @@
 // kernel modules a sandbox needs (virtio transport, block and console, EROFS, overlayfs) and
 // their load order. VmInit mounts /proc, /sys and /dev, loads the modules, finds the
 // virtio-serial port named kAgentPortName and relays the agent protocol between it and the
-// usual SOCK_SEQPACKET control socket on kControlFd (see agent/frame_relay.h). It then says
+// usual SOCK_SEQPACKET control socket on kControlFd (see agent/frame_relay.h): one session per
+// connection of the host side, each a fresh connection to the agent's listener, so a node
+// that restarted is reconnected as in a container (the agent keeps its commands running and
+// resends what the new node lacks). It then says
 // `hello` and returns: the agent's Setup waits for the node's setup message from here on, and
 // this is also where a template VM is snapshotted, so every restored VM resumes right there.
 #pragma once
@@ -23,7 +26,9 @@ inline constexpr const char* kModuleOrderFile = "/lib/modules/warren.order";
 // Where the guest mounts cgroup2 for its commands' cgroup (inside the initramfs).
 inline constexpr const char* kVmCgroupDir = "/run/warren-cgroup";
 
-Status VmInit();
+// On success fd kControlFd is the first session's connection and *listener the socket later
+// sessions (a host that came back after the node restarted) connect through.
+Status VmInit(UniqueFd* listener);
 
 // In the guest, after a template restore: folds the node's fresh randomness into the kernel's
 // pool and reseeds it (every VM restored from one template would otherwise share the

@@ -463,6 +463,7 @@ Status Network::Adopt(const std::string& id, int pid) {
   if (!j.is_object()) return Invalid("bad network record", id);
   auto sb = std::make_unique<Sandbox>();
   sb->policy = WARREN_TRY(ParsePolicy(j.value("mode", "none"), j.value("allow", std::vector<std::string>{})));
+  sb->keep_link = j.value("keep_link", false);
   sb->ip = j.value("ip", 0u);
   sb->pid = pid;
   WARREN_RETURN_IF_ERROR(OpenNetns(*sb).status().Context("adopt network of " + id));
@@ -481,7 +482,8 @@ Status Network::Adopt(const std::string& id, int pid) {
 
 void Network::SaveRecord(const std::string& id, const Sandbox& sb) {
   if (opts_.state_dir.empty()) return;
-  nlohmann::json j = {{"ip", sb.ip}, {"mode", sb.policy.egress ? "egress" : "none"}, {"allow", sb.policy.Texts()}};
+  nlohmann::json j = {{"ip", sb.ip}, {"mode", sb.policy.egress ? "egress" : "none"}, {"allow", sb.policy.Texts()},
+                      {"keep_link", sb.keep_link}};
   const std::string path = opts_.state_dir + "/" + id + ".json", tmp = path + ".tmp", s = j.dump();
   UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!f || write(f.get(), s.data(), s.size()) != static_cast<ssize_t>(s.size()) || rename(tmp.c_str(), path.c_str()) != 0)

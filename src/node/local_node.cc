@@ -209,7 +209,21 @@ Status LocalNode::AdoptSandbox(const std::string& id) {
     std::lock_guard lock(mu_);
     if (sandboxes_.count(id)) return Status(Code::kConflict, "adopt", id, "already running here");
   }
-  auto inst = WARREN_TRY(container_->Adopt(id));
+  // A microVM leaves a record of its own; waiting for the backend's start is fine here (it
+  // runs once, at the daemon's start).
+  bool microvm = false, wired = false;
+  std::unique_ptr<runtime::Instance> inst;
+  {
+    std::unique_lock lock(vm_mu_);
+    vm_cv_.wait(lock, [this] { return vm_done_; });
+  }
+  if (microvm_ && microvm_->Owns(id)) {
+    microvm = true;
+    if (auto rec = microvm_->ReadRecord(id); rec.ok()) wired = rec->value("wired", false);
+    inst = WARREN_TRY(microvm_->Adopt(id));
+  } else {
+    inst = WARREN_TRY(container_->Adopt(id));
+  }
   if (net_) {
     // A sandbox made without a node namespace (fncall runners) has no network record.
     Status st = net_->Adopt(id, inst->host_pid());
@@ -222,7 +236,7 @@ Status LocalNode::AdoptSandbox(const std::string& id) {
     for (auto& l : ExecSpill::LoadDir(SpillDir(id)))
       recs.push_back(ExecRecord::Restore(std::move(l), id, conn->budget()));
   conn->AdoptExecs(std::move(recs));
-  Register(id, std::move(inst), conn);
+  Register(id, std::move(inst), conn, microvm, wired);
   // The agent answers with what it still has: output we lack, exits we missed.
   Status st = conn->Resume();
   if (!st.ok()) {

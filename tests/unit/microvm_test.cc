@@ -119,6 +119,41 @@ TEST(FrameRelay, EndsCleanlyWhenTheStreamCloses) {
   EXPECT_FALSE(agent::Recv(rig.packet_user.get()).ok());
 }
 
+TEST(FrameRelay, ASyncBetweenFramesIsANoOp) {
+  RelayRig rig;
+  const std::string wire = std::string(agent::kSyncFrame) +
+                           agent::FrameForStream(agent::Encode(agent::Message{{{"t", "a"}}, ""})) +
+                           std::string(agent::kSyncFrame) +
+                           agent::FrameForStream(agent::Encode(agent::Message{{{"t", "b"}}, ""}));
+  ASSERT_EQ(write(rig.stream_user.get(), wire.data(), wire.size()), static_cast<ssize_t>(wire.size()));
+  auto a = agent::Recv(rig.packet_user.get());
+  auto b = agent::Recv(rig.packet_user.get());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->header["t"], "a");
+  EXPECT_EQ(b->header["t"], "b");
+}
+
+TEST(FrameRelay, AwaitSyncSkipsWhatAnEarlierSessionLeft) {
+  int s[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, s), 0);
+  UniqueFd a(s[0]), b(s[1]);
+  // Half a frame of the old session, the sync split across two writes, then a new frame.
+  const std::string frame = agent::FrameForStream(agent::Encode(agent::Message{{{"t", "resumed"}}, ""}));
+  const std::string sync(agent::kSyncFrame);
+  std::string first = frame.substr(3) + sync.substr(0, 7), second = sync.substr(7) + frame;
+  ASSERT_EQ(write(b.get(), first.data(), first.size()), static_cast<ssize_t>(first.size()));
+  std::thread later([&] {
+    usleep(20000);
+    ASSERT_EQ(write(b.get(), second.data(), second.size()), static_cast<ssize_t>(second.size()));
+  });
+  auto rest = agent::AwaitSync(a.get(), -1, 5000);
+  later.join();
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  // What followed the sync (possibly only part of it yet) starts the new frame.
+  EXPECT_EQ(frame.compare(0, rest->size(), *rest), 0);
+  EXPECT_FALSE(rest->empty());
+}
+
 TEST(AccelProbe, ForcedTcgAndAProbedChoiceWithAReason) {
   auto forced = runtime::vm::ChooseAccel("tcg");
   EXPECT_EQ(forced.accel, "tcg");

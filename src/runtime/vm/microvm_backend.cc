@@ -7,6 +7,8 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -99,6 +101,32 @@ Status Restore(QmpClient& q) {
   return q.Execute("cont").status();
 }
 
+Result<sockaddr_un> UnixAddr(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return Invalid("socket path too long", path);
+  memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+Result<UniqueFd> ListenUnix(const std::string& path) {
+  sockaddr_un addr = WARREN_TRY(UnixAddr(path));
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return ErrnoStatus("socket", path);
+  unlink(path.c_str());
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd.get(), 2) != 0)
+    return ErrnoStatus("listen", path);
+  return fd;
+}
+
+Result<UniqueFd> ConnectUnix(const std::string& path) {
+  sockaddr_un addr = WARREN_TRY(UnixAddr(path));
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return ErrnoStatus("socket", path);
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return ErrnoStatus("connect", path);
+  return fd;
+}
+
 std::string Ip4(uint32_t be) {
   char buf[INET_ADDRSTRLEN];
   in_addr a{be};
@@ -136,6 +164,8 @@ struct MicrovmBoot {
   std::thread relay;
   std::mutex console_mu;
   std::string console;  // the guest console's last kConsoleTail bytes
+  std::string run_base;  // RUN_DIR/<name>: .agent and .qmp sockets QEMU listens on
+  std::string record;    // RUN_DIR/<id>.vm.json, once the sandbox is running
 
   std::string ConsoleTail() {
     std::lock_guard lock(console_mu);
@@ -149,6 +179,11 @@ struct MicrovmBoot {
     }
     if (relay.joinable()) relay.join();
     (void)cgroup.Destroy();
+    if (!run_base.empty()) {
+      unlink((run_base + ".agent").c_str());
+      unlink((run_base + ".qmp").c_str());
+    }
+    if (!record.empty()) unlink(record.c_str());
   }
   ~MicrovmBoot() { Shutdown(); }
 };
@@ -255,9 +290,9 @@ std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, s
       "-append", append,
       "-serial", "stdio",
       "-device", "virtio-serial-device,max_ports=2",
-      "-chardev", "socket,id=agent,fd=" + std::to_string(kAgentFd),
+      "-chardev", "socket,id=agent,server=on,wait=off,fd=" + std::to_string(kAgentFd),
       "-device", std::string("virtserialport,chardev=agent,name=") + agent::kAgentPortName,
-      "-chardev", "socket,id=qmp,fd=" + std::to_string(kQmpFd),
+      "-chardev", "socket,id=qmp,server=on,wait=off,fd=" + std::to_string(kQmpFd),
       "-mon", "chardev=qmp,mode=control",
       "-object", "rng-random,id=rng,filename=/dev/urandom",
       "-device", "virtio-rng-device,rng=rng",
@@ -289,15 +324,12 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   limits.cpus = spec.cpus;
   boot->cgroup = WARREN_TRY(isolation::Cgroup::Create(opts_.cgroup_parent, spec.cgroup_name, limits));
 
-  int agent_sv[2], qmp_sv[2], packet_sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent_sv) != 0) return ErrnoStatus("socketpair", "agent stream");
-  UniqueFd agent_host(agent_sv[0]), agent_qemu(agent_sv[1]);
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qmp_sv) != 0) return ErrnoStatus("socketpair", "qmp");
-  UniqueFd qmp_host(qmp_sv[0]), qmp_qemu(qmp_sv[1]);
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, packet_sv) != 0)
-    return ErrnoStatus("socketpair", "agent packets");
-  boot->control.Reset(packet_sv[0]);
-  UniqueFd packet_relay(packet_sv[1]);
+  // QEMU listens for the agent channel and its monitor on sockets in our run directory, so a
+  // node that restarted connects again (Adopt).
+  boot->run_base = RunDir() + "/" + spec.cgroup_name;
+  if (mkdir(RunDir().c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", RunDir());
+  UniqueFd agent_listen = WARREN_TRY(ListenUnix(boot->run_base + ".agent"));
+  UniqueFd qmp_listen = WARREN_TRY(ListenUnix(boot->run_base + ".qmp"));
   const std::string& kernel_path = spec.mode == Mode::kRestore ? guest_.bzimage_path : guest_.kernel_path;
   UniqueFd kernel(open(kernel_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!kernel) return ErrnoStatus("open", kernel_path);
@@ -309,7 +341,7 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   QemuLaunch l;
   l.binary = opts_.qemu;
   l.args = QemuArgs(ram_mib, spec.vcpus, spec.layer_fds.size(), spec.mode);
-  l.fds = {agent_qemu.get(), qmp_qemu.get(), kernel.get(), initrd.get(),
+  l.fds = {agent_listen.get(), qmp_listen.get(), kernel.get(), initrd.get(),
            spec.state_fd >= 0 ? spec.state_fd : null_fd.get(), spec.ram_fd >= 0 ? spec.ram_fd : null_fd.get(),
            null_fd.get() /* the tap, made by the child */};
   l.tap_fd = kTapFd;
@@ -326,25 +358,92 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   isolation::Cgroup* cg = &boot->cgroup;
   boot->qemu = WARREN_TRY(SpawnJailedQemu(l, [cg](pid_t pid) { return cg->AttachV1(pid); }));
   boot->cgroup.CloseCloneFd();
+  agent_listen.Reset();
+  qmp_listen.Reset();
+  WARREN_RETURN_IF_ERROR(Connect(*boot, /*adopting=*/false).Context("start microvm " + name));
+  return boot;
+}
 
+std::string MicrovmBackend::RunDir() const { return "/run/warren/" + opts_.cgroup_parent; }
+
+Status MicrovmBackend::Connect(MicrovmBoot& boot, bool adopting) {
+  UniqueFd agent = WARREN_TRY(ConnectUnix(boot.run_base + ".agent"));
+  UniqueFd qmp = WARREN_TRY(ConnectUnix(boot.run_base + ".qmp"));
+  int packet_sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, packet_sv) != 0)
+    return ErrnoStatus("socketpair", "agent packets");
+  boot.control.Reset(packet_sv[0]);
+  UniqueFd packet_relay(packet_sv[1]);
   // The relay thread: agent frames between QEMU's chardev and our packet socket, and the
-  // console drained into a bounded tail (the guest may write to it without end).
-  boot->stop.Reset(eventfd(0, EFD_CLOEXEC));
-  if (!boot->stop) return ErrnoStatus("eventfd", name);
-  MicrovmBoot* raw = boot.get();
-  boot->relay = std::thread([raw, stream = std::move(agent_host), packets = std::move(packet_relay),
-                             console = raw->qemu.console.get()]() mutable {
-    Status st = agent::RelayFrames(stream.get(), packets.get(), raw->stop.get(), console, [raw](std::string_view s) {
+  // console drained into a bounded tail (the guest may write to it without end). Every
+  // session starts with a sync each way; a node adopting a running VM skips whatever half
+  // frame the old session left in the stream up to the guest's sync.
+  boot.stop.Reset(eventfd(0, EFD_CLOEXEC));
+  if (!boot.stop) return ErrnoStatus("eventfd", "microvm relay");
+  MicrovmBoot* raw = &boot;
+  boot.relay = std::thread([raw, adopting, stream = std::move(agent), packets = std::move(packet_relay)]() mutable {
+    agent::RelayOptions o;
+    o.stop_fd = raw->stop.get();
+    o.drain_fd = raw->qemu.console.get();
+    o.on_drain = [raw](std::string_view s) {
       std::lock_guard lock(raw->console_mu);
       raw->console.append(s);
       if (raw->console.size() > kConsoleTail) raw->console.erase(0, raw->console.size() - kConsoleTail);
-    });
+    };
+    const std::string_view first = adopting ? agent::kAdoptFrame : agent::kSyncFrame;
+    Status st = send(stream.get(), first.data(), first.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(first.size())
+                    ? Status::Ok()
+                    : ErrnoStatus("send", "agent stream");
+    if (st.ok() && adopting) {
+      auto rest = agent::AwaitSync(stream.get(), raw->stop.get(), 30000);
+      if (rest.ok()) o.initial = std::move(*rest);
+      else st = rest.status();
+    }
+    if (st.ok()) st = agent::RelayFrames(stream.get(), packets.get(), o);
     if (!st.ok()) spdlog::warn("microvm agent relay: {}", st.ToString());
   });
-  boot->qmp = std::make_unique<QmpClient>(std::move(qmp_host));
-  Status st = boot->qmp->Handshake(30000);
-  if (!st.ok()) return st.Context("start microvm " + name + " (console: " + boot->ConsoleTail() + ")");
-  return boot;
+  boot.qmp = std::make_unique<QmpClient>(std::move(qmp));
+  Status st = boot.qmp->Handshake(30000);
+  if (!st.ok()) return st.Context("console: " + boot.ConsoleTail());
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Instance>> MicrovmBackend::Adopt(const std::string& id) {
+  auto rec = WARREN_TRY(ReadRecord(id));
+  auto boot = std::make_unique<MicrovmBoot>();
+  boot->run_base = RunDir() + "/" + id;
+  const int pid = rec.value("pid", 0);
+  const uint32_t slot = rec.value("slot", 0u);
+  boot->cgroup = WARREN_TRY(isolation::Cgroup::Open(opts_.cgroup_parent, id));
+  // The pidfd first, then the check that it is the sandbox's QEMU: a recycled pid is never
+  // signalled.
+  UniqueFd pidfd(pid > 0 ? static_cast<int>(syscall(SYS_pidfd_open, pid, 0)) : -1);
+  if (!pidfd) return Status(Code::kNotFound, "adopt microvm", id, "its QEMU is gone");
+  if (!boot->cgroup.Holds(pid))
+    return Status(Code::kNotFound, "adopt microvm", id, "pid " + std::to_string(pid) + " is not its QEMU");
+  boot->qemu.pid = pid;
+  boot->qemu.pidfd = std::move(pidfd);
+  boot->qemu.adopted = true;
+  if (!uids_->Claim(slot)) return Status(Code::kConflict, "adopt microvm", id, "uid slot in use");
+  boot->slot = isolation::UidSlot(uids_, slot);
+  WARREN_RETURN_IF_ERROR(Connect(*boot, /*adopting=*/true).Context("adopt microvm " + id));
+  boot->record = RunDir() + "/" + id + ".vm.json";
+  const uint32_t uid = boot->slot.range().host_base;
+  UniqueFd control = std::move(boot->control);
+  isolation::Cgroup* cg = &boot->cgroup;
+  return std::unique_ptr<Instance>(std::make_unique<MicrovmInstance>(
+      std::move(boot), pid, uid, std::move(control), [cg](bool frozen) { return cg->Freeze(frozen); }));
+}
+
+bool MicrovmBackend::Owns(const std::string& id) const { return access((RunDir() + "/" + id + ".vm.json").c_str(), F_OK) == 0; }
+
+Result<json> MicrovmBackend::ReadRecord(const std::string& id) const {
+  const std::string path = RunDir() + "/" + id + ".vm.json";
+  std::ifstream f(path);
+  if (!f) return NotFound("microvm record", path);
+  json j = json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Invalid("malformed microvm record", path);
+  return j;
 }
 
 Result<std::shared_ptr<MicrovmBackend::Template>> MicrovmBackend::TemplateFor(uint64_t ram_mib, int vcpus) {
@@ -583,6 +682,16 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
 
   const int pid = boot->qemu.pid;
   const uint32_t uid = boot->slot.range().host_base;
+  // What a restarted node needs to take this VM over (Adopt).
+  {
+    const std::string path = RunDir() + "/" + cfg.id + ".vm.json", tmp = path + ".tmp";
+    const std::string doc = json{{"id", cfg.id}, {"pid", pid}, {"slot", boot->slot.slot()}, {"wired", cfg.net_ip != 0}}.dump();
+    UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!f || write(f.get(), doc.data(), doc.size()) != static_cast<ssize_t>(doc.size()) ||
+        rename(tmp.c_str(), path.c_str()) != 0)
+      return ErrnoStatus("write", path);
+    boot->record = path;
+  }
   UniqueFd control = std::move(boot->control);
   isolation::Cgroup* cg = &boot->cgroup;
   return std::unique_ptr<Instance>(std::make_unique<MicrovmInstance>(

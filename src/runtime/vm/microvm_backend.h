@@ -48,6 +48,12 @@ class MicrovmBackend : public Backend {
 
   std::string name() const override { return "microvm"; }
   Result<std::unique_ptr<Instance>> Create(const SandboxConfig& config) override;
+  // Takes over a microVM a previous run of this daemon made: its QEMU kept running, and
+  // listens for the agent channel and monitor at the same sockets.
+  Result<std::unique_ptr<Instance>> Adopt(const std::string& id) override;
+  // Whether `id` is a microVM of this node (it has a record in the run directory).
+  bool Owns(const std::string& id) const;
+  Result<nlohmann::json> ReadRecord(const std::string& id) const;
   nlohmann::json Info() const;
   const AccelChoice& accel() const { return accel_; }
 
@@ -77,6 +83,9 @@ class MicrovmBackend : public Backend {
     bool bridge_eth0 = false;
   };
   Result<std::unique_ptr<MicrovmBoot>> Launch(const LaunchSpec& spec);
+  // Connects to a launched (or adopted) QEMU's agent channel and monitor, and starts the relay.
+  Status Connect(MicrovmBoot& boot, bool adopting);
+  std::string RunDir() const;
 
   MicrovmOptions opts_;
   isolation::UidAllocator* uids_;

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -181,7 +182,12 @@ void KillQemu(QemuProcess& p) {
   if (p.pid <= 0) return;
   if (p.pidfd) syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGKILL, nullptr, 0);
   siginfo_t info;
-  if (p.pidfd) {
+  if (p.pidfd && p.adopted) {
+    // Not our child: its pidfd turns readable when it has exited.
+    pollfd w{p.pidfd.get(), POLLIN, 0};
+    while (poll(&w, 1, 10000) < 0 && errno == EINTR) {
+    }
+  } else if (p.pidfd) {
     while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(p.pidfd.get()), &info, WEXITED | __WALL) != 0 &&
            errno == EINTR) {
     }

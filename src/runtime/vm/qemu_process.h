@@ -41,6 +41,7 @@ struct QemuProcess {
   pid_t pid = -1;
   UniqueFd pidfd;
   UniqueFd console;  // read end of QEMU's stdout+stderr (the guest's serial console)
+  bool adopted = false;  // started by an earlier run of the node: not our child
 };
 
 // Clones the jailed child and returns once it is ready to exec; `before_exec` runs in the

@@ -63,10 +63,33 @@ def cgroup_dirs(srv: Server, sid: str) -> list:
 
 
 def test_kill9_during_a_long_exec_loses_nothing(daemon):
-    srv = daemon
-    r = srv.http("POST", "/v1/sandboxes", {"image": IMG})
+    _kill9_during_a_long_exec(daemon, {"image": IMG})
+
+
+def test_kill9_microvm_is_taken_over(daemon):
+    """A microVM's QEMU keeps running while no daemon is there; the next one adopts it (same
+    QEMU, no reboot), resyncs the agent's stream and gets every byte of a running exec."""
+    spec = {"image": IMG, "backend": "microvm", "memory_mb": 256}
+    qemu = _kill9_during_a_long_exec(daemon, spec, check_qemu=True)
+    assert qemu["before"] == qemu["after"], qemu
+
+
+def _qemu_of(srv, sid):
+    parent = "warren-" + hashlib.sha256(os.path.realpath(srv.data_dir).encode()).hexdigest()[:8]
+    for root in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        p = os.path.join(root, parent, sid, "cgroup.procs")
+        if os.path.exists(p):
+            with open(p) as f:
+                pids = f.read().split()
+            return [(pid, open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]) for pid in pids]
+    return None
+
+
+def _kill9_during_a_long_exec(srv, spec, check_qemu=False):
+    r = srv.http("POST", "/v1/sandboxes", spec)
     assert r.status == 201, r
     sid = r.json["id"]
+    qemu = {"before": _qemu_of(srv, sid) if check_qemu else None}
     done = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "echo state > /root/f; echo finished"})
     assert done.status == 200 and done.json["stdout"] == "finished\n", done
     # A long exec with steady output: the daemon dies in the middle of it.
@@ -77,6 +100,8 @@ def test_kill9_during_a_long_exec_loses_nothing(daemon):
     long_id = r.json["exec_id"]
     time.sleep(1.1)
     kill9_and_restart(srv)
+    if check_qemu:
+        qemu["after"] = _qemu_of(srv, sid)
 
     sb = srv.http("GET", f"/v1/sandboxes/{sid}")
     assert sb.status == 200 and sb.json["state"] == "running", sb
@@ -100,6 +125,7 @@ def test_kill9_during_a_long_exec_loses_nothing(daemon):
     assert srv.http("DELETE", f"/v1/sandboxes/{sid}").status == 204
     assert cgroup_dirs(srv, sid) == []
     assert not os.path.exists(os.path.join(srv.data_dir, "execs", sid))
+    return qemu
 
 
 def test_output_written_while_the_daemon_is_down_arrives(daemon):

@@ -26,6 +26,7 @@
 #include "sys/clone3.h"
 #include "sys/fd_passing.h"
 #include "sys/mount_api.h"
+#include "sys/unix_socket.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -64,14 +65,6 @@ void KillAndWait(int pidfd) {
 // it again: /run/warren/<cgroup parent>/<id>.{sock,json}. /run is right: a reboot ends the
 // sandboxes too.
 std::string RunDir(const std::string& cgroup_parent) { return "/run/warren/" + cgroup_parent; }
-
-Result<sockaddr_un> UnixAddr(const std::string& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return Invalid("socket path too long", path);
-  memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  return addr;
-}
 
 class ContainerInstance : public Instance {
  public:
@@ -313,7 +306,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   UniqueFd listener(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!listener) return ErrnoStatus("socket", cfg.id);
   const std::string sock_path = run_base + ".sock";
-  sockaddr_un addr = WARREN_TRY(UnixAddr(sock_path));
+  sockaddr_un addr = WARREN_TRY(sys::UnixAddr(sock_path));
   unlink(sock_path.c_str());
   if (bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener.get(), 4) != 0)
     return ErrnoStatus("bind agent socket", sock_path);
@@ -393,7 +386,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id)
   UniqueFd sock(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!sock) return ErrnoStatus("socket", id);
   const std::string sock_path = run_base + ".sock";
-  sockaddr_un addr = WARREN_TRY(UnixAddr(sock_path));
+  sockaddr_un addr = WARREN_TRY(sys::UnixAddr(sock_path));
   if (connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return ErrnoStatus("connect to agent", sock_path);
   return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd), std::move(cgroup),

@@ -29,6 +29,7 @@
 #include "isolation/cgroup.h"
 #include "runtime/vm/qemu_process.h"
 #include "runtime/vm/qmp_client.h"
+#include "sys/unix_socket.h"
 
 namespace warren::runtime::vm {
 namespace {
@@ -99,32 +100,6 @@ Status Restore(QmpClient& q) {
     usleep(2000);
   }
   return q.Execute("cont").status();
-}
-
-Result<sockaddr_un> UnixAddr(const std::string& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return Invalid("socket path too long", path);
-  memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  return addr;
-}
-
-Result<UniqueFd> ListenUnix(const std::string& path) {
-  sockaddr_un addr = WARREN_TRY(UnixAddr(path));
-  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return ErrnoStatus("socket", path);
-  unlink(path.c_str());
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd.get(), 2) != 0)
-    return ErrnoStatus("listen", path);
-  return fd;
-}
-
-Result<UniqueFd> ConnectUnix(const std::string& path) {
-  sockaddr_un addr = WARREN_TRY(UnixAddr(path));
-  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return ErrnoStatus("socket", path);
-  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return ErrnoStatus("connect", path);
-  return fd;
 }
 
 std::string Ip4(uint32_t be) {
@@ -328,8 +303,8 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   // node that restarted connects again (Adopt).
   boot->run_base = RunDir() + "/" + spec.cgroup_name;
   if (mkdir(RunDir().c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", RunDir());
-  UniqueFd agent_listen = WARREN_TRY(ListenUnix(boot->run_base + ".agent"));
-  UniqueFd qmp_listen = WARREN_TRY(ListenUnix(boot->run_base + ".qmp"));
+  UniqueFd agent_listen = WARREN_TRY(sys::ListenUnix(boot->run_base + ".agent", SOCK_STREAM, 2));
+  UniqueFd qmp_listen = WARREN_TRY(sys::ListenUnix(boot->run_base + ".qmp", SOCK_STREAM, 2));
   const std::string& kernel_path = spec.mode == Mode::kRestore ? guest_.bzimage_path : guest_.kernel_path;
   UniqueFd kernel(open(kernel_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!kernel) return ErrnoStatus("open", kernel_path);
@@ -367,8 +342,8 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
 std::string MicrovmBackend::RunDir() const { return "/run/warren/" + opts_.cgroup_parent; }
 
 Status MicrovmBackend::Connect(MicrovmBoot& boot, bool adopting) {
-  UniqueFd agent = WARREN_TRY(ConnectUnix(boot.run_base + ".agent"));
-  UniqueFd qmp = WARREN_TRY(ConnectUnix(boot.run_base + ".qmp"));
+  UniqueFd agent = WARREN_TRY(sys::ConnectUnix(boot.run_base + ".agent", SOCK_STREAM));
+  UniqueFd qmp = WARREN_TRY(sys::ConnectUnix(boot.run_base + ".qmp", SOCK_STREAM));
   int packet_sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, packet_sv) != 0)
     return ErrnoStatus("socketpair", "agent packets");

@@ -27,6 +27,7 @@
 #include "agent/agent.h"
 #include "agent/frame_relay.h"
 #include "agent/protocol.h"
+#include "isolation/net_loopback.h"
 #include "sys/mount_api.h"
 
 namespace warren::agent {
@@ -146,6 +147,10 @@ Status VmInit(UniqueFd* listener) {
   if (mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755") != 0)
     return ErrnoStatus("mount devtmpfs", "/dev");
   WARREN_RETURN_IF_ERROR(LoadModules());
+  // Work that is the same for every sandbox is done here, before `hello`: a template VM is
+  // saved after it, so restored VMs start with it done (under TCG each step costs ms).
+  WARREN_RETURN_IF_ERROR(PrepareVmCommandsCgroup());
+  WARREN_RETURN_IF_ERROR(isolation::BringUpLoopback());
   const std::string port = WARREN_TRY(FindAgentPort());
   // In the initramfs, which the sandbox's root hides after setup. Every fd here lives above
   // kControlFd, which the agent's connection takes.
@@ -231,7 +236,7 @@ Result<std::vector<UniqueFd>> MountVmLayers(const std::vector<std::string>& seri
   return out;
 }
 
-Result<UniqueFd> MakeVmCommandsCgroup(uint64_t memory_bytes, uint64_t pids) {
+Status PrepareVmCommandsCgroup() {
   const std::string root = kVmCgroupDir;
   mkdir(root.c_str(), 0755);
   if (mount("cgroup2", root.c_str(), "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
@@ -239,6 +244,12 @@ Result<UniqueFd> MakeVmCommandsCgroup(uint64_t memory_bytes, uint64_t pids) {
   WARREN_RETURN_IF_ERROR(WriteSmall(root + "/cgroup.subtree_control", "+memory +pids"));
   const std::string cg = root + "/commands";
   if (mkdir(cg.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", cg);
+  return Status::Ok();
+}
+
+Result<UniqueFd> MakeVmCommandsCgroup(uint64_t memory_bytes, uint64_t pids) {
+  const std::string cg = std::string(kVmCgroupDir) + "/commands";
+  if (access(cg.c_str(), F_OK) != 0) WARREN_RETURN_IF_ERROR(PrepareVmCommandsCgroup());
   if (memory_bytes) WARREN_RETURN_IF_ERROR(WriteSmall(cg + "/memory.max", std::to_string(memory_bytes)));
   if (pids) WARREN_RETURN_IF_ERROR(WriteSmall(cg + "/pids.max", std::to_string(pids)));
   UniqueFd procs(open((cg + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));

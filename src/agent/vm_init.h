@@ -40,6 +40,9 @@ Status VmReseed(const std::string& seed_hex, int64_t now_ns);
 // VM's kernel probed the template's placeholder disks.
 Result<std::vector<UniqueFd>> MountVmLayers(const std::vector<std::string>& serials);
 
+// Mounts cgroup2 and makes the (limitless) commands group: done before `hello`.
+Status PrepareVmCommandsCgroup();
+
 // A cgroup for the commands with the sandbox's memory and pids limits; returns an fd open for
 // writing on its cgroup.procs (how commands move themselves in, as in a container).
 Result<UniqueFd> MakeVmCommandsCgroup(uint64_t memory_bytes, uint64_t pids);

@@ -632,7 +632,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
                         {"layer_serials", serials},
                         {"memory_bytes", cfg.memory_bytes},
                         {"pids", cfg.pids},
-                        {"loopback", true},
+                        {"loopback", false},  // up since the guest's init (vm_init.cc)
                         {"files", files},
                         {"nofile", cfg.open_files},
                         {"landlock", false},

@@ -260,8 +260,10 @@ int LocalNode::ReapUnadopted() {
     for (auto& [id, e] : sandboxes_) keep.insert(id);
   }
   int n = isolation::ReapStaleCgroups(opts_.cgroup_parent, keep);
-  // Their leftovers: agent sockets and runtime files, exec spills.
-  for (const std::string& dir : {std::string("/run/warren/") + opts_.cgroup_parent, opts_.spill_dir}) {
+  // Their leftovers: agent sockets and runtime files, network records, exec spills.
+  const std::string net_dir = opts_.net.state_dir.empty() ? "/run/warren/" + opts_.cgroup_parent + "-net"
+                                                          : opts_.net.state_dir;
+  for (const std::string& dir : {std::string("/run/warren/") + opts_.cgroup_parent, net_dir, opts_.spill_dir}) {
     if (dir.empty()) continue;
     if (DIR* d = opendir(dir.c_str())) {
       std::vector<std::string> names;

@@ -197,6 +197,10 @@ def test_a_sandbox_that_died_while_the_daemon_was_down_is_failed(daemon):
     doc = srv.http("GET", f"/v1/sandboxes/{dead}").json
     assert doc["state"] == "failed" and "restarted" in doc["error"]["message"], doc
     assert cgroup_dirs(srv, dead) == []
+    # ... and nothing of it is left in the run directories (sockets, network record).
+    left = [os.path.join(d, n) for d in (f"/run/warren/{parent}", f"/run/warren/{parent}-net")
+            if os.path.isdir(d) for n in os.listdir(d) if n.startswith(dead)]
+    assert left == [], left
     assert srv.http("DELETE", f"/v1/sandboxes/{dead}").status == 204
 
 

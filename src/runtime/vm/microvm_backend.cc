@@ -325,7 +325,7 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   l.uid = l.gid = uid;
   l.netns_fd = spec.netns_fd;
   l.cgroup_v2_fd = boot->cgroup.v2_fd();
-  {
+  if (spdlog::should_log(spdlog::level::debug)) {  // not built on every create otherwise
     std::string joined;
     for (const auto& a : l.args) joined += " " + a;
     spdlog::debug("microvm {}: qemu{}", name, joined);

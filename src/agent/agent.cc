@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -14,6 +15,7 @@
 
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -123,6 +125,9 @@ class Agent {
  public:
   int landlock_abi_ = 0;
   json setup_ms_ = json::object();
+  bool full_os_ = false;  // backend vm: Setup prepared the image's own init to take over
+  // Backend vm, in the service systemd started: the rest of the setup PID 1 left us.
+  Status SetupService(const json& h);
   // A microVM's agent: where the guest's relay connects each session with a host.
   void SetListener(UniqueFd l) {
     if (l) listen_ = std::move(l);
@@ -157,6 +162,7 @@ Status Agent::Setup() {
     fds.pop_back();
   }
   const bool vm = h.value("vm", false);
+  full_os_ = vm && h.value("full_os", false);
   int64_t mark = NowMs();
   // Where setup's time goes (reported with `ready`; under TCG every first use of a kernel path
   // is translated, so this is what a microVM's create waits for).
@@ -175,7 +181,9 @@ Status Agent::Setup() {
       if (s.is_string()) serials.push_back(s.get<std::string>());
     fds = WARREN_TRY(MountVmLayers(serials));
     lap("layers");
-    commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(h.value("memory_bytes", uint64_t{0}), h.value("pids", uint64_t{0})));
+    // (In a full OS the limits set here stay; the service's agent opens the group again
+    // where systemd mounts the hierarchy.)
+    commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(kInitCgroupDir, h.value("memory_bytes", uint64_t{0}), h.value("pids", uint64_t{0})));
     lap("cgroup");
     if (h.contains("net") && h["net"].is_object()) {
       const json& n = h["net"];
@@ -210,7 +218,14 @@ Status Agent::Setup() {
     WARREN_RETURN_IF_ERROR(isolation::MountProc(root));
     WARREN_RETURN_IF_ERROR(isolation::MountMinimalDev(root));
   }
-  WARREN_RETURN_IF_ERROR(isolation::MountSys(root, sysfs.get()));
+  if (full_os_) {
+    // Its init and udev write to /sys.
+    const std::string sys = root + "/sys";
+    if (mount("sysfs", sys.c_str(), "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+      return ErrnoStatus("mount sysfs", sys);
+  } else {
+    WARREN_RETURN_IF_ERROR(isolation::MountSys(root, sysfs.get()));
+  }
   lap("proc_dev_sys");
   WARREN_RETURN_IF_ERROR(vm ? SwitchRootInto(root) : isolation::PivotInto(root));
   lap("pivot");
@@ -234,6 +249,22 @@ Status Agent::Setup() {
       return ErrnoStatus("write", path);
   }
   nofile_ = h.value("nofile", uint64_t{4096});
+  if (full_os_) {
+    // The rest is the service's (SetupService), after the image's init has started it. A
+    // full OS is not sealed like a container: its root may use setuid programs, ptrace and
+    // mount, as on any machine; the VM is the boundary.
+    lap("files");
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    json doc = {{"env", env},
+                {"hostname", hostname},
+                {"nofile", nofile_},
+                {"memory_bytes", h.value("memory_bytes", uint64_t{0})},
+                {"pids", h.value("pids", uint64_t{0})},
+                {"setup_ms", setup_ms_},
+                {"handover_ms", int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000}};
+    return InstallVmAgentService(doc.dump());
+  }
   if (FILE* f = fopen("/proc/self/oom_score_adj", "re")) {
     if (fscanf(f, "%d", &oom_score_adj_) != 1) oom_score_adj_ = 0;
     fclose(f);
@@ -717,15 +748,62 @@ int Agent::Serve() {
 
 int RunVm() {
   UniqueFd listener;
-  Status st = VmInit(&listener);
+  pid_t relay = 0;
+  Status st = VmInit(&listener, &relay);
   if (!st.ok()) {
     fprintf(stderr, "warren-agent: %s\n", st.ToString().c_str());
     return 1;
   }
-  return Run(std::move(listener));
+  return Run(std::move(listener), relay);
 }
 
-int Run(UniqueFd listener) {
+Status Agent::SetupService(const json& h) {
+  const json env = h.value("env", json::object());  // (a temporary would not outlive the loop)
+  for (auto& [k, v] : env.items())
+    if (v.is_string()) base_env_.push_back(k + "=" + v.get<std::string>());
+  nofile_ = h.value("nofile", uint64_t{4096});
+  setup_ms_ = h.value("setup_ms", json::object());
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  // From PID 1's exec of the image's init to this service running.
+  setup_ms_["init"] = int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000 - h.value("handover_ms", int64_t{0});
+  commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(kSystemCgroupDir, h.value("memory_bytes", uint64_t{0}), h.value("pids", uint64_t{0})));
+  // Set again: the image's init may have set its own from /etc/hostname.
+  const std::string hostname = h.value("hostname", "sandbox");
+  if (sethostname(hostname.data(), hostname.size()) != 0) return ErrnoStatus("sethostname", hostname);
+  if (FILE* f = fopen("/proc/self/oom_score_adj", "re")) {
+    if (fscanf(f, "%d", &oom_score_adj_) != 1) oom_score_adj_ = 0;
+    fclose(f);
+  }
+  return Status::Ok();
+}
+
+int RunVmService(const char* setup_path) {
+  signal(SIGPIPE, SIG_IGN);
+  std::ifstream f(setup_path);
+  json doc = json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) {
+    fprintf(stderr, "warren-agent: unreadable setup %s\n", setup_path);
+    return 1;
+  }
+  UniqueFd listener;
+  Status st = OpenVmAgentChannel(kServiceAgentSocket, &listener);
+  if (!st.ok()) {
+    fprintf(stderr, "warren-agent: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  Agent agent;
+  agent.SetListener(std::move(listener));
+  st = agent.SetupService(doc);
+  if (!st.ok()) {
+    (void)Send(kControlFd, Message{{{"t", "setup_failed"}, {"error", st.ToString()}}, ""});
+    return 1;
+  }
+  if (!Send(kControlFd, Message{{{"t", "ready"}, {"setup_ms", agent.setup_ms_}}, ""}).ok()) return 1;
+  return agent.Serve();
+}
+
+int Run(UniqueFd listener, pid_t relay_pid) {
   close(kSelfMemfd);
   signal(SIGPIPE, SIG_IGN);
   Agent agent;
@@ -734,6 +812,10 @@ int Run(UniqueFd listener) {
   if (!st.ok()) {
     (void)Send(kControlFd, Message{{{"t", "setup_failed"}, {"error", st.ToString()}}, ""});
     return 1;
+  }
+  if (agent.full_os_) {
+    ExecVmSystemInit(relay_pid);
+    return 1;  // PID 1 exits: the guest panics and QEMU ends, which the node reports
   }
   if (!Send(kControlFd, Message{{{"t", "ready"}, {"landlock_abi", agent.landlock_abi_}, {"setup_ms", agent.setup_ms_}}, ""}).ok())
     return 1;

@@ -10,6 +10,7 @@
 #include <net/route.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/sendfile.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -19,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -85,8 +87,6 @@ Result<std::string> FindAgentPort() {
 
 namespace {
 
-constexpr const char* kAgentSocket = "/run/warren-agent.sock";
-
 Status WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
     ssize_t n = write(fd, data.data(), data.size());
@@ -103,12 +103,12 @@ Status WriteAll(int fd, std::string_view data) {
 
 // The relay process. A session is one connection to the agent; a node that adopts this VM
 // after a restart starts a new one (the agent then waits for its `resume`).
-[[noreturn]] void RelayLoop(const std::string& port, UniqueFd first) {
+[[noreturn]] void RelayLoop(const std::string& port, const std::string& socket_path, UniqueFd first) {
   UniqueFd stream(open(port.c_str(), O_RDWR | O_CLOEXEC));
   if (!stream) _exit(1);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  strncpy(addr.sun_path, kAgentSocket, sizeof addr.sun_path - 1);
+  strncpy(addr.sun_path, socket_path.c_str(), sizeof addr.sun_path - 1);
   UniqueFd pkt = std::move(first);
   std::string initial;
   for (;;) {
@@ -138,7 +138,7 @@ Status WriteAll(int fd, std::string_view data) {
 
 }  // namespace
 
-Status VmInit(UniqueFd* listener) {
+Status VmInit(UniqueFd* listener, pid_t* relay_pid) {
   for (const char* d : {"/proc", "/sys", "/dev", "/run"}) mkdir(d, 0755);
   if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
     return ErrnoStatus("mount proc", "/proc");
@@ -151,9 +151,13 @@ Status VmInit(UniqueFd* listener) {
   // saved after it, so restored VMs start with it done (under TCG each step costs ms).
   WARREN_RETURN_IF_ERROR(PrepareVmCommandsCgroup());
   WARREN_RETURN_IF_ERROR(isolation::BringUpLoopback());
+  WARREN_RETURN_IF_ERROR(OpenVmAgentChannel(kInitAgentSocket, listener, relay_pid));
+  return Send(kControlFd, Message{{{"t", "hello"}}, ""});
+}
+
+Status OpenVmAgentChannel(const std::string& socket_path, UniqueFd* listener, pid_t* relay_pid) {
   const std::string port = WARREN_TRY(FindAgentPort());
-  // In the initramfs, which the sandbox's root hides after setup. Every fd here lives above
-  // kControlFd, which the agent's connection takes.
+  // Every fd here lives above kControlFd, which the agent's connection takes.
   auto high = [](int fd) {
     if (fd < 0) return fd;
     int h = fcntl(fd, F_DUPFD_CLOEXEC, 10);
@@ -161,33 +165,34 @@ Status VmInit(UniqueFd* listener) {
     return h;
   };
   UniqueFd l(high(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)));
-  if (!l) return ErrnoStatus("socket", kAgentSocket);
+  if (!l) return ErrnoStatus("socket", socket_path);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  strncpy(addr.sun_path, kAgentSocket, sizeof addr.sun_path - 1);
-  unlink(kAgentSocket);
+  strncpy(addr.sun_path, socket_path.c_str(), sizeof addr.sun_path - 1);
+  unlink(socket_path.c_str());
   if (bind(l.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(l.get(), 4) != 0)
-    return ErrnoStatus("bind", kAgentSocket);
+    return ErrnoStatus("bind", socket_path);
   // The first session: the relay's end connected now, the agent's accepted below.
   UniqueFd first(high(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)));
   if (!first || connect(first.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    return ErrnoStatus("connect", kAgentSocket);
+    return ErrnoStatus("connect", socket_path);
   int c = high(accept4(l.get(), nullptr, nullptr, SOCK_CLOEXEC));
-  if (c < 0) return ErrnoStatus("accept", kAgentSocket);
+  if (c < 0) return ErrnoStatus("accept", socket_path);
   pid_t pid = fork();
   if (pid < 0) return ErrnoStatus("fork", "agent relay");
   if (pid == 0) {
     l.Reset();
     close(c);
-    RelayLoop(port, std::move(first));
+    RelayLoop(port, socket_path, std::move(first));
   }
+  if (relay_pid) *relay_pid = pid;
   first.Reset();
   if (c != kControlFd) {
     if (dup2(c, kControlFd) < 0) return ErrnoStatus("dup2", "agent channel");
     close(c);
   }
   *listener = std::move(l);
-  return Send(kControlFd, Message{{{"t", "hello"}}, ""});
+  return Status::Ok();
 }
 
 Status VmReseed(const std::string& seed_hex, int64_t now_ns) {
@@ -237,7 +242,7 @@ Result<std::vector<UniqueFd>> MountVmLayers(const std::vector<std::string>& seri
 }
 
 Status PrepareVmCommandsCgroup() {
-  const std::string root = kVmCgroupDir;
+  const std::string root = kInitCgroupDir;
   mkdir(root.c_str(), 0755);
   if (mount("cgroup2", root.c_str(), "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
     return ErrnoStatus("mount cgroup2", root);
@@ -247,9 +252,10 @@ Status PrepareVmCommandsCgroup() {
   return Status::Ok();
 }
 
-Result<UniqueFd> MakeVmCommandsCgroup(uint64_t memory_bytes, uint64_t pids) {
-  const std::string cg = std::string(kVmCgroupDir) + "/commands";
-  if (access(cg.c_str(), F_OK) != 0) WARREN_RETURN_IF_ERROR(PrepareVmCommandsCgroup());
+Result<UniqueFd> MakeVmCommandsCgroup(const std::string& cgroup_root, uint64_t memory_bytes, uint64_t pids) {
+  const std::string cg = cgroup_root + "/commands";
+  if (cgroup_root == kInitCgroupDir && access(cg.c_str(), F_OK) != 0) WARREN_RETURN_IF_ERROR(PrepareVmCommandsCgroup());
+  if (mkdir(cg.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", cg);
   if (memory_bytes) WARREN_RETURN_IF_ERROR(WriteSmall(cg + "/memory.max", std::to_string(memory_bytes)));
   if (pids) WARREN_RETURN_IF_ERROR(WriteSmall(cg + "/pids.max", std::to_string(pids)));
   UniqueFd procs(open((cg + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
@@ -322,6 +328,87 @@ Status SwitchRootInto(const std::string& new_root) {
   if (chroot(".") != 0) return ErrnoStatus("chroot", new_root);
   if (chdir("/") != 0) return ErrnoStatus("chdir", "/");
   return Status::Ok();
+}
+
+}  // namespace warren::agent
+
+namespace warren::agent {
+namespace {
+
+constexpr const char* kServiceDir = "/run/warren";
+constexpr const char* kServiceUnit = R"([Unit]
+Description=Warren sandbox agent: the node's channel into this VM
+DefaultDependencies=no
+
+[Service]
+ExecStart=/run/warren/warren-agent --vm-service /run/warren/setup.json
+KillMode=process
+OOMScoreAdjust=-1000
+StandardError=journal+console
+)";
+
+Status WriteNewFile(const std::string& path, std::string_view data, mode_t mode) {
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!fd) return ErrnoStatus("create", path);
+  if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size())) return ErrnoStatus("write", path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status InstallVmAgentService(const std::string& setup_doc) {
+  // The image's own init, checked now, while a failure still reaches the node. It must be
+  // systemd: it is what starts the agent from the unit below (another init would boot and
+  // never answer).
+  char init[PATH_MAX];
+  if (!realpath(kVmSystemInit, init) || access(init, X_OK) != 0)
+    return Status(Code::kInvalid, "boot the image's init", kVmSystemInit,
+                  std::string(strerror(errno)) + "; backend vm needs an image with systemd as init (Debian: systemd-sysv)");
+  if (std::string_view(init).ends_with("/systemd") == false)
+    return Status(Code::kInvalid, "boot the image's init", kVmSystemInit,
+                  "is " + std::string(init) + ", not systemd; backend vm needs an image with systemd as init (Debian: systemd-sysv)");
+  // A /run of our own (systemd keeps a /run it finds mounted): the agent, its setup and a
+  // runtime unit live there, so the image's files are not touched.
+  if (mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=20%,nr_inodes=800k") != 0)
+    return ErrnoStatus("mount tmpfs", "/run");
+  for (const char* d : {kServiceDir, "/run/systemd", "/run/systemd/system", "/run/systemd/system/sysinit.target.wants"})
+    if (mkdir(d, 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d);
+  chmod(kServiceDir, 0700);
+  {
+    UniqueFd self(open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
+    if (!self) return ErrnoStatus("open", "/proc/self/exe");
+    const std::string dst = std::string(kServiceDir) + "/warren-agent";
+    UniqueFd out(open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700));
+    if (!out) return ErrnoStatus("create", dst);
+    struct stat sb;
+    if (fstat(self.get(), &sb) != 0) return ErrnoStatus("stat", "/proc/self/exe");
+    for (off_t left = sb.st_size; left > 0;) {
+      ssize_t n = sendfile(out.get(), self.get(), nullptr, static_cast<size_t>(left));  // initramfs -> tmpfs
+      if (n <= 0) return ErrnoStatus("copy", dst);
+      left -= n;
+    }
+  }
+  WARREN_RETURN_IF_ERROR(WriteNewFile(std::string(kServiceDir) + "/setup.json", setup_doc, 0600));
+  WARREN_RETURN_IF_ERROR(WriteNewFile("/run/systemd/system/warren-agent.service", kServiceUnit, 0644));
+  // Wanted by sysinit.target, without default dependencies: started among the first units,
+  // not after the whole boot.
+  if (symlink("../warren-agent.service", "/run/systemd/system/sysinit.target.wants/warren-agent.service") != 0)
+    return ErrnoStatus("symlink", "sysinit.target.wants/warren-agent.service");
+  return Status::Ok();
+}
+
+void ExecVmSystemInit(pid_t relay_pid) {
+  // The relay sees its session end and exits; what it wrote went out whole (frames are
+  // written complete), so the service's agent starts on a clean stream.
+  close(kControlFd);
+  if (relay_pid > 0) waitpid(relay_pid, nullptr, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  char* const argv[] = {const_cast<char*>(kVmSystemInit), nullptr};
+  char* const envp[] = {const_cast<char*>("TERM=linux"), nullptr};
+  execve(kVmSystemInit, argv, envp);
+  fprintf(stderr, "warren-agent: exec %s: %s\n", kVmSystemInit, strerror(errno));
 }
 
 }  // namespace warren::agent

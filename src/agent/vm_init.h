@@ -13,6 +13,8 @@
 // this is also where a template VM is snapshotted, so every restored VM resumes right there.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -24,11 +26,30 @@ namespace warren::agent {
 inline constexpr const char* kAgentPortName = "warren.agent";
 inline constexpr const char* kModuleOrderFile = "/lib/modules/warren.order";
 // Where the guest mounts cgroup2 for its commands' cgroup (inside the initramfs).
-inline constexpr const char* kVmCgroupDir = "/run/warren-cgroup";
+inline constexpr const char* kInitCgroupDir = "/run/warren-cgroup";
+// The same hierarchy where systemd mounts it (backend vm, after the hand-over).
+inline constexpr const char* kSystemCgroupDir = "/sys/fs/cgroup";
+// Where the relay connects each session to the agent: in the initramfs, or in a full OS.
+inline constexpr const char* kInitAgentSocket = "/run/warren-agent.sock";
+inline constexpr const char* kServiceAgentSocket = "/run/warren/agent.sock";
+inline constexpr const char* kVmSystemInit = "/sbin/init";
 
 // On success fd kControlFd is the first session's connection and *listener the socket later
 // sessions (a host that came back after the node restarted) connect through.
-Status VmInit(UniqueFd* listener);
+Status VmInit(UniqueFd* listener, pid_t* relay_pid);
+
+// Finds the agent's virtio-serial port and starts the relay between it and a packet
+// connection to us (fd kControlFd); later sessions connect through *listener, bound at
+// `socket_path`. The relay's pid goes to *relay_pid.
+Status OpenVmAgentChannel(const std::string& socket_path, UniqueFd* listener, pid_t* relay_pid = nullptr);
+
+// Backend vm (a full OS): after the switch to the sandbox's root, installs this binary as a
+// systemd service under a fresh /run, with `setup_doc` (what it needs of the node's setup)
+// beside it. Fails if the image has no init to boot.
+Status InstallVmAgentService(const std::string& setup_doc);
+// Ends our session (the service's agent opens the port again) and executes the image's init.
+// Returns only if the exec failed.
+void ExecVmSystemInit(pid_t relay_pid);
 
 // In the guest, after a template restore: folds the node's fresh randomness into the kernel's
 // pool and reseeds it (every VM restored from one template would otherwise share the
@@ -45,7 +66,7 @@ Status PrepareVmCommandsCgroup();
 
 // A cgroup for the commands with the sandbox's memory and pids limits; returns an fd open for
 // writing on its cgroup.procs (how commands move themselves in, as in a container).
-Result<UniqueFd> MakeVmCommandsCgroup(uint64_t memory_bytes, uint64_t pids);
+Result<UniqueFd> MakeVmCommandsCgroup(const std::string& cgroup_root, uint64_t memory_bytes, uint64_t pids);
 
 // The guest's NIC (eth0): its MAC, its /32 address, an on-link route to the gateway and the
 // default route through it. The node's firewall decides what any of it may reach.

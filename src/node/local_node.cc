@@ -99,13 +99,16 @@ Result<runtime::vm::MicrovmBackend*> LocalNode::Microvm() {
 
 Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   runtime::Backend* backend = container_.get();
-  if (spec.backend == "microvm") {
+  // microvm and vm (a full OS) are both QEMU guests of the one VM backend.
+  const bool is_vm = spec.backend == "microvm" || spec.backend == "vm";
+  if (is_vm) {
     backend = WARREN_TRY(Microvm());
   } else if (spec.backend != "container") {
     return Status(Code::kInvalid, "create sandbox", spec.config.id,
                   "backend `" + spec.backend + "` is not available on this node (yet)");
   }
   runtime::SandboxConfig cfg = spec.config;
+  cfg.full_os = spec.backend == "vm";
   for (auto& l : cfg.layers) {
     if (!store_->Has(l.digest)) return NotFound("layer blob", l.digest);
     l.blob_path = store_->BlobPath(l.digest);
@@ -126,7 +129,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
     if (net_) net_->Detach(cfg.id);
   });
   if (net_ && !cfg.fncall_runner) {
-    net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, spec.network, spec.backend == "microvm"));
+    net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, spec.network, is_vm));
     cfg.netns_fd = a.netns_fd;
     cfg.sysfs_fd = a.sysfs_fd;
     if (a.ip) cfg.net_ip = a.ip, cfg.net_gateway = net_->gateway();
@@ -153,7 +156,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   if (net_) net_->Started(cfg.id, (*inst)->host_pid());
   SandboxRuntime rt{(*inst)->host_pid(), (*inst)->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, (*inst)->TakeControlSocket());
-  Register(cfg.id, std::move(*inst), std::move(conn), spec.backend == "microvm", cfg.net_ip != 0);
+  Register(cfg.id, std::move(*inst), std::move(conn), is_vm, cfg.net_ip != 0);
   return rt;
 }
 
@@ -397,7 +400,7 @@ nlohmann::json LocalNode::Info() {
   nlohmann::json backends = {"container"}, vm;
   {
     std::lock_guard lock(vm_mu_);
-    if (microvm_) backends.push_back("microvm"), vm = microvm_->Info();
+    if (microvm_) backends.push_back("microvm"), backends.push_back("vm"), vm = microvm_->Info();
     else vm = {{"error", vm_done_ ? vm_error_ : "starting"}};
   }
   return {{"name", opts_.name},

@@ -187,8 +187,6 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   // sandbox ends up holding it.
   Cleanup release([&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
   if (!reserved) release.Cancel();
-  if (spec.backend == "vm")
-    return Invalid("backend `vm` is not available yet; use container, microvm or fncall");
   if (spec.backend == "fncall" && !calls_)
     return Status(Code::kUnavailable, "create sandbox", "fncall", "not enabled on this server");
   if (spec.lease && !leases_.Get(who, *spec.lease).ok())

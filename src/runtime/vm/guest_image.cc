@@ -112,7 +112,8 @@ Status BuildInitramfs(const std::string& out_path, const std::string& agent_path
 
 const std::vector<std::string>& GuestModules() {
   static const std::vector<std::string> kModules = {
-      "virtio_mmio", "virtio_blk", "virtio_console", "virtio_net", "virtio_rng",
+      // virtio over MMIO (microvm) and PCI (q35, backend vm)
+      "virtio_mmio", "virtio_pci", "virtio_blk", "virtio_console", "virtio_net", "virtio_rng",
       // libcrc32c (EROFS needs it) asks the crypto API for "crc32c": a soft dependency.
       "crc32c_generic", "erofs", "overlay"};
   return kModules;

@@ -235,15 +235,24 @@ json MicrovmBackend::Info() const {
           {"guest_kernel", guest_.release},
           {"snapshots", opts_.snapshots},
           {"restores", restores_.load()},
-          {"cold_boots", cold_boots_.load()}};
+          {"cold_boots", cold_boots_.load()},
+          {"vm_boots", full_os_boots_.load()}};
 }
 
-std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode) const {
+std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode,
+                                                  bool full_os) const {
   const bool kvm = accel_.accel == "kvm";
   std::string append = "console=ttyS0 reboot=t panic=-1 quiet loglevel=3";
   if (!kvm && tsc_khz_) append += " tsc_early_khz=" + std::to_string(tsc_khz_);
+  // The image's init starts quietly too; its messages stay in its journal.
+  if (full_os) append += " systemd.show_status=error";
+  if (full_os && getenv("WARREN_VM_DEBUG")) append = "console=ttyS0 reboot=t panic=-1 systemd.show_status=0 systemd.log_level=debug systemd.log_target=console";
   const std::string ram = std::to_string(ram_mib) + "M";
-  std::vector<std::string> a = {"-M", mode == Mode::kCold ? "microvm" : "microvm,memory-backend=ram"};
+  // Device names: virtio over MMIO on microvm, over PCI on q35 (no option ROMs: the kernel
+  // is loaded directly, nothing boots from the NIC).
+  const std::string bus = full_os ? "-pci" : "-device";
+  const std::string machine = full_os ? "q35" : "microvm";
+  std::vector<std::string> a = {"-M", mode == Mode::kCold ? machine : machine + ",memory-backend=ram"};
   if (mode != Mode::kCold) {
     // The template writes its RAM into our memfd (share=on); a restored VM maps the sealed
     // memfd copy-on-write (share=off): it starts with the template's memory without copying
@@ -261,23 +270,24 @@ std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, s
   // gets the small compressed kernel, only so QEMU can set the machine up, and no initramfs.
   if (mode != Mode::kRestore)
     a.insert(a.end(), {"-initrd", "/proc/self/fd/" + std::to_string(kInitrdFd)});
+  const std::string rom = full_os ? ",romfile=" : "";
   a.insert(a.end(), {
       "-append", append,
       "-serial", "stdio",
-      "-device", "virtio-serial-device,max_ports=2",
+      "-device", "virtio-serial" + bus + ",max_ports=2",
       "-chardev", "socket,id=agent,server=on,wait=off,fd=" + std::to_string(kAgentFd),
       "-device", std::string("virtserialport,chardev=agent,name=") + agent::kAgentPortName,
       "-chardev", "socket,id=qmp,server=on,wait=off,fd=" + std::to_string(kQmpFd),
       "-mon", "chardev=qmp,mode=control",
       "-object", "rng-random,id=rng,filename=/dev/urandom",
-      "-device", "virtio-rng-device,rng=rng",
+      "-device", "virtio-rng" + bus + ",rng=rng",
       "-netdev", "tap,id=net0,fd=" + std::to_string(kTapFd),
-      "-device", std::string("virtio-net-device,netdev=net0,mac=") + kTemplateMac});
+      "-device", "virtio-net" + bus + ",netdev=net0,mac=" + kTemplateMac + rom});
   for (size_t i = 0; i < slots; ++i) {
     const std::string n = std::to_string(i), set = std::to_string(i + 1);
     a.insert(a.end(), {"-add-fd", "fd=" + std::to_string(kFirstLayerFd + static_cast<int>(i)) + ",set=" + set,
                        "-drive", "if=none,id=layer" + n + ",file=/dev/fdset/" + set + ",format=raw,readonly=on",
-                       "-device", "virtio-blk-device,drive=layer" + n + ",serial=layer" + n});
+                       "-device", "virtio-blk" + bus + ",drive=layer" + n + ",serial=layer" + n});
   }
   // The state comes in through QMP once x-ignore-shared is set on this side too.
   if (mode == Mode::kRestore) a.insert(a.end(), {"-incoming", "defer"});
@@ -315,7 +325,7 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   if (!null_fd) return ErrnoStatus("open", "/dev/null");
   QemuLaunch l;
   l.binary = opts_.qemu;
-  l.args = QemuArgs(ram_mib, spec.vcpus, spec.layer_fds.size(), spec.mode);
+  l.args = QemuArgs(ram_mib, spec.vcpus, spec.layer_fds.size(), spec.mode, spec.full_os);
   l.fds = {agent_listen.get(), qmp_listen.get(), kernel.get(), initrd.get(),
            spec.state_fd >= 0 ? spec.state_fd : null_fd.get(), spec.ram_fd >= 0 ? spec.ram_fd : null_fd.get(),
            null_fd.get() /* the tap, made by the child */};
@@ -362,6 +372,7 @@ Status MicrovmBackend::Connect(MicrovmBoot& boot, bool adopting) {
     o.drain_fd = raw->qemu.console.get();
     o.on_drain = [raw](std::string_view s) {
       std::lock_guard lock(raw->console_mu);
+      if (getenv("WARREN_VM_DEBUG")) { FILE* f = fopen("/var/tmp/wv/console.log", "a"); if (f) { fwrite(s.data(), 1, s.size(), f); fclose(f);} }  // XXX debug
       raw->console.append(s);
       if (raw->console.size() > kConsoleTail) raw->console.erase(0, raw->console.size() - kConsoleTail);
     };
@@ -580,7 +591,8 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   }
   std::shared_ptr<Template> tmpl;
   UniqueFd state;
-  if (opts_.snapshots && cfg.layers.size() <= kLayerSlots) {
+  // A full OS boots cold: its init's start is the sandbox's own (no template to restore).
+  if (opts_.snapshots && !cfg.full_os && cfg.layers.size() <= kLayerSlots) {
     auto t = TemplateFor(ram, vcpus);
     if (t.ok()) {
       state.Reset(open((*t)->state_path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -595,6 +607,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   ls.cpus = cfg.cpus;
   ls.netns_fd = cfg.netns_fd;
   ls.bridge_eth0 = cfg.net_ip != 0;
+  ls.full_os = cfg.full_os;
   if (tmpl) {
     UniqueFd ph(open(placeholder_.c_str(), O_RDONLY | O_CLOEXEC));
     if (!ph) return ErrnoStatus("open", placeholder_);
@@ -616,7 +629,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   } else {
     auto hello = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), kColdBootTimeoutMs);
     if (!hello.ok()) return hello.status().Context("boot " + cfg.id + " (console: " + boot->ConsoleTail() + ")");
-    ++cold_boots_;
+    ++(cfg.full_os ? full_os_boots_ : cold_boots_);
   }
   json files = json::array();
   for (const auto& [path, data] : cfg.files) files.push_back({{"path", path}, {"data", data}, {"mode", 0644}});
@@ -626,6 +639,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   clock_gettime(CLOCK_REALTIME, &now);
   agent::Message setup{{{"t", "setup"},
                         {"vm", true},
+                        {"full_os", cfg.full_os},
                         {"hostname", cfg.hostname},
                         {"disk_bytes", cfg.disk_bytes},
                         {"layers", cfg.layers.size()},
@@ -645,13 +659,14 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   }
   const int64_t t_running = NowMs();
   WARREN_RETURN_IF_ERROR(agent::Send(boot->control.get(), setup).Context("setup " + cfg.id));
-  auto reply = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), kSetupTimeoutMs);
+  // A full OS answers once its init has started the agent's service: a boot, not a setup.
+  auto reply = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), cfg.full_os ? kColdBootTimeoutMs : kSetupTimeoutMs);
   if (!reply.ok()) return reply.status().Context("create " + cfg.id + " (console: " + boot->ConsoleTail() + ")");
   const std::string t = reply->header.value("t", "");
   if (t == "setup_failed")
     return Internal("create sandbox", cfg.id, "guest agent setup failed: " + reply->header.value("error", ""));
   if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
-  spdlog::info("microvm {}: QEMU started in {} ms, guest {} in {} ms, agent setup {} ms {}", cfg.id, t_launched - t0,
+  spdlog::info("{} {}: QEMU started in {} ms, guest {} in {} ms, agent setup {} ms {}", cfg.full_os ? "vm" : "microvm", cfg.id, t_launched - t0,
                tmpl ? "restored" : "booted", t_running - t_launched, NowMs() - t_running,
                reply->header.value("setup_ms", json::object()).dump());
 
@@ -660,7 +675,8 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   // What a restarted node needs to take this VM over (Adopt).
   {
     const std::string path = RunDir() + "/" + cfg.id + ".vm.json", tmp = path + ".tmp";
-    const std::string doc = json{{"id", cfg.id}, {"pid", pid}, {"slot", boot->slot.slot()}, {"wired", cfg.net_ip != 0}}.dump();
+    const std::string doc = json{{"id", cfg.id}, {"pid", pid}, {"slot", boot->slot.slot()}, {"wired", cfg.net_ip != 0},
+                                 {"full_os", cfg.full_os}}.dump();
     UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (!f || write(f.get(), doc.data(), doc.size()) != static_cast<ssize_t>(doc.size()) ||
         rename(tmp.c_str(), path.c_str()) != 0)

@@ -1,4 +1,7 @@
 // The microvm backend: each sandbox is a QEMU `-M microvm` guest with warren-agent as init.
+// The same class runs backend vm (SandboxConfig::full_os): a q35 PC with virtio over PCI,
+// booted cold, where the agent builds the root as in a microVM, then hands PID 1 over to the
+// image's own init (systemd) and comes back as its service (agent/vm_init.h).
 //
 // The guest boots Debian's kernel with our initramfs (guest_image.h). The sandbox's layers are
 // read-only virtio-blk disks, composed with overlayfs inside the guest over a tmpfs upper of
@@ -71,13 +74,15 @@ class MicrovmBackend : public Backend {
   // with us) or restoring one (that memfd, sealed, mapped copy-on-write, plus the saved
   // device state).
   enum class Mode { kCold, kTemplate, kRestore };
-  std::vector<std::string> QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode) const;
+  // full_os: backend vm, a q35 PC with virtio over PCI booting the image's own init.
+  std::vector<std::string> QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode, bool full_os = false) const;
   struct LaunchSpec {
     std::string name, cgroup_name;
     uint64_t ram_mib = 0;
     int vcpus = 1;
     double cpus = 1;
     Mode mode = Mode::kCold;
+    bool full_os = false;
     std::vector<int> layer_fds;
     int state_fd = -1, ram_fd = -1, netns_fd = -1;
     bool bridge_eth0 = false;
@@ -97,7 +102,7 @@ class MicrovmBackend : public Backend {
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Template>> templates_;
   // Figures for /v1/nodes.
-  std::atomic<uint64_t> restores_{0}, cold_boots_{0};
+  std::atomic<uint64_t> restores_{0}, cold_boots_{0}, full_os_boots_{0};
 };
 
 }  // namespace warren::runtime::vm

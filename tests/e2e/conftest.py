@@ -261,6 +261,20 @@ def runner(server):
     return RUNNER_IMAGE
 
 
+VM_IMAGE = "e2e-debian-systemd:1"
+
+
+@pytest.fixture(scope="session")
+def vm_image(server):
+    """For backend vm: a Debian userland with systemd as its init, and python3 (mmdebstrap)."""
+    layers = {f'{l["name"]}:{l["tag"]}' for l in server.http("GET", "/v1/layers").json["layers"]}
+    if VM_IMAGE not in layers:
+        r = server.cli("image", "build", VM_IMAGE, "--debian", "bookworm",
+                       "--packages", "systemd-sysv,python3", timeout=900)
+        assert r.returncode == 0, f"vm image build failed:\n{r.stderr[-4000:]}"
+    return VM_IMAGE
+
+
 def _build_rootfs(root: Path) -> None:
     busybox = shutil.which("busybox", path="/bin:/usr/bin:/sbin:/usr/sbin")
     if not busybox:

@@ -335,6 +335,28 @@ def test_microvm_egress_follows_the_same_policy(server, runner, sandboxes, upstr
     assert probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""") == "ok:ping"
 
 
+def test_vm_egress_follows_the_same_policy(server, vm_image, sandboxes, upstream):
+    """backend vm (systemd as init): its NIC is bridged into the sandbox's namespace like a
+    microVM's, so the same firewall, resolver and proxy apply."""
+    sb = server.client().create({"image": vm_image, "backend": "vm", "network": {
+        "mode": "egress", "allow": [f"pkg.test:{ECHO_PORT}/tcp", f"pkg.test:{HTTP_PORT}/tcp"]}})
+    sandboxes.append(sb.id)
+    out = probe(sb, f"""
+        import urllib.request
+        print(json.dumps({{
+            "by_name": tcp("pkg.test", {ECHO_PORT}), "other_name": name("other.test"),
+            "other_host": tcp("{UP3}", {ECHO_PORT}),
+            "proxy": urllib.request.urlopen("http://pkg.test/hello.txt", timeout=20).read().decode(),
+        }}))""")
+    assert out["by_name"] == "ok:ping", out
+    assert out["other_name"] == "gaierror", out
+    assert out["other_host"].startswith("ConnectionRefusedError"), out
+    assert out["proxy"] == "hello from upstream\n", out
+    sb.set_network(None)
+    out = probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""")
+    assert out.startswith("ConnectionRefusedError"), out
+
+
 def test_none_sandbox_can_be_opened_later(server, runner, sandboxes, upstream):
     sb = make(server, runner, sandboxes)
     assert probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""").startswith("OSError:101")

@@ -246,7 +246,6 @@ std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, s
   if (!kvm && tsc_khz_) append += " tsc_early_khz=" + std::to_string(tsc_khz_);
   // The image's init starts quietly too; its messages stay in its journal.
   if (full_os) append += " systemd.show_status=error";
-  if (full_os && getenv("WARREN_VM_DEBUG")) append = "console=ttyS0 reboot=t panic=-1 systemd.show_status=0 systemd.log_level=debug systemd.log_target=console";
   const std::string ram = std::to_string(ram_mib) + "M";
   // Device names: virtio over MMIO on microvm, over PCI on q35 (no option ROMs: the kernel
   // is loaded directly, nothing boots from the NIC).
@@ -372,7 +371,6 @@ Status MicrovmBackend::Connect(MicrovmBoot& boot, bool adopting) {
     o.drain_fd = raw->qemu.console.get();
     o.on_drain = [raw](std::string_view s) {
       std::lock_guard lock(raw->console_mu);
-      if (getenv("WARREN_VM_DEBUG")) { FILE* f = fopen("/var/tmp/wv/console.log", "a"); if (f) { fwrite(s.data(), 1, s.size(), f); fclose(f);} }  // XXX debug
       raw->console.append(s);
       if (raw->console.size() > kConsoleTail) raw->console.erase(0, raw->console.size() - kConsoleTail);
     };

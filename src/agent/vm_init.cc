@@ -30,6 +30,7 @@
 #include "agent/frame_relay.h"
 #include "agent/protocol.h"
 #include "isolation/net_loopback.h"
+#include "isolation/rootfs.h"
 #include "sys/mount_api.h"
 
 namespace warren::agent {
@@ -409,6 +410,28 @@ void ExecVmSystemInit(pid_t relay_pid) {
   char* const envp[] = {const_cast<char*>("TERM=linux"), nullptr};
   execve(kVmSystemInit, argv, envp);
   fprintf(stderr, "warren-agent: exec %s: %s\n", kVmSystemInit, strerror(errno));
+}
+
+Status RehearseVmSetup() {
+  auto layers = WARREN_TRY(MountVmLayers({"layer0"}));
+  isolation::RootfsPlan plan;
+  plan.layers = std::move(layers);
+  plan.disk_bytes = 16 << 20;
+  std::string root;
+  Status st = isolation::BuildRootfs(plan, &root);
+  if (st.ok()) st = MountVmProcAndDev(root);
+  if (st.ok()) {
+    // An exec (of ourselves, which exits at once): the kernel's exec, mmap and fault paths.
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/init", "warren-agent", kWarmExecFlag, nullptr);
+      _exit(127);
+    }
+    if (pid > 0) waitpid(pid, nullptr, 0);
+  }
+  if (chdir("/") != 0) return ErrnoStatus("chdir", "/");
+  if (umount2(isolation::kStagingDir, MNT_DETACH) != 0 && st.ok()) st = ErrnoStatus("unmount", isolation::kStagingDir);
+  return st;
 }
 
 }  // namespace warren::agent

@@ -47,6 +47,15 @@ Status OpenVmAgentChannel(const std::string& socket_path, UniqueFd* listener, pi
 // systemd service under a fresh /run, with `setup_doc` (what it needs of the node's setup)
 // beside it. Fails if the image has no init to boot.
 Status InstallVmAgentService(const std::string& setup_doc);
+// A warm microVM (restored ahead of its sandbox, runtime/vm/microvm_backend.h) rehearses its
+// setup while it waits: mounts the placeholder disk of slot 0 (an empty EROFS image) as a
+// layer, builds an overlay root over it with /proc and /dev, execs a program and tears it all
+// down. Under TCG each kernel path is translated on its first use in a QEMU process, and a
+// restored VM's QEMU is new: this moves that cost off the sandbox's create.
+Status RehearseVmSetup();
+// The argument the rehearsal's exec of the agent gets (main returns at once).
+inline constexpr const char* kWarmExecFlag = "--warm-exec";
+
 // Ends our session (the service's agent opens the port again) and executes the image's init.
 // Returns only if the exec failed.
 void ExecVmSystemInit(pid_t relay_pid);

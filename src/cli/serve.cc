@@ -43,6 +43,7 @@ struct NetFlags {
 struct VmFlags {
   std::string kernel, accel = "auto", cache = "/var/cache/warren/vm";
   bool no_snapshots = false, off = false;
+  int warm_pool = 2;
 };
 
 struct FncallFlags {
@@ -105,6 +106,7 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   nopts.vm.kernel = vm.kernel;
   nopts.vm.accel = vm.accel;
   nopts.vm.snapshots = !vm.no_snapshots;
+  nopts.vm.warm_pool = vm.warm_pool;
   nopts.vm.cache_dir = vm.cache;
   if (vm.accel != "auto" && vm.accel != "kvm" && vm.accel != "tcg")
     return Fail(Invalid("--vm-accel wants auto, kvm or tcg", vm.accel));
@@ -205,6 +207,9 @@ void AddServe(CLI::App& app) {
   cmd->add_option("--vm-accel", vm->accel, "auto (probe KVM, else TCG), kvm or tcg");
   cmd->add_option("--vm-cache", vm->cache, "guest images and template snapshots (content-addressed, shared by daemons)");
   cmd->add_flag("--no-vm-snapshots", vm->no_snapshots, "boot every microVM cold instead of restoring a template");
+  cmd->add_option("--vm-warm-pool", vm->warm_pool,
+                  "restored microVMs kept waiting per size in use, for creates with network none (default 2; 0: none)")
+      ->check(CLI::Range(0, 64));
   cmd->add_flag("--no-microvm", vm->off, "no microvm backend on this node");
   cmd->callback([listen, data_dir, unsafe, fn, net, vm] {
     ExitCode() = Serve(*listen, *data_dir, *unsafe, *fn, *net, *vm);

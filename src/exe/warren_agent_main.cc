@@ -6,8 +6,10 @@
 
 #include "agent/agent.h"
 #include "agent/call_worker.h"
+#include "agent/vm_init.h"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], warren::agent::kWarmExecFlag) == 0) return 0;
   if (argc > 1 && strcmp(argv[1], "--call-worker") == 0) return warren::agent::CallWorkerMain(argc, argv);
   // In a full-OS VM, systemd starts us as a service (the unit our PID 1 left behind).
   if (argc > 2 && strcmp(argv[1], "--vm-service") == 0) return warren::agent::RunVmService(argv[2]);

@@ -237,6 +237,12 @@ Status Cgroup::AttachV1(pid_t pid) {
   return Status::Ok();
 }
 
+Status Cgroup::Enter(pid_t pid) {
+  WARREN_RETURN_IF_ERROR(AttachV1(pid));
+  if (!v2_dir_.empty()) WARREN_RETURN_IF_ERROR(WriteFile(v2_dir_ + "/cgroup.procs", std::to_string(pid)));
+  return Status::Ok();
+}
+
 Status Cgroup::Kill() {
   if (v2_dir_.empty() || !Exists(v2_dir_ + "/cgroup.kill")) return Status::Ok();
   return WriteFile(v2_dir_ + "/cgroup.kill", "1");

@@ -60,6 +60,10 @@ class Cgroup {
   // fd where there is none. Opened by the node (host root): a command writes "0" to it to
   // move itself in, which cgroup v1 permits because it checks the opener's credentials.
   Result<UniqueFd> OpenCommandsProcs() const;
+  // Moves the process `pid` (all its threads) into every directory, v1 and v2: a pre-started
+  // microVM joins the cgroup of the sandbox it is handed to (cgroup2 cannot rename). Memory
+  // it was charged before stays with its old cgroup.
+  Status Enter(pid_t pid);
   // SIGKILLs every process in the cgroup (v2 cgroup.kill), when available.
   Status Kill();
   // Freezes or thaws every process (v2 cgroup.freeze) and waits until the kernel reports it

@@ -128,11 +128,16 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   Cleanup detach([&] {
     if (net_) net_->Detach(cfg.id);
   });
+  // A VM without egress needs no namespace of ours: its QEMU gets a new one with only the
+  // VM's unattached NIC, and it can never be switched to egress (no link to bridge).
+  const bool attach = net_ && !cfg.fncall_runner && !(is_vm && !spec.network.egress);
   if (net_ && !cfg.fncall_runner) {
-    net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, spec.network, is_vm));
-    cfg.netns_fd = a.netns_fd;
-    cfg.sysfs_fd = a.sysfs_fd;
-    if (a.ip) cfg.net_ip = a.ip, cfg.net_gateway = net_->gateway();
+    if (attach) {
+      net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, spec.network, is_vm));
+      cfg.netns_fd = a.netns_fd;
+      cfg.sysfs_fd = a.sysfs_fd;
+      if (a.ip) cfg.net_ip = a.ip, cfg.net_gateway = net_->gateway();
+    }
     // The usual proxy variables, set whatever the mode: a sandbox switched to egress later
     // finds its proxy without a restart of anything; in mode none they fail fast.
     const std::string proxy = net_->proxy_url();
@@ -145,7 +150,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   }
   auto inst = backend->Create(cfg);
   if (!inst.ok()) return inst.status();
-  if (net_ && !cfg.fncall_runner) {
+  if (attach) {
     if (Status st = net_->Ready(cfg.id); !st.ok()) {
       (void)(*inst)->Destroy();
       return st;
@@ -153,7 +158,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   }
   rm_spill.Cancel();
   detach.Cancel();
-  if (net_) net_->Started(cfg.id, (*inst)->host_pid());
+  if (attach) net_->Started(cfg.id, (*inst)->host_pid());
   SandboxRuntime rt{(*inst)->host_pid(), (*inst)->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, (*inst)->TakeControlSocket());
   Register(cfg.id, std::move(*inst), std::move(conn), is_vm, cfg.net_ip != 0);
@@ -177,7 +182,8 @@ Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
   // egress has no link to bridge (and no hotplug on -M microvm).
   if (e->microvm && policy.egress && !e->wired)
     return Status(Code::kUnavailable, "set network", id,
-                  "this microVM was created with network none; create it with egress to change its allowlist later");
+                  "this VM was created with network none; create it with egress to change its allowlist later");
+  if (e->microvm && !e->wired) return Status::Ok();  // none stays none: nothing to change
   if (!net_) {
     if (policy.egress) return Status(Code::kUnavailable, "set network", id, "no egress here: " + net_error_);
     return Status::Ok();

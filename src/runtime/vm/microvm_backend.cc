@@ -1,6 +1,7 @@
 #include "runtime/vm/microvm_backend.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -17,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <fstream>
 #include <thread>
@@ -26,6 +28,7 @@
 #include "agent/vm_init.h"
 #include "base/cleanup.h"
 #include "base/sha256.h"
+#include "base/subprocess.h"
 #include "isolation/cgroup.h"
 #include "runtime/vm/qemu_process.h"
 #include "runtime/vm/qmp_client.h"
@@ -66,6 +69,23 @@ std::string FileKey(const std::string& path) {
   struct stat sb;
   if (stat(path.c_str(), &sb) != 0) return "missing";
   return std::to_string(sb.st_size) + "-" + std::to_string(sb.st_mtim.tv_sec);
+}
+
+// An empty EROFS image (mkfs.erofs of an empty directory) at the start of a sparse 64 GiB
+// file, made under a temporary name and renamed (daemons may share the cache).
+Status MakePlaceholder(const std::string& path) {
+  char dir[] = "/tmp/warren-placeholder-XXXXXX";
+  if (!mkdtemp(dir)) return ErrnoStatus("mkdtemp", dir);
+  Cleanup rm_dir([&] { rmdir(dir); });
+  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  Cleanup rm_tmp([&] { unlink(tmp.c_str()); });
+  auto r = RunProgram({"mkfs.erofs", "--quiet", tmp, dir});
+  if (!r.ok()) return r.status().Context("make the placeholder disk (is erofs-utils installed?)");
+  if (r->exit_code != 0) return Internal("mkfs.erofs", tmp, "failed: " + r->output);
+  if (truncate(tmp.c_str(), off_t{64} << 30) != 0) return ErrnoStatus("truncate", tmp);
+  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename", path);
+  rm_tmp.Cancel();
+  return Status::Ok();
 }
 
 // Waits for the next agent message on `sock`, giving up if QEMU exits first.
@@ -139,6 +159,7 @@ struct MicrovmBoot {
   std::thread relay;
   std::mutex console_mu;
   std::string console;  // the guest console's last kConsoleTail bytes
+  uint64_t ram_mib = 0;
   std::string run_base;  // RUN_DIR/<name>: .agent and .qmp sockets QEMU listens on
   std::string record;    // RUN_DIR/<id>.vm.json, once the sandbox is running
 
@@ -170,6 +191,13 @@ struct MicrovmBackend::Template {
   UniqueFd ram;            // guest RAM: a sealed memfd every restored VM maps privately
   bool ready = false;
   Status error;
+  uint64_t ram_mib = 0;
+  int vcpus = 1;
+  // The warm pool (guarded by the backend's mu_).
+  std::deque<std::unique_ptr<MicrovmBoot>> warm;
+  bool wanted = false;  // a sandbox of this size was made: keep a pool
+  int warm_making = 0;
+  int warm_failures = 0;  // in a row; the pool stops refilling after a few
 };
 
 namespace {
@@ -201,7 +229,14 @@ class MicrovmInstance : public Instance {
 
 }  // namespace
 
-MicrovmBackend::~MicrovmBackend() = default;
+MicrovmBackend::~MicrovmBackend() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  fill_cv_.notify_all();
+  if (filler_.joinable()) filler_.join();
+}
 
 uint64_t MicrovmBackend::GuestRamMiB(uint64_t memory_bytes) {
   // Kernel, initramfs (agent and modules) and the guest's own page cache need ~130 MiB.
@@ -219,12 +254,19 @@ Result<std::unique_ptr<MicrovmBackend>> MicrovmBackend::Start(const MicrovmOptio
   b->qemu_version_ = FileKey(opts.qemu);
   // Sparse: the guest sees a large disk in every unused slot, so a layer of any size put
   // behind that slot after a restore is readable up to its end.
-  b->placeholder_ = opts.cache_dir + "/placeholder.img";
-  {
-    UniqueFd f(open(b->placeholder_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
-    if (!f || ftruncate(f.get(), off_t{64} << 30) != 0) return ErrnoStatus("create", b->placeholder_);
-  }
+  // It starts with an empty EROFS image, which a warm VM mounts to rehearse its setup.
+  b->placeholder_ = opts.cache_dir + "/placeholder-erofs.img";
+  if (access(b->placeholder_.c_str(), R_OK) != 0) WARREN_RETURN_IF_ERROR(MakePlaceholder(b->placeholder_));
   mkdir((opts.cache_dir + "/templates").c_str(), 0700);
+  // Sockets of warm or template VMs an earlier run left (their QEMUs went with their cgroups).
+  if (DIR* d = opendir(b->RunDir().c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.rfind("warm-", 0) == 0 || n.rfind("template-", 0) == 0) unlink((b->RunDir() + "/" + n).c_str());
+    }
+    closedir(d);
+  }
+  if (opts.snapshots && opts.warm_pool > 0) b->filler_ = std::thread([raw = b.get()] { raw->FillLoop(); });
   spdlog::info("microvm: accelerator {} ({}); guest kernel {}", b->accel_.accel, b->accel_.reason, b->guest_.release);
   return b;
 }
@@ -236,7 +278,9 @@ json MicrovmBackend::Info() const {
           {"snapshots", opts_.snapshots},
           {"restores", restores_.load()},
           {"cold_boots", cold_boots_.load()},
-          {"vm_boots", full_os_boots_.load()}};
+          {"vm_boots", full_os_boots_.load()},
+          {"warm_pool", opts_.snapshots ? opts_.warm_pool : 0},
+          {"warm_starts", warm_starts_.load()}};
 }
 
 std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode,
@@ -284,8 +328,10 @@ std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, s
       "-device", "virtio-net" + bus + ",netdev=net0,mac=" + kTemplateMac + rom});
   for (size_t i = 0; i < slots; ++i) {
     const std::string n = std::to_string(i), set = std::to_string(i + 1);
+    // Named nodes (file, then raw on top) so a warm VM's slot can be given another file.
     a.insert(a.end(), {"-add-fd", "fd=" + std::to_string(kFirstLayerFd + static_cast<int>(i)) + ",set=" + set,
-                       "-drive", "if=none,id=layer" + n + ",file=/dev/fdset/" + set + ",format=raw,readonly=on",
+                       "-blockdev", "driver=file,node-name=file" + n + ",filename=/dev/fdset/" + set + ",read-only=on",
+                       "-blockdev", "driver=raw,node-name=layer" + n + ",file=file" + n + ",read-only=on",
                        "-device", "virtio-blk" + bus + ",drive=layer" + n + ",serial=layer" + n});
   }
   // The state comes in through QMP once x-ignore-shared is set on this side too.
@@ -301,12 +347,8 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   if (!slot) return Status(Code::kQuota, "allocate uid range", name, "all uid slots are in use");
   boot->slot = isolation::UidSlot(uids_, *slot);
   const uint32_t uid = boot->slot.range().host_base;
-  isolation::CgroupLimits limits;
-  // Guest RAM plus QEMU itself (and, under TCG, its translation cache).
-  limits.memory_bytes = (ram_mib + (accel_.accel == "kvm" ? 256 : 768)) << 20;
-  limits.pids = 256;  // QEMU threads: vCPUs, I/O workers
-  limits.cpus = spec.cpus;
-  boot->cgroup = WARREN_TRY(isolation::Cgroup::Create(opts_.cgroup_parent, spec.cgroup_name, limits));
+  boot->ram_mib = ram_mib;
+  boot->cgroup = WARREN_TRY(isolation::Cgroup::Create(opts_.cgroup_parent, spec.cgroup_name, QemuLimits(ram_mib, spec.cpus)));
 
   // QEMU listens for the agent channel and its monitor on sockets in our run directory, so a
   // node that restarted connects again (Adopt).
@@ -346,6 +388,15 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   qmp_listen.Reset();
   WARREN_RETURN_IF_ERROR(Connect(*boot, /*adopting=*/false).Context("start microvm " + name));
   return boot;
+}
+
+isolation::CgroupLimits MicrovmBackend::QemuLimits(uint64_t ram_mib, double cpus) const {
+  isolation::CgroupLimits limits;
+  // Guest RAM plus QEMU itself (and, under TCG, its translation cache).
+  limits.memory_bytes = (ram_mib + (accel_.accel == "kvm" ? 256 : 768)) << 20;
+  limits.pids = 256;  // QEMU threads: vCPUs, I/O workers
+  limits.cpus = cpus;
+  return limits;
 }
 
 std::string MicrovmBackend::RunDir() const { return "/run/warren/" + opts_.cgroup_parent; }
@@ -443,6 +494,8 @@ Result<std::shared_ptr<MicrovmBackend::Template>> MicrovmBackend::TemplateFor(ui
       slot = std::make_shared<Template>();
       slot->state_path = opts_.cache_dir + "/templates/" + key + ".state";
       slot->ram_path = opts_.cache_dir + "/templates/" + key + ".ram";
+      slot->ram_mib = ram_mib;
+      slot->vcpus = vcpus;
     }
     t = slot;
   }
@@ -575,6 +628,116 @@ Status MicrovmBackend::MakeTemplate(Template& t, uint64_t ram_mib, int vcpus) {
   return Status::Ok();
 }
 
+Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::MakeWarm(Template& t) {
+  UniqueFd ph(open(placeholder_.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ph) return ErrnoStatus("open", placeholder_);
+  UniqueFd state(open(t.state_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!state) return ErrnoStatus("open", t.state_path);
+  LaunchSpec ls;
+  ls.name = ls.cgroup_name = "warm-" + HexRandom(6);
+  ls.ram_mib = t.ram_mib;
+  ls.vcpus = t.vcpus;
+  ls.cpus = t.vcpus;
+  ls.mode = Mode::kRestore;
+  ls.layer_fds.assign(kLayerSlots, ph.get());
+  ls.state_fd = state.get();
+  ls.ram_fd = t.ram.get();
+  auto boot = WARREN_TRY(Launch(ls));
+  WARREN_RETURN_IF_ERROR(Restore(*boot->qmp).Context("restore warm VM (console: " + boot->ConsoleTail() + ")"));
+  // The rehearsal (agent/vm_init.h): the sandbox's setup then runs on translated code.
+  WARREN_RETURN_IF_ERROR(agent::Send(boot->control.get(), agent::Message{{{"t", "warmup"}}, ""}));
+  auto m = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), kSetupTimeoutMs);
+  if (!m.ok()) return m.status().Context("warm up (console: " + boot->ConsoleTail() + ")");
+  if (m->header.value("t", "") != "warm") return Internal("warm up", ls.name, "unexpected agent message");
+  if (const std::string err = m->header.value("error", ""); !err.empty())
+    spdlog::warn("microvm: warm-up rehearsal: {}", err);  // the VM is still good, only slower
+  spdlog::debug("microvm: {} warmed up in {} ms", ls.name, m->header.value("ms", 0));
+  return boot;
+}
+
+std::unique_ptr<MicrovmBoot> MicrovmBackend::TakeWarm(Template& t) {
+  std::unique_ptr<MicrovmBoot> b;
+  {
+    std::lock_guard lock(mu_);
+    t.wanted = true;
+    // A VM whose QEMU died while waiting is not handed out.
+    while (!t.warm.empty() && !b) {
+      b = std::move(t.warm.front());
+      t.warm.pop_front();
+      pollfd p{b->qemu.pidfd.get(), POLLIN, 0};
+      if (poll(&p, 1, 0) != 0) b.reset();
+    }
+  }
+  fill_cv_.notify_one();
+  return b;
+}
+
+Status MicrovmBackend::HandOver(MicrovmBoot& boot, const SandboxConfig& cfg, const std::vector<int>& layer_fds) {
+  QmpClient& q = *boot.qmp;
+  // Each layer behind its slot: the fd into a new fd set, a file node on it, and the slot's
+  // raw node reopened onto that file (the guest drops its cache of the disk at setup).
+  for (size_t i = 0; i < layer_fds.size(); ++i) {
+    const std::string n = std::to_string(i);
+    json added = WARREN_TRY(q.Execute("add-fd", {{"fdset-id", 100 + static_cast<int>(i)}}, 10000, layer_fds[i]));
+    const std::string file = "sandbox-file" + n;
+    WARREN_RETURN_IF_ERROR(q.Execute("blockdev-add", {{"driver", "file"},
+                                                      {"node-name", file},
+                                                      {"filename", "/dev/fdset/" + std::to_string(added.value("fdset-id", 0))},
+                                                      {"read-only", true}})
+                               .status());
+    WARREN_RETURN_IF_ERROR(
+        q.Execute("blockdev-reopen",
+                  {{"options", {{{"driver", "raw"}, {"node-name", "layer" + n}, {"file", file}, {"read-only", true}}}}})
+            .status());
+  }
+  // Into a cgroup of the sandbox's name and limits (cgroup2 cannot rename); the warm one,
+  // empty then, is removed by the assignment.
+  auto cg = WARREN_TRY(isolation::Cgroup::Create(opts_.cgroup_parent, cfg.id, QemuLimits(boot.ram_mib, cfg.cpus)));
+  cg.CloseCloneFd();
+  WARREN_RETURN_IF_ERROR(cg.Enter(boot.qemu.pid));
+  boot.cgroup = std::move(cg);
+  // The sockets a restarted node adopts the VM through are named after the sandbox.
+  const std::string base = RunDir() + "/" + cfg.id;
+  for (const char* ext : {".agent", ".qmp"})
+    if (rename((boot.run_base + ext).c_str(), (base + ext).c_str()) != 0)
+      return ErrnoStatus("rename", boot.run_base + ext);
+  boot.run_base = base;
+  return Status::Ok();
+}
+
+void MicrovmBackend::FillLoop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    std::shared_ptr<Template> need;
+    fill_cv_.wait(lock, [&] {
+      if (stopping_) return true;
+      for (auto& [key, t] : templates_)
+        if (t->ready && t->wanted && t->warm_failures < 3 &&
+            static_cast<int>(t->warm.size()) + t->warm_making < opts_.warm_pool) {
+          need = t;
+          return true;
+        }
+      return false;
+    });
+    if (stopping_) {
+      for (auto& [key, t] : templates_) t->warm.clear();  // their QEMUs are killed
+      return;
+    }
+    ++need->warm_making;
+    lock.unlock();
+    auto warm = MakeWarm(*need);
+    lock.lock();
+    --need->warm_making;
+    if (warm.ok()) {
+      need->warm_failures = 0;
+      need->warm.push_back(std::move(*warm));
+    } else {
+      ++need->warm_failures;
+      spdlog::warn("microvm: warm VM for {} MiB x{}: {}", need->ram_mib, need->vcpus, warm.status().ToString());
+    }
+  }
+}
+
 Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cfg) {
   const uint64_t ram = GuestRamMiB(cfg.memory_bytes);
   const int vcpus = std::clamp(static_cast<int>(std::ceil(cfg.cpus > 0 ? cfg.cpus : 1)), 1, 16);
@@ -617,11 +780,30 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   }
   ls.layer_fds = fds;
   const int64_t t0 = NowMs();
-  auto boot = WARREN_TRY(Launch(ls));
+  // A warm VM if there is one: network none only (a warm VM's namespace has no link to the
+  // node's bridge).
+  std::unique_ptr<MicrovmBoot> boot;
+  if (tmpl && opts_.warm_pool > 0 && cfg.netns_fd < 0 && cfg.net_ip == 0) {
+    boot = TakeWarm(*tmpl);
+    if (boot) {
+      std::vector<int> layers(fds.begin(), fds.begin() + static_cast<long>(cfg.layers.size()));
+      Status st = HandOver(*boot, cfg, layers);
+      if (st.ok()) {
+        ++warm_starts_;
+      } else {
+        spdlog::warn("microvm {}: warm VM not usable, restoring one: {}", cfg.id, st.ToString());
+        boot.reset();
+      }
+    }
+  }
+  const bool warm = boot != nullptr;
+  if (!boot) boot = WARREN_TRY(Launch(ls));
   const int64_t t_launched = NowMs();
   owned.clear();
   state.Reset();
-  if (tmpl) {
+  if (warm) {
+    ++restores_;
+  } else if (tmpl) {
     WARREN_RETURN_IF_ERROR(Restore(*boot->qmp).Context("restore " + cfg.id + " (console: " + boot->ConsoleTail() + ")"));
     ++restores_;
   } else {
@@ -665,7 +847,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
     return Internal("create sandbox", cfg.id, "guest agent setup failed: " + reply->header.value("error", ""));
   if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
   spdlog::info("{} {}: QEMU started in {} ms, guest {} in {} ms, agent setup {} ms {}", cfg.full_os ? "vm" : "microvm", cfg.id, t_launched - t0,
-               tmpl ? "restored" : "booted", t_running - t_launched, NowMs() - t_running,
+               warm ? "warm" : tmpl ? "restored" : "booted", t_running - t_launched, NowMs() - t_running,
                reply->header.value("setup_ms", json::object()).dump());
 
   const int pid = boot->qemu.pid;

@@ -18,12 +18,15 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
+#include "isolation/cgroup.h"
 #include "isolation/uid_allocator.h"
 #include "runtime/backend.h"
 #include "runtime/vm/accel_probe.h"
@@ -39,6 +42,9 @@ struct MicrovmOptions {
   std::string accel;      // "", "auto", "kvm" or "tcg"
   std::string cgroup_parent;
   bool snapshots = true;  // restore from templates; false: every sandbox boots cold
+  // Restored microVMs kept waiting per template size in use (network none only): a create
+  // hands one its layers instead of starting QEMU. 0: none.
+  int warm_pool = 2;
 };
 
 struct MicrovmBoot;  // one running QEMU and what it holds (microvm_backend.cc)
@@ -70,6 +76,15 @@ class MicrovmBackend : public Backend {
   Result<std::shared_ptr<Template>> TemplateFor(uint64_t ram_mib, int vcpus);
   Status MakeTemplate(Template& t, uint64_t ram_mib, int vcpus);
   Status LoadTemplate(Template& t, uint64_t ram_mib);
+  // The warm pool: VMs restored from a template ahead of time, each in its own network
+  // namespace (only loopback and an unattached NIC) and a cgroup `warm-*`, its agent waiting
+  // for setup. A create of that size with network none takes one: its layers go behind the
+  // disk slots through QMP (blockdev-reopen), its cgroup and sockets are renamed after the
+  // sandbox, and the setup follows as after any restore. Never reused.
+  Result<std::unique_ptr<MicrovmBoot>> MakeWarm(Template& t);
+  std::unique_ptr<MicrovmBoot> TakeWarm(Template& t);
+  Status HandOver(MicrovmBoot& boot, const SandboxConfig& cfg, const std::vector<int>& layer_fds);
+  void FillLoop();
   // How a QEMU starts: booting (anonymous RAM), booting a template (RAM in a memfd it shares
   // with us) or restoring one (that memfd, sealed, mapped copy-on-write, plus the saved
   // device state).
@@ -91,6 +106,7 @@ class MicrovmBackend : public Backend {
   // Connects to a launched (or adopted) QEMU's agent channel and monitor, and starts the relay.
   Status Connect(MicrovmBoot& boot, bool adopting);
   std::string RunDir() const;
+  isolation::CgroupLimits QemuLimits(uint64_t ram_mib, double cpus) const;
 
   MicrovmOptions opts_;
   isolation::UidAllocator* uids_;
@@ -101,8 +117,11 @@ class MicrovmBackend : public Backend {
   uint64_t tsc_khz_ = 0;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Template>> templates_;
+  std::condition_variable fill_cv_;  // with mu_: a pool to fill, or stopping_
+  bool stopping_ = false;
+  std::thread filler_;
   // Figures for /v1/nodes.
-  std::atomic<uint64_t> restores_{0}, cold_boots_{0}, full_os_boots_{0};
+  std::atomic<uint64_t> restores_{0}, cold_boots_{0}, full_os_boots_{0}, warm_starts_{0};
 };
 
 }  // namespace warren::runtime::vm

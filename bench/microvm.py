@@ -4,8 +4,10 @@ template itself, exec round trips in a guest, and host memory per idle microVM.
 
   template  the first microvm create of a server with an empty --vm-cache: it boots the
             template VM, saves it, then restores the sandbox from it.
-  restore   create -> first exec result (`true`), through the API, restored from the template
-            (`--vm-cache` warm), sequential; next to the same cycle for a container sandbox.
+  restore   create -> first exec result (`true`), through the API, sequential: from the warm
+            pool (VMs restored ahead and rehearsed, --vm-warm-pool, default 2) when it has one,
+            else restored from the template; next to the same cycle for a container sandbox.
+  no pool   the same with `--vm-warm-pool 0`: every create starts QEMU and restores.
   cold      the same with `--no-vm-snapshots` (every VM boots its kernel and initramfs).
   exec      POST .../exec of `true` in a running microVM, round trip.
   memory    N idle microVMs: per QEMU process RSS, PSS and private bytes (smaps_rollup; pages
@@ -127,7 +129,10 @@ def main():
         api.call("DELETE", f"/v1/sandboxes/{sid}")
 
         log(f"{args.restores} restores ...")
+        time.sleep(3)  # the pool fills after the first create of a size
+        w0 = api.call("GET", "/v1/nodes")["nodes"][0]["microvm"]["warm_starts"]
         out["restore"] = summary(cycles(api, spec, args.restores))
+        out["restore_warm_hits"] = api.call("GET", "/v1/nodes")["nodes"][0]["microvm"]["warm_starts"] - w0
         log(f"{args.restores} containers, same cycle ...")
         out["container"] = summary(cycles(api, {"image": "b:1", "memory_mb": 256}, args.restores))
 
@@ -168,18 +173,31 @@ def main():
         build_image(port, token, tmp + "/b")
         api = Api(port, token)
         out["cold"] = summary(cycles(api, spec, args.colds))
+        stop(proc)
+        proc = None
+
+        log(f"{args.restores} restores without a warm pool (--vm-warm-pool 0) ...")
+        os.makedirs(os.path.join(tmp, "c"))
+        proc, port, token = start_server(os.path.join(tmp, "c"), ["--vm-cache", vmcache, "--net-subnet", SUBNET,
+                                                                    "--vm-warm-pool", "0"])
+        build_image(port, token, tmp + "/c")
+        api = Api(port, token)
+        out["restore_no_pool"] = summary(cycles(api, spec, args.restores))
     finally:
         stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
 
     print(f"\nmicroVMs under {out['accel']} ({out['accel_probe']})")
     print(f"\n{'create -> first exec':<44} {'p50 ms':>9} {'p95 ms':>9} {'n':>4}")
-    for k, name in (("restore", "microvm, restored from the template"), ("cold", "microvm, cold boot"),
+    for k, name in (("restore", "microvm, warm pool (else restored)"),
+                    ("restore_no_pool", "microvm, restored (no warm pool)"), ("cold", "microvm, cold boot"),
                     ("container", "container (same image, same server)")):
         s = out[k]
         print(f"{name:<44} {s['p50_ms']:>9.1f} {s['p95_ms']:>9.1f} {s['n']:>4}")
     print(f"{'first microvm (boots and saves the template)':<44} {out['template_first_exec_s'] * 1000:>9.1f}")
-    print(f"\ncold boot / restore: {out['cold']['p50_ms'] / out['restore']['p50_ms']:.1f}x")
+    print(f"\nwarm pool hits: {out['restore_warm_hits']} of {out['restore']['n']} sequential creates")
+    print(f"cold boot / create: {out['cold']['p50_ms'] / out['restore']['p50_ms']:.1f}x with the pool, "
+          f"{out['cold']['p50_ms'] / out['restore_no_pool']['p50_ms']:.1f}x restoring")
     print(f"exec round trip (true) in a microVM: p50 {out['exec']['p50_ms']:.1f} ms, p95 {out['exec']['p95_ms']:.1f} ms")
     i = out["idle"]
     print(f"\nidle microVM ({i['vms']} running, 256 MiB guests): RSS {i['rss_mib']:.1f} MiB, PSS {i['pss_mib']:.1f} MiB, "

@@ -484,3 +484,28 @@ def test_delete_leaves_nothing(server, image, sandboxes):
     u.assert_error(server.http("GET", f"/v1/sandboxes/{sid}"), 404, "not_found")
     r = server.cli("inspect", sid)
     assert r.returncode != 0, r
+
+
+# --------------------------------------------------------------------------
+# the warm pool
+# --------------------------------------------------------------------------
+def test_warm_pool_serves_creates_with_their_own_layers(server, image, sandboxes):
+    """Once a size is in use the node keeps restored VMs waiting (network none); a create takes
+    one, which then holds this sandbox's layers, cgroup and limits, not the placeholder's."""
+    m = _node(server)["microvm"]
+    if not m["snapshots"]:
+        pytest.fail("the e2e server runs with snapshots on")
+    assert m["warm_pool"] >= 1, m
+    assert u.wait_until(lambda: _node(server)["microvm"]["warm_ready"] >= 1, 120, 1), _node(server)["microvm"]
+    w0 = _node(server)["microvm"]["warm_starts"]
+    sb = server.client().create({"image": image, **SPEC})
+    sandboxes.append(sb.id)
+    assert _node(server)["microvm"]["warm_starts"] == w0 + 1, _node(server)["microvm"]
+    r = sb.run("cat /etc/marker; hostname; nproc; echo x > /root/w && cat /root/w")
+    assert r.stdout.split("\n")[:4] == ["warren-e2e-rootfs", sb.id, str(CPU), "x"], r
+    # QEMU is in the sandbox's own cgroup, alone, and no warm-* group holds it
+    qemu = _qemu_pid(server, sb.id)
+    with open(f"/proc/{qemu}/cgroup") as f:
+        assert "warm-" not in f.read()
+    sb.delete()
+    assert not u.cgroup_dirs_named(sb.id)

@@ -280,7 +280,8 @@ json MicrovmBackend::Info() const {
           {"cold_boots", cold_boots_.load()},
           {"vm_boots", full_os_boots_.load()},
           {"warm_pool", opts_.snapshots ? opts_.warm_pool : 0},
-          {"warm_starts", warm_starts_.load()}};
+          {"warm_starts", warm_starts_.load()},
+          {"warm_ready", warm_ready_.load()}};
 }
 
 std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode,
@@ -664,6 +665,7 @@ std::unique_ptr<MicrovmBoot> MicrovmBackend::TakeWarm(Template& t) {
     while (!t.warm.empty() && !b) {
       b = std::move(t.warm.front());
       t.warm.pop_front();
+      --warm_ready_;
       pollfd p{b->qemu.pidfd.get(), POLLIN, 0};
       if (poll(&p, 1, 0) != 0) b.reset();
     }
@@ -721,6 +723,7 @@ void MicrovmBackend::FillLoop() {
     });
     if (stopping_) {
       for (auto& [key, t] : templates_) t->warm.clear();  // their QEMUs are killed
+      warm_ready_ = 0;
       return;
     }
     ++need->warm_making;
@@ -731,6 +734,7 @@ void MicrovmBackend::FillLoop() {
     if (warm.ok()) {
       need->warm_failures = 0;
       need->warm.push_back(std::move(*warm));
+      ++warm_ready_;
     } else {
       ++need->warm_failures;
       spdlog::warn("microvm: warm VM for {} MiB x{}: {}", need->ram_mib, need->vcpus, warm.status().ToString());

@@ -122,6 +122,7 @@ class MicrovmBackend : public Backend {
   std::thread filler_;
   // Figures for /v1/nodes.
   std::atomic<uint64_t> restores_{0}, cold_boots_{0}, full_os_boots_{0}, warm_starts_{0};
+  std::atomic<int> warm_ready_{0};
 };
 
 }  // namespace warren::runtime::vm

@@ -250,15 +250,19 @@ def server(tmp_path_factory):
         safe_rmtree(data_dir)
 
 
+def _debian_image(server, ref: str, packages: str) -> str:
+    """`ref`, built once per server with mmdebstrap (Debian bookworm + `packages`)."""
+    layers = {f'{l["name"]}:{l["tag"]}' for l in server.http("GET", "/v1/layers").json["layers"]}
+    if ref not in layers:
+        r = server.cli("image", "build", ref, "--debian", "bookworm", "--packages", packages, timeout=900)
+        assert r.returncode == 0, f"{ref} image build failed:\n{r.stderr[-4000:]}"
+    return ref
+
+
 @pytest.fixture(scope="session")
 def runner(server):
     """The fncall runner image: a real Debian userland with python3, gcc and g++ (mmdebstrap)."""
-    layers = {f'{l["name"]}:{l["tag"]}' for l in server.http("GET", "/v1/layers").json["layers"]}
-    if RUNNER_IMAGE not in layers:
-        r = server.cli("image", "build", RUNNER_IMAGE, "--debian", "bookworm",
-                       "--packages", "python3,gcc,g++,libc6-dev", timeout=900)
-        assert r.returncode == 0, f"runner image build failed:\n{r.stderr[-4000:]}"
-    return RUNNER_IMAGE
+    return _debian_image(server, RUNNER_IMAGE, "python3,gcc,g++,libc6-dev")
 
 
 VM_IMAGE = "e2e-debian-systemd:1"
@@ -267,12 +271,7 @@ VM_IMAGE = "e2e-debian-systemd:1"
 @pytest.fixture(scope="session")
 def vm_image(server):
     """For backend vm: a Debian userland with systemd as its init, and python3 (mmdebstrap)."""
-    layers = {f'{l["name"]}:{l["tag"]}' for l in server.http("GET", "/v1/layers").json["layers"]}
-    if VM_IMAGE not in layers:
-        r = server.cli("image", "build", VM_IMAGE, "--debian", "bookworm",
-                       "--packages", "systemd-sysv,python3", timeout=900)
-        assert r.returncode == 0, f"vm image build failed:\n{r.stderr[-4000:]}"
-    return VM_IMAGE
+    return _debian_image(server, VM_IMAGE, "systemd-sysv,python3")
 
 
 def _build_rootfs(root: Path) -> None:

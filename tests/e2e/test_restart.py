@@ -74,6 +74,16 @@ def test_kill9_microvm_is_taken_over(daemon):
     assert qemu["before"] == qemu["after"], qemu
 
 
+def test_kill9_vm_is_taken_over(daemon):
+    """backend vm: the agent is a service of the guest's systemd, with its own relay and
+    listening socket; a restarted daemon adopts the VM through them just the same."""
+    r = daemon.cli("image", "build", "sysd:1", "--debian", "bookworm", "--packages", "systemd-sysv", timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    spec = {"image": "sysd:1", "backend": "vm", "memory_mb": 256}
+    qemu = _kill9_during_a_long_exec(daemon, spec, check_qemu=True)
+    assert qemu["before"] == qemu["after"], qemu
+
+
 def _qemu_of(srv, sid):
     parent = "warren-" + hashlib.sha256(os.path.realpath(srv.data_dir).encode()).hexdigest()[:8]
     for root in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):

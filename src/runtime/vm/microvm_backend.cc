@@ -16,6 +16,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -50,6 +51,7 @@ constexpr int kAgentFd = 3, kQmpFd = 4, kKernelFd = 5, kInitrdFd = 6, kStateFd =
 constexpr const char* kTemplateMac = "52:54:00:00:00:01";
 constexpr int kColdBootTimeoutMs = 180000;  // TCG on a busy 2-core host
 constexpr int kSetupTimeoutMs = 60000;
+constexpr int64_t kTemplateRetryMs = 60000;
 constexpr size_t kConsoleTail = 8192;
 
 int64_t NowMs() {
@@ -69,6 +71,45 @@ std::string FileKey(const std::string& path) {
   struct stat sb;
   if (stat(path.c_str(), &sb) != 0) return "missing";
   return std::to_string(sb.st_size) + "-" + std::to_string(sb.st_mtim.tv_sec);
+}
+
+// Cache files are held open by the daemon using them and opened per VM through that fd
+// (/proc/self/fd/N gives a new open file description, offset 0): another daemon sharing the
+// cache may prune a file this one still uses (PruneCache) without breaking it.
+Result<UniqueFd> Hold(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoStatus("open", path);
+  return fd;
+}
+
+Result<UniqueFd> Reopen(const UniqueFd& held, const std::string& what) {
+  const std::string self = "/proc/self/fd/" + std::to_string(held.get());
+  UniqueFd fd(open(self.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoStatus("reopen", what);
+  return fd;
+}
+
+// Marks a cache file used now (pruning goes by modification time).
+void Touch(const std::string& path) { utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
+
+// Removes what the cache holds that no daemon has used for a day: guest images of other
+// kernels or agent builds, templates of sizes no longer asked for, leftovers of interrupted
+// saves. `keep` are this daemon's own files (used now whatever their age).
+void PruneCache(const std::string& cache_dir, const std::vector<std::string>& keep) {
+  constexpr time_t kUnusedFor = 24 * 3600;
+  const time_t now = time(nullptr);
+  for (const std::string dir : {cache_dir, cache_dir + "/templates"}) {
+    DIR* d = opendir(dir.c_str());
+    if (!d) continue;
+    while (dirent* e = readdir(d)) {
+      const std::string path = dir + "/" + e->d_name;
+      struct stat sb;
+      if (e->d_name[0] == '.' || lstat(path.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+      if (std::find(keep.begin(), keep.end(), path) != keep.end() || now - sb.st_mtime < kUnusedFor) continue;
+      if (unlink(path.c_str()) == 0) spdlog::info("microvm: pruned {} (unused for a day)", path);
+    }
+    closedir(d);
+  }
 }
 
 // An empty EROFS image (mkfs.erofs of an empty directory) at the start of a sparse 64 GiB
@@ -189,8 +230,10 @@ struct MicrovmBackend::Template {
   std::string state_path;  // device state (QEMU migration stream without RAM)
   std::string ram_path;    // guest RAM image, sparse, to load `ram` from after a restart
   UniqueFd ram;            // guest RAM: a sealed memfd every restored VM maps privately
+  UniqueFd state;          // the state file, held (see Hold)
   bool ready = false;
   Status error;
+  int64_t failed_at_ms = 0;
   uint64_t ram_mib = 0;
   int vcpus = 1;
   // The warm pool (guarded by the backend's mu_).
@@ -257,6 +300,12 @@ Result<std::unique_ptr<MicrovmBackend>> MicrovmBackend::Start(const MicrovmOptio
   // It starts with an empty EROFS image, which a warm VM mounts to rehearse its setup.
   b->placeholder_ = opts.cache_dir + "/placeholder-erofs.img";
   if (access(b->placeholder_.c_str(), R_OK) != 0) WARREN_RETURN_IF_ERROR(MakePlaceholder(b->placeholder_));
+  b->placeholder_fd_ = WARREN_TRY(Hold(b->placeholder_));
+  b->kernel_fd_ = WARREN_TRY(Hold(b->guest_.kernel_path));
+  b->bzimage_fd_ = WARREN_TRY(Hold(b->guest_.bzimage_path));
+  b->initrd_fd_ = WARREN_TRY(Hold(b->guest_.initramfs_path));
+  for (const auto& f : {b->placeholder_, b->guest_.kernel_path, b->guest_.initramfs_path}) Touch(f);
+  PruneCache(opts.cache_dir, {b->placeholder_, b->guest_.kernel_path, b->guest_.initramfs_path});
   mkdir((opts.cache_dir + "/templates").c_str(), 0700);
   // Sockets of warm or template VMs an earlier run left (their QEMUs went with their cgroups).
   if (DIR* d = opendir(b->RunDir().c_str())) {
@@ -357,11 +406,9 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   if (mkdir(RunDir().c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", RunDir());
   UniqueFd agent_listen = WARREN_TRY(sys::ListenUnix(boot->run_base + ".agent", SOCK_STREAM, 2));
   UniqueFd qmp_listen = WARREN_TRY(sys::ListenUnix(boot->run_base + ".qmp", SOCK_STREAM, 2));
-  const std::string& kernel_path = spec.mode == Mode::kRestore ? guest_.bzimage_path : guest_.kernel_path;
-  UniqueFd kernel(open(kernel_path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!kernel) return ErrnoStatus("open", kernel_path);
-  UniqueFd initrd(open(guest_.initramfs_path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!initrd) return ErrnoStatus("open", guest_.initramfs_path);
+  const bool bz = spec.mode == Mode::kRestore;
+  UniqueFd kernel = WARREN_TRY(Reopen(bz ? bzimage_fd_ : kernel_fd_, bz ? guest_.bzimage_path : guest_.kernel_path));
+  UniqueFd initrd = WARREN_TRY(Reopen(initrd_fd_, guest_.initramfs_path));
   // Unused fixed slots get /dev/null, so the numbering never shifts.
   UniqueFd null_fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!null_fd) return ErrnoStatus("open", "/dev/null");
@@ -501,14 +548,24 @@ Result<std::shared_ptr<MicrovmBackend::Template>> MicrovmBackend::TemplateFor(ui
     t = slot;
   }
   std::lock_guard lock(t->mu);  // one maker; the others wait for its result
-  if (!t->ready && t->error.ok()) {
+  // A failure is retried a minute later (a template boot can time out on a host under load);
+  // until then sandboxes of this size boot cold.
+  if (!t->ready && (t->error.ok() || NowMs() - t->failed_at_ms > kTemplateRetryMs)) {
     const int64_t t0 = NowMs();
     const bool saved = access(t->state_path.c_str(), R_OK) == 0 && access(t->ram_path.c_str(), R_OK) == 0;
     t->error = saved ? LoadTemplate(*t, ram_mib) : MakeTemplate(*t, ram_mib, vcpus);
     if (t->error.ok()) {
+      auto held = Hold(t->state_path);
+      if (held.ok()) t->state = std::move(*held);
+      else t->error = held.status();
+    }
+    if (t->error.ok()) {
+      Touch(t->state_path);
+      Touch(t->ram_path);
       t->ready = true;
       spdlog::info("microvm: template {} MiB x{} {} in {} ms", ram_mib, vcpus, saved ? "loaded" : "made", NowMs() - t0);
     } else {
+      t->failed_at_ms = NowMs();
       spdlog::warn("microvm: no template for {} MiB x{}: {}", ram_mib, vcpus, t->error.ToString());
     }
   }
@@ -566,8 +623,7 @@ Status MicrovmBackend::LoadTemplate(Template& t, uint64_t ram_mib) {
 }
 
 Status MicrovmBackend::MakeTemplate(Template& t, uint64_t ram_mib, int vcpus) {
-  UniqueFd ph(open(placeholder_.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!ph) return ErrnoStatus("open", placeholder_);
+  UniqueFd ph = WARREN_TRY(Reopen(placeholder_fd_, placeholder_));
   UniqueFd ram = WARREN_TRY(NewRamMemfd(ram_mib));
   LaunchSpec ls;
   ls.name = "template";
@@ -630,10 +686,8 @@ Status MicrovmBackend::MakeTemplate(Template& t, uint64_t ram_mib, int vcpus) {
 }
 
 Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::MakeWarm(Template& t) {
-  UniqueFd ph(open(placeholder_.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!ph) return ErrnoStatus("open", placeholder_);
-  UniqueFd state(open(t.state_path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!state) return ErrnoStatus("open", t.state_path);
+  UniqueFd ph = WARREN_TRY(Reopen(placeholder_fd_, placeholder_));
+  UniqueFd state = WARREN_TRY(Reopen(t.state, t.state_path));
   LaunchSpec ls;
   ls.name = ls.cgroup_name = "warm-" + HexRandom(6);
   ls.ram_mib = t.ram_mib;
@@ -760,9 +814,9 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   if (opts_.snapshots && !cfg.full_os && cfg.layers.size() <= kLayerSlots) {
     auto t = TemplateFor(ram, vcpus);
     if (t.ok()) {
-      state.Reset(open((*t)->state_path.c_str(), O_RDONLY | O_CLOEXEC));
-      if (state) tmpl = *t;
-      else spdlog::warn("microvm: open template {}: {}", (*t)->state_path, strerror(errno));
+      auto st = Reopen((*t)->state, (*t)->state_path);
+      if (st.ok()) state = std::move(*st), tmpl = *t;
+      else spdlog::warn("microvm: {}", st.status().ToString());
     }
   }
   LaunchSpec ls;
@@ -774,8 +828,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   ls.bridge_eth0 = cfg.net_ip != 0;
   ls.full_os = cfg.full_os;
   if (tmpl) {
-    UniqueFd ph(open(placeholder_.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!ph) return ErrnoStatus("open", placeholder_);
+    UniqueFd ph = WARREN_TRY(Reopen(placeholder_fd_, placeholder_));
     while (fds.size() < kLayerSlots) fds.push_back(ph.get());
     owned.push_back(std::move(ph));
     ls.mode = Mode::kRestore;

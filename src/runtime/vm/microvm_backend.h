@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 
+#include "base/unique_fd.h"
 #include "isolation/cgroup.h"
 #include "isolation/uid_allocator.h"
 #include "runtime/backend.h"
@@ -114,6 +115,8 @@ class MicrovmBackend : public Backend {
   AccelChoice accel_;
   std::string qemu_version_;
   std::string placeholder_;  // a sparse file standing in for layer disks in templates
+  // Cache files, held open (a daemon sharing the cache may prune them; see PruneCache).
+  UniqueFd placeholder_fd_, kernel_fd_, bzimage_fd_, initrd_fd_;
   uint64_t tsc_khz_ = 0;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Template>> templates_;

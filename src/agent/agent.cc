@@ -237,6 +237,9 @@ Status Agent::Setup() {
   lap("proc_dev_sys");
   WARREN_RETURN_IF_ERROR(vm ? SwitchRootInto(root) : isolation::PivotInto(root));
   lap("pivot");
+  // An image without systemd (busybox, a slim Debian) still runs as a whole VM, with us as
+  // its init as in a microVM: switching backend stays one parameter.
+  if (full_os_ && !ImageBootsSystemd()) full_os_ = false;
   std::string hostname = h.value("hostname", "sandbox");
   if (sethostname(hostname.data(), hostname.size()) != 0)
     return ErrnoStatus("sethostname", hostname);
@@ -807,7 +810,7 @@ int RunVmService(const char* setup_path) {
     (void)Send(kControlFd, Message{{{"t", "setup_failed"}, {"error", st.ToString()}}, ""});
     return 1;
   }
-  if (!Send(kControlFd, Message{{{"t", "ready"}, {"setup_ms", agent.setup_ms_}}, ""}).ok()) return 1;
+  if (!Send(kControlFd, Message{{{"t", "ready"}, {"setup_ms", agent.setup_ms_}, {"init", "systemd"}}, ""}).ok()) return 1;
   return agent.Serve();
 }
 
@@ -825,7 +828,8 @@ int Run(UniqueFd listener, pid_t relay_pid) {
     ExecVmSystemInit(relay_pid);
     return 1;  // PID 1 exits: the guest panics and QEMU ends, which the node reports
   }
-  if (!Send(kControlFd, Message{{{"t", "ready"}, {"landlock_abi", agent.landlock_abi_}, {"setup_ms", agent.setup_ms_}}, ""}).ok())
+  if (!Send(kControlFd, Message{{{"t", "ready"}, {"landlock_abi", agent.landlock_abi_}, {"setup_ms", agent.setup_ms_},
+                                 {"init", getpid() == 1 ? "warren-agent" : ""}}, ""}).ok())
     return 1;
   return agent.Serve();
 }

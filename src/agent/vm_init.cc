@@ -357,17 +357,15 @@ Status WriteNewFile(const std::string& path, std::string_view data, mode_t mode)
 
 }  // namespace
 
-Status InstallVmAgentService(const std::string& setup_doc) {
-  // The image's own init, checked now, while a failure still reaches the node. It must be
-  // systemd: it is what starts the agent from the unit below (another init would boot and
-  // never answer).
+bool ImageBootsSystemd() {
   char init[PATH_MAX];
-  if (!realpath(kVmSystemInit, init) || access(init, X_OK) != 0)
-    return Status(Code::kInvalid, "boot the image's init", kVmSystemInit,
-                  std::string(strerror(errno)) + "; backend vm needs an image with systemd as init (Debian: systemd-sysv)");
-  if (std::string_view(init).ends_with("/systemd") == false)
-    return Status(Code::kInvalid, "boot the image's init", kVmSystemInit,
-                  "is " + std::string(init) + ", not systemd; backend vm needs an image with systemd as init (Debian: systemd-sysv)");
+  return realpath(kVmSystemInit, init) && access(init, X_OK) == 0 && std::string_view(init).ends_with("/systemd");
+}
+
+Status InstallVmAgentService(const std::string& setup_doc) {
+  // Checked by the caller too; a failure here still reaches the node.
+  if (!ImageBootsSystemd())
+    return Status(Code::kInvalid, "boot the image's init", kVmSystemInit, "is not systemd");
   // A /run of our own (systemd keeps a /run it finds mounted): the agent, its setup and a
   // runtime unit live there, so the image's files are not touched.
   if (mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=20%,nr_inodes=800k") != 0)

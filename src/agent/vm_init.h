@@ -43,9 +43,13 @@ Status VmInit(UniqueFd* listener, pid_t* relay_pid);
 // `socket_path`. The relay's pid goes to *relay_pid.
 Status OpenVmAgentChannel(const std::string& socket_path, UniqueFd* listener, pid_t* relay_pid = nullptr);
 
+// Backend vm: whether the sandbox's root (after the switch into it) boots systemd, the init
+// that can start the agent as its service. Without it the VM runs with the agent as init.
+bool ImageBootsSystemd();
+
 // Backend vm (a full OS): after the switch to the sandbox's root, installs this binary as a
 // systemd service under a fresh /run, with `setup_doc` (what it needs of the node's setup)
-// beside it. Fails if the image has no init to boot.
+// beside it. Fails if the image does not boot systemd.
 Status InstallVmAgentService(const std::string& setup_doc);
 // A warm microVM (restored ahead of its sandbox, runtime/vm/microvm_backend.h) rehearses its
 // setup while it waits: mounts the placeholder disk of slot 0 (an empty EROFS image) as a

@@ -903,9 +903,9 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   if (t == "setup_failed")
     return Internal("create sandbox", cfg.id, "guest agent setup failed: " + reply->header.value("error", ""));
   if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
-  spdlog::info("{} {}: QEMU started in {} ms, guest {} in {} ms, agent setup {} ms {}", cfg.full_os ? "vm" : "microvm", cfg.id, t_launched - t0,
+  spdlog::info("{} {}: QEMU started in {} ms, guest {} in {} ms, agent setup {} ms {} (init: {})", cfg.full_os ? "vm" : "microvm", cfg.id, t_launched - t0,
                warm ? "warm" : tmpl ? "restored" : "booted", t_running - t_launched, NowMs() - t_running,
-               reply->header.value("setup_ms", json::object()).dump());
+               reply->header.value("setup_ms", json::object()).dump(), reply->header.value("init", ""));
 
   const int pid = boot->qemu.pid;
   const uint32_t uid = boot->slot.range().host_base;

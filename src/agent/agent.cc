@@ -126,6 +126,9 @@ class Agent {
   int landlock_abi_ = 0;
   json setup_ms_ = json::object();
   bool full_os_ = false;  // backend vm: Setup prepared the image's own init to take over
+  // The service of a full OS: commands run as root of the machine, every capability kept
+  // (the VM is the boundary), as a shell on any machine would.
+  bool whole_machine_ = false;
   // Backend vm, in the service systemd started: the rest of the setup PID 1 left us.
   Status SetupService(const json& h);
   // A microVM's agent: where the guest's relay connects each session with a host.
@@ -344,7 +347,7 @@ void Agent::StartExec(Message& m) {
   cs.nofile = nofile_;
   cs.agent_oom_score_adj = oom_score_adj_;
   cs.cgroup_procs_fd = commands_cgroup_.get();
-  cs.keep_caps = e->channel;
+  cs.keep_caps = e->channel || whole_machine_;
 
   int po[2], pe[2], perr[2], pi[2] = {-1, -1};
   if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(perr, O_CLOEXEC))
@@ -774,6 +777,7 @@ Status Agent::SetupService(const json& h) {
     if (v.is_string()) base_env_.push_back(k + "=" + v.get<std::string>());
   nofile_ = h.value("nofile", uint64_t{4096});
   setup_ms_ = h.value("setup_ms", json::object());
+  whole_machine_ = true;
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   // From PID 1's exec of the image's init to this service running.

@@ -57,6 +57,10 @@ def test_systemd_is_init_and_the_agent_its_service(server, fullvm):
     # systemd manages the machine: its units run (journald at least)
     r = fullvm.run("systemctl is-active systemd-journald")
     assert r.stdout.strip() == "active", r
+    # and root is the machine's root: every capability, mounts work
+    r = fullvm.run("grep CapEff /proc/self/status; mkdir -p /mnt/t && mount -t tmpfs t /mnt/t && "
+                   "grep -c ' /mnt/t ' /proc/mounts && umount /mnt/t")
+    assert r.exit_code == 0 and r.stdout.split() == ["CapEff:", "000001ffffffffff", "1"], r
 
 
 def test_exec_stdout_stderr_exit_code_env_cwd_stdin(fullvm):

@@ -23,6 +23,9 @@ LocalNode::LocalNode(const LocalNodeOptions& opts, image::LayerStore* store)
 LocalNode::~LocalNode() {
   if (vm_start_.joinable()) vm_start_.join();
   DeleteAll();
+  // The VM backend's warm VMs (each with a cgroup and sockets of its own) go before the
+  // parent directories they live in.
+  microvm_.reset();
   isolation::RemoveCgroupParent(opts_.cgroup_parent);
   // Empty once every sandbox is gone (each removes its socket and runtime file).
   rmdir(("/run/warren/" + opts_.cgroup_parent).c_str());

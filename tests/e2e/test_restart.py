@@ -40,8 +40,14 @@ def daemon(tmp_path):
         if srv.proc is not None and srv.proc.poll() is None:
             srv.delete_all_sandboxes()
         srv.stop()
+        # A daemon that stops leaves neither its cgroup parent nor its run directory (its
+        # warm microVMs, each with a cgroup and sockets there, go first).
+        parent = _parent(srv)
+        left = [d for d in (f"/sys/fs/cgroup/unified/{parent}", f"/sys/fs/cgroup/{parent}",
+                            f"/sys/fs/cgroup/memory/{parent}", f"/run/warren/{parent}") if os.path.isdir(d)]
         safe_rmtree(data)
         safe_rmtree(str(root))
+        assert not left, f"left after the daemon stopped: {left}"
 
 
 def kill9_and_restart(srv: Server, pause: float = 0.5) -> None:
@@ -51,8 +57,12 @@ def kill9_and_restart(srv: Server, pause: float = 0.5) -> None:
     srv.start()
 
 
+def _parent(srv: Server) -> str:
+    return "warren-" + hashlib.sha256(os.path.realpath(srv.data_dir).encode()).hexdigest()[:8]
+
+
 def cgroup_dirs(srv: Server, sid: str) -> list:
-    parent = "warren-" + hashlib.sha256(os.path.realpath(srv.data_dir).encode()).hexdigest()[:8]
+    parent = _parent(srv)
     found = []
     for root in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids",
                  "/sys/fs/cgroup/cpu"):

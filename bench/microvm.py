@@ -9,6 +9,9 @@ template itself, exec round trips in a guest, and host memory per idle microVM.
             else restored from the template; next to the same cycle for a container sandbox.
   no pool   the same with `--vm-warm-pool 0`: every create starts QEMU and restores.
   cold      the same with `--no-vm-snapshots` (every VM boots its kernel and initramfs).
+  vm        with --vms N: backend vm (a q35 PC booting the image's systemd, the agent its
+            service), create -> first exec, cold; the image is Debian bookworm + systemd-sysv
+            (mmdebstrap, a minute, on the server with the warm pool).
   exec      POST .../exec of `true` in a running microVM, round trip.
   memory    N idle microVMs: per QEMU process RSS, PSS and private bytes (smaps_rollup; pages
             a VM shares with its template and the other VMs count in RSS, split in PSS), and
@@ -17,7 +20,7 @@ template itself, exec round trips in a guest, and host memory per idle microVM.
 Starts its own `warren serve` (build/warren) with scratch state and VM cache under /var/tmp.
 Root, Debian's /usr/bin/python3, standard library only.
 
-  sudo /usr/bin/python3 bench/microvm.py [--restores 10] [--colds 3] [--idle 10] [--json out.json]
+  sudo /usr/bin/python3 bench/microvm.py [--restores 10] [--colds 3] [--idle 10] [--vms 0] [--json out.json]
 """
 
 import argparse
@@ -103,6 +106,7 @@ def main():
     ap.add_argument("--colds", type=int, default=3)
     ap.add_argument("--idle", type=int, default=10)
     ap.add_argument("--execs", type=int, default=50)
+    ap.add_argument("--vms", type=int, default=0, help="backend vm cycles (builds a systemd image first)")
     ap.add_argument("--json")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -145,6 +149,15 @@ def main():
             samples.append(time.perf_counter() - t0)
         out["exec"] = summary(samples)
         api.call("DELETE", f"/v1/sandboxes/{sid}")
+
+        if args.vms:
+            log("building a Debian image with systemd (mmdebstrap) ...")
+            env = dict(os.environ, WARREN_URL=f"http://127.0.0.1:{port}", WARREN_TOKEN=token)
+            subprocess.run([os.path.join(REPO, "build", "warren"), "image", "build", "sysd:1", "--debian", "bookworm",
+                            "--packages", "systemd-sysv"], check=True, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            log(f"{args.vms} vm (systemd) cycles ...")
+            out["vm"] = summary(cycles(api, {"image": "sysd:1", "backend": "vm", "memory_mb": 256}, args.vms))
 
         log(f"{args.idle} idle microVMs ...")
         time.sleep(2)
@@ -194,6 +207,9 @@ def main():
                     ("container", "container (same image, same server)")):
         s = out[k]
         print(f"{name:<44} {s['p50_ms']:>9.1f} {s['p95_ms']:>9.1f} {s['n']:>4}")
+    if "vm" in out:
+        print(f"{'vm (q35, systemd as init), cold boot':<44} {out['vm']['p50_ms']:>9.1f} {out['vm']['p95_ms']:>9.1f} "
+              f"{out['vm']['n']:>4}")
     print(f"{'first microvm (boots and saves the template)':<44} {out['template_first_exec_s'] * 1000:>9.1f}")
     print(f"\nwarm pool hits: {out['restore_warm_hits']} of {out['restore']['n']} sequential creates")
     print(f"cold boot / create: {out['cold']['p50_ms'] / out['restore']['p50_ms']:.1f}x with the pool, "

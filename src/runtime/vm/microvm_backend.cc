@@ -52,6 +52,7 @@ constexpr const char* kTemplateMac = "52:54:00:00:00:01";
 constexpr int kColdBootTimeoutMs = 180000;  // TCG on a busy 2-core host
 constexpr int kSetupTimeoutMs = 60000;
 constexpr int64_t kTemplateRetryMs = 60000;
+constexpr int64_t kWarmIdleMs = 600000;  // warm VMs of a size not asked for in this long go
 constexpr size_t kConsoleTail = 8192;
 
 int64_t NowMs() {
@@ -240,7 +241,9 @@ struct MicrovmBackend::Template {
   std::deque<std::unique_ptr<MicrovmBoot>> warm;
   bool wanted = false;  // a sandbox of this size was made: keep a pool
   int warm_making = 0;
-  int warm_failures = 0;  // in a row; the pool stops refilling after a few
+  int warm_failures = 0;  // in a row; the pool rests after a few
+  int64_t warm_failed_at_ms = 0;
+  int64_t last_wanted_ms = 0;
 };
 
 namespace {
@@ -715,6 +718,7 @@ std::unique_ptr<MicrovmBoot> MicrovmBackend::TakeWarm(Template& t) {
   {
     std::lock_guard lock(mu_);
     t.wanted = true;
+    t.last_wanted_ms = NowMs();
     // A VM whose QEMU died while waiting is not handed out.
     while (!t.warm.empty() && !b) {
       b = std::move(t.warm.front());
@@ -750,7 +754,10 @@ Status MicrovmBackend::HandOver(MicrovmBoot& boot, const SandboxConfig& cfg, con
   // empty then, is removed by the assignment.
   auto cg = WARREN_TRY(isolation::Cgroup::Create(opts_.cgroup_parent, cfg.id, QemuLimits(boot.ram_mib, cfg.cpus)));
   cg.CloseCloneFd();
-  WARREN_RETURN_IF_ERROR(cg.Enter(boot.qemu.pid));
+  if (Status st = cg.Enter(boot.qemu.pid); !st.ok()) {
+    (void)boot.cgroup.Enter(boot.qemu.pid);  // back where it was, so both groups can go
+    return st;
+  }
   boot.cgroup = std::move(cg);
   // The sockets a restarted node adopts the VM through are named after the sandbox.
   const std::string base = RunDir() + "/" + cfg.id;
@@ -765,16 +772,34 @@ void MicrovmBackend::FillLoop() {
   std::unique_lock lock(mu_);
   for (;;) {
     std::shared_ptr<Template> need;
-    fill_cv_.wait(lock, [&] {
+    // After 3 failures in a row a size's pool rests for a minute (a host under memory
+    // pressure, say), then tries again.
+    fill_cv_.wait_for(lock, std::chrono::seconds(10), [&] {
       if (stopping_) return true;
       for (auto& [key, t] : templates_)
-        if (t->ready && t->wanted && t->warm_failures < 3 &&
+        if (t->ready && t->wanted && (t->warm_failures < 3 || NowMs() - t->warm_failed_at_ms > 60000) &&
             static_cast<int>(t->warm.size()) + t->warm_making < opts_.warm_pool) {
           need = t;
           return true;
         }
       return false;
     });
+    // A size nobody asked for in 10 minutes gives its warm VMs back (memory, uid slots).
+    std::vector<std::unique_ptr<MicrovmBoot>> idle;
+    for (auto& [key, t] : templates_) {
+      if (t->wanted ? NowMs() - t->last_wanted_ms < kWarmIdleMs : t->warm.empty()) continue;
+      t->wanted = false;
+      for (auto& b : t->warm) idle.push_back(std::move(b));
+      warm_ready_ -= static_cast<int>(t->warm.size());
+      t->warm.clear();
+    }
+    if (!idle.empty()) {
+      lock.unlock();
+      idle.clear();  // their QEMUs are killed, outside the lock
+      lock.lock();
+    }
+    if (need && !need->wanted) need.reset();
+    if (!stopping_ && !need) continue;
     if (stopping_) {
       for (auto& [key, t] : templates_) t->warm.clear();  // their QEMUs are killed
       warm_ready_ = 0;
@@ -791,6 +816,7 @@ void MicrovmBackend::FillLoop() {
       ++warm_ready_;
     } else {
       ++need->warm_failures;
+      need->warm_failed_at_ms = NowMs();
       spdlog::warn("microvm: warm VM for {} MiB x{}: {}", need->ram_mib, need->vcpus, warm.status().ToString());
     }
   }

@@ -131,6 +131,17 @@ class Agent {
   bool whole_machine_ = false;
   // Backend vm, in the service systemd started: the rest of the setup PID 1 left us.
   Status SetupService(const json& h);
+  void AddBaseEnv(const json& env) {
+    for (auto& [k, v] : env.items())
+      if (v.is_string()) base_env_.push_back(k + "=" + v.get<std::string>());
+  }
+  // Ours, which each command's is derived from (ExecChild).
+  void ReadOomScoreAdj() {
+    if (FILE* f = fopen("/proc/self/oom_score_adj", "re")) {
+      if (fscanf(f, "%d", &oom_score_adj_) != 1) oom_score_adj_ = 0;
+      fclose(f);
+    }
+  }
   // A microVM's agent: where the guest's relay connects each session with a host.
   void SetListener(UniqueFd l) {
     if (l) listen_ = std::move(l);
@@ -204,8 +215,7 @@ Status Agent::Setup() {
   }
   if (fds.size() != h.value("layers", 0u)) return Invalid("layer fd count mismatch", "agent");
   const json env = h.value("env", json::object());
-  for (auto& [k, v] : env.items())
-    if (v.is_string()) base_env_.push_back(k + "=" + v.get<std::string>());
+  AddBaseEnv(env);
 
   // The node attached us to the v1 cgroups after clone; a fresh cgroup namespace now roots
   // /proc/self/cgroup at the sandbox's own cgroups, hiding the host's layout.
@@ -268,21 +278,16 @@ Status Agent::Setup() {
     // full OS is not sealed like a container: its root may use setuid programs, ptrace and
     // mount, as on any machine; the VM is the boundary.
     lap("files");
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     json doc = {{"env", env},
                 {"hostname", hostname},
                 {"nofile", nofile_},
                 {"memory_bytes", h.value("memory_bytes", uint64_t{0})},
                 {"pids", h.value("pids", uint64_t{0})},
                 {"setup_ms", setup_ms_},
-                {"handover_ms", int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000}};
+                {"handover_ms", NowMs()}};
     return InstallVmAgentService(doc.dump());
   }
-  if (FILE* f = fopen("/proc/self/oom_score_adj", "re")) {
-    if (fscanf(f, "%d", &oom_score_adj_) != 1) oom_score_adj_ = 0;
-    fclose(f);
-  }
+  ReadOomScoreAdj();
 
   // From here on the sandbox is sealed, in this order:
   // - non-dumpable: without CAP_SYS_PTRACE (commands lose it) nothing can ptrace us, open
@@ -772,24 +777,17 @@ int RunVm() {
 }
 
 Status Agent::SetupService(const json& h) {
-  const json env = h.value("env", json::object());  // (a temporary would not outlive the loop)
-  for (auto& [k, v] : env.items())
-    if (v.is_string()) base_env_.push_back(k + "=" + v.get<std::string>());
+  AddBaseEnv(h.value("env", json::object()));
   nofile_ = h.value("nofile", uint64_t{4096});
   setup_ms_ = h.value("setup_ms", json::object());
   whole_machine_ = true;
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  // From PID 1's exec of the image's init to this service running.
-  setup_ms_["init"] = int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000 - h.value("handover_ms", int64_t{0});
+  // From PID 1's exec of the image's init to this service running (one guest clock).
+  setup_ms_["init"] = NowMs() - h.value("handover_ms", int64_t{0});
   commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(kSystemCgroupDir, h.value("memory_bytes", uint64_t{0}), h.value("pids", uint64_t{0})));
   // Set again: the image's init may have set its own from /etc/hostname.
   const std::string hostname = h.value("hostname", "sandbox");
   if (sethostname(hostname.data(), hostname.size()) != 0) return ErrnoStatus("sethostname", hostname);
-  if (FILE* f = fopen("/proc/self/oom_score_adj", "re")) {
-    if (fscanf(f, "%d", &oom_score_adj_) != 1) oom_score_adj_ = 0;
-    fclose(f);
-  }
+  ReadOomScoreAdj();
   return Status::Ok();
 }
 

@@ -32,6 +32,7 @@
 #include "isolation/net_loopback.h"
 #include "isolation/rootfs.h"
 #include "sys/mount_api.h"
+#include "sys/unix_socket.h"
 
 namespace warren::agent {
 namespace {
@@ -107,9 +108,6 @@ Status WriteAll(int fd, std::string_view data) {
 [[noreturn]] void RelayLoop(const std::string& port, const std::string& socket_path, UniqueFd first) {
   UniqueFd stream(open(port.c_str(), O_RDWR | O_CLOEXEC));
   if (!stream) _exit(1);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  strncpy(addr.sun_path, socket_path.c_str(), sizeof addr.sun_path - 1);
   UniqueFd pkt = std::move(first);
   std::string initial;
   for (;;) {
@@ -126,11 +124,8 @@ Status WriteAll(int fd, std::string_view data) {
     }
     pkt.Reset();  // the agent sees the old session end
     for (int tries = 0; !pkt && tries < 500; ++tries) {
-      pkt.Reset(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-      if (connect(pkt.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        pkt.Reset();
-        usleep(10000);
-      }
+      if (auto c = sys::ConnectUnix(socket_path, SOCK_SEQPACKET); c.ok()) pkt = std::move(*c);
+      else usleep(10000);
     }
     if (!pkt || !WriteAll(stream.get(), kSyncFrame).ok()) _exit(1);
     initial = std::move(leftover);
@@ -165,18 +160,11 @@ Status OpenVmAgentChannel(const std::string& socket_path, UniqueFd* listener, pi
     close(fd);
     return h;
   };
-  UniqueFd l(high(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)));
-  if (!l) return ErrnoStatus("socket", socket_path);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  strncpy(addr.sun_path, socket_path.c_str(), sizeof addr.sun_path - 1);
-  unlink(socket_path.c_str());
-  if (bind(l.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(l.get(), 4) != 0)
-    return ErrnoStatus("bind", socket_path);
+  UniqueFd l(high(WARREN_TRY(sys::ListenUnix(socket_path, SOCK_SEQPACKET)).Release()));
+  if (!l) return ErrnoStatus("move listener", socket_path);
   // The first session: the relay's end connected now, the agent's accepted below.
-  UniqueFd first(high(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)));
-  if (!first || connect(first.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    return ErrnoStatus("connect", socket_path);
+  UniqueFd first(high(WARREN_TRY(sys::ConnectUnix(socket_path, SOCK_SEQPACKET)).Release()));
+  if (!first) return ErrnoStatus("move connection", socket_path);
   int c = high(accept4(l.get(), nullptr, nullptr, SOCK_CLOEXEC));
   if (c < 0) return ErrnoStatus("accept", socket_path);
   pid_t pid = fork();

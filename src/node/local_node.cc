@@ -45,10 +45,10 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   node->container_ = std::make_unique<runtime::ContainerBackend>(
       std::move(memfd), &node->mounts_, &node->uids_, opts.cgroup_parent, std::move(bpf),
       std::move(runner_bpf));
+  // Where network records live, also read by ReapUnadopted when networking is off now.
+  if (node->opts_.net.state_dir.empty()) node->opts_.net.state_dir = "/run/warren/" + opts.cgroup_parent + "-net";
   if (opts.network) {
-    net::NetworkOptions no = opts.net;
-    if (no.state_dir.empty()) no.state_dir = "/run/warren/" + opts.cgroup_parent + "-net";
-    auto n = net::Network::Start(no);
+    auto n = net::Network::Start(node->opts_.net);
     if (n.ok()) {
       node->net_ = std::move(*n);
     } else {
@@ -273,9 +273,7 @@ int LocalNode::ReapUnadopted() {
   }
   int n = isolation::ReapStaleCgroups(opts_.cgroup_parent, keep);
   // Their leftovers: agent sockets and runtime files, network records, exec spills.
-  const std::string net_dir = opts_.net.state_dir.empty() ? "/run/warren/" + opts_.cgroup_parent + "-net"
-                                                          : opts_.net.state_dir;
-  for (const std::string& dir : {std::string("/run/warren/") + opts_.cgroup_parent, net_dir, opts_.spill_dir}) {
+  for (const std::string& dir : {std::string("/run/warren/") + opts_.cgroup_parent, opts_.net.state_dir, opts_.spill_dir}) {
     if (dir.empty()) continue;
     if (DIR* d = opendir(dir.c_str())) {
       std::vector<std::string> names;

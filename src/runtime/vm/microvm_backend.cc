@@ -209,6 +209,15 @@ struct MicrovmBoot {
     std::lock_guard lock(console_mu);
     return console;
   }
+  // The agent's next message, of type `type` ("" any); failures name `what` and quote the
+  // console.
+  Result<agent::Message> Await(const std::string& type, int timeout_ms, const std::string& what) {
+    auto m = WaitMessage(control.get(), qemu.pidfd.get(), timeout_ms);
+    if (!m.ok()) return m.status().Context(what + " (console: " + ConsoleTail() + ")");
+    const std::string t = m->header.value("t", "");
+    if (!type.empty() && t != type) return Internal(what, "microvm", "unexpected agent message " + t);
+    return m;
+  }
   void Shutdown() {
     KillQemu(qemu);
     if (stop) {
@@ -307,8 +316,9 @@ Result<std::unique_ptr<MicrovmBackend>> MicrovmBackend::Start(const MicrovmOptio
   b->kernel_fd_ = WARREN_TRY(Hold(b->guest_.kernel_path));
   b->bzimage_fd_ = WARREN_TRY(Hold(b->guest_.bzimage_path));
   b->initrd_fd_ = WARREN_TRY(Hold(b->guest_.initramfs_path));
-  for (const auto& f : {b->placeholder_, b->guest_.kernel_path, b->guest_.initramfs_path}) Touch(f);
-  PruneCache(opts.cache_dir, {b->placeholder_, b->guest_.kernel_path, b->guest_.initramfs_path});
+  const std::vector<std::string> own = {b->placeholder_, b->guest_.kernel_path, b->guest_.initramfs_path};
+  for (const auto& f : own) Touch(f);
+  PruneCache(opts.cache_dir, own);
   mkdir((opts.cache_dir + "/templates").c_str(), 0700);
   // Sockets of warm or template VMs an earlier run left (their QEMUs went with their cgroups).
   if (DIR* d = opendir(b->RunDir().c_str())) {
@@ -639,9 +649,7 @@ Status MicrovmBackend::MakeTemplate(Template& t, uint64_t ram_mib, int vcpus) {
   ls.ram_fd = ram.get();
   auto boot = WARREN_TRY(Launch(ls));
   // The guest agent says hello once it waits for its setup: that is the moment to save.
-  auto hello = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), kColdBootTimeoutMs);
-  if (!hello.ok()) return hello.status().Context("boot template (console: " + boot->ConsoleTail() + ")");
-  if (hello->header.value("t", "") != "hello") return Internal("boot template", "microvm", "unexpected agent message");
+  WARREN_RETURN_IF_ERROR(boot->Await("hello", kColdBootTimeoutMs, "boot template").status());
 
   const std::string suffix = ".tmp" + std::to_string(getpid());  // daemons may share the cache
   const std::string state_tmp = t.state_path + suffix, ram_tmp = t.ram_path + suffix;
@@ -704,12 +712,10 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::MakeWarm(Template& t) {
   WARREN_RETURN_IF_ERROR(Restore(*boot->qmp).Context("restore warm VM (console: " + boot->ConsoleTail() + ")"));
   // The rehearsal (agent/vm_init.h): the sandbox's setup then runs on translated code.
   WARREN_RETURN_IF_ERROR(agent::Send(boot->control.get(), agent::Message{{{"t", "warmup"}}, ""}));
-  auto m = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), kSetupTimeoutMs);
-  if (!m.ok()) return m.status().Context("warm up (console: " + boot->ConsoleTail() + ")");
-  if (m->header.value("t", "") != "warm") return Internal("warm up", ls.name, "unexpected agent message");
-  if (const std::string err = m->header.value("error", ""); !err.empty())
+  auto m = WARREN_TRY(boot->Await("warm", kSetupTimeoutMs, "warm up " + ls.name));
+  if (const std::string err = m.header.value("error", ""); !err.empty())
     spdlog::warn("microvm: warm-up rehearsal: {}", err);  // the VM is still good, only slower
-  spdlog::debug("microvm: {} warmed up in {} ms", ls.name, m->header.value("ms", 0));
+  spdlog::debug("microvm: {} warmed up in {} ms", ls.name, m.header.value("ms", 0));
   return boot;
 }
 
@@ -890,8 +896,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
     WARREN_RETURN_IF_ERROR(Restore(*boot->qmp).Context("restore " + cfg.id + " (console: " + boot->ConsoleTail() + ")"));
     ++restores_;
   } else {
-    auto hello = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), kColdBootTimeoutMs);
-    if (!hello.ok()) return hello.status().Context("boot " + cfg.id + " (console: " + boot->ConsoleTail() + ")");
+    WARREN_RETURN_IF_ERROR(boot->Await("", kColdBootTimeoutMs, "boot " + cfg.id).status());
     ++(cfg.full_os ? full_os_boots_ : cold_boots_);
   }
   json files = json::array();
@@ -923,8 +928,8 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   const int64_t t_running = NowMs();
   WARREN_RETURN_IF_ERROR(agent::Send(boot->control.get(), setup).Context("setup " + cfg.id));
   // A full OS answers once its init has started the agent's service: a boot, not a setup.
-  auto reply = WaitMessage(boot->control.get(), boot->qemu.pidfd.get(), cfg.full_os ? kColdBootTimeoutMs : kSetupTimeoutMs);
-  if (!reply.ok()) return reply.status().Context("create " + cfg.id + " (console: " + boot->ConsoleTail() + ")");
+  auto reply = boot->Await("", cfg.full_os ? kColdBootTimeoutMs : kSetupTimeoutMs, "create " + cfg.id);
+  if (!reply.ok()) return reply.status();
   const std::string t = reply->header.value("t", "");
   if (t == "setup_failed")
     return Internal("create sandbox", cfg.id, "guest agent setup failed: " + reply->header.value("error", ""));

@@ -83,8 +83,11 @@ void AgentConn::OnMessage(agent::Message& m) {
     std::vector<std::shared_ptr<ExecRecord>> lost;
     {
       std::lock_guard lock(mu_);
+      // Only those we asked about: an exec started after the resume (the agent answers it
+      // later, e.g. once a paused sandbox is thawed) is not lost.
       for (auto& [eid, rec] : execs_)
-        if (!rec->done() && !known.count(eid)) lost.push_back(rec);
+        if (!rec->done() && resume_asked_.count(eid) && !known.count(eid)) lost.push_back(rec);
+      resume_asked_.clear();
     }
     ExecOutcome o;
     o.error = "the exec's end was lost while warren serve restarted";
@@ -201,10 +204,12 @@ Status AgentConn::Resume() {
   nlohmann::json have = nlohmann::json::object();
   {
     std::lock_guard lock(mu_);
+    resume_asked_.clear();
     for (auto& [eid, rec] : execs_)
       if (!rec->done()) {
         auto [out, err] = rec->received();
         have[eid] = {out, err};
+        resume_asked_.insert(eid);
       }
   }
   return Send({{{"t", "resume"}, {"execs", have}}, ""});

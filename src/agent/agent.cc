@@ -135,7 +135,7 @@ class Agent {
     for (auto& [k, v] : env.items())
       if (v.is_string()) base_env_.push_back(k + "=" + v.get<std::string>());
   }
-  // Ours, which each command's is derived from (ExecChild).
+  // Ours, which each command's is derived from (SpawnChild).
   void ReadOomScoreAdj() {
     if (FILE* f = fopen("/proc/self/oom_score_adj", "re")) {
       if (fscanf(f, "%d", &oom_score_adj_) != 1) oom_score_adj_ = 0;
@@ -363,8 +363,7 @@ void Agent::StartExec(Message& m) {
   cs.stderr_fd = pe[1];
   cs.stdin_fd = pi[0];
   cs.error_fd = perr[1];
-  pid_t pid = fork();
-  if (pid == 0) ExecChild(cs);
+  pid_t pid = SpawnChild(cs);
   UniqueFd child_err(perr[0]);
   close(perr[1]);
   close(po[1]);

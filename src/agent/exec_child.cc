@@ -1,20 +1,34 @@
 #include "agent/exec_child.h"
 
 #include <fcntl.h>
-#include <sys/syscall.h>
-#include <sys/resource.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 
 #include "isolation/capabilities.h"
 
 namespace warren::agent {
 namespace {
+
+constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+// Everything the child needs, built by the parent: the child shares the agent's heap and may
+// not allocate (nor touch the agent's environment, as execvpe's setenv would).
+struct Prepared {
+  const ChildSpec* spec;
+  std::vector<char*> argv, envp;
+  std::vector<std::string> candidates;  // where argv[0] may be, in PATH order
+  std::vector<char*> sh_argv;           // {"/bin/sh", <candidate>, argv[1..]} for ENOEXEC
+  char oom[16] = {};
+  size_t oom_len = 0;
+};
 
 [[noreturn]] void Fail(int error_fd, const char* stage, int code) {
   int err = errno;
@@ -24,14 +38,15 @@ namespace {
   _exit(code);
 }
 
-}  // namespace
-
-void ExecChild(const ChildSpec& s) {
-  // The agent blocks SIGCHLD for its signalfd and ignores SIGPIPE: undo both for the command.
-  sigset_t all;
-  sigfillset(&all);
-  sigprocmask(SIG_UNBLOCK, &all, nullptr);
-  signal(SIGPIPE, SIG_DFL);  // the only disposition the agent changes
+int ChildMain(void* arg) {
+  Prepared& p = *static_cast<Prepared*>(arg);
+  const ChildSpec& s = *p.spec;
+  // The agent ignores SIGPIPE (the only disposition it changes; this child has its own copy
+  // of the table) and blocked every signal around the spawn: undo both for the command.
+  signal(SIGPIPE, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
   // Own session and process group: a timeout or signal hits the whole command tree.
   setsid();
   // Into the commands' memory cgroup, away from the agent (see isolation/cgroup.h).
@@ -41,9 +56,7 @@ void ExecChild(const ChildSpec& s) {
   // root lacks CAP_SYS_RESOURCE and the agent stays at 0). Raising is always allowed.
   int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (oom >= 0) {
-    char v[16];
-    int n = snprintf(v, sizeof v, "%d", std::min(1000, s.agent_oom_score_adj + 998));
-    if (n > 0) (void)!write(oom, v, static_cast<size_t>(n));
+    (void)!write(oom, p.oom, p.oom_len);
     close(oom);
   }
   // The command's limits and capabilities (the agent itself keeps its own).
@@ -51,7 +64,7 @@ void ExecChild(const ChildSpec& s) {
   if (setrlimit(RLIMIT_NOFILE, &nofile) != 0) Fail(s.error_fd, "rlimit", 126);
   // No core dumps: the host's core_pattern would handle them outside the sandbox.
   if (setrlimit(RLIMIT_CORE, &nocore) != 0) Fail(s.error_fd, "rlimit", 126);
-  if (!s.keep_caps && !isolation::RestrictCapabilities().ok()) Fail(s.error_fd, "capabilities", 126);
+  if (!s.keep_caps && isolation::RestrictCapabilitiesRaw() != 0) Fail(s.error_fd, "capabilities", 126);
   int in = s.stdin_fd >= 0 ? s.stdin_fd : open("/dev/null", O_RDONLY);
   if (in < 0 || dup2(in, 0) < 0 || dup2(s.stdout_fd, 1) < 0 || dup2(s.stderr_fd, 2) < 0)
     Fail(s.error_fd, "dup2", 126);
@@ -60,16 +73,71 @@ void ExecChild(const ChildSpec& s) {
   if (s.error_fd > 3) syscall(SYS_close_range, 3u, static_cast<unsigned>(s.error_fd - 1), 0u);
   syscall(SYS_close_range, static_cast<unsigned>(s.error_fd + 1), ~0u, 0u);
 
-  std::vector<char*> argv, envp;
-  for (const auto& a : s.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : s.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  // execvpe searches PATH from the environment we pass, as a shell would.
-  for (const auto& e : s.env)
-    if (e.rfind("PATH=", 0) == 0) setenv("PATH", e.c_str() + 5, 1);
-  execvpe(argv[0], argv.data(), envp.data());
+  // execvpe's search, without its allocations: the first candidate that is not missing wins;
+  // a permission error is reported only if nothing else was found (as a shell does).
+  bool denied = false;
+  for (const std::string& path : p.candidates) {
+    execve(path.c_str(), p.argv.data(), p.envp.data());
+    if (errno == ENOEXEC) {  // no #! line: a shell script, as execvp runs it
+      p.sh_argv[1] = const_cast<char*>(path.c_str());
+      execve("/bin/sh", p.sh_argv.data(), p.envp.data());
+      errno = ENOEXEC;
+    }
+    if (errno == EACCES) denied = true;
+    else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV && errno != ETIMEDOUT) break;
+  }
+  if (denied && (errno == ENOENT || errno == ENOTDIR)) errno = EACCES;
   Fail(s.error_fd, "exec", errno == ENOENT ? 127 : 126);
+}
+
+}  // namespace
+
+pid_t SpawnChild(const ChildSpec& s) {
+  Prepared p;
+  p.spec = &s;
+  for (const auto& a : s.argv) p.argv.push_back(const_cast<char*>(a.c_str()));
+  p.argv.push_back(nullptr);
+  for (const auto& e : s.env) p.envp.push_back(const_cast<char*>(e.c_str()));
+  p.envp.push_back(nullptr);
+  p.sh_argv.push_back(const_cast<char*>("/bin/sh"));
+  p.sh_argv.push_back(nullptr);  // the candidate, set by the child
+  for (size_t i = 1; i < s.argv.size(); ++i) p.sh_argv.push_back(p.argv[i]);
+  p.sh_argv.push_back(nullptr);
+  const std::string& cmd = s.argv.at(0);
+  if (cmd.find('/') != std::string::npos) {
+    p.candidates.push_back(cmd);
+  } else if (!cmd.empty()) {
+    // PATH from the environment the command gets, as a shell would.
+    std::string path = kDefaultPath;
+    for (const auto& e : s.env)
+      if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
+    size_t start = 0;
+    for (;;) {
+      size_t end = path.find(':', start);
+      std::string dir = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      p.candidates.push_back((dir.empty() ? "." : dir) + "/" + cmd);
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+  } else {
+    p.candidates.push_back("");  // execve("") fails with ENOENT, like execvp
+  }
+  int n = snprintf(p.oom, sizeof p.oom, "%d", std::min(1000, s.agent_oom_score_adj + 998));
+  p.oom_len = n > 0 ? static_cast<size_t>(n) : 0;
+
+  // The child runs on a stack of its own (the agent's is suspended under it). Signals stay
+  // blocked across the clone so no handler of the agent's runs on the child's side.
+  constexpr size_t kStack = 64 * 1024;
+  static char* stack = static_cast<char*>(aligned_alloc(64, kStack));
+  if (!stack) return -1;
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &old);
+  pid_t pid = clone(ChildMain, stack + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &p);
+  int err = errno;
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  errno = err;
+  return pid;
 }
 
 }  // namespace warren::agent

@@ -1,5 +1,7 @@
-// The forked child of an exec request: everything between fork() and execvpe().
+// The child of an exec request: everything between the spawn and execve().
 #pragma once
+
+#include <sys/types.h>
 
 #include <string>
 #include <vector>
@@ -23,7 +25,11 @@ struct ChildSpec {
   bool keep_caps = false;
 };
 
-// Never returns.
-[[noreturn]] void ExecChild(const ChildSpec& spec);
+// Starts the command the way posix_spawn does: a child sharing the agent's memory
+// (CLONE_VM | CLONE_VFORK), so neither the agent's page tables are copied nor its pages
+// faulted copy-on-write, which on this kind of host cost more than the command's own exec.
+// The agent sleeps until the child has exec'd or failed, so once this returns the error pipe
+// already holds the verdict. Returns the pid, or -1 with errno.
+pid_t SpawnChild(const ChildSpec& spec);
 
 }  // namespace warren::agent

@@ -41,15 +41,16 @@ Status Send(int fd, const Message& m) {
 }
 
 Result<Message> Recv(int fd) {
-  std::string buf(kMaxMessage, '\0');
+  // One buffer per thread, sized once: a fresh zeroed 68 KiB per message showed up as the
+  // agent's top user-space cost on the exec path.
+  thread_local std::string buf(kMaxMessage, '\0');
   ssize_t n;
   do {
     n = recv(fd, buf.data(), buf.size(), 0);
   } while (n < 0 && errno == EINTR);
   if (n < 0) return ErrnoStatus("recv", "agent socket");
   if (n == 0) return Status(Code::kUnavailable, "recv", "agent socket", "peer closed");
-  buf.resize(static_cast<size_t>(n));
-  return Decode(buf);
+  return Decode(std::string_view(buf.data(), static_cast<size_t>(n)));
 }
 
 std::string EncodeFrame(const nlohmann::json& header, std::string_view payload) {

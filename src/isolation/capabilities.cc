@@ -16,26 +16,34 @@ uint64_t KeptCapabilities() {
   return m;
 }
 
-Status RestrictCapabilities() {
+int RestrictCapabilitiesRaw() {
   const uint64_t keep = KeptCapabilities();
   for (int c = 0; c <= 63; ++c) {
     if (keep & (1ull << c)) continue;
-    if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL)  // EINVAL: beyond last cap
-      return ErrnoStatus("drop capability " + std::to_string(c), "bounding set");
+    if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0) {
+      if (errno == EINVAL) break;  // beyond the kernel's last capability: all dropped
+      return c + 1;
+    }
   }
-  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
-    return ErrnoStatus("clear ambient capabilities", "exec");
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return 100;
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2] = {};
-  if (syscall(SYS_capget, &hdr, data) != 0) return ErrnoStatus("capget", "exec");
+  if (syscall(SYS_capget, &hdr, data) != 0) return 101;
   for (int i = 0; i < 2; ++i) {
     uint32_t k = static_cast<uint32_t>(keep >> (32 * i));
     data[i].effective &= k;
     data[i].permitted &= k;
     data[i].inheritable &= k;
   }
-  if (syscall(SYS_capset, &hdr, data) != 0) return ErrnoStatus("capset", "exec");
-  return Status::Ok();
+  if (syscall(SYS_capset, &hdr, data) != 0) return 102;
+  return 0;
+}
+
+Status RestrictCapabilities() {
+  int step = RestrictCapabilitiesRaw();
+  if (step == 0) return Status::Ok();
+  if (step <= 64) return ErrnoStatus("drop capability " + std::to_string(step - 1), "bounding set");
+  return ErrnoStatus(step == 100 ? "clear ambient capabilities" : step == 101 ? "capget" : "capset", "exec");
 }
 
 }  // namespace warren::isolation

@@ -11,6 +11,10 @@ namespace warren::isolation {
 // Drops every other capability from the bounding set and from the inheritable, permitted
 // and effective sets, and clears the ambient set. Called in the exec child before execve.
 Status RestrictCapabilities();
+// The same without allocating (for a vfork-style child that shares the agent's memory): 0 on
+// success, else which step failed (1..64: dropping capability N-1; 100 ambient; 101 capget;
+// 102 capset) with errno set.
+int RestrictCapabilitiesRaw();
 
 // The kept set as a mask (bit N = capability N).
 uint64_t KeptCapabilities();

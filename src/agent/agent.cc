@@ -99,6 +99,7 @@ class Agent {
   void HandleSignal(Message& m);
   void ReadPipe(Exec& e, int which);
   void ReapChildren();
+  void HandleAssign(const Message& m);
   void CheckTimers();
   void MaybeFinish(Exec& e);
   void Watch(int fd, uint32_t events, bool add);
@@ -708,6 +709,23 @@ void Agent::HandleMessage(Message& m) {
   else if (t == "get") HandleGet(m);
   else if (t == "ping") Reply({{"t", "pong"}, {"id", m.header.value("id", "")}});
   else if (t == "resume") HandleResume(m);
+  else if (t == "assign") HandleAssign(m);
+}
+
+// A sandbox made ahead of demand (node/warm_pool.h) is handed to a create: it takes that
+// create's hostname, base environment and commands' open-file limit. Nothing has run in it.
+void Agent::HandleAssign(const Message& m) {
+  const json& h = m.header;
+  const std::string hostname = h.value("hostname", "sandbox");
+  if (sethostname(hostname.data(), hostname.size()) != 0) {
+    const int e = errno;
+    Reply({{"t", "err"}, {"errno", e}, {"error", ErrText("sethostname", hostname, e)}});
+    return;
+  }
+  base_env_.clear();
+  AddBaseEnv(h.value("env", json::object()));
+  nofile_ = h.value("nofile", nofile_);
+  Reply({{"t", "assigned"}});
 }
 
 int Agent::Serve() {

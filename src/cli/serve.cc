@@ -52,7 +52,7 @@ struct FncallFlags {
   int workers = 4;
 };
 
-int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no_hardening,
+int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no_hardening, int warm_pool,
           const FncallFlags& fn, const NetFlags& net, const VmFlags& vm) {
   if (geteuid() != 0) return Fail("serve", "warren serve must run as root (it makes namespaces, mounts and cgroups)");
   // Signals are taken by sigwait below; block them before any thread starts.
@@ -107,6 +107,7 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   nopts.vm.accel = vm.accel;
   nopts.vm.snapshots = !vm.no_snapshots;
   nopts.vm.warm_pool = vm.warm_pool;
+  nopts.warm_pool = static_cast<size_t>(warm_pool);
   nopts.vm.cache_dir = vm.cache;
   if (vm.accel != "auto" && vm.accel != "kvm" && vm.accel != "tcg")
     return Fail(Invalid("--vm-accel wants auto, kvm or tcg", vm.accel));
@@ -187,6 +188,11 @@ void AddServe(CLI::App& app) {
   cmd->add_flag("--unsafe-no-seccomp-landlock", *unsafe,
                 "benchmarks only: sandboxes without seccomp and Landlock")
       ->group("");  // hidden from --help
+  auto warm = std::make_shared<int>(2);
+  cmd->add_option("--warm-pool", *warm,
+                  "ready container sandboxes kept per template in use (its layers and disk size), for creates "
+                  "with network none; grows with demand up to 16x (default 2; 0: none)")
+      ->check(CLI::Range(0, 64));
   auto fn = std::make_shared<FncallFlags>();
   cmd->add_option("--fncall-image", fn->image,
                   "runner image (NAME:TAG) of calls that name none; it needs python3 and the toolchains");
@@ -211,8 +217,8 @@ void AddServe(CLI::App& app) {
                   "restored microVMs kept waiting per size in use, for creates with network none (default 2; 0: none)")
       ->check(CLI::Range(0, 64));
   cmd->add_flag("--no-microvm", vm->off, "no microvm backend on this node");
-  cmd->callback([listen, data_dir, unsafe, fn, net, vm] {
-    ExitCode() = Serve(*listen, *data_dir, *unsafe, *fn, *net, *vm);
+  cmd->callback([listen, data_dir, unsafe, warm, fn, net, vm] {
+    ExitCode() = Serve(*listen, *data_dir, *unsafe, *warm, *fn, *net, *vm);
   });
 }
 

@@ -101,24 +101,9 @@ Result<Cgroup> Cgroup::Create(const std::string& parent_name, const std::string&
       // with the sandbox's limit. An OOM the commands cause picks its victim among them
       // only, so the agent survives whatever they do (it cannot be protected by
       // oom_score_adj on hosts where root lacks CAP_SYS_RESOURCE).
-      auto limit = [&](const std::string& d, uint64_t bytes) -> Status {
-        std::string v = std::to_string(bytes);
-        WARREN_RETURN_IF_ERROR(WriteFile(d + "/memory.limit_in_bytes", v));
-        // memsw = memory: no swap on top of the limit (only if swap accounting exists).
-        if (Exists(d + "/memory.memsw.limit_in_bytes"))
-          WARREN_RETURN_IF_ERROR(WriteFile(d + "/memory.memsw.limit_in_bytes", v));
-        return Status::Ok();
-      };
-      WARREN_RETURN_IF_ERROR(limit(dir, lim.memory_bytes + kAgentHeadroomBytes));
       std::string cmds = dir + "/commands";
       if (mkdir(cmds.c_str(), 0755) != 0) return ErrnoStatus("mkdir cgroup", cmds);
       cg.commands_dir_ = cmds;
-      WARREN_RETURN_IF_ERROR(limit(cmds, lim.memory_bytes));
-    } else if (root.ends_with("/pids") && lim.pids) {
-      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/pids.max", std::to_string(lim.pids)));
-    } else if (root.ends_with("/cpu") && lim.cpus > 0) {
-      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cpu.cfs_period_us", "100000"));
-      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cpu.cfs_quota_us", CpuQuota(lim.cpus, 100000)));
     }
   }
   if (!l.v2_root.empty()) {
@@ -131,20 +116,65 @@ Result<Cgroup> Cgroup::Create(const std::string& parent_name, const std::string&
     std::string dir = parent + "/" + name;
     if (mkdir(dir.c_str(), 0755) != 0) return ErrnoStatus("mkdir cgroup", dir);
     cg.v2_dir_ = dir;
-    if (l.pure_v2) {
-      if (lim.memory_bytes) {
-        WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.max", std::to_string(lim.memory_bytes)));
-        if (Exists(dir + "/memory.swap.max"))
-          WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.swap.max", "0"));
-      }
-      if (lim.pids) WARREN_RETURN_IF_ERROR(WriteFile(dir + "/pids.max", std::to_string(lim.pids)));
-      if (lim.cpus > 0)
-        WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cpu.max", CpuQuota(lim.cpus, 100000) + " 100000"));
-    }
     cg.v2_fd_.Reset(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!cg.v2_fd_) return ErrnoStatus("open cgroup", dir);
   }
+  WARREN_RETURN_IF_ERROR(cg.SetLimits(lim));
   return cg;
+}
+
+namespace {
+
+// A v1 memory limit with swap forbidden on top (memsw = memory, where swap accounting
+// exists). v1 refuses memory > memsw, so the order depends on the direction.
+Status SetV1Memory(const std::string& d, uint64_t bytes) {
+  const std::string v = std::to_string(bytes), mem = d + "/memory.limit_in_bytes",
+                    memsw = d + "/memory.memsw.limit_in_bytes";
+  if (!Exists(memsw)) return WriteFile(mem, v);
+  uint64_t current = 0;
+  if (FILE* f = fopen(mem.c_str(), "re")) {
+    if (fscanf(f, "%lu", &current) != 1) current = 0;
+    fclose(f);
+  }
+  if (bytes > current) {
+    WARREN_RETURN_IF_ERROR(WriteFile(memsw, v));
+    return WriteFile(mem, v);
+  }
+  WARREN_RETURN_IF_ERROR(WriteFile(mem, v));
+  return WriteFile(memsw, v);
+}
+
+}  // namespace
+
+Status Cgroup::SetLimits(const CgroupLimits& lim) {
+  // Each write takes the kernel's cgroup lock, contended while other sandboxes are made.
+  if (limits_ && limits_->memory_bytes == lim.memory_bytes && limits_->pids == lim.pids && limits_->cpus == lim.cpus)
+    return Status::Ok();
+  limits_.reset();
+  const Layout& l = GetLayout();
+  for (const std::string& dir : dirs_) {
+    if (dir.starts_with(l.v2_root + "/") && !l.v2_root.empty()) continue;
+    if (dir.starts_with(std::string(kRoot) + "/memory/") && lim.memory_bytes) {
+      WARREN_RETURN_IF_ERROR(SetV1Memory(dir, lim.memory_bytes + kAgentHeadroomBytes));
+      if (!commands_dir_.empty()) WARREN_RETURN_IF_ERROR(SetV1Memory(commands_dir_, lim.memory_bytes));
+    } else if (dir.starts_with(std::string(kRoot) + "/pids/") && lim.pids) {
+      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/pids.max", std::to_string(lim.pids)));
+    } else if (dir.starts_with(std::string(kRoot) + "/cpu/") && lim.cpus > 0) {
+      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cpu.cfs_period_us", "100000"));
+      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cpu.cfs_quota_us", CpuQuota(lim.cpus, 100000)));
+    }
+  }
+  if (l.pure_v2 && !v2_dir_.empty()) {
+    const std::string& dir = v2_dir_;
+    if (lim.memory_bytes) {
+      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.max", std::to_string(lim.memory_bytes)));
+      if (Exists(dir + "/memory.swap.max")) WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.swap.max", "0"));
+    }
+    if (lim.pids) WARREN_RETURN_IF_ERROR(WriteFile(dir + "/pids.max", std::to_string(lim.pids)));
+    if (lim.cpus > 0) WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cpu.max", CpuQuota(lim.cpus, 100000) + " 100000"));
+  }
+  limits_ = lim;
+  return Status::Ok();
 }
 
 Result<Cgroup> Cgroup::Open(const std::string& parent_name, const std::string& name) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <set>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ class Cgroup {
 
   // The existing directories of sandbox `name` (re-adopting it after a daemon restart).
   static Result<Cgroup> Open(const std::string& parent, const std::string& name);
+  // Writes the limits (again): a sandbox made ahead of demand gets those of its request.
+  Status SetLimits(const CgroupLimits& limits);
   // True if `pid` is in this cgroup (v2): tells our sandbox's init from a recycled pid.
   bool Holds(pid_t pid) const;
 
@@ -45,6 +48,7 @@ class Cgroup {
       commands_dir_ = std::move(o.commands_dir_);
       v2_dir_ = std::move(o.v2_dir_);
       v2_fd_ = std::move(o.v2_fd_);
+      limits_ = o.limits_;
     }
     return *this;
   }
@@ -77,6 +81,7 @@ class Cgroup {
 
  private:
   std::vector<std::string> dirs_;  // v1 dirs; v2 dir last
+  std::optional<CgroupLimits> limits_;  // as last written (unknown for an adopted cgroup)
   std::string commands_dir_;       // v1 memory DIR/commands, where commands run
   std::string v2_dir_;
   UniqueFd v2_fd_;

@@ -480,6 +480,26 @@ Status Network::Adopt(const std::string& id, int pid) {
   return Status::Ok();
 }
 
+Status Network::Rename(const std::string& from, const std::string& to) {
+  std::lock_guard change(change_mu_);
+  Sandbox* sb;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(from);
+    if (it == sandboxes_.end()) return NotFound("sandbox network", from);
+    if (sandboxes_.count(to)) return Status(Code::kConflict, "rename network", to, "already attached");
+    auto node = sandboxes_.extract(it);
+    node.key() = to;
+    sb = node.mapped().get();
+    sandboxes_.insert(std::move(node));
+    if (sb->ip) by_ip_[sb->ip] = to;
+  }
+  SaveRecord(to, *sb);
+  if (!opts_.state_dir.empty()) unlink((opts_.state_dir + "/" + from + ".json").c_str());
+  if (proxy_) proxy_->Forget(from);
+  return Status::Ok();
+}
+
 void Network::SaveRecord(const std::string& id, const Sandbox& sb) {
   if (opts_.state_dir.empty()) return;
   nlohmann::json j = {{"ip", sb.ip}, {"mode", sb.policy.egress ? "egress" : "none"}, {"allow", sb.policy.Texts()},

@@ -75,6 +75,8 @@ class Network {
   // (thousands of sandboxes would otherwise cost thousands of fds); its namespace is found
   // through its init when needed.
   void Started(const std::string& id, int pid);
+  // A sandbox made ahead of demand under a pool name takes its real id.
+  Status Rename(const std::string& from, const std::string& to);
   // After a restart: the sandbox whose init is `pid` keeps its namespace and address.
   Status Adopt(const std::string& id, int pid);
 

@@ -1,6 +1,7 @@
 #include "node/local_node.h"
 
 #include <dirent.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <spdlog/spdlog.h>
@@ -9,6 +10,7 @@
 
 #include "base/cleanup.h"
 #include "base/ids.h"
+#include "agent/protocol.h"
 #include "image/tar_extract.h"
 #include "isolation/cgroup.h"
 #include "isolation/seccomp_policy.h"
@@ -22,6 +24,7 @@ LocalNode::LocalNode(const LocalNodeOptions& opts, image::LayerStore* store)
 
 LocalNode::~LocalNode() {
   if (vm_start_.joinable()) vm_start_.join();
+  warm_.reset();  // its waiting sandboxes, before the directories they live in
   DeleteAll();
   // The VM backend's warm VMs (each with a cgroup and sockets of its own) go before the
   // parent directories they live in.
@@ -60,6 +63,12 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   }
   WARREN_RETURN_IF_ERROR(node->mux_.Start());
   LocalNode* self = node.get();
+  WarmPoolOptions wo;
+  wo.initial = opts.warm_pool;
+  wo.max = std::min<size_t>(wo.total_max, 16 * opts.warm_pool);
+  node->warm_ = std::make_unique<WarmPool>(
+      wo, [self](const runtime::SandboxConfig& tmpl) { return self->MakeWarm(tmpl); },
+      [self](WarmSandbox& w) { self->DiscardWarm(w); });
   if (opts.microvm) {
     runtime::vm::MicrovmOptions vo = opts.vm;
     if (vo.agent_path.empty()) vo.agent_path = agent;
@@ -151,6 +160,26 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
     cfg.env.emplace("NO_PROXY", "localhost,127.0.0.1,::1");
     if (spec.network.egress) cfg.files = EgressFiles();
   }
+  // Served from the warm pool where the request allows: network none (an egress sandbox's
+  // address and files are its own from the start), not a runner.
+  const bool poolable = backend == container_.get() && !spec.network.egress && !cfg.fncall_runner && cfg.files.empty();
+  if (poolable && warm_) {
+    std::string key = std::to_string(cfg.disk_bytes);
+    for (const auto& l : cfg.layers) key += "|" + l.digest;
+    if (auto w = warm_->Take(key, cfg)) {
+      Status st = ClaimWarm(*w, cfg);
+      if (st.ok()) {
+        rm_spill.Cancel();
+        SandboxRuntime rt{w->instance->host_pid(), w->instance->host_uid()};
+        auto conn = std::make_shared<AgentConn>(cfg.id, std::move(w->control));
+        Register(cfg.id, std::move(w->instance), std::move(conn));
+        return rt;
+      }
+      // Whatever went wrong stays with that sandbox: make a fresh one instead.
+      spdlog::warn("create {}: a warm sandbox could not be claimed ({}); making one", cfg.id, st.ToString());
+      DiscardWarm(*w);
+    }
+  }
   auto inst = backend->Create(cfg);
   if (!inst.ok()) return inst.status();
   if (attach) {
@@ -166,6 +195,60 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   auto conn = std::make_shared<AgentConn>(cfg.id, (*inst)->TakeControlSocket());
   Register(cfg.id, std::move(*inst), std::move(conn), is_vm, cfg.net_ip != 0);
   return rt;
+}
+
+Result<WarmSandbox> LocalNode::MakeWarm(const runtime::SandboxConfig& tmpl) {
+  runtime::SandboxConfig cfg = tmpl;
+  cfg.id = "warm-" + RandomHex(8);
+  cfg.hostname = cfg.id;
+  cfg.background = true;
+  Cleanup detach([&] {
+    if (net_) net_->Detach(cfg.id);
+  });
+  if (net_) {
+    net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, net::Policy{}));
+    cfg.netns_fd = a.netns_fd;
+    cfg.sysfs_fd = a.sysfs_fd;
+  }
+  auto inst = WARREN_TRY(container_->Create(cfg));
+  if (net_) {
+    if (Status st = net_->Ready(cfg.id); !st.ok()) {
+      (void)inst->Destroy();
+      return st;
+    }
+    net_->Started(cfg.id, inst->host_pid());
+  }
+  detach.Cancel();
+  WarmSandbox w{cfg.id, std::move(inst), UniqueFd()};
+  w.control = w.instance->TakeControlSocket();
+  return w;
+}
+
+void LocalNode::DiscardWarm(WarmSandbox& w) {
+  if (w.instance) (void)w.instance->Destroy();
+  w.instance.reset();
+  w.control.Reset();
+  if (net_) net_->Detach(w.name);
+}
+
+Status LocalNode::ClaimWarm(WarmSandbox& w, const runtime::SandboxConfig& cfg) {
+  // Its limits, normal priority (before we wait on its agent: at the lowest priority it would
+  // answer only when the CPUs have nothing else to do) and its files under the new name.
+  WARREN_RETURN_IF_ERROR(w.instance->Claim({cfg.id, cfg.memory_bytes, cfg.pids, cfg.cpus}));
+  nlohmann::json env = cfg.env;
+  agent::Message assign{{{"t", "assign"}, {"hostname", cfg.hostname}, {"env", env}, {"nofile", cfg.open_files}}, ""};
+  WARREN_RETURN_IF_ERROR(agent::Send(w.control.get(), assign).Context("claim " + cfg.id));
+  pollfd p{w.control.get(), POLLIN, 0};
+  int n;
+  do {
+    n = poll(&p, 1, 5000);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return Status(Code::kUnavailable, "claim", cfg.id, "the warm sandbox's agent did not answer");
+  auto reply = WARREN_TRY(agent::Recv(w.control.get()));
+  if (reply.header.value("t", "") != "assigned")
+    return Internal("claim", cfg.id, "agent: " + reply.header.value("error", reply.header.value("t", "")));
+  if (net_) WARREN_RETURN_IF_ERROR(net_->Rename(w.name, cfg.id));
+  return Status::Ok();
 }
 
 std::vector<std::pair<std::string, std::string>> LocalNode::EgressFiles() const {
@@ -269,7 +352,14 @@ int LocalNode::ReapUnadopted() {
   std::set<std::string> keep;
   {
     std::lock_guard lock(mu_);
-    for (auto& [id, e] : sandboxes_) keep.insert(id);
+    for (auto& [id, e] : sandboxes_) {
+      keep.insert(id);
+      // A sandbox from the warm pool lives in the cgroup of its pool name.
+      if (e->instance) {
+        const std::string cg = e->instance->cgroup_name();
+        if (!cg.empty()) keep.insert(cg);
+      }
+    }
   }
   int n = isolation::ReapStaleCgroups(opts_.cgroup_parent, keep);
   // Their leftovers: agent sockets and runtime files, network records, exec spills.
@@ -420,6 +510,7 @@ nlohmann::json LocalNode::Info() {
           {"layer_mounts", mounts_.live()},
           {"uid_slots_used", uids_.used()},
           {"uid_slots", opts_.uid_slots},
+          {"warm_pool", warm_ ? warm_->Info() : nlohmann::json::object()},
           {"network", net_ ? net_->Info() : nlohmann::json{{"error", net_error_}}}};
 }
 

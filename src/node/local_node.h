@@ -16,6 +16,7 @@
 #include "net/network.h"
 #include "node/agent_mux.h"
 #include "node/node_api.h"
+#include "node/warm_pool.h"
 #include "runtime/vm/microvm_backend.h"
 
 namespace warren::node {
@@ -40,6 +41,9 @@ struct LocalNodeOptions {
   // with that backend are refused with the reason.
   bool microvm = true;
   runtime::vm::MicrovmOptions vm;
+  // Ready container sandboxes kept per template in use, for creates with network none (see
+  // node/warm_pool.h); 0: none.
+  size_t warm_pool = 2;
 };
 
 class LocalNode : public NodeApi {
@@ -96,6 +100,11 @@ class LocalNode : public NodeApi {
   std::vector<std::pair<std::string, std::string>> EgressFiles() const;
   void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn,
                 bool microvm = false, bool wired = false);
+  // The warm pool's two halves: making a sandbox ahead of demand, and giving one back.
+  Result<WarmSandbox> MakeWarm(const runtime::SandboxConfig& tmpl);
+  void DiscardWarm(WarmSandbox& w);
+  // A create served from the pool: the waiting sandbox becomes `cfg.id`.
+  Status ClaimWarm(WarmSandbox& w, const runtime::SandboxConfig& cfg);
 
   LocalNodeOptions opts_;
   image::LayerStore* store_;
@@ -114,6 +123,7 @@ class LocalNode : public NodeApi {
   std::unique_ptr<net::Network> net_;
   std::string net_error_;  // why there is no sandbox networking, if there is none
   AgentMux mux_;
+  std::unique_ptr<WarmPool> warm_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> sandboxes_;
   std::set<std::string> adopted_;

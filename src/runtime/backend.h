@@ -44,6 +44,17 @@ struct SandboxConfig {
   bool full_os = false;
   // Files the agent writes into the sandbox before it is ready: (path, content), mode 0644.
   std::vector<std::pair<std::string, std::string>> files;
+  // Made ahead of demand by a warm pool (node/warm_pool.h): its agent sets up at the lowest
+  // CPU priority, so filling the pool never slows the work that is asked for now.
+  bool background = false;
+};
+
+// What a warm sandbox is given when a create takes it (see Instance::Claim).
+struct ClaimSpec {
+  std::string id;
+  uint64_t memory_bytes = 0;
+  uint64_t pids = 0;
+  double cpus = 0;
 };
 
 // A live sandbox. Destroying it kills every process in it and releases everything it held.
@@ -57,6 +68,15 @@ class Instance {
   // Freezes / thaws every process of the sandbox.
   virtual Status Pause() = 0;
   virtual Status Resume() = 0;
+  // A sandbox made ahead of demand under a pool name becomes sandbox `spec.id`: its limits
+  // are rewritten, what a restarted node finds it by is renamed, its priority is restored.
+  // (The agent's side, hostname and environment, is the node's message.)
+  virtual Status Claim(const ClaimSpec& spec) {
+    return Status(Code::kUnavailable, "claim", spec.id, "not supported by this backend");
+  }
+  // The name of its cgroup (a warm sandbox keeps the pool name it was made under: cgroup2
+  // cannot rename); empty if the backend does not say.
+  virtual std::string cgroup_name() const { return ""; }
   // The host pid of the sandbox's init (the agent), for diagnostics.
   virtual int host_pid() const = 0;
   virtual uint32_t host_uid() const = 0;

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 
 // glibc's <sched.h> lacks the clone3-only flags and conflicts with <linux/sched.h>.
@@ -23,5 +24,18 @@ struct CloneArgs {
 // Like fork(): returns 0 in the child, the pid in the parent, -1 with errno on failure.
 // The child of a multithreaded parent may only make async-signal-safe calls.
 pid_t Clone3(const CloneArgs& args);
+
+// clone3 with CLONE_VM: the child runs fn(arg) on `stack` (its own; keep it until the child
+// has exec'd or exited) in the caller's memory, so the kernel copies no page table of the
+// caller. That copy, and undoing it at the child's exec, was the largest single cost of a
+// sandbox create in a daemon with tens of MiB mapped. The child shares everything with the
+// caller, including the calling thread's errno and glibc's idea of its threads: it may make
+// raw system calls only (RawSyscall), never a glibc wrapper, never allocate. If fn returns,
+// the child exits with its value. Returns the pid, or -1 with errno (ENOSYS on architectures
+// without the trampoline: use Clone3 there).
+pid_t Clone3Vm(const CloneArgs& args, int (*fn)(void*), void* arg, void* stack, size_t stack_size);
+
+// A system call that leaves errno alone: the result, or -errno.
+long RawSyscall(long n, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, long a5 = 0);
 
 }  // namespace warren::sys

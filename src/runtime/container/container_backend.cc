@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -66,13 +67,31 @@ void KillAndWait(int pidfd) {
 // sandboxes too.
 std::string RunDir(const std::string& cgroup_parent) { return "/run/warren/" + cgroup_parent; }
 
+// What a restarted node needs to find a sandbox again: RUN_DIR/ID.json, written whole or
+// not at all.
+Status WriteRuntimeFile(const std::string& run_base, const std::string& id, pid_t pid, uint32_t slot,
+                        const std::string& cgroup) {
+  nlohmann::json rt = {{"id", id}, {"pid", pid}, {"slot", slot}, {"cgroup", cgroup}};
+  std::string tmp = run_base + ".json.tmp", s = rt.dump();
+  UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!f || write(f.get(), s.data(), s.size()) != static_cast<ssize_t>(s.size()) ||
+      rename(tmp.c_str(), (run_base + ".json").c_str()) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return ErrnoStatus("write", run_base + ".json", err);
+  }
+  return Status::Ok();
+}
+
 class ContainerInstance : public Instance {
  public:
-  ContainerInstance(pid_t pid, UniqueFd pidfd, isolation::Cgroup cgroup, isolation::UidSlot slot,
-                    std::vector<std::shared_ptr<image::LayerMount>> layers, UniqueFd control,
-                    std::string run_base, bool adopted)
+  ContainerInstance(pid_t pid, UniqueFd pidfd, isolation::Cgroup cgroup, std::string cgroup_name,
+                    isolation::UidSlot slot, std::vector<std::shared_ptr<image::LayerMount>> layers,
+                    UniqueFd control, std::string run_dir, std::string id, bool adopted)
       : adopted_(adopted),
-        run_base_(std::move(run_base)),
+        run_dir_(std::move(run_dir)),
+        run_base_(run_dir_ + "/" + id),
+        cgroup_name_(std::move(cgroup_name)),
         pid_(pid),
         host_uid_(slot.range().host_base),
         pidfd_(std::move(pidfd)),
@@ -84,6 +103,28 @@ class ContainerInstance : public Instance {
 
   UniqueFd TakeControlSocket() override { return std::move(control_); }
   int host_pid() const override { return pid_; }
+  std::string cgroup_name() const override { return cgroup_name_; }
+
+  Status Claim(const ClaimSpec& spec) override {
+    std::lock_guard lock(mu_);
+    if (destroyed_) return Status(Code::kConflict, "claim", spec.id, "deleted");
+    WARREN_RETURN_IF_ERROR(
+        cgroup_.SetLimits({spec.memory_bytes, spec.pids, spec.cpus}).Context("claim " + spec.id));
+    // The agent (and so every command it starts) back at normal priority.
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(pid_), 0) != 0) return ErrnoStatus("setpriority", spec.id);
+    // Found by its new name after a restart: the runtime file first (it names the cgroup),
+    // then the socket; the old runtime file goes last.
+    const std::string base = run_dir_ + "/" + spec.id;
+    WARREN_RETURN_IF_ERROR(WriteRuntimeFile(base, spec.id, pid_, slot_.slot(), cgroup_name_));
+    if (rename((run_base_ + ".sock").c_str(), (base + ".sock").c_str()) != 0) {
+      int err = errno;
+      unlink((base + ".json").c_str());
+      return ErrnoStatus("rename", run_base_ + ".sock", err);
+    }
+    unlink((run_base_ + ".json").c_str());
+    run_base_ = base;
+    return Status::Ok();
+  }
   uint32_t host_uid() const override { return host_uid_; }
 
   Status Pause() override {
@@ -124,7 +165,9 @@ class ContainerInstance : public Instance {
   std::mutex mu_;
   bool destroyed_ = false;
   const bool adopted_;
-  const std::string run_base_;  // RUN_DIR/ID
+  const std::string run_dir_;
+  std::string run_base_;  // RUN_DIR/ID
+  const std::string cgroup_name_;
   pid_t pid_;
   uint32_t host_uid_;
   UniqueFd pidfd_;
@@ -133,6 +176,48 @@ class ContainerInstance : public Instance {
   std::vector<std::shared_ptr<image::LayerMount>> layers_;
   UniqueFd control_;
 };
+
+constexpr size_t kInitChildStack = 64 * 1024;
+
+struct InitChildArgs {
+  int agent_end, sync_rd, memfd;
+  char** argv;
+  char** envp;
+};
+
+// The sandbox's first process until it execs the agent. It runs in the daemon's memory
+// (sys::Clone3Vm): raw system calls only, nothing that touches errno, glibc state or the heap.
+int SandboxInitChild(void* p) {
+  const InitChildArgs& c = *static_cast<InitChildArgs*>(p);
+  using sys::RawSyscall;
+  // Move our three fds to 3, 4, 5 via high numbers so no dup2 clobbers another.
+  long a = RawSyscall(SYS_fcntl, c.agent_end, F_DUPFD, 10);
+  long s = RawSyscall(SYS_fcntl, c.sync_rd, F_DUPFD, 10);
+  long m = RawSyscall(SYS_fcntl, c.memfd, F_DUPFD, 10);
+  long null = RawSyscall(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/dev/null"), O_RDWR);
+  if (a < 0 || s < 0 || m < 0 || null < 0) return 120;
+  for (long fd = 0; fd < 3; ++fd) RawSyscall(SYS_dup2, null, fd);
+  if (RawSyscall(SYS_dup2, a, agent::kControlFd) < 0 || RawSyscall(SYS_dup2, s, 4) < 0 ||
+      RawSyscall(SYS_dup2, m, agent::kSelfMemfd) < 0)
+    return 121;
+  RawSyscall(SYS_close_range, 6, ~0u, 0);
+  // Held here until the parent has written our id maps and cgroups: exec without a uid
+  // mapping would drop our capabilities in the new user namespace.
+  char go;
+  if (RawSyscall(SYS_read, 4, reinterpret_cast<long>(&go), 1) != 1) return 122;  // the parent gave up
+  RawSyscall(SYS_close, 4);
+  // We still carry the parent's host-root credentials, which the new namespace cannot
+  // map. Become the namespace's root (host uid range base) so that exec keeps a full
+  // capability set inside the user namespace — and nothing at all outside it. (Raw calls:
+  // glibc's would broadcast the change to the daemon's threads.)
+  if (RawSyscall(SYS_setgroups, 0, 0) != 0 || RawSyscall(SYS_setresgid, 0, 0, 0) != 0 ||
+      RawSyscall(SYS_setresuid, 0, 0, 0) != 0)
+    return 123;
+  static char kEmpty[] = "";
+  RawSyscall(SYS_execveat, agent::kSelfMemfd, reinterpret_cast<long>(kEmpty), reinterpret_cast<long>(c.argv),
+             reinterpret_cast<long>(c.envp), AT_EMPTY_PATH);
+  return 127;
+}
 
 Status WriteProcFile(pid_t pid, const char* name, const std::string& value) {
   std::string path = "/proc/" + std::to_string(pid) + "/" + name;
@@ -212,13 +297,14 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   if (pipe2(sync, O_CLOEXEC) != 0) return ErrnoStatus("pipe2", cfg.id);
   UniqueFd sync_rd(sync[0]), sync_wr(sync[1]);
 
-  // Everything the child touches is prepared here: after clone3 in a multithreaded
-  // process the child may only make async-signal-safe calls (no allocation).
+  // Everything the child touches is prepared here (see SandboxInitChild).
   static char kArg0[] = "warren-agent";
-  static char kEmpty[] = "";
-  char* argv[] = {kArg0, nullptr};
-  char* envp[] = {nullptr};
-  const int memfd = agent_memfd_.get();
+  static char* argv[] = {kArg0, nullptr};
+  static char* envp[] = {nullptr};
+  InitChildArgs child{agent_end.get(), sync_rd.get(), agent_memfd_.get(), argv, envp};
+  // The child's stack: it runs in our memory until its exec (declared before the cleanup
+  // that kills and reaps it, so it outlives the child on every path).
+  std::unique_ptr<char[]> child_stack(new char[kInitChildStack]);
 
   // 5. Spawn into new user, mount, pid, net, uts, ipc and cgroup namespaces, directly into
   //    the v2 cgroup where there is one. A network namespace the node made instead of a new
@@ -235,31 +321,15 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
     ca.flags |= CLONE_INTO_CGROUP;
     ca.cgroup_fd = cgroup.v2_fd();
   }
-  pid_t pid = sys::Clone3(ca);
-  if (pid == 0) {
-    // Child. Move our three fds to 3, 4, 5 via high numbers so no dup2 clobbers another.
-    int a = fcntl(agent_end.get(), F_DUPFD, 10);
-    int s = fcntl(sync_rd.get(), F_DUPFD, 10);
-    int m = fcntl(memfd, F_DUPFD, 10);
-    int null = open("/dev/null", O_RDWR);
-    if (a < 0 || s < 0 || m < 0 || null < 0) _exit(120);
-    dup2(null, 0), dup2(null, 1), dup2(null, 2);
-    if (dup2(a, agent::kControlFd) < 0 || dup2(s, 4) < 0 || dup2(m, agent::kSelfMemfd) < 0)
-      _exit(121);
-    syscall(SYS_close_range, 6u, ~0u, 0u);
-    char go;
-    if (read(4, &go, 1) != 1) _exit(122);  // the parent gave up
-    close(4);
-    // We still carry the parent's host-root credentials, which the new namespace cannot
-    // map. Become the namespace's root (host uid range base) so that exec keeps a full
-    // capability set inside the user namespace — and nothing at all outside it.
-    if (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setresgid, 0, 0, 0) != 0 ||
-        syscall(SYS_setresuid, 0, 0, 0) != 0)
-      _exit(123);
-    syscall(SYS_execveat, agent::kSelfMemfd, kEmpty, argv, envp, AT_EMPTY_PATH);
-    _exit(127);
+  pid_t pid = sys::Clone3Vm(ca, SandboxInitChild, &child, child_stack.get(), kInitChildStack);
+  if (pid < 0 && errno == ENOSYS) {  // no trampoline for this architecture: a forked child
+    pid = sys::Clone3(ca);
+    if (pid == 0) _exit(SandboxInitChild(&child));
   }
   const int clone_errno = errno;
+  // A warm pool's sandbox sets up at the lowest priority (its agent and anything it forks
+  // inherit this until Claim restores it).
+  if (pid > 0 && cfg.background) (void)setpriority(PRIO_PROCESS, static_cast<id_t>(pid), 19);
   if (cfg.netns_fd >= 0 && setns(host_netns_.get(), CLONE_NEWNET) != 0) {
     // This thread would serve everything after in the sandbox's namespace: never go on.
     spdlog::critical("setns back to the host network namespace: {}", strerror(errno));
@@ -277,10 +347,6 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   isolation::IdRange range = slot.range();
   WARREN_RETURN_IF_ERROR(isolation::WriteIdMaps(pid, range).Context("create " + cfg.id));
   WARREN_RETURN_IF_ERROR(cgroup.AttachV1(pid).Context("create " + cfg.id));
-  // The agent should never be the OOM victim inside its cgroup. Lowering needs
-  // CAP_SYS_RESOURCE, which root lacks on some hosts (this build VM); the agent then gives
-  // every command a score 998 above its own instead (see exec_child.cc).
-  (void)WriteProcFile(pid, "oom_score_adj", "-998");
 
   // 7. Idmapped, read-only clones of the layer mounts for this sandbox's user namespace.
   UniqueFd userns = WARREN_TRY(isolation::OpenUserNs(pid));
@@ -342,22 +408,20 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
     return Internal("create sandbox", cfg.id, "agent setup failed: " + reply->header.value("error", ""));
   if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
 
-  // What a restarted node needs to find this sandbox again.
-  nlohmann::json rt = {{"id", cfg.id}, {"pid", pid}, {"slot", slot.slot()}};
-  {
-    std::string tmp = run_base + ".json.tmp", s = rt.dump();
-    UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (!f || write(f.get(), s.data(), s.size()) != static_cast<ssize_t>(s.size()) ||
-        rename(tmp.c_str(), (run_base + ".json").c_str()) != 0)
-      return ErrnoStatus("write", run_base + ".json");
-  }
+  // The agent should never be the OOM victim inside its cgroup. Written only now that it runs
+  // in a memory of its own: before its exec it shared the daemon's, and the kernel applies
+  // oom_score_adj to every process of a shared memory. Lowering needs CAP_SYS_RESOURCE, which
+  // root lacks on some hosts (this build VM); every command gets a score 998 above the agent's
+  // anyway (see exec_child.cc).
+  (void)WriteProcFile(pid, "oom_score_adj", "-998");
+  WARREN_RETURN_IF_ERROR(WriteRuntimeFile(run_base, cfg.id, pid, slot.slot(), cfg.id));
   rm_sock.Cancel();
   kill_child.Cancel();
   cgroup.CloseCloneFd();
-  return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd_owner),
-                                                         std::move(cgroup), std::move(slot),
-                                                         std::move(layers), std::move(node_end),
-                                                         run_base, /*adopted=*/false));
+  return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd_owner), std::move(cgroup),
+                                                         cfg.id, std::move(slot), std::move(layers),
+                                                         std::move(node_end), run_dir, cfg.id,
+                                                         /*adopted=*/false));
 }
 
 Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id) {
@@ -375,9 +439,13 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id)
   if (!rt.is_object() || rt.value("id", "") != id) return Invalid("bad runtime file", run_base + ".json");
   const pid_t pid = rt.value("pid", 0);
   const uint32_t slot_no = rt.value("slot", 0u);
+  // A sandbox taken from the warm pool keeps the cgroup of its pool name.
+  const std::string cgroup_name = rt.value("cgroup", id);
+  if (cgroup_name.empty() || cgroup_name.find('/') != std::string::npos || cgroup_name[0] == '.')
+    return Invalid("bad cgroup name in runtime file", run_base + ".json");
   // The cgroup, then the pid, then a check that the pid is still our sandbox's init (and not
   // a recycled number): it must sit in the sandbox's cgroup.
-  isolation::Cgroup cgroup = WARREN_TRY(isolation::Cgroup::Open(cgroup_parent_, id));
+  isolation::Cgroup cgroup = WARREN_TRY(isolation::Cgroup::Open(cgroup_parent_, cgroup_name));
   UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
   if (!pidfd) return ErrnoStatus("pidfd_open", id);
   if (!cgroup.Holds(pid)) return Status(Code::kNotFound, "adopt", id, "its init is gone");
@@ -389,9 +457,9 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id)
   sockaddr_un addr = WARREN_TRY(sys::UnixAddr(sock_path));
   if (connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return ErrnoStatus("connect to agent", sock_path);
-  return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd), std::move(cgroup),
-                                                         std::move(slot), {}, std::move(sock), run_base,
-                                                         /*adopted=*/true));
+  return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd), std::move(cgroup), cgroup_name,
+                                                         std::move(slot), {}, std::move(sock),
+                                                         RunDir(cgroup_parent_), id, /*adopted=*/true));
 }
 
 }  // namespace warren::runtime

@@ -137,19 +137,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   Cleanup rm_spill([&] {
     if (!opts_.spill_dir.empty()) rmdir(SpillDir(cfg.id).c_str());
   });
-  Cleanup detach([&] {
-    if (net_) net_->Detach(cfg.id);
-  });
-  // A VM without egress needs no namespace of ours: its QEMU gets a new one with only the
-  // VM's unattached NIC, and it can never be switched to egress (no link to bridge).
-  const bool attach = net_ && !cfg.fncall_runner && !(is_vm && !spec.network.egress);
   if (net_ && !cfg.fncall_runner) {
-    if (attach) {
-      net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, spec.network, is_vm));
-      cfg.netns_fd = a.netns_fd;
-      cfg.sysfs_fd = a.sysfs_fd;
-      if (a.ip) cfg.net_ip = a.ip, cfg.net_gateway = net_->gateway();
-    }
     // The usual proxy variables, set whatever the mode: a sandbox switched to egress later
     // finds its proxy without a restart of anything; in mode none they fail fast.
     const std::string proxy = net_->proxy_url();
@@ -176,9 +164,22 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
         return rt;
       }
       // Whatever went wrong stays with that sandbox: make a fresh one instead.
+      ++warm_claim_failures_;
       spdlog::warn("create {}: a warm sandbox could not be claimed ({}); making one", cfg.id, st.ToString());
       DiscardWarm(*w);
     }
+  }
+  Cleanup detach([&] {
+    if (net_) net_->Detach(cfg.id);
+  });
+  // A VM without egress needs no namespace of ours: its QEMU gets a new one with only the
+  // VM's unattached NIC, and it can never be switched to egress (no link to bridge).
+  const bool attach = net_ && !cfg.fncall_runner && !(is_vm && !spec.network.egress);
+  if (attach) {
+    net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, spec.network, is_vm));
+    cfg.netns_fd = a.netns_fd;
+    cfg.sysfs_fd = a.sysfs_fd;
+    if (a.ip) cfg.net_ip = a.ip, cfg.net_gateway = net_->gateway();
   }
   auto inst = backend->Create(cfg);
   if (!inst.ok()) return inst.status();
@@ -195,6 +196,12 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   auto conn = std::make_shared<AgentConn>(cfg.id, (*inst)->TakeControlSocket());
   Register(cfg.id, std::move(*inst), std::move(conn), is_vm, cfg.net_ip != 0);
   return rt;
+}
+
+nlohmann::json LocalNode::WarmInfo() {
+  nlohmann::json j = warm_ ? warm_->Info() : nlohmann::json::object();
+  j["claim_failures"] = warm_claim_failures_.load();
+  return j;
 }
 
 Result<WarmSandbox> LocalNode::MakeWarm(const runtime::SandboxConfig& tmpl) {
@@ -510,7 +517,7 @@ nlohmann::json LocalNode::Info() {
           {"layer_mounts", mounts_.live()},
           {"uid_slots_used", uids_.used()},
           {"uid_slots", opts_.uid_slots},
-          {"warm_pool", warm_ ? warm_->Info() : nlohmann::json::object()},
+          {"warm_pool", WarmInfo()},
           {"network", net_ ? net_->Info() : nlohmann::json{{"error", net_error_}}}};
 }
 

@@ -2,6 +2,7 @@
 // of different sandboxes run in parallel.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <thread>
@@ -124,6 +125,8 @@ class LocalNode : public NodeApi {
   std::string net_error_;  // why there is no sandbox networking, if there is none
   AgentMux mux_;
   std::unique_ptr<WarmPool> warm_;
+  std::atomic<uint64_t> warm_claim_failures_{0};
+  nlohmann::json WarmInfo();
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> sandboxes_;
   std::set<std::string> adopted_;

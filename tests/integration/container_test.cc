@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fstream>
+
 #include "base/ids.h"
 #include "image/layer_store.h"
 #include "isolation/cgroup.h"
@@ -30,6 +32,7 @@ class ContainerTest : public ::testing::Test {
     node::LocalNodeOptions opts;
     opts.agent_path = WARREN_AGENT_PATH;
     opts.cgroup_parent = "warren-test";
+    opts.warm_pool = warm_pool_;  // none, unless a test is about it: leak checks count uid slots
     auto n = node::LocalNode::Start(opts, store_.get());
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     node_ = std::move(n).value();
@@ -64,6 +67,7 @@ class ContainerTest : public ::testing::Test {
     return *rec;
   }
 
+  size_t warm_pool_ = 0;
   std::string dir_, digest_;
   std::unique_ptr<image::LayerStore> store_;
   std::unique_ptr<node::LocalNode> node_;
@@ -196,6 +200,58 @@ TEST_F(ContainerTest, FailedCreateUnwindsCompletely) {
   EXPECT_EQ(testing::CountCgroupDirs(spec2.config.id), 0);
   EXPECT_EQ(node_->live_sandboxes(), 0u);
   EXPECT_EQ(node_->Info()["uid_slots_used"], 0);
+}
+
+class WarmPoolTest : public ContainerTest {
+ protected:
+  WarmPoolTest() { warm_pool_ = 2; }
+  // One line of a cgroup file of the sandbox whose init is `pid` (its memory cgroup on a
+  // hybrid host, its only one on a pure v2 host).
+  static std::string CgroupFile(int pid, const std::string& controller, const std::string& file) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+    std::string line, path;
+    const bool v1 = access(("/sys/fs/cgroup/" + controller).c_str(), F_OK) == 0;
+    while (std::getline(in, line)) {
+      if (v1 && line.find(":" + controller + ":") != std::string::npos) path = "/sys/fs/cgroup/" + controller + line.substr(line.rfind(':') + 1);
+      if (!v1 && line.rfind("0::", 0) == 0) path = "/sys/fs/cgroup" + line.substr(3);
+    }
+    std::ifstream f(path + "/" + file);
+    std::string v;
+    std::getline(f, v);
+    return v;
+  }
+};
+
+TEST_F(WarmPoolTest, CreateTakesAReadySandboxThatBecomesItsOwn) {
+  auto first = Spec();
+  ASSERT_TRUE(node_->CreateSandbox(first).ok());  // the template's first create starts its pool
+  for (int i = 0; i < 500 && node_->Info()["warm_pool"]["ready"] != 2; ++i) usleep(20000);
+  ASSERT_EQ(node_->Info()["warm_pool"]["ready"], 2);
+
+  // Other limits, environment and hostname than the pool's sandboxes were made with.
+  auto spec = Spec(128ull << 20);
+  spec.config.pids = 77;
+  spec.config.env = {{"FOO", "bar"}};
+  auto rt = node_->CreateSandbox(spec);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  EXPECT_EQ(node_->Info()["warm_pool"]["hits"], 1);
+  EXPECT_EQ(node_->Info()["warm_pool"]["claim_failures"], 0);
+  const std::string id = spec.config.id;
+  auto rec = Run(id, {"sh", "-c", "hostname; echo $FOO; cat /proc/self/cgroup >/dev/null"});
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->ResultJson()["stdout"], id + "\nbar\n") << rec->ResultJson().dump();
+  EXPECT_EQ(CgroupFile(rt->host_pid, "pids", "pids.max"), "77");
+  const bool v1 = access("/sys/fs/cgroup/memory", F_OK) == 0;
+  EXPECT_EQ(CgroupFile(rt->host_pid, "memory", v1 ? "memory.limit_in_bytes" : "memory.max"),
+            std::to_string(v1 ? (128ull + 32) << 20 : 128ull << 20));  // v1: the agent's headroom on top
+  // What a restarted node finds it by is under its new name.
+  EXPECT_EQ(access(("/run/warren/warren-test/" + id + ".sock").c_str(), F_OK), 0);
+  EXPECT_EQ(access(("/run/warren/warren-test/" + id + ".json").c_str(), F_OK), 0);
+
+  ASSERT_TRUE(node_->DeleteSandbox(id).ok());
+  ASSERT_TRUE(node_->DeleteSandbox(first.config.id).ok());
+  EXPECT_EQ(testing::CountProcessesOfUid(rt->host_uid), 0);
+  // The pool refills; TearDown checks that its sandboxes go with the node.
 }
 
 TEST_F(ContainerTest, ManySandboxesInParallel) {

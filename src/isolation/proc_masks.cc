@@ -36,7 +36,7 @@ bool Exists(const std::string& p, bool* is_dir) {
 
 }  // namespace
 
-Status MountProc(const std::string& root) {
+Status MountProc(const std::string& root, const std::string& scratch) {
   const std::string proc = root + "/proc";
   if (mount("proc", proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
     return ErrnoStatus("mount proc", proc);
@@ -51,12 +51,17 @@ Status MountProc(const std::string& root) {
     if (mount("/dev/null", path.c_str(), nullptr, MS_BIND, nullptr) != 0)
       return ErrnoStatus("mask", path);
   }
+  const std::string empty = scratch + "/empty";
+  bool made = false;
   for (const char* p : kMaskedDirs) {
     std::string path = root + p;
     if (!Exists(path, &dir) || !dir) continue;
-    if (mount("tmpfs", path.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              "size=0") != 0)
-      return ErrnoStatus("mask", path);
+    if (!made && mkdir(empty.c_str(), 0555) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", empty);
+    made = true;
+    if (mount(empty.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0) return ErrnoStatus("mask", path);
+    if (mount(nullptr, path.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              nullptr) != 0)
+      return ErrnoStatus("remount read-only", path);
   }
   return Status::Ok();
 }

@@ -105,7 +105,8 @@ void WarmPool::FillLoop() {
       continue;
     }
     if (pick.empty()) {
-      cv_.wait_for(lock, std::chrono::seconds(5));
+      // Woken by every take; the timeout only paces the calm and unused checks above.
+      cv_.wait_for(lock, std::chrono::seconds(1));
       continue;
     }
     Template& t = templates_[pick];

@@ -105,8 +105,21 @@ bool ReuseIdleMemcg(const std::string& parent, const std::string& name) {
   }
 }
 
-// Keeps `dir` (a memory cgroup with no process left) for reuse; false if the pool is full.
+// What an idle memory cgroup may still be charged and be reused. v1 leaves a cgroup's
+// charges with it when its processes leave or die: clean page cache its sandbox read first
+// (reclaimable), but also the memory of a process that moved on (a warm microVM's QEMU after
+// its hand-over). A cgroup holding more is removed as before, its charges going to the parent.
+constexpr uint64_t kMaxIdleCharge = 8ull << 20;
+
+// Keeps `dir` (a memory cgroup with no process left) for reuse; false if the pool is full or
+// the cgroup is still charged too much.
 bool KeepIdleMemcg(const std::string& dir) {
+  uint64_t usage = ~uint64_t{0};
+  if (FILE* f = fopen((dir + "/memory.usage_in_bytes").c_str(), "re")) {
+    if (fscanf(f, "%lu", &usage) != 1) usage = ~uint64_t{0};
+    fclose(f);
+  }
+  if (usage > kMaxIdleCharge) return false;
   const size_t slash = dir.rfind('/');
   const std::string parent = dir.substr(0, slash);
   std::string idle;

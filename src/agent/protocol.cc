@@ -1,5 +1,6 @@
 #include "agent/protocol.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cstring>
@@ -53,6 +54,17 @@ Result<Message> Recv(int fd) {
   if (n < 0) return ErrnoStatus("recv", "agent socket");
   if (n == 0) return Status(Code::kUnavailable, "recv", "agent socket", "peer closed");
   return Decode(std::string_view(buf.get(), static_cast<size_t>(n)));
+}
+
+Result<Message> RecvWithin(int fd, int timeout_ms, const std::string& what) {
+  pollfd p{fd, POLLIN, 0};
+  int n;
+  do {
+    n = poll(&p, 1, timeout_ms);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return Status(Code::kUnavailable, what, "agent", "timed out");
+  if (n < 0) return ErrnoStatus("poll", "agent socket");
+  return Recv(fd);
 }
 
 std::string EncodeFrame(const nlohmann::json& header, std::string_view payload) {

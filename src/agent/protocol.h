@@ -44,5 +44,8 @@ std::string EncodeFrame(const nlohmann::json& header, std::string_view payload =
 // kUnavailable status on EOF (the peer closed).
 Status Send(int fd, const Message& m);
 Result<Message> Recv(int fd);
+// Recv, giving up with kUnavailable after `timeout_ms` without a message; `what` names the
+// wait in that error.
+Result<Message> RecvWithin(int fd, int timeout_ms, const std::string& what);
 
 }  // namespace warren::agent

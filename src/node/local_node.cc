@@ -1,7 +1,6 @@
 #include "node/local_node.h"
 
 #include <dirent.h>
-#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <spdlog/spdlog.h>
@@ -169,46 +168,45 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
       DiscardWarm(*w);
     }
   }
-  Cleanup detach([&] {
-    if (net_) net_->Detach(cfg.id);
-  });
   // A VM without egress needs no namespace of ours: its QEMU gets a new one with only the
   // VM's unattached NIC, and it can never be switched to egress (no link to bridge).
   const bool attach = net_ && !cfg.fncall_runner && !(is_vm && !spec.network.egress);
-  if (attach) {
-    net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, spec.network, is_vm));
+  auto inst = WARREN_TRY(CreateAttached(backend, cfg, attach ? &spec.network : nullptr, is_vm));
+  rm_spill.Cancel();
+  SandboxRuntime rt{inst->host_pid(), inst->host_uid()};
+  auto conn = std::make_shared<AgentConn>(cfg.id, inst->TakeControlSocket());
+  Register(cfg.id, std::move(inst), std::move(conn), is_vm, cfg.net_ip != 0);
+  return rt;
+}
+
+Result<std::unique_ptr<runtime::Instance>> LocalNode::CreateAttached(runtime::Backend* backend,
+                                                                     runtime::SandboxConfig& cfg,
+                                                                     const net::Policy* policy, bool keep_link) {
+  Cleanup detach([&] {
+    if (policy) net_->Detach(cfg.id);
+  });
+  if (policy) {
+    net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, *policy, keep_link));
     cfg.netns_fd = a.netns_fd;
     cfg.sysfs_fd = a.sysfs_fd;
     if (a.ip) cfg.net_ip = a.ip, cfg.net_gateway = net_->gateway();
   }
-  auto inst = backend->Create(cfg);
-  if (!inst.ok()) return inst.status();
-  if (attach) {
+  auto inst = WARREN_TRY(backend->Create(cfg));
+  if (policy) {
     if (Status st = net_->Ready(cfg.id); !st.ok()) {
-      (void)(*inst)->Destroy();
+      (void)inst->Destroy();
       return st;
     }
+    net_->Started(cfg.id, inst->host_pid());
   }
-  rm_spill.Cancel();
   detach.Cancel();
-  if (attach) net_->Started(cfg.id, (*inst)->host_pid());
-  SandboxRuntime rt{(*inst)->host_pid(), (*inst)->host_uid()};
-  auto conn = std::make_shared<AgentConn>(cfg.id, (*inst)->TakeControlSocket());
-  Register(cfg.id, std::move(*inst), std::move(conn), is_vm, cfg.net_ip != 0);
-  return rt;
+  return inst;
 }
 
 // One request and its answer on a warm sandbox's control socket (nothing else reads it yet).
 static Result<agent::Message> AgentRoundTrip(int fd, const agent::Message& m, const std::string& what) {
   WARREN_RETURN_IF_ERROR(agent::Send(fd, m).Context(what));
-  pollfd p{fd, POLLIN, 0};
-  int n;
-  do {
-    n = poll(&p, 1, 5000);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) return ErrnoStatus("poll", what);
-  if (n == 0) return Status(Code::kUnavailable, what, "agent", "no answer in 5 s");
-  return agent::Recv(fd);
+  return agent::RecvWithin(fd, 5000, what);
 }
 
 nlohmann::json LocalNode::WarmInfo() {
@@ -222,23 +220,8 @@ Result<WarmSandbox> LocalNode::MakeWarm(const runtime::SandboxConfig& tmpl) {
   cfg.id = "warm-" + RandomHex(8);
   cfg.hostname = cfg.id;
   cfg.background = true;
-  Cleanup detach([&] {
-    if (net_) net_->Detach(cfg.id);
-  });
-  if (net_) {
-    net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, net::Policy{}));
-    cfg.netns_fd = a.netns_fd;
-    cfg.sysfs_fd = a.sysfs_fd;
-  }
-  auto inst = WARREN_TRY(container_->Create(cfg));
-  if (net_) {
-    if (Status st = net_->Ready(cfg.id); !st.ok()) {
-      (void)inst->Destroy();
-      return st;
-    }
-    net_->Started(cfg.id, inst->host_pid());
-  }
-  detach.Cancel();
+  const net::Policy none;
+  auto inst = WARREN_TRY(CreateAttached(container_.get(), cfg, net_ ? &none : nullptr, false));
   WarmSandbox w{cfg.id, std::move(inst), UniqueFd()};
   w.control = w.instance->TakeControlSocket();
   // One command of the agent's own, so the first one asked for does not pay the kernel's

@@ -101,6 +101,10 @@ class LocalNode : public NodeApi {
   std::vector<std::pair<std::string, std::string>> EgressFiles() const;
   void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn,
                 bool microvm = false, bool wired = false);
+  // backend->Create in a namespace of the node's network under `policy` (none: no namespace of
+  // ours), which the sandbox then keeps; a failure leaves nothing attached.
+  Result<std::unique_ptr<runtime::Instance>> CreateAttached(runtime::Backend* backend, runtime::SandboxConfig& cfg,
+                                                           const net::Policy* policy, bool keep_link);
   // The warm pool's two halves: making a sandbox ahead of demand, and giving one back.
   Result<WarmSandbox> MakeWarm(const runtime::SandboxConfig& tmpl);
   void DiscardWarm(WarmSandbox& w);

@@ -233,17 +233,6 @@ nlohmann::json FilesJson(const std::vector<std::pair<std::string, std::string>>&
   return out;
 }
 
-Result<agent::Message> WaitForAgent(int sock, int timeout_ms) {
-  pollfd p{sock, POLLIN, 0};
-  int n;
-  do {
-    n = poll(&p, 1, timeout_ms);
-  } while (n < 0 && errno == EINTR);
-  if (n == 0) return Status(Code::kUnavailable, "wait for agent", "ready", "timed out");
-  if (n < 0) return ErrnoStatus("poll", "agent socket");
-  return agent::Recv(sock);
-}
-
 }  // namespace
 
 Status PrepareHostDirs() {
@@ -401,7 +390,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   clones.clear();
 
   // 9. Handshake.
-  auto reply = WaitForAgent(node_end.get(), kReadyTimeoutMs);
+  auto reply = agent::RecvWithin(node_end.get(), kReadyTimeoutMs, "wait for agent ready");
   if (!reply.ok()) return reply.status().Context("create " + cfg.id);
   std::string t = reply->header.value("t", "");
   if (t == "setup_failed")

@@ -351,6 +351,14 @@ void Agent::StartExec(Message& m) {
       if (old.compare(0, k.size() + 1, k + "=") == 0) old = kv, replaced = true;
     if (!replaced) cs.env.push_back(kv);
   }
+  if (auto d = h.find("env_defaults"); d != h.end() && d->is_object()) {
+    for (auto& [k, v] : d->items()) {
+      if (!v.is_string()) continue;
+      bool set = false;
+      for (auto& old : cs.env) set = set || old.compare(0, k.size() + 1, k + "=") == 0;
+      if (!set) cs.env.push_back(k + "=" + v.get<std::string>());
+    }
+  }
   cs.cwd = h.value("cwd", "/");
   cs.nofile = nofile_;
   cs.agent_oom_score_adj = oom_score_adj_;

@@ -38,6 +38,9 @@ struct NetFlags {
   size_t pool = 8;
   std::string dns_hosts, dns_upstream;
   std::string cache_size;
+  // HTTPS package hosts whose downloads the proxy caches (docs/design.md, "HTTPS package cache").
+  std::string intercept = "pypi.org,files.pythonhosted.org,registry.npmjs.org";
+  std::string upstream_ca;
 };
 
 struct VmFlags {
@@ -101,6 +104,23 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
     if (!bytes) return Fail(Invalid("--proxy-cache-size wants a size like 10G", net.cache_size));
     nopts.net.cache_bytes = *bytes;
   }
+  for (size_t start = 0; start < net.intercept.size();) {
+    size_t comma = net.intercept.find(',', start);
+    if (comma == std::string::npos) comma = net.intercept.size();
+    std::string host = net.intercept.substr(start, comma - start);
+    host.erase(0, host.find_first_not_of(" \t"));
+    host.erase(host.find_last_not_of(" \t") + 1);
+    std::string name = host.rfind("*.", 0) == 0 ? host.substr(2) : host;
+    if (!host.empty() && host != "none") {
+      if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
+                              std::string::npos || name.find('.') == std::string::npos)
+        return Fail(Invalid("--proxy-intercept wants host names (or *.domain) separated by commas", host));
+      nopts.net.intercept.push_back(host);
+    }
+    start = comma + 1;
+  }
+  nopts.net.ca_dir = data_dir + "/egress-ca";
+  nopts.net.upstream_ca = net.upstream_ca;
   if (mkdir(nopts.spill_dir.c_str(), 0700) != 0 && errno != EEXIST) return Fail(ErrnoStatus("mkdir", nopts.spill_dir));
   nopts.microvm = !vm.off;
   nopts.vm.kernel = vm.kernel;
@@ -207,6 +227,12 @@ void AddServe(CLI::App& app) {
   cmd->add_option("--dns-upstream", net->dns_upstream, "DNS server (IP[:PORT]) to resolve allowed names with "
                   "(default: the host's resolv.conf)");
   cmd->add_option("--proxy-cache-size", net->cache_size, "size of the egress proxy's package cache (default 10G)");
+  cmd->add_option("--proxy-intercept", net->intercept,
+                  "HTTPS hosts whose package downloads the proxy caches, answering sandboxes with a certificate "
+                  "of the node's CA (comma-separated, *.domain allowed; `none`: no interception; default: "
+                  "pypi.org,files.pythonhosted.org,registry.npmjs.org)");
+  cmd->add_option("--proxy-upstream-ca", net->upstream_ca,
+                  "CA bundle the proxy verifies intercepted upstream servers with (default: the system's)");
   cmd->add_flag("--no-network", net->off, "no sandbox networking: every sandbox gets loopback only");
   auto vm = std::make_shared<VmFlags>();
   cmd->add_option("--vm-kernel", vm->kernel, "guest kernel for microVMs (a vmlinuz; default: the newest in /boot)");

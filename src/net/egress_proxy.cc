@@ -14,12 +14,15 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <charconv>
+#include <csignal>
 
+#include "base/cleanup.h"
 #include "net/fd_stream.h"
 #include "net/firewall.h"
 #include "net/network.h"
 #include "net/resolver.h"
 #include "net/tls_sni.h"
+#include "net/tls_stream.h"
 
 namespace warren::net {
 
@@ -147,12 +150,22 @@ std::string Canonical(const std::string& host) {
 
 }  // namespace
 
+// A connection to an upstream server: a plain socket, or TLS over it for an intercepted host.
+struct Upstream {
+  UniqueFd fd;
+  std::unique_ptr<ByteStream> stream;
+};
+
 // One client connection: its requests in order, each answered before the next is read.
 struct ProxySession {
   EgressProxy* proxy;
   EgressProxy::Conn* c;
-  FdStream client;
+  FdStream client;  // the socket
   boost::beast::flat_buffer buf{kHeaderLimit * 2};
+  // What requests are read from and answers written to: the socket, or inside an
+  // intercepted tunnel the TLS over it.
+  ByteStream* cl = &client;
+  boost::beast::flat_buffer* cbuf = &buf;
 
   void Error(http::status status, const std::string& message) {
     http::response<http::string_body> r{status, 11};
@@ -162,7 +175,7 @@ struct ProxySession {
     r.body() = "warren egress proxy: " + message + "\n";
     r.prepare_payload();
     error_code ec;
-    http::write(client, r, ec);
+    http::write(*cl, r, ec);
   }
 
   void SetTarget(const std::string& host, uint16_t port, int upstream_fd) {
@@ -189,8 +202,27 @@ struct ProxySession {
       if (ec) return;
       auto& h = req.get();
       if (h.method() == http::verb::connect) return Tunnel(req);
-      if (!Forward(req)) return;
+      Url u;
+      if (!ParseHttpUrl(h.target(), &u)) {
+        return Error(http::status::bad_request,
+                     "give an absolute http:// URL (https:// goes through CONNECT), got `" + std::string(h.target()) + "`");
+      }
+      // The Host header must name the same host the URL does: a request for an allowed URL
+      // cannot be steered to another virtual host.
+      if (!HostHeaderAgrees(h, u.host, u.port)) return;
+      if (!Forward(req, u, false, nullptr)) return;
     }
+  }
+
+  bool HostHeaderAgrees(const http::request_header<>& h, const std::string& host, uint16_t port) {
+    auto host_hdr = h[http::field::host];
+    if (host_hdr.empty()) return true;
+    std::string hh;
+    uint16_t hp;
+    if (ParseHostPort(host_hdr, port == 443 ? 443 : 80, &hh, &hp) && Canonical(hh) == Canonical(host) && hp == port)
+      return true;
+    Error(http::status::bad_request, "Host header `" + std::string(host_hdr) + "` does not match the URL's host");
+    return false;
   }
 
   bool Allowed(const std::string& host, uint16_t port, Policy* policy = nullptr) {
@@ -222,6 +254,7 @@ struct ProxySession {
     uint16_t port;
     if (!ParseHostPort(req.get().target(), 0, &host, &port))
       return Error(http::status::bad_request, "CONNECT needs host:port");
+    if (proxy->Intercepts(host, port)) return Intercept(host, port);
     TargetGuard guard{this};
     auto up = Open(host, port);
     if (!up.ok()) return;
@@ -307,65 +340,139 @@ struct ProxySession {
     if (!not_modified) r.content_length(e.size);
     http::response_serializer<http::empty_body> sr{r};
     error_code ec;
-    http::write_header(client, sr, ec);
+    http::write_header(*cl, sr, ec);
     if (ec) return false;
     if (!body) return keep_alive;
-    off_t off = 0;
-    while (static_cast<uint64_t>(off) < e.size) {
-      ssize_t n = sendfile(client.fd(), e.body->get(), &off, e.size - static_cast<uint64_t>(off));
-      if (n > 0) {
-        proxy->Count(c, 0, static_cast<uint64_t>(n));
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN && client.Wait(POLLOUT, ec)) continue;
-      return false;
-    }
+    if (!cl->SendFile(e.body->get(), e.size, [&](uint64_t n) { proxy->Count(c, 0, n); })) return false;
     return keep_alive;
   }
 
-  // One plain-HTTP request; false: close the client connection.
-  bool Forward(http::request_parser<http::buffer_body>& req) {
-    auto& h = req.get();
-    Url u;
-    if (!ParseHttpUrl(h.target(), &u)) {
-      Error(http::status::bad_request,
-            "give an absolute http:// URL (https:// goes through CONNECT), got `" + std::string(h.target()) + "`");
+  // Connects `up` to host:port (TLS for an intercepted host), reporting a failure to the
+  // client; the connection is this session's target while it is open.
+  bool OpenUpstream(const std::string& host, uint16_t port, bool tls, Upstream* up) {
+    auto fd = Open(host, port);
+    if (!fd.ok()) return false;
+    up->fd = std::move(*fd);
+    if (!tls) {
+      up->stream = std::make_unique<FdStream>(up->fd.get(), kIdleMs);
+      return true;
+    }
+    auto s = TlsStream::Connect(up->fd.get(), proxy->client_ctx_.get(), Canonical(host), kIdleMs);
+    if (!s.ok()) {
+      spdlog::info("egress proxy: {} to {}:{}: {}", c->sandbox, host, port, s.status().ToString());
+      DropUpstream(up);
+      Error(http::status::bad_gateway, s.status().ToString());
       return false;
     }
-    // The Host header must name the same host the URL does: a request for an allowed URL
-    // cannot be steered to another virtual host.
-    if (auto host_hdr = h[http::field::host]; !host_hdr.empty()) {
-      std::string hh;
-      uint16_t hp;
-      if (!ParseHostPort(host_hdr, 80, &hh, &hp) || Canonical(hh) != Canonical(u.host) || hp != u.port) {
-        Error(http::status::bad_request, "Host header `" + std::string(host_hdr) + "` does not match the URL's host");
-        return false;
-      }
+    up->stream = std::move(*s);
+    return true;
+  }
+  // Closes `up`, no longer this session's target first (see TargetGuard).
+  void DropUpstream(Upstream* up) {
+    SetTarget(c->host, c->port, -1);
+    up->stream.reset();
+    up->fd.Reset();
+  }
+
+  // A CONNECT to a host whose package downloads are cached over HTTPS: we verify the real
+  // server, then answer the sandbox's TLS with a leaf of the node CA for that host and serve
+  // the requests inside like plain-HTTP ones (cached the same way), over one kept upstream.
+  void Intercept(const std::string& host, uint16_t port) {
+    if (buf.size() != 0)
+      return Error(http::status::bad_request, "send the TLS handshake after the proxy's answer to CONNECT");
+    Upstream up;
+    TargetGuard guard{this};  // after `up`: cleared before its fd closes
+    if (!OpenUpstream(host, port, true, &up)) return;
+    auto leaf = proxy->ca_->Leaf(Canonical(host));
+    if (!leaf.ok()) return Error(http::status::bad_gateway, leaf.status().ToString());
+    const char kOk[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    if (!client.WriteAll(kOk, sizeof kOk - 1)) return;
+    std::string sni;
+    auto tls = TlsStream::Accept(client.fd(), proxy->server_ctx_.get(), leaf->first.get(), leaf->second, kIdleMs, &sni);
+    if (!tls.ok()) {
+      spdlog::info("egress proxy: {} CONNECT {}:{}: {}", c->sandbox, host, port, tls.status().ToString());
+      return;
     }
+    // The name the client's TLS asked for is the CONNECT's: no fronting another host.
+    if (!sni.empty() && NormalizeName(sni) != NormalizeName(HostOnly(host))) {
+      spdlog::info("egress proxy: {} CONNECT {}:{} with TLS server name {}: refused", c->sandbox, host, port, sni);
+      return;
+    }
+    proxy->CountIntercepted();
+    boost::beast::flat_buffer tbuf{kHeaderLimit * 2};
+    cl = tls->get();
+    cbuf = &tbuf;
+    Cleanup back([&] {
+      cl = &client;
+      cbuf = &buf;
+    });
+    for (;;) {
+      http::request_parser<http::buffer_body> req;
+      req.header_limit(kHeaderLimit);
+      req.body_limit(std::numeric_limits<std::uint64_t>::max());
+      error_code ec;
+      http::read_header(*cl, *cbuf, req, ec);
+      if (ec == http::error::header_limit) return Error(http::status::request_header_fields_too_large, "request header too large");
+      if (ec) return;
+      auto& h = req.get();
+      if (h.method() == http::verb::connect) return Error(http::status::bad_request, "CONNECT inside a tunnel");
+      // Origin-form, or absolute-form naming the tunnel's own host.
+      Url u{host, port, std::string(h.target())};
+      if (u.path.empty() || u.path.front() != '/') {
+        Url abs;
+        std::string t(h.target());
+        if (t.size() > 8 && boost::beast::iequals(t.substr(0, 8), "https://") && ParseHttpUrl("http://" + t.substr(8), &abs) &&
+            Canonical(abs.host) == Canonical(host)) {
+          u.path = abs.path;
+        } else {
+          return Error(http::status::bad_request, "a request inside the tunnel to " + host + " must be for that host");
+        }
+      }
+      if (!HostHeaderAgrees(h, host, port)) return;
+      if (!Forward(req, u, true, &up)) return;
+    }
+  }
+
+  // One request to `u` (plain HTTP, or inside an intercepted tunnel when `https`); false:
+  // close the client connection. `kept`: the tunnel's upstream, used and kept across
+  // requests; otherwise one upstream connection per request.
+  bool Forward(http::request_parser<http::buffer_body>& req, const Url& u, bool https, Upstream* kept) {
+    auto& h = req.get();
     if (!Allowed(u.host, u.port)) return false;  // before the cache too
     const bool client_keep_alive = req.keep_alive();
-    const std::string url = "http://" + HostOnly(u.host) + ":" + std::to_string(u.port) + u.path;
+    const std::string url =
+        (https ? "https://" : "http://") + HostOnly(Canonical(u.host)) + ":" + std::to_string(u.port) + u.path;
     const CacheKind kind = ClassifyForCache(u.path);
     const bool cacheable = (h.method() == http::verb::get || h.method() == http::verb::head) && kind != CacheKind::kNone &&
                            h[http::field::authorization].empty() && h[http::field::cookie].empty() && req.is_done();
     std::optional<CacheEntry> cached = cacheable ? proxy->cache_.Lookup(url) : std::nullopt;
     if (cached && cached->kind == CacheKind::kImmutable) return SendCached(*cached, h.base(), client_keep_alive);
 
-    TargetGuard guard{this};
-    auto up = Open(u.host, u.port);
-    if (!up.ok()) return false;
-    TargetGuard guard_fd{this};
-    FdStream upstream(up->get(), kIdleMs);
-    // The request upstream: origin-form, no hop-by-hop headers, one request per connection.
+    Upstream fresh;
+    std::optional<TargetGuard> guard;  // after `fresh`: cleared before its fd closes
+    Upstream* up = kept;
+    if (!up) {
+      up = &fresh;
+      guard.emplace(this);
+    }
+    // A kept connection the server has closed (or sent something unasked on) is not reused.
+    if (up->stream) {
+      pollfd p{up->fd.get(), POLLIN, 0};
+      if (poll(&p, 1, 0) != 0) DropUpstream(up);
+    }
+    if (!up->stream && !OpenUpstream(u.host, u.port, https, up)) return false;
+    ByteStream& upstream = *up->stream;
+    const uint64_t in_before = upstream.bytes_in();
+    // The request upstream: origin-form, no hop-by-hop headers; one request per connection
+    // unless the connection is kept.
     const http::request_header<> client_head = h.base();
     h.target(u.path);
     h.version(11);
     const bool chunked_body = req.chunked();
     StripHopByHop(h.base());
     if (chunked_body) h.chunked(true);  // re-framed as it came, or upstream misreads the body
-    h.set(http::field::host, u.port == 80 ? u.host : u.host + ":" + std::to_string(u.port));
-    h.set(http::field::connection, "close");
+    h.set(http::field::host, u.port == (https ? 443 : 80) ? u.host : u.host + ":" + std::to_string(u.port));
+    if (!kept) h.set(http::field::connection, "close");
     if (cached) {
       // Revalidate our copy with its own validators, not the client's.
       h.erase(http::field::if_none_match);
@@ -381,7 +488,7 @@ struct ProxySession {
       h.erase(http::field::if_range);
     }
     if (h.method() != http::verb::get && h.method() != http::verb::head) h.erase(http::field::expect);
-    if (!Relay(req, client, upstream, nullptr)) {
+    if (!Relay(req, *cl, upstream, nullptr, cbuf)) {
       Error(http::status::bad_gateway, "sending the request to " + u.host + " failed");
       return false;
     }
@@ -401,13 +508,14 @@ struct ProxySession {
     }
     auto& res = *parser;
     if (ec || res.get().result_int() < 200) {
-      proxy->Count(c, upstream.bytes_in(), 0);
+      proxy->Count(c, upstream.bytes_in() - in_before, 0);
       Error(http::status::bad_gateway, "no answer from " + u.host + (ec ? ": " + ec.message() : ""));
       return false;
     }
     auto& rh = res.get();
     if (cached && rh.result() == http::status::not_modified) {
-      proxy->Count(c, upstream.bytes_in(), 0);
+      proxy->Count(c, upstream.bytes_in() - in_before, 0);
+      if (kept && !(res.is_done() && res.keep_alive())) DropUpstream(kept);
       return SendCached(*cached, client_head, client_keep_alive);
     }
     auto cc = std::string(rh[http::field::cache_control]);
@@ -438,11 +546,14 @@ struct ProxySession {
     const bool keep = client_keep_alive && framed && !(http10 && !length);
     rh.keep_alive(keep);
     uint64_t body_bytes = 0;
-    bool ok = Relay(res, upstream, client, [&](const char* d, size_t n) {
+    const bool upstream_keep = res.keep_alive();
+    bool ok = Relay(res, upstream, *cl, [&](const char* d, size_t n) {
       body_bytes += n;
       if (writer && (body_bytes > proxy->opts_.cache_entry_bytes || !writer->Append(d, n))) writer.reset();
     }, &ubuf);
-    proxy->Count(c, upstream.bytes_in(), 0);
+    proxy->Count(c, upstream.bytes_in() - in_before, 0);
+    // Whatever the server sent past this response would be misread as the next one's start.
+    if (kept && !(ok && res.is_done() && upstream_keep && ubuf.size() == 0)) DropUpstream(kept);
     if (ok && writer && res.is_done() && (!length || *length == body_bytes)) {
       meta.size = body_bytes;
       writer->Commit(std::move(meta));
@@ -453,7 +564,7 @@ struct ProxySession {
   // Streams a message's body from `in` to `out` through `p` (header already read), as in
   // Beast's relay example.
   template <bool isRequest, class Tee>
-  bool Relay(http::parser<isRequest, http::buffer_body>& p, FdStream& in, FdStream& out, Tee tee,
+  bool Relay(http::parser<isRequest, http::buffer_body>& p, ByteStream& in, ByteStream& out, Tee tee,
              boost::beast::flat_buffer* in_buf) {
     http::serializer<isRequest, http::buffer_body> sr{p.get()};
     char chunk[65536];
@@ -480,14 +591,17 @@ struct ProxySession {
     } while (!p.is_done() || !sr.is_done());
     return true;
   }
-  bool Relay(http::request_parser<http::buffer_body>& p, FdStream& in, FdStream& out, std::nullptr_t) {
-    return Relay(p, in, out, nullptr, &buf);
-  }
 };
 
 Result<std::unique_ptr<EgressProxy>> EgressProxy::Start(const ProxyOptions& opts, Network* net, Resolver* resolver) {
   std::unique_ptr<EgressProxy> p(new EgressProxy(opts, net, resolver));
   WARREN_RETURN_IF_ERROR(p->cache_.Init());
+  if (!p->intercept_.empty()) {
+    if (opts.ca_dir.empty()) return Invalid("egress proxy: HTTPS interception needs a CA directory", "");
+    p->ca_ = WARREN_TRY(NodeCa::Open(opts.ca_dir, p->intercept_));
+    p->server_ctx_ = WARREN_TRY(NewServerTlsContext());
+    p->client_ctx_ = WARREN_TRY(NewClientTlsContext(opts.upstream_ca));
+  }
   p->listener_ = UniqueFd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!p->listener_) return ErrnoStatus("socket", "egress proxy");
   int one = 1;
@@ -562,6 +676,12 @@ void EgressProxy::Accept() {
 }
 
 void EgressProxy::Work() {
+  // OpenSSL writes to sockets with write(2): a peer gone must be EPIPE here, not a SIGPIPE
+  // that ends the daemon. Blocked in this thread only (a pending one dies with it).
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   std::unique_lock lock(mu_);
   for (;;) {
     ++idle_workers_;
@@ -616,6 +736,19 @@ bool EgressProxy::Allowed(Conn* c, const std::string& host, uint16_t port, std::
   ++by_sandbox_[c->sandbox].refused;
   ++total_.refused;
   return false;
+}
+
+bool EgressProxy::Intercepts(const std::string& host, uint16_t port) const {
+  if (!ca_ || port != 443) return false;
+  int family;
+  std::array<uint8_t, 16> lit;
+  const std::string h = Canonical(host);
+  return !ParseAddress(h, &family, &lit) && intercept_.Matches(h);
+}
+
+void EgressProxy::CountIntercepted() {
+  std::lock_guard lock(mu_);
+  ++total_intercepted_;
 }
 
 bool EgressProxy::Forbidden(uint32_t a) {
@@ -732,6 +865,8 @@ nlohmann::json EgressProxy::Stats() {
                {"refused", b.refused}};
   return {{"upstream_bytes", total_.upstream}, {"cache_bytes", total_.cache},
           {"connections", total_.connections}, {"refused", total_.refused},
+          {"intercepted_connections", total_intercepted_},
+          {"intercept_hosts", intercept_.hosts()},
           {"open_connections", conns_.size()},  {"cache_entries", cache_.entries()},
           {"cache_size_bytes", cache_.bytes()}, {"sandboxes", per}};
 }

@@ -21,13 +21,16 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "net/node_ca.h"
 #include "net/package_cache.h"
 #include "net/policy.h"
+#include "net/tls_stream.h"
 
 namespace warren::net {
 
@@ -44,6 +47,12 @@ struct ProxyOptions {
   size_t max_connections = 1024;
   size_t max_per_sandbox = 128;
   uint64_t cache_entry_bytes = 2ull << 30;  // larger downloads pass through unstored
+  // HTTPS package hosts whose downloads are cached (net/node_ca.h): CONNECTs to port 443 of
+  // these are answered with a certificate of the node CA kept in `ca_dir`, and the upstream
+  // is verified against `upstream_ca` (empty: the system's store). Empty list: none.
+  std::vector<std::string> intercept;
+  std::string ca_dir;
+  std::string upstream_ca;
 };
 
 class EgressProxy {
@@ -55,12 +64,14 @@ class EgressProxy {
   // A deleted sandbox's counters go.
   void Forget(const std::string& id);
   nlohmann::json Stats();
+  // The node CA's certificate (PEM) sandboxes trust; empty when nothing is intercepted.
+  std::string ca_pem() const { return ca_ ? ca_->cert_pem() : std::string(); }
 
   struct Conn;
 
  private:
   EgressProxy(const ProxyOptions& opts, Network* net, Resolver* resolver)
-      : opts_(opts), net_(net), resolver_(resolver), cache_(opts.cache_dir, opts.cache_bytes) {}
+      : opts_(opts), net_(net), resolver_(resolver), cache_(opts.cache_dir, opts.cache_bytes), intercept_(opts.intercept) {}
   void Accept();
   void Work();  // a worker thread: serves accepted connections one after another
   void Serve(Conn* c);
@@ -68,6 +79,9 @@ class EgressProxy {
   Result<UniqueFd> Connect(const std::string& host, uint16_t port, const Policy& policy);
   bool Forbidden(uint32_t addr);
   void Count(Conn* c, uint64_t upstream, uint64_t cached);
+  // Whether a CONNECT to host:port is answered with our certificate (see ProxyOptions).
+  bool Intercepts(const std::string& host, uint16_t port) const;
+  void CountIntercepted();
   // Whether the sandbox behind `c` may reach host:port now; its policy in `policy`.
   bool Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why, Policy* policy = nullptr);
 
@@ -75,6 +89,9 @@ class EgressProxy {
   Network* net_;
   Resolver* resolver_;
   PackageCache cache_;
+  InterceptList intercept_;
+  std::unique_ptr<NodeCa> ca_;
+  SslCtxPtr server_ctx_, client_ctx_;
   UniqueFd listener_, wake_;
   std::thread acceptor_;
 
@@ -91,6 +108,7 @@ class EgressProxy {
   };
   std::map<std::string, Bytes> by_sandbox_;  // sandbox id -> counters
   Bytes total_;
+  uint64_t total_intercepted_ = 0;
   std::set<uint32_t> local_addrs_;
   int64_t local_addrs_at_ = 0;
 };

@@ -1,12 +1,17 @@
-// A blocking-with-deadline socket for Boost.Beast's synchronous HTTP reads and writes (the
-// SyncReadStream / SyncWriteStream concepts) over a plain non-blocking fd: every wait has a
-// timeout, which Asio's own synchronous sockets do not offer. The egress proxy runs one
-// thread per client connection on these.
+// Blocking-with-deadline byte streams for Boost.Beast's synchronous HTTP reads and writes
+// (the SyncReadStream / SyncWriteStream concepts): every wait has a timeout, which Asio's own
+// synchronous sockets do not offer. The egress proxy runs one thread per client connection on
+// these: ByteStream is what its HTTP code sees, FdStream a plain non-blocking socket under
+// it, TlsStream (net/tls_stream.h) TLS over one.
 #pragma once
 
 #include <poll.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
+
+#include <functional>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
@@ -15,10 +20,25 @@
 
 namespace warren::net {
 
-class FdStream {
+class ByteStream {
  public:
-  FdStream(int fd, int timeout_ms) : fd_(fd), timeout_ms_(timeout_ms) {}
-  int fd() const { return fd_; }
+  virtual ~ByteStream() = default;
+  virtual int fd() const = 0;
+  // Some bytes into `data` (0 and ec set at the end or on error or timeout).
+  virtual size_t ReadSome(void* data, size_t size, boost::system::error_code& ec) = 0;
+  virtual size_t WriteSome(const iovec* iov, int iovcnt, boost::system::error_code& ec) = 0;
+  // `size` bytes of the file `file_fd` from its start; `count` hears of each piece sent.
+  virtual bool SendFile(int file_fd, uint64_t size, const std::function<void(uint64_t)>& count) {
+    char tmp[65536];
+    for (uint64_t off = 0; off < size;) {
+      ssize_t n = pread(file_fd, tmp, std::min<uint64_t>(sizeof tmp, size - off), static_cast<off_t>(off));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || !WriteAll(tmp, static_cast<size_t>(n))) return false;
+      off += static_cast<uint64_t>(n);
+      count(static_cast<uint64_t>(n));
+    }
+    return true;
+  }
   uint64_t bytes_in() const { return in_; }
   uint64_t bytes_out() const { return out_; }
 
@@ -27,23 +47,7 @@ class FdStream {
     for (auto it = boost::asio::buffer_sequence_begin(buffers); it != boost::asio::buffer_sequence_end(buffers); ++it) {
       boost::asio::mutable_buffer b = *it;
       if (b.size() == 0) continue;
-      for (;;) {
-        ssize_t n = recv(fd_, b.data(), b.size(), 0);
-        if (n > 0) {
-          ec = {};
-          in_ += static_cast<uint64_t>(n);
-          return static_cast<size_t>(n);
-        }
-        if (n == 0) {
-          ec = boost::asio::error::eof;
-          return 0;
-        }
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN || !Wait(POLLIN, ec)) {
-          if (!ec) ec.assign(errno, boost::system::system_category());
-          return 0;
-        }
-      }
+      return ReadSome(b.data(), b.size(), ec);
     }
     ec = {};
     return 0;
@@ -70,9 +74,79 @@ class FdStream {
       ec = {};
       return 0;
     }
+    return WriteSome(iov, n, ec);
+  }
+  template <class ConstBufferSequence>
+  size_t write_some(const ConstBufferSequence& buffers) {
+    boost::system::error_code ec;
+    size_t n = write_some(buffers, ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+
+  // Writes all of `data`; false on error or timeout.
+  bool WriteAll(const char* data, size_t size) {
+    boost::system::error_code ec;
+    while (size > 0) {
+      iovec iov{const_cast<char*>(data), size};
+      size_t n = WriteSome(&iov, 1, ec);
+      if (ec) return false;
+      data += n, size -= n;
+    }
+    return true;
+  }
+
+ protected:
+  // Waits for `events` on `fd` for at most `timeout_ms`; false (and ec set) on timeout.
+  static bool WaitFd(int fd, short events, int timeout_ms, boost::system::error_code& ec) {
+    pollfd p{fd, events, 0};
+    for (;;) {
+      int r = poll(&p, 1, timeout_ms);
+      if (r > 0) return true;
+      if (r == 0) {
+        ec = boost::beast::error::timeout;
+        return false;
+      }
+      if (errno != EINTR) {
+        ec.assign(errno, boost::system::system_category());
+        return false;
+      }
+    }
+  }
+
+  uint64_t in_ = 0, out_ = 0;
+};
+
+// A plain non-blocking socket, not owned.
+class FdStream : public ByteStream {
+ public:
+  FdStream(int fd, int timeout_ms) : fd_(fd), timeout_ms_(timeout_ms) {}
+  int fd() const override { return fd_; }
+
+  size_t ReadSome(void* data, size_t size, boost::system::error_code& ec) override {
+    for (;;) {
+      ssize_t n = recv(fd_, data, size, 0);
+      if (n > 0) {
+        ec = {};
+        in_ += static_cast<uint64_t>(n);
+        return static_cast<size_t>(n);
+      }
+      if (n == 0) {
+        ec = boost::asio::error::eof;
+        return 0;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN || !Wait(POLLIN, ec)) {
+        if (!ec) ec.assign(errno, boost::system::system_category());
+        return 0;
+      }
+    }
+  }
+
+  size_t WriteSome(const iovec* iov, int iovcnt, boost::system::error_code& ec) override {
     msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(n);
+    msg.msg_iov = const_cast<iovec*>(iov);
+    msg.msg_iovlen = static_cast<size_t>(iovcnt);
     for (;;) {
       ssize_t w = sendmsg(fd_, &msg, MSG_NOSIGNAL);
       if (w >= 0) {
@@ -87,46 +161,30 @@ class FdStream {
       }
     }
   }
-  template <class ConstBufferSequence>
-  size_t write_some(const ConstBufferSequence& buffers) {
-    boost::system::error_code ec;
-    size_t n = write_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
-  }
 
-  // Writes all of `data`; false on error or timeout.
-  bool WriteAll(const char* data, size_t size) {
+  // The kernel copies the file to the socket: no pass through our memory.
+  bool SendFile(int file_fd, uint64_t size, const std::function<void(uint64_t)>& count) override {
+    off_t off = 0;
     boost::system::error_code ec;
-    while (size > 0) {
-      size_t n = write_some(boost::asio::const_buffer(data, size), ec);
-      if (ec) return false;
-      data += n, size -= n;
+    while (static_cast<uint64_t>(off) < size) {
+      ssize_t n = sendfile(fd_, file_fd, &off, size - static_cast<uint64_t>(off));
+      if (n > 0) {
+        out_ += static_cast<uint64_t>(n);
+        count(static_cast<uint64_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN && Wait(POLLOUT, ec)) continue;
+      return false;
     }
     return true;
   }
 
-  // Waits for `events`; false (and ec set) on timeout.
-  bool Wait(short events, boost::system::error_code& ec) {
-    pollfd p{fd_, events, 0};
-    for (;;) {
-      int r = poll(&p, 1, timeout_ms_);
-      if (r > 0) return true;
-      if (r == 0) {
-        ec = boost::beast::error::timeout;
-        return false;
-      }
-      if (errno != EINTR) {
-        ec.assign(errno, boost::system::system_category());
-        return false;
-      }
-    }
-  }
+  bool Wait(short events, boost::system::error_code& ec) { return WaitFd(fd_, events, timeout_ms_, ec); }
 
  private:
   int fd_;
   int timeout_ms_;
-  uint64_t in_ = 0, out_ = 0;
 };
 
 }  // namespace warren::net

@@ -121,6 +121,9 @@ Status Network::Init() {
   po.prefix = prefix_;
   po.cache_dir = opts_.cache_dir;  // empty: nothing is cached
   po.cache_bytes = opts_.cache_bytes;
+  po.intercept = opts_.intercept;
+  po.ca_dir = opts_.ca_dir;
+  po.upstream_ca = opts_.upstream_ca;
   proxy_ = WARREN_TRY(EgressProxy::Start(po, this, resolver_.get()));
   if (!opts_.state_dir.empty() && mkdir(opts_.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
     return ErrnoStatus("mkdir", opts_.state_dir);
@@ -508,6 +511,12 @@ void Network::SaveRecord(const std::string& id, const Sandbox& sb) {
   UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!f || write(f.get(), s.data(), s.size()) != static_cast<ssize_t>(s.size()) || rename(tmp.c_str(), path.c_str()) != 0)
     spdlog::warn("save network record of {}: {}", id, strerror(errno));
+}
+
+bool Network::Egress(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = sandboxes_.find(id);
+  return it != sandboxes_.end() && it->second->policy.egress;
 }
 
 bool Network::PolicyOf(uint32_t ip, Policy* out, std::string* id) {

@@ -42,6 +42,9 @@ struct NetworkOptions {
   std::string dns_upstream;  // "IP[:PORT]"; empty: the host's resolv.conf
   std::string cache_dir;     // the egress proxy's package cache; empty: none
   uint64_t cache_bytes = 10ull << 30;
+  std::vector<std::string> intercept;  // HTTPS package hosts cached through the node CA
+  std::string ca_dir;                  // where the node CA lives
+  std::string upstream_ca;             // CAs the proxy trusts upstream (empty: the system's)
 };
 
 // What a sandbox is given: the namespace to run in (the backend enters it) and its address.
@@ -58,6 +61,10 @@ class Network {
 
   uint32_t gateway() const { return gateway_; }
   std::string proxy_url() const;
+  // The node CA egress sandboxes trust for the proxy's HTTPS cache (empty: none).
+  std::string ca_pem() const { return proxy_ ? proxy_->ca_pem() : std::string(); }
+  // Whether the sandbox `id` is in egress mode now.
+  bool Egress(const std::string& id);
   const NetworkOptions& options() const { return opts_; }
   Resolver* resolver() { return resolver_.get(); }
 

@@ -163,6 +163,7 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
                     {"channel", spec.channel},
                     {"stdin_more", spec.has_stdin && (spec.channel || first < in.size())}},
                    std::string(in.substr(0, first))};
+  if (!spec.env_defaults.empty()) m.header["env_defaults"] = spec.env_defaults;
   Status st = Send(m);
   for (size_t off = first; st.ok() && off < in.size(); off += agent::kMaxPayload) {
     size_t n = std::min(in.size() - off, agent::kMaxPayload);

@@ -21,6 +21,8 @@ namespace warren::node {
 struct ExecSpec {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
+  // Set only where neither the sandbox's environment nor `env` sets them.
+  std::map<std::string, std::string> env_defaults;
   std::string cwd = "/";
   std::string stdin_data;
   bool has_stdin = false;

@@ -176,6 +176,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   SandboxRuntime rt{inst->host_pid(), inst->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, inst->TakeControlSocket());
   Register(cfg.id, std::move(inst), std::move(conn), is_vm, cfg.net_ip != 0);
+  if (net_ && spec.network.egress) WriteCaBundle(cfg.id);
   return rt;
 }
 
@@ -256,13 +257,37 @@ Status LocalNode::ClaimWarm(WarmSandbox& w, const runtime::SandboxConfig& cfg) {
 
 std::vector<std::pair<std::string, std::string>> LocalNode::EgressFiles() const {
   const std::string gw = net::Ip4String(net_->gateway()), proxy = net_->proxy_url();
-  return {{"/etc/resolv.conf", "nameserver " + gw + "\noptions timeout:2 attempts:2\n"},
-          {"/etc/apt/apt.conf.d/90warren-proxy",
-           "Acquire::http::Proxy \"" + proxy + "\";\nAcquire::https::Proxy \"" + proxy + "\";\n"}};
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"/etc/resolv.conf", "nameserver " + gw + "\noptions timeout:2 attempts:2\n"},
+      {"/etc/apt/apt.conf.d/90warren-proxy",
+       "Acquire::http::Proxy \"" + proxy + "\";\nAcquire::https::Proxy \"" + proxy + "\";\n"}};
+  if (std::string ca = net_->ca_pem(); !ca.empty()) files.emplace_back(kEgressCaFile, ca);
+  return files;
 }
 
 void LocalNode::ConfigureEgress(const std::string& id) {
   for (const auto& [path, data] : EgressFiles()) (void)WriteFile(id, path, 0644, data);
+  WriteCaBundle(id);
+}
+
+void LocalNode::WriteCaBundle(const std::string& id) {
+  const std::string ca = net_->ca_pem();
+  if (ca.empty()) return;
+  // The image's own roots (Debian's path, which most images share) and the node CA.
+  auto roots = ReadFile(id, "/etc/ssl/certs/ca-certificates.crt", 16 << 20);
+  std::string bundle = roots.ok() ? *roots : std::string();
+  if (!bundle.empty() && bundle.back() != '\n') bundle += '\n';
+  bundle += ca;
+  if (Status st = WriteFile(id, kCaBundleFile, 0644, bundle); !st.ok())
+    spdlog::warn("sandbox {}: CA bundle for the egress proxy: {}", id, st.ToString());
+}
+
+std::map<std::string, std::string> LocalNode::EgressEnvDefaults(const std::string& id) {
+  if (!net_ || net_->ca_pem().empty() || !net_->Egress(id)) return {};
+  // Tools that take one file of roots get the image's plus the node CA; Node.js adds to its
+  // own. A variable the create or the exec sets wins.
+  return {{"SSL_CERT_FILE", kCaBundleFile},   {"REQUESTS_CA_BUNDLE", kCaBundleFile}, {"PIP_CERT", kCaBundleFile},
+          {"CURL_CA_BUNDLE", kCaBundleFile},  {"GIT_SSL_CAINFO", kCaBundleFile},     {"NODE_EXTRA_CA_CERTS", kEgressCaFile}};
 }
 
 Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
@@ -456,6 +481,14 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
     else spdlog::warn("exec {}: {}", exec_id, spill.status().ToString());
   }
   if (spec.on_record) spec.on_record(rec);
+  if (!spec.channel) {
+    if (auto defaults = EgressEnvDefaults(id); !defaults.empty()) {
+      ExecSpec with = spec;
+      with.env_defaults = std::move(defaults);
+      WARREN_RETURN_IF_ERROR(conn->StartExec(rec, with));
+      return rec;
+    }
+  }
   WARREN_RETURN_IF_ERROR(conn->StartExec(rec, spec));
   return rec;
 }

@@ -98,6 +98,13 @@ class LocalNode : public NodeApi {
   // Points an egress sandbox's resolver and package tools at the node (best effort: an
   // image without /etc/apt simply has no apt to configure).
   void ConfigureEgress(const std::string& id);
+  // The egress proxy's HTTPS cache: the node CA in the sandbox (kEgressCaFile, with the
+  // other egress files) and its roots plus the CA in one file (kCaBundleFile), and the
+  // variables pointing tools at them, added to each exec of a sandbox in egress mode.
+  static constexpr const char* kEgressCaFile = "/etc/warren-egress-ca.pem";
+  static constexpr const char* kCaBundleFile = "/etc/warren-ca-certificates.pem";
+  void WriteCaBundle(const std::string& id);
+  std::map<std::string, std::string> EgressEnvDefaults(const std::string& id);
   std::vector<std::pair<std::string, std::string>> EgressFiles() const;
   void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn,
                 bool microvm = false, bool wired = false);

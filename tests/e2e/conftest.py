@@ -40,6 +40,27 @@ NET_HOSTS = {
     "other.test": f"{NET_UPSTREAM}.3",
     "loop.wild.test": "127.0.0.1", "meta.wild.test": "169.254.169.254",  # what a proxy must never reach
 }
+# The HTTPS package-cache tests (test_https_cache.py) have their own namespace: TLS servers at
+# TLS_UPSTREAM.2 (certificates from the test CA, which the server's --proxy-upstream-ca
+# trusts) and .3 (a certificate nobody trusts). The server intercepts TLS_INTERCEPT.
+TLS_UPSTREAM = "10.251.1"
+NET_HOSTS.update({
+    "pypi.test": f"{TLS_UPSTREAM}.2", "files.test": f"{TLS_UPSTREAM}.2", "npm.test": f"{TLS_UPSTREAM}.2",
+    "passthrough.test": f"{TLS_UPSTREAM}.2", "untrusted.test": f"{TLS_UPSTREAM}.3",
+})
+TLS_INTERCEPT = "pypi.test,files.test,npm.test,untrusted.test"
+# Set by the server fixture: the test CA's certificate and key (PEM files).
+TEST_CA: dict = {}
+
+
+def make_test_ca(directory: str) -> dict:
+    """A CA for the test hosts' TLS servers (openssl), as a real package host's would be."""
+    key, crt = os.path.join(directory, "test-ca.key"), os.path.join(directory, "test-ca.crt")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", key, "-out", crt, "-days", "2", "-subj", "/CN=warren e2e upstream CA",
+                    "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"],
+                   check=True, capture_output=True)
+    return {"key": key, "crt": crt}
 
 
 def _warren_bin() -> Path:
@@ -237,7 +258,8 @@ def server(tmp_path_factory):
     hosts = os.path.join(data_dir, "e2e-hosts")
     with open(hosts, "w") as f:
         f.writelines(f"{ip} {name}\n" for name, ip in NET_HOSTS.items())
-    srv.extra_args = ["--dns-hosts", hosts]
+    TEST_CA.update(make_test_ca(data_dir))
+    srv.extra_args = ["--dns-hosts", hosts, "--proxy-intercept", TLS_INTERCEPT, "--proxy-upstream-ca", TEST_CA["crt"]]
     try:
         srv.start()
         _SERVER = srv

@@ -12,6 +12,10 @@
             through the egress proxy: first (upstream, cache miss) and then from the cache,
             against the same download direct (allowed by an address rule, through NAT) and
             from the host itself without any sandbox.
+  https     the same file over HTTPS from an intercepted host (`--proxy-intercept`), with
+            curl in a Debian sandbox (mmdebstrap: needs the Debian archive): miss, then from
+            the cache through the node CA's TLS, against curl direct over TLS through NAT and
+            host curl over TLS. The test host's TLS server is Python's (ssl module).
 
 The test host is a network namespace the benchmark makes (10.252.0.2), nothing else is
 contacted. Starts its own `warren serve` (build/warren) with scratch state under /var/tmp.
@@ -59,6 +63,20 @@ def make_upstream(www):
     sh("ip", "-n", NS, "route", "add", "default", "via", f"{UP}.1")
     proc = subprocess.Popen(["ip", "netns", "exec", NS, "busybox", "httpd", "-f", "-p", "80", "-h", www],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # HTTPS: a test CA (the server's --proxy-upstream-ca) and a certificate for big.bench.
+    ca_key, ca, key, csr, crt, ext = (os.path.join(www, "..", n) for n in ("ca.key", "ca.crt", "tls.key", "tls.csr",
+                                                                           "tls.crt", "tls.ext"))
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    sh("openssl", "req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "1", "-subj", "/CN=bench CA")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=DNS:big.bench\n")
+    sh("openssl", "req", "-new", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=big.bench")
+    sh("openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", crt, "-days", "1",
+       "-extfile", ext)
+    tls = subprocess.Popen(["ip", "netns", "exec", NS, "/usr/bin/python3", "-c", TLS_SERVER, www, crt, key],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    tls.stdout.readline()
+    proc.tls, proc.ca = tls, os.path.abspath(ca)
     for _ in range(50):
         if sh("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://{UP}.2/big.deb", "-r", "0-0",
               check=False).stdout == "206":
@@ -67,10 +85,27 @@ def make_upstream(www):
     return proc
 
 
+TLS_SERVER = """
+import functools, http.server, ssl, sys
+www, crt, key = sys.argv[1:]
+srv = http.server.ThreadingHTTPServer(("0.0.0.0", 443), functools.partial(http.server.SimpleHTTPRequestHandler,
+                                                                          directory=www))
+srv.RequestHandlerClass.log_message = lambda *a: None
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(crt, key)
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print("ready", flush=True)
+srv.serve_forever()
+"""
+
+
 def drop_upstream(proc):
     if proc:
         proc.kill()
         proc.wait()
+        if getattr(proc, "tls", None):
+            proc.tls.kill()
+            proc.tls.wait()
     sh("ip", "link", "del", VETH, check=False)
     sh("ip", "netns", "del", NS, check=False)
 
@@ -108,8 +143,9 @@ def create_exec(api, image, network, n):
     return samples
 
 
-def serve(tmp, pool, hosts):
-    return start_server(tmp, ["--net-subnet", SUBNET, "--net-pool", str(pool), "--dns-hosts", hosts])
+def serve(tmp, pool, hosts, upstream_ca):
+    return start_server(tmp, ["--net-subnet", SUBNET, "--net-pool", str(pool), "--dns-hosts", hosts,
+                              "--proxy-intercept", "big.bench", "--proxy-upstream-ca", upstream_ca])
 
 
 def stop(proc):
@@ -137,10 +173,59 @@ def wget(api, sid, url, direct=False):
     return dt
 
 
+def http_throughput(api, img):
+    """100 MB over plain HTTP: busybox wget in a sandbox, through the proxy and direct."""
+    sb = api.call("POST", "/v1/sandboxes", {"image": img, "network": {"mode": "egress",
+                                                                    "allow": ["big.bench", f"{UP}.2/32"]}})
+    url = "http://big.bench/big.deb"
+    miss = wget(api, sb["id"], url)
+    hits = [wget(api, sb["id"], url) for _ in range(3)]
+    direct = [wget(api, sb["id"], url, direct=True) for _ in range(3)]
+    t0 = time.perf_counter()
+    sh("curl", "-s", "-o", "/dev/null", f"http://{UP}.2/big.deb")
+    host = time.perf_counter() - t0
+    api.call("DELETE", f"/v1/sandboxes/{sb['id']}")
+    mb = 100 * 1.048576
+    res = {"miss": mb / miss, "cache_hit": mb / min(hits), "direct_nat": mb / min(direct), "host_curl": mb / host}
+    log(f"100 MB: proxy miss {res['miss']:.0f} MB/s, cache hit {res['cache_hit']:.0f} MB/s, "
+        f"direct {res['direct_nat']:.0f} MB/s, host curl {res['host_curl']:.0f} MB/s")
+    return res
+
+
+def https_throughput(api, port, token, ca):
+    """100 MB over HTTPS from the intercepted big.bench: curl in a Debian sandbox."""
+    env = dict(os.environ, WARREN_URL=f"http://127.0.0.1:{port}", WARREN_TOKEN=token)
+    subprocess.run([os.path.join(REPO, "build", "warren"), "image", "build", "bench-curl:1", "--debian", "bookworm",
+                    "--packages", "curl,ca-certificates"], check=True, env=env, capture_output=True, timeout=900)
+    sb = api.call("POST", "/v1/sandboxes", {"image": "bench-curl:1",
+                                            "network": {"mode": "egress", "allow": ["big.bench", f"{UP}.2/32"]}})
+
+    def curl(extra=""):
+        t0 = time.perf_counter()
+        r = api.call("POST", f"/v1/sandboxes/{sb['id']}/exec",
+                     {"cmd": f"curl -sS -o /dev/null {extra} https://big.bench/big.deb", "timeout_s": 300})
+        assert r["exit_code"] == 0, r
+        return time.perf_counter() - t0
+    miss = curl()
+    hits = [curl() for _ in range(3)]
+    direct = [curl("--noproxy big.bench -k") for _ in range(3)]  # the test CA is not in the sandbox
+    t0 = time.perf_counter()
+    sh("curl", "-s", "-o", "/dev/null", "--cacert", ca, "--resolve", f"big.bench:443:{UP}.2", "https://big.bench/big.deb")
+    host = time.perf_counter() - t0
+    api.call("DELETE", f"/v1/sandboxes/{sb['id']}")
+    mb = 100 * 1.048576
+    res = {"miss": mb / miss, "cache_hit": mb / min(hits), "direct_nat": mb / min(direct), "host_curl": mb / host}
+    log(f"100 MB over HTTPS: proxy miss {res['miss']:.0f} MB/s, cache hit {res['cache_hit']:.0f} MB/s, "
+        f"direct {res['direct_nat']:.0f} MB/s, host curl {res['host_curl']:.0f} MB/s")
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=40)
     ap.add_argument("--json")
+    ap.add_argument("--sections", default="setup,parallel,proxy,https",
+                    help="comma-separated: setup (with the pool and without), parallel, proxy, https")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/network.py must run as root")
@@ -155,19 +240,23 @@ def main():
     try:
         upstream = make_upstream(www)
         n = args.iterations
-        log(f"setup by hand (iproute2), {n}x")
-        hand = by_hand(n)
-        out["setup_by_hand_ms"] = {"p50": pct([x * 1000 for x in hand], 50)}
+        sections = set(args.sections.split(","))
+        if "setup" in sections:
+            log(f"setup by hand (iproute2), {n}x")
+            hand = by_hand(n)
+            out["setup_by_hand_ms"] = {"p50": pct([x * 1000 for x in hand], 50)}
 
-        for pool in (8, 0):
+        for pool in ((8, 0) if "setup" in sections else (8,)):
             d = os.path.join(tmp, f"pool{pool}")
             os.makedirs(d)
-            proc, port, token = serve(d, pool, hosts)
+            proc, port, token = serve(d, pool, hosts, upstream.ca)
             api = Api(port, token)
             img = image(port, token, d)
             time.sleep(1)  # the pool fills
             res = {}
             for label, network in (("none", {"mode": "none"}), ("egress", {"mode": "egress", "allow": ["big.bench"]})):
+                if "setup" not in sections:
+                    break
                 before = node_net(api)["pool"]
                 lat = create_exec(api, img, network, n)
                 time.sleep(0.5)
@@ -176,10 +265,13 @@ def main():
                               "attach_us_hit": after["attach_us_hit"], "attach_us_miss": after["attach_us_miss"],
                               "hits": after["hits"] - before["hits"], "misses": after["misses"] - before["misses"]}
                 log(f"pool {pool} {label}: {res[label]}")
-            out[f"pool_{pool}"] = res
+            if res:
+                out[f"pool_{pool}"] = res
             if pool == 8:
                 # parallel batches of 100
                 for label, network in (("none", {"mode": "none"}), ("egress", {"mode": "egress", "allow": ["big.bench"]})):
+                    if "parallel" not in sections:
+                        break
                     t0 = time.perf_counter()
                     results = []
 
@@ -197,22 +289,10 @@ def main():
                     log(f"parallel create of 100 ({label}): {wall:.2f} s, {errors} errors")
                     for sid in made:
                         api.call("DELETE", f"/v1/sandboxes/{sid}")
-                # proxy throughput
-                sb = api.call("POST", "/v1/sandboxes", {"image": img, "network": {"mode": "egress",
-                                                                                "allow": ["big.bench", f"{UP}.2/32"]}})
-                url = "http://big.bench/big.deb"
-                miss = wget(api, sb["id"], url)
-                hits = [wget(api, sb["id"], url) for _ in range(3)]
-                direct = [wget(api, sb["id"], url, direct=True) for _ in range(3)]
-                t0 = time.perf_counter()
-                sh("curl", "-s", "-o", "/dev/null", f"http://{UP}.2/big.deb")
-                host = time.perf_counter() - t0
-                mb = 100 * 1.048576
-                out["proxy_MBps"] = {"miss": mb / miss, "cache_hit": mb / min(hits), "direct_nat": mb / min(direct),
-                                     "host_curl": mb / host}
-                log(f"100 MB: proxy miss {mb / miss:.0f} MB/s, cache hit {mb / min(hits):.0f} MB/s, "
-                    f"direct {mb / min(direct):.0f} MB/s, host curl {mb / host:.0f} MB/s")
-                api.call("DELETE", f"/v1/sandboxes/{sb['id']}")
+                if "proxy" in sections:
+                    out["proxy_MBps"] = http_throughput(api, img)
+                if "https" in sections:
+                    out["proxy_https_MBps"] = https_throughput(api, port, token, upstream.ca)
             stop(proc)
             proc = None
     finally:

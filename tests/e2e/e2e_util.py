@@ -214,3 +214,40 @@ def ndjson_lines(body: bytes) -> List[dict]:
 
 def unique(prefix: str = "e2e") -> str:
     return f"{prefix}-{os.getpid()}-{time.time_ns() % 10**9}"
+
+
+def start_test_hosts(ns: str, veth: str, prefix: str, ips: Iterable[str], argv: List[str]):
+    """Test hosts in a network namespace `ns` the caller names (never anything outside this
+    machine): `ips` on its eth0, routed from the host through the veth `veth` (host side
+    `prefix`.1/24), running `argv` there, which must print `ready` once it serves. Returns the
+    process; stop_test_hosts undoes all of it."""
+    import subprocess
+
+    def sh(*a):
+        subprocess.run(a, check=True, capture_output=True, text=True)
+
+    sh("ip", "netns", "add", ns)
+    sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+    sh("ip", "addr", "add", f"{prefix}.1/24", "dev", veth)
+    sh("ip", "link", "set", veth, "up")
+    for ip in ips:
+        sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+    sh("ip", "-n", ns, "link", "set", "eth0", "up")
+    sh("ip", "-n", ns, "link", "set", "lo", "up")
+    sh("ip", "-n", ns, "route", "add", "default", "via", f"{prefix}.1")
+    proc = subprocess.Popen(["ip", "netns", "exec", ns] + argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    line = proc.stdout.readline().strip()
+    if line != "ready":
+        proc.kill()
+        raise RuntimeError(f"test hosts in {ns} did not start: {line}{proc.stdout.read()}")
+    return proc
+
+
+def stop_test_hosts(proc, ns: str, veth: str) -> None:
+    import subprocess
+    if proc is not None:
+        proc.kill()
+        proc.wait()
+    subprocess.run(["ip", "link", "del", veth], capture_output=True)
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)

@@ -1,6 +1,7 @@
 """Test hosts for the network tests, run inside a network namespace the test made (never
 anything outside this machine): an HTTP server over a directory that logs every request with
 its status, a TCP echo server and a UDP echo server, on every address of the namespace.
+tls_upstream.py serves the same directory handler over HTTPS.
 
 usage: net_upstream.py DIR LOG HTTP_PORT ECHO_PORT"""
 
@@ -9,19 +10,24 @@ import socketserver
 import sys
 import threading
 
-root, log_path, http_port, echo_port = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-log_lock = threading.Lock()
-
 
 class Handler(http.server.SimpleHTTPRequestHandler):
+    """Serves `root`; logs `METHOD PATH STATUS` lines (with the Host header first when
+    `log_host`) to `log_path`."""
     protocol_version = "HTTP/1.1"
+    root = log_path = ""
+    log_host = False
+    log_lock = threading.Lock()
 
     def __init__(self, *a, **kw):
-        super().__init__(*a, directory=root, **kw)
+        super().__init__(*a, directory=self.root, **kw)
 
     def log_request(self, code="-", size="-"):
-        with log_lock, open(log_path, "a") as f:
-            f.write(f"{self.command} {self.path} {int(code) if str(code).isdigit() else code}\n")
+        line = f"{self.command} {self.path} {int(code) if str(code).isdigit() else code}\n"
+        if self.log_host:
+            line = ((self.headers.get("Host") if self.headers else None) or "-") + " " + line
+        with self.log_lock, open(self.log_path, "a") as f:
+            f.write(line)
 
     def log_message(self, *a):
         pass
@@ -56,9 +62,14 @@ class UdpEcho(socketserver.BaseRequestHandler):
         sock.sendto(data, self.client_address)
 
 
-servers = [HTTPServer(("0.0.0.0", http_port), Handler), EchoServer(("0.0.0.0", echo_port), Echo),
-           socketserver.ThreadingUDPServer(("0.0.0.0", echo_port), UdpEcho)]
-for s in servers[1:]:
-    threading.Thread(target=s.serve_forever, daemon=True).start()
-print("ready", flush=True)
-servers[0].serve_forever()
+def serve(servers):
+    for s in servers[1:]:
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    print("ready", flush=True)
+    servers[0].serve_forever()
+
+
+if __name__ == "__main__":
+    Handler.root, Handler.log_path, http_port, echo_port = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    serve([HTTPServer(("0.0.0.0", http_port), Handler), EchoServer(("0.0.0.0", echo_port), Echo),
+           socketserver.ThreadingUDPServer(("0.0.0.0", echo_port), UdpEcho)])

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import conftest
+import e2e_util
 from conftest import TLS_UPSTREAM
 
 HERE = Path(__file__).resolve().parent
@@ -97,26 +98,12 @@ def tls_upstream(tmp_path_factory):
     bad = _leaf(certs, "bad", ["untrusted.test"], None)
     proc = None
     try:
-        _sh("ip", "netns", "add", ns)
-        _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        _sh("ip", "addr", "add", f"{TLS_UPSTREAM}.1/24", "dev", veth)
-        _sh("ip", "link", "set", veth, "up")
-        for ip in (UP2, UP3):
-            _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
-        _sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        _sh("ip", "-n", ns, "link", "set", "lo", "up")
-        _sh("ip", "-n", ns, "route", "add", "default", "via", f"{TLS_UPSTREAM}.1")
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, "/usr/bin/python3", str(HERE / "tls_upstream.py"),
-                                 str(root), str(log), f"{UP2}:{good[0]}:{good[1]}", f"{UP3}:{bad[0]}:{bad[1]}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout.readline().strip() == "ready"
+        proc = e2e_util.start_test_hosts(ns, veth, TLS_UPSTREAM, (UP2, UP3), [
+            "/usr/bin/python3", str(HERE / "tls_upstream.py"), str(root), str(log),
+            f"{UP2}:{good[0]}:{good[1]}", f"{UP3}:{bad[0]}:{bad[1]}"])
         yield {"root": root, "log": log, "wheel": wheel}
     finally:
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-        _sh("ip", "link", "del", veth, check=False)
-        _sh("ip", "netns", "del", ns, check=False)
+        e2e_util.stop_test_hosts(proc, ns, veth)
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import conftest
+import e2e_util
 from conftest import NET_UPSTREAM
 
 UP2, UP3 = f"{NET_UPSTREAM}.2", f"{NET_UPSTREAM}.3"
@@ -45,26 +46,11 @@ def upstream(tmp_path_factory):
         f.write(os.urandom(1 << 20) * 8)
     proc = None
     try:
-        _sh("ip", "netns", "add", ns)
-        _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        _sh("ip", "addr", "add", f"{NET_UPSTREAM}.1/24", "dev", veth)
-        _sh("ip", "link", "set", veth, "up")
-        for ip in (UP2, UP3):
-            _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
-        _sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        _sh("ip", "-n", ns, "link", "set", "lo", "up")
-        _sh("ip", "-n", ns, "route", "add", "default", "via", f"{NET_UPSTREAM}.1")
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, "/usr/bin/python3", str(HERE / "net_upstream.py"),
-                                 str(root), str(log), str(HTTP_PORT), str(ECHO_PORT)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout.readline().strip() == "ready"
+        proc = e2e_util.start_test_hosts(ns, veth, NET_UPSTREAM, (UP2, UP3), [
+            "/usr/bin/python3", str(HERE / "net_upstream.py"), str(root), str(log), str(HTTP_PORT), str(ECHO_PORT)])
         yield {"root": root, "log": log, "ns": ns}
     finally:
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-        _sh("ip", "link", "del", veth, check=False)
-        _sh("ip", "netns", "del", ns, check=False)
+        e2e_util.stop_test_hosts(proc, ns, veth)
 
 
 def _build_debian_repo(root: Path) -> None:

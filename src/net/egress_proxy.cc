@@ -521,7 +521,7 @@ struct ProxySession {
     auto cc = std::string(rh[http::field::cache_control]);
     const bool store = cacheable && client_head.method() == http::verb::get && rh.result() == http::status::ok &&
                        cc.find("no-store") == std::string::npos && cc.find("private") == std::string::npos &&
-                       rh[http::field::vary].empty() &&  // one copy serves everyone: no variants
+                       OneVariantForAll(rh[http::field::vary], rh[http::field::content_encoding]) &&
                        (res.content_length() ? *res.content_length() <= proxy->opts_.cache_entry_bytes
                                              : res.chunked()) &&  // never a close-delimited body
                        (kind == CacheKind::kImmutable || !rh[http::field::etag].empty() ||

@@ -38,6 +38,32 @@ CacheKind ClassifyForCache(std::string_view path) {
   return CacheKind::kNone;
 }
 
+bool OneVariantForAll(std::string_view vary, std::string_view content_encoding) {
+  auto trim = [](std::string_view t) {
+    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+    while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+    return t;
+  };
+  auto lower_eq = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+  };
+  bool any = false;
+  for (size_t start = 0; start <= vary.size();) {
+    size_t comma = vary.find(',', start);
+    if (comma == std::string_view::npos) comma = vary.size();
+    std::string_view token = trim(vary.substr(start, comma - start));
+    start = comma + 1;
+    if (token.empty()) continue;
+    if (!lower_eq(token, "accept-encoding")) return false;
+    any = true;
+  }
+  if (!any) return true;
+  std::string_view ce = trim(content_encoding);
+  return ce.empty() || lower_eq(ce, "identity");
+}
+
 Status PackageCache::Init() {
   if (dir_.empty()) return Status::Ok();  // no cache: every lookup misses, nothing is stored
   if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", dir_);

@@ -28,6 +28,11 @@ enum class CacheKind { kNone, kImmutable, kIndex };
 // How a URL path is cached (see above).
 CacheKind ClassifyForCache(std::string_view path);
 
+// Whether a response with these `Vary` and `Content-Encoding` headers may serve every client:
+// one copy is stored per URL, so no variants, except the unencoded variant of a response that
+// varies by Accept-Encoding only (CDNs add that to everything; every client takes identity).
+bool OneVariantForAll(std::string_view vary, std::string_view content_encoding);
+
 struct CacheEntry {
   std::string url;
   CacheKind kind = CacheKind::kNone;

@@ -17,6 +17,17 @@ uint32_t A(const char* s) {
   return a.s_addr;
 }
 
+TEST(PackageCacheTest, StoresOnlyAVariantEveryClientTakes) {
+  EXPECT_TRUE(OneVariantForAll("", ""));
+  EXPECT_TRUE(OneVariantForAll("", "gzip"));  // no Vary: the same bytes for everyone
+  EXPECT_TRUE(OneVariantForAll("Accept-Encoding", ""));
+  EXPECT_TRUE(OneVariantForAll(" accept-encoding ,Accept-Encoding", "identity"));
+  EXPECT_FALSE(OneVariantForAll("Accept-Encoding", "gzip"));
+  EXPECT_FALSE(OneVariantForAll("Accept", ""));
+  EXPECT_FALSE(OneVariantForAll("Accept-Encoding, Accept", ""));
+  EXPECT_FALSE(OneVariantForAll("*", ""));
+}
+
 TEST(PolicyTest, ParsesRules) {
   auto d = ParseRule("PyPI.org.");
   ASSERT_TRUE(d.ok()) << d.status().ToString();

@@ -104,6 +104,10 @@ void AddCall(CLI::App& app) {
   auto f = std::make_shared<CallFlags>();
   cmd->add_option("--lang,--language", f->lang, "python, bash, c, cpp, ... (see GET /v1/nodes)")->required();
   cmd->add_option("--code", f->code, "file with the code, or - for stdin");
+  // `warren call --lang python -`: the code from stdin, as `--code -`.
+  auto* dash = cmd->add_option("source", f->code, "- : the code from stdin (as --code -)");
+  dash->check([](const std::string& v) { return v == "-" ? std::string() : "give the code with --code FILE, or - for stdin"; });
+  dash->excludes(cmd->get_option("--code"));
   cmd->add_option("--stdin", f->stdin_file, "file given to the program as its stdin (- for ours)");
   cmd->add_option("--timeout", f->timeout, "seconds of wall and CPU time per run (default 10)");
   cmd->add_option("--memory", f->memory, "memory limit per run, e.g. 256M (default 256M)");

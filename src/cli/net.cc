@@ -10,7 +10,10 @@ void AddNet(CLI::App& app) {
   auto allow = std::make_shared<std::vector<std::string>>();
   cmd->add_option("id", *id, "sandbox id")->required();
   auto* none_opt = cmd->add_flag("--none", *none, "no network (loopback only)");
-  auto* allow_opt = Repeatable(cmd->add_option("--allow", *allow, "egress rule: domain, *.domain or CIDR[:port[/proto]] (repeatable)"));
+  // `--allow R1 R2` and `--allow R1 --allow R2` alike (no `--` follows here to swallow).
+  auto* allow_opt = cmd->add_option("--allow", *allow, "egress rules: domain, *.domain or CIDR[:port[/proto]]")
+                        ->expected(1, -1)
+                        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   none_opt->excludes(allow_opt);
   cmd->callback([id, none, allow] {
     if (!*none && allow->empty()) return void(ExitCode() = Fail("net " + *id, "give --none or --allow RULE"));

@@ -154,7 +154,19 @@ std::string Canonical(const std::string& host) {
 struct Upstream {
   UniqueFd fd;
   std::unique_ptr<ByteStream> stream;
+  std::vector<std::string> policy;  // the sandbox's rules when it was opened
 };
+
+// Request headers that may carry a credential under some other name than Authorization or
+// Cookie (X-JFrog-Art-Api, Private-Token, X-Api-Key...): such a request is never cached, as
+// its answer may be for that client only.
+bool MayCarryCredential(std::string_view name) {
+  std::string n(name);
+  for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (std::string_view w : {"auth", "token", "cookie", "secret", "key", "api", "password", "credential", "signature"})
+    if (n.find(w) != std::string::npos) return true;
+  return false;
+}
 
 // One client connection: its requests in order, each answered before the next is read.
 struct ProxySession {
@@ -234,8 +246,9 @@ struct ProxySession {
 
   // Connects to an allowed host:port, marked as this connection's target first and checked
   // again after, so a policy change at any moment either sees it or is seen.
-  Result<UniqueFd> Open(const std::string& host, uint16_t port) {
-    Policy policy;
+  Result<UniqueFd> Open(const std::string& host, uint16_t port, Policy* used = nullptr) {
+    Policy local;
+    Policy& policy = used ? *used : local;
     if (!Allowed(host, port, &policy)) return Status(Code::kForbidden, "connect", host, "refused");
     SetTarget(host, port, -1);
     auto up = proxy->Connect(HostOnly(host), port, policy);
@@ -245,7 +258,10 @@ struct ProxySession {
       return up.status();
     }
     SetTarget(host, port, up->get());
-    if (!Allowed(host, port)) return Status(Code::kForbidden, "connect", host, "refused");
+    if (!Allowed(host, port)) {
+      SetTarget(host, port, -1);  // before `up` closes and its number is free for reuse
+      return Status(Code::kForbidden, "connect", host, "refused");
+    }
     return up;
   }
 
@@ -350,9 +366,11 @@ struct ProxySession {
   // Connects `up` to host:port (TLS for an intercepted host), reporting a failure to the
   // client; the connection is this session's target while it is open.
   bool OpenUpstream(const std::string& host, uint16_t port, bool tls, Upstream* up) {
-    auto fd = Open(host, port);
+    Policy policy;
+    auto fd = Open(host, port, &policy);
     if (!fd.ok()) return false;
     up->fd = std::move(*fd);
+    up->policy = policy.Texts();
     if (!tls) {
       up->stream = std::make_unique<FdStream>(up->fd.get(), kIdleMs);
       return true;
@@ -388,7 +406,8 @@ struct ProxySession {
     const char kOk[] = "HTTP/1.1 200 Connection established\r\n\r\n";
     if (!client.WriteAll(kOk, sizeof kOk - 1)) return;
     std::string sni;
-    auto tls = TlsStream::Accept(client.fd(), proxy->server_ctx_.get(), leaf->first.get(), leaf->second, kIdleMs, &sni);
+    auto tls = TlsStream::Accept(client.fd(), proxy->server_ctx_.get(), leaf->first.get(), leaf->second, kSniWaitMs,
+                                 kIdleMs, &sni);
     if (!tls.ok()) {
       spdlog::info("egress proxy: {} CONNECT {}:{}: {}", c->sandbox, host, port, tls.status().ToString());
       return;
@@ -438,13 +457,16 @@ struct ProxySession {
   // requests; otherwise one upstream connection per request.
   bool Forward(http::request_parser<http::buffer_body>& req, const Url& u, bool https, Upstream* kept) {
     auto& h = req.get();
-    if (!Allowed(u.host, u.port)) return false;  // before the cache too
+    Policy policy;
+    if (!Allowed(u.host, u.port, &policy)) return false;  // before the cache too
     const bool client_keep_alive = req.keep_alive();
     const std::string url =
         (https ? "https://" : "http://") + HostOnly(Canonical(u.host)) + ":" + std::to_string(u.port) + u.path;
     const CacheKind kind = ClassifyForCache(u.path);
-    const bool cacheable = (h.method() == http::verb::get || h.method() == http::verb::head) && kind != CacheKind::kNone &&
-                           h[http::field::authorization].empty() && h[http::field::cookie].empty() && req.is_done();
+    bool cacheable = (h.method() == http::verb::get || h.method() == http::verb::head) && kind != CacheKind::kNone &&
+                     req.is_done();
+    for (const auto& f : h)
+      if (MayCarryCredential(f.name_string())) cacheable = false;
     std::optional<CacheEntry> cached = cacheable ? proxy->cache_.Lookup(url) : std::nullopt;
     if (cached && cached->kind == CacheKind::kImmutable) return SendCached(*cached, h.base(), client_keep_alive);
 
@@ -455,11 +477,9 @@ struct ProxySession {
       up = &fresh;
       guard.emplace(this);
     }
-    // A kept connection the server has closed (or sent something unasked on) is not reused.
-    if (up->stream) {
-      pollfd p{up->fd.get(), POLLIN, 0};
-      if (poll(&p, 1, 0) != 0) DropUpstream(up);
-    }
+    // A kept connection is not reused if the server closed it or sent something unasked, or
+    // the sandbox's rules changed since it was opened (its address is checked again).
+    if (up->stream && (up->stream->Stale() || up->policy != policy.Texts())) DropUpstream(up);
     if (!up->stream && !OpenUpstream(u.host, u.port, https, up)) return false;
     ByteStream& upstream = *up->stream;
     const uint64_t in_before = upstream.bytes_in();
@@ -471,7 +491,10 @@ struct ProxySession {
     const bool chunked_body = req.chunked();
     StripHopByHop(h.base());
     if (chunked_body) h.chunked(true);  // re-framed as it came, or upstream misreads the body
-    h.set(http::field::host, u.port == (https ? 443 : 80) ? u.host : u.host + ":" + std::to_string(u.port));
+    // The name the cache key has (lowercase, no trailing dot): the same answer for the same key.
+    std::string host_name = Canonical(u.host);
+    if (!u.host.empty() && u.host.front() == '[') host_name = "[" + host_name + "]";
+    h.set(http::field::host, u.port == (https ? 443 : 80) ? host_name : host_name + ":" + std::to_string(u.port));
     if (!kept) h.set(http::field::connection, "close");
     if (cached) {
       // Revalidate our copy with its own validators, not the client's.
@@ -487,6 +510,8 @@ struct ProxySession {
       h.erase(http::field::range);
       h.erase(http::field::if_range);
     }
+    // One copy serves every client: ask for the unencoded body (stored only if it is that).
+    if (cacheable) h.set(http::field::accept_encoding, "identity");
     if (h.method() != http::verb::get && h.method() != http::verb::head) h.erase(http::field::expect);
     if (!Relay(req, *cl, upstream, nullptr, cbuf)) {
       Error(http::status::bad_gateway, "sending the request to " + u.host + " failed");
@@ -515,13 +540,14 @@ struct ProxySession {
     auto& rh = res.get();
     if (cached && rh.result() == http::status::not_modified) {
       proxy->Count(c, upstream.bytes_in() - in_before, 0);
-      if (kept && !(res.is_done() && res.keep_alive())) DropUpstream(kept);
+      if (kept && !(res.is_done() && res.keep_alive() && ubuf.size() == 0)) DropUpstream(kept);
       return SendCached(*cached, client_head, client_keep_alive);
     }
     auto cc = std::string(rh[http::field::cache_control]);
     const bool store = cacheable && client_head.method() == http::verb::get && rh.result() == http::status::ok &&
                        cc.find("no-store") == std::string::npos && cc.find("private") == std::string::npos &&
                        OneVariantForAll(rh[http::field::vary], rh[http::field::content_encoding]) &&
+                       IdentityEncoded(rh[http::field::content_encoding]) &&
                        (res.content_length() ? *res.content_length() <= proxy->opts_.cache_entry_bytes
                                              : res.chunked()) &&  // never a close-delimited body
                        (kind == CacheKind::kImmutable || !rh[http::field::etag].empty() ||
@@ -677,7 +703,7 @@ void EgressProxy::Accept() {
 
 void EgressProxy::Work() {
   // OpenSSL writes to sockets with write(2): a peer gone must be EPIPE here, not a SIGPIPE
-  // that ends the daemon. Blocked in this thread only (a pending one dies with it).
+  // that ends the daemon (`warren serve` ignores it too; this holds for any embedder).
   sigset_t pipe;
   sigemptyset(&pipe);
   sigaddset(&pipe, SIGPIPE);

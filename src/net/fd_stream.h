@@ -41,6 +41,9 @@ class ByteStream {
   }
   uint64_t bytes_in() const { return in_; }
   uint64_t bytes_out() const { return out_; }
+  // Between requests on a kept connection: whether the peer closed it or sent something
+  // unasked (either way the next response could not be told apart): then it is not reused.
+  virtual bool Stale() = 0;
 
   template <class MutableBufferSequence>
   size_t read_some(const MutableBufferSequence& buffers, boost::system::error_code& ec) {
@@ -181,6 +184,11 @@ class FdStream : public ByteStream {
   }
 
   bool Wait(short events, boost::system::error_code& ec) { return WaitFd(fd_, events, timeout_ms_, ec); }
+
+  bool Stale() override {
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, 0) != 0;
+  }
 
  private:
   int fd_;

@@ -110,11 +110,12 @@ std::string Pem(X509* cert) {
   return std::string(data, static_cast<size_t>(n));
 }
 
-// The name constraints for `list`: each exact host, and for `*.domain` the names under it.
+// The name constraints for `list`: each host (RFC 5280: with the names under it), for
+// `*.domain` only the names under it, and no IP address at all.
 std::string NameConstraints(const InterceptList& list) {
   std::string v = "critical";
   for (const auto& h : list.hosts()) v += ",permitted;DNS:" + (h.rfind("*.", 0) == 0 ? h.substr(1) : h);
-  return v;
+  return v + ",excluded;IP:0.0.0.0/0.0.0.0,excluded;IP:::/::";
 }
 
 }  // namespace
@@ -154,8 +155,14 @@ Result<std::unique_ptr<NodeCa>> NodeCa::Open(const std::string& dir, const Inter
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", dir);
   std::unique_ptr<NodeCa> ca(new NodeCa());
   const std::string key_path = dir + "/ca.key", cert_path = dir + "/ca.crt", names_path = dir + "/ca.names";
-  if (auto pem = ReadWhole(key_path); pem.ok()) {
-    BioPtr bio(BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size())));
+  struct stat key_st;
+  const bool have_key = stat(key_path.c_str(), &key_st) == 0;
+  // Only a missing key is made anew: any other trouble reading it must not replace the key
+  // every running sandbox trusts.
+  if (!have_key && errno != ENOENT) return ErrnoStatus("stat", key_path);
+  if (have_key) {
+    auto pem = WARREN_TRY(ReadWhole(key_path));
+    BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
     ca->key_.reset(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
     if (!ca->key_) return Internal("read CA key", key_path, OpenSslError());
   } else {

@@ -59,9 +59,15 @@ bool OneVariantForAll(std::string_view vary, std::string_view content_encoding) 
     if (!lower_eq(token, "accept-encoding")) return false;
     any = true;
   }
-  if (!any) return true;
-  std::string_view ce = trim(content_encoding);
-  return ce.empty() || lower_eq(ce, "identity");
+  return !any || IdentityEncoded(content_encoding);
+}
+
+bool IdentityEncoded(std::string_view ce) {
+  while (!ce.empty() && (ce.front() == ' ' || ce.front() == '\t')) ce.remove_prefix(1);
+  while (!ce.empty() && (ce.back() == ' ' || ce.back() == '\t')) ce.remove_suffix(1);
+  return ce.empty() || (ce.size() == 8 && std::equal(ce.begin(), ce.end(), "identity", [](char x, char y) {
+                          return std::tolower(static_cast<unsigned char>(x)) == y;
+                        }));
 }
 
 Status PackageCache::Init() {

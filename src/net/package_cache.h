@@ -32,6 +32,8 @@ CacheKind ClassifyForCache(std::string_view path);
 // one copy is stored per URL, so no variants, except the unencoded variant of a response that
 // varies by Accept-Encoding only (CDNs add that to everything; every client takes identity).
 bool OneVariantForAll(std::string_view vary, std::string_view content_encoding);
+// No Content-Encoding, or identity: the body as every client can take it.
+bool IdentityEncoded(std::string_view content_encoding);
 
 struct CacheEntry {
   std::string url;

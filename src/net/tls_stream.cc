@@ -3,6 +3,7 @@
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "net/node_ca.h"
@@ -44,7 +45,9 @@ Result<SslCtxPtr> NewClientTlsContext(const std::string& ca_file) {
   const bool loaded = ca_file.empty() ? SSL_CTX_set_default_verify_paths(c.get()) == 1
                                       : SSL_CTX_load_verify_locations(c.get(), ca_file.c_str(), nullptr) == 1;
   if (!loaded) return Internal("load trusted CAs", ca_file.empty() ? "system store" : ca_file, OpenSslError());
-  SSL_CTX_set_options(c.get(), SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
+  // No SSL_OP_IGNORE_UNEXPECTED_EOF upstream: a body cut by a bare FIN is an error, not an
+  // end (it must not reach a client, or the cache, as complete).
+  SSL_CTX_set_options(c.get(), SSL_OP_NO_RENEGOTIATION);
   SSL_CTX_set_mode(c.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   if (SSL_CTX_set_alpn_protos(c.get(), kAlpnHttp11, sizeof kAlpnHttp11 - 1) != 0)
     return Internal("TLS client context", "ALPN", OpenSslError());
@@ -66,8 +69,7 @@ bool TlsStream::Retry(int r, boost::system::error_code& ec) {
     case SSL_ERROR_ZERO_RETURN:
       ec = boost::asio::error::eof;
       return false;
-    case SSL_ERROR_SYSCALL:
-      if (errno == EINTR) return true;
+    case SSL_ERROR_SYSCALL:  // the socket is non-blocking: no EINTR here, always an end
       ec.assign(errno ? errno : ECONNRESET, boost::system::system_category());
       ERR_clear_error();
       return false;
@@ -78,16 +80,24 @@ bool TlsStream::Retry(int r, boost::system::error_code& ec) {
   }
 }
 
-Status TlsStream::Handshake(const std::string& what) {
+Status TlsStream::Handshake(const std::string& what, int deadline_ms) {
+  const int keep = timeout_ms_;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms);
   for (;;) {
     ERR_clear_error();
     int r = SSL_do_handshake(ssl_);
-    if (r == 1) return Status::Ok();
+    if (r == 1) {
+      timeout_ms_ = keep;
+      return Status::Ok();
+    }
     const int err = SSL_get_error(ssl_, r);
     boost::system::error_code ec;
-    if ((err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE || (err == SSL_ERROR_SYSCALL && errno == EINTR))) {
-      if (Retry(r, ec)) continue;
-      return Status(Code::kUnavailable, "TLS handshake", what, ec.message());
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+      // Every wait only as long as the whole handshake has left.
+      timeout_ms_ = static_cast<int>(std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count()));
+      if (timeout_ms_ > 0 && Retry(r, ec)) continue;
+      return Status(Code::kUnavailable, "TLS handshake", what, timeout_ms_ > 0 ? ec.message() : "timed out");
     }
     if (long v = SSL_get_verify_result(ssl_); v != X509_V_OK)
       return Status(Code::kUnavailable, "TLS handshake", what,
@@ -98,15 +108,15 @@ Status TlsStream::Handshake(const std::string& what) {
   }
 }
 
-Result<std::unique_ptr<TlsStream>> TlsStream::Accept(int fd, SSL_CTX* ctx, X509* cert, EVP_PKEY* key, int timeout_ms,
-                                                    std::string* sni) {
+Result<std::unique_ptr<TlsStream>> TlsStream::Accept(int fd, SSL_CTX* ctx, X509* cert, EVP_PKEY* key,
+                                                    int handshake_ms, int timeout_ms, std::string* sni) {
   SSL* ssl = SSL_new(ctx);
   if (!ssl) return Internal("TLS accept", "egress proxy", OpenSslError());
   std::unique_ptr<TlsStream> s(new TlsStream(ssl, fd, timeout_ms));
   if (SSL_use_certificate(ssl, cert) != 1 || SSL_use_PrivateKey(ssl, key) != 1 || SSL_set_fd(ssl, fd) != 1)
     return Internal("TLS accept", "egress proxy", OpenSslError());
   SSL_set_accept_state(ssl);
-  WARREN_RETURN_IF_ERROR(s->Handshake("with the sandbox"));
+  WARREN_RETURN_IF_ERROR(s->Handshake("with the sandbox", handshake_ms));
   const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
   *sni = name ? name : "";
   return s;
@@ -119,7 +129,7 @@ Result<std::unique_ptr<TlsStream>> TlsStream::Connect(int fd, SSL_CTX* ctx, cons
   if (SSL_set_fd(ssl, fd) != 1 || SSL_set_tlsext_host_name(ssl, host.c_str()) != 1 || SSL_set1_host(ssl, host.c_str()) != 1)
     return Internal("TLS connect", host, OpenSslError());
   SSL_set_connect_state(ssl);
-  WARREN_RETURN_IF_ERROR(s->Handshake("with " + host));
+  WARREN_RETURN_IF_ERROR(s->Handshake("with " + host, timeout_ms));
   return s;
 }
 
@@ -134,6 +144,22 @@ size_t TlsStream::ReadSome(void* data, size_t size, boost::system::error_code& e
       return got;
     }
     if (!Retry(r, ec)) return 0;
+  }
+}
+
+bool TlsStream::Stale() {
+  for (;;) {
+    if (SSL_has_pending(ssl_)) return true;  // bytes OpenSSL read ahead: data, or a record to parse
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, 0) == 0) return false;
+    char c;
+    size_t got = 0;
+    ERR_clear_error();
+    if (SSL_peek_ex(ssl_, &c, 1, &got) == 1) return true;  // data nobody asked for
+    const int err = SSL_get_error(ssl_, 0);
+    ERR_clear_error();
+    if (err != SSL_ERROR_WANT_READ) return true;  // closed, or broken
+    // Only records without data (tickets) were there: look again.
   }
 }
 

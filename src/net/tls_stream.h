@@ -29,20 +29,24 @@ class TlsStream : public ByteStream {
 
   // The server side of a handshake on `fd`, presenting `cert` and `key`; `sni` gets the name
   // the client asked for (empty if none).
-  static Result<std::unique_ptr<TlsStream>> Accept(int fd, SSL_CTX* ctx, X509* cert, EVP_PKEY* key, int timeout_ms,
-                                                   std::string* sni);
+  // The handshake must be over within `handshake_ms`.
+  static Result<std::unique_ptr<TlsStream>> Accept(int fd, SSL_CTX* ctx, X509* cert, EVP_PKEY* key, int handshake_ms,
+                                                   int timeout_ms, std::string* sni);
   // The client side to `host`, whose certificate must verify for that name.
   static Result<std::unique_ptr<TlsStream>> Connect(int fd, SSL_CTX* ctx, const std::string& host, int timeout_ms);
 
   int fd() const override { return fd_; }
   size_t ReadSome(void* data, size_t size, boost::system::error_code& ec) override;
   size_t WriteSome(const iovec* iov, int iovcnt, boost::system::error_code& ec) override;
+  // Records that carry no data (TLS 1.3 session tickets arrive after the handshake) are
+  // consumed: only data, a close or an error make a kept connection stale.
+  bool Stale() override;
 
  private:
   TlsStream(SSL* ssl, int fd, int timeout_ms) : ssl_(ssl), fd_(fd), timeout_ms_(timeout_ms) {}
   // After an SSL call returned `r`: waits as OpenSSL asks (true: call again) or sets `ec`.
   bool Retry(int r, boost::system::error_code& ec);
-  Status Handshake(const std::string& what);
+  Status Handshake(const std::string& what, int deadline_ms);
 
   SSL* ssl_;
   int fd_;

@@ -86,6 +86,11 @@ void ExecRecord::SetFinisher(std::function<void()> f) {
   finisher_ = std::move(f);
 }
 
+double ExecRecord::run_seconds() const {
+  std::lock_guard lock(mu_);
+  return done_ && finished_ > 0 ? finished_ - started_ : 0;
+}
+
 void ExecRecord::Publish() {
   std::vector<std::function<void()>> wake;
   {

@@ -62,6 +62,8 @@ class ExecRecord {
   // to write a trajectory step durably before anyone is told the result).
   void SetFinisher(std::function<void()> f);
   void Publish();
+  // Seconds from start to finish (0 until finished).
+  double run_seconds() const;
   // Done and announced.
   bool done() const;
   // A finished record rebuilt from a stored result (a replayed trajectory step).

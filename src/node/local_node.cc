@@ -272,20 +272,34 @@ void LocalNode::ConfigureEgress(const std::string& id) {
 
 void LocalNode::WriteCaBundle(const std::string& id) {
   const std::string ca = net_->ca_pem();
-  if (ca.empty()) return;
-  // The image's own roots (Debian's path, which most images share) and the node CA.
-  auto roots = ReadFile(id, "/etc/ssl/certs/ca-certificates.crt", 16 << 20);
-  std::string bundle = roots.ok() ? *roots : std::string();
-  if (!bundle.empty() && bundle.back() != '\n') bundle += '\n';
+  auto e = Find(id);
+  if (ca.empty() || !e.ok()) return;
+  // The image's own roots and the node CA.
+  std::string bundle;
+  for (const char* path : kRootBundles) {
+    auto roots = ReadFile(id, path, 16 << 20);
+    if (roots.ok() && roots->find("-----BEGIN CERTIFICATE-----") != std::string::npos) {
+      bundle = std::move(*roots);
+      break;
+    }
+  }
+  const bool with_roots = !bundle.empty();
+  if (with_roots && bundle.back() != '\n') bundle += '\n';
   bundle += ca;
-  if (Status st = WriteFile(id, kCaBundleFile, 0644, bundle); !st.ok())
-    spdlog::warn("sandbox {}: CA bundle for the egress proxy: {}", id, st.ToString());
+  Status st = WriteFile(id, kCaBundleFile, 0644, bundle);
+  if (!st.ok()) spdlog::warn("sandbox {}: CA bundle for the egress proxy: {}", id, st.ToString());
+  (*e)->ca_bundle = st.ok() && with_roots ? 1 : 0;
 }
 
 std::map<std::string, std::string> LocalNode::EgressEnvDefaults(const std::string& id) {
   if (!net_ || net_->ca_pem().empty() || !net_->Egress(id)) return {};
-  // Tools that take one file of roots get the image's plus the node CA; Node.js adds to its
-  // own. A variable the create or the exec sets wins.
+  auto e = Find(id);
+  if (!e.ok()) return {};
+  if ((*e)->ca_bundle < 0) WriteCaBundle(id);  // a sandbox this daemon adopted after a restart
+  // Node.js adds the CA to its own roots. Tools that take one file of roots get the image's
+  // plus the CA, but only where the image's were found: a file with the CA alone would cut
+  // them off from every other host. A variable the create or the exec sets wins.
+  if ((*e)->ca_bundle == 0) return {{"NODE_EXTRA_CA_CERTS", kEgressCaFile}};
   return {{"SSL_CERT_FILE", kCaBundleFile},   {"REQUESTS_CA_BUNDLE", kCaBundleFile}, {"PIP_CERT", kCaBundleFile},
           {"CURL_CA_BUNDLE", kCaBundleFile},  {"GIT_SSL_CAINFO", kCaBundleFile},     {"NODE_EXTRA_CA_CERTS", kEgressCaFile}};
 }

@@ -90,6 +90,9 @@ class LocalNode : public NodeApi {
     bool egress_files_pending = false;
     bool microvm = false;
     bool wired = false;  // has an egress link (a microVM without one cannot switch to egress)
+    // Its kCaBundleFile: -1 not written by this daemon yet, 0 without the image's roots (none
+    // found, or the write failed), 1 the image's roots and the node CA.
+    std::atomic<int> ca_bundle{-1};
   };
   LocalNode(const LocalNodeOptions& opts, image::LayerStore* store);
   Result<std::shared_ptr<Entry>> Find(const std::string& id);
@@ -104,6 +107,9 @@ class LocalNode : public NodeApi {
   static constexpr const char* kEgressCaFile = "/etc/warren-egress-ca.pem";
   static constexpr const char* kCaBundleFile = "/etc/warren-ca-certificates.pem";
   void WriteCaBundle(const std::string& id);
+  // Where images keep their roots in one file: Debian/Ubuntu/Alpine, Fedora/RHEL, SUSE, others.
+  static constexpr const char* kRootBundles[] = {"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                                                 "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"};
   std::map<std::string, std::string> EgressEnvDefaults(const std::string& id);
   std::vector<std::pair<std::string, std::string>> EgressFiles() const;
   void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn,

@@ -163,6 +163,8 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
         s.network.allow.push_back(r.get<std::string>());
       }
     }
+    // Rules without a mode ask for egress limited to them.
+    if ((!nw.contains("mode") || nw["mode"].is_null()) && !s.network.allow.empty()) s.network.mode = "egress";
     if (s.network.mode == "none" && !s.network.allow.empty())
       return Invalid("`network.allow` rules need `network.mode` egress");
     WARREN_RETURN_IF_ERROR(net::ParsePolicy(s.network.mode, s.network.allow).status());

@@ -174,9 +174,7 @@ struct HttpServer::Impl {
   }
 
   net::awaitable<Reply> ExecWait(std::shared_ptr<node::ExecRecord> rec) {
-    double t0 = NowSeconds();
     while (!rec->done()) co_await WaitChange(rec, UINT64_MAX, std::chrono::seconds(30));
-    api->ObserveExec(NowSeconds() - t0);
     co_return JsonReply(http::status::ok, rec->ResultJson());
   }
 
@@ -191,14 +189,16 @@ struct HttpServer::Impl {
     stream.expires_never();
     co_await http::async_write_header(stream, sr, net::use_awaitable);
     // A quiet command still shows signs of life: a heartbeat line every 15 s, so clients and
-    // proxies can tell a long silence from a dead connection.
+    // proxies can tell a long silence from a dead connection. It has the shape of an output
+    // line with no data (and the last seq sent): a reader that joins `data` by `stream` is
+    // undisturbed, and one that knows `heartbeat` skips it.
     constexpr auto kHeartbeat = std::chrono::seconds(15);
     auto last_write = std::chrono::steady_clock::now();
     for (;;) {
       auto snap = rec->Poll(after, nullptr);
       std::string out;
       if (snap.chunks.empty() && !snap.done && std::chrono::steady_clock::now() - last_write >= kHeartbeat)
-        out = json{{"heartbeat", true}, {"seq", after}}.dump() + "\n";
+        out = json{{"seq", after}, {"stream", "stdout"}, {"data", ""}, {"heartbeat", true}}.dump() + "\n";
       for (const auto& c : snap.chunks) {
         out += node::ChunkJson(c, rec->binary()).dump() + "\n";
         after = c.seq;

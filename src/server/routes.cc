@@ -265,6 +265,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   // The lease may have expired while we were creating: then this sandbox goes with it now.
   if (spec.lease && !leases_.Get(who, *spec.lease).ok()) ExpireLease(*spec.lease);
   create_seconds_.Observe(NowSeconds() - t0);
+  if (spec.trajectory) traj_.Restart(TrajectoryLog::Key(who.name, *spec.trajectory));
   {
     std::lock_guard lock(reap_mu_);
     deadlines_[id] = NowSeconds() + static_cast<double>(spec.ttl_s);
@@ -283,6 +284,7 @@ Result<json> Api::Reattach(const Principal& who, const SandboxSpec& spec, json s
   }
   WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
   if (sb.value("state", "") == "paused") sb = WARREN_TRY(SetPaused(who, id, false));
+  traj_.Restart(TrajectoryLog::Key(sb.value("owner", who.name), *spec.trajectory));
   return sb;
 }
 
@@ -494,6 +496,16 @@ Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& i
   es.max_output = r.max_output_bytes;
   es.binary = r.binary;
   if (recorded) return StartTrajectoryExec(sb, r, std::move(es));
+  // Every exec's run time goes into warren_exec_seconds, however its result is fetched.
+  es.on_record = [this](const std::shared_ptr<node::ExecRecord>& rec) {
+    std::weak_ptr<node::ExecRecord> weak = rec;
+    rec->SetFinisher([this, weak] {
+      if (auto rec = weak.lock()) {
+        ObserveExec(rec->run_seconds());
+        rec->Publish();
+      }
+    });
+  };
   auto rec = WARREN_TRY(node_->StartExec(id, NewExecId(), es));
   return ExecStart{rec, r.wait};
 }
@@ -548,6 +560,7 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const json& sb, const ExecReques
                     {"stdout_raw_b64", Base64Encode(rec->RawOutput(1))},
                     {"stderr_raw_b64", Base64Encode(rec->RawOutput(2))}};
         doc["result"]["replayed"] = false;
+        ObserveExec(rec->run_seconds());
         Status st = traj_.Record(key, step, doc);
         if (!st.ok()) spdlog::error("trajectory {} step {}: {}", key, step, st.ToString());
         rec->Publish();
@@ -813,7 +826,12 @@ json Api::Nodes() {
 }
 
 std::string Api::Metrics() {
+  // Every backend and state the contract names has its sample, 0 included: a scraper (or a
+  // test) finds the series before the first sandbox exists.
   std::map<std::string, int> by_state;
+  for (const char* backend : {"container", "fncall", "microvm", "vm"})
+    for (const char* st : {"creating", "running", "paused", "stopping", "failed"})
+      by_state[std::string(backend) + "\x1f" + st] = 0;
   for (const json& sb : state_->ListSandboxes())
     ++by_state[sb.value("backend", "container") + "\x1f" + sb.value("state", "")];
   std::ostringstream o;
@@ -837,7 +855,12 @@ std::string Api::Metrics() {
   o << "# TYPE warren_api_errors_total counter\n";
   {
     std::lock_guard lock(err_mu_);
-    for (auto& [code, n] : errors_) o << "warren_api_errors_total{code=\"" << code << "\"} " << n << "\n";
+    std::map<std::string, uint64_t> all;
+    for (const char* code : {"not_found", "invalid", "conflict", "quota", "unauthorized", "forbidden", "unavailable",
+                             "internal"})
+      all[code] = 0;
+    for (auto& [code, n] : errors_) all[code] = n;
+    for (auto& [code, n] : all) o << "warren_api_errors_total{code=\"" << code << "\"} " << n << "\n";
   }
   // Node capacity and usage.
   json node = node_->Info();

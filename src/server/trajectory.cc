@@ -46,6 +46,11 @@ Status TrajectoryLog::Record(const std::string& key, int64_t step, const json& d
   return st;
 }
 
+void TrajectoryLog::Restart(const std::string& key) {
+  std::lock_guard lock(mu_);
+  next_[key] = 0;
+}
+
 void TrajectoryLog::Abandon(const std::string& key, int64_t step) {
   std::lock_guard lock(mu_);
   running_[key].erase(step);

@@ -36,6 +36,10 @@ class TrajectoryLog {
   Result<Decision> Begin(const std::string& key, std::optional<int64_t> step, const std::string& digest);
   // Writes the finished step (durably) and frees its reservation.
   Status Record(const std::string& key, int64_t step, const nlohmann::json& doc);
+  // A sandbox was created (or handed back to a returning trainer) for trajectory `key`: its
+  // execs without a step are numbered from 0 again, so the trainer's loop replays the
+  // recorded steps in order and runs on from the first one not recorded.
+  void Restart(const std::string& key);
   // Frees a reservation whose exec never started.
   void Abandon(const std::string& key, int64_t step);
 

@@ -49,8 +49,6 @@ NET_HOSTS.update({
     "passthrough.test": f"{TLS_UPSTREAM}.2", "untrusted.test": f"{TLS_UPSTREAM}.3",
 })
 TLS_INTERCEPT = "pypi.test,files.test,npm.test,untrusted.test"
-# Set by the server fixture: the test CA's certificate and key (PEM files).
-TEST_CA: dict = {}
 
 
 def make_test_ca(directory: str) -> dict:
@@ -258,8 +256,11 @@ def server(tmp_path_factory):
     hosts = os.path.join(data_dir, "e2e-hosts")
     with open(hosts, "w") as f:
         f.writelines(f"{ip} {name}\n" for name, ip in NET_HOSTS.items())
-    TEST_CA.update(make_test_ca(data_dir))
-    srv.extra_args = ["--dns-hosts", hosts, "--proxy-intercept", TLS_INTERCEPT, "--proxy-upstream-ca", TEST_CA["crt"]]
+    # On the server object, not in a module global: tests/security loads this file again as
+    # another module, whose globals the tests here would not see.
+    srv.test_ca = make_test_ca(data_dir)
+    srv.extra_args = ["--dns-hosts", hosts, "--proxy-intercept", TLS_INTERCEPT,
+                      "--proxy-upstream-ca", srv.test_ca["crt"]]
     try:
         srv.start()
         _SERVER = srv

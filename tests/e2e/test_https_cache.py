@@ -75,7 +75,7 @@ def _wheel() -> bytes:
 
 
 @pytest.fixture(scope="module")
-def tls_upstream(tmp_path_factory):
+def tls_upstream(tmp_path_factory, server):
     """The test hosts: UP2 serves pypi.test, files.test, npm.test and passthrough.test with
     certificates of the test CA; UP3 serves untrusted.test with a self-signed one."""
     ns, veth = f"wt-tls-{os.getpid()}", f"wtt{os.getpid() % 100000}"
@@ -94,7 +94,7 @@ def tls_upstream(tmp_path_factory):
     (root / TARBALL_PATH.lstrip("/")).parent.mkdir(parents=True)
     (root / TARBALL_PATH.lstrip("/")).write_bytes(os.urandom(300_000))
     (root / "hello.txt").write_text("hello over tls\n")
-    good = _leaf(certs, "good", ["pypi.test", "files.test", "npm.test", "passthrough.test"], conftest.TEST_CA)
+    good = _leaf(certs, "good", ["pypi.test", "files.test", "npm.test", "passthrough.test"], server.test_ca)
     bad = _leaf(certs, "bad", ["untrusted.test"], None)
     proc = None
     try:
@@ -288,3 +288,31 @@ def test_sandboxes_without_egress_get_no_ca_variables(server, pip_image, sandbox
     assert r.stdout.split() == ["/etc/warren-ca-certificates.pem", "file"], r.raw
     out = json.loads(py(sb, 'print(json.dumps(fetch("pypi.test")))'))
     assert out["status"] == 200 and out["issuer"] == "Warren egress proxy CA", out
+
+
+def test_an_image_without_roots_keeps_its_own_tls_settings(server, image, sandboxes, tls_upstream):
+    """The busybox image has no root bundle: a bundle of the node CA alone would cut its tools
+    off from every other host, so only NODE_EXTRA_CA_CERTS (which adds) is set."""
+    sb = make(server, image, sandboxes)
+    r = sb.run(["sh", "-c", "echo ${SSL_CERT_FILE:-unset} ${REQUESTS_CA_BUNDLE:-unset} $NODE_EXTRA_CA_CERTS; "
+                            "head -c 27 /etc/warren-egress-ca.pem"])
+    assert r.exit_code == 0, r.raw
+    assert r.stdout.split("\n")[0].split() == ["unset", "unset", "/etc/warren-egress-ca.pem"], r.raw
+    assert "-----BEGIN CERTIFICATE-----" in r.stdout
+
+
+def test_cacheable_requests_with_other_credentials_are_not_stored(server, pip_image, sandboxes, tls_upstream):
+    """A header that may carry a credential (here X-Api-Key) keeps the answer out of the
+    cache: the same URL asked again, without it, goes upstream again."""
+    log = tls_upstream["log"]
+    path = "/packages/cred/secret-1.0.tar.gz"
+    f = tls_upstream["root"] / path.lstrip("/")
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_bytes(os.urandom(5000))
+    sb = make(server, pip_image, sandboxes)
+    mark = len(log.read_text().splitlines())
+    for extra in ("-H 'X-Api-Key: k1'", ""):
+        r = sb.run(f"curl -sS -o /dev/null -w '%{{http_code}}' {extra} https://files.test{path}", timeout=60)
+        assert r.exit_code == 0 and r.stdout == "200", r.raw
+    gets = [q for q in requests_since(log, mark) if q[2] == path]
+    assert len(gets) == 2, gets

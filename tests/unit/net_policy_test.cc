@@ -26,6 +26,10 @@ TEST(PackageCacheTest, StoresOnlyAVariantEveryClientTakes) {
   EXPECT_FALSE(OneVariantForAll("Accept", ""));
   EXPECT_FALSE(OneVariantForAll("Accept-Encoding, Accept", ""));
   EXPECT_FALSE(OneVariantForAll("*", ""));
+  EXPECT_TRUE(IdentityEncoded(""));
+  EXPECT_TRUE(IdentityEncoded(" Identity "));
+  EXPECT_FALSE(IdentityEncoded("gzip"));
+  EXPECT_FALSE(IdentityEncoded("br"));
 }
 
 TEST(PolicyTest, ParsesRules) {

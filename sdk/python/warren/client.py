@@ -137,8 +137,29 @@ class StreamEvent:
         return f"StreamEvent(seq={self.seq!r}, stream={self.stream!r}, data={self.data!r})"
 
 
+class _Fields(dict):
+    """A JSON object inside a record: a dict whose keys also read as attributes."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _fields(v: Any) -> Any:
+    if isinstance(v, dict):
+        return _Fields({k: _fields(x) for k, x in v.items()})
+    if isinstance(v, list):
+        return [_fields(x) for x in v]
+    return v
+
+
 class CallResult(Record):
-    pass
+    """`res.verdict`, `res.compile.ok`, `res.cases[0].verdict` (or item access throughout)."""
+
+    def __init__(self, data: Mapping[str, Any]):
+        super().__init__({k: _fields(v) for k, v in dict(data or {}).items()})
 
 
 class Layer(Record):
@@ -269,22 +290,9 @@ class Sandbox:
         return self._set(self._http().json("PUT", self._path + "/network", body=policy))
 
     # -- commands ---------------------------------------------------------
-    def _step(self, step):
-        """The step of the next exec of a trajectory sandbox: this object numbers its execs
-        0, 1, 2, ... itself, so a trainer that restarts and replays its loop with a new
-        Sandbox object asks for the same steps again and gets the recorded results."""
-        if not self._data.get("trajectory"):
-            return step
-        lock = self.__dict__.setdefault("_step_lock", threading.Lock())
-        with lock:
-            n = self.__dict__.get("_next_step", 0) if step is None else int(step)
-            self._next_step = max(self.__dict__.get("_next_step", 0), n + 1)
-            return n
-
     def run(self, cmd: Command, *, stdin=None, env=None, cwd=None, timeout=None,
             max_output_bytes=None, binary: bool = False, step=None) -> ExecResult:
         """Run a command and wait for it. A str runs through the shell; a list is argv."""
-        step = self._step(step)
         body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, timeout=timeout,
                           max_output_bytes=max_output_bytes, binary=binary, step=step)
         doc = self._http().json("POST", self._path + "/exec", body=body,
@@ -294,7 +302,6 @@ class Sandbox:
     def start(self, cmd: Command, *, stdin=None, env=None, cwd=None, timeout=None,
               max_output_bytes=None, binary: bool = False, step=None) -> str:
         """Start a command without waiting; returns its exec id."""
-        step = self._step(step)
         body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, timeout=timeout,
                           max_output_bytes=max_output_bytes, binary=binary, step=step, wait=False)
         status, doc = self._http().json_status("POST", self._path + "/exec", body=body)

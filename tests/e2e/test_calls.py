@@ -228,6 +228,17 @@ def test_cli_call(server, runner, tmp_path):
     assert r.returncode == 4
     r = server.cli("call", "--lang", "python", "--code", "-", "--timeout", "1", input="while 1: pass")
     assert r.returncode == 124 and "time_limit" in r.stderr
+    # The contract's spelling: `warren call --lang LANG -`.
+    r = server.cli("call", "--lang", "python", "-", input="print('from stdin')")
+    assert r.returncode == 0 and r.stdout == "from stdin\n", r
+
+
+def test_sdk_call_result_reads_as_attributes(server, runner):
+    c = server.client()
+    res = c.call(language="cpp", code="#include <iostream>\nint main(){int a; std::cin>>a; std::cout<<a*2;}",
+                 cases=[{"stdin": "2", "expected": "4"}, {"stdin": "3", "expected": "7"}])
+    assert res.compile.ok is True and res.compile["ok"] is True
+    assert [k.verdict for k in res.cases] == ["passed", "wrong_answer"], res
 
 
 def test_pool_stays_healthy_across_many_calls(server, runner):

@@ -51,3 +51,28 @@ def test_every_answer_has_a_request_id_that_the_log_shows(server):
         time.sleep(0.1)
     line = next(l for l in server.log_tail(400).splitlines() if f"req={rid} " in l)
     assert "method=GET" in line and "status=404" in line and "path=/v1/sandboxes/" in line
+
+
+def test_series_exist_before_use_and_every_exec_is_timed(server, image, sandboxes):
+    fams = _families(server)
+    labels = {(s.labels["backend"], s.labels["state"]) for s in fams["warren_sandboxes"].samples}
+    assert {("container", "running"), ("fncall", "running"), ("microvm", "paused")} <= labels, labels
+    codes = {s.labels["code"] for s in fams["warren_api_errors"].samples}
+    assert codes >= {"not_found", "invalid", "conflict", "quota", "unauthorized", "forbidden", "unavailable",
+                     "internal"}, codes
+
+    def exec_count():
+        return next(s.value for s in _families(server)["warren_exec_seconds"].samples
+                    if s.name == "warren_exec_seconds_count")
+    sid = server.http("POST", "/v1/sandboxes", {"image": image}).json["id"]
+    sandboxes.append(sid)
+    before = exec_count()
+    r = server.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["true"], "wait": False})
+    assert r.status == 202, r
+    eid = r.json["exec_id"]
+    for _ in range(100):
+        if server.http("GET", f"/v1/sandboxes/{sid}/execs/{eid}").json["state"] == "exited":
+            break
+        import time
+        time.sleep(0.05)
+    assert exec_count() == before + 1  # an exec nobody waited on counts too

@@ -492,6 +492,22 @@ def test_cli_net_changes_the_policy(server, runner, sandboxes, upstream):
     r = server.cli("net", sb.id, "--none")
     assert r.returncode == 0, r.stderr
     assert probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""").startswith("OSError:101")
+    # Several rules after one --allow, as the contract writes it.
+    r = server.cli("net", sb.id, "--allow", f"pkg.test:{ECHO_PORT}/tcp", f"other.test:{ECHO_PORT}/tcp")
+    assert r.returncode == 0, r.stderr
+    assert server.http("GET", f"/v1/sandboxes/{sb.id}").json["network"]["allow"] == [
+        f"pkg.test:{ECHO_PORT}/tcp", f"other.test:{ECHO_PORT}/tcp"]
+
+
+def test_rules_without_a_mode_mean_egress(server, runner, sandboxes, upstream):
+    sb = make(server, runner, sandboxes)
+    r = server.http("PUT", f"/v1/sandboxes/{sb.id}/network", {"allow": [f"pkg.test:{ECHO_PORT}/tcp"]})
+    assert r.status == 200 and r.json["network"]["mode"] == "egress", r
+    assert probe(sb, f"""print(json.dumps(tcp("pkg.test", {ECHO_PORT})))""") == "ok:ping"
+    r = server.http("POST", "/v1/sandboxes", {"image": runner, "network": {"allow": ["pkg.test"]}})
+    assert r.status == 201 and r.json["network"] == {"mode": "egress", "allow": ["pkg.test"]}, r
+    sandboxes.append(r.json["id"])
+    assert server.http("PUT", f"/v1/sandboxes/{sb.id}/network", {}).json["network"]["mode"] == "none"
 
 
 def test_nothing_is_left_after_delete(server, runner, upstream):

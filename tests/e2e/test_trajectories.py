@@ -654,3 +654,25 @@ def test_auto_numbering_never_records_a_step_that_cannot_be_replayed(server, ima
     again = _exec(server, sid, cmd="echo after", step=top)
     assert again.status == 200 and again.json["replayed"] is True, \
         f"step {top} was recorded by an auto-numbered exec but cannot be replayed: {again!r}"
+
+
+def test_a_returning_trainer_replays_by_auto_numbering_over_plain_http(server, image, sandboxes):
+    """No `step` anywhere: the trainer runs its loop, dies, asks for its trajectory's sandbox
+    again and runs the same loop: the recorded steps replay in order (nothing runs again),
+    and the loop goes on from the first step not recorded."""
+    T = _traj()
+    sid = _create(server, sandboxes, image, T)["id"]
+    loop = [{"cmd": "echo one >> /tmp/log; cat /tmp/log"}, {"cmd": "echo two >> /tmp/log; cat /tmp/log"}]
+    firsts = [_ok(server, sid, **req) for req in loop]
+    assert [f["replayed"] for f in firsts] == [False, False]
+    again = _create(server, sandboxes, image, T)
+    assert again["id"] == sid
+    replays = [_ok(server, sid, **req) for req in loop]
+    assert [r["replayed"] for r in replays] == [True, True], replays
+    assert [r["exec_id"] for r in replays] == [f["exec_id"] for f in firsts]
+    nxt = _ok(server, sid, cmd="echo three >> /tmp/log; cat /tmp/log")
+    assert nxt["replayed"] is False and nxt["stdout"] == "one\ntwo\nthree\n", nxt  # nothing ran twice
+    assert [s["step"] for s in _steps(server, T)] == [0, 1, 2]
+    # A loop that diverges from what was recorded is told so.
+    _create(server, sandboxes, image, T)
+    u.assert_error(_exec(server, sid, cmd="echo something else"), 409, "conflict")

@@ -473,7 +473,15 @@ void Agent::HandlePut(Message& m) {
     mode_t mode = h.value("mode", 0644u) & 07777;
     // O_NONBLOCK: opening a FIFO for writing must not wait for a reader (it fails with ENXIO
     // or is refused below); only regular files are written.
-    UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, mode));
+    const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+    UniqueFd fd(open(path.c_str(), flags, mode));
+    if (!fd && errno == ENOENT) {
+      // Missing directories on the way are made (0755), as `mkdir -p` would: a client writes
+      // /work/pkg/mod.py without a separate call for /work/pkg. All inside the sandbox.
+      for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1))
+        if (mkdir(path.substr(0, slash).c_str(), 0755) != 0 && errno != EEXIST) return err("mkdir", errno);
+      fd = UniqueFd(open(path.c_str(), flags, mode));
+    }
     if (!fd) return err("open", errno);
     struct stat sb;
     if (fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode)) return err("open", EINVAL);
@@ -631,7 +639,7 @@ void Agent::HandleResume(Message& m) {
     uint32_t ev = EPOLLIN;
     if (owner.second == 2) {
       auto it = execs_.find(owner.first);
-      ev = it != execs_.end() && it->second->stdin_armed ? EPOLLOUT : 0;
+      ev = it != execs_.end() && it->second->stdin_armed ? static_cast<uint32_t>(EPOLLOUT) : 0u;
     }
     Watch(fd, ev, true);
   }

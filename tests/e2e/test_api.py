@@ -274,6 +274,11 @@ def test_files_roundtrip_and_errors(server, sb):
     r = _files(server, sb, "GET", "/tmp")                                           # a directory
     assert 400 <= r.status < 500, r
     u.assert_error(r, r.status, None)
+    # Missing parent directories are made.
+    assert _files(server, sb, "PUT", "/tmp/new/deeper/f.py", b"print(1)\n").status == 204
+    assert _exec(server, sb, {"cmd": "stat -c %a /tmp/new/deeper; cat /tmp/new/deeper/f.py"})["stdout"] == "755\nprint(1)\n"
+    # A file where a directory would go is an error, not a replacement.
+    assert 400 <= _files(server, sb, "PUT", "/tmp/blob/under", b"x").status < 500
 
 
 def test_files_traversal_stays_in_sandbox(server, sb):

@@ -4,6 +4,7 @@ The runner image is a real Debian userland with python3, gcc and g++ (mmdebstrap
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures as cf
 import json
 import time
@@ -312,3 +313,15 @@ def test_fncall_sandbox_from_the_sdk_and_cli(server, runner):
         assert res.exit_code == 0 and res.stdout == "42\n"
     r = server.cli("run", "--backend", "fncall", "--image", runner, "--", "sh", "-c", "echo hi; exit 3")
     assert r.returncode == 3 and r.stdout == "hi\n", r
+
+
+def test_binary_call_output_comes_raw_too(server, runner):
+    c = server.client()
+    res = c.call(language="python", code="import sys; sys.stdout.buffer.write(b'a\\xff\\x00b')", binary=True)
+    assert res.verdict == "ok", res
+    assert base64.b64decode(res.stdout_b64) == b"a\xff\x00b" and res.stdout == "a\ufffd\x00b", res
+    res = c.call(language="python", code="import sys; sys.stdout.buffer.write(sys.stdin.buffer.read()[::-1])",
+                 cases=[{"stdin": "ab", "expected": "ba"}], binary=True)
+    assert base64.b64decode(res.cases[0].stdout_b64) == b"ba", res
+    r = server.http("POST", "/v1/calls", {"language": "python", "code": "", "binary": "yes"})
+    assert r.status == 400, r

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "base/ids.h"
+#include "base/utf8.h"
 #include "runtime/fncall/judge.h"
 #include "runtime/fncall/languages.h"
 
@@ -175,7 +176,7 @@ Result<json> CallService::Call(const json& rq) {
   if (!rq.is_object()) return Bad("the body must be a JSON object");
   static const std::set<std::string> kFields = {
       "language", "code", "stdin", "args", "timeout_s", "memory_mb", "cases",
-      "compare", "image", "max_output_bytes", "env"};
+      "compare", "image", "max_output_bytes", "env", "binary"};
   for (const auto& [k, v] : rq.items())
     if (!kFields.count(k)) return Bad("unknown field `" + k + "`");
   Status err;
@@ -212,6 +213,10 @@ Result<json> CallService::Call(const json& rq) {
     memory_mb = rq["memory_mb"].get<uint64_t>();
   }
   uint64_t max_output = 1 << 20;
+  // `binary`: the raw output bytes too, as `stdout_b64`/`stderr_b64` (the strings replace
+  // invalid UTF-8).
+  if (rq.contains("binary") && !rq["binary"].is_null() && !rq["binary"].is_boolean()) return Bad("`binary` must be a boolean");
+  const bool binary = rq.contains("binary") && rq["binary"].is_boolean() && rq["binary"].get<bool>();
   if (rq.contains("max_output_bytes") && !rq["max_output_bytes"].is_null()) {
     if (!rq["max_output_bytes"].is_number_unsigned() || rq["max_output_bytes"].get<uint64_t>() > (64u << 20))
       return Bad("`max_output_bytes` must be an integer up to 64 MiB");
@@ -329,6 +334,7 @@ Result<json> CallService::Call(const json& rq) {
                    {"duration_ms", r.wall_ms},
                    {"cpu_ms", r.cpu_ms},
                    {"memory_peak_kb", r.maxrss_kb}});
+    if (binary) result.update({{"stdout_b64", Base64Encode(r.stdout_data)}, {"stderr_b64", Base64Encode(r.stderr_data)}});
   };
   if (!judged) {
     run.stdin_data = stdin_data;
@@ -347,6 +353,7 @@ Result<json> CallService::Call(const json& rq) {
     if (v != "ok" && !first_bad) first_bad = r, first_bad_verdict = v;
     if (v == "ok") v = OutputMatches(r.stdout_data, cases[i].expected, compare) ? "passed" : "wrong_answer";
     cs.push_back(CaseJson(r, v));
+    if (binary) cs.back().update({{"stdout_b64", Base64Encode(r.stdout_data)}, {"stderr_b64", Base64Encode(r.stderr_data)}});
     if (i == 0) first = std::move(r);
   }
   // The call's own verdict says whether the program ran cleanly on every case (the cases

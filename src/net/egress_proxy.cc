@@ -519,6 +519,9 @@ struct ProxySession {
     }
     // The answer.
     boost::beast::flat_buffer ubuf{kHeaderLimit * 2};
+    // Beast reads as much as the buffer has room for, at least 512 bytes: room for 64 KiB up
+    // front, or a body streams through in pieces of a few hundred bytes (a syscall each).
+    ubuf.reserve(65536);
     std::optional<http::response_parser<http::buffer_body>> parser;
     error_code ec;
     for (int interim = 0;; ++interim) {

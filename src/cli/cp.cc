@@ -20,6 +20,16 @@ bool SplitRemote(const std::string& s, std::string* id, std::string* path) {
   return true;
 }
 
+// As cp(1): a destination that is a directory (a local one that exists, or any ending in
+// '/') gets the source's file name.
+std::string IntoDirectory(const std::string& dst, const std::string& src_path, bool local) {
+  struct stat sb;
+  const bool dir = (!dst.empty() && dst.back() == '/') || (local && stat(dst.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode));
+  if (!dir) return dst;
+  std::string base = src_path.substr(src_path.find_last_of('/') + 1);
+  return dst + (dst.back() == '/' ? "" : "/") + base;
+}
+
 }  // namespace
 
 void AddCp(CLI::App& app) {
@@ -37,9 +47,10 @@ void AddCp(CLI::App& app) {
       Status st = r.ok() ? client::ToStatus(*r, "copy from " + *src) : r.status();
       if (!st.ok()) return void(ExitCode() = Fail(st));
       if (*dst == "-") return void(fwrite(r->body.data(), 1, r->body.size(), stdout));
-      std::ofstream out(*dst, std::ios::binary | std::ios::trunc);
+      const std::string target = IntoDirectory(*dst, spath, true);
+      std::ofstream out(target, std::ios::binary | std::ios::trunc);
       out.write(r->body.data(), static_cast<std::streamsize>(r->body.size()));
-      if (!out) return void(ExitCode() = Fail("write " + *dst, strerror(errno)));
+      if (!out) return void(ExitCode() = Fail("write " + target, strerror(errno)));
       return;
     }
     std::string data;
@@ -53,6 +64,7 @@ void AddCp(CLI::App& app) {
       struct stat sb;
       if (stat(src->c_str(), &sb) == 0) mode = sb.st_mode & 07777;
     }
+    if (*src != "-") dpath = IntoDirectory(dpath, *src, false);
     char m[16];
     snprintf(m, sizeof m, "%04o", mode);
     auto r = Client().Request("PUT",

@@ -206,6 +206,16 @@ def test_cp_both_directions(server, image, sandbox_id, tmp_path):
     r = server.cli("cp", f"{sid}:/root/out.bin", str(dst))
     assert r.returncode == 0, r
     assert dst.read_bytes() == payload + b"made-inside\n"
+    # Into a directory, as cp(1): the source's file name, both ways.
+    into = tmp_path / "dir"
+    into.mkdir()
+    r = server.cli("cp", f"{sid}:/root/out.bin", str(into))
+    assert r.returncode == 0 and (into / "out.bin").read_bytes() == payload + b"made-inside\n", r
+    up = tmp_path / "up.bin"
+    up.write_bytes(b"up\n")
+    r = server.cli("cp", str(up), f"{sid}:/tmp/")
+    assert r.returncode == 0, r
+    assert _exec(server, sid, "cat", "/tmp/up.bin").stdout == "up\n"
 
 
 def test_ls_inspect_and_image_ls(server, image, sandbox_id):

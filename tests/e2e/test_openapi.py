@@ -109,7 +109,9 @@ ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResu
              ("Lease", "created_at"), ("CallRequest", "max_output_bytes"), ("CallRequest", "env"),
              ("CallResult", "stdout_truncated"), ("CallResult", "stderr_truncated"),
              ("CallCaseResult", "signal"), ("CallCaseResult", "stderr"), ("CallCaseResult", "timed_out"),
-             ("CallCaseResult", "stdout_truncated"), ("CallCaseResult", "stderr_truncated")}
+             ("CallCaseResult", "stdout_truncated"), ("CallCaseResult", "stderr_truncated"),
+             ("CallRequest", "binary"), ("CallResult", "stdout_b64"), ("CallResult", "stderr_b64"),
+             ("CallCaseResult", "stdout_b64"), ("CallCaseResult", "stderr_b64")}
 
 ERROR_STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
                 "conflict": 409, "quota": 429, "internal": 500, "unavailable": 503}

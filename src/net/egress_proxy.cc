@@ -157,16 +157,6 @@ struct Upstream {
   std::vector<std::string> policy;  // the sandbox's rules when it was opened
 };
 
-// Request headers that may carry a credential under some other name than Authorization or
-// Cookie (X-JFrog-Art-Api, Private-Token, X-Api-Key...): such a request is never cached, as
-// its answer may be for that client only.
-bool MayCarryCredential(std::string_view name) {
-  std::string n(name);
-  for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  for (std::string_view w : {"auth", "token", "cookie", "secret", "key", "api", "password", "credential", "signature"})
-    if (n.find(w) != std::string::npos) return true;
-  return false;
-}
 
 // One client connection: its requests in order, each answered before the next is read.
 struct ProxySession {

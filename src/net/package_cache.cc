@@ -62,6 +62,15 @@ bool OneVariantForAll(std::string_view vary, std::string_view content_encoding) 
   return !any || IdentityEncoded(content_encoding);
 }
 
+bool MayCarryCredential(std::string_view name) {
+  std::string n(name);
+  for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (std::string_view w : {"authorization", "authentication", "cookie", "token", "secret", "password", "passwd",
+                             "credential", "signature", "apikey", "api-key", "api_key", "-api", "x-auth"})
+    if (n.find(w) != std::string::npos) return true;
+  return false;
+}
+
 bool IdentityEncoded(std::string_view ce) {
   while (!ce.empty() && (ce.front() == ' ' || ce.front() == '\t')) ce.remove_prefix(1);
   while (!ce.empty() && (ce.back() == ' ' || ce.back() == '\t')) ce.remove_suffix(1);

@@ -32,6 +32,11 @@ CacheKind ClassifyForCache(std::string_view path);
 // one copy is stored per URL, so no variants, except the unencoded variant of a response that
 // varies by Accept-Encoding only (CDNs add that to everything; every client takes identity).
 bool OneVariantForAll(std::string_view vary, std::string_view content_encoding);
+// Whether a request header may carry a credential: Authorization and Cookie, and the names
+// registries use instead (X-JFrog-Art-Api, Private-Token, X-Api-Key, X-Auth-Token...). A
+// request with one is never cached: its answer may be for that client only. Metadata that
+// merely mentions auth (npm's `npm-auth-type: web`, sent with every npm request) is not one.
+bool MayCarryCredential(std::string_view header_name);
 // No Content-Encoding, or identity: the body as every client can take it.
 bool IdentityEncoded(std::string_view content_encoding);
 

@@ -208,7 +208,9 @@ def test_curl_and_node_trust_the_node_ca(server, pip_image, sandboxes, tls_upstr
     size = (tls_upstream["root"] / TARBALL_PATH.lstrip("/")).stat().st_size
     a = make(server, pip_image, sandboxes)
     mark = len(log.read_text().splitlines())
-    r = a.run(f"curl -sS -o /tmp/x.tgz https://npm.test{TARBALL_PATH} && stat -c %s /tmp/x.tgz", timeout=60)
+    # With the metadata npm sends on every request (`npm-auth-type` is no credential).
+    r = a.run(f"curl -sS -H 'npm-auth-type: web' -H 'npm-command: install' -o /tmp/x.tgz https://npm.test{TARBALL_PATH}"
+              " && stat -c %s /tmp/x.tgz", timeout=60)
     assert r.exit_code == 0 and r.stdout.strip() == str(size), r.raw
     assert ["npm.test", "GET", TARBALL_PATH, "200"] in requests_since(log, mark)
     b = make(server, pip_image, sandboxes)

@@ -26,6 +26,15 @@ TEST(PackageCacheTest, StoresOnlyAVariantEveryClientTakes) {
   EXPECT_FALSE(OneVariantForAll("Accept", ""));
   EXPECT_FALSE(OneVariantForAll("Accept-Encoding, Accept", ""));
   EXPECT_FALSE(OneVariantForAll("*", ""));
+  for (const char* h : {"Authorization", "Cookie", "X-JFrog-Art-Api", "Private-Token", "X-Api-Key", "X-Auth-Token",
+                        "X-Auth-Key", "X-Amz-Security-Token", "X-Goog-Api-Key", "Job-Token"})
+    EXPECT_TRUE(MayCarryCredential(h)) << h;
+  // What pip, apt and npm send with every download.
+  for (const char* h : {"User-Agent", "Accept", "Accept-Encoding", "Accept-Language", "Cache-Control", "Range",
+                        "If-Range", "If-None-Match", "If-Modified-Since", "Referer", "npm-auth-type", "npm-command",
+                        "npm-session", "npm-scope", "npm-in-ci", "pacote-version", "pacote-req-type",
+                        "pacote-pkg-id", "Connection", "Keep-Alive"})
+    EXPECT_FALSE(MayCarryCredential(h)) << h;
   EXPECT_TRUE(IdentityEncoded(""));
   EXPECT_TRUE(IdentityEncoded(" Identity "));
   EXPECT_FALSE(IdentityEncoded("gzip"));

@@ -66,6 +66,7 @@ class EgressProxy {
   nlohmann::json Stats();
   // The node CA's certificate (PEM) sandboxes trust; empty when nothing is intercepted.
   std::string ca_pem() const { return ca_ ? ca_->cert_pem() : std::string(); }
+  bool has_ca() const { return ca_ != nullptr; }
 
   struct Conn;
 

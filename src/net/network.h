@@ -63,6 +63,7 @@ class Network {
   std::string proxy_url() const;
   // The node CA egress sandboxes trust for the proxy's HTTPS cache (empty: none).
   std::string ca_pem() const { return proxy_ ? proxy_->ca_pem() : std::string(); }
+  bool has_ca() const { return proxy_ && proxy_->has_ca(); }
   // Whether the sandbox `id` is in egress mode now.
   bool Egress(const std::string& id);
   const NetworkOptions& options() const { return opts_; }

@@ -292,7 +292,8 @@ void LocalNode::WriteCaBundle(const std::string& id) {
 }
 
 std::map<std::string, std::string> LocalNode::EgressEnvDefaults(const std::string& id) {
-  if (!net_ || net_->ca_pem().empty() || !net_->Egress(id)) return {};
+  // On every exec: no copy of the PEM, and the egress lookup only where there is a CA.
+  if (!net_ || !net_->has_ca() || !net_->Egress(id)) return {};
   auto e = Find(id);
   if (!e.ok()) return {};
   if ((*e)->ca_bundle < 0) WriteCaBundle(id);  // a sandbox this daemon adopted after a restart

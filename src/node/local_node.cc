@@ -128,14 +128,8 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
     std::lock_guard lock(mu_);
     if (sandboxes_.count(cfg.id)) return Status(Code::kConflict, "create sandbox", cfg.id, "exists");
   }
-  // The sandbox's exec spill directory, made once here rather than at every exec.
-  if (!opts_.spill_dir.empty() && mkdir(SpillDir(cfg.id).c_str(), 0700) != 0 && errno != EEXIST)
-    return ErrnoStatus("mkdir", SpillDir(cfg.id));
   if (spec.network.egress && !net_)
     return Status(Code::kUnavailable, "create sandbox", cfg.id, "no egress here: " + net_error_);
-  Cleanup rm_spill([&] {
-    if (!opts_.spill_dir.empty()) rmdir(SpillDir(cfg.id).c_str());
-  });
   if (net_ && !cfg.fncall_runner) {
     // The usual proxy variables, set whatever the mode: a sandbox switched to egress later
     // finds its proxy without a restart of anything; in mode none they fail fast.
@@ -156,7 +150,6 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
     if (auto w = warm_->Take(key, cfg)) {
       Status st = ClaimWarm(*w, cfg);
       if (st.ok()) {
-        rm_spill.Cancel();
         SandboxRuntime rt{w->instance->host_pid(), w->instance->host_uid()};
         auto conn = std::make_shared<AgentConn>(cfg.id, std::move(w->control));
         Register(cfg.id, std::move(w->instance), std::move(conn));
@@ -172,7 +165,6 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   // VM's unattached NIC, and it can never be switched to egress (no link to bridge).
   const bool attach = net_ && !cfg.fncall_runner && !(is_vm && !spec.network.egress);
   auto inst = WARREN_TRY(CreateAttached(backend, cfg, attach ? &spec.network : nullptr, is_vm));
-  rm_spill.Cancel();
   SandboxRuntime rt{inst->host_pid(), inst->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, inst->TakeControlSocket());
   Register(cfg.id, std::move(inst), std::move(conn), is_vm, cfg.net_ip != 0);
@@ -329,8 +321,10 @@ Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
 }
 
 void LocalNode::Register(const std::string& id, std::unique_ptr<runtime::Instance> inst,
-                         std::shared_ptr<AgentConn> conn, bool microvm, bool wired) {
+                         std::shared_ptr<AgentConn> conn, bool microvm, bool wired,
+                         std::shared_ptr<ExecJournal> journal) {
   auto entry = std::make_shared<Entry>();
+  entry->journal = journal ? std::move(journal) : std::make_shared<ExecJournal>(JournalPath(id));
   entry->microvm = microvm;
   entry->wired = wired;
   entry->instance = std::move(inst);
@@ -367,14 +361,18 @@ Status LocalNode::AdoptSandbox(const std::string& id) {
     Status st = net_->Adopt(id, inst->host_pid());
     if (!st.ok() && st.code() != Code::kNotFound) spdlog::warn("adopt network of {}: {}", id, st.ToString());
   }
-  if (!opts_.spill_dir.empty()) mkdir(SpillDir(id).c_str(), 0700);  // absent if it never ran an exec
   auto conn = std::make_shared<AgentConn>(id, inst->TakeControlSocket());
   std::vector<std::shared_ptr<ExecRecord>> recs;
-  if (!opts_.spill_dir.empty())
-    for (auto& l : ExecSpill::LoadDir(SpillDir(id)))
-      recs.push_back(ExecRecord::Restore(std::move(l), id, conn->budget()));
+  std::shared_ptr<ExecJournal> journal;
+  if (!opts_.spill_dir.empty()) {
+    std::vector<ExecSpill::Loaded> loaded;
+    journal = ExecJournal::Load(JournalPath(id), &loaded);
+    // Daemons before the journal kept a directory of files per exec; those records are lost.
+    (void)image::RemoveTree(opts_.spill_dir + "/" + id);
+    for (auto& l : loaded) recs.push_back(ExecRecord::Restore(std::move(l), id, conn->budget()));
+  }
   conn->AdoptExecs(std::move(recs));
-  Register(id, std::move(inst), conn, microvm, wired);
+  Register(id, std::move(inst), conn, microvm, wired, std::move(journal));
   // The agent answers with what it still has: output we lack, exits we missed.
   Status st = conn->Resume();
   if (!st.ok()) {
@@ -436,7 +434,7 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
   e->conn->OnClosed("sandbox deleted");
   Status st = e->instance->Destroy().Context("delete " + id);
   if (net_) net_->Detach(id);
-  if (!opts_.spill_dir.empty()) (void)image::RemoveTree(SpillDir(id));
+  if (!opts_.spill_dir.empty()) e->journal->Discard();
   return st;
 }
 
@@ -485,12 +483,12 @@ Result<std::shared_ptr<AgentConn>> LocalNode::Conn(const std::string& id) {
 Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
                                                          const std::string& exec_id,
                                                          const ExecSpec& spec) {
-  auto conn = WARREN_TRY(Conn(id));
+  auto entry = WARREN_TRY(Find(id));
+  const std::shared_ptr<AgentConn>& conn = entry->conn;
   auto rec = std::make_shared<ExecRecord>(exec_id, id, spec.max_output, spec.binary, conn->budget());
   if (!opts_.spill_dir.empty() && !spec.channel) {
-    auto spill = ExecSpill::Create(SpillDir(id), exec_id,
-                                   {{"id", exec_id}, {"binary", spec.binary}, {"max_output", spec.max_output},
-                                    {"started_unix", UnixNow()}});
+    auto spill = entry->journal->Begin({{"id", exec_id}, {"binary", spec.binary}, {"max_output", spec.max_output},
+                                        {"started_unix", UnixNow()}});
     // Without its spill the exec still runs; it just would not survive a daemon restart.
     if (spill.ok()) rec->AttachSpill(std::move(*spill));
     else spdlog::warn("exec {}: {}", exec_id, spill.status().ToString());

@@ -84,6 +84,7 @@ class LocalNode : public NodeApi {
   struct Entry {
     std::unique_ptr<runtime::Instance> instance;
     std::shared_ptr<AgentConn> conn;
+    std::shared_ptr<ExecJournal> journal;  // its exec records on disk (exec_spill.h)
     // A frozen agent answers nothing: egress files for a paused sandbox wait for its resume.
     std::mutex mu;
     bool paused = false;
@@ -97,7 +98,7 @@ class LocalNode : public NodeApi {
   LocalNode(const LocalNodeOptions& opts, image::LayerStore* store);
   Result<std::shared_ptr<Entry>> Find(const std::string& id);
   Result<std::shared_ptr<AgentConn>> Conn(const std::string& id);
-  std::string SpillDir(const std::string& id) const { return opts_.spill_dir + "/" + id; }
+  std::string JournalPath(const std::string& id) const { return opts_.spill_dir + "/" + id + ".journal"; }
   // Points an egress sandbox's resolver and package tools at the node (best effort: an
   // image without /etc/apt simply has no apt to configure).
   void ConfigureEgress(const std::string& id);
@@ -113,7 +114,7 @@ class LocalNode : public NodeApi {
   std::map<std::string, std::string> EgressEnvDefaults(const std::string& id);
   std::vector<std::pair<std::string, std::string>> EgressFiles() const;
   void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn,
-                bool microvm = false, bool wired = false);
+                bool microvm = false, bool wired = false, std::shared_ptr<ExecJournal> journal = nullptr);
   // backend->Create in a namespace of the node's network under `policy` (none: no namespace of
   // ours), which the sandbox then keeps; a failure leaves nothing attached.
   Result<std::unique_ptr<runtime::Instance>> CreateAttached(runtime::Backend* backend, runtime::SandboxConfig& cfg,

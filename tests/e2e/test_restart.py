@@ -141,10 +141,13 @@ def _kill9_during_a_long_exec(srv, spec, check_qemu=False):
     # The sandbox kept its state and takes new execs.
     r = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["cat", "/root/f"]})
     assert r.status == 200 and r.json["stdout"] == "state\n", r
+    # One journal file holds the sandbox's exec records (not files per exec).
+    journal = os.path.join(srv.data_dir, "execs", sid + ".journal")
+    assert os.listdir(os.path.join(srv.data_dir, "execs")) == [sid + ".journal"]
     # Deleting it after the takeover still leaves nothing.
     assert srv.http("DELETE", f"/v1/sandboxes/{sid}").status == 204
     assert cgroup_dirs(srv, sid) == []
-    assert not os.path.exists(os.path.join(srv.data_dir, "execs", sid))
+    assert not os.path.exists(journal) and os.listdir(os.path.join(srv.data_dir, "execs")) == []
     return qemu
 
 

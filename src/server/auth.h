@@ -23,7 +23,7 @@ class StateStore;
 
 // Per-principal limits; 0 means unlimited.
 struct Quotas {
-  int64_t max_sandboxes = 0;   // live (not deleted) sandboxes at once
+  int64_t max_sandboxes = 0;   // live (neither deleted nor failed) sandboxes at once
   double max_cpu = 0;          // sum of their `cpu`
   int64_t max_memory_mb = 0;   // sum of their `memory_mb`
   double create_rate = 0;      // sandbox creates per second (token bucket, burst = max(1, rate))

@@ -58,9 +58,24 @@ void QuotaTracker::Release(const std::string& owner, double cpu, int64_t memory_
   u.memory_mb = std::max<int64_t>(0, u.memory_mb - memory_mb);
 }
 
+void QuotaTracker::Hold(const std::string& id) {
+  std::lock_guard lock(mu_);
+  held_.insert(id);
+}
+
+void QuotaTracker::ReleaseHeld(const std::string& id, const std::string& owner, double cpu, int64_t memory_mb) {
+  {
+    std::lock_guard lock(mu_);
+    if (!held_.erase(id)) return;
+  }
+  Release(owner, cpu, memory_mb);
+}
+
 void QuotaTracker::Count(const std::vector<nlohmann::json>& sandboxes) {
   std::lock_guard lock(mu_);
   for (const auto& sb : sandboxes) {
+    if (sb.value("state", "") == "failed") continue;
+    held_.insert(sb.value("id", ""));
     Use& u = use_[sb.value("owner", "admin")];
     u.sandboxes += 1;
     u.cpu += sb.value("cpu", 0.0);

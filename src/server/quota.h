@@ -5,6 +5,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,7 +21,12 @@ class QuotaTracker {
   // the limit.
   Status Reserve(const Principal& who, double cpu, int64_t memory_mb);
   void Release(const std::string& owner, double cpu, int64_t memory_mb);
-  // Counts the sandboxes that already exist (at startup).
+  // The sandbox `id` holds its share from now on (its create succeeded).
+  void Hold(const std::string& id);
+  // Gives back the share `id` holds, once: a sandbox that failed (it runs nothing and holds
+  // no resources any more) and is then deleted gives it back when it failed.
+  void ReleaseHeld(const std::string& id, const std::string& owner, double cpu, int64_t memory_mb);
+  // Counts the sandboxes that already exist (at startup): every record but failed ones.
   void Count(const std::vector<nlohmann::json>& sandboxes);
   nlohmann::json Usage(const std::string& owner);
 
@@ -34,6 +40,7 @@ class QuotaTracker {
   };
   std::mutex mu_;
   std::map<std::string, Use> use_;
+  std::set<std::string> held_;  // sandboxes holding a share
 };
 
 }  // namespace warren::server

@@ -56,6 +56,7 @@ Api::Api(StateStore* state, StateStore* durable, node::NodeApi* node, image::Lay
     (*sb)["state"] = "failed";
     (*sb)["error"] = {{"code", "internal"}, {"message", "the sandbox's init process exited"}};
     (void)state_->PutSandbox(*sb);
+    ReleaseQuotaOf(*sb);
   });
 }
 
@@ -105,7 +106,8 @@ void Api::StopReaper() {
 }
 
 void Api::ReleaseQuotaOf(const json& sb) {
-  quota_.Release(sb.value("owner", "admin"), sb.value("cpu", 0.0), sb.value("memory_mb", int64_t{0}));
+  quota_.ReleaseHeld(sb.value("id", ""), sb.value("owner", "admin"), sb.value("cpu", 0.0),
+                     sb.value("memory_mb", int64_t{0}));
 }
 
 void Api::Touch(const std::string& id) {
@@ -173,6 +175,7 @@ void Api::ReconcileAfterRestart() {
     sb["error"] = {{"code", "unavailable"},
                    {"message", "warren serve restarted and could not take the sandbox over: " + st.ToString()}};
     (void)state_->PutSandbox(sb);
+    ReleaseQuotaOf(sb);
   }
 }
 
@@ -261,7 +264,8 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
     (void)state_->RemoveSandbox(id);
     return st;
   }
-  release.Cancel();  // the sandbox holds its share until deleted
+  release.Cancel();  // the sandbox holds its share until deleted (or failed)
+  quota_.Hold(id);
   // The lease may have expired while we were creating: then this sandbox goes with it now.
   if (spec.lease && !leases_.Get(who, *spec.lease).ok()) ExpireLease(*spec.lease);
   create_seconds_.Observe(NowSeconds() - t0);

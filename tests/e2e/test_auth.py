@@ -225,3 +225,32 @@ def test_cli_token_create_ls_rm(server, image):
         assert r.returncode == 0, r.stderr
     r = server.cli("ls", env={"WARREN_TOKEN": secret})
     assert r.returncode != 0 and "bearer token" in r.stderr, r.stderr
+
+
+def test_a_failed_sandbox_gives_its_quota_back_once(server, image, tokens):
+    """A sandbox whose init died is `failed`: it runs nothing, so its share of the quota comes
+    back at once (the record stays until deleted, and deleting it gives nothing back twice)."""
+    import hashlib
+    import json
+    import signal
+
+    _, t = tokens(max_sandboxes=2)
+    ids = []
+    try:
+        for _ in range(2):
+            r = as_(server, t, "POST", "/v1/sandboxes", {"image": image})
+            assert r.status == 201, r
+            ids.append(r.json["id"])
+        u.assert_error(as_(server, t, "POST", "/v1/sandboxes", {"image": image}), 429, "quota")
+        parent = "warren-" + hashlib.sha256(os.path.realpath(server.data_dir).encode()).hexdigest()[:8]
+        with open(f"/run/warren/{parent}/{ids[0]}.json") as f:
+            os.kill(json.load(f)["pid"], signal.SIGKILL)  # its init, which we started through the server
+        assert u.wait_until(lambda: as_(server, t, "GET", f"/v1/sandboxes/{ids[0]}").json["state"] == "failed", timeout=20)
+        r = as_(server, t, "POST", "/v1/sandboxes", {"image": image})
+        assert r.status == 201, r
+        ids.append(r.json["id"])
+        # Deleting the failed one gives back nothing more: two are live, the quota is 2.
+        assert as_(server, t, "DELETE", f"/v1/sandboxes/{ids.pop(0)}").status == 204
+        u.assert_error(as_(server, t, "POST", "/v1/sandboxes", {"image": image}), 429, "quota")
+    finally:
+        _cleanup(server, ids)

@@ -101,7 +101,6 @@ class Agent {
   void ReadPipe(Exec& e, int which);
   void ReapChildren();
   void HandleAssign(const Message& m);
-  void HandleRehearse();
   void CheckTimers();
   void MaybeFinish(Exec& e);
   void Watch(int fd, uint32_t events, bool add);
@@ -730,37 +729,6 @@ void Agent::HandleMessage(Message& m) {
   else if (t == "ping") Reply({{"t", "pong"}, {"id", m.header.value("id", "")}});
   else if (t == "resume") HandleResume(m);
   else if (t == "assign") HandleAssign(m);
-  else if (t == "rehearse") HandleRehearse();
-}
-
-// A warm sandbox (node/warm_pool.h) runs one command of ours before anyone asks for one: the
-// kernel's first-time costs of a command here (its cgroup's first task, the first fork and
-// exec in this PID namespace) are paid while nobody waits. The command is this binary, which
-// exits at once.
-void Agent::HandleRehearse() {
-  const int64_t t0 = NowMs();
-  ChildSpec cs;
-  cs.argv = {"/proc/self/exe", kWarmExecFlag};
-  cs.cwd = "/";
-  cs.nofile = nofile_;
-  cs.agent_oom_score_adj = oom_score_adj_;
-  cs.cgroup_procs_fd = commands_cgroup_.get();
-  UniqueFd null(open("/dev/null", O_WRONLY | O_CLOEXEC));
-  int perr[2];
-  if (!null || pipe2(perr, O_CLOEXEC) != 0) {
-    Reply({{"t", "rehearsed"}, {"error", ErrText("open", "/dev/null", errno)}});
-    return;
-  }
-  cs.stdout_fd = cs.stderr_fd = null.get();
-  cs.error_fd = perr[1];
-  const pid_t pid = SpawnChild(cs);
-  const int err = errno;
-  close(perr[1]);
-  close(perr[0]);
-  int status = 0;
-  if (pid > 0) waitpid(pid, &status, 0);  // ours: ReapChildren never sees it
-  Reply({{"t", "rehearsed"}, {"ms", NowMs() - t0},
-         {"error", pid > 0 ? "" : ErrText("spawn", cs.argv[0], err)}});
 }
 
 // A sandbox made ahead of demand (node/warm_pool.h) is handed to a create: it takes that

@@ -1,9 +1,16 @@
 #include "client/http_client.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
 #include <boost/asio/connect.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 namespace warren::client {
 namespace {
@@ -24,22 +31,66 @@ Code CodeFromName(const std::string& n) {
 
 struct HttpClient::Impl {
   std::string host, port, token;
+  std::string bad_url;  // why the URL cannot be used, if it cannot
+  bool tls = false;  // https://: verified against the system's roots (or SSL_CERT_FILE / SSL_CERT_DIR)
   net::io_context ioc;
-  std::unique_ptr<beast::tcp_stream> stream;
+  std::unique_ptr<net::ssl::context> ssl_ctx;
+  std::unique_ptr<beast::tcp_stream> plain;
+  std::unique_ptr<beast::ssl_stream<beast::tcp_stream>> secure;
   beast::flat_buffer buf;
 
+  // Calls f with whichever stream is connected.
+  template <typename F>
+  auto With(F&& f) {
+    return tls ? f(*secure) : f(*plain);
+  }
+  void Drop() {
+    plain.reset();
+    secure.reset();
+  }
+
   Status Connect() {
-    if (stream) return Status::Ok();
+    if (plain || secure) return Status::Ok();
+    if (!bad_url.empty()) return Status(Code::kInvalid, "connect to warren", "WARREN_URL", bad_url);
     tcp::resolver resolver(ioc);
     beast::error_code ec;
     auto results = resolver.resolve(host, port, ec);
     if (ec) return Status(Code::kUnavailable, "resolve", host, ec.message());
-    stream = std::make_unique<beast::tcp_stream>(ioc);
-    stream->connect(results, ec);
+    auto unreachable = [&](const std::string& why) {
+      Drop();
+      return Status(Code::kUnavailable, "connect to warren at", host + ":" + port, why);
+    };
+    if (!tls) {
+      plain = std::make_unique<beast::tcp_stream>(ioc);
+      plain->connect(results, ec);
+      if (ec) return unreachable(ec.message() + " (is `warren serve` running?)");
+      return Status::Ok();
+    }
+    if (!ssl_ctx) {
+      ssl_ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_client);
+      ssl_ctx->set_default_verify_paths(ec);
+      if (ec) return Status(Code::kInternal, "load trusted certificates", "", ec.message());
+      ssl_ctx->set_verify_mode(net::ssl::verify_peer);
+    }
+    secure = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(ioc, *ssl_ctx);
+    SSL* ssl = secure->native_handle();
+    // The certificate must name the host we asked for: its IP address, or its DNS name (also
+    // sent as SNI).
+    boost::system::error_code ip_ec;
+    net::ip::make_address(host, ip_ec);
+    if (!ip_ec) {
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str());
+    } else if (SSL_set1_host(ssl, host.c_str()) != 1 || SSL_set_tlsext_host_name(ssl, host.c_str()) != 1) {
+      return unreachable("cannot use `" + host + "` as a TLS host name");
+    }
+    beast::get_lowest_layer(*secure).connect(results, ec);
+    if (ec) return unreachable(ec.message() + " (is `warren serve` running?)");
+    secure->handshake(net::ssl::stream_base::client, ec);
     if (ec) {
-      stream.reset();
-      return Status(Code::kUnavailable, "connect to warren at", host + ":" + port,
-                    ec.message() + " (is `warren serve` running?)");
+      std::string why = "TLS handshake: " + ec.message();
+      const long v = SSL_get_verify_result(ssl);
+      if (v != X509_V_OK) why += std::string(" (") + X509_verify_cert_error_string(v) + ")";
+      return unreachable(why);
     }
     return Status::Ok();
   }
@@ -56,19 +107,22 @@ struct HttpClient::Impl {
   Result<Response> RoundTrip(Req& req, bool retry) {
     WARREN_RETURN_IF_ERROR(Connect());
     beast::error_code ec;
-    http::write(*stream, req, ec);
     http::response_parser<http::string_body> p;
     p.body_limit(1ull << 32);
-    if (!ec) http::read(*stream, buf, p, ec);
+    With([&](auto& s) {
+      http::write(s, req, ec);
+      if (!ec) http::read(s, buf, p, ec);
+      return 0;
+    });
     if (ec) {
-      stream.reset();
+      Drop();
       buf.clear();
       // A kept-alive connection the server closed meanwhile: one fresh attempt.
       if (retry) return RoundTrip(req, false);
       return Status(Code::kUnavailable, "request", std::string(req.target()), ec.message());
     }
     auto& res = p.get();
-    if (!res.keep_alive()) stream.reset();
+    if (!res.keep_alive()) Drop();
     return Response{static_cast<int>(res.result_int()), std::string(res[http::field::content_type]),
                     std::move(res.body())};
   }
@@ -76,12 +130,19 @@ struct HttpClient::Impl {
 
 HttpClient::HttpClient(std::string url, std::string token) : impl_(std::make_unique<Impl>()) {
   std::string rest = url;
-  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+  if (rest.rfind("http://", 0) == 0) {
+    rest = rest.substr(7);
+  } else if (rest.rfind("https://", 0) == 0) {
+    rest = rest.substr(8);
+    impl_->tls = true;
+  } else if (rest.find("://") != std::string::npos) {
+    impl_->bad_url = "`" + url + "`: only http:// and https:// are supported";
+  }
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   size_t colon = rest.rfind(':');
   if (colon == std::string::npos || rest.back() == ']') {
     impl_->host = rest;
-    impl_->port = "80";
+    impl_->port = impl_->tls ? "443" : "80";
   } else {
     impl_->host = rest.substr(0, colon);
     impl_->port = rest.substr(colon + 1);
@@ -123,12 +184,15 @@ Status HttpClient::StreamLines(const std::string& target,
   http::request<http::empty_body> req{http::verb::get, target, 11};
   impl_->Prepare(req);
   beast::error_code ec;
-  http::write(*impl_->stream, req, ec);
   http::response_parser<http::buffer_body> p;
   p.body_limit(boost::none);
-  if (!ec) http::read_header(*impl_->stream, impl_->buf, p, ec);
+  impl_->With([&](auto& s) {
+    http::write(s, req, ec);
+    if (!ec) http::read_header(s, impl_->buf, p, ec);
+    return 0;
+  });
   if (ec) {
-    impl_->stream.reset();
+    impl_->Drop();
     return Status(Code::kUnavailable, "stream", target, ec.message());
   }
   int status = static_cast<int>(p.get().result_int());
@@ -137,10 +201,13 @@ Status HttpClient::StreamLines(const std::string& target,
   while (!p.is_done()) {
     p.get().body().data = tmp;
     p.get().body().size = sizeof tmp;
-    http::read(*impl_->stream, impl_->buf, p, ec);
+    impl_->With([&](auto& s) {
+      http::read(s, impl_->buf, p, ec);
+      return 0;
+    });
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
-      impl_->stream.reset();
+      impl_->Drop();
       return Status(Code::kUnavailable, "stream", target, ec.message());
     }
     size_t n = sizeof tmp - p.get().body().size;
@@ -156,7 +223,7 @@ Status HttpClient::StreamLines(const std::string& target,
     }
     pending.erase(0, start);
   }
-  if (!p.get().keep_alive()) impl_->stream.reset();
+  if (!p.get().keep_alive()) impl_->Drop();
   if (status / 100 != 2) return ToStatus(Response{status, "", whole}, "stream");
   if (!pending.empty()) on_line(pending);
   return Status::Ok();

@@ -20,7 +20,8 @@ struct Response {
 
 class HttpClient {
  public:
-  // url: http://HOST:PORT (no path). token: bearer token, may be empty.
+  // url: http://HOST:PORT or https://HOST:PORT (no path; https is verified against the
+  // system's roots, or SSL_CERT_FILE / SSL_CERT_DIR). token: bearer token, may be empty.
   HttpClient(std::string url, std::string token);
   ~HttpClient();
 

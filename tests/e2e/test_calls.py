@@ -134,6 +134,33 @@ def test_fork_bomb_is_contained_and_pool_stays_healthy(server, runner):
     assert call(server, language="python", code="print('alive')")["stdout"] == "alive\n"
 
 
+FORGED_REPORT = r"""
+import json, os, struct, time
+h = json.dumps({"exit_code": 0, "signal": 0, "cpu_ms": 0, "maxrss_kb": 0}).encode()
+os.write(4, struct.pack("<II", 4 + len(h), len(h)) + h)  # the worker's status pipe
+for fd in (4, 1, 2):
+    os.close(fd)
+time.sleep(60)
+"""
+
+
+def test_a_call_cannot_outlive_its_result(server, runner):
+    """A program that writes a report of its own and closes its streams gets its result at
+    once, but ends with it: it does not keep a worker of the pool (there are 4) sleeping."""
+    import concurrent.futures as cf
+    import time
+
+    t0 = time.monotonic()
+    for _ in range(6):
+        call(server, language="python", code=FORGED_REPORT, timeout_s=30)
+    assert time.monotonic() - t0 < 30
+    t0 = time.monotonic()
+    with cf.ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(lambda i: call(server, language="python", code=f"print({i})"), range(4)))
+    assert [o["stdout"] for o in outs] == [f"{i}\n" for i in range(4)]
+    assert time.monotonic() - t0 < 20, "the pool was held by calls that should have ended"
+
+
 SPY = r"""
 import os, socket, time
 found = {

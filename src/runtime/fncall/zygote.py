@@ -249,6 +249,7 @@ def run_python(main, code, args, filename):
         os.close(2)
         write_all(4, frame({"exit_code": status, "signal": 0, "cpu_ms": int(cpu * 1000),
                             "maxrss_kb": max(me.ru_maxrss, kids.ru_maxrss)}))
+        os.close(4)
     except OSError:
         pass
     os._exit(status)
@@ -714,6 +715,13 @@ class Dispatcher:
             run.status += data
             if len(run.status) > self.cfg["artifact_limit"] + (1 << 20):
                 self.kill(w, run, hard=True)
+            elif len(run.status) >= 8 and len(run.status) >= 4 + struct.unpack_from("<I", run.status)[0]:
+                # W's whole report is in: the result need not wait for the pipe's end, which
+                # comes only when W's exit has torn down its copy of the interpreter (4-8 ms).
+                self.close_fd(fd)
+                w.status_r = -1
+                run.open.discard("status")
+                self.maybe_finish(w)
         else:
             cap = run.header.get("limits", {}).get("max_output", 1 << 20)
             room = cap - len(run.out[what])
@@ -783,6 +791,13 @@ class Dispatcher:
         w.finished = True
         if "exit" not in run.open:
             self.discard(w)
+        elif run.python and w.pidfd >= 0:
+            # W was about to _exit after its report. A program that wrote a report of its own
+            # and closed its streams must not outlive its result either: the call is over.
+            try:
+                signal.pidfd_send_signal(w.pidfd, signal.SIGKILL)
+            except OSError:
+                pass
         self.send(res, bytes(run.out[0]) + bytes(run.out[1]) + files)
         self.top_up()
 

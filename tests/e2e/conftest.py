@@ -61,6 +61,21 @@ def make_test_ca(directory: str) -> dict:
     return {"key": key, "crt": crt}
 
 
+def make_test_leaf(directory: str, name: str, sans: list, ca) -> tuple:
+    """A server certificate for `sans` (typed entries: "DNS:host", "IP:addr"), from `ca` (a
+    make_test_ca result), or self-signed when `ca` is None. Returns (crt, key) paths."""
+    key, csr, crt, ext = (os.path.join(directory, f"{name}.{x}") for x in ("key", "csr", "crt", "ext"))
+    with open(ext, "w") as f:
+        f.write("subjectAltName=" + ",".join(sans) + "\nextendedKeyUsage=serverAuth\n")
+    cn = sans[0].split(":", 1)[1]
+    subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", key, "-out", csr, "-subj", f"/CN={cn}"], check=True, capture_output=True)
+    sign = ["-CA", ca["crt"], "-CAkey", ca["key"], "-CAcreateserial"] if ca else ["-signkey", key]
+    subprocess.run(["openssl", "x509", "-req", "-in", csr, *sign, "-out", crt, "-days", "2", "-extfile", ext],
+                   check=True, capture_output=True)
+    return crt, key
+
+
 def _warren_bin() -> Path:
     b = Path(os.environ.get("WARREN_BIN") or "build/warren")
     if not b.is_absolute():

@@ -23,7 +23,7 @@ import pytest
 
 import conftest
 import e2e_util
-from conftest import TLS_UPSTREAM
+from conftest import TLS_UPSTREAM, make_test_leaf
 
 HERE = Path(__file__).resolve().parent
 UP2, UP3 = f"{TLS_UPSTREAM}.2", f"{TLS_UPSTREAM}.3"
@@ -38,19 +38,8 @@ def _sh(*args, check=True):
 
 
 def _leaf(directory: Path, name: str, sans: list[str], ca: dict | None) -> tuple[str, str]:
-    """A server certificate for `sans`: from the test CA, or self-signed when `ca` is None."""
-    key, csr, crt = directory / f"{name}.key", directory / f"{name}.csr", directory / f"{name}.crt"
-    ext = directory / f"{name}.ext"
-    ext.write_text("subjectAltName=" + ",".join(f"DNS:{s}" for s in sans) + "\nextendedKeyUsage=serverAuth\n")
-    _sh("openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={sans[0]}")
-    if ca:
-        _sh("openssl", "x509", "-req", "-in", str(csr), "-CA", ca["crt"], "-CAkey", ca["key"], "-CAcreateserial",
-            "-out", str(crt), "-days", "2", "-extfile", str(ext))
-    else:
-        _sh("openssl", "x509", "-req", "-in", str(csr), "-signkey", str(key), "-out", str(crt), "-days", "2",
-            "-extfile", str(ext))
-    return str(crt), str(key)
+    """A server certificate for the DNS names `sans`: from the test CA, or self-signed when `ca` is None."""
+    return make_test_leaf(str(directory), name, [f"DNS:{s}" for s in sans], ca)
 
 
 def _wheel() -> bytes:

@@ -11,24 +11,11 @@ from __future__ import annotations
 import os
 import socket
 import ssl
-import subprocess
 import threading
 
 import pytest
 
-from conftest import make_test_ca
-
-
-def _issue(ca: dict, directory: str, name: str, san: str) -> tuple:
-    key, csr, crt = (os.path.join(directory, f"{name}.{x}") for x in ("key", "csr", "crt"))
-    subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                    "-keyout", key, "-out", csr, "-subj", f"/CN={name}"], check=True, capture_output=True)
-    ext = os.path.join(directory, f"{name}.ext")
-    with open(ext, "w") as f:
-        f.write(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
-    subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca["crt"], "-CAkey", ca["key"], "-CAcreateserial",
-                    "-out", crt, "-days", "2", "-extfile", ext], check=True, capture_output=True)
-    return crt, key
+from conftest import make_test_ca, make_test_leaf
 
 
 class _Terminator:
@@ -83,11 +70,11 @@ class _Terminator:
 def tls_front(server, tmp_path_factory):
     d = str(tmp_path_factory.mktemp("tls-front"))
     ca = make_test_ca(d)
-    crt, key = _issue(ca, d, "front", "IP:127.0.0.1,DNS:localhost")
+    crt, key = make_test_leaf(d, "front", ["IP:127.0.0.1", "DNS:localhost"], ca)
     # A certificate from a CA nobody trusts, and the good one on an address it does not name.
     rogue_dir = os.path.join(d, "rogue")
     os.makedirs(rogue_dir)
-    rcrt, rkey = _issue(make_test_ca(rogue_dir), rogue_dir, "rogue", "IP:127.0.0.1,DNS:localhost")
+    rcrt, rkey = make_test_leaf(rogue_dir, "rogue", ["IP:127.0.0.1", "DNS:localhost"], make_test_ca(rogue_dir))
     fronts = {"good": _Terminator(crt, key, server.port), "rogue": _Terminator(rcrt, rkey, server.port),
               "misnamed": _Terminator(crt, key, server.port, host="127.0.0.2")}
     yield {"ca": ca["crt"], **{k: t.port for k, t in fronts.items()}}

@@ -9,7 +9,7 @@ PACKAGES=(
   python3 python3-pytest python3-yaml curl
   libcurl4-openssl-dev mmdebstrap skopeo umoci docker-registry python3-jwt python3-cryptography openssl
   python3-prometheus-client
-  libmnl-dev libnftables-dev libc-ares-dev nftables iproute2 apt-utils
+  libmnl-dev libnftables-dev libnetfilter-conntrack-dev libc-ares-dev nftables iproute2 apt-utils
   qemu-system-x86 linux-image-amd64 liblzma-dev
 )
 missing=()

@@ -157,6 +157,12 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
     bytes << agent_file.rdbuf();
     if (agent_file && !bytes.str().empty()) fopts.worker_binary = std::make_shared<const std::string>(bytes.str());
     else spdlog::warn("fncall: cannot read {}: exec'd programs run in Python workers", runtime::DefaultAgentPath());
+    const std::string lib_path = runtime::DefaultZygoteLibPath();
+    std::ifstream lib_file(lib_path, std::ios::binary);
+    std::ostringstream lib;
+    lib << lib_file.rdbuf();
+    if (lib_file && !lib.str().empty()) fopts.zygote_lib = std::make_shared<const std::string>(lib.str());
+    else spdlog::warn("fncall: cannot read {}: the zygote runs in Python", lib_path);
   }
   server::StateStore* st = state->get();
   auto resolve = [st](const std::string& ref) -> Result<std::vector<std::string>> {

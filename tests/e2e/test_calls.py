@@ -352,3 +352,52 @@ def test_binary_call_output_comes_raw_too(server, runner):
     assert base64.b64decode(res.cases[0].stdout_b64) == b"ba", res
     r = server.http("POST", "/v1/calls", {"language": "python", "code": "", "binary": "yes"})
     assert r.status == 400, r
+
+
+# -- the zygote ----------------------------------------------------------------------------
+
+FDS = "import os\nprint(sorted(int(f) for f in os.listdir('/proc/self/fd')))"
+
+
+def _zygotes(server):
+    return {r["zygote"] for r in server.http("GET", "/v1/nodes").json["nodes"][0]["fncall"]["runners"]}
+
+
+def test_workers_come_from_the_c_zygote_and_hold_only_their_pipes(server, runner):
+    res = call(server, language="python", code=FDS)
+    # stdin, stdout, stderr, the status pipe (4) and the fd listdir itself opened (3)
+    assert res["stdout"] == "[0, 1, 2, 3, 4]\n", res
+    assert _zygotes(server) == {"native"}
+
+
+def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
+    """zygote.py's own loop, which runs where warren-zygote.so does not load (a python3 not
+    built on glibc), judges, limits and isolates the same way. Here the library is not an ELF
+    file at all: the runner's dlopen fails, as it would against another libc."""
+    import os
+    import tempfile
+
+    junk = tempfile.NamedTemporaryFile(prefix="not-a-zygote-", suffix=".so")
+    junk.write(b"#!/bin/sh\nthis is not a shared object\n" * 100)
+    junk.flush()
+    server.stop()
+    os.environ["WARREN_ZYGOTE_LIB"] = junk.name
+    try:
+        server.start()
+        test_python_runs_with_stdin_and_args(server, runner)
+        assert call(server, language="python", code=FDS)["stdout"] == "[0, 1, 2, 3, 4]\n"
+        assert _zygotes(server) == {"python"}
+        test_time_limit(server, runner, "python", "while True: pass")
+        test_memory_limit(server, runner, "python", "a = []\nwhile True: a.append(' ' * 10**6)")
+        test_fork_bomb_is_contained_and_pool_stays_healthy(server, runner)
+        test_calls_see_nothing_of_each_other(server, runner)
+        test_a_call_cannot_make_namespaces_or_mount(server, runner)
+        log = open(server.log_path, errors="replace").read()
+        assert "the zygote runs in Python (warren-zygote.so: " in log
+    finally:
+        server.stop()
+        del os.environ["WARREN_ZYGOTE_LIB"]
+        junk.close()
+        server.start()
+    assert call(server, language="python", code="print(2)")["stdout"] == "2\n"
+    assert _zygotes(server) == {"native"}

@@ -38,4 +38,13 @@ std::string DefaultAgentPath() {
   return self.substr(0, self.rfind('/')) + "/warren-agent";
 }
 
+std::string DefaultZygoteLibPath() {
+  if (const char* p = getenv("WARREN_ZYGOTE_LIB")) return p;
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "/usr/local/bin/warren-zygote.so";
+  std::string self(buf, static_cast<size_t>(n));
+  return self.substr(0, self.rfind('/')) + "/warren-zygote.so";
+}
+
 }  // namespace warren::runtime

@@ -18,4 +18,8 @@ Result<UniqueFd> LoadSealedAgent(const std::string& path);
 // The agent next to the running executable (DIR/warren-agent), or $WARREN_AGENT.
 std::string DefaultAgentPath();
 
+// warren-zygote.so (the fncall zygote, see runtime/fncall/zygote_lib.c): $WARREN_ZYGOTE_LIB,
+// else next to the running executable, as the agent.
+std::string DefaultZygoteLibPath();
+
 }  // namespace warren::runtime

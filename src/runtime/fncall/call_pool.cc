@@ -86,6 +86,7 @@ Result<std::shared_ptr<Runner>> CallService::StartRunner(const std::vector<std::
   cfg.prefork = opts_.prefork;
   cfg.call_seccomp_bpf = opts_.call_seccomp_bpf;
   cfg.worker_binary = opts_.worker_binary;
+  cfg.zygote_lib = opts_.zygote_lib;
   runner_starts_++;
   auto r = Runner::Start(node_, cfg);
   if (!r.ok()) {
@@ -395,7 +396,7 @@ json CallService::Stats() const {
   for (const auto& [key, pool] : pools_)
     for (const auto& r : pool.runners)
       runners.push_back({{"id", r->id()}, {"image", pool.label}, {"inflight", r->inflight()},
-                         {"served", r->served()}, {"healthy", r->healthy()}});
+                         {"served", r->served()}, {"healthy", r->healthy()}, {"zygote", r->zygote()}});
   return {{"runners", runners},
           {"calls", calls_.load()},
           {"runs", runs_.load()},

@@ -31,6 +31,7 @@ struct PoolOptions {
   uint64_t runner_memory_bytes = 4ull << 30;
   std::string call_seccomp_bpf;
   std::shared_ptr<const std::string> worker_binary;  // see RunnerConfig
+  std::shared_ptr<const std::string> zygote_lib;     // see RunnerConfig
 };
 
 // Resolves a runner image NAME:TAG to its layer digests, top first.

@@ -68,12 +68,14 @@ Result<std::shared_ptr<Runner>> Runner::Start(node::NodeApi* node, const RunnerC
                {"prefork", cfg.prefork},
                {"tmp_bytes", cfg.tmp_bytes},
                {"bpf_len", cfg.call_seccomp_bpf.size()},
+               {"lib_len", cfg.zygote_lib ? cfg.zygote_lib->size() : 0},
                {"worker_len", cfg.worker_binary ? cfg.worker_binary->size() : 0}};
   const std::string script = kZygoteScript;
   const uint32_t script_len = static_cast<uint32_t>(script.size());
   es.stdin_data.assign(reinterpret_cast<const char*>(&script_len), 4);
   es.stdin_data += script;
-  es.stdin_data += agent::EncodeFrame(init, cfg.call_seccomp_bpf + (cfg.worker_binary ? *cfg.worker_binary : ""));
+  es.stdin_data += agent::EncodeFrame(init, cfg.call_seccomp_bpf + (cfg.zygote_lib ? *cfg.zygote_lib : "") +
+                                                (cfg.worker_binary ? *cfg.worker_binary : ""));
   es.on_output = [weak](int stream, std::string_view data) {
     if (auto self = weak.lock()) self->OnOutput(stream, data);
   };
@@ -135,6 +137,11 @@ int Runner::inflight() const {
 uint64_t Runner::served() const {
   std::lock_guard lock(mu_);
   return served_;
+}
+
+std::string Runner::zygote() const {
+  std::lock_guard lock(mu_);
+  return zygote_;
 }
 
 void Runner::MarkDead(const std::string& why) {
@@ -240,7 +247,10 @@ void Runner::OnFrame(const std::string& header, std::string_view payload) {
   if (!h.is_object()) return MarkDead("unreadable frame from the dispatcher");
   const std::string t = h.value("t", "");
   if (t == "ready") {
+    if (h.value("zygote", "") != "native" && cfg_.zygote_lib)
+      spdlog::warn("fncall runner {}: the zygote runs in Python ({})", cfg_.id, h.value("zygote_why", ""));
     std::lock_guard lock(mu_);
+    zygote_ = h.value("zygote", "python");
     ready_ = true;
     cv_.notify_all();
     return;

@@ -81,6 +81,9 @@ struct RunnerConfig {
   // warren-agent itself: exec'd programs run in its --call-worker mode (see
   // agent/call_worker.h); empty: in forked Python workers instead.
   std::shared_ptr<const std::string> worker_binary;
+  // warren-zygote.so (zygote_lib.c): the zygote's loop and a Python worker's set-up in C;
+  // empty, or if it does not load in the runner's python3: zygote.py's own, in Python.
+  std::shared_ptr<const std::string> zygote_lib;
 };
 
 class Runner {
@@ -100,6 +103,8 @@ class Runner {
   bool healthy() const;
   int inflight() const;
   uint64_t served() const;
+  // Which zygote serves its workers: "native" (zygote_lib.c) or "python" (zygote.py's own).
+  std::string zygote() const;
   // Deletes the sandbox (every call in it ends). Idempotent.
   void Stop();
 
@@ -127,6 +132,7 @@ class Runner {
   std::string dead_reason_;
   uint64_t next_id_ = 1;
   uint64_t served_ = 0;
+  std::string zygote_;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
 };
 

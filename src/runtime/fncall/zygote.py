@@ -302,6 +302,11 @@ def worker_main(fds, req, cfg, bpf):
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, None, 0, 0), "no_new_privs")
     landlock(["/tmp", "/dev/shm"])
     seccomp(bpf)
+    worker_run()
+
+
+def worker_run():
+    """W, set up: waits for its request and runs its Python code itself."""
     main = prepare_python()
     try:
         req, payload = read_frame(3)
@@ -341,7 +346,7 @@ def worker_main(fds, req, cfg, bpf):
 # ---------------------------------------------------------------------------------------------
 # The zygote: clones workers on request and reports their end; holds nothing of any call.
 
-def zygote_main(sock, cfg, bpf):
+def zygote_main(sock, cfg, bpf, lib_fd):
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)  # the channel stays with the dispatcher alone
     os.dup2(null, 1)
@@ -351,7 +356,32 @@ def zygote_main(sock, cfg, bpf):
     # Children start with everything frozen: their collector never walks (and so never
     # copies) the pages of the objects they inherit.
     gc.disable()
+    gc.collect()
+    _libc.malloc_trim(0)  # free heap pages go back: a clone would map and unmap them too
     gc.freeze()
+    serve = None
+    if lib_fd >= 0:
+        try:
+            lib = ctypes.PyDLL(f"/proc/self/fd/{lib_fd}")
+            serve = lib.warren_zygote
+            serve.restype = ctypes.c_int
+            serve.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_ulonglong,
+                              ctypes.c_uint, ctypes.c_ulong]
+            why = ""
+        except (OSError, AttributeError) as e:
+            why = f"warren-zygote.so: {e}"
+        os.close(lib_fd)
+    else:
+        why = "no warren-zygote.so"
+    sock.send(json.dumps({"zygote": "native" if serve else "python", "why": why}).encode())
+    if serve:
+        # The loop runs in C and never comes back here in the zygote; it returns only in a
+        # new worker, set up as worker_main would (see zygote_lib.c).
+        wflags = (1 if cfg["make_private"] else 0) | (2 if cfg["has_shm"] else 0)
+        serve(sock.fileno(), bpf, len(bpf), cfg["tmp_bytes"], wflags, cfg["root_flags"])
+        sock.detach()  # closed by the set-up: never close whatever takes its number later
+        worker_run()
+        os._exit(122)
     sock.setblocking(False)
     rfd, wfd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     signal.set_wakeup_fd(wfd)
@@ -445,7 +475,7 @@ class Run:
 
 
 class Dispatcher:
-    def __init__(self, cfg, zsock, bpf=b"", worker=b""):
+    def __init__(self, cfg, zsock, bpf=b"", worker_fd=-1):
         self.cfg = cfg
         self.zsock = zsock
         self.sel = selectors.DefaultSelector()
@@ -463,9 +493,8 @@ class Dispatcher:
         self.sel.register(zsock.fileno(), selectors.EVENT_READ, "zygote")
         # Exec'd programs run in native workers when the node sent the worker binary.
         self.native = None
-        if worker:
-            wfd = high_fd(os.memfd_create("warren-call-worker", os.MFD_CLOEXEC))
-            write_all(wfd, worker)
+        if worker_fd >= 0:
+            wfd = worker_fd
             bfd = high_fd(os.memfd_create("warren-call-seccomp", os.MFD_CLOEXEC))
             write_all(bfd, bpf)  # workers pread it: the shared offset does not matter
             flags = (1 if cfg["make_private"] else 0) | (2 if cfg["has_shm"] else 0)
@@ -819,7 +848,8 @@ class Dispatcher:
 
     def loop(self):
         self.top_up()
-        self.send({"t": "ready", "pid": os.getpid(), "python": sys.version.split()[0]})
+        self.send({"t": "ready", "pid": os.getpid(), "python": sys.version.split()[0],
+                   "zygote": self.cfg["zygote"]["zygote"], "zygote_why": self.cfg["zygote"]["why"]})
         while True:
             timeout = self.check_deadlines()
             for key, _ in self.sel.select(timeout):
@@ -850,12 +880,27 @@ def root_flags():
     return out
 
 
+def copy_to_memfd(fd, n, name):
+    """Streams n bytes of the channel into a memfd: the worker binary is megabytes,
+    and reading it into a Python object would grow the heap every later fork copies."""
+    mfd = high_fd(os.memfd_create(name, os.MFD_CLOEXEC))
+    while n:
+        chunk = os.read(fd, min(n, 1 << 16))
+        if not chunk:
+            raise EOFError("channel closed")
+        write_all(mfd, chunk)
+        n -= len(chunk)
+    return mfd
+
+
 def main():
     os.set_blocking(0, True)
-    cfg, payload = read_frame(0)
-    bpf_len = cfg.get("bpf_len", len(payload))
-    bpf, worker = payload[:bpf_len], payload[bpf_len:bpf_len + cfg.get("worker_len", 0)]
-    del payload
+    total, hlen = struct.unpack("<II", read_exact(0, 8))
+    cfg = json.loads(read_exact(0, hlen))
+    rest = total - 4 - hlen
+    bpf_len = min(cfg.get("bpf_len", rest), rest)
+    bpf = read_exact(0, bpf_len)
+
     with open("/proc/self/mountinfo") as f:
         shared = any(" shared:" in line for line in f)
     cfg.setdefault("max_workers", 4)
@@ -863,18 +908,30 @@ def main():
     cfg.setdefault("tmp_bytes", 256 << 20)
     cfg.setdefault("artifact_limit", 64 << 20)
     cfg.update(make_private=shared, has_shm=os.path.isdir("/dev/shm"), root_flags=root_flags())
+    lib_len = min(cfg.get("lib_len", 0), rest - bpf_len)
+    lib_fd = copy_to_memfd(0, lib_len, "warren-zygote") if lib_len else -1
     zsock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    # The zygote is forked before the worker binary is read: every page it holds is a page
+    # each of its clones maps at fork and unmaps at exit.
     pid = os.fork()
     if pid == 0:
-        # The zygote keeps nothing it does not need: every page it holds is a page each of
-        # its clones inherits (the worker binary alone is megabytes).
         zsock.close()
-        worker = None
-        zygote_main(theirs, cfg, bpf)
+        zygote_main(theirs, cfg, bpf, lib_fd)
         os._exit(0)
     theirs.close()
+    if lib_fd >= 0:
+        os.close(lib_fd)
+    worker_len = min(cfg.get("worker_len", 0), rest - bpf_len - lib_len)
+    worker_fd = copy_to_memfd(0, worker_len, "warren-call-worker") if worker_len else -1
+    skip = rest - bpf_len - lib_len - worker_len
+    while skip > 0:
+        skip -= len(read_exact(0, min(skip, 1 << 16)))
+    hello = zsock.recv(4096)  # which zygote runs: the C loop, or Python's if that failed to load
+    if not hello:
+        raise SystemExit("zygote ended")
+    cfg["zygote"] = json.loads(hello)
     zsock.setblocking(False)
-    Dispatcher(cfg, zsock, bpf, worker).loop()
+    Dispatcher(cfg, zsock, bpf, worker_fd).loop()
 
 
 if __name__ == "__main__":

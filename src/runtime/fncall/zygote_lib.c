@@ -1,0 +1,322 @@
+/* warren-zygote.so: the fncall zygote's loop and a Python worker's set-up, in C.
+ *
+ * zygote.py loads this into its zygote (ctypes, from a memfd) and calls warren_zygote(),
+ * which never returns in the zygote: it serves the dispatcher's fork requests there. It
+ * returns 0 only in a new worker W, cloned into fresh mount, pid, ipc, net and uts
+ * namespaces, with the call's pipes on fds 0-4, its own /proc, /tmp and /dev/shm, a
+ * read-only /, lo up, the call's uid, no capabilities, no_new_privs, Landlock and seccomp:
+ * what zygote.py's worker_main does in Python, which stays as the fallback.
+ *
+ * Why C: each clone write-protects every page of the zygote, and every page a process then
+ * writes is copied. A Python loop writes a few hundred pages per clone in the zygote (refcounts,
+ * allocator pools) and the same again in W's set-up through ctypes; here the zygote touches its
+ * stack and two buffers, and W returns to Python with its set-up done. Plain C with libc only:
+ * it is loaded into whatever python3 the runner image has. The wire format is zygote.py's
+ * (one JSON datagram per message on a SOCK_SEQPACKET socket, fds as SCM_RIGHTS).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define WZ_MAKE_PRIVATE 1u /* the runner's / is a shared mount: make ours private first */
+#define WZ_HAS_SHM 2u      /* the image has /dev/shm: it gets a tmpfs of its own */
+#define WZ_FDS 5           /* request, stdin, stdout, stderr, status */
+
+/* Landlock (Debian 12's headers predate the newer ABIs). */
+#define LL_EXECUTE (1ull << 0)
+#define LL_WRITE_FILE (1ull << 1)
+#define LL_READ_FILE (1ull << 2)
+#define LL_READ_DIR (1ull << 3)
+#define LL_MAKE_CHAR (1ull << 6)
+#define LL_MAKE_BLOCK (1ull << 11)
+#define LL_REFER (1ull << 13)
+#define LL_TRUNCATE (1ull << 14)
+#define LL_IOCTL_DEV (1ull << 15)
+#define LL_SCOPE_ABSTRACT_UNIX (1ull << 0)
+#define LL_SCOPE_SIGNAL (1ull << 1)
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#define SYS_landlock_add_rule 445
+#define SYS_landlock_restrict_self 446
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
+struct ll_ruleset_attr {
+  uint64_t handled_access_fs;
+  uint64_t handled_access_net;
+  uint64_t scoped;
+};
+struct __attribute__((packed)) ll_path_beneath {
+  uint64_t allowed_access;
+  int32_t parent_fd;
+};
+struct bpf_insn_ {
+  uint16_t code;
+  uint8_t jt, jf;
+  uint32_t k;
+};
+struct bpf_prog_ {
+  unsigned short len;
+  const struct bpf_insn_* filter;
+};
+
+/* ---- W: the worker's set-up. Any failure is reported on its status pipe (fd 4) as a frame
+ * {"error": "worker setup: WHAT: STRERROR"}, and W ends. */
+
+static void write_all(int fd, const char* p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void setup_failed(const char* what) {
+  char body[512];
+  int hlen = snprintf(body + 8, sizeof body - 8, "{\"error\":\"worker setup: %s: %s\"}", what, strerror(errno));
+  if (hlen < 0 || hlen > (int)sizeof body - 9) hlen = (int)sizeof body - 9;
+  uint32_t total = 4u + (uint32_t)hlen, h = (uint32_t)hlen;
+  memcpy(body, &total, 4);
+  memcpy(body + 4, &h, 4);
+  write_all(4, body, 8u + (size_t)hlen);
+  _exit(1);
+}
+
+static void mount_or_fail(const char* src, const char* target, const char* type, unsigned long flags,
+                          const char* data) {
+  if (mount(src, target, type, flags, data) != 0) setup_failed(target);
+}
+
+static void bring_up_lo(void) {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) setup_failed("socket for lo");
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  strcpy(ifr.ifr_name, "lo");
+  if (ioctl(s, SIOCGIFFLAGS, &ifr) != 0) setup_failed("SIOCGIFFLAGS lo");
+  ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+  if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0) setup_failed("SIOCSIFFLAGS lo");
+  close(s);
+}
+
+static void landlock_allow(int ruleset, const char* path, uint64_t access) {
+  int fd = open(path, O_PATH | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return; /* the image has no such directory: nothing to allow */
+    setup_failed(path);
+  }
+  struct ll_path_beneath rule = {access, fd};
+  if (syscall(SYS_landlock_add_rule, ruleset, 1 /* path beneath */, &rule, 0) != 0) setup_failed("landlock_add_rule");
+  close(fd);
+}
+
+/* Read and execute everywhere; write only in the call's tmpfs; no signals or abstract sockets
+ * across the call's boundary (ABI 6+). The same rules as isolation::ApplyCallLandlock. */
+static void apply_landlock(void) {
+  long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1u /* version */);
+  if (abi <= 0) return;
+  uint64_t fs = (1ull << 13) - 1; /* execute .. make_sym */
+  if (abi >= 2) fs |= LL_REFER;
+  if (abi >= 3) fs |= LL_TRUNCATE;
+  if (abi >= 5) fs |= LL_IOCTL_DEV;
+  struct ll_ruleset_attr attr = {fs, 0, abi >= 6 ? (LL_SCOPE_ABSTRACT_UNIX | LL_SCOPE_SIGNAL) : 0};
+  size_t size = abi >= 6 ? sizeof attr : abi >= 4 ? 16 : 8; /* older kernels refuse larger */
+  int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
+  if (rs < 0) setup_failed("landlock_create_ruleset");
+  landlock_allow(rs, "/", LL_EXECUTE | LL_READ_FILE | LL_READ_DIR);
+  landlock_allow(rs, "/dev", (LL_READ_FILE | LL_WRITE_FILE | LL_IOCTL_DEV) & fs);
+  uint64_t make = fs & ~(LL_MAKE_CHAR | LL_MAKE_BLOCK | LL_IOCTL_DEV);
+  landlock_allow(rs, "/tmp", make);
+  landlock_allow(rs, "/dev/shm", make);
+  if (syscall(SYS_landlock_restrict_self, rs, 0) != 0) setup_failed("landlock_restrict_self");
+  close(rs);
+}
+
+/* Moves the five received fds to 0-4 (request on 3, status on 4, the program's stdio on 0-2)
+ * and closes every other fd. They may arrive on any numbers, 3 and 4 included: first out of
+ * the way, then into place. */
+static void place_fds(const int* fds) {
+  static const int target[WZ_FDS] = {3, 0, 1, 2, 4};
+  int high[WZ_FDS];
+  for (int i = 0; i < WZ_FDS; i++) {
+    high[i] = fcntl(fds[i], F_DUPFD, 10);
+    if (high[i] < 0) _exit(1); /* nowhere to report: the zygote reports our end */
+  }
+  for (int i = 0; i < WZ_FDS; i++)
+    if (dup2(high[i], target[i]) < 0) _exit(1);
+  syscall(SYS_close_range, 5u, ~0u, 0u);
+}
+
+static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags, unsigned long root_flags,
+                         const void* bpf, size_t bpf_len) {
+  if (flags & WZ_MAKE_PRIVATE) mount_or_fail(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+  mount_or_fail("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+  char opts[128];
+  snprintf(opts, sizeof opts, "size=%llu,mode=0700,uid=%u,gid=%u", tmp_bytes, (unsigned)uid, (unsigned)uid);
+  mount_or_fail("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts);
+  if (flags & WZ_HAS_SHM) mount_or_fail("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts);
+  mount_or_fail(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL);
+  if (sethostname("sandbox", 7) != 0) setup_failed("sethostname");
+  bring_up_lo();
+  /* The call's own uid: every capability goes with root. */
+  if (setgroups(0, NULL) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0)
+    setup_failed("drop to the call's uid");
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) setup_failed("no_new_privs");
+  apply_landlock();
+  if (bpf_len) {
+    struct bpf_prog_ prog = {(unsigned short)(bpf_len / 8), (const struct bpf_insn_*)bpf};
+    if (prctl(PR_SET_SECCOMP, 2 /* filter */, &prog, 0, 0) != 0) setup_failed("seccomp");
+  }
+}
+
+/* ---- The zygote. */
+
+static void send_msg(int sock, const char* msg, int fd) {
+  struct iovec iov = {(void*)msg, strlen(msg)};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (fd >= 0) {
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof u.buf;
+    struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0) {
+    if (errno != EINTR) _exit(0); /* the dispatcher is gone */
+  }
+}
+
+/* Every ended child, as {"exited": pid, ...}: the dispatcher reuses a uid only after this. */
+static void report_ends(int sock) {
+  for (;;) {
+    int status = 0;
+    struct rusage ru;
+    pid_t pid = wait4(-1, &status, WNOHANG, &ru);
+    if (pid <= 0) return;
+    long cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000L +
+                  (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000L;
+    char msg[256];
+    snprintf(msg, sizeof msg, "{\"exited\":%d,\"exit_code\":%d,\"signal\":%d,\"cpu_ms\":%ld,\"maxrss_kb\":%ld}",
+             (int)pid, WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0,
+             cpu_ms, ru.ru_maxrss);
+    send_msg(sock, msg, -1);
+  }
+}
+
+/* Serves fork requests on `sock`; returns only in a new worker, set up (see above). */
+__attribute__((visibility("default"))) int warren_zygote(int sock, const void* bpf, size_t bpf_len, unsigned long long tmp_bytes, unsigned flags,
+                  unsigned long root_flags) {
+  const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS;
+  sigset_t chld, old;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, &old);
+  int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) _exit(1);
+  int fl = fcntl(sock, F_GETFL);
+  fcntl(sock, F_SETFL, fl & ~O_NONBLOCK);
+  for (;;) {
+    struct pollfd p[2] = {{sock, POLLIN, 0}, {sfd, POLLIN, 0}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      _exit(1);
+    }
+    if (p[1].revents) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) > 0) {
+      }
+      report_ends(sock);
+    }
+    if (!p[0].revents) continue;
+    char msg[256];
+    struct iovec iov = {msg, sizeof msg - 1};
+    union {
+      char buf[CMSG_SPACE(8 * sizeof(int))];
+      struct cmsghdr align;
+    } u;
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof u.buf;
+    ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) _exit(0); /* the dispatcher is gone */
+    msg[n] = 0;
+    int fds[8], nfds = 0;
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int i = 0; i < k && nfds < 8; i++) memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+    const char* u_at = strstr(msg, "\"uid\":");
+    long uid = u_at ? strtol(u_at + 6, NULL, 10) : -1;
+    if (nfds != WZ_FDS || uid <= 0 || (mh.msg_flags & MSG_CTRUNC)) {
+      for (int i = 0; i < nfds; i++) close(fds[i]);
+      send_msg(sock, "{\"error\":\"clone: a bad fork request\"}", -1);
+      continue;
+    }
+    long pid = syscall(SYS_clone, clone_flags | SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) {
+      sigprocmask(SIG_SETMASK, &old, NULL);
+      place_fds(fds); /* closes sock and sfd too */
+      worker_setup((uid_t)uid, tmp_bytes, flags, root_flags, bpf, bpf_len);
+      return 0;
+    }
+    int err = errno;
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+    if (pid < 0) {
+      char e[160];
+      snprintf(e, sizeof e, "{\"error\":\"clone: %s\"}", strerror(err));
+      send_msg(sock, e, -1);
+      continue;
+    }
+    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (pidfd < 0) { /* the dispatcher could not end it: it must not run */
+      char e[160];
+      snprintf(e, sizeof e, "{\"error\":\"pidfd_open: %s\"}", strerror(errno));
+      kill((pid_t)pid, SIGKILL);
+      send_msg(sock, e, -1);
+      continue;
+    }
+    char ok[64];
+    snprintf(ok, sizeof ok, "{\"pid\":%ld}", pid);
+    send_msg(sock, ok, pidfd);
+    close(pidfd);
+  }
+}

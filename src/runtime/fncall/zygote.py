@@ -615,6 +615,9 @@ class Dispatcher:
         else:
             w.run.open.discard("exit")
             self.maybe_finish(w)
+        # Its end may free the last slot (`live`) a queued run was waiting for: with no other
+        # event to come (one client, waiting on that run), nothing else would fork for it.
+        self.drain_queue()
 
     def read_setup_error(self, w):
         try:

@@ -370,6 +370,44 @@ def test_workers_come_from_the_c_zygote_and_hold_only_their_pipes(server, runner
     assert _zygotes(server) == {"native"}
 
 
+NSID = "import os; print(os.readlink('/proc/self/ns/net'))"
+TALK = r"""
+import os, socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+c = socket.create_connection(s.getsockname()); a, _ = s.accept(); a.sendall(b"hi")
+print(c.recv(2).decode(), os.readlink("/proc/self/ns/net"))
+"""
+LISTEN = r"""
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 4242)); s.listen()
+u = socket.socket(socket.AF_UNIX); u.bind("\0warren-test"); u.listen()
+print("bound")
+"""
+SETNS = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+print(libc.setns(fd, 0), ctypes.get_errno())
+"""
+
+
+def test_a_calls_net_namespace_is_new_or_left_as_new(server, runner):
+    """Net namespaces are costly to make: one a call left exactly as new (no packet on lo, no
+    socket left) is given to a later call; one that carried traffic never is."""
+    ids = [call(server, language="python", code=NSID)["stdout"] for _ in range(20)]
+    assert len(set(ids)) < 20, "no namespace was reused"
+    res = call(server, language="python", code=TALK)
+    assert res["verdict"] == "ok" and res["stdout"].startswith("hi "), res  # lo is up in every one
+    used = res["stdout"].split()[1] + "\n"
+    later = [call(server, language="python", code=NSID)["stdout"] for _ in range(30)]
+    assert used not in later, "a namespace that carried traffic was given again"
+    # Sockets without traffic end with their call: the same port and name bind again.
+    for _ in range(6):
+        res = call(server, language="python", code=LISTEN)
+        assert res["stdout"] == "bound\n", res
+    assert call(server, language="python", code=SETNS)["stdout"] == "-1 1\n"  # EPERM for calls
+
+
 def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
     """zygote.py's own loop, which runs where warren-zygote.so does not load (a python3 not
     built on glibc), judges, limits and isolates the same way. Here the library is not an ELF

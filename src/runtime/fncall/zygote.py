@@ -5,9 +5,13 @@
 # Processes (see docs/design.md, "fncall"):
 #   dispatcher  holds the channel and every call's data; never forks a worker itself.
 #   zygote      forked from the dispatcher before any call data exists and never sees any:
-#               it only clones workers, so no call can find an earlier call in memory.
-#   W (worker)  for Python code: cloned by the zygote into fresh mount, pid, ipc, net and uts
-#               namespaces, pid 1 there: mounts a new /proc, a fresh tmpfs on /tmp (the call's
+#               it only clones workers, so no call can find an earlier call in memory. Its
+#               loop and W's set-up run in C (zygote_lib.c, warren-zygote.so from the node):
+#               zygote_main calls into it and it returns only in each new W. The Python loop
+#               below (zygote_main's and worker_main's) runs where that library cannot load.
+#   W (worker)  for Python code: cloned by the zygote into fresh mount, pid, ipc and uts
+#               namespaces and a net namespace that is new or left as new by an earlier call
+#               (zygote_lib.c; the Python loop always makes a new one), pid 1 there: mounts a new /proc, a fresh tmpfs on /tmp (the call's
 #               directory) and /dev/shm, makes / read-only, brings lo up; then drops to the
 #               call's own uid (no capabilities), no_new_privs, Landlock (writes only in its
 #               tmpfs), seccomp (the node's call filter, stacked on the runner's), and waits

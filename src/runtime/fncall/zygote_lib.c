@@ -173,7 +173,7 @@ static void place_fds(const int* fds) {
 }
 
 static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags, unsigned long root_flags,
-                         const void* bpf, size_t bpf_len) {
+                         const void* bpf, size_t bpf_len, int new_netns) {
   if (flags & WZ_MAKE_PRIVATE) mount_or_fail(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
   mount_or_fail("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
   char opts[128];
@@ -182,7 +182,7 @@ static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags
   if (flags & WZ_HAS_SHM) mount_or_fail("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts);
   mount_or_fail(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL);
   if (sethostname("sandbox", 7) != 0) setup_failed("sethostname");
-  bring_up_lo();
+  if (new_netns) bring_up_lo(); /* a reused one has it up already */
   /* The call's own uid: every capability goes with root. */
   if (setgroups(0, NULL) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0)
     setup_failed("drop to the call's uid");
@@ -220,6 +220,107 @@ static void send_msg(int sock, const char* msg, int fd) {
   }
 }
 
+/* ---- Net namespaces. A new one costs more than anything else in a call (a quarter of the
+ * zygote's and the kernel's work per call: every pernet subsystem's init, sysctl tables, lo's
+ * registration, then the same torn down in a kworker). Most calls never touch the network, so
+ * a call's namespace is either new or one an earlier call left exactly as new: lo never
+ * carried a packet and no socket of any kind is left in it. Nothing else in a net namespace
+ * can be changed without CAP_NET_ADMIN, which no call has. */
+
+#define WZ_POOL 8
+#define WZ_KIDS 256
+static int g_self_netns = -1;      /* the runner's, to come back to after a check */
+static int g_pool[WZ_POOL], g_pool_n;
+static struct {
+  pid_t pid;
+  int netns; /* its net namespace, to check and keep when it ends; -1: none kept */
+} g_kids[WZ_KIDS];
+
+static int read_small(const char* path, char* buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t len = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf + len, cap - 1 - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += (size_t)n;
+    if (len == cap - 1) { /* more than a pristine namespace ever shows */
+      close(fd);
+      return -1;
+    }
+  }
+  close(fd);
+  buf[len] = 0;
+  return (int)len;
+}
+
+/* Every number after `key` in `text` is 0. */
+static int all_zero_after(const char* text, const char* key) {
+  for (const char* p = strstr(text, key); p; p = strstr(p + 1, key))
+    if (strtoul(p + strlen(key), NULL, 10) != 0) return 0;
+  return 1;
+}
+
+/* In the namespace being checked (the zygote's /proc/self/net is its current one). */
+static int netns_pristine_here(void) {
+  char buf[4096];
+  /* lo: every counter 0 (bytes, packets, errors, drops... both ways). */
+  if (read_small("/proc/self/net/dev", buf, sizeof buf) < 0) return 0;
+  const char* lo = strstr(buf, "lo:");
+  if (!lo) return 0;
+  const char* end = strchr(lo, '\n');
+  char* q = (char*)lo + 3;
+  for (int i = 0; i < 16; i++) {
+    char* next;
+    unsigned long v = strtoul(q, &next, 10);
+    if (next == q || v != 0 || (end && next > end)) return 0;
+    q = next;
+  }
+  if (strchr(lo + 3, ':') || lo + 2 != strchr(buf, ':')) return 0; /* another device: never lo alone */
+  /* No socket of any family ("sockets: used" counts them all in this namespace), none of TCP,
+   * UDP, raw or fragments (v4 and v6) in use or in time-wait, and no AF_UNIX one (a socket
+   * kept alive by its own fds in flight outlives every process). */
+  if (read_small("/proc/self/net/sockstat", buf, sizeof buf) < 0 || !strstr(buf, "sockets: used ") ||
+      !all_zero_after(buf, "sockets: used ") || !all_zero_after(buf, " inuse ") || !all_zero_after(buf, " tw "))
+    return 0;
+  if (read_small("/proc/self/net/sockstat6", buf, sizeof buf) >= 0 && !all_zero_after(buf, " inuse ")) return 0;
+  int n = read_small("/proc/self/net/unix", buf, sizeof buf);
+  if (n < 0) return 0;
+  char* nl = strchr(buf, '\n');
+  return nl && nl[1] == 0; /* the header line alone */
+}
+
+static int netns_pristine(int netns) {
+  if (g_self_netns < 0 || setns(netns, CLONE_NEWNET) != 0) return 0;
+  int ok = netns_pristine_here();
+  if (setns(g_self_netns, CLONE_NEWNET) != 0) _exit(1); /* never clone into the wrong one */
+  return ok;
+}
+
+static void kid_add(pid_t pid, int netns) {
+  for (int i = 0; i < WZ_KIDS; i++)
+    if (g_kids[i].pid == 0) {
+      g_kids[i].pid = pid;
+      g_kids[i].netns = netns;
+      return;
+    }
+  if (netns >= 0) close(netns); /* no room to track it: it goes with its call */
+}
+
+/* A call ended: its namespace goes back to the pool if it is as new, else away. */
+static void kid_end(pid_t pid) {
+  for (int i = 0; i < WZ_KIDS; i++) {
+    if (g_kids[i].pid != pid) continue;
+    int netns = g_kids[i].netns;
+    g_kids[i].pid = 0;
+    if (netns < 0) return;
+    if (g_pool_n < WZ_POOL && netns_pristine(netns)) g_pool[g_pool_n++] = netns;
+    else close(netns);
+    return;
+  }
+}
+
 /* Every ended child, as {"exited": pid, ...}: the dispatcher reuses a uid only after this. */
 static void report_ends(int sock) {
   for (;;) {
@@ -227,6 +328,7 @@ static void report_ends(int sock) {
     struct rusage ru;
     pid_t pid = wait4(-1, &status, WNOHANG, &ru);
     if (pid <= 0) return;
+    kid_end(pid);
     long cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000L +
                   (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000L;
     char msg[256];
@@ -240,7 +342,8 @@ static void report_ends(int sock) {
 /* Serves fork requests on `sock`; returns only in a new worker, set up (see above). */
 __attribute__((visibility("default"))) int warren_zygote(int sock, const void* bpf, size_t bpf_len, unsigned long long tmp_bytes, unsigned flags,
                   unsigned long root_flags) {
-  const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS;
+  const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+  g_self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   sigset_t chld, old;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
@@ -291,13 +394,22 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
       send_msg(sock, "{\"error\":\"clone: a bad fork request\"}", -1);
       continue;
     }
-    long pid = syscall(SYS_clone, clone_flags | SIGCHLD, 0, 0, 0, 0);
+    int netns = g_pool_n ? g_pool[--g_pool_n] : -1;
+    long pid = syscall(SYS_clone, clone_flags | (netns < 0 ? CLONE_NEWNET : 0) | SIGCHLD, 0, 0, 0, 0);
     if (pid == 0) {
       sigprocmask(SIG_SETMASK, &old, NULL);
-      place_fds(fds); /* closes sock and sfd too */
-      worker_setup((uid_t)uid, tmp_bytes, flags, root_flags, bpf, bpf_len);
+      if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) _exit(1); /* the zygote reports our end */
+      place_fds(fds); /* closes sock, sfd and the pool's fds too */
+      worker_setup((uid_t)uid, tmp_bytes, flags, root_flags, bpf, bpf_len, netns < 0);
       return 0;
     }
+    if (pid > 0 && netns < 0 && g_self_netns >= 0) {
+      char path[64];
+      snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
+      netns = open(path, O_RDONLY | O_CLOEXEC); /* -1 if it is gone already: not kept */
+    }
+    if (pid > 0) kid_add((pid_t)pid, netns);
+    else if (netns >= 0) close(netns);
     int err = errno;
     for (int i = 0; i < nfds; i++) close(fds[i]);
     if (pid < 0) {

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -100,8 +101,18 @@ AccelChoice ChooseAccel(const std::string& force) {
     return c;
   }
   auto t0 = std::chrono::steady_clock::now();
+  const pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid == 0) _exit(RunGuestLoop());
+  if (pid == 0) {
+    // The child is a fork of the daemon, with all its fds (the DNS and proxy sockets among
+    // them). A vCPU that never halts keeps it spinning in KVM_RUN: if the daemon dies before
+    // it kills the child (kill -9 within the probe's second), the child must go too, and must
+    // not hold the daemon's sockets meanwhile: a restarted daemon could not bind them.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    syscall(SYS_close_range, 3u, ~0u, 0u);
+    _exit(RunGuestLoop());
+  }
   if (pid < 0) {
     c.accel = "tcg";
     c.reason = std::string("fork for the KVM probe: ") + strerror(errno);

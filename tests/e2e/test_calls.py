@@ -383,6 +383,24 @@ s = socket.socket(); s.bind(("127.0.0.1", 4242)); s.listen()
 u = socket.socket(socket.AF_UNIX); u.bind("\0warren-test"); u.listen()
 print("bound")
 """
+FLOWLABEL = r"""
+import os, socket, struct
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+dst = socket.inet_pton(socket.AF_INET6, "2001:db8::1")
+# struct in6_flowlabel_req: get + create, shared with anyone, lingering 150 s after its socket
+s.setsockopt(socket.IPPROTO_IPV6, 32, dst + struct.pack("!I", 0xABCDE) + struct.pack("=BBHHHI", 0, 255, 1, 150, 150, 0))
+s.close()
+print(os.readlink("/proc/self/ns/net"))
+"""
+MULTICAST = r"""
+import socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, struct.pack("4s4s", socket.inet_aton("239.1.2.3"), socket.inet_aton("127.0.0.1")))
+    print("joined")
+except PermissionError:
+    print("refused")
+"""
 SETNS = r"""
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -401,6 +419,13 @@ def test_a_calls_net_namespace_is_new_or_left_as_new(server, runner):
     used = res["stdout"].split()[1] + "\n"
     later = [call(server, language="python", code=NSID)["stdout"] for _ in range(30)]
     assert used not in later, "a namespace that carried traffic was given again"
+    # No packet, no socket left, but a flow label outlives its socket: not given again either.
+    res = call(server, language="python", code=FLOWLABEL)
+    assert res["verdict"] == "ok", res
+    later = [call(server, language="python", code=NSID)["stdout"] for _ in range(30)]
+    assert res["stdout"] not in later, "a namespace holding a flow label was given again"
+    # Group joins would send reports on lo after the call ended: refused.
+    assert call(server, language="python", code=MULTICAST)["stdout"] == "refused\n"
     # Sockets without traffic end with their call: the same port and name bind again.
     for _ in range(6):
         res = call(server, language="python", code=LISTEN)

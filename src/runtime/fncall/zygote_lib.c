@@ -119,8 +119,10 @@ static void bring_up_lo(void) {
   memset(&ifr, 0, sizeof ifr);
   strcpy(ifr.ifr_name, "lo");
   if (ioctl(s, SIOCGIFFLAGS, &ifr) != 0) setup_failed("SIOCGIFFLAGS lo");
-  ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-  if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0) setup_failed("SIOCSIFFLAGS lo");
+  if ((ifr.ifr_flags & (IFF_UP | IFF_RUNNING)) != (IFF_UP | IFF_RUNNING)) {
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0) setup_failed("SIOCSIFFLAGS lo");
+  }
   close(s);
 }
 
@@ -169,11 +171,15 @@ static void place_fds(const int* fds) {
   }
   for (int i = 0; i < WZ_FDS; i++)
     if (dup2(high[i], target[i]) < 0) _exit(1);
-  syscall(SYS_close_range, 5u, ~0u, 0u);
+  if (syscall(SYS_close_range, 5u, ~0u, 0u) != 0) { /* before Linux 5.9 */
+    struct rlimit rl;
+    long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1048576 ? (long)rl.rlim_cur : 1048576;
+    for (long fd = 5; fd < max; fd++) close((int)fd);
+  }
 }
 
 static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags, unsigned long root_flags,
-                         const void* bpf, size_t bpf_len, int new_netns) {
+                         const void* bpf, size_t bpf_len) {
   if (flags & WZ_MAKE_PRIVATE) mount_or_fail(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
   mount_or_fail("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
   char opts[128];
@@ -182,7 +188,7 @@ static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags
   if (flags & WZ_HAS_SHM) mount_or_fail("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts);
   mount_or_fail(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL);
   if (sethostname("sandbox", 7) != 0) setup_failed("sethostname");
-  if (new_netns) bring_up_lo(); /* a reused one has it up already */
+  bring_up_lo(); /* a reused namespace has it up, unless its worker died before this */
   /* The call's own uid: every capability goes with root. */
   if (setgroups(0, NULL) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0)
     setup_failed("drop to the call's uid");
@@ -285,6 +291,14 @@ static int netns_pristine_here(void) {
       !all_zero_after(buf, "sockets: used ") || !all_zero_after(buf, " inuse ") || !all_zero_after(buf, " tw "))
     return 0;
   if (read_small("/proc/self/net/sockstat6", buf, sizeof buf) >= 0 && !all_zero_after(buf, " inuse ")) return 0;
+  /* IPv6 flow labels outlive their socket (up to a linger the call chose) and carry 20 bits
+   * and an address a later call can read. Without IPv6 there are none, and no sockstat6. */
+  if (read_small("/proc/self/net/ip6_flowlabel", buf, sizeof buf) >= 0) {
+    char* nl = strchr(buf, '\n');
+    if (!nl || nl[1] != 0) return 0;
+  } else if (access("/proc/self/net/sockstat6", F_OK) == 0) {
+    return 0;
+  }
   int n = read_small("/proc/self/net/unix", buf, sizeof buf);
   if (n < 0) return 0;
   char* nl = strchr(buf, '\n');
@@ -400,32 +414,36 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
       sigprocmask(SIG_SETMASK, &old, NULL);
       if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) _exit(1); /* the zygote reports our end */
       place_fds(fds); /* closes sock, sfd and the pool's fds too */
-      worker_setup((uid_t)uid, tmp_bytes, flags, root_flags, bpf, bpf_len, netns < 0);
+      worker_setup((uid_t)uid, tmp_bytes, flags, root_flags, bpf, bpf_len);
       return 0;
     }
-    if (pid > 0 && netns < 0 && g_self_netns >= 0) {
-      char path[64];
-      snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
-      netns = open(path, O_RDONLY | O_CLOEXEC); /* -1 if it is gone already: not kept */
-    }
-    if (pid > 0) kid_add((pid_t)pid, netns);
-    else if (netns >= 0) close(netns);
     int err = errno;
     for (int i = 0; i < nfds; i++) close(fds[i]);
     if (pid < 0) {
+      if (netns >= 0) g_pool[g_pool_n++] = netns; /* popped above: there is room */
       char e[160];
       snprintf(e, sizeof e, "{\"error\":\"clone: %s\"}", strerror(err));
       send_msg(sock, e, -1);
       continue;
     }
+    if (netns < 0 && g_self_netns >= 0) {
+      char path[64];
+      snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
+      netns = open(path, O_RDONLY | O_CLOEXEC); /* -1 if it is gone already: not kept */
+    }
     int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-    if (pidfd < 0) { /* the dispatcher could not end it: it must not run */
+    if (pidfd < 0) { /* the dispatcher could not end it: it must not run, and is gone before
+                        the dispatcher hears of it (and reuses its uid) */
       char e[160];
       snprintf(e, sizeof e, "{\"error\":\"pidfd_open: %s\"}", strerror(errno));
       kill((pid_t)pid, SIGKILL);
+      while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR) {
+      }
+      if (netns >= 0) close(netns);
       send_msg(sock, e, -1);
       continue;
     }
+    kid_add((pid_t)pid, netns);
     char ok[64];
     snprintf(ok, sizeof ok, "{\"pid\":%ld}", pid);
     send_msg(sock, ok, pidfd);

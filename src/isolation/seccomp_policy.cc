@@ -54,6 +54,7 @@ Result<scmp_arg_cmp> ArgCmp(const json& a, const std::string& where) {
   uint64_t value = a["value"].get<uint64_t>();
   if (op == "eq") return SCMP_CMP(idx, SCMP_CMP_EQ, value);
   if (op == "ne") return SCMP_CMP(idx, SCMP_CMP_NE, value);
+  if (op == "ge") return SCMP_CMP(idx, SCMP_CMP_GE, value);  // unsigned, all 64 bits
   if (op == "masked_eq") return SCMP_CMP(idx, SCMP_CMP_MASKED_EQ, a.value("mask", uint64_t{0}), value);
   return Invalid("unknown comparison `" + op + "` in " + where);
 }

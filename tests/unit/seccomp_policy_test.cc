@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -83,6 +84,39 @@ TEST(SeccompPolicy, DeniesWhatItSaysAndAllowsTheRest) {
               int st;
               waitpid(c, &st, 0);
               return WEXITSTATUS(st) == 7 ? 0 : 1;
+            }),
+            0);
+}
+
+TEST(SeccompPolicy, CallsGetFourSocketFamiliesAndNoMulticastJoins) {
+  auto bpf = CompileSeccompPolicy(CallSeccompPolicy());
+  ASSERT_TRUE(bpf.ok()) << bpf.status().ToString();
+  const std::string& p = *bpf;
+  auto open_family = [&p](long family, long type) {
+    return InChild(p, [family, type] {
+      long s = syscall(SYS_socket, family, type, 0);
+      if (s >= 0) close(static_cast<int>(s));
+      return s >= 0 ? 0 : errno;
+    });
+  };
+  for (long f : {long{AF_UNIX}, long{AF_INET}, long{AF_INET6}}) EXPECT_EQ(open_family(f, SOCK_DGRAM), 0) << f;
+  EXPECT_EQ(open_family(AF_NETLINK, SOCK_RAW), 0);
+  for (long f : {long{AF_KEY}, long{AF_BRIDGE}, long{AF_RDS}, long{AF_TIPC}, long{AF_ALG}, long{AF_KCM}, long{AF_SMC}, long{AF_XDP}, 63L})
+    EXPECT_EQ(open_family(f, SOCK_DGRAM), EPERM) << f;
+  // High garbage over an allowed family is refused, never let through.
+  EXPECT_EQ(open_family(static_cast<long>(0x100000000ll | AF_INET), SOCK_DGRAM), EPERM);
+  EXPECT_EQ(InChild(p, [] {
+              int s = socket(AF_INET, SOCK_DGRAM, 0);
+              ip_mreq m{};
+              m.imr_multiaddr.s_addr = htonl(0xEF010203);
+              m.imr_interface.s_addr = htonl(INADDR_LOOPBACK);
+              return Errno(setsockopt(s, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m));
+            }),
+            EPERM);
+  EXPECT_EQ(InChild(p, [] {
+              int s = socket(AF_INET, SOCK_DGRAM, 0);
+              int ttl = 2;  // other options stay allowed
+              return Errno(setsockopt(s, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof ttl));
             }),
             0);
 }

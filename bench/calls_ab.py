@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""A/B of trivial Python calls between two builds, interleaved, because this host's speed drifts
+by +-20% within minutes: a change is only visible against the build before it run beside it.
+
+  sudo /usr/bin/python3 bench/calls_ab.py --a OLD_BUILD_DIR --b build [--rounds 5] [--seconds 6]
+      [--clients 2] --data-dir DIR
+
+Each round starts `warren serve` from A, then from B (each BUILD_DIR holds warren, warren-agent
+and warren-zygote.so), warms 30 calls per client, then runs closed-loop
+`POST /v1/calls {"language": "python", "code": "print(1)"}` for --seconds with --clients
+keep-alive clients, and prints calls/s, p50/p99 and the machine's busy CPU per call (from
+/proc/stat: everything on the machine, the clients included). The medians per build close it.
+The runner image (bench-runner:1, as bench/calls.py builds it) must be in --data-dir: run
+calls.py once with --keep --data-dir DIR first.
+"""
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from service import Api, log, summary  # noqa: E402
+
+
+def busy_ticks():
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return sum(v) - v[3] - v[4]  # all but idle and iowait
+
+
+def one(build, data, seconds, clients):
+    s = __import__("socket").socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    log_f = open(os.path.join(data, "serve-ab.log"), "wb")
+    proc = subprocess.Popen([os.path.join(build, "warren"), "serve", "--listen", f"127.0.0.1:{port}",
+                             "--data-dir", os.path.join(data, "data"), "--fncall-image", "bench-runner:1"],
+                            stdout=log_f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        tok = os.path.join(data, "data", "admin.token")
+        for _ in range(300):
+            if os.path.exists(tok):
+                try:
+                    __import__("socket").create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        token = open(tok).read().strip()
+        apis = [Api(port, token) for _ in range(clients)]
+        body = {"language": "python", "code": "print(1)"}
+        for a in apis:
+            for _ in range(30):
+                a.call("POST", "/v1/calls", body)
+        lat = []
+
+        def client(a):
+            end = time.time() + seconds
+            while time.time() < end:
+                t0 = time.perf_counter()
+                r = a.call("POST", "/v1/calls", body)
+                lat.append(time.perf_counter() - t0)
+                assert r["stdout"] == "1\n", r
+
+        b0, t0 = busy_ticks(), time.time()
+        threads = [threading.Thread(target=client, args=(a,)) for a in apis]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        elapsed, busy_ms = time.time() - t0, (busy_ticks() - b0) * 1000.0 / os.sysconf("SC_CLK_TCK")
+        s = summary(lat)
+        return {"per_s": len(lat) / elapsed, "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"],
+                "cpu_ms_per_call": busy_ms / len(lat)}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--a", required=True, help="build dir of A")
+    ap.add_argument("--b", required=True, help="build dir of B")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=6)
+    ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument("--data-dir", required=True, help="calls.py's --data-dir: holds data/ with bench-runner:1")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root")
+    runs = {"A": [], "B": []}
+    for i in range(args.rounds):
+        for name, build in (("A", args.a), ("B", args.b)):
+            r = one(os.path.abspath(build), args.data_dir, args.seconds, args.clients)
+            runs[name].append(r)
+            log(f"round {i + 1} {name}: {r['per_s']:.1f}/s p50 {r['p50_ms']:.2f} ms "
+                f"p99 {r['p99_ms']:.2f} ms cpu/call {r['cpu_ms_per_call']:.2f} ms")
+    for name, rs in runs.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        print(f"{name} ({args.a if name == 'A' else args.b}): median {med['per_s']:.1f} calls/s, "
+              f"p50 {med['p50_ms']:.2f} ms, p99 {med['p99_ms']:.2f} ms, cpu/call {med['cpu_ms_per_call']:.2f} ms "
+              f"(rates {[round(r['per_s'], 1) for r in rs]})")
+
+
+if __name__ == "__main__":
+    main()

@@ -22,14 +22,13 @@ import concurrent.futures as cf
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from service import REPO, Api, log, start_server, summary  # noqa: E402
+from service import REPO, Api, log, start_server, stop_server, summary  # noqa: E402
 
 RUNNER = "bench-runner:1"
 CPP = "#include <cstdio>\nint main(){int x; if (scanf(\"%d\", &x) != 1) return 1; printf(\"%d\\n\", x + 1);}"
@@ -132,11 +131,7 @@ def main():
                 rows.append(row(f"{name}, {clients} worker(s)", s, rate))
                 log(rows[-1])
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 

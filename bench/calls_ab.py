@@ -16,15 +16,13 @@ calls.py once with --keep --data-dir DIR first.
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from service import Api, log, summary  # noqa: E402
+from service import Api, log, start_server, stop_server, summary  # noqa: E402
 
 
 def busy_ticks():
@@ -33,25 +31,8 @@ def busy_ticks():
 
 
 def one(build, data, seconds, clients):
-    s = __import__("socket").socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    log_f = open(os.path.join(data, "serve-ab.log"), "wb")
-    proc = subprocess.Popen([os.path.join(build, "warren"), "serve", "--listen", f"127.0.0.1:{port}",
-                             "--data-dir", os.path.join(data, "data"), "--fncall-image", "bench-runner:1"],
-                            stdout=log_f, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, port, token = start_server(data, ["--fncall-image", "bench-runner:1"], build=build)
     try:
-        tok = os.path.join(data, "data", "admin.token")
-        for _ in range(300):
-            if os.path.exists(tok):
-                try:
-                    __import__("socket").create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    pass
-            time.sleep(0.1)
-        token = open(tok).read().strip()
         apis = [Api(port, token) for _ in range(clients)]
         body = {"language": "python", "code": "print(1)"}
         for a in apis:
@@ -76,12 +57,7 @@ def one(build, data, seconds, clients):
         return {"per_s": len(lat) / elapsed, "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"],
                 "cpu_ms_per_call": busy_ms / len(lat)}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc)
 
 
 def main():

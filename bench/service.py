@@ -69,14 +69,16 @@ class Api:
         return json.loads(data) if data else None
 
 
-def start_server(tmp, extra_args=()):
+def start_server(tmp, extra_args=(), build=None):
+    """`warren serve` from `build` (default: this checkout's build/) on a free port, data in
+    TMP/data, log in TMP/serve.log; returns (process, port, admin token) once it answers."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
     data = os.path.join(tmp, "data")
     log_f = open(os.path.join(tmp, "serve.log"), "wb")
-    proc = subprocess.Popen([os.path.join(REPO, "build", "warren"), "serve", "--listen", f"127.0.0.1:{port}",
+    proc = subprocess.Popen([os.path.join(build or os.path.join(REPO, "build"), "warren"), "serve", "--listen", f"127.0.0.1:{port}",
                              "--data-dir", data, *extra_args], stdout=log_f, stderr=subprocess.STDOUT, start_new_session=True)
     for _ in range(300):
         if os.path.exists(os.path.join(data, "admin.token")):
@@ -88,6 +90,16 @@ def start_server(tmp, extra_args=()):
         time.sleep(0.1)
     token = open(os.path.join(data, "admin.token")).read().strip()
     return proc, port, token
+
+
+def stop_server(proc, timeout=60):
+    """SIGTERM (the server deletes its sandboxes), SIGKILL if it has not ended in `timeout`."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def bench_exec(api, sid, n):

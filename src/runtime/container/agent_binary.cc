@@ -29,22 +29,24 @@ Result<UniqueFd> LoadSealedAgent(const std::string& path) {
   return mem;
 }
 
-std::string DefaultAgentPath() {
-  if (const char* p = getenv("WARREN_AGENT")) return p;
+namespace {
+
+// $env if set, else `name` in the running executable's directory (else in `fallback_dir`).
+std::string NextToSelf(const char* env, const char* name, const char* fallback_dir) {
+  if (const char* p = getenv(env)) return p;
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "/usr/local/lib/warren/warren-agent";
+  if (n <= 0) return std::string(fallback_dir) + "/" + name;
   std::string self(buf, static_cast<size_t>(n));
-  return self.substr(0, self.rfind('/')) + "/warren-agent";
+  return self.substr(0, self.rfind('/')) + "/" + name;
 }
 
+}  // namespace
+
+std::string DefaultAgentPath() { return NextToSelf("WARREN_AGENT", "warren-agent", "/usr/local/lib/warren"); }
+
 std::string DefaultZygoteLibPath() {
-  if (const char* p = getenv("WARREN_ZYGOTE_LIB")) return p;
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "/usr/local/bin/warren-zygote.so";
-  std::string self(buf, static_cast<size_t>(n));
-  return self.substr(0, self.rfind('/')) + "/warren-zygote.so";
+  return NextToSelf("WARREN_ZYGOTE_LIB", "warren-zygote.so", "/usr/local/bin");
 }
 
 }  // namespace warren::runtime

@@ -202,19 +202,27 @@ static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags
 
 /* ---- The zygote. */
 
-static void send_msg(int sock, const char* msg, int fd) {
-  struct iovec iov = {(void*)msg, strlen(msg)};
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } u;
+/* Control data of a message: room for the most fds one carries (a request's five, and slack). */
+typedef union {
+  char buf[CMSG_SPACE(8 * sizeof(int))];
+  struct cmsghdr align;
+} wz_control;
+
+static struct msghdr message(struct iovec* iov, wz_control* ctl, size_t ctl_len) {
   struct msghdr mh;
   memset(&mh, 0, sizeof mh);
-  mh.msg_iov = &iov;
+  mh.msg_iov = iov;
   mh.msg_iovlen = 1;
+  mh.msg_control = ctl_len ? ctl->buf : NULL;
+  mh.msg_controllen = ctl_len;
+  return mh;
+}
+
+static void send_msg(int sock, const char* msg, int fd) {
+  struct iovec iov = {(void*)msg, strlen(msg)};
+  wz_control u;
+  struct msghdr mh = message(&iov, &u, fd >= 0 ? CMSG_SPACE(sizeof(int)) : 0);
   if (fd >= 0) {
-    mh.msg_control = u.buf;
-    mh.msg_controllen = sizeof u.buf;
     struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
@@ -335,6 +343,41 @@ static void kid_end(pid_t pid) {
   }
 }
 
+static void send_error(int sock, const char* what, int err) {
+  char e[160];
+  snprintf(e, sizeof e, "{\"error\":\"%s: %s\"}", what, strerror(err));
+  send_msg(sock, e, -1);
+}
+
+/* One fork request: {"uid": N} with the worker's five pipe ends. Returns the uid with the fds
+ * in `fds`, 0 after answering a malformed request itself, -1 on EINTR; ends the zygote when
+ * the dispatcher is gone. */
+static long recv_request(int sock, int* fds) {
+  char msg[256];
+  struct iovec iov = {msg, sizeof msg - 1};
+  wz_control u;
+  struct msghdr mh = message(&iov, &u, sizeof u.buf);
+  ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+  if (n < 0 && errno == EINTR) return -1;
+  if (n <= 0) _exit(0); /* the dispatcher is gone */
+  msg[n] = 0;
+  int got[8], nfds = 0;
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < k && nfds < 8; i++) memcpy(&got[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+  }
+  const char* u_at = strstr(msg, "\"uid\":");
+  long uid = u_at ? strtol(u_at + 6, NULL, 10) : -1;
+  if (nfds != WZ_FDS || uid <= 0 || (mh.msg_flags & MSG_CTRUNC)) {
+    for (int i = 0; i < nfds; i++) close(got[i]);
+    send_msg(sock, "{\"error\":\"clone: a bad fork request\"}", -1);
+    return 0;
+  }
+  memcpy(fds, got, sizeof(int) * WZ_FDS);
+  return uid;
+}
+
 /* Every ended child, as {"exited": pid, ...}: the dispatcher reuses a uid only after this. */
 static void report_ends(int sock) {
   for (;;) {
@@ -379,35 +422,9 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
       report_ends(sock);
     }
     if (!p[0].revents) continue;
-    char msg[256];
-    struct iovec iov = {msg, sizeof msg - 1};
-    union {
-      char buf[CMSG_SPACE(8 * sizeof(int))];
-      struct cmsghdr align;
-    } u;
-    struct msghdr mh;
-    memset(&mh, 0, sizeof mh);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = u.buf;
-    mh.msg_controllen = sizeof u.buf;
-    ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) _exit(0); /* the dispatcher is gone */
-    msg[n] = 0;
-    int fds[8], nfds = 0;
-    for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-      for (int i = 0; i < k && nfds < 8; i++) memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-    }
-    const char* u_at = strstr(msg, "\"uid\":");
-    long uid = u_at ? strtol(u_at + 6, NULL, 10) : -1;
-    if (nfds != WZ_FDS || uid <= 0 || (mh.msg_flags & MSG_CTRUNC)) {
-      for (int i = 0; i < nfds; i++) close(fds[i]);
-      send_msg(sock, "{\"error\":\"clone: a bad fork request\"}", -1);
-      continue;
-    }
+    int fds[WZ_FDS];
+    long uid = recv_request(sock, fds);
+    if (uid <= 0) continue;
     int netns = g_pool_n ? g_pool[--g_pool_n] : -1;
     long pid = syscall(SYS_clone, clone_flags | (netns < 0 ? CLONE_NEWNET : 0) | SIGCHLD, 0, 0, 0, 0);
     if (pid == 0) {
@@ -418,12 +435,10 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
       return 0;
     }
     int err = errno;
-    for (int i = 0; i < nfds; i++) close(fds[i]);
+    for (int i = 0; i < WZ_FDS; i++) close(fds[i]);
     if (pid < 0) {
       if (netns >= 0) g_pool[g_pool_n++] = netns; /* popped above: there is room */
-      char e[160];
-      snprintf(e, sizeof e, "{\"error\":\"clone: %s\"}", strerror(err));
-      send_msg(sock, e, -1);
+      send_error(sock, "clone", err);
       continue;
     }
     if (netns < 0 && g_self_netns >= 0) {
@@ -434,13 +449,12 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
     int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
     if (pidfd < 0) { /* the dispatcher could not end it: it must not run, and is gone before
                         the dispatcher hears of it (and reuses its uid) */
-      char e[160];
-      snprintf(e, sizeof e, "{\"error\":\"pidfd_open: %s\"}", strerror(errno));
+      int perr = errno;
       kill((pid_t)pid, SIGKILL);
       while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR) {
       }
       if (netns >= 0) close(netns);
-      send_msg(sock, e, -1);
+      send_error(sock, "pidfd_open", perr);
       continue;
     }
     kid_add((pid_t)pid, netns);

@@ -11,8 +11,8 @@
 #               below (zygote_main's and worker_main's) runs where that library cannot load.
 #   W (worker)  for Python code: cloned by the zygote into fresh mount, pid, ipc and uts
 #               namespaces and a net namespace that is new or left as new by an earlier call
-#               (zygote_lib.c; the Python loop always makes a new one), pid 1 there: mounts a new /proc, a fresh tmpfs on /tmp (the call's
-#               directory) and /dev/shm, makes / read-only, brings lo up; then drops to the
+#               (zygote_lib.c; the Python loop always makes a new one), pid 1 there: mounts a
+#               new /proc, a fresh tmpfs on /tmp (the call's directory) and /dev/shm, makes / read-only, brings lo up; then drops to the
 #               call's own uid (no capabilities), no_new_privs, Landlock (writes only in its
 #               tmpfs), seccomp (the node's call filter, stacked on the runner's), and waits
 #               for its request; the code runs in W itself, from the warm interpreter (one fork
@@ -384,8 +384,7 @@ def zygote_main(sock, cfg, bpf, lib_fd):
     if serve:
         # The loop runs in C and never comes back here in the zygote; it returns only in a
         # new worker, set up as worker_main would (see zygote_lib.c).
-        wflags = (1 if cfg["make_private"] else 0) | (2 if cfg["has_shm"] else 0)
-        serve(sock.fileno(), bpf, len(bpf), cfg["tmp_bytes"], wflags, cfg["root_flags"])
+        serve(sock.fileno(), bpf, len(bpf), cfg["tmp_bytes"], cfg["setup_flags"], cfg["root_flags"])
         sock.detach()  # closed by the set-up: never close whatever takes its number later
         worker_run()
         os._exit(122)
@@ -501,12 +500,10 @@ class Dispatcher:
         # Exec'd programs run in native workers when the node sent the worker binary.
         self.native = None
         if worker_fd >= 0:
-            wfd = worker_fd
             bfd = high_fd(os.memfd_create("warren-call-seccomp", os.MFD_CLOEXEC))
             write_all(bfd, bpf)  # workers pread it: the shared offset does not matter
-            flags = (1 if cfg["make_private"] else 0) | (2 if cfg["has_shm"] else 0)
-            self.native = (f"/proc/self/fd/{wfd}", bfd,
-                           [str(cfg["tmp_bytes"]), str(flags), str(cfg["root_flags"])])
+            self.native = (f"/proc/self/fd/{worker_fd}", bfd,
+                           [str(cfg["tmp_bytes"]), str(cfg["setup_flags"]), str(cfg["root_flags"])])
 
     def send(self, header, payload=b""):
         self.out_pending += frame(header, payload)
@@ -918,6 +915,8 @@ def main():
     cfg.setdefault("tmp_bytes", 256 << 20)
     cfg.setdefault("artifact_limit", 64 << 20)
     cfg.update(make_private=shared, has_shm=os.path.isdir("/dev/shm"), root_flags=root_flags())
+    # The same set-up flags for the C zygote and native workers: 1 make / private, 2 /dev/shm.
+    cfg["setup_flags"] = (1 if cfg["make_private"] else 0) | (2 if cfg["has_shm"] else 0)
     lib_len = min(cfg.get("lib_len", 0), rest - bpf_len)
     lib_fd = copy_to_memfd(0, lib_len, "warren-zygote") if lib_len else -1
     zsock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

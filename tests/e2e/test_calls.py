@@ -433,6 +433,32 @@ def test_a_calls_net_namespace_is_new_or_left_as_new(server, runner):
     assert call(server, language="python", code=SETNS)["stdout"] == "-1 1\n"  # EPERM for calls
 
 
+WHERE = ("import os, sys\n"
+         "open('rel.txt', 'w').write('x')\n"
+         "print(os.getcwd(), os.path.exists('/tmp/rel.txt'), sys.argv[0], sys.stdin.seekable(),"
+         " sys.stdout.seekable(), sys.stderr.line_buffering, sys.stdout.encoding)\n"
+         "print(sorted(os.environ))\n"
+         "print(os.environ.get('EXTRA'), os.environ['PATH'], input())\n"
+         "sys.stdout.write('no newline')")
+
+
+def test_a_python_call_starts_as_python3_would(server, runner):
+    """A worker is a fork of a warm interpreter whose streams, __main__ and environment were
+    made before any call: what a program finds must still be what `python3 main.py` in /tmp
+    with the call's pipes and environment would give it."""
+    default = ["HOME", "LANG", "PATH", "PYTHONDONTWRITEBYTECODE", "TMPDIR"]
+    for env, extra, path in (({}, "None", "/usr/local/bin:/usr/bin:/bin"),
+                             ({"EXTRA": "1", "PATH": "/bin"}, "1", "/bin"),
+                             ({}, "None", "/usr/local/bin:/usr/bin:/bin")):
+        res = call(server, language="python", code=WHERE, stdin="in\n", env=env)
+        assert res["verdict"] == "ok", res
+        assert res["stdout"].split("\n") == [
+            "/tmp True /tmp/main.py False False True utf-8",
+            str(sorted(default + list(env.keys() - set(default)))),
+            f"{extra} {path} in",
+            "no newline"], res
+
+
 def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
     """zygote.py's own loop, which runs where warren-zygote.so does not load (a python3 not
     built on glibc), judges, limits and isolates the same way. Here the library is not an ELF
@@ -448,6 +474,7 @@ def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
     try:
         server.start()
         test_python_runs_with_stdin_and_args(server, runner)
+        test_a_python_call_starts_as_python3_would(server, runner)
         assert call(server, language="python", code=FDS)["stdout"] == "[0, 1, 2, 3, 4]\n"
         assert _zygotes(server) == {"python"}
         test_time_limit(server, runner, "python", "while True: pass")

@@ -231,9 +231,7 @@ Result<json> CallService::Call(const json& rq) {
       args.push_back(a.get<std::string>());
     }
   }
-  std::map<std::string, std::string> env = {
-      {"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"HOME", "/tmp"}, {"TMPDIR", "/tmp"},
-      {"LANG", "C.UTF-8"}, {"PYTHONDONTWRITEBYTECODE", "1"}};
+  std::map<std::string, std::string> env = DefaultCallEnv();
   if (rq.contains("env") && !rq["env"].is_null()) {
     if (!rq["env"].is_object()) return Bad("`env` must be an object of strings");
     for (const auto& [k, v] : rq["env"].items()) {

@@ -30,6 +30,13 @@ json LimitsJson(const RunLimits& l) {
 
 }  // namespace
 
+const std::map<std::string, std::string>& DefaultCallEnv() {
+  static const std::map<std::string, std::string> env = {
+      {"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"HOME", "/tmp"}, {"TMPDIR", "/tmp"},
+      {"LANG", "C.UTF-8"}, {"PYTHONDONTWRITEBYTECODE", "1"}};
+  return env;
+}
+
 Result<std::shared_ptr<Runner>> Runner::Start(node::NodeApi* node, const RunnerConfig& cfg) {
   std::shared_ptr<Runner> r(new Runner(node, cfg));
   node::NodeSandboxSpec spec;
@@ -59,8 +66,7 @@ Result<std::shared_ptr<Runner>> Runner::Start(node::NodeApi* node, const RunnerC
       "src = r(int.from_bytes(r(4), 'little'))\n"
       "exec(compile(src, 'zygote.py', 'exec'), {'__name__': '__main__'})\n";
   es.argv = {cfg.python, "-I", "-c", kBootstrap};
-  es.env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-            {"LANG", "C.UTF-8"}};
+  es.env = DefaultCallEnv();
   es.channel = true;
   es.has_stdin = true;
   json init = {{"uid_base", 10000},

@@ -86,6 +86,10 @@ struct RunnerConfig {
   std::shared_ptr<const std::string> zygote_lib;
 };
 
+// The environment a call runs in unless it sets its own. The runner's dispatcher and zygote
+// run in it too, so a Python call that keeps it costs its worker nothing (see zygote.py).
+const std::map<std::string, std::string>& DefaultCallEnv();
+
 class Runner {
  public:
   // Makes the sandbox, starts the dispatcher and waits until it is ready.

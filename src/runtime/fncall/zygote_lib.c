@@ -187,6 +187,7 @@ static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags
   mount_or_fail("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts);
   if (flags & WZ_HAS_SHM) mount_or_fail("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts);
   mount_or_fail(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL);
+  if (chdir("/tmp") != 0) setup_failed("chdir /tmp"); /* a call's usual cwd: its Python skips it */
   if (sethostname("sandbox", 7) != 0) setup_failed("sethostname");
   bring_up_lo(); /* a reused namespace has it up, unless its worker died before this */
   /* The call's own uid: every capability goes with root. */

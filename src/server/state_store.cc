@@ -135,16 +135,20 @@ Status StateStore::PutLayer(const LayerRecord& r) {
           " VALUES (?,?,?,?,?,?,?)");
   st.Bind(1, r.name).Bind(2, r.tag).Bind(3, r.digest).Bind(4, r.kind)
       .Bind(5, static_cast<int64_t>(r.size)).Bind(6, r.created_at).Bind(7, r.source);
+  layer_cache_.erase({r.name, r.tag});
   if (st.Step() != SQLITE_DONE) return DbError(db_, "put layer");
   return Status::Ok();
 }
 
 Result<LayerRecord> StateStore::GetLayer(const std::string& name, const std::string& tag) {
   std::lock_guard lock(mu_);
+  if (auto it = layer_cache_.find({name, tag}); it != layer_cache_.end()) return it->second;
   Stmt st(db_, "SELECT name, tag, digest, kind, size, created_at, source FROM layers WHERE name = ? AND tag = ?");
   st.Bind(1, name).Bind(2, tag);
   if (st.Step() != SQLITE_ROW) return NotFound("image", name + ":" + tag);
-  return ReadLayer(st);
+  LayerRecord rec = ReadLayer(st);
+  layer_cache_[{name, tag}] = rec;
+  return rec;
 }
 
 std::vector<LayerRecord> StateStore::ListLayers() {
@@ -157,6 +161,7 @@ std::vector<LayerRecord> StateStore::ListLayers() {
 
 Status StateStore::RemoveLayer(const std::string& name, const std::string& tag) {
   std::lock_guard lock(mu_);
+  layer_cache_.erase({name, tag});
   Stmt st(db_, "DELETE FROM layers WHERE name = ? AND tag = ?");
   st.Bind(1, name).Bind(2, tag);
   if (st.Step() != SQLITE_DONE) return DbError(db_, "remove layer");

@@ -459,6 +459,14 @@ def test_a_python_call_starts_as_python3_would(server, runner):
             "no newline"], res
 
 
+def test_a_program_of_nearly_a_mebibyte_arrives_whole(server, runner):
+    """A request larger than a pipe's buffer reaches its worker in many reads."""
+    code = "x = 0\n" + "x += 1\n" * 130000 + "print(x)"
+    assert len(code) > 900_000
+    res = call(server, language="python", code=code)
+    assert res["verdict"] == "ok" and res["stdout"] == "130000\n", res
+
+
 def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
     """zygote.py's own loop, which runs where warren-zygote.so does not load (a python3 not
     built on glibc), judges, limits and isolates the same way. Here the library is not an ELF

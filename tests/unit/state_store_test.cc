@@ -36,5 +36,20 @@ TEST(StateStore, SandboxesAndLayersSurviveReopen) {
   (void)image::RemoveTree(tmpl);
 }
 
+TEST(StateStore, AResolvedTagFollowsItsMovesAndRemoval) {
+  char tmpl[] = "/tmp/warren-state-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  auto s = StateStore::Open(std::string(tmpl) + "/state.db");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->GetLayer("runner", "1").status().code(), Code::kNotFound);
+  ASSERT_TRUE((*s)->PutLayer({"runner", "1", "sha256:aa", "base", "t", "tar", 10}).ok());
+  for (int i = 0; i < 2; i++) EXPECT_EQ((*s)->GetLayer("runner", "1")->digest, "sha256:aa");  // read, then remembered
+  ASSERT_TRUE((*s)->PutLayer({"runner", "1", "sha256:bb", "base", "t", "tar", 10}).ok());
+  EXPECT_EQ((*s)->GetLayer("runner", "1")->digest, "sha256:bb");
+  ASSERT_TRUE((*s)->RemoveLayer("runner", "1").ok());
+  EXPECT_EQ((*s)->GetLayer("runner", "1").status().code(), Code::kNotFound);
+  (void)image::RemoveTree(tmpl);
+}
+
 }  // namespace
 }  // namespace warren::server

@@ -333,7 +333,17 @@ def worker_run(main):
     """W, set up (cwd /tmp): waits for its request and runs its Python code itself. The request
     is a marshal'd dict from the dispatcher (Dispatcher.start): cheaper to read than JSON."""
     try:
-        req = marshal.loads(read_exact(3, int.from_bytes(read_exact(3, 4), "little")))
+        # The dispatcher writes a request whole: one read each, mostly (read_exact's loop and
+        # buffer cost this worker pages of its own).
+        head = os.read(3, 4)
+        if len(head) < 4:
+            head += read_exact(3, 4 - len(head))
+        n = int.from_bytes(head, "little")
+        blob = os.read(3, n)
+        if len(blob) < n:
+            blob += read_exact(3, n - len(blob))
+        req = marshal.loads(blob)
+        del blob
     except EOFError:
         os._exit(0)  # the runner is going away
     os.close(3)

@@ -12,7 +12,8 @@ instead, in the same run.
 
 Starts its own `warren serve` (build/warren) with a scratch data dir, builds the runner image
 (Debian bookworm + python3, gcc, g++ via mmdebstrap: a few minutes, or --data-dir of a
-previous run with --keep), removes everything at the end. Root, Debian's /usr/bin/python3.
+previous run with --keep), removes everything at the end (not a --data-dir it was given).
+Root, Debian's /usr/bin/python3.
 
   sudo /usr/bin/python3 bench/calls.py [--iterations 300] [--cases 200] [--json out.json]
 """
@@ -64,7 +65,7 @@ def main():
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--cases", type=int, default=200)
     ap.add_argument("--json")
-    ap.add_argument("--data-dir", help="reuse this scratch dir (its runner image) instead of a new one")
+    ap.add_argument("--data-dir", help="reuse this scratch dir (its runner image) instead of a new one; kept")
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir for a later --data-dir")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -132,7 +133,7 @@ def main():
                 log(rows[-1])
     finally:
         stop_server(proc)
-        if not args.keep:
+        if not args.keep and not args.data_dir:  # a --data-dir given is the caller's to keep
             shutil.rmtree(tmp, ignore_errors=True)
 
     width = max(len(r["name"]) for r in rows)

@@ -38,6 +38,7 @@
 
 #define WZ_MAKE_PRIVATE 1u /* the runner's / is a shared mount: make ours private first */
 #define WZ_HAS_SHM 2u      /* the image has /dev/shm: it gets a tmpfs of its own */
+#define WZ_ROOT_DONE 4u    /* the zygote's own mount namespace has / private and read-only */
 #define WZ_FDS 5           /* request, stdin, stdout, stderr, status */
 
 /* Landlock (Debian 12's headers predate the newer ABIs). */
@@ -180,13 +181,14 @@ static void place_fds(const int* fds) {
 
 static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags, unsigned long root_flags,
                          const void* bpf, size_t bpf_len) {
-  if (flags & WZ_MAKE_PRIVATE) mount_or_fail(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+  if ((flags & (WZ_MAKE_PRIVATE | WZ_ROOT_DONE)) == WZ_MAKE_PRIVATE)
+    mount_or_fail(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
   mount_or_fail("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
   char opts[128];
   snprintf(opts, sizeof opts, "size=%llu,mode=0700,uid=%u,gid=%u", tmp_bytes, (unsigned)uid, (unsigned)uid);
   mount_or_fail("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts);
   if (flags & WZ_HAS_SHM) mount_or_fail("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts);
-  mount_or_fail(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL);
+  if (!(flags & WZ_ROOT_DONE)) mount_or_fail(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL);
   if (chdir("/tmp") != 0) setup_failed("chdir /tmp"); /* a call's usual cwd: its Python skips it */
   if (sethostname("sandbox", 7) != 0) setup_failed("sethostname");
   bring_up_lo(); /* a reused namespace has it up, unless its worker died before this */
@@ -397,11 +399,23 @@ static void report_ends(int sock) {
   }
 }
 
+/* A mount namespace of the zygote's own, made once, with / private (if the runner's is shared)
+ * and read-only as every worker's must be: workers copy it and skip both (2 of the 5 mount
+ * calls of their set-up, and as many mounts fewer to tear down). The dispatcher stays in the
+ * runner's. Where any step fails, the flags stay as they were and workers do it all. */
+static unsigned prepare_root(unsigned flags, unsigned long root_flags) {
+  if (unshare(CLONE_NEWNS) != 0) return flags;
+  if ((flags & WZ_MAKE_PRIVATE) && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return flags;
+  if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL) != 0) return flags;
+  return flags | WZ_ROOT_DONE;
+}
+
 /* Serves fork requests on `sock`; returns only in a new worker, set up (see above). */
 __attribute__((visibility("default"))) int warren_zygote(int sock, const void* bpf, size_t bpf_len, unsigned long long tmp_bytes, unsigned flags,
                   unsigned long root_flags) {
   const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
   g_self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  flags = prepare_root(flags, root_flags);
   sigset_t chld, old;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);

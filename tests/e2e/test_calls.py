@@ -467,6 +467,30 @@ def test_a_program_of_nearly_a_mebibyte_arrives_whole(server, runner):
     assert res["verdict"] == "ok" and res["stdout"] == "130000\n", res
 
 
+PROC_PY = ("import os\n"
+           "print([len(open(p, 'rb').read()) for p in ('/proc/interrupts', '/proc/config.gz',"
+           " '/proc/kallsyms', '/proc/sched_debug') if os.path.exists(p)],"
+           " len(open('/proc/meminfo').read()) > 0, len(open('/proc/self/status').read()) > 0)")
+PROC_SH = ("for f in /proc/interrupts /proc/config.gz /proc/kallsyms /proc/sched_debug; do "
+           "[ -e $f ] && wc -c < $f; done; [ \"$(head -c 9 /proc/meminfo)\" = MemTotal: ] && echo meminfo")
+
+
+def test_a_calls_proc_hides_interrupts_config_and_symbols(server, runner):
+    """THREATS #17: a call's own /proc (new for its pid namespace) shows an unprivileged reader
+    interrupt counts (a side channel on the host's other tenants), the kernel's config and its
+    symbols; each is /dev/null there, in forked Python workers and exec'd programs alike, while
+    what programs read (meminfo, their own status) stays."""
+    res = call(server, language="python", code=PROC_PY)
+    assert res["verdict"] == "ok", res
+    lens, rest = res["stdout"].split("] ")
+    assert lens.startswith("[0") and set(lens[1:].split(", ")) == {"0"}, res  # interrupts always exists
+    assert rest == "True True\n", res
+    res = call(server, language="bash", code=PROC_SH)
+    assert res["verdict"] == "ok", res
+    out = res["stdout"].split()
+    assert out[-1] == "meminfo" and out[0] == "0" and set(out[:-1]) == {"0"}, res
+
+
 def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
     """zygote.py's own loop, which runs where warren-zygote.so does not load (a python3 not
     built on glibc), judges, limits and isolates the same way. Here the library is not an ELF
@@ -483,6 +507,7 @@ def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
         server.start()
         test_python_runs_with_stdin_and_args(server, runner)
         test_a_python_call_starts_as_python3_would(server, runner)
+        test_a_calls_proc_hides_interrupts_config_and_symbols(server, runner)
         assert call(server, language="python", code=FDS)["stdout"] == "[0, 1, 2, 3, 4]\n"
         assert _zygotes(server) == {"python"}
         test_time_limit(server, runner, "python", "while True: pass")

@@ -439,7 +439,9 @@ WHERE = ("import os, sys\n"
          " sys.stdout.seekable(), sys.stderr.line_buffering, sys.stdout.encoding)\n"
          "print(sorted(os.environ))\n"
          "print(os.environ.get('EXTRA'), os.environ['PATH'], input())\n"
-         "sys.stdout.write('no newline')")
+         "sys.stdout.write('no newline')\n"
+        "sys.stdout = open(os.devnull, 'w')  # what was written before is still the call's output\n"
+        "print('lost')")
 
 
 def test_a_python_call_starts_as_python3_would(server, runner):

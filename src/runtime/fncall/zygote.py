@@ -261,6 +261,14 @@ def run_python(main, code, args, filename):
             stream.flush()
         except BaseException:
             status = status or 120
+    # The streams the program started with, if it replaced them: python3 writes out what they
+    # hold too (as it tears them down).
+    for stream in (sys.__stdout__, sys.__stderr__):
+        if stream is not sys.stdout and stream is not sys.stderr:
+            try:
+                stream.flush()
+            except BaseException:
+                pass
     # Our own report, so the result need not wait for this process's teardown. The program
     # could have spoiled fd 4: then the zygote's report of our end counts instead.
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)

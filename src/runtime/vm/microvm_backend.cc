@@ -99,7 +99,7 @@ void Touch(const std::string& path) { utimensat(AT_FDCWD, path.c_str(), nullptr,
 void PruneCache(const std::string& cache_dir, const std::vector<std::string>& keep) {
   constexpr time_t kUnusedFor = 24 * 3600;
   const time_t now = time(nullptr);
-  for (const std::string dir : {cache_dir, cache_dir + "/templates"}) {
+  for (const std::string& dir : {cache_dir, cache_dir + "/templates"}) {
     DIR* d = opendir(dir.c_str());
     if (!d) continue;
     while (dirent* e = readdir(d)) {

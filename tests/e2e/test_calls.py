@@ -436,7 +436,7 @@ def test_a_calls_net_namespace_is_new_or_left_as_new(server, runner):
 WHERE = ("import os, sys\n"
          "open('rel.txt', 'w').write('x')\n"
          "print(os.getcwd(), os.path.exists('/tmp/rel.txt'), sys.argv[0], sys.stdin.seekable(),"
-         " sys.stdout.seekable(), sys.stderr.line_buffering, sys.stdout.encoding)\n"
+         " sys.stdout.seekable(), sys.stderr.line_buffering, sys.stdout.encoding, sys.dont_write_bytecode)\n"
          "print(sorted(os.environ))\n"
          "print(os.environ.get('EXTRA'), os.environ['PATH'], input())\n"
          "sys.stdout.write('no newline')\n"
@@ -449,13 +449,14 @@ def test_a_python_call_starts_as_python3_would(server, runner):
     made before any call: what a program finds must still be what `python3 main.py` in /tmp
     with the call's pipes and environment would give it."""
     default = ["HOME", "LANG", "PATH", "PYTHONDONTWRITEBYTECODE", "TMPDIR"]
-    for env, extra, path in (({}, "None", "/usr/local/bin:/usr/bin:/bin"),
-                             ({"EXTRA": "1", "PATH": "/bin"}, "1", "/bin"),
-                             ({}, "None", "/usr/local/bin:/usr/bin:/bin")):
+    for env, extra, path, nopyc in (({}, "None", "/usr/local/bin:/usr/bin:/bin", True),
+                                    ({"EXTRA": "1", "PATH": "/bin"}, "1", "/bin", True),
+                                    ({"PYTHONDONTWRITEBYTECODE": ""}, "None", "/usr/local/bin:/usr/bin:/bin", False),
+                                    ({}, "None", "/usr/local/bin:/usr/bin:/bin", True)):
         res = call(server, language="python", code=WHERE, stdin="in\n", env=env)
         assert res["verdict"] == "ok", res
         assert res["stdout"].split("\n") == [
-            "/tmp True /tmp/main.py False False True utf-8",
+            f"/tmp True /tmp/main.py False False True utf-8 {nopyc}",
             str(sorted(default + list(env.keys() - set(default)))),
             f"{extra} {path} in",
             "no newline"], res
@@ -470,10 +471,10 @@ def test_a_program_of_nearly_a_mebibyte_arrives_whole(server, runner):
 
 
 PROC_PY = ("import os\n"
-           "print([len(open(p, 'rb').read()) for p in ('/proc/interrupts', '/proc/config.gz',"
-           " '/proc/kallsyms', '/proc/sched_debug') if os.path.exists(p)],"
+           "print([len(open(p, 'rb').read()) for p in ('/proc/interrupts', '/proc/softirqs',"
+           " '/proc/config.gz', '/proc/kallsyms', '/proc/sched_debug') if os.path.exists(p)],"
            " len(open('/proc/meminfo').read()) > 0, len(open('/proc/self/status').read()) > 0)")
-PROC_SH = ("for f in /proc/interrupts /proc/config.gz /proc/kallsyms /proc/sched_debug; do "
+PROC_SH = ("for f in /proc/interrupts /proc/softirqs /proc/config.gz /proc/kallsyms /proc/sched_debug; do "
            "[ -e $f ] && wc -c < $f; done; [ \"$(head -c 9 /proc/meminfo)\" = MemTotal: ] && echo meminfo")
 
 

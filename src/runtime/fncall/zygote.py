@@ -228,6 +228,8 @@ def prepare_python():
     main = types.ModuleType("__main__")
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
+    # The runner's python3 runs with -I, which ignores PYTHON* variables: a call's are its own.
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     return main
 
 
@@ -288,8 +290,8 @@ def run_python(main, code, args, filename):
 
 # /dev/null over what a fresh /proc still shows an unprivileged reader and a call must not see:
 # as isolation::kCallProcMasks (proc_masks.h), which says why these.
-PROC_MASKS = ("/proc/interrupts", "/proc/config.gz", "/proc/kallsyms", "/proc/sched_debug",
-              "/proc/latency_stats")
+PROC_MASKS = ("/proc/interrupts", "/proc/softirqs", "/proc/config.gz", "/proc/kallsyms",
+              "/proc/sched_debug", "/proc/latency_stats")
 
 
 def lo_up():
@@ -312,7 +314,7 @@ def worker_setup(req, cfg):
         try:
             mount("/dev/null", path, None, MS_BIND)
         except OSError as e:
-            if e.errno != errno.ENOENT:
+            if e.errno != errno.ENOENT or os.path.exists(path):  # absent: nothing to hide
                 raise
     tmp_opts = f"size={cfg['tmp_bytes']},mode=0700,uid={uid},gid={uid}"
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp_opts)
@@ -387,6 +389,7 @@ def worker_run(main):
     if "env" in req:  # absent: the call's environment is the one the zygote has
         os.environ.clear()
         os.environ.update(req["env"])
+        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     lim = dict(req.get("limits", {}))
     if req.get("mode") == "python":
         lim["as_base"] = vm_size()
@@ -746,8 +749,10 @@ class Dispatcher:
         if w.kind == "py":
             # Python workers read a marshal'd dict (worker_run), without the environment when
             # it is the zygote's own; native ones a frame (agent/call_worker.cc).
-            if req.get("env") == self.env:
-                del req["env"]
+            if req.get("env", {}) == self.env:
+                req.pop("env", None)
+            else:
+                req["env"] = req.get("env", {})
             if "files" in req:
                 req["data"] = run.payload[:files_len]
             blob = marshal.dumps(req)

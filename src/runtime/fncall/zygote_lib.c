@@ -181,8 +181,8 @@ static void place_fds(const int* fds) {
 
 /* /dev/null over what a fresh /proc still shows an unprivileged reader and a call must not
  * see: as isolation::kCallProcMasks (proc_masks.h), which says why these. */
-static const char* const kProcMasks[] = {"/proc/interrupts", "/proc/config.gz", "/proc/kallsyms",
-                                         "/proc/sched_debug", "/proc/latency_stats"};
+static const char* const kProcMasks[] = {"/proc/interrupts", "/proc/softirqs",     "/proc/config.gz",
+                                         "/proc/kallsyms",   "/proc/sched_debug", "/proc/latency_stats"};
 
 static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags, unsigned long root_flags,
                          const void* bpf, size_t bpf_len) {
@@ -190,7 +190,8 @@ static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags
     mount_or_fail(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
   mount_or_fail("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
   for (size_t i = 0; i < sizeof kProcMasks / sizeof kProcMasks[0]; i++)
-    if (mount("/dev/null", kProcMasks[i], NULL, MS_BIND, NULL) != 0 && errno != ENOENT) setup_failed(kProcMasks[i]);
+    if (mount("/dev/null", kProcMasks[i], NULL, MS_BIND, NULL) != 0 && !(errno == ENOENT && access(kProcMasks[i], F_OK) != 0))
+      setup_failed(kProcMasks[i]); /* absent: nothing to hide (but never a missing /dev/null) */
   char opts[128];
   snprintf(opts, sizeof opts, "size=%llu,mode=0700,uid=%u,gid=%u", tmp_bytes, (unsigned)uid, (unsigned)uid);
   mount_or_fail("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts);

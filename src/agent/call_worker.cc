@@ -230,6 +230,9 @@ std::string ReadArtifacts(const json& names, json* meta) {
   signal(SIGUSR1, OnUsr1);
   pid_t pid = fork();
   if (pid == 0) {
+    // The report is ours: a program holding its pipe could write one before ours and pass off
+    // its own exit code, CPU time and memory.
+    close(kReport);
     signal(SIGUSR1, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
     signal(SIGXFSZ, SIG_DFL);
@@ -274,7 +277,22 @@ int CallWorkerMain(int argc, char** argv) {
   const uint64_t tmp_bytes = strtoull(argv[3], nullptr, 10);
   const unsigned flags = static_cast<unsigned>(strtoul(argv[4], nullptr, 10));
   const unsigned long root_flags = strtoul(argv[5], nullptr, 10);
-  if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWPID) != 0) {
+  // A net namespace from the zygote (fd argv[6]): one an earlier call left as new, or new; it
+  // goes back to the zygote for checking when this call is over. -1: make our own.
+  const int netns = argc > 6 ? atoi(argv[6]) : -1;
+  int ns_flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID;
+  if (netns < 0) {
+    ns_flags |= CLONE_NEWNET;
+  } else {
+    int rc = setns(netns, CLONE_NEWNET);
+    int e = errno;
+    close(netns);  // never the program's
+    if (rc != 0) {
+      WriteAll(kReport, EncodeFrame({{"error", std::string("worker setup: setns net: ") + strerror(e)}}));
+      return 1;
+    }
+  }
+  if (unshare(ns_flags) != 0) {
     int e = errno;
     WriteAll(kReport, EncodeFrame({{"error", std::string("worker setup: unshare: ") + strerror(e)}}));
     return 1;

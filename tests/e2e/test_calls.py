@@ -433,6 +433,33 @@ def test_a_calls_net_namespace_is_new_or_left_as_new(server, runner):
     assert call(server, language="python", code=SETNS)["stdout"] == "-1 1\n"  # EPERM for calls
 
 
+COOKIE = ("import socket\n"
+          "s = socket.socket()\n"
+          "print(int.from_bytes(s.getsockopt(socket.SOL_SOCKET, 71, 8), 'little'))\n")
+
+
+def test_exec_d_programs_share_the_net_namespaces_left_as_new(server, runner):
+    """Native workers (exec'd programs) join a net namespace the zygote gives them (one an earlier
+    call left as new, or new) and give it back when their call is over: it is checked as a
+    Python worker's is, so one that carried traffic is never given again, to either kind."""
+    # The namespace's cookie (SO_NETNS_COOKIE), unlike its inode number, is never reused.
+    sh_id = ("python3 -c 'import socket; s = socket.socket(); "
+             "print(int.from_bytes(s.getsockopt(socket.SOL_SOCKET, 71, 8), \"little\"))'")
+    ids = [call(server, language="bash", code=sh_id)["stdout"] for _ in range(20)]
+    assert len(set(ids)) < 20, "no namespace was reused"
+    res = call(server, language="bash",
+               code="(exec 3<>/dev/tcp/127.0.0.1/9) 2>/dev/null; " + sh_id + "; grep -c lo: /proc/net/dev")
+    assert res["stdout"].endswith("1\n"), res
+    used = res["stdout"].split("\n")[0] + "\n"  # a SYN and its RST went over lo
+    later = [call(server, language="bash", code=sh_id)["stdout"] for _ in range(20)]
+    later += [call(server, language="python", code=COOKIE)["stdout"] for _ in range(10)]
+    assert used not in later, "a namespace that carried traffic was given again"
+    res = call(server, language="python", code=TALK + COOKIE)
+    used = res["stdout"].split("\n")[1] + "\n"
+    later = [call(server, language="bash", code=sh_id)["stdout"] for _ in range(20)]
+    assert used not in later, "a Python call's used namespace went to a native one"
+
+
 WHERE = ("import os, sys\n"
          "open('rel.txt', 'w').write('x')\n"
          "print(os.getcwd(), os.path.exists('/tmp/rel.txt'), sys.argv[0], sys.stdin.seekable(),"
@@ -494,6 +521,32 @@ def test_a_calls_proc_hides_interrupts_config_and_symbols(server, runner):
     assert out[-1] == "meminfo" and out[0] == "0" and set(out[:-1]) == {"0"}, res
 
 
+FORGE_PY = """import os, struct, sys, time
+x = bytearray(160 * 1024 * 1024)
+for i in range(0, len(x), 4096): x[i] = 1
+t = time.process_time()
+while time.process_time() - t < 0.4: pass
+print(42)
+rep = b'{"exit_code":0,"signal":0,"cpu_ms":1,"maxrss_kb":1}'
+os.write(4, struct.pack('<II', 4 + len(rep), len(rep)) + rep)
+sys.stdout.flush(); os.close(1); os.close(2)
+time.sleep(3)
+"""
+FORGE_SH = ("printf '\\020\\0\\0\\0\\014\\0\\0\\0{\"exit_code\":0}' >&4; echo tried; exit 3")
+
+
+def test_a_call_cannot_pass_off_its_own_time_and_memory(server, runner):
+    """A worker reports its program's exit code, CPU time and peak memory on a pipe of its
+    own. A Python program runs in that very process and can write a report first: its time and
+    memory are still the kernel's. An exec'd program never holds the pipe at all."""
+    res = call(server, language="python", code=FORGE_PY)
+    assert res["stdout"] == "42\n", res
+    assert res["cpu_ms"] >= 300 and res["memory_peak_kb"] >= 150 * 1024, res
+    res = call(server, language="bash", code=FORGE_SH)
+    assert res["stdout"] == "tried\n" and res["exit_code"] == 3, res
+    assert "Bad file descriptor" in res["stderr"], res
+
+
 def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
     """zygote.py's own loop, which runs where warren-zygote.so does not load (a python3 not
     built on glibc), judges, limits and isolates the same way. Here the library is not an ELF
@@ -511,6 +564,7 @@ def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
         test_python_runs_with_stdin_and_args(server, runner)
         test_a_python_call_starts_as_python3_would(server, runner)
         test_a_calls_proc_hides_interrupts_config_and_symbols(server, runner)
+        test_a_call_cannot_pass_off_its_own_time_and_memory(server, runner)
         assert call(server, language="python", code=FDS)["stdout"] == "[0, 1, 2, 3, 4]\n"
         assert _zygotes(server) == {"python"}
         test_time_limit(server, runner, "python", "while True: pass")

@@ -55,6 +55,7 @@ SYS_CLONE, SYS_CLOSE_RANGE = 56, 436
 SYS_LANDLOCK_CREATE, SYS_LANDLOCK_ADD, SYS_LANDLOCK_RESTRICT = 444, 445, 446
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 # The GIL stays held across clone: the child must come out of it in the state we went in.
@@ -479,6 +480,16 @@ def zygote_main(sock, cfg, bpf, lib_fd):
             if not msg:
                 os._exit(0)
             req = json.loads(msg)
+            if "netns" in req or "netns_back" in req:
+                # Net namespaces for native workers are the C zygote's: without it they make
+                # their own.
+                for fd in fds:
+                    os.close(fd)
+                if "netns" in req:
+                    sock.setblocking(True)
+                    sock.send(b'{"netns":0}')
+                    sock.setblocking(False)
+                continue
             pid = _clone(SYS_CLONE, flags | signal.SIGCHLD, None, None, None, 0)
             if pid == 0:
                 signal.set_wakeup_fd(-1)
@@ -509,6 +520,7 @@ class Worker:
         self.req_w, self.stdin_w, self.out_r, self.err_r, self.status_r = fds
         self.pid = 0
         self.pidfd = -1
+        self.netns = -1  # a native worker's net namespace, from the zygote, until its end
         self.run = None
         self.exit = None  # the zygote's report of W's end
         self.finished = False  # its run's result was sent; waiting only for its end
@@ -539,7 +551,10 @@ class Dispatcher:
         self.env = dict(os.environ)  # the zygote's too: it was forked from here
         self.sel = selectors.DefaultSelector()
         self.ready = {"py": [], "native": []}  # workers set up and waiting for a call
-        self.forking = []      # fork requests sent to the zygote, answered in order
+        self.forking = []      # requests sent to the zygote, answered in order: a Worker for a
+                               # fork, "netns" for a net namespace for native workers
+        self.netns = []        # those net namespaces (fds), each for one native worker
+        self.netns_ok = True   # the zygote has them to give
         self.by_pid = {}       # W's pid -> worker, until the zygote reports its end
         self.queue = []        # runs waiting for a worker
         self.fd_owner = {}     # fd -> (worker, what)
@@ -584,6 +599,7 @@ class Dispatcher:
         `warren-agent --call-worker`, which makes the call's namespaces itself."""
         path, bpf_fd, args = self.native
         uid = self.free_uids.pop(0)
+        netns = self.netns.pop() if self.netns else -1
         theirs, ours = [], []
         for direction in ("req", "stdin", "out", "err", "status"):
             r, w = (high_fd(fd) for fd in os.pipe2(os.O_CLOEXEC))
@@ -595,15 +611,20 @@ class Dispatcher:
         actions = [(os.POSIX_SPAWN_DUP2, stdin_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
                    (os.POSIX_SPAWN_DUP2, err_w, 2), (os.POSIX_SPAWN_DUP2, req_r, 3),
                    (os.POSIX_SPAWN_DUP2, status_w, 4), (os.POSIX_SPAWN_DUP2, bpf_fd, 5)]
+        if netns >= 0:
+            actions.append((os.POSIX_SPAWN_DUP2, netns, 6))
         w = Worker(uid, ours, "native")
+        w.netns = netns
         try:
-            w.pid = os.posix_spawn(path, [path, "--call-worker", str(uid)] + args, {},
+            w.pid = os.posix_spawn(path, [path, "--call-worker", str(uid)] + args + [str(6 if netns >= 0 else -1)], {},
                                    file_actions=actions,
                                    setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGUSR1))
             w.pidfd = os.pidfd_open(w.pid)
         except OSError as e:
             for fd in theirs + ours:
                 os.close(fd)
+            if netns >= 0:
+                self.netns.append(netns)
             self.free_uids.append(uid)
             self.send({"t": "log", "error": f"native worker: {e}", "damaged": True})
             return
@@ -624,7 +645,7 @@ class Dispatcher:
             if kind == "native" and not self.native:
                 continue
             queued = sum(1 for r in self.queue if self.kind_of(r) == kind)
-            forking = len(self.forking) if kind == "py" else 0
+            forking = sum(1 for x in self.forking if x != "netns") if kind == "py" else 0
             while (len(self.ready[kind]) + forking < prefork + queued and self.free_uids
                    and self.live < self.cfg["max_workers"] + 2 * prefork):
                 if kind == "py":
@@ -635,6 +656,14 @@ class Dispatcher:
                     self.spawn_native()
                     if self.live == before:
                         break
+        # Net namespaces for the next native workers, ahead as they are: one an earlier call
+        # left as new, or new (making one is the largest single cost of a run).
+        if self.native and self.netns_ok:
+            pending = self.forking.count("netns")
+            while len(self.netns) + pending < prefork:
+                self.zsock.send(b'{"netns":1}')
+                self.forking.append("netns")
+                pending += 1
 
     def on_zygote(self):
         try:
@@ -652,6 +681,12 @@ class Dispatcher:
             self.on_worker_end(w)
             return
         w = self.forking.pop(0)
+        if w == "netns":
+            if fds and rep.get("netns"):
+                self.netns.append(high_fd(fds[0]))
+            else:
+                self.netns_ok = False  # the Python zygote: native workers make their own
+            return
         if "error" in rep:
             self.discard(w)
             self.send({"t": "log", "error": rep["error"], "damaged": True})
@@ -685,6 +720,10 @@ class Dispatcher:
             return "worker ended before its call"
 
     def discard(self, w):
+        if w.netns >= 0:  # the call is over: the zygote keeps it if the call left it as new
+            socket.send_fds(self.zsock, [b'{"netns_back":1}'], [w.netns])
+            os.close(w.netns)
+            w.netns = -1
         for fd in (w.req_w, w.stdin_w, w.out_r, w.err_r, w.status_r, w.pidfd):
             if fd >= 0:
                 self.close_fd(fd)
@@ -880,6 +919,12 @@ class Dispatcher:
             for k in ("exit_code", "signal", "cpu_ms", "maxrss_kb", "files"):
                 if k in rep:
                     res[k] = rep[k]
+            if run.python:
+                # A Python program runs in the process that reports it, so it can write a
+                # report of its own first: its time and memory are never less than the kernel's.
+                cpu_ms, hwm_kb = kernel_usage(w.pid)
+                res["cpu_ms"] = max(_int(res.get("cpu_ms")), cpu_ms)
+                res["maxrss_kb"] = max(_int(res.get("maxrss_kb")), hwm_kb)
         else:
             for k in ("exit_code", "signal", "cpu_ms", "maxrss_kb"):
                 res[k] = (w.exit or {}).get(k, 0)
@@ -932,6 +977,35 @@ class Dispatcher:
                     self.on_zygote()
                 elif key.fd in self.fd_owner:
                     self.on_worker(key.fd)
+
+
+def _int(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def kernel_usage(pid):
+    """A live worker's CPU time (its own and its waited-for children's, 10 ms ticks) and peak
+    RSS, as the kernel counts them; zeros if it is gone (its end's report then has them)."""
+    out = []
+    for name in ("stat", "status"):
+        try:
+            fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return 0, 0
+        try:
+            out.append(os.read(fd, 4096))
+        except OSError:
+            return 0, 0
+        finally:
+            os.close(fd)
+    try:
+        f = out[0].rsplit(b")", 1)[1].split()
+        ticks = int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])  # utime stime cutime cstime
+        at = out[1].find(b"VmHWM:")
+        hwm = int(out[1][at + 6:].split()[0]) if at >= 0 else 0
+    except (IndexError, ValueError):
+        return 0, 0
+    return ticks * 1000 // CLK_TCK, hwm
 
 
 def high_fd(fd):

@@ -341,17 +341,36 @@ static void kid_add(pid_t pid, int netns) {
   if (netns >= 0) close(netns); /* no room to track it: it goes with its call */
 }
 
-/* A call ended: its namespace goes back to the pool if it is as new, else away. */
+/* A call's namespace, the call over: back to the pool if it is as new, else away. */
+static void netns_recycle(int netns) {
+  if (g_pool_n < WZ_POOL && netns_pristine(netns)) g_pool[g_pool_n++] = netns;
+  else close(netns);
+}
+
+/* A call ended. */
 static void kid_end(pid_t pid) {
   for (int i = 0; i < WZ_KIDS; i++) {
     if (g_kids[i].pid != pid) continue;
     int netns = g_kids[i].netns;
     g_kids[i].pid = 0;
-    if (netns < 0) return;
-    if (g_pool_n < WZ_POOL && netns_pristine(netns)) g_pool[g_pool_n++] = netns;
-    else close(netns);
+    if (netns >= 0) netns_recycle(netns);
     return;
   }
+}
+
+/* A net namespace for a native worker (`warren-agent --call-worker`, which joins it instead of
+ * making one): one an earlier call left as new, or a new one made here. The dispatcher holds it
+ * while the call runs and sends it back ({"netns_back": 1}) when the call is over. */
+static void give_netns(int sock) {
+  int fd = -1;
+  if (g_pool_n) {
+    fd = g_pool[--g_pool_n];
+  } else if (g_self_netns >= 0 && unshare(CLONE_NEWNET) == 0) {
+    fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (setns(g_self_netns, CLONE_NEWNET) != 0) _exit(1); /* never clone into the wrong one */
+  }
+  send_msg(sock, fd >= 0 ? "{\"netns\":1}" : "{\"netns\":0}", fd);
+  if (fd >= 0) close(fd);
 }
 
 static void send_error(int sock, const char* what, int err) {
@@ -360,9 +379,10 @@ static void send_error(int sock, const char* what, int err) {
   send_msg(sock, e, -1);
 }
 
-/* One fork request: {"uid": N} with the worker's five pipe ends. Returns the uid with the fds
- * in `fds`, 0 after answering a malformed request itself, -1 on EINTR; ends the zygote when
- * the dispatcher is gone. */
+/* One request: a fork ({"uid": N} with the worker's five pipe ends), or a net namespace for a
+ * native worker ({"netns": 1}) or one back ({"netns_back": 1} with it). Returns the uid with the
+ * fds in `fds` for a fork, 0 after answering any other request (or a malformed one) itself, -1
+ * on EINTR; ends the zygote when the dispatcher is gone. */
 static long recv_request(int sock, int* fds) {
   char msg[256];
   struct iovec iov = {msg, sizeof msg - 1};
@@ -377,6 +397,16 @@ static long recv_request(int sock, int* fds) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
     for (int i = 0; i < k && nfds < 8; i++) memcpy(&got[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+  }
+  if (strstr(msg, "\"netns_back\":")) { /* a native worker's namespace, its call over */
+    if (nfds == 1 && !(mh.msg_flags & MSG_CTRUNC)) netns_recycle(got[0]);
+    else for (int i = 0; i < nfds; i++) close(got[i]);
+    return 0;
+  }
+  if (strstr(msg, "\"netns\":")) {
+    for (int i = 0; i < nfds; i++) close(got[i]);
+    give_netns(sock);
+    return 0;
   }
   const char* u_at = strstr(msg, "\"uid\":");
   long uid = u_at ? strtol(u_at + 6, NULL, 10) : -1;

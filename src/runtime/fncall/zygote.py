@@ -96,7 +96,12 @@ def write_all(fd, data):
 
 
 def read_exact(fd, n):
-    out = bytearray()
+    first = os.read(fd, n)  # mostly whole: a worker then pays for no buffer and no loop
+    if len(first) == n:
+        return first
+    if not first and n:
+        raise EOFError("channel closed")
+    out = bytearray(first)
     while len(out) < n:
         b = os.read(fd, n - len(out))
         if not b:
@@ -192,12 +197,17 @@ def set_limits(lim):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def vm_size():
-    fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)  # no file objects: fewer pages
+def read_proc(path):
+    """A /proc file's text, without file objects (fewer pages in a worker)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return int(os.read(fd, 256).split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        return os.read(fd, 4096)
     finally:
         os.close(fd)
+
+
+def vm_size():
+    return int(read_proc("/proc/self/statm").split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def prepare_python():
@@ -356,17 +366,7 @@ def worker_run(main):
     """W, set up (cwd /tmp): waits for its request and runs its Python code itself. The request
     is a marshal'd dict from the dispatcher (Dispatcher.start): cheaper to read than JSON."""
     try:
-        # The dispatcher writes a request whole: one read each, mostly (read_exact's loop and
-        # buffer cost this worker pages of its own).
-        head = os.read(3, 4)
-        if len(head) < 4:
-            head += read_exact(3, 4 - len(head))
-        n = int.from_bytes(head, "little")
-        blob = os.read(3, n)
-        if len(blob) < n:
-            blob += read_exact(3, n - len(blob))
-        req = marshal.loads(blob)
-        del blob
+        req = marshal.loads(read_exact(3, int.from_bytes(read_exact(3, 4), "little")))
     except EOFError:
         os._exit(0)  # the runner is going away
     os.close(3)
@@ -645,7 +645,7 @@ class Dispatcher:
             if kind == "native" and not self.native:
                 continue
             queued = sum(1 for r in self.queue if self.kind_of(r) == kind)
-            forking = sum(1 for x in self.forking if x != "netns") if kind == "py" else 0
+            forking = len(self.forking) - self.forking.count("netns") if kind == "py" else 0
             while (len(self.ready[kind]) + forking < prefork + queued and self.free_uids
                    and self.live < self.cfg["max_workers"] + 2 * prefork):
                 if kind == "py":
@@ -788,10 +788,9 @@ class Dispatcher:
         if w.kind == "py":
             # Python workers read a marshal'd dict (worker_run), without the environment when
             # it is the zygote's own; native ones a frame (agent/call_worker.cc).
-            if req.get("env", {}) == self.env:
-                req.pop("env", None)
-            else:
-                req["env"] = req.get("env", {})
+            env = req.pop("env", {})
+            if env != self.env:
+                req["env"] = env
             if "files" in req:
                 req["data"] = run.payload[:files_len]
             blob = marshal.dumps(req)
@@ -986,24 +985,13 @@ def _int(v):
 def kernel_usage(pid):
     """A live worker's CPU time (its own and its waited-for children's, 10 ms ticks) and peak
     RSS, as the kernel counts them; zeros if it is gone (its end's report then has them)."""
-    out = []
-    for name in ("stat", "status"):
-        try:
-            fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return 0, 0
-        try:
-            out.append(os.read(fd, 4096))
-        except OSError:
-            return 0, 0
-        finally:
-            os.close(fd)
     try:
-        f = out[0].rsplit(b")", 1)[1].split()
+        stat, status = read_proc(f"/proc/{pid}/stat"), read_proc(f"/proc/{pid}/status")
+        f = stat.rsplit(b")", 1)[1].split()
         ticks = int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])  # utime stime cutime cstime
-        at = out[1].find(b"VmHWM:")
-        hwm = int(out[1][at + 6:].split()[0]) if at >= 0 else 0
-    except (IndexError, ValueError):
+        at = status.find(b"VmHWM:")
+        hwm = int(status[at + 6:].split()[0]) if at >= 0 else 0
+    except (OSError, IndexError, ValueError):
         return 0, 0
     return ticks * 1000 // CLK_TCK, hwm
 

@@ -103,6 +103,8 @@ Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Sta
     ca.flags |= CLONE_INTO_CGROUP;
     ca.cgroup_fd = l.cgroup_v2_fd;
   }
+  std::vector<int> high;
+  high.reserve(l.fds.size());  // the child must not allocate: another thread may hold malloc's lock
   pid_t pid = sys::Clone3(ca);
   if (pid == 0) {
     // Every fd the child still uses goes above the range the passed fds are placed in first,
@@ -113,7 +115,6 @@ Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Sta
     const int con = fcntl(con_wr.get(), F_DUPFD_CLOEXEC, floor);
     const int netns = l.netns_fd >= 0 ? fcntl(l.netns_fd, F_DUPFD_CLOEXEC, floor) : -1;
     if (rep < 0 || sync_fd < 0 || con < 0 || (l.netns_fd >= 0 && netns < 0)) _exit(124);
-    std::vector<int> high;
     for (int fd : l.fds) {
       int h = fcntl(fd, F_DUPFD_CLOEXEC, floor);
       if (h < 0) Fail(rep, 1);
@@ -142,7 +143,11 @@ Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Sta
     }
     rlimit core{0, 0};
     setrlimit(RLIMIT_CORE, &core);
-    if (setgroups(0, nullptr) != 0 || setresgid(l.gid, l.gid, l.gid) != 0 || setresuid(l.uid, l.uid, l.uid) != 0)
+    // Raw calls: glibc's setgroups/setres[ug]id would signal every thread of the daemon's
+    // that glibc still lists here (clone3 is not fork: nothing reset that list) and wait for
+    // each, forever.
+    if (sys::RawSyscall(SYS_setgroups, 0, 0) != 0 || sys::RawSyscall(SYS_setresgid, l.gid, l.gid, l.gid) != 0 ||
+        sys::RawSyscall(SYS_setresuid, l.uid, l.uid, l.uid) != 0)
       Fail(rep, 8);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(rep, 9);
     syscall(SYS_close_range, static_cast<unsigned>(kFirstFd + l.fds.size()), ~0u, CLOSE_RANGE_CLOEXEC);

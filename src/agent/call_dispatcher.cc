@@ -1,0 +1,1054 @@
+#include "agent/call_dispatcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/protocol.h"
+
+extern char** environ;
+
+namespace warren::agent {
+namespace {
+
+using nlohmann::json;
+
+constexpr unsigned kMakePrivate = 1, kHasShm = 2;  // set-up flags (zygote_lib.c, call_worker.cc)
+constexpr size_t kReadChunk = 1 << 16;
+
+// What python3 runs: zygote.py arrives on its stdin (its length, then it), then its config.
+constexpr char kBootstrap[] =
+    "import os\n"
+    "def r(n):\n"
+    "    b = b''\n"
+    "    while len(b) < n:\n"
+    "        c = os.read(0, n - len(b))\n"
+    "        if not c: raise SystemExit(1)\n"
+    "        b += c\n"
+    "    return b\n"
+    "src = r(int.from_bytes(r(4), 'little'))\n"
+    "exec(compile(src, 'zygote.py', 'exec'), {'__name__': '__main__'})\n";
+
+[[noreturn]] void Die(const std::string& why) {
+  std::string line = "warren call dispatcher: " + why + "\n";
+  (void)!write(2, line.data(), line.size());
+  _exit(1);
+}
+
+std::string ErrnoText(const std::string& what, int err) { return what + ": " + strerror(err); }
+
+double Now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// Above the numbers a spawned worker's stdio and pipes take (0-6). -1 (and `fd` closed) if
+// there is no room.
+int HighFd(int fd) {
+  if (fd < 0 || fd >= 10) return fd;
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  close(fd);
+  return high;
+}
+
+// Blocking writes, also to a descriptor that is non-blocking (waits for room).
+bool WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd p = {fd, POLLOUT, 0};
+      poll(&p, 1, -1);
+      continue;
+    }
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+bool ReadExact(int fd, size_t n, std::string* out) {
+  out->resize(n);
+  size_t off = 0;
+  while (off < n) {
+    ssize_t r = read(fd, out->data() + off, n - off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    off += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+std::string ReadSmall(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[4096];
+  ssize_t n;
+  do n = read(fd, buf, sizeof buf);
+  while (n < 0 && errno == EINTR);
+  close(fd);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+// ---- Python's marshal format (version 4): what a Python worker reads its request in, as it
+// costs a forked interpreter fewer pages to load than JSON (see zygote.py, worker_run).
+
+void PutInt32(std::string* o, int32_t v) {
+  uint32_t u = static_cast<uint32_t>(v);
+  const char b[4] = {static_cast<char>(u), static_cast<char>(u >> 8), static_cast<char>(u >> 16),
+                     static_cast<char>(u >> 24)};
+  o->append(b, 4);
+}
+
+void PutLong(std::string* o, bool negative, uint64_t magnitude) {
+  std::vector<uint16_t> digits;  // base 2**15, least significant first
+  for (; magnitude; magnitude >>= 15) digits.push_back(static_cast<uint16_t>(magnitude & 0x7fff));
+  o->push_back('l');
+  const int32_t n = static_cast<int32_t>(digits.size());
+  PutInt32(o, negative ? -n : n);
+  for (uint16_t d : digits) o->append({static_cast<char>(d & 0xff), static_cast<char>(d >> 8)});
+}
+
+void PutBytes(std::string* o, char type, std::string_view s) {
+  o->push_back(type);
+  PutInt32(o, static_cast<int32_t>(s.size()));
+  o->append(s);
+}
+
+void Marshal(const json& v, std::string* o) {
+  switch (v.type()) {
+    case json::value_t::boolean:
+      o->push_back(v.get<bool>() ? 'T' : 'F');
+      return;
+    case json::value_t::number_integer: {
+      const int64_t x = v.get<int64_t>();
+      if (x >= INT32_MIN && x <= INT32_MAX) {
+        o->push_back('i');
+        PutInt32(o, static_cast<int32_t>(x));
+      } else {
+        PutLong(o, x < 0, x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x));
+      }
+      return;
+    }
+    case json::value_t::number_unsigned: {
+      const uint64_t x = v.get<uint64_t>();
+      if (x <= INT32_MAX) {
+        o->push_back('i');
+        PutInt32(o, static_cast<int32_t>(x));
+      } else {
+        PutLong(o, false, x);
+      }
+      return;
+    }
+    case json::value_t::number_float: {
+      const double d = v.get<double>();
+      char b[8];
+      memcpy(b, &d, 8);
+      o->push_back('g');
+      o->append(b, 8);
+      return;
+    }
+    case json::value_t::string:
+      PutBytes(o, 'u', v.get_ref<const std::string&>());
+      return;
+    case json::value_t::array:
+      o->push_back('[');
+      PutInt32(o, static_cast<int32_t>(v.size()));
+      for (const json& item : v) Marshal(item, o);
+      return;
+    case json::value_t::object:
+      o->push_back('{');
+      for (const auto& [key, item] : v.items()) {
+        PutBytes(o, 'u', key);
+        Marshal(item, o);
+      }
+      o->push_back('0');
+      return;
+    default:
+      o->push_back('N');
+  }
+}
+
+// A live worker's CPU time (its own and its waited-for children's, in ticks) and peak RSS as
+// the kernel counts them; zeros if it is gone (its end's report then has them).
+std::pair<int64_t, int64_t> KernelUsage(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  const std::string stat = ReadSmall(dir + "/stat"), status = ReadSmall(dir + "/status");
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return {0, 0};
+  std::vector<std::string_view> f;
+  std::string_view rest(stat);
+  rest.remove_prefix(paren + 1);
+  while (!rest.empty() && f.size() < 15) {
+    size_t b = rest.find_first_not_of(' ');
+    if (b == std::string_view::npos) break;
+    rest.remove_prefix(b);
+    size_t e = rest.find(' ');
+    f.push_back(rest.substr(0, e));
+    rest.remove_prefix(e == std::string_view::npos ? rest.size() : e);
+  }
+  if (f.size() < 15) return {0, 0};
+  int64_t ticks = 0;
+  for (int i = 11; i <= 14; ++i) ticks += strtoll(std::string(f[i]).c_str(), nullptr, 10);  // u/s time, cu/cs time
+  int64_t hwm = 0;
+  if (size_t at = status.find("VmHWM:"); at != std::string::npos) hwm = strtoll(status.c_str() + at + 6, nullptr, 10);
+  return {ticks * 1000 / sysconf(_SC_CLK_TCK), hwm};
+}
+
+int64_t IntOr0(const json& v) { return v.is_number_integer() ? v.get<int64_t>() : 0; }
+
+// ---- The runner's configuration, from the node's first frame.
+
+struct Config {
+  int uid_base = 10000;
+  int max_workers = 4;
+  int prefork = 2;
+  uint64_t tmp_bytes = 256ull << 20;
+  uint64_t artifact_limit = 64ull << 20;
+  unsigned setup_flags = 0;       // kMakePrivate, kHasShm
+  unsigned long root_flags = 0;   // the flags / keeps when workers remount it read-only
+  std::string python = "python3";
+};
+
+unsigned long RootFlags() {
+  struct statvfs s;
+  if (statvfs("/", &s) != 0) return 0;
+  const std::pair<unsigned long, unsigned long> map[] = {
+      {ST_RDONLY, MS_RDONLY}, {ST_NOSUID, MS_NOSUID},     {ST_NODEV, MS_NODEV},     {ST_NOEXEC, MS_NOEXEC},
+      {ST_NOATIME, MS_NOATIME}, {ST_NODIRATIME, MS_NODIRATIME}, {ST_RELATIME, MS_RELATIME}};
+  unsigned long out = 0;
+  for (auto [st, ms] : map)
+    if (s.f_flag & st) out |= ms;
+  return out;
+}
+
+unsigned SetupFlags() {
+  unsigned flags = 0;
+  int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    std::string all, chunk(kReadChunk, '\0');
+    ssize_t n;
+    while ((n = read(fd, chunk.data(), chunk.size())) > 0) all.append(chunk.data(), static_cast<size_t>(n));
+    close(fd);
+    if (all.find(" shared:") != std::string::npos) flags |= kMakePrivate;  // / is shared: workers make it private
+  }
+  struct stat st;
+  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) flags |= kHasShm;
+  return flags;
+}
+
+// ---- The dispatcher.
+
+enum class What { kOut, kErr, kStatus, kStdin, kNativeExit };
+constexpr unsigned kOpenOut = 1, kOpenErr = 2, kOpenStatus = 4, kOpenExit = 8;
+
+struct Run {
+  json id;
+  json header;
+  std::string payload;
+  bool python = false;
+  std::string out[2];
+  bool truncated[2] = {false, false};
+  std::string status;  // the worker's report, as it arrives
+  unsigned open = 0;   // kOpen*: what the result still waits for
+  double start = 0, deadline = 0, killed_at = -1;
+  bool timed_out = false, output_limit = false;
+  std::string stdin_data;
+  size_t stdin_off = 0;
+};
+
+struct Worker {
+  bool native = false;  // false: cloned by the zygote (Python); true: warren-agent --call-worker
+  int uid = 0;
+  int req_w = -1, stdin_w = -1, out_r = -1, err_r = -1, status_r = -1;  // our ends of its pipes
+  pid_t pid = 0;
+  int pidfd = -1;
+  int netns = -1;  // a native worker's net namespace, from the zygote, until its end
+  std::unique_ptr<Run> run;
+  json exit;              // the report of its end (the zygote's, or ours for a native worker)
+  bool finished = false;  // its run's result was sent; waiting only for its end
+};
+using WorkerPtr = std::shared_ptr<Worker>;
+
+class Dispatcher {
+ public:
+  Dispatcher(Config cfg, int zsock, int bpf_fd, json hello)
+      : cfg_(std::move(cfg)), zsock_(zsock), bpf_fd_(bpf_fd), hello_(std::move(hello)) {
+    for (char** e = environ; *e; ++e) {
+      std::string_view kv(*e);
+      size_t eq = kv.find('=');
+      if (eq != std::string_view::npos) env_[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
+    }
+    for (int u = cfg_.uid_base; u < cfg_.uid_base + cfg_.max_workers * 2; ++u) free_uids_.push_back(u);
+    ep_ = epoll_create1(EPOLL_CLOEXEC);
+    if (ep_ < 0) Die(ErrnoText("epoll_create1", errno));
+    fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+    AddToEpoll(0, kChannelToken, EPOLLIN);
+    AddToEpoll(zsock_, kZygoteToken, EPOLLIN);
+  }
+
+  [[noreturn]] void Loop() {
+    TopUp();
+    Send({{"t", "ready"},
+          {"pid", getpid()},
+          {"python", hello_.value("python", "")},
+          {"zygote", hello_.value("zygote", "python")},
+          {"zygote_why", hello_.value("why", "")}});
+    epoll_event evs[64];
+    for (;;) {
+      const double wait = CheckDeadlines();
+      const int timeout = wait < 0 ? -1 : static_cast<int>(std::ceil(wait * 1000));
+      int n = epoll_wait(ep_, evs, 64, timeout);
+      if (n < 0 && errno != EINTR) Die(ErrnoText("epoll_wait", errno));
+      for (int i = 0; i < n; ++i) {
+        const uint64_t token = evs[i].data.u64;
+        if (token == kChannelToken) OnChannel();
+        else if (token == kZygoteToken) OnZygote();
+        else if (auto it = watches_.find(token); it != watches_.end()) OnWorker(token);
+        // else: closed by an earlier event of this batch
+      }
+    }
+  }
+
+ private:
+  static constexpr uint64_t kChannelToken = 1, kZygoteToken = 2;
+  struct Watch {
+    int fd;
+    WorkerPtr worker;
+    What what;
+  };
+
+  void AddToEpoll(int fd, uint64_t token, uint32_t events) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = token;
+    if (epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) != 0) Die(ErrnoText("epoll_ctl add", errno));
+  }
+
+  // Events on `fd` go to OnWorker. A token, not the fd, names it: a number closed and reused
+  // within one batch of events must not get the old one's.
+  void WatchFd(int fd, const WorkerPtr& w, What what, uint32_t events) {
+    const uint64_t token = next_token_++;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    AddToEpoll(fd, token, events);
+    watches_[token] = {fd, w, what};
+    token_of_[fd] = token;
+  }
+
+  void CloseFd(int* fd) {
+    if (*fd < 0) return;
+    if (auto it = token_of_.find(*fd); it != token_of_.end()) {
+      epoll_ctl(ep_, EPOLL_CTL_DEL, *fd, nullptr);
+      watches_.erase(it->second);
+      token_of_.erase(it);
+    }
+    close(*fd);
+    *fd = -1;
+  }
+
+  void Send(const json& h, std::string_view payload = {}) {
+    if (!WriteAll(1, EncodeFrame(h, payload))) _exit(0);  // the node is gone
+  }
+
+  void Log(const std::string& error) { Send({{"t", "log"}, {"error", error}, {"damaged", true}}); }
+
+  bool SendToZygote(const std::string& msg, const int* fds, size_t nfds) {
+    iovec iov = {const_cast<char*>(msg.data()), msg.size()};
+    union {
+      char buf[CMSG_SPACE(8 * sizeof(int))];
+      cmsghdr align;
+    } ctl;
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    if (nfds) {
+      mh.msg_control = ctl.buf;
+      mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+      cmsghdr* c = CMSG_FIRSTHDR(&mh);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+      memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+    }
+    for (;;) {
+      if (sendmsg(zsock_, &mh, MSG_NOSIGNAL) >= 0) return true;
+      if (errno != EINTR) return false;
+    }
+  }
+
+  // Five pipes: request and stdin (theirs read), stdout, stderr and the report (theirs write).
+  bool MakePipes(int theirs[5], int ours[5], bool high) {
+    for (int i = 0; i < 5; ++i) {
+      int p[2];
+      if (pipe2(p, O_CLOEXEC) != 0) {
+        const int err = errno;
+        for (int j = 0; j < i; ++j) close(theirs[j]), close(ours[j]);
+        errno = err;
+        return false;
+      }
+      const bool to_worker = i < 2;
+      theirs[i] = to_worker ? p[0] : p[1];
+      ours[i] = to_worker ? p[1] : p[0];
+      if (high) theirs[i] = HighFd(theirs[i]);
+    }
+    return true;
+  }
+
+  static void TakeEnds(Worker* w, const int ours[5]) {
+    w->req_w = ours[0];
+    w->stdin_w = ours[1];
+    w->out_r = ours[2];
+    w->err_r = ours[3];
+    w->status_r = ours[4];
+  }
+
+  bool ForkWorker() {
+    const int uid = free_uids_.front();
+    int theirs[5], ours[5];
+    if (!MakePipes(theirs, ours, false)) {
+      Log(ErrnoText("fork a worker: pipe2", errno));
+      return false;
+    }
+    const bool sent = SendToZygote("{\"uid\":" + std::to_string(uid) + "}", theirs, 5);
+    const int err = errno;
+    for (int fd : theirs) close(fd);
+    if (!sent) Die(ErrnoText("send to the zygote", err));
+    free_uids_.pop_front();
+    auto w = std::make_shared<Worker>();
+    w->uid = uid;
+    TakeEnds(w.get(), ours);
+    forking_.push_back(w);
+    ++live_;
+    return true;
+  }
+
+  // `warren-agent --call-worker` (see call_worker.h), posix_spawn'd: vfork, nothing of this
+  // process is copied. It makes the call's namespaces itself, or joins the net namespace given.
+  bool SpawnNative() {
+    const int uid = free_uids_.front();
+    int netns = -1;
+    if (!netns_.empty()) {
+      netns = netns_.back();
+      netns_.pop_back();
+    }
+    int theirs[5], ours[5];
+    if (!MakePipes(theirs, ours, true)) {
+      const int err = errno;
+      if (netns >= 0) netns_.push_back(netns);
+      Log(ErrnoText("native worker: pipe2", err));
+      return false;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    const int targets[5] = {3, 0, 1, 2, 4};
+    for (int i = 0; i < 5; ++i) posix_spawn_file_actions_adddup2(&fa, theirs[i], targets[i]);
+    posix_spawn_file_actions_adddup2(&fa, bpf_fd_, 5);
+    if (netns >= 0) posix_spawn_file_actions_adddup2(&fa, netns, 6);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    for (int s : {SIGPIPE, SIGXFSZ, SIGUSR1}) sigaddset(&defaults, s);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+    std::vector<std::string> args = {"/proc/self/exe",          "--call-worker",
+                                      std::to_string(uid),      std::to_string(cfg_.tmp_bytes),
+                                      std::to_string(cfg_.setup_flags), std::to_string(cfg_.root_flags),
+                                      netns >= 0 ? "6" : "-1"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    char* no_env[] = {nullptr};
+    pid_t pid = 0;
+    int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), no_env);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    int pidfd = rc == 0 ? static_cast<int>(syscall(SYS_pidfd_open, pid, 0)) : -1;
+    if (rc == 0 && pidfd < 0) {
+      rc = errno;
+      kill(pid, SIGKILL);
+      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    for (int fd : theirs) close(fd);
+    if (rc != 0) {
+      for (int fd : ours) close(fd);
+      if (netns >= 0) netns_.push_back(netns);
+      Log(ErrnoText("native worker", rc));
+      return false;
+    }
+    free_uids_.pop_front();
+    auto w = std::make_shared<Worker>();
+    w->native = true;
+    w->uid = uid;
+    w->pid = pid;
+    w->pidfd = pidfd;
+    w->netns = netns;
+    TakeEnds(w.get(), ours);
+    ++live_;
+    by_pid_[pid] = w;
+    WatchFd(pidfd, w, What::kNativeExit, EPOLLIN);
+    ready_[1].push_back(w);
+    return true;
+  }
+
+  size_t ForkingWorkers() const {
+    size_t n = 0;
+    for (const auto& f : forking_) n += f != nullptr;
+    return n;
+  }
+
+  void TopUp() {
+    for (int native = 0; native < 2; ++native) {
+      size_t queued = 0;
+      for (const auto& r : queue_) queued += r->python != static_cast<bool>(native);
+      size_t forking = native ? 0 : ForkingWorkers();
+      while (ready_[native].size() + forking < static_cast<size_t>(cfg_.prefork) + queued && !free_uids_.empty() &&
+             live_ < cfg_.max_workers + 2 * cfg_.prefork) {
+        if (!(native ? SpawnNative() : ForkWorker())) break;
+        forking += !native;
+      }
+    }
+    // Net namespaces for the next native workers, ahead as they are: one an earlier call left
+    // as new, or new (making one is the largest single cost of a run).
+    if (netns_ok_) {
+      size_t pending = forking_.size() - ForkingWorkers();
+      while (netns_.size() + pending < static_cast<size_t>(cfg_.prefork)) {
+        if (!SendToZygote("{\"netns\":1}", nullptr, 0)) Die(ErrnoText("send to the zygote", errno));
+        forking_.push_back(nullptr);  // answered in order, as forks are
+        ++pending;
+      }
+    }
+  }
+
+  void OnZygote() {
+    char buf[4096];
+    iovec iov = {buf, sizeof buf - 1};
+    union {
+      char buf[CMSG_SPACE(8 * sizeof(int))];
+      cmsghdr align;
+    } ctl;
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof ctl.buf;
+    ssize_t n = recvmsg(zsock_, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) Die(n == 0 ? "the zygote ended" : ErrnoText("recvmsg from the zygote", errno));
+    std::vector<int> fds;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k; ++i) {
+        int fd;
+        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        fds.push_back(fd);
+      }
+    }
+    const json rep = json::parse(std::string_view(buf, static_cast<size_t>(n)), nullptr, false);
+    auto close_extra = [&](size_t keep) {
+      for (size_t i = keep; i < fds.size(); ++i) close(fds[i]);
+    };
+    if (!rep.is_object()) {
+      close_extra(0);
+      Die("unreadable message from the zygote");
+    }
+    if (rep.contains("exited")) {
+      close_extra(0);
+      auto it = by_pid_.find(static_cast<pid_t>(IntOr0(rep["exited"])));
+      if (it == by_pid_.end()) return;
+      WorkerPtr w = it->second;
+      by_pid_.erase(it);
+      w->exit = rep;
+      OnWorkerEnd(w);
+      return;
+    }
+    if (forking_.empty()) {
+      close_extra(0);
+      Die("an unasked-for message from the zygote: " + rep.dump());
+    }
+    WorkerPtr w = forking_.front();
+    forking_.pop_front();
+    if (!w) {  // a net namespace for a native worker
+      if (!fds.empty() && rep.value("netns", 0) == 1) {
+        int fd = HighFd(fds[0]);
+        if (fd >= 0) netns_.push_back(fd);
+        close_extra(1);
+      } else {
+        close_extra(0);
+        netns_ok_ = false;  // the Python zygote: native workers make their own
+      }
+      return;
+    }
+    if (rep.contains("error") || fds.empty() || !rep.contains("pid")) {
+      close_extra(0);
+      Discard(w);
+      Log(rep.value("error", "clone: no pid from the zygote"));
+      return;
+    }
+    w->pid = static_cast<pid_t>(IntOr0(rep["pid"]));
+    w->pidfd = fds[0];
+    close_extra(1);
+    by_pid_[w->pid] = w;
+    ready_[0].push_back(w);
+    DrainQueue();
+  }
+
+  void OnWorkerEnd(const WorkerPtr& w) {
+    if (w->finished) {  // its result went out at its report; now it is gone
+      Discard(w);
+    } else if (!w->run) {  // died before any call: its set-up failed
+      auto& ready = ready_[w->native];
+      for (auto it = ready.begin(); it != ready.end(); ++it)
+        if (*it == w) {
+          ready.erase(it);
+          break;
+        }
+      const std::string err = ReadSetupError(w);
+      Discard(w);
+      Log(err);
+    } else {
+      w->run->open &= ~kOpenExit;
+      MaybeFinish(w);
+    }
+    // Its end may free the last slot (`live_`) a queued run was waiting for: with no other
+    // event to come (one client, waiting on that run), nothing else would fork for it.
+    DrainQueue();
+  }
+
+  std::string ReadSetupError(const WorkerPtr& w) {
+    const std::string fallback = "worker ended before its call";
+    if (w->status_r < 0) return fallback;
+    fcntl(w->status_r, F_SETFL, fcntl(w->status_r, F_GETFL) | O_NONBLOCK);
+    std::string buf(kReadChunk, '\0');
+    ssize_t n = read(w->status_r, buf.data(), buf.size());
+    if (n <= 8) return fallback;
+    json h = json::parse(std::string_view(buf.data() + 8, static_cast<size_t>(n) - 8), nullptr, false);
+    return h.is_object() && h.contains("error") && h["error"].is_string() ? h["error"].get<std::string>() : fallback;
+  }
+
+  void Discard(const WorkerPtr& w) {
+    if (w->netns >= 0) {  // the call is over: the zygote keeps it if the call left it as new
+      SendToZygote("{\"netns_back\":1}", &w->netns, 1);
+      close(w->netns);
+      w->netns = -1;
+    }
+    for (int* fd : {&w->req_w, &w->stdin_w, &w->out_r, &w->err_r, &w->status_r, &w->pidfd}) CloseFd(fd);
+    free_uids_.push_back(w->uid);
+    --live_;
+  }
+
+  void OnChannel() {
+    char buf[kReadChunk];
+    for (;;) {
+      ssize_t n = read(0, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) break;
+      if (n <= 0) _exit(0);  // the node closed the channel: the runner is going away
+      inbuf_.append(buf, static_cast<size_t>(n));
+      if (static_cast<size_t>(n) < sizeof buf) break;
+    }
+    size_t off = 0;
+    while (inbuf_.size() - off >= 8) {
+      uint32_t total, hlen;
+      memcpy(&total, inbuf_.data() + off, 4);
+      memcpy(&hlen, inbuf_.data() + off + 4, 4);
+      if (total < 4 || hlen > total - 4) Die("a garbled frame from the node");
+      if (inbuf_.size() - off < 4 + static_cast<size_t>(total)) break;
+      json h = json::parse(std::string_view(inbuf_.data() + off + 8, hlen), nullptr, false);
+      if (h.is_object() && h.value("t", "") == "run") {
+        auto run = std::make_unique<Run>();
+        run->id = h.value("id", json(nullptr));
+        run->python = h.value("mode", "") == "python";
+        run->payload.assign(inbuf_.data() + off + 8 + hlen, total - 4 - hlen);
+        run->header = std::move(h);
+        queue_.push_back(std::move(run));
+      }
+      off += 4 + static_cast<size_t>(total);
+    }
+    inbuf_.erase(0, off);
+    DrainQueue();
+  }
+
+  void DrainQueue() {
+    std::deque<std::unique_ptr<Run>> waiting;
+    while (!queue_.empty()) {
+      std::unique_ptr<Run> run = std::move(queue_.front());
+      queue_.pop_front();
+      auto& ready = ready_[!run->python];
+      if (ready.empty()) {
+        waiting.push_back(std::move(run));
+        continue;
+      }
+      WorkerPtr w = ready.front();
+      ready.pop_front();
+      Start(w, std::move(run));
+    }
+    queue_ = std::move(waiting);
+    TopUp();
+  }
+
+  void Start(const WorkerPtr& w, std::unique_ptr<Run> run) {
+    const json& h = run->header;
+    size_t files_len = 0;
+    if (h.contains("files") && h["files"].is_array())
+      for (const json& f : h["files"]) files_len += f.is_object() ? static_cast<size_t>(IntOr0(f.value("len", json(0)))) : 0;
+    files_len = std::min(files_len, run->payload.size());
+    json req = json::object();
+    for (const char* k : {"mode", "argv", "code", "args", "filename", "env", "files", "limits", "collect", "cwd"})
+      if (h.contains(k)) req[k] = h[k];
+    const json limits = h.value("limits", json::object());
+    run->stdin_data = run->payload.substr(files_len);
+    run->start = Now();
+    const json wall = limits.is_object() ? limits.value("wall_ms", json(10000)) : json(10000);
+    run->deadline = run->start + (wall.is_number() ? wall.get<double>() : 10000.0) / 1000.0;
+    run->open = kOpenOut | kOpenErr | kOpenStatus | kOpenExit;
+    WatchFd(w->out_r, w, What::kOut, EPOLLIN);
+    WatchFd(w->err_r, w, What::kErr, EPOLLIN);
+    WatchFd(w->status_r, w, What::kStatus, EPOLLIN);
+    std::string msg;
+    if (!w->native) {
+      // Python workers read a marshal'd dict (zygote.py's worker_run), without the environment
+      // when it is the zygote's own; native ones a frame (call_worker.cc).
+      json env = req.contains("env") ? req["env"] : json::object();
+      req.erase("env");
+      if (!SameEnv(env)) req["env"] = env;
+      std::string blob;
+      blob.push_back('{');
+      for (const auto& [key, item] : req.items()) {
+        PutBytes(&blob, 'u', key);
+        Marshal(item, &blob);
+      }
+      if (req.contains("files")) {
+        PutBytes(&blob, 'u', "data");
+        PutBytes(&blob, 's', std::string_view(run->payload).substr(0, files_len));
+      }
+      blob.push_back('0');
+      PutInt32(&msg, static_cast<int32_t>(blob.size()));
+      msg += blob;
+    } else {
+      msg = EncodeFrame(req, std::string_view(run->payload).substr(0, files_len));
+    }
+    w->run = std::move(run);
+    WriteAll(w->req_w, msg);  // if W is gone, its end (and the error it left) comes later
+    CloseFd(&w->req_w);
+    if (!w->run->stdin_data.empty()) WatchFd(w->stdin_w, w, What::kStdin, EPOLLOUT);
+    else CloseFd(&w->stdin_w);
+  }
+
+  bool SameEnv(const json& env) const {
+    if (!env.is_object() || env.size() != env_.size()) return false;
+    for (const auto& [k, v] : env.items()) {
+      auto it = env_.find(k);
+      if (it == env_.end() || !v.is_string() || v.get_ref<const std::string&>() != it->second) return false;
+    }
+    return true;
+  }
+
+  void OnWorker(uint64_t token) {
+    Watch watch = watches_.at(token);
+    const WorkerPtr& w = watch.worker;
+    Run* run = w->run.get();
+    if (watch.what == What::kNativeExit) {
+      CloseFd(&w->pidfd);
+      while (waitpid(w->pid, nullptr, WNOHANG) < 0 && errno == EINTR) {
+      }
+      by_pid_.erase(w->pid);
+      w->exit = {{"exit_code", -1}, {"signal", SIGKILL}};  // counts only without a report
+      OnWorkerEnd(w);
+      return;
+    }
+    if (watch.what == What::kStdin) {
+      if (run) {
+        ssize_t n = write(watch.fd, run->stdin_data.data() + run->stdin_off,
+                          std::min(kReadChunk, run->stdin_data.size() - run->stdin_off));
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        run->stdin_off = n < 0 ? run->stdin_data.size() : run->stdin_off + static_cast<size_t>(n);  // < 0: closed
+        if (run->stdin_off < run->stdin_data.size()) return;
+        run->stdin_data.clear();
+      }
+      CloseFd(&w->stdin_w);
+      return;
+    }
+    char buf[kReadChunk];
+    ssize_t n = read(watch.fd, buf, sizeof buf);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0 || !run) {
+      int* fd = watch.what == What::kStatus ? &w->status_r : watch.what == What::kOut ? &w->out_r : &w->err_r;
+      CloseFd(fd);
+      if (!run) return;
+      run->open &= ~(watch.what == What::kStatus ? kOpenStatus : watch.what == What::kOut ? kOpenOut : kOpenErr);
+      MaybeFinish(w);
+      return;
+    }
+    std::string_view data(buf, static_cast<size_t>(n));
+    if (watch.what == What::kStatus) {
+      run->status.append(data);
+      uint32_t total = 0;
+      if (run->status.size() >= 4) memcpy(&total, run->status.data(), 4);
+      if (run->status.size() > cfg_.artifact_limit + (1u << 20)) {
+        Kill(w, true);
+      } else if (run->status.size() >= 8 && run->status.size() >= 4 + static_cast<size_t>(total)) {
+        // W's whole report is in: the result need not wait for the pipe's end, which comes
+        // only when W's exit has torn down its copy of the interpreter.
+        CloseFd(&w->status_r);
+        run->open &= ~kOpenStatus;
+        MaybeFinish(w);
+      }
+      return;
+    }
+    const int s = watch.what == What::kOut ? 0 : 1;
+    const json limits = run->header.value("limits", json::object());
+    const json cap_j = limits.is_object() ? limits.value("max_output", json(1 << 20)) : json(1 << 20);
+    const size_t cap = cap_j.is_number_unsigned() || cap_j.is_number_integer() ? static_cast<size_t>(std::max<int64_t>(0, cap_j.get<int64_t>())) : (1u << 20);
+    const size_t room = cap > run->out[s].size() ? cap - run->out[s].size() : 0;
+    if (data.size() > room) {
+      run->truncated[s] = true;
+      const bool kill_at_cap = limits.is_object() ? limits.value("kill_at_output_cap", true) : true;
+      if (kill_at_cap && !run->output_limit) {
+        run->output_limit = true;
+        Kill(w, false);
+      }
+      data = data.substr(0, room);
+    }
+    run->out[s].append(data);
+  }
+
+  // Python runs in W itself: end it. A spawned program is ended by W (SIGUSR1), which then
+  // reports its usage; W is killed outright if it has not done so within 0.5 s.
+  void Kill(const WorkerPtr& w, bool hard) {
+    Run* run = w->run.get();
+    if (w->pidfd < 0 || !run) return;
+    const int sig = hard || run->python ? SIGKILL : SIGUSR1;
+    if (run->killed_at < 0 || hard) {
+      run->killed_at = Now();
+      syscall(SYS_pidfd_send_signal, w->pidfd, sig, nullptr, 0);
+    }
+  }
+
+  // W's own report (status pipe): its header, or null, and the files it brought back.
+  static std::pair<json, std::string_view> Report(const Run& run) {
+    const std::string& st = run.status;
+    if (st.size() < 8) return {json(), {}};
+    uint32_t total, hl;
+    memcpy(&total, st.data(), 4);
+    memcpy(&hl, st.data() + 4, 4);
+    const size_t hend = std::min(st.size(), 8 + static_cast<size_t>(hl));
+    json rep = json::parse(std::string_view(st).substr(8, hend - 8), nullptr, false);
+    if (!rep.is_object()) return {json(), {}};
+    const size_t end = std::max(hend, std::min(st.size(), 4 + static_cast<size_t>(total)));
+    return {std::move(rep), std::string_view(st).substr(hend, end - hend)};
+  }
+
+  // The result goes out once stdout, stderr and W's report are in, without waiting for W's
+  // namespaces to be torn down; W's uid is reused only after W is seen to end. Without a
+  // report (W was killed, or a Python program closed or spoiled it), the report of W's end is
+  // the result.
+  void MaybeFinish(const WorkerPtr& w) {
+    Run* run = w->run.get();
+    if (!run || (run->open & ~kOpenExit)) return;
+    auto [rep, files] = Report(*run);
+    const bool ok_report = rep.is_object() && rep.contains("exit_code");
+    const bool error_report = rep.is_object() && rep.contains("error");
+    if (!ok_report && (run->open & kOpenExit) && !error_report) return;
+    json res = {{"t", "result"},
+                {"id", run->id},
+                {"wall_ms", static_cast<int64_t>((Now() - run->start) * 1000)},
+                {"timed_out", run->timed_out},
+                {"output_limit", run->output_limit},
+                {"stdout_truncated", run->truncated[0]},
+                {"stderr_truncated", run->truncated[1]}};
+    if (ok_report) {
+      for (const char* k : {"exit_code", "signal", "cpu_ms", "maxrss_kb", "files"})
+        if (rep.contains(k)) res[k] = rep[k];
+      if (run->python) {
+        // A Python program runs in the process that reports it, so it can write a report of
+        // its own first: its time and memory are never less than the kernel's.
+        auto [cpu_ms, hwm_kb] = KernelUsage(w->pid);
+        res["cpu_ms"] = std::max(IntOr0(res.value("cpu_ms", json(0))), cpu_ms);
+        res["maxrss_kb"] = std::max(IntOr0(res.value("maxrss_kb", json(0))), hwm_kb);
+      }
+    } else {
+      for (const char* k : {"exit_code", "signal", "cpu_ms", "maxrss_kb"})
+        res[k] = w->exit.is_object() ? w->exit.value(k, json(0)) : json(0);
+      files = {};
+      if (error_report) {
+        res["error"] = rep["error"];
+        res["damaged"] = true;
+      } else if (!run->python && !(run->timed_out || run->output_limit || run->killed_at >= 0)) {
+        res["error"] = "worker ended without a report";
+        res["damaged"] = true;
+      }
+    }
+    res["stdout_len"] = run->out[0].size();
+    res["stderr_len"] = run->out[1].size();
+    std::string payload;
+    payload.reserve(run->out[0].size() + run->out[1].size() + files.size());
+    payload.append(run->out[0]).append(run->out[1]).append(files);
+    const bool ended = !(run->open & kOpenExit);
+    const bool python = run->python;
+    std::unique_ptr<Run> done = std::move(w->run);  // the call is over: its input goes too
+    w->finished = true;
+    CloseFd(&w->stdin_w);
+    if (ended) {
+      Discard(w);
+    } else if (python && w->pidfd >= 0) {
+      // W was about to _exit after its report. A program that wrote a report of its own and
+      // closed its streams must not outlive its result either: the call is over.
+      syscall(SYS_pidfd_send_signal, w->pidfd, SIGKILL, nullptr, 0);
+    }
+    Send(res, payload);
+    TopUp();
+  }
+
+  // Seconds until the next deadline, or -1 for none.
+  double CheckDeadlines() {
+    const double now = Now();
+    double nearest = -1;
+    for (auto& [pid, w] : by_pid_) {
+      Run* run = w->run.get();
+      if (!run) continue;
+      if (run->killed_at < 0 && now >= run->deadline) {
+        run->timed_out = true;
+        Kill(w, false);
+      } else if (run->killed_at >= 0 && now - run->killed_at >= 0.5) {
+        Kill(w, true);
+      }
+      const double t = run->killed_at < 0 ? run->deadline : run->killed_at + 0.5;
+      nearest = nearest < 0 ? t : std::min(nearest, t);
+    }
+    return nearest < 0 ? -1 : std::max(0.0, nearest - now);
+  }
+
+  const Config cfg_;
+  const int zsock_;
+  const int bpf_fd_;  // the calls' seccomp filter, for native workers (fd 5)
+  const json hello_;
+  std::map<std::string, std::string> env_;  // ours, and the zygote's
+  int ep_ = -1;
+  uint64_t next_token_ = 3;
+  std::unordered_map<uint64_t, Watch> watches_;
+  std::unordered_map<int, uint64_t> token_of_;
+  std::deque<WorkerPtr> ready_[2];     // set up and waiting for a call: [0] Python, [1] native
+  std::deque<WorkerPtr> forking_;      // asked of the zygote, answered in order; null: a netns
+  std::vector<int> netns_;             // net namespaces for native workers, one each
+  bool netns_ok_ = true;               // the zygote has them to give
+  std::map<pid_t, WorkerPtr> by_pid_;  // until its end is seen
+  std::deque<std::unique_ptr<Run>> queue_;  // waiting for a worker
+  std::deque<int> free_uids_;
+  int live_ = 0;  // workers made whose end has not been seen
+  std::string inbuf_;
+};
+
+int MemfdWith(const char* name, std::string_view data) {
+  int fd = HighFd(static_cast<int>(syscall(SYS_memfd_create, name, MFD_CLOEXEC)));
+  if (fd < 0 || !WriteAll(fd, data)) Die(ErrnoText(std::string("memfd ") + name, errno));
+  return fd;
+}
+
+}  // namespace
+
+int CallDispatcherMain(int, char**) {
+  signal(SIGPIPE, SIG_IGN);
+  // The node's first frame: the configuration, then zygote.py, the calls' seccomp filter and
+  // warren-zygote.so as its payload.
+  std::string head, body;
+  if (!ReadExact(0, 8, &head)) Die("no configuration from the node");
+  uint32_t total, hlen;
+  memcpy(&total, head.data(), 4);
+  memcpy(&hlen, head.data() + 4, 4);
+  if (total < 4 || hlen > total - 4 || !ReadExact(0, total - 4, &body)) Die("a garbled configuration frame");
+  json init = json::parse(std::string_view(body).substr(0, hlen), nullptr, false);
+  if (!init.is_object()) Die("an unreadable configuration");
+  std::string_view rest = std::string_view(body).substr(hlen);
+  auto take = [&](const char* key) {
+    const size_t n = std::min<size_t>(init.value(key, size_t{0}), rest.size());
+    std::string_view part = rest.substr(0, n);
+    rest.remove_prefix(n);
+    return part;
+  };
+  const std::string_view script = take("script_len"), bpf = take("bpf_len"), lib = take("lib_len");
+
+  Config cfg;
+  cfg.uid_base = init.value("uid_base", cfg.uid_base);
+  cfg.max_workers = std::max(1, init.value("max_workers", cfg.max_workers));
+  cfg.prefork = std::max(0, init.value("prefork", cfg.prefork));
+  cfg.tmp_bytes = init.value("tmp_bytes", cfg.tmp_bytes);
+  cfg.artifact_limit = init.value("artifact_limit", cfg.artifact_limit);
+  cfg.python = init.value("python", cfg.python);
+  cfg.setup_flags = SetupFlags();
+  cfg.root_flags = RootFlags();
+  const int bpf_fd = MemfdWith("warren-call-seccomp", bpf);  // workers pread it: its offset does not matter
+
+  // The zygote: python3 running zygote.py, with its end of a SOCK_SEQPACKET socket on fd 3.
+  int sv[2], in[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) Die(ErrnoText("socketpair", errno));
+  if (pipe2(in, O_CLOEXEC) != 0) Die(ErrnoText("pipe2", errno));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);  // the channel is ours alone
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t all;
+  sigfillset(&all);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  std::string a0 = cfg.python, a1 = "-I", a2 = "-c", a3 = kBootstrap;
+  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), nullptr};
+  pid_t zpid = 0;
+  int rc = posix_spawnp(&zpid, argv[0], &fa, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) Die(ErrnoText("start the zygote (" + cfg.python + ")", rc));
+  close(in[0]);
+  close(sv[1]);
+  json zcfg = {{"tmp_bytes", cfg.tmp_bytes}, {"setup_flags", cfg.setup_flags}, {"root_flags", cfg.root_flags},
+               {"bpf_len", bpf.size()},      {"lib_len", lib.size()}};
+  std::string boot(4, '\0');
+  const uint32_t script_len = static_cast<uint32_t>(script.size());
+  memcpy(boot.data(), &script_len, 4);
+  boot.append(script);
+  boot += EncodeFrame(zcfg, std::string(bpf) + std::string(lib));
+  if (!WriteAll(in[1], boot)) Die(ErrnoText("send zygote.py to the zygote", errno));
+  close(in[1]);
+  // Its first message says which loop runs: the C one, or Python's if that failed to load.
+  char hello[4096];
+  ssize_t n;
+  do n = recv(sv[0], hello, sizeof hello, 0);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) Die("the zygote ended before it was ready");
+  json h = json::parse(std::string_view(hello, static_cast<size_t>(n)), nullptr, false);
+  if (!h.is_object()) Die("an unreadable hello from the zygote");
+  Dispatcher(std::move(cfg), sv[0], bpf_fd, std::move(h)).Loop();
+}
+
+}  // namespace warren::agent

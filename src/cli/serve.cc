@@ -152,11 +152,6 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
     fopts.call_seccomp_bpf = *bpf;
   }
   {
-    std::ifstream agent_file(runtime::DefaultAgentPath(), std::ios::binary);
-    std::ostringstream bytes;
-    bytes << agent_file.rdbuf();
-    if (agent_file && !bytes.str().empty()) fopts.worker_binary = std::make_shared<const std::string>(bytes.str());
-    else spdlog::warn("fncall: cannot read {}: exec'd programs run in Python workers", runtime::DefaultAgentPath());
     const std::string lib_path = runtime::DefaultZygoteLibPath();
     std::ifstream lib_file(lib_path, std::ios::binary);
     std::ostringstream lib;

@@ -85,7 +85,6 @@ Result<std::shared_ptr<Runner>> CallService::StartRunner(const std::vector<std::
   cfg.max_workers = opts_.workers_per_runner;
   cfg.prefork = opts_.prefork;
   cfg.call_seccomp_bpf = opts_.call_seccomp_bpf;
-  cfg.worker_binary = opts_.worker_binary;
   cfg.zygote_lib = opts_.zygote_lib;
   runner_starts_++;
   auto r = Runner::Start(node_, cfg);

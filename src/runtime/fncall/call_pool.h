@@ -30,7 +30,6 @@ struct PoolOptions {
   int idle_stop_s = 300;          // a runner beyond the first idle this long is stopped
   uint64_t runner_memory_bytes = 4ull << 30;
   std::string call_seccomp_bpf;
-  std::shared_ptr<const std::string> worker_binary;  // see RunnerConfig
   std::shared_ptr<const std::string> zygote_lib;     // see RunnerConfig
 };
 

@@ -52,36 +52,22 @@ Result<std::shared_ptr<Runner>> Runner::Start(node::NodeApi* node, const RunnerC
 
   std::weak_ptr<Runner> weak = r;
   node::ExecSpec es;
-  // The script comes on stdin (it is larger than an agent message may be): its length, it,
-  // then the init frame.
-  static const char kBootstrap[] =
-      "import os\n"
-      "def r(n):\n"
-      "    b = b''\n"
-      "    while len(b) < n:\n"
-      "        c = os.read(0, n - len(b))\n"
-      "        if not c: raise SystemExit(1)\n"
-      "        b += c\n"
-      "    return b\n"
-      "src = r(int.from_bytes(r(4), 'little'))\n"
-      "exec(compile(src, 'zygote.py', 'exec'), {'__name__': '__main__'})\n";
-  es.argv = {cfg.python, "-I", "-c", kBootstrap};
+  // The dispatcher is the agent's own binary (see agent/call_dispatcher.h). Its first frame:
+  // the configuration, then zygote.py, the calls' seccomp filter and warren-zygote.so.
+  es.argv = {"/proc/self/exe", "--call-dispatcher"};
   es.env = DefaultCallEnv();
   es.channel = true;
   es.has_stdin = true;
+  const std::string script = kZygoteScript;
   json init = {{"uid_base", 10000},
                {"max_workers", cfg.max_workers},
                {"prefork", cfg.prefork},
                {"tmp_bytes", cfg.tmp_bytes},
+               {"python", cfg.python},
+               {"script_len", script.size()},
                {"bpf_len", cfg.call_seccomp_bpf.size()},
-               {"lib_len", cfg.zygote_lib ? cfg.zygote_lib->size() : 0},
-               {"worker_len", cfg.worker_binary ? cfg.worker_binary->size() : 0}};
-  const std::string script = kZygoteScript;
-  const uint32_t script_len = static_cast<uint32_t>(script.size());
-  es.stdin_data.assign(reinterpret_cast<const char*>(&script_len), 4);
-  es.stdin_data += script;
-  es.stdin_data += agent::EncodeFrame(init, cfg.call_seccomp_bpf + (cfg.zygote_lib ? *cfg.zygote_lib : "") +
-                                                (cfg.worker_binary ? *cfg.worker_binary : ""));
+               {"lib_len", cfg.zygote_lib ? cfg.zygote_lib->size() : 0}};
+  es.stdin_data = agent::EncodeFrame(init, script + cfg.call_seccomp_bpf + (cfg.zygote_lib ? *cfg.zygote_lib : ""));
   es.on_output = [weak](int stream, std::string_view data) {
     if (auto self = weak.lock()) self->OnOutput(stream, data);
   };

@@ -1,7 +1,8 @@
 // One fncall runner: a container sandbox made from the runner image (runner seccomp profile,
-// see isolation/seccomp_policy.h) running zygote.py as a node-internal channel command.
-// The node writes run requests to its stdin and reads results from its stdout; each run is
-// one program in fresh namespaces under its own uid (see zygote.py for how).
+// see isolation/seccomp_policy.h) running the call dispatcher (agent/call_dispatcher.h, with
+// zygote.py's python3 zygote) as a node-internal channel command. The node writes run requests
+// to its stdin and reads results from its stdout; each run is one program in fresh namespaces
+// under its own uid (see zygote.py for how).
 #pragma once
 
 #include <condition_variable>
@@ -78,9 +79,6 @@ struct RunnerConfig {
   int prefork = 2;                      // workers kept ready
   uint64_t tmp_bytes = 256ull << 20;    // each call's /tmp
   std::string call_seccomp_bpf;         // each call's own filter (policy/seccomp-call.json)
-  // warren-agent itself: exec'd programs run in its --call-worker mode (see
-  // agent/call_worker.h); empty: in forked Python workers instead.
-  std::shared_ptr<const std::string> worker_binary;
   // warren-zygote.so (zygote_lib.c): the zygote's loop and a Python worker's set-up in C;
   // empty, or if it does not load in the runner's python3: zygote.py's own, in Python.
   std::shared_ptr<const std::string> zygote_lib;

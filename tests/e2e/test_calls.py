@@ -547,6 +547,36 @@ def test_a_call_cannot_pass_off_its_own_time_and_memory(server, runner):
     assert "Bad file descriptor" in res["stderr"], res
 
 
+# Where the interpreter's code runs from in a worker: the mapping holding one of its C
+# functions, and how much of that mapping is in anonymous huge pages.
+CODE_PAGES_PY = """
+import ctypes
+at = ctypes.cast(ctypes.pythonapi.PyEval_EvalCode, ctypes.c_void_p).value
+vma = None
+for line in open('/proc/self/smaps'):
+    f = line.split()
+    if '-' in f[0] and ':' not in f[0]:
+        lo, hi = (int(x, 16) for x in f[0].split('-'))
+        vma = (f[1], f[5] if len(f) > 5 else 'anonymous') if lo <= at < hi else None
+    elif vma and f[0] == 'AnonHugePages:':
+        print(vma[0], vma[1], int(f[1]) > 0)
+"""
+
+
+def test_a_workers_interpreter_code_is_in_huge_pages(server, runner):
+    """The zygote moves the interpreter's code into anonymous huge pages (zygote_lib.c): a
+    clone copies them as one entry each and its worker never faults them in. The code still
+    runs (every other test), read-only and executable; where the host allows no huge pages
+    (THP `never`) it stays the file's."""
+    thp = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    res = call(server, language="python", code=CODE_PAGES_PY)
+    assert res["verdict"] == "ok", res
+    if "[never]" in thp:
+        assert res["stdout"].startswith("r-xp /usr/bin/python3"), res
+    else:
+        assert res["stdout"] == "r-xp anonymous True\n", res
+
+
 def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
     """zygote.py's own loop, which runs where warren-zygote.so does not load (a python3 not
     built on glibc), judges, limits and isolates the same way. Here the library is not an ELF

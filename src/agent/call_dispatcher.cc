@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -41,6 +42,7 @@ using nlohmann::json;
 
 constexpr unsigned kMakePrivate = 1, kHasShm = 2;  // set-up flags (zygote_lib.c, call_worker.cc)
 constexpr size_t kReadChunk = 1 << 16;
+constexpr double kQuarantineS = 2.0;  // a hard-killed native worker's uid, before it is reused
 
 // What python3 runs: zygote.py arrives on its stdin (its length, then it), then its config.
 constexpr char kBootstrap[] =
@@ -214,6 +216,7 @@ struct Worker {
   int netns = -1;  // a native worker's net namespace, from the zygote, until its end
   std::unique_ptr<Run> run;
   json exit;              // the report of its end (the zygote's, or ours for a native worker)
+  bool hard_killed = false;  // SIGKILLed: for a native one, its call's pid 1 dies after it
   bool finished = false;  // its run's result was sent; waiting only for its end
 };
 using WorkerPtr = std::shared_ptr<Worker>;
@@ -245,7 +248,7 @@ class Dispatcher {
     epoll_event evs[64];
     for (;;) {
       const double wait = CheckDeadlines();
-      const int timeout = wait < 0 ? -1 : static_cast<int>(std::ceil(wait * 1000));
+      const int timeout = wait < 0 ? -1 : static_cast<int>(std::min(std::ceil(wait * 1000), 3.6e6));
       int n = epoll_wait(ep_, evs, 64, timeout);
       if (n < 0 && errno != EINTR) Die(ErrnoText("epoll_wait", errno));
       for (int i = 0; i < n; ++i) {
@@ -337,7 +340,14 @@ class Dispatcher {
       const bool to_worker = i < 2;
       theirs[i] = to_worker ? p[0] : p[1];
       ours[i] = to_worker ? p[1] : p[0];
-      if (high) theirs[i] = HighFd(theirs[i]);
+      if (high) theirs[i] = HighFd(theirs[i]);  // above the numbers they are placed on
+      if (theirs[i] < 0) {
+        const int err = errno;
+        close(ours[i]);
+        for (int j = 0; j < i; ++j) close(theirs[j]), close(ours[j]);
+        errno = err;
+        return false;
+      }
     }
     return true;
   }
@@ -389,9 +399,10 @@ class Dispatcher {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     const int targets[5] = {3, 0, 1, 2, 4};
-    for (int i = 0; i < 5; ++i) posix_spawn_file_actions_adddup2(&fa, theirs[i], targets[i]);
-    posix_spawn_file_actions_adddup2(&fa, bpf_fd_, 5);
-    if (netns >= 0) posix_spawn_file_actions_adddup2(&fa, netns, 6);
+    int rc = 0;
+    for (int i = 0; i < 5; ++i) rc = rc ? rc : posix_spawn_file_actions_adddup2(&fa, theirs[i], targets[i]);
+    rc = rc ? rc : posix_spawn_file_actions_adddup2(&fa, bpf_fd_, 5);
+    if (netns >= 0) rc = rc ? rc : posix_spawn_file_actions_adddup2(&fa, netns, 6);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     sigset_t defaults;
@@ -408,7 +419,7 @@ class Dispatcher {
     argv.push_back(nullptr);
     char* no_env[] = {nullptr};
     pid_t pid = 0;
-    int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), no_env);
+    if (rc == 0) rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), no_env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     int pidfd = rc == 0 ? static_cast<int>(syscall(SYS_pidfd_open, pid, 0)) : -1;
@@ -577,13 +588,18 @@ class Dispatcher {
   }
 
   void Discard(const WorkerPtr& w) {
+    // A native worker killed outright ends before its call's pid 1, which its death kills in
+    // turn (PDEATHSIG): for a moment the call still runs. Its net namespace is not lent again
+    // (it would be checked before the call is gone) and its uid waits a while.
+    const bool call_may_run = w->native && w->hard_killed;
     if (w->netns >= 0) {  // the call is over: the zygote keeps it if the call left it as new
-      SendToZygote("{\"netns_back\":1}", &w->netns, 1);
+      if (!call_may_run) SendToZygote("{\"netns_back\":1}", &w->netns, 1);
       close(w->netns);
       w->netns = -1;
     }
     for (int* fd : {&w->req_w, &w->stdin_w, &w->out_r, &w->err_r, &w->status_r, &w->pidfd}) CloseFd(fd);
-    free_uids_.push_back(w->uid);
+    if (call_may_run) quarantine_.push_back({Now() + kQuarantineS, w->uid});
+    else free_uids_.push_back(w->uid);
     --live_;
   }
 
@@ -619,22 +635,29 @@ class Dispatcher {
     DrainQueue();
   }
 
+  // Starts every queued run a worker is ready for, then makes workers for the rest; again while
+  // that made one ready at once (a native worker is ready as soon as it is spawned).
   void DrainQueue() {
-    std::deque<std::unique_ptr<Run>> waiting;
-    while (!queue_.empty()) {
-      std::unique_ptr<Run> run = std::move(queue_.front());
-      queue_.pop_front();
-      auto& ready = ready_[!run->python];
-      if (ready.empty()) {
-        waiting.push_back(std::move(run));
-        continue;
+    for (;;) {
+      std::deque<std::unique_ptr<Run>> waiting;
+      while (!queue_.empty()) {
+        std::unique_ptr<Run> run = std::move(queue_.front());
+        queue_.pop_front();
+        auto& ready = ready_[!run->python];
+        if (ready.empty()) {
+          waiting.push_back(std::move(run));
+          continue;
+        }
+        WorkerPtr w = ready.front();
+        ready.pop_front();
+        Start(w, std::move(run));
       }
-      WorkerPtr w = ready.front();
-      ready.pop_front();
-      Start(w, std::move(run));
+      queue_ = std::move(waiting);
+      TopUp();
+      bool startable = false;
+      for (const auto& run : queue_) startable = startable || !ready_[!run->python].empty();
+      if (!startable) return;
     }
-    queue_ = std::move(waiting);
-    TopUp();
   }
 
   void Start(const WorkerPtr& w, std::unique_ptr<Run> run) {
@@ -763,6 +786,7 @@ class Dispatcher {
     const int sig = hard || run->python ? SIGKILL : SIGUSR1;
     if (run->killed_at < 0 || hard) {
       run->killed_at = Now();
+      w->hard_killed = w->hard_killed || sig == SIGKILL;
       syscall(SYS_pidfd_send_signal, w->pidfd, sig, nullptr, 0);
     }
   }
@@ -785,13 +809,31 @@ class Dispatcher {
   // namespaces to be torn down; W's uid is reused only after W is seen to end. Without a
   // report (W was killed, or a Python program closed or spoiled it), the report of W's end is
   // the result.
+  //
+  // A Python program runs in the process that reports it, so it can write a report of its own
+  // first: only its exit code counts (the program could choose that anyway). Its time and memory
+  // are the kernel's (never less than its live process's, or its end's), it brings back no
+  // files, and an error from it is no sign of damage (which would take the runner, and every
+  // call in it, out of service). Native workers' reports are their own (the program never
+  // holds the pipe), but the result carries only what has the right type even so.
   void MaybeFinish(const WorkerPtr& w) {
     Run* run = w->run.get();
     if (!run || (run->open & ~kOpenExit)) return;
     auto [rep, files] = Report(*run);
-    const bool ok_report = rep.is_object() && rep.contains("exit_code");
-    const bool error_report = rep.is_object() && rep.contains("error");
-    if (!ok_report && (run->open & kOpenExit) && !error_report) return;
+    const bool ended = !(run->open & kOpenExit);
+    const bool ok_report = rep.is_object() && rep.contains("exit_code") && rep["exit_code"].is_number_integer();
+    const bool error_report = !run->python && rep.is_object() && rep.contains("error") && rep["error"].is_string();
+    if (!ok_report && !ended && !error_report) return;
+    int64_t floor_cpu = 0, floor_rss = 0;
+    if (ok_report && run->python) {
+      if (ended) {
+        floor_cpu = IntOr0(w->exit.value("cpu_ms", json(0)));
+        floor_rss = IntOr0(w->exit.value("maxrss_kb", json(0)));
+      } else {
+        std::tie(floor_cpu, floor_rss) = KernelUsage(w->pid);
+        if (floor_rss == 0) return;  // already exiting: its end's report (with its usage) is next
+      }
+    }
     json res = {{"t", "result"},
                 {"id", run->id},
                 {"wall_ms", static_cast<int64_t>((Now() - run->start) * 1000)},
@@ -800,18 +842,16 @@ class Dispatcher {
                 {"stdout_truncated", run->truncated[0]},
                 {"stderr_truncated", run->truncated[1]}};
     if (ok_report) {
-      for (const char* k : {"exit_code", "signal", "cpu_ms", "maxrss_kb", "files"})
-        if (rep.contains(k)) res[k] = rep[k];
-      if (run->python) {
-        // A Python program runs in the process that reports it, so it can write a report of
-        // its own first: its time and memory are never less than the kernel's.
-        auto [cpu_ms, hwm_kb] = KernelUsage(w->pid);
-        res["cpu_ms"] = std::max(IntOr0(res.value("cpu_ms", json(0))), cpu_ms);
-        res["maxrss_kb"] = std::max(IntOr0(res.value("maxrss_kb", json(0))), hwm_kb);
-      }
+      res["exit_code"] = rep["exit_code"];
+      for (const char* k : {"signal", "cpu_ms", "maxrss_kb"}) res[k] = IntOr0(rep.value(k, json(0)));
+      res["cpu_ms"] = std::max(res["cpu_ms"].get<int64_t>(), floor_cpu);
+      res["maxrss_kb"] = std::max(res["maxrss_kb"].get<int64_t>(), floor_rss);
+      json brought = run->python ? json() : FilesOf(rep, files.size());
+      if (brought.is_array()) res["files"] = std::move(brought);
+      else files = {};
     } else {
       for (const char* k : {"exit_code", "signal", "cpu_ms", "maxrss_kb"})
-        res[k] = w->exit.is_object() ? w->exit.value(k, json(0)) : json(0);
+        res[k] = w->exit.is_object() ? IntOr0(w->exit.value(k, json(0))) : 0;
       files = {};
       if (error_report) {
         res["error"] = rep["error"];
@@ -826,7 +866,6 @@ class Dispatcher {
     std::string payload;
     payload.reserve(run->out[0].size() + run->out[1].size() + files.size());
     payload.append(run->out[0]).append(run->out[1]).append(files);
-    const bool ended = !(run->open & kOpenExit);
     const bool python = run->python;
     std::unique_ptr<Run> done = std::move(w->run);  // the call is over: its input goes too
     w->finished = true;
@@ -839,13 +878,39 @@ class Dispatcher {
       syscall(SYS_pidfd_send_signal, w->pidfd, SIGKILL, nullptr, 0);
     }
     Send(res, payload);
-    TopUp();
+    DrainQueue();  // a slot is free: queued runs may start
+  }
+
+  // A native worker's files ({name, len, mode} each, their bytes after the report's header),
+  // or null if they are not that or do not fit the `available` bytes.
+  static json FilesOf(const json& rep, size_t available) {
+    if (!rep.contains("files")) return json::array();
+    const json& in = rep["files"];
+    if (!in.is_array()) return nullptr;
+    json out = json::array();
+    uint64_t total = 0;
+    for (const json& f : in) {
+      if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("len") ||
+          !f["len"].is_number_unsigned())
+        return nullptr;
+      const uint64_t len = f["len"].get<uint64_t>();
+      if (len > available - total) return nullptr;
+      total += len;
+      const json mode = f.value("mode", json(0644));
+      out.push_back({{"name", f["name"]}, {"len", len}, {"mode", mode.is_number_unsigned() ? mode : json(0644)}});
+    }
+    return out;
   }
 
   // Seconds until the next deadline, or -1 for none.
   double CheckDeadlines() {
     const double now = Now();
     double nearest = -1;
+    while (!quarantine_.empty() && quarantine_.front().first <= now) {
+      free_uids_.push_back(quarantine_.front().second);
+      quarantine_.pop_front();
+    }
+    if (!quarantine_.empty()) nearest = quarantine_.front().first;
     for (auto& [pid, w] : by_pid_) {
       Run* run = w->run.get();
       if (!run) continue;
@@ -877,6 +942,7 @@ class Dispatcher {
   std::map<pid_t, WorkerPtr> by_pid_;  // until its end is seen
   std::deque<std::unique_ptr<Run>> queue_;  // waiting for a worker
   std::deque<int> free_uids_;
+  std::deque<std::pair<double, int>> quarantine_;  // uids free again at a time (see Discard)
   int live_ = 0;  // workers made whose end has not been seen
   std::string inbuf_;
 };
@@ -887,59 +953,30 @@ int MemfdWith(const char* name, std::string_view data) {
   return fd;
 }
 
-}  // namespace
-
-int CallDispatcherMain(int, char**) {
-  signal(SIGPIPE, SIG_IGN);
-  // The node's first frame: the configuration, then zygote.py, the calls' seccomp filter and
-  // warren-zygote.so as its payload.
-  std::string head, body;
-  if (!ReadExact(0, 8, &head)) Die("no configuration from the node");
-  uint32_t total, hlen;
-  memcpy(&total, head.data(), 4);
-  memcpy(&hlen, head.data() + 4, 4);
-  if (total < 4 || hlen > total - 4 || !ReadExact(0, total - 4, &body)) Die("a garbled configuration frame");
-  json init = json::parse(std::string_view(body).substr(0, hlen), nullptr, false);
-  if (!init.is_object()) Die("an unreadable configuration");
-  std::string_view rest = std::string_view(body).substr(hlen);
-  auto take = [&](const char* key) {
-    const size_t n = std::min<size_t>(init.value(key, size_t{0}), rest.size());
-    std::string_view part = rest.substr(0, n);
-    rest.remove_prefix(n);
-    return part;
-  };
-  const std::string_view script = take("script_len"), bpf = take("bpf_len"), lib = take("lib_len");
-
-  Config cfg;
-  cfg.uid_base = init.value("uid_base", cfg.uid_base);
-  cfg.max_workers = std::max(1, init.value("max_workers", cfg.max_workers));
-  cfg.prefork = std::max(0, init.value("prefork", cfg.prefork));
-  cfg.tmp_bytes = init.value("tmp_bytes", cfg.tmp_bytes);
-  cfg.artifact_limit = init.value("artifact_limit", cfg.artifact_limit);
-  cfg.python = init.value("python", cfg.python);
-  cfg.setup_flags = SetupFlags();
-  cfg.root_flags = RootFlags();
-  const int bpf_fd = MemfdWith("warren-call-seccomp", bpf);  // workers pread it: its offset does not matter
-
-  // The zygote: python3 running zygote.py, with its end of a SOCK_SEQPACKET socket on fd 3.
+// The zygote: python3 running zygote.py (sent on its stdin, then its configuration: a frame
+// with the calls' seccomp filter and warren-zygote.so), with its end of a SOCK_SEQPACKET
+// socket on fd 3 and /dev/null for stdout (the channel is ours alone). Returns our end of the
+// socket and the zygote's first message, which says which loop serves: C, or Python's.
+std::pair<int, json> StartZygote(const Config& cfg, std::string_view script, std::string_view bpf,
+                                 std::string_view lib) {
   int sv[2], in[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) Die(ErrnoText("socketpair", errno));
   if (pipe2(in, O_CLOEXEC) != 0) Die(ErrnoText("pipe2", errno));
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);  // the channel is ours alone
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t all;
   sigfillset(&all);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  int rc = posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  rc = rc ? rc : posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+  rc = rc ? rc : posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  rc = rc ? rc : posix_spawnattr_setsigdefault(&attr, &all);
+  rc = rc ? rc : posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
   std::string a0 = cfg.python, a1 = "-I", a2 = "-c", a3 = kBootstrap;
   char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), nullptr};
-  pid_t zpid = 0;
-  int rc = posix_spawnp(&zpid, argv[0], &fa, &attr, argv, environ);
+  pid_t pid = 0;
+  if (rc == 0) rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) Die(ErrnoText("start the zygote (" + cfg.python + ")", rc));
@@ -954,7 +991,6 @@ int CallDispatcherMain(int, char**) {
   boot += EncodeFrame(zcfg, std::string(bpf) + std::string(lib));
   if (!WriteAll(in[1], boot)) Die(ErrnoText("send zygote.py to the zygote", errno));
   close(in[1]);
-  // Its first message says which loop runs: the C one, or Python's if that failed to load.
   char hello[4096];
   ssize_t n;
   do n = recv(sv[0], hello, sizeof hello, 0);
@@ -962,7 +998,47 @@ int CallDispatcherMain(int, char**) {
   if (n <= 0) Die("the zygote ended before it was ready");
   json h = json::parse(std::string_view(hello, static_cast<size_t>(n)), nullptr, false);
   if (!h.is_object()) Die("an unreadable hello from the zygote");
-  Dispatcher(std::move(cfg), sv[0], bpf_fd, std::move(h)).Loop();
+  return {sv[0], std::move(h)};
+}
+
+}  // namespace
+
+int CallDispatcherMain(int, char**) {
+  signal(SIGPIPE, SIG_IGN);
+  // The node's first frame: the configuration, then zygote.py, the calls' seccomp filter and
+  // warren-zygote.so as its payload.
+  Config cfg;
+  int bpf_fd = -1, zsock = -1;
+  json hello;
+  {
+    std::string head, body;
+    if (!ReadExact(0, 8, &head)) Die("no configuration from the node");
+    uint32_t total, hlen;
+    memcpy(&total, head.data(), 4);
+    memcpy(&hlen, head.data() + 4, 4);
+    if (total < 4 || hlen > total - 4 || !ReadExact(0, total - 4, &body)) Die("a garbled configuration frame");
+    json init = json::parse(std::string_view(body).substr(0, hlen), nullptr, false);
+    if (!init.is_object()) Die("an unreadable configuration");
+    std::string_view rest = std::string_view(body).substr(hlen);
+    auto take = [&](const char* key) {
+      const size_t n = std::min<size_t>(init.value(key, size_t{0}), rest.size());
+      std::string_view part = rest.substr(0, n);
+      rest.remove_prefix(n);
+      return part;
+    };
+    const std::string_view script = take("script_len"), bpf = take("bpf_len"), lib = take("lib_len");
+    cfg.uid_base = init.value("uid_base", cfg.uid_base);
+    cfg.max_workers = std::max(1, init.value("max_workers", cfg.max_workers));
+    cfg.prefork = std::max(0, init.value("prefork", cfg.prefork));
+    cfg.tmp_bytes = init.value("tmp_bytes", cfg.tmp_bytes);
+    cfg.artifact_limit = init.value("artifact_limit", cfg.artifact_limit);
+    cfg.python = init.value("python", cfg.python);
+    cfg.setup_flags = SetupFlags();
+    cfg.root_flags = RootFlags();
+    bpf_fd = MemfdWith("warren-call-seccomp", bpf);  // workers pread it: its offset does not matter
+    std::tie(zsock, hello) = StartZygote(cfg, script, bpf, lib);
+  }  // the script, filter and library are the zygote's now
+  Dispatcher(std::move(cfg), zsock, bpf_fd, std::move(hello)).Loop();
 }
 
 }  // namespace warren::agent

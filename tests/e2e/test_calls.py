@@ -161,6 +161,19 @@ def test_a_call_cannot_outlive_its_result(server, runner):
     assert time.monotonic() - t0 < 20, "the pool was held by calls that should have ended"
 
 
+def test_a_programs_leftover_children_end_with_it(server, runner):
+    """A program that leaves a child holding its stdout gets its result when it ends itself,
+    not when the child would: the call's other processes end with the program."""
+    import time
+
+    for lang, code in (("python", "import subprocess\nsubprocess.Popen(['sleep', '60'])\nprint('done')"),
+                       ("bash", "sleep 60 &\necho done")):
+        t0 = time.monotonic()
+        res = call(server, language=lang, code=code, timeout_s=120)
+        assert res["stdout"] == "done\n" and res["verdict"] == "ok", res
+        assert time.monotonic() - t0 < 20, (lang, time.monotonic() - t0)
+
+
 SPY = r"""
 import os, socket, time
 found = {
@@ -575,6 +588,44 @@ def test_a_workers_interpreter_code_is_in_huge_pages(server, runner):
         assert res["stdout"].startswith("r-xp /usr/bin/python3"), res
     else:
         assert res["stdout"] == "r-xp anonymous True\n", res
+
+
+# Reports a Python program can write on its worker's report pipe before it exits: fields of
+# the wrong types, files nested without end (400 KB of brackets), an error that would say its
+# runner is damaged, files it never sent.
+FORGED_REPORTS = [  # (report, the exit code the result then has: the report's own if it is an integer)
+    (b'{"exit_code":"x","signal":"y","cpu_ms":[1],"maxrss_kb":{}}', 5),
+    (b'{"exit_code":0,"files":' + b'[' * 200000 + b']' * 200000 + b'}', 0),
+    (b'{"error":"worker setup: forged"}', 5),
+    (b'{"exit_code":0,"signal":0,"files":[{"name":"f","len":99999999999,"mode":"x"}]}', 0),
+]
+
+
+def _fncall_stats(server):
+    return server.http("GET", "/v1/nodes").json["nodes"][0]["fncall"]
+
+
+def test_a_forged_report_of_any_shape_ends_only_its_own_call(server, runner):
+    """Whatever a Python program writes as its own report, its call ends with a result made of
+    an exit code (the report's, if it is an integer: the program could choose that anyway) and
+    the kernel's figures, and nothing else notices: the runner it ran in is not taken out of
+    service (no new runner is started), the server and the next call go on."""
+    before = _fncall_stats(server)
+    for rep, exit_code in FORGED_REPORTS:
+        code = ("import os, struct, sys\n"
+                f"rep = {rep!r}\n"
+                "print(7)\nsys.stdout.flush()\n"
+                "data = memoryview(struct.pack('<II', 4 + len(rep), len(rep)) + rep)\n"
+                "while data: data = data[os.write(4, data):]\n"
+                "os._exit(5)\n")
+        res = call(server, language="python", code=code)
+        assert res["stdout"] == "7\n" and res["exit_code"] == exit_code, res
+        assert res["verdict"] == ("ok" if exit_code == 0 else "runtime_error"), res
+        assert "error" not in res, res
+        assert call(server, language="python", code="print(1)")["stdout"] == "1\n"
+    after = _fncall_stats(server)
+    assert after["runner_starts"] == before["runner_starts"], (before, after)
+    assert after["runner_failures"] == before["runner_failures"], (before, after)
 
 
 def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):

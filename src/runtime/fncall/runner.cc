@@ -220,7 +220,7 @@ void Runner::OnOutput(int stream, std::string_view data) {
     uint32_t total, hlen;
     memcpy(&total, inbuf_.data() + off, 4);
     memcpy(&hlen, inbuf_.data() + off + 4, 4);
-    if (hlen > total - 4 || total > (1u << 31)) {
+    if (total < 4 || hlen > total - 4 || total > (1u << 31)) {
       MarkDead("garbled frame from the dispatcher");
       inbuf_.clear();
       return;
@@ -228,7 +228,15 @@ void Runner::OnOutput(int stream, std::string_view data) {
     if (inbuf_.size() - off < 4 + static_cast<size_t>(total)) break;
     std::string header = inbuf_.substr(off + 8, hlen);
     std::string_view payload(inbuf_.data() + off + 8 + hlen, total - 4 - hlen);
-    OnFrame(header, payload);
+    // The dispatcher shares its sandbox with the calls: a frame whose fields have the wrong types
+    // takes the runner out of service, never the node down.
+    try {
+      OnFrame(header, payload);
+    } catch (const json::exception& e) {
+      MarkDead(std::string("an unreadable frame from the dispatcher: ") + e.what());
+      inbuf_.clear();
+      return;
+    }
     off += 4 + total;
   }
   inbuf_.erase(0, off);
@@ -272,7 +280,7 @@ void Runner::OnFrame(const std::string& header, std::string_view payload) {
   r.maxrss_kb = h.value("maxrss_kb", int64_t{0});
   size_t out_len = h.value("stdout_len", size_t{0}), err_len = h.value("stderr_len", size_t{0});
   Status bad;
-  if (out_len + err_len > payload.size()) {
+  if (out_len > payload.size() || err_len > payload.size() - out_len) {
     bad = Status(Code::kInternal, "fncall run", cfg_.id, "result shorter than announced");
   } else {
     r.stdout_data.assign(payload.substr(0, out_len));
@@ -280,7 +288,7 @@ void Runner::OnFrame(const std::string& header, std::string_view payload) {
     size_t pos = out_len + err_len;
     for (const json& f : h.value("files", json::array())) {
       size_t len = f.value("len", size_t{0});
-      if (pos + len > payload.size()) break;
+      if (len > payload.size() - pos) break;
       r.files.push_back({f.value("name", ""), std::string(payload.substr(pos, len)),
                          f.value("mode", 0644u)});
       pos += len;

@@ -48,6 +48,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 import traceback
 import types
 
@@ -298,6 +299,16 @@ def run_python(main, code, args, filename):
             status, int(cpu * 1000), max(me.ru_maxrss, kids.ru_maxrss))  # not json: fewer pages
         write_all(4, struct.pack("<II", 4 + len(report), len(report)) + report)
         os.close(4)
+        # The dispatcher ends us once it has our report and has read our usage from /proc
+        # (a program could have written a report of its own): we must still be there, not
+        # halfway through an exit that has already let go of our memory's figures. The call's
+        # other processes go now (as our exit, pid 1's, would end them): one still holding
+        # stdout would keep the result waiting.
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass  # none
+        time.sleep(5)
     except OSError:
         pass
     os._exit(status)

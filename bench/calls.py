@@ -15,7 +15,7 @@ Starts its own `warren serve` (build/warren) with a scratch data dir, builds the
 previous run with --keep), removes everything at the end (not a --data-dir it was given).
 Root, Debian's /usr/bin/python3.
 
-  sudo /usr/bin/python3 bench/calls.py [--iterations 300] [--cases 200] [--json out.json]
+  sudo /usr/bin/python3 bench/calls.py [--iterations 1000] [--cases 200] [--json out.json]
 """
 
 import argparse
@@ -62,7 +62,7 @@ def row(name, samples, rate):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--iterations", type=int, default=300)
+    ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--cases", type=int, default=200)
     ap.add_argument("--json")
     ap.add_argument("--data-dir", help="reuse this scratch dir (its runner image) instead of a new one; kept")

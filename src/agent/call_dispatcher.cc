@@ -1,7 +1,6 @@
 #include "agent/call_dispatcher.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/epoll.h>
@@ -32,6 +31,9 @@
 
 #include "agent/protocol.h"
 #include "agent/py_marshal.h"
+#include "base/unique_fd.h"
+#include "sys/fd_io.h"
+#include "sys/fd_passing.h"
 
 extern char** environ;
 
@@ -78,34 +80,6 @@ int HighFd(int fd) {
   int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
   close(fd);
   return high;
-}
-
-// Blocking writes, also to a descriptor that is non-blocking (waits for room).
-bool WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) {
-      pollfd p = {fd, POLLOUT, 0};
-      poll(&p, 1, -1);
-      continue;
-    }
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
-
-bool ReadExact(int fd, size_t n, std::string* out) {
-  out->resize(n);
-  size_t off = 0;
-  while (off < n) {
-    ssize_t r = read(fd, out->data() + off, n - off);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    off += static_cast<size_t>(r);
-  }
-  return true;
 }
 
 std::string ReadSmall(const std::string& path) {
@@ -298,33 +272,13 @@ class Dispatcher {
   }
 
   void Send(const json& h, std::string_view payload = {}) {
-    if (!WriteAll(1, EncodeFrame(h, payload))) _exit(0);  // the node is gone
+    if (!sys::WriteFull(1, EncodeFrame(h, payload))) _exit(0);  // the node is gone
   }
 
   void Log(const std::string& error) { Send({{"t", "log"}, {"error", error}, {"damaged", true}}); }
 
   bool SendToZygote(const std::string& msg, const int* fds, size_t nfds) {
-    iovec iov = {const_cast<char*>(msg.data()), msg.size()};
-    union {
-      char buf[CMSG_SPACE(8 * sizeof(int))];
-      cmsghdr align;
-    } ctl;
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    if (nfds) {
-      mh.msg_control = ctl.buf;
-      mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-      cmsghdr* c = CMSG_FIRSTHDR(&mh);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-      memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-    }
-    for (;;) {
-      if (sendmsg(zsock_, &mh, MSG_NOSIGNAL) >= 0) return true;
-      if (errno != EINTR) return false;
-    }
+    return sys::SendWithFds(zsock_, msg, std::vector<int>(fds, fds + nfds)).ok();
   }
 
   // Five pipes: request and stdin (theirs read), stdout, stderr and the report (theirs write).
@@ -481,31 +435,14 @@ class Dispatcher {
   }
 
   void OnZygote() {
-    char buf[4096];
-    iovec iov = {buf, sizeof buf - 1};
-    union {
-      char buf[CMSG_SPACE(8 * sizeof(int))];
-      cmsghdr align;
-    } ctl;
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof ctl.buf;
-    ssize_t n = recvmsg(zsock_, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    if (n <= 0) Die(n == 0 ? "the zygote ended" : ErrnoText("recvmsg from the zygote", errno));
+    std::string msg;
+    std::vector<UniqueFd> received;
+    if (Status st = sys::RecvWithFds(zsock_, 4096, &msg, &received); !st.ok())
+      Die("a message from the zygote: " + st.ToString());
+    if (msg.empty()) Die("the zygote ended");
     std::vector<int> fds;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < k; ++i) {
-        int fd;
-        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-        fds.push_back(fd);
-      }
-    }
-    const json rep = json::parse(std::string_view(buf, static_cast<size_t>(n)), nullptr, false);
+    for (auto& fd : received) fds.push_back(fd.Release());
+    const json rep = json::parse(msg, nullptr, false);
     auto close_extra = [&](size_t keep) {
       for (size_t i = keep; i < fds.size(); ++i) close(fds[i]);
     };
@@ -694,7 +631,7 @@ class Dispatcher {
       msg = EncodeFrame(req, std::string_view(run->payload).substr(0, files_len));
     }
     w->run = std::move(run);
-    WriteAll(w->req_w, msg);  // if W is gone, its end (and the error it left) comes later
+    sys::WriteFull(w->req_w, msg);  // if W is gone, its end (and the error it left) comes later
     CloseFd(&w->req_w);
     if (!w->run->stdin_data.empty()) WatchFd(w->stdin_w, w, What::kStdin, EPOLLOUT);
     else CloseFd(&w->stdin_w);
@@ -949,7 +886,7 @@ class Dispatcher {
 
 int MemfdWith(const char* name, std::string_view data) {
   int fd = HighFd(static_cast<int>(syscall(SYS_memfd_create, name, MFD_CLOEXEC)));
-  if (fd < 0 || !WriteAll(fd, data)) Die(ErrnoText(std::string("memfd ") + name, errno));
+  if (fd < 0 || !sys::WriteFull(fd, data)) Die(ErrnoText(std::string("memfd ") + name, errno));
   return fd;
 }
 
@@ -989,7 +926,7 @@ std::pair<int, json> StartZygote(const Config& cfg, std::string_view script, std
   memcpy(boot.data(), &script_len, 4);
   boot.append(script);
   boot += EncodeFrame(zcfg, std::string(bpf) + std::string(lib));
-  if (!WriteAll(in[1], boot)) Die(ErrnoText("send zygote.py to the zygote", errno));
+  if (!sys::WriteFull(in[1], boot)) Die(ErrnoText("send zygote.py to the zygote", errno));
   close(in[1]);
   char hello[4096];
   ssize_t n;
@@ -1012,11 +949,11 @@ int CallDispatcherMain(int, char**) {
   json hello;
   {
     std::string head, body;
-    if (!ReadExact(0, 8, &head)) Die("no configuration from the node");
+    if (!sys::ReadFull(0, 8, &head)) Die("no configuration from the node");
     uint32_t total, hlen;
     memcpy(&total, head.data(), 4);
     memcpy(&hlen, head.data() + 4, 4);
-    if (total < 4 || hlen > total - 4 || !ReadExact(0, total - 4, &body)) Die("a garbled configuration frame");
+    if (total < 4 || hlen > total - 4 || !sys::ReadFull(0, total - 4, &body)) Die("a garbled configuration frame");
     json init = json::parse(std::string_view(body).substr(0, hlen), nullptr, false);
     if (!init.is_object()) Die("an unreadable configuration");
     std::string_view rest = std::string_view(body).substr(hlen);

@@ -28,6 +28,7 @@
 #include "isolation/net_loopback.h"
 #include "isolation/proc_masks.h"
 #include "isolation/seccomp_filter.h"
+#include "sys/fd_io.h"
 
 namespace warren::agent {
 namespace {
@@ -44,31 +45,8 @@ void OnUsr1(int) {
   if (g_target > 0) kill(g_target, SIGKILL);
 }
 
-bool WriteAll(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = write(fd, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool ReadAll(int fd, size_t n, std::string* out) {
-  out->resize(n);
-  size_t off = 0;
-  while (off < n) {
-    ssize_t r = read(fd, out->data() + off, n - off);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    off += static_cast<size_t>(r);
-  }
-  return true;
-}
-
 [[noreturn]] void Report(const json& h, const std::string& payload, int code) {
-  WriteAll(kReport, EncodeFrame(h, payload));
+  sys::WriteFull(kReport, EncodeFrame(h, payload));
   _exit(code);
 }
 
@@ -133,7 +111,7 @@ std::string ReadArtifacts(const json& names, json* meta) {
     struct stat st{};
     std::string data;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && out.size() + static_cast<uint64_t>(st.st_size) <= kArtifactLimit &&
-        ReadAll(fd, static_cast<size_t>(st.st_size), &data)) {
+        sys::ReadFull(fd, static_cast<size_t>(st.st_size), &data)) {
       meta->push_back({{"name", name}, {"len", data.size()}, {"mode", st.st_mode & 0755}});
       out += data;
     }
@@ -182,11 +160,11 @@ std::string ReadArtifacts(const json& names, json* meta) {
 
   // The request.
   std::string head, body;
-  if (!ReadAll(kRequest, 8, &head)) _exit(0);  // the runner is going away
+  if (!sys::ReadFull(kRequest, 8, &head)) _exit(0);  // the runner is going away
   uint32_t total, hlen;
   memcpy(&total, head.data(), 4);
   memcpy(&hlen, head.data() + 4, 4);
-  if (hlen > total - 4 || !ReadAll(kRequest, total - 4, &body)) _exit(0);
+  if (hlen > total - 4 || !sys::ReadFull(kRequest, total - 4, &body)) _exit(0);
   close(kRequest);
   json req = json::parse(body.substr(0, hlen), nullptr, false);
   if (!req.is_object()) Report({{"error", "unreadable request"}}, "", 1);
@@ -198,7 +176,7 @@ std::string ReadArtifacts(const json& names, json* meta) {
     int fd = open(("/tmp/" + name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
                   f.value("mode", 0644u) & 0777);
     if (fd >= 0) {
-      WriteAll(fd, body.substr(pos, len));
+      sys::WriteFull(fd, body.substr(pos, len));
       close(fd);
     }
     pos += len;
@@ -206,7 +184,7 @@ std::string ReadArtifacts(const json& names, json* meta) {
   std::string cwd = req.value("cwd", "/tmp");
   if (chdir(cwd.c_str()) != 0) {
     std::string msg = "warren: chdir " + cwd + ": " + strerror(errno) + "\n";
-    WriteAll(2, msg);
+    sys::WriteFull(2, msg);
     Report({{"exit_code", 126}, {"signal", 0}, {"cpu_ms", 0}, {"maxrss_kb", 0}}, "", 0);
   }
   std::vector<std::string> env, argv;
@@ -242,7 +220,7 @@ std::string ReadArtifacts(const json& names, json* meta) {
     execvpe(cargv[0], cargv.data(), cenv.data());
     int err = errno;
     std::string msg = "warren: exec " + argv[0] + ": " + strerror(err) + "\n";
-    WriteAll(2, msg);
+    sys::WriteFull(2, msg);
     _exit(err == ENOENT ? 127 : 126);
   }
   if (pid < 0) SetupFailed("fork");
@@ -288,20 +266,20 @@ int CallWorkerMain(int argc, char** argv) {
     int e = errno;
     close(netns);  // never the program's
     if (rc != 0) {
-      WriteAll(kReport, EncodeFrame({{"error", std::string("worker setup: setns net: ") + strerror(e)}}));
+      sys::WriteFull(kReport, EncodeFrame({{"error", std::string("worker setup: setns net: ") + strerror(e)}}));
       return 1;
     }
   }
   if (unshare(ns_flags) != 0) {
     int e = errno;
-    WriteAll(kReport, EncodeFrame({{"error", std::string("worker setup: unshare: ") + strerror(e)}}));
+    sys::WriteFull(kReport, EncodeFrame({{"error", std::string("worker setup: unshare: ") + strerror(e)}}));
     return 1;
   }
   pid_t pid = fork();  // pid 1 of the new pid namespace
   if (pid == 0) Worker(uid, tmp_bytes, flags, root_flags);
   if (pid < 0) {
     int e = errno;
-    WriteAll(kReport, EncodeFrame({{"error", std::string("worker setup: fork: ") + strerror(e)}}));
+    sys::WriteFull(kReport, EncodeFrame({{"error", std::string("worker setup: fork: ") + strerror(e)}}));
     return 1;
   }
   // The dispatcher's SIGUSR1 (out of time or output) goes on to the worker, which ends the

@@ -363,7 +363,13 @@ class Dispatcher {
     sigemptyset(&defaults);
     for (int s : {SIGPIPE, SIGXFSZ, SIGUSR1}) sigaddset(&defaults, s);
     posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+    // SIGUSR1 (end the program) stays blocked until the worker has its handler in place: before,
+    // its default would end the worker and leave the call's pid 1 running.
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    posix_spawnattr_setsigmask(&attr, &usr1);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
     std::vector<std::string> args = {"/proc/self/exe",          "--call-worker",
                                       std::to_string(uid),      std::to_string(cfg_.tmp_bytes),
                                       std::to_string(cfg_.setup_flags), std::to_string(cfg_.root_flags),
@@ -651,6 +657,15 @@ class Dispatcher {
     const WorkerPtr& w = watch.worker;
     Run* run = w->run.get();
     if (watch.what == What::kNativeExit) {
+      // Its report, if it wrote one, is in the pipe already (its pid 1 wrote it and ended first).
+      // Without a whole one, it ended some other way, perhaps before its pid 1: as if killed.
+      if (run && w->status_r >= 0) {
+        char more[kReadChunk];
+        ssize_t n;
+        while ((n = read(w->status_r, more, sizeof more)) > 0 && run->status.size() < cfg_.artifact_limit + (1u << 20))
+          run->status.append(more, static_cast<size_t>(n));
+      }
+      if (run && !WholeReport(*run)) w->hard_killed = true;
       CloseFd(&w->pidfd);
       while (waitpid(w->pid, nullptr, WNOHANG) < 0 && errno == EINTR) {
       }
@@ -726,6 +741,12 @@ class Dispatcher {
       w->hard_killed = w->hard_killed || sig == SIGKILL;
       syscall(SYS_pidfd_send_signal, w->pidfd, sig, nullptr, 0);
     }
+  }
+
+  static bool WholeReport(const Run& run) {
+    uint32_t total = 0;
+    if (run.status.size() >= 4) memcpy(&total, run.status.data(), 4);
+    return run.status.size() >= 8 && run.status.size() >= 4 + static_cast<size_t>(total);
   }
 
   // W's own report (status pipe): its header, or null, and the files it brought back.

@@ -37,6 +37,8 @@ using nlohmann::json;
 
 constexpr int kStdin = 0, kRequest = 3, kReport = 4, kSeccomp = 5;
 constexpr uint64_t kArtifactLimit = 64ull << 20;
+// Files a call's /tmp (and /dev/shm) may hold: each inode is kernel memory no process owns.
+constexpr int kTmpInodes = 32768;
 constexpr unsigned kMakePrivate = 1, kHasShm = 2;
 
 volatile pid_t g_target = 0;  // who SIGUSR1 is passed on to (the worker, then the program)
@@ -129,8 +131,8 @@ std::string ReadArtifacts(const json& names, json* meta) {
   for (const char* p : isolation::kCallProcMasks)  // absent here: nothing to hide (never /dev/null)
     if (mount("/dev/null", p, nullptr, MS_BIND, nullptr) != 0 && !(errno == ENOENT && access(p, F_OK) != 0))
       SetupFailed(p);
-  std::string tmp = "size=" + std::to_string(tmp_bytes) + ",mode=0700,uid=" + std::to_string(uid) +
-                    ",gid=" + std::to_string(uid);
+  std::string tmp = "size=" + std::to_string(tmp_bytes) + ",nr_inodes=" + std::to_string(kTmpInodes) +
+                    ",mode=0700,uid=" + std::to_string(uid) + ",gid=" + std::to_string(uid);
   Mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp.c_str());
   if (flags & kHasShm) Mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp.c_str());
   Mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, nullptr);
@@ -206,6 +208,10 @@ std::string ReadArtifacts(const json& names, json* meta) {
   cenv.push_back(nullptr);
   setenv("PATH", path.c_str(), 1);  // execvpe searches the PATH of the call's environment
   signal(SIGUSR1, OnUsr1);
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  sigprocmask(SIG_UNBLOCK, &usr1, nullptr);  // blocked since the spawn: its handler is in place now
   pid_t pid = fork();
   if (pid == 0) {
     // The report is ours: a program holding its pipe could write one before ours and pass off
@@ -229,10 +235,17 @@ std::string ReadArtifacts(const json& names, json* meta) {
   close(1);
   close(2);
   int status = 0;
-  rusage ru{};
-  while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   g_target = 0;
+  // The call is over: what the program started goes too, and is waited for, so that the usage
+  // counts every process of the call (a child that did the work and was never waited for
+  // would otherwise pass under the memory and time limits).
+  kill(-1, SIGKILL);
+  while (waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
+  }
+  rusage ru{};
+  getrusage(RUSAGE_CHILDREN, &ru);
   json rep = {{"exit_code", WIFEXITED(status) ? WEXITSTATUS(status) : -1},
               {"signal", WIFSIGNALED(status) ? WTERMSIG(status) : 0},
               {"cpu_ms", (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 +
@@ -258,6 +271,12 @@ int CallWorkerMain(int argc, char** argv) {
   // A net namespace from the zygote (fd argv[6]): one an earlier call left as new, or new; it
   // goes back to the zygote for checking when this call is over. -1: make our own.
   const int netns = argc > 6 ? atoi(argv[6]) : -1;
+  // Should the runner run out of memory, a call goes first, never the dispatcher (all share the
+  // runner's cgroup).
+  if (int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
+    sys::WriteFull(fd, "1000");
+    close(fd);
+  }
   int ns_flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID;
   if (netns < 0) {
     ns_flags |= CLONE_NEWNET;
@@ -291,6 +310,12 @@ int CallWorkerMain(int argc, char** argv) {
     if (g_target > 0) kill(g_target, SIGUSR1);
   };
   sigaction(SIGUSR1, &sa, nullptr);
+  // The dispatcher spawned us with SIGUSR1 blocked: one that came before now would have ended
+  // us (its default) and left the call running. Now it is passed on.
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  sigprocmask(SIG_UNBLOCK, &usr1, nullptr);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

@@ -174,6 +174,63 @@ def test_a_programs_leftover_children_end_with_it(server, runner):
         assert time.monotonic() - t0 < 20, (lang, time.monotonic() - t0)
 
 
+# A child does the work (200 MiB touched, 0.5 s of CPU), tells its parent through a pipe and
+# lingers; the parent ends without waiting for it.
+CHILD_WORK_PY = r"""
+import os, time
+r, w = os.pipe()
+if os.fork() == 0:
+    x = bytearray(200 * 1024 * 1024)
+    for i in range(0, len(x), 4096): x[i] = 1
+    t = time.process_time()
+    while time.process_time() - t < 0.5: pass
+    os.write(w, b"x")
+    time.sleep(60)
+os.read(r, 1)
+print("parent done")
+"""
+CHILD_WORK_C = r"""
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+int main(void) {
+  int p[2];
+  pipe(p);
+  if (fork() == 0) {
+    size_t n = 200u << 20;
+    char* x = malloc(n);
+    memset(x, 1, n);
+    clock_t t = clock();
+    while (clock() - t < CLOCKS_PER_SEC / 2) {}
+    write(p[1], x + n - 1, 1);  /* the memory is used: not optimised away */
+    sleep(60);
+  }
+  char c;
+  read(p[0], &c, 1);
+  puts("parent done");
+  return 0;
+}
+"""
+
+
+def test_a_call_is_charged_for_the_children_it_leaves(server, runner):
+    """A program's usage counts every process of its call: a child that did the work and was
+    never waited for still shows in the call's memory and CPU time (else a memory limit could be
+    passed by forking). Its processes are the first the runner's OOM killer takes (never the
+    dispatcher's), and its /tmp holds a bounded number of files."""
+    for lang, code in (("python", CHILD_WORK_PY), ("c", CHILD_WORK_C)):
+        res = call(server, language=lang, code=code, timeout_s=30)
+        assert res["stdout"] == "parent done\n" and res["verdict"] == "ok", res
+        assert res["memory_peak_kb"] >= 190 * 1024 and res["cpu_ms"] >= 400, (lang, res)
+    for lang, code in (("python", "print(open('/proc/self/oom_score_adj').read().strip())\n"
+                                  "print([l.split()[3] for l in open('/proc/self/mounts') if l.split()[1] == '/tmp'])"),
+                       ("bash", "cat /proc/self/oom_score_adj; grep -o 'nr_inodes=[0-9]*' /proc/self/mountinfo | sort -u")):
+        res = call(server, language=lang, code=code)
+        assert res["stdout"].startswith("1000\n") and "nr_inodes=32768" in res["stdout"], (lang, res)
+
+
 SPY = r"""
 import os, socket, time
 found = {
@@ -384,6 +441,19 @@ def test_workers_come_from_the_c_zygote_and_hold_only_their_pipes(server, runner
 
 
 NSID = "import os; print(os.readlink('/proc/self/ns/net'))"
+# A connection to an address no route leads to (the call's namespace has only lo): nothing is
+# sent, but Ip: OutNoRoutes counts it.
+NOROUTE = r"""
+import os, socket
+for _ in range(5):
+    try:
+        socket.create_connection(("192.0.2.1", 9), timeout=0.2)
+    except OSError:
+        pass
+print("unreachable", os.readlink("/proc/self/ns/net"))
+"""
+SNMP_OUT = ("t = [l.split() for l in open('/proc/net/snmp') if l.startswith('Ip:')]\n"
+            "print(dict(zip(t[0][1:], t[1][1:]))['OutNoRoutes'])")
 TALK = r"""
 import os, socket
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
@@ -437,6 +507,14 @@ def test_a_calls_net_namespace_is_new_or_left_as_new(server, runner):
     assert res["verdict"] == "ok", res
     later = [call(server, language="python", code=NSID)["stdout"] for _ in range(30)]
     assert res["stdout"] not in later, "a namespace holding a flow label was given again"
+    # No packet left the namespace (there is no route but lo's), yet its SNMP counters moved:
+    # a later call could read them in /proc/net/snmp. Not given again either; a namespace a
+    # later call gets shows none of it.
+    res = call(server, language="python", code=NOROUTE)
+    assert res["verdict"] == "ok" and res["stdout"].startswith("unreachable "), res
+    later = [call(server, language="python", code=NSID + "\n" + SNMP_OUT)["stdout"] for _ in range(30)]
+    assert all(line.split("\n")[1] == "0" for line in later), later
+    assert res["stdout"].split()[1] + "\n" not in [line.split("\n")[0] + "\n" for line in later]
     # Group joins would send reports on lo after the call ended: refused.
     assert call(server, language="python", code=MULTICAST)["stdout"] == "refused\n"
     # Sockets without traffic end with their call: the same port and name bind again.

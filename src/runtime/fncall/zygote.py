@@ -287,6 +287,21 @@ def run_python(main, code, args, filename):
                 stream.flush()
             except BaseException:
                 pass
+    # The call is over: what the program started goes too (as our exit, pid 1's, would end it),
+    # and is waited for, so that the usage counts every process of the call (a child that did
+    # the work and was never waited for would otherwise pass under the limits), and none still
+    # holding stdout keeps the result waiting.
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass  # none
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
     # Our own report, so the result need not wait for this process's teardown. The program
     # could have spoiled fd 4: then the zygote's report of our end counts instead.
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -301,18 +316,15 @@ def run_python(main, code, args, filename):
         os.close(4)
         # The dispatcher ends us once it has our report and has read our usage from /proc
         # (a program could have written a report of its own): we must still be there, not
-        # halfway through an exit that has already let go of our memory's figures. The call's
-        # other processes go now (as our exit, pid 1's, would end them): one still holding
-        # stdout would keep the result waiting.
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass  # none
+        # halfway through an exit that has already let go of our memory's figures.
         time.sleep(5)
     except OSError:
         pass
     os._exit(status)
 
+
+# Files a call's /tmp (and /dev/shm) may hold: each inode is kernel memory no process owns.
+TMP_INODES = 32768
 
 # /dev/null over what a fresh /proc still shows an unprivileged reader and a call must not see:
 # as isolation::kCallProcMasks (proc_masks.h), which says why these.
@@ -342,7 +354,7 @@ def worker_setup(req, cfg):
         except OSError as e:
             if e.errno != errno.ENOENT or os.path.exists(path):  # absent: nothing to hide
                 raise
-    tmp_opts = f"size={cfg['tmp_bytes']},mode=0700,uid={uid},gid={uid}"
+    tmp_opts = f"size={cfg['tmp_bytes']},nr_inodes={TMP_INODES},mode=0700,uid={uid},gid={uid}"
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp_opts)
     if cfg["has_shm"]:
         mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp_opts)
@@ -426,6 +438,10 @@ def zygote_main(sock, cfg, bpf, lib_fd):
     os.dup2(null, 1)
     os.close(null)
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, None, 0, 0)
+    # Should the runner run out of memory, a call goes first, never the dispatcher (all share the
+    # runner's cgroup): every worker inherits this.
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS
     # Children start with everything frozen: their collector never walks (and so never
     # copies) the pages of the objects they inherit.

@@ -41,6 +41,7 @@
 #define WZ_HAS_SHM 2u      /* the image has /dev/shm: it gets a tmpfs of its own */
 #define WZ_ROOT_DONE 4u    /* the zygote's own mount namespace has / private and read-only */
 #define WZ_FDS 5           /* request, stdin, stdout, stderr, status */
+#define WZ_TMP_INODES 32768 /* files a call's /tmp and /dev/shm may hold: kernel memory no process owns */
 
 /* Landlock (Debian 12's headers predate the newer ABIs). */
 #define LL_EXECUTE (1ull << 0)
@@ -194,7 +195,8 @@ static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags
     if (mount("/dev/null", kProcMasks[i], NULL, MS_BIND, NULL) != 0 && !(errno == ENOENT && access(kProcMasks[i], F_OK) != 0))
       setup_failed(kProcMasks[i]); /* absent: nothing to hide (but never a missing /dev/null) */
   char opts[128];
-  snprintf(opts, sizeof opts, "size=%llu,mode=0700,uid=%u,gid=%u", tmp_bytes, (unsigned)uid, (unsigned)uid);
+  snprintf(opts, sizeof opts, "size=%llu,nr_inodes=%d,mode=0700,uid=%u,gid=%u", tmp_bytes, WZ_TMP_INODES, (unsigned)uid,
+           (unsigned)uid);
   mount_or_fail("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts);
   if (flags & WZ_HAS_SHM) mount_or_fail("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts);
   if (!(flags & WZ_ROOT_DONE)) mount_or_fail(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL);
@@ -251,7 +253,7 @@ static void send_msg(int sock, const char* msg, int fd) {
  * the same torn down in a kworker). Most calls never touch the network, so
  * a call's namespace is either new or one an earlier call left exactly as new: lo never
  * carried a packet and no socket of any kind is left in it. Nothing else in a net namespace
- * can be changed without CAP_NET_ADMIN, which no call has. */
+ * can be changed without CAP_NET_ADMIN, which no call has, but the SNMP counters (checked too). */
 
 #define WZ_POOL 8
 #define WZ_KIDS 256
@@ -288,6 +290,45 @@ static int all_zero_after(const char* text, const char* key) {
   return 1;
 }
 
+/* The namespace's own settings among its SNMP figures (the same in every new namespace). */
+static int snmp_setting(const char* name) {
+  static const char* const settings[] = {"Forwarding", "DefaultTTL", "RtoAlgorithm", "RtoMin", "RtoMax", "MaxConn", "ifIndex"};
+  for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
+    if (strcmp(name, settings[i]) == 0) return 1;
+  return 0;
+}
+
+/* Every counter of a /proc/net SNMP table is 0. `paired`: lines come in pairs, "Tcp: names..."
+ * then "Tcp: values..." (snmp, netstat); else one "name value" a line (snmp6, dev_snmp6). A
+ * counter a call moved (packets it tried to send nowhere, say) would tell a later call of it:
+ * lo's own counters and the socket counts do not show those. Absent (no IPv6): nothing to tell. */
+static int snmp_all_zero(const char* path, int paired) {
+  static char buf[32768];
+  if (read_small(path, buf, sizeof buf) < 0) return access(path, F_OK) != 0;
+  char* save = NULL;
+  char* names = NULL;
+  for (char* line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    if (!paired) {
+      char name[96];
+      unsigned long long v = 0;
+      if (sscanf(line, "%95s %llu", name, &v) == 2 && v != 0 && !snmp_setting(name)) return 0;
+      continue;
+    }
+    if (!names) { /* a header: its values follow */
+      names = line;
+      continue;
+    }
+    char *ns = NULL, *vs = NULL;
+    char* n = strtok_r(names, " ", &ns);
+    char* v = strtok_r(line, " ", &vs); /* the "Tcp:" of both */
+    for (n = strtok_r(NULL, " ", &ns), v = strtok_r(NULL, " ", &vs); n && v;
+         n = strtok_r(NULL, " ", &ns), v = strtok_r(NULL, " ", &vs))
+      if (strcmp(v, "0") != 0 && !snmp_setting(n)) return 0;
+    names = NULL;
+  }
+  return 1;
+}
+
 /* In the namespace being checked (the zygote's /proc/self/net is its current one). */
 static int netns_pristine_here(void) {
   char buf[4096];
@@ -319,6 +360,9 @@ static int netns_pristine_here(void) {
   } else if (access("/proc/self/net/sockstat6", F_OK) == 0) {
     return 0;
   }
+  if (!snmp_all_zero("/proc/self/net/snmp", 1) || !snmp_all_zero("/proc/self/net/netstat", 1) ||
+      !snmp_all_zero("/proc/self/net/snmp6", 0) || !snmp_all_zero("/proc/self/net/dev_snmp6/lo", 0))
+    return 0;
   int n = read_small("/proc/self/net/unix", buf, sizeof buf);
   if (n < 0) return 0;
   char* nl = strchr(buf, '\n');

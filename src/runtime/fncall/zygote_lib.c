@@ -308,10 +308,16 @@ static int snmp_all_zero(const char* path, int paired) {
   char* save = NULL;
   char* names = NULL;
   for (char* line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-    if (!paired) {
-      char name[96];
-      unsigned long long v = 0;
-      if (sscanf(line, "%95s %llu", name, &v) == 2 && v != 0 && !snmp_setting(name)) return 0;
+    if (!paired) { /* "name   value": the value is the line's last word (scanned from its end: ~90 lines) */
+      char* end = line + strlen(line);
+      while (end > line && (end[-1] == ' ' || end[-1] == '\t')) end--;
+      char* v = end;
+      while (v > line && v[-1] != ' ' && v[-1] != '\t') v--;
+      if (end - v == 1 && *v == '0') continue;
+      char* name_end = line;
+      while (*name_end && *name_end != ' ' && *name_end != '\t') name_end++;
+      *name_end = 0;
+      if (!snmp_setting(line)) return 0;
       continue;
     }
     if (!names) { /* a header: its values follow */

@@ -1,9 +1,46 @@
 #include "isolation/uid_allocator.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 namespace warren::isolation {
+
+// Whether any process on the host runs with a real, effective or saved uid in [first, end).
+// A daemon that ended without deleting its sandboxes (killed, crashed) leaves them running
+// with ids of a block whose lock went with it: only a restart of that daemon may take the block
+// (it adopts them, Claim), never another daemon.
+static bool HostUsesIds(uint64_t first, uint64_t end) {
+  DIR* proc = opendir("/proc");
+  if (!proc) return false;
+  bool used = false;
+  while (dirent* e = readdir(proc)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char path[300], buf[4096];
+    snprintf(path, sizeof path, "/proc/%s/status", e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) continue;
+    buf[n] = 0;
+    const char* at = strstr(buf, "\nUid:");
+    if (!at) continue;
+    char* p = const_cast<char*>(at) + 5;
+    for (int i = 0; i < 3; ++i) {
+      const uint64_t id = strtoull(p, &p, 10);
+      used = used || (id >= first && id < end);
+    }
+    if (used) break;
+  }
+  closedir(proc);
+  return used;
+}
 
 UidAllocator::UidAllocator(uint32_t base, uint32_t slots, std::string lock_dir)
     : base_(base),
@@ -38,6 +75,11 @@ std::optional<uint32_t> UidAllocator::Allocate() {
   // All our blocks are full: take another block no other daemon holds.
   for (uint32_t b = 0; b < blocks_.size() && !lock_dir_.empty(); ++b) {
     if (blocks_[b].valid() || !ClaimBlock(b)) continue;
+    const uint64_t first = RangeOf(b * kBlockSlots).host_base;
+    if (HostUsesIds(first, first + uint64_t{kBlockSlots} * 65536)) {
+      blocks_[b].Reset();  // another daemon's sandboxes still run there
+      continue;
+    }
     uint32_t s = b * kBlockSlots;
     used_[s] = true;
     next_ = s + 1;

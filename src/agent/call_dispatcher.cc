@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/call_worker.h"
 #include "agent/protocol.h"
 #include "agent/py_marshal.h"
 #include "base/unique_fd.h"
@@ -42,7 +43,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr unsigned kMakePrivate = 1, kHasShm = 2;  // set-up flags (zygote_lib.c, call_worker.cc)
 constexpr size_t kReadChunk = 1 << 16;
 constexpr double kQuarantineS = 2.0;  // a hard-killed native worker's uid, before it is reused
 
@@ -129,7 +129,7 @@ struct Config {
   int prefork = 2;
   uint64_t tmp_bytes = 256ull << 20;
   uint64_t artifact_limit = 64ull << 20;
-  unsigned setup_flags = 0;       // kMakePrivate, kHasShm
+  unsigned setup_flags = 0;       // kCallMakePrivate, kCallHasShm (call_worker.h)
   unsigned long root_flags = 0;   // the flags / keeps when workers remount it read-only
   std::string python = "python3";
 };
@@ -154,10 +154,10 @@ unsigned SetupFlags() {
     ssize_t n;
     while ((n = read(fd, chunk.data(), chunk.size())) > 0) all.append(chunk.data(), static_cast<size_t>(n));
     close(fd);
-    if (all.find(" shared:") != std::string::npos) flags |= kMakePrivate;  // / is shared: workers make it private
+    if (all.find(" shared:") != std::string::npos) flags |= kCallMakePrivate;  // / is shared: workers make it private
   }
   struct stat st;
-  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) flags |= kHasShm;
+  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) flags |= kCallHasShm;
   return flags;
 }
 
@@ -177,6 +177,8 @@ struct Run {
   unsigned open = 0;   // kOpen*: what the result still waits for
   double start = 0, deadline = 0, killed_at = -1;
   bool timed_out = false, output_limit = false;
+  size_t max_output = 1 << 20;    // per stream, from its limits (read once, not per chunk)
+  bool kill_at_output_cap = true;
   std::string stdin_data;
   size_t stdin_off = 0;
 };
@@ -446,18 +448,9 @@ class Dispatcher {
     if (Status st = sys::RecvWithFds(zsock_, 4096, &msg, &received); !st.ok())
       Die("a message from the zygote: " + st.ToString());
     if (msg.empty()) Die("the zygote ended");
-    std::vector<int> fds;
-    for (auto& fd : received) fds.push_back(fd.Release());
-    const json rep = json::parse(msg, nullptr, false);
-    auto close_extra = [&](size_t keep) {
-      for (size_t i = keep; i < fds.size(); ++i) close(fds[i]);
-    };
-    if (!rep.is_object()) {
-      close_extra(0);
-      Die("unreadable message from the zygote");
-    }
+    const json rep = json::parse(msg, nullptr, false);  // fds not taken below close with `received`
+    if (!rep.is_object()) Die("unreadable message from the zygote");
     if (rep.contains("exited")) {
-      close_extra(0);
       auto it = by_pid_.find(static_cast<pid_t>(IntOr0(rep["exited"])));
       if (it == by_pid_.end()) return;
       WorkerPtr w = it->second;
@@ -466,32 +459,25 @@ class Dispatcher {
       OnWorkerEnd(w);
       return;
     }
-    if (forking_.empty()) {
-      close_extra(0);
-      Die("an unasked-for message from the zygote: " + rep.dump());
-    }
+    if (forking_.empty()) Die("an unasked-for message from the zygote: " + rep.dump());
     WorkerPtr w = forking_.front();
     forking_.pop_front();
     if (!w) {  // a net namespace for a native worker
-      if (!fds.empty() && rep.value("netns", 0) == 1) {
-        int fd = HighFd(fds[0]);
+      if (!received.empty() && rep.value("netns", 0) == 1) {
+        int fd = HighFd(received[0].Release());
         if (fd >= 0) netns_.push_back(fd);
-        close_extra(1);
       } else {
-        close_extra(0);
         netns_ok_ = false;  // the Python zygote: native workers make their own
       }
       return;
     }
-    if (rep.contains("error") || fds.empty() || !rep.contains("pid")) {
-      close_extra(0);
+    if (rep.contains("error") || received.empty() || !rep.contains("pid")) {
       Discard(w);
       Log(rep.value("error", "clone: no pid from the zygote"));
       return;
     }
     w->pid = static_cast<pid_t>(IntOr0(rep["pid"]));
-    w->pidfd = fds[0];
-    close_extra(1);
+    w->pidfd = received[0].Release();
     by_pid_[w->pid] = w;
     ready_[0].push_back(w);
     DrainQueue();
@@ -617,6 +603,9 @@ class Dispatcher {
     run->start = Now();
     const json wall = limits.is_object() ? limits.value("wall_ms", json(10000)) : json(10000);
     run->deadline = run->start + (wall.is_number() ? wall.get<double>() : 10000.0) / 1000.0;
+    const json cap = limits.is_object() ? limits.value("max_output", json(1 << 20)) : json(1 << 20);
+    run->max_output = cap.is_number_integer() ? static_cast<size_t>(std::max<int64_t>(0, cap.get<int64_t>())) : (1u << 20);
+    run->kill_at_output_cap = limits.is_object() ? limits.value("kill_at_output_cap", true) : true;
     run->open = kOpenOut | kOpenErr | kOpenStatus | kOpenExit;
     WatchFd(w->out_r, w, What::kOut, EPOLLIN);
     WatchFd(w->err_r, w, What::kErr, EPOLLIN);
@@ -700,11 +689,9 @@ class Dispatcher {
     std::string_view data(buf, static_cast<size_t>(n));
     if (watch.what == What::kStatus) {
       run->status.append(data);
-      uint32_t total = 0;
-      if (run->status.size() >= 4) memcpy(&total, run->status.data(), 4);
       if (run->status.size() > cfg_.artifact_limit + (1u << 20)) {
         Kill(w, true);
-      } else if (run->status.size() >= 8 && run->status.size() >= 4 + static_cast<size_t>(total)) {
+      } else if (WholeReport(*run)) {
         // W's whole report is in: the result need not wait for the pipe's end, which comes
         // only when W's exit has torn down its copy of the interpreter.
         CloseFd(&w->status_r);
@@ -714,14 +701,10 @@ class Dispatcher {
       return;
     }
     const int s = watch.what == What::kOut ? 0 : 1;
-    const json limits = run->header.value("limits", json::object());
-    const json cap_j = limits.is_object() ? limits.value("max_output", json(1 << 20)) : json(1 << 20);
-    const size_t cap = cap_j.is_number_unsigned() || cap_j.is_number_integer() ? static_cast<size_t>(std::max<int64_t>(0, cap_j.get<int64_t>())) : (1u << 20);
-    const size_t room = cap > run->out[s].size() ? cap - run->out[s].size() : 0;
+    const size_t room = run->max_output > run->out[s].size() ? run->max_output - run->out[s].size() : 0;
     if (data.size() > room) {
       run->truncated[s] = true;
-      const bool kill_at_cap = limits.is_object() ? limits.value("kill_at_output_cap", true) : true;
-      if (kill_at_cap && !run->output_limit) {
+      if (run->kill_at_output_cap && !run->output_limit) {
         run->output_limit = true;
         Kill(w, false);
       }

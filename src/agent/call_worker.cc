@@ -39,7 +39,6 @@ constexpr int kStdin = 0, kRequest = 3, kReport = 4, kSeccomp = 5;
 constexpr uint64_t kArtifactLimit = 64ull << 20;
 // Files a call's /tmp (and /dev/shm) may hold: each inode is kernel memory no process owns.
 constexpr int kTmpInodes = 32768;
-constexpr unsigned kMakePrivate = 1, kHasShm = 2;
 
 volatile pid_t g_target = 0;  // who SIGUSR1 is passed on to (the worker, then the program)
 
@@ -126,7 +125,7 @@ std::string ReadArtifacts(const json& names, json* meta) {
 [[noreturn]] void Worker(uid_t uid, uint64_t tmp_bytes, unsigned flags, unsigned long root_flags) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // the spawned parent killed: the whole call goes
   // As root of the runner: the call's own /proc, /tmp, /dev/shm, read-only /, loopback.
-  if (flags & kMakePrivate) Mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+  if (flags & kCallMakePrivate) Mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
   Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
   for (const char* p : isolation::kCallProcMasks)  // absent here: nothing to hide (never /dev/null)
     if (mount("/dev/null", p, nullptr, MS_BIND, nullptr) != 0 && !(errno == ENOENT && access(p, F_OK) != 0))
@@ -134,7 +133,7 @@ std::string ReadArtifacts(const json& names, json* meta) {
   std::string tmp = "size=" + std::to_string(tmp_bytes) + ",nr_inodes=" + std::to_string(kTmpInodes) +
                     ",mode=0700,uid=" + std::to_string(uid) + ",gid=" + std::to_string(uid);
   Mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp.c_str());
-  if (flags & kHasShm) Mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp.c_str());
+  if (flags & kCallHasShm) Mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp.c_str());
   Mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, nullptr);
   if (sethostname("sandbox", 7) != 0) SetupFailed("sethostname");
   if (!isolation::BringUpLoopback().ok()) SetupFailed("loopback");

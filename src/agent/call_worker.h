@@ -9,6 +9,10 @@
 
 namespace warren::agent {
 
+// FLAGS, the set-up flags (the same in zygote_lib.c's WZ_*): / is a shared mount, to be made
+// private first; the image has /dev/shm, which gets a tmpfs of the call's own.
+constexpr unsigned kCallMakePrivate = 1, kCallHasShm = 2;
+
 int CallWorkerMain(int argc, char** argv);
 
 }  // namespace warren::agent

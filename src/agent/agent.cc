@@ -230,7 +230,17 @@ Status Agent::Setup() {
   // Order matters: the overlay first (everything else mounts inside it), /proc before the
   // pivot (mounting procfs in a user namespace requires a fully visible procfs to exist in
   // the mount namespace, which the old root provides), then the pivot detaches the host.
+  const size_t layer_count = plan.layers.size();
   WARREN_RETURN_IF_ERROR(isolation::BuildRootfs(plan, &root));
+  std::vector<size_t> tools;
+  for (const auto& t : h.value("tool_layers", json::array()))
+    if (t.is_number_unsigned()) tools.push_back(t.get<size_t>());
+  WARREN_RETURN_IF_ERROR(isolation::GuardToolLayers(tools, layer_count, root));
+  for (size_t i = 0; i <= layer_count && i <= kMaxKeptLayers; ++i) {
+    const std::string dir = std::string(isolation::kStagingDir) + (i == 0 ? "" : "/l" + std::to_string(i - 1));
+    UniqueFd fd(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!fd || dup3(fd.get(), kStagingDirFd + static_cast<int>(i), O_CLOEXEC) < 0) return ErrnoStatus("keep", dir);
+  }
   lap("rootfs");
   if (vm) {
     // The guest's kernel is the sandbox's own: its /proc and devices hide nothing of the host
@@ -247,7 +257,7 @@ Status Agent::Setup() {
     if (mount("sysfs", sys.c_str(), "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
       return ErrnoStatus("mount sysfs", sys);
   } else {
-    WARREN_RETURN_IF_ERROR(isolation::MountSys(root, sysfs.get()));
+    WARREN_RETURN_IF_ERROR(isolation::MountSys(root, sysfs.get(), isolation::kStagingDir));
   }
   lap("proc_dev_sys");
   WARREN_RETURN_IF_ERROR(vm ? SwitchRootInto(root) : isolation::PivotInto(root));

@@ -15,6 +15,14 @@ namespace warren::agent {
 
 inline constexpr int kControlFd = 3;
 inline constexpr int kSelfMemfd = 5;  // the memfd we were executed from; closed at start
+// O_PATH fds kept for the node: the sandbox's staging tmpfs (holding the overlay's `upper` and
+// /dev/shm's `shm`) at 1000, and its layer clones, top first, from 1001 on (after the pivot
+// they are detached: no path leads to them, inside the sandbox or out). The node (host root)
+// opens /proc/<agent>/fd/N to read what the occupant changed and to apply the filesystem
+// policy (runtime/container/fs_guard.h). Commands never inherit them (close_range).
+inline constexpr int kStagingDirFd = 1000;
+inline constexpr int kFirstLayerFd = 1001;
+inline constexpr int kMaxKeptLayers = 128;
 
 int Run(UniqueFd listener = {}, pid_t relay_pid = 0);
 // PID 1 of a microVM or VM (the kernel ran us as /init): see agent/vm_init.h, then Run().

@@ -79,6 +79,8 @@ void AddSpecFlags(CLI::App* cmd, SpecFlags* f) {
   cmd->add_option("--pids", f->pids, "process limit");
   cmd->add_option("--network", f->network, "none|egress");
   Repeatable(cmd->add_option("--allow", f->allow, "egress rule (repeatable)"));
+  Repeatable(cmd->add_option("--read-only", f->read_only, "a tree the occupant cannot change, root included (repeatable)"));
+  Repeatable(cmd->add_option("--writable", f->writable, "a tree inside a read-only one that stays writable (repeatable)"));
   cmd->add_option("--ttl", f->ttl, "seconds until the sandbox is reaped");
   Repeatable(cmd->add_option("--label", f->labels, "K=V (repeatable)"));
   Repeatable(cmd->add_option("--env", f->env, "K=V (repeatable)"));
@@ -133,6 +135,7 @@ Result<nlohmann::json> SpecJson(const SpecFlags& f) {
   if (!f.trajectory.empty()) j["trajectory"] = f.trajectory;
   std::string mode = f.allow.empty() ? f.network : "egress";
   j["network"] = {{"mode", mode}, {"allow", f.allow}};
+  if (!f.read_only.empty() || !f.writable.empty()) j["filesystem"] = {{"read_only", f.read_only}, {"writable", f.writable}};
   nlohmann::json labels, env;
   WARREN_RETURN_IF_ERROR(SplitKv(f.labels, "--label", &labels));
   WARREN_RETURN_IF_ERROR(SplitKv(f.env, "--env", &env));

@@ -32,7 +32,7 @@ struct SpecFlags {
   std::string backend = "container", image, workspace, network = "none";
   std::string lease, trajectory, on_lease_expiry;
   uint64_t idle_timeout = 0;
-  std::vector<std::string> tools, allow, labels, env;
+  std::vector<std::string> tools, allow, labels, env, read_only, writable;
   double cpu = 0;
   std::string memory, disk;
   uint64_t pids = 0, ttl = 0;
@@ -73,6 +73,8 @@ void AddCp(CLI::App& app);
 void AddToken(CLI::App& app);
 void AddPause(CLI::App& app);  // pause and resume
 void AddNet(CLI::App& app);
+void AddFs(CLI::App& app);    // fs
+void AddDiff(CLI::App& app);  // diff
 void AddCall(CLI::App& app);
 
 }  // namespace warren::cli

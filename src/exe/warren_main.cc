@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   warren::cli::AddToken(app);
   warren::cli::AddPause(app);
   warren::cli::AddNet(app);
+  warren::cli::AddFs(app);
+  warren::cli::AddDiff(app);
   warren::cli::AddCall(app);
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) args.push_back(argv[i]);  // CLI11 wants them reversed

@@ -378,6 +378,16 @@ Status Cgroup::Freeze(bool frozen) {
   return Status::Ok();
 }
 
+bool Cgroup::Frozen() const {
+  if (v2_dir_.empty()) return false;
+  FILE* f = fopen((v2_dir_ + "/cgroup.freeze").c_str(), "re");
+  if (!f) return false;
+  int v = 0;
+  const bool frozen = fscanf(f, "%d", &v) == 1 && v == 1;
+  fclose(f);
+  return frozen;
+}
+
 Result<UniqueFd> Cgroup::OpenCommandsProcs() const {
   if (commands_dir_.empty()) return UniqueFd();
   std::string p = commands_dir_ + "/cgroup.procs";

@@ -73,6 +73,8 @@ class Cgroup {
   // Freezes or thaws every process (v2 cgroup.freeze) and waits until the kernel reports it
   // done. Unavailable on hosts without a cgroup2 hierarchy.
   Status Freeze(bool frozen);
+  // Whether the cgroup is frozen (or freezing) now: a paused sandbox.
+  bool Frozen() const;
   // Removes the directories; the processes must be gone (retries briefly on EBUSY while
   // the last ones are being reaped).
   Status Destroy();

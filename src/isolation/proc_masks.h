@@ -3,7 +3,7 @@
 // /proc is a new instance for the sandbox's PID namespace, with the paths runc masks
 // (kernel memory, keys, timers) hidden behind /dev/null or an empty read-only directory, and the
 // global knobs (/proc/sys, sysrq-trigger, ...) read-only. /sys is a read-only sysfs of the
-// sandbox's own network namespace.
+// sandbox's own network namespace, with runc's masked sysfs paths hidden the same way.
 #pragma once
 
 #include <string>
@@ -16,8 +16,9 @@ namespace warren::isolation {
 // devices.h), not a tmpfs each.
 Status MountProc(const std::string& root, const std::string& scratch);
 // `sysfs_fd`: a detached sysfs the node made (for a network namespace the sandbox does not
-// own), attached instead of mounting one; -1 to mount our own.
-Status MountSys(const std::string& root, int sysfs_fd = -1);
+// own), attached instead of mounting one; -1 to mount our own. runc's masked sysfs paths
+// (/sys/firmware, /sys/devices/virtual/powercap) get the same empty directory as /proc's.
+Status MountSys(const std::string& root, int sysfs_fd, const std::string& scratch);
 
 // What an fncall call's own fresh /proc still shows an unprivileged reader and a call must not
 // see: per-interrupt counts (a side channel on whatever else runs on the host), the kernel's

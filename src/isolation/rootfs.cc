@@ -5,6 +5,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include "isolation/tool_guard.h"
 #include "sys/mount_api.h"
 
 namespace warren::isolation {
@@ -54,6 +57,26 @@ Status BuildRootfs(RootfsPlan& plan, std::string* merged) {
     if (lstat(p.c_str(), &sb) != 0) WARREN_RETURN_IF_ERROR(MkdirP(p, d[0] == 't' ? 01777 : 0755));
   }
   return Status::Ok();
+}
+
+Status GuardToolLayers(const std::vector<size_t>& tool_indexes, size_t layer_count, const std::string& merged) {
+  if (tool_indexes.empty()) return Status::Ok();
+  std::vector<UniqueFd> fds;
+  for (size_t i = 0; i < layer_count; ++i) {
+    const std::string dir = std::string(kStagingDir) + "/l" + std::to_string(i);
+    UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) return ErrnoStatus("open layer", dir);
+    fds.push_back(std::move(fd));
+  }
+  std::vector<ToolGuardPlan> plans;
+  for (size_t t : tool_indexes) {
+    if (t >= layer_count) return Invalid("tool layer index out of range", "rootfs");
+    std::vector<int> others;
+    for (size_t i = 0; i < layer_count; ++i)
+      if (i != t) others.push_back(fds[i].get());
+    plans.push_back(WARREN_TRY(PlanToolGuard(fds[t].get(), others)));
+  }
+  return ApplyToolGuard(MergeToolGuardPlans(plans), merged);
 }
 
 Status PivotInto(const std::string& new_root) {

@@ -30,6 +30,14 @@ struct RootfsPlan {
 // overlay. On success *merged is the absolute path of the new root (not yet pivoted into).
 Status BuildRootfs(RootfsPlan& plan, std::string* merged);
 
+// Guards the files of the layers at `tool_indexes` (positions in the plan's layer order) with
+// read-only mounts in the merged root (see isolation/tool_guard.h). After BuildRootfs, before
+// the pivot.
+Status GuardToolLayers(const std::vector<size_t>& tool_indexes, size_t layer_count, const std::string& merged);
+
+// The directory of the staging tmpfs that holds the overlay's upper directory, at `upper`.
+inline constexpr const char* kUpperDirName = "upper";
+
 // pivot_root into `new_root` and detach the old root, so no host path stays reachable.
 Status PivotInto(const std::string& new_root);
 

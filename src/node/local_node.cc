@@ -146,7 +146,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   const bool poolable = backend == container_.get() && !spec.network.egress && !cfg.fncall_runner && cfg.files.empty();
   if (poolable && warm_) {
     std::string key = std::to_string(cfg.disk_bytes);
-    for (const auto& l : cfg.layers) key += "|" + l.digest;
+    for (const auto& l : cfg.layers) key += (l.tool ? "|tool:" : "|") + l.digest;
     if (auto w = warm_->Take(key, cfg)) {
       Status st = ClaimWarm(*w, cfg);
       if (st.ok()) {
@@ -439,6 +439,19 @@ Result<std::shared_ptr<LocalNode::Entry>> LocalNode::Find(const std::string& id)
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return NotFound("sandbox", id);
   return it->second;
+}
+
+Status LocalNode::SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) {
+  auto e = WARREN_TRY(Find(id));
+  std::lock_guard lock(e->mu);
+  return e->instance->SetFilesystemPolicy(policy).Context("set filesystem policy of " + id);
+}
+
+Result<isolation::ChangeReport> LocalNode::Changes(const std::string& id, const std::string& under, size_t limit) {
+  auto e = WARREN_TRY(Find(id));
+  auto r = e->instance->ReadChanges(under, limit);
+  if (!r.ok()) return r.status().Context("read changes of " + id);
+  return r;
 }
 
 Status LocalNode::PauseSandbox(const std::string& id) {

@@ -60,6 +60,8 @@ class LocalNode : public NodeApi {
   int RunningExecs(const std::string& id) override;
   int ReapUnadopted() override;
   Status SetNetwork(const std::string& id, const net::Policy& policy) override;
+  Status SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) override;
+  Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under, size_t limit) override;
   Status PauseSandbox(const std::string& id) override;
   Status ResumeSandbox(const std::string& id) override;
   Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,

@@ -41,6 +41,10 @@ class NodeApi {
   virtual int ReapUnadopted() = 0;
   // Changes the sandbox's egress policy; connections it no longer allows are cut.
   virtual Status SetNetwork(const std::string& id, const net::Policy& policy) = 0;
+  // Changes the sandbox's filesystem policy (isolation/fs_policy.h), at once for every process.
+  virtual Status SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) = 0;
+  // What the occupant changed relative to the sandbox's layers, at or below `under`.
+  virtual Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under, size_t limit) = 0;
   virtual Status PauseSandbox(const std::string& id) = 0;
   virtual Status ResumeSandbox(const std::string& id) = 0;
   virtual Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id,

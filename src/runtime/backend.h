@@ -12,13 +12,24 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "isolation/fs_policy.h"
+#include "isolation/overlay_changes.h"
 
 namespace warren::runtime {
 
 struct LayerRef {
   std::string digest;     // "sha256:..."
   std::string blob_path;  // local EROFS file
+  bool tool = false;      // a tool layer: its files are guarded read-only (isolation/tool_guard.h)
 };
+
+// Positions of the tool layers in `layers` (the agent's `tool_layers`).
+inline std::vector<size_t> ToolLayerIndexes(const std::vector<LayerRef>& layers) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i].tool) out.push_back(i);
+  return out;
+}
 
 struct SandboxConfig {
   std::string id;
@@ -73,6 +84,15 @@ class Instance {
   // (The agent's side, hostname and environment, is the node's message.)
   virtual Status Claim(const ClaimSpec& spec) {
     return Status(Code::kUnavailable, "claim", spec.id, "not supported by this backend");
+  }
+  // Applies a filesystem policy (isolation/fs_policy.h) at once to every process of the
+  // sandbox, running or not, root included.
+  virtual Status SetFilesystemPolicy(const isolation::FsPolicy&) {
+    return Status(Code::kUnavailable, "set filesystem policy", "sandbox", "not supported by this backend yet");
+  }
+  // What the occupant changed relative to its layers, at or below `under`.
+  virtual Result<isolation::ChangeReport> ReadChanges(const std::string& /*under*/, size_t /*limit*/) {
+    return Status(Code::kUnavailable, "read changes", "sandbox", "not supported by this backend yet");
   }
   // The name of its cgroup (a warm sandbox keeps the pool name it was made under: cgroup2
   // cannot rename); empty if the backend does not say.

@@ -120,11 +120,27 @@ Result<json> ParseJsonBody(const std::string& body) {
   }
 }
 
+Result<isolation::FsPolicy> ParseFsPolicy(const json& j) {
+  WARREN_RETURN_IF_ERROR(CheckFields(j, {"read_only", "writable"}, "filesystem policy"));
+  isolation::FsPolicy p;
+  for (auto [key, out] : {std::pair{"read_only", &p.read_only}, std::pair{"writable", &p.writable}}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_array()) return Invalid(std::string("`filesystem.") + key + "` must be an array of paths");
+    for (const auto& v : j[key]) {
+      if (!v.is_string()) return Invalid(std::string("`filesystem.") + key + "` must contain strings");
+      out->push_back(v.get<std::string>());
+    }
+  }
+  return isolation::NormalizeFsPolicy(std::move(p));
+}
+
+json ToJson(const isolation::FsPolicy& p) { return {{"read_only", p.read_only}, {"writable", p.writable}}; }
+
 Result<SandboxSpec> ParseSandboxSpec(const json& j) {
   WARREN_RETURN_IF_ERROR(CheckFields(
       j,
       {"backend", "image", "workspace", "tools", "cpu", "memory_mb", "disk_mb", "pids", "open_files", "network",
-       "env", "ttl_s", "idle_timeout_s", "labels", "trajectory", "lease", "on_lease_expiry"},
+       "filesystem", "env", "ttl_s", "idle_timeout_s", "labels", "trajectory", "lease", "on_lease_expiry"},
       "sandbox spec"));
   SandboxSpec s;
   WARREN_RETURN_IF_ERROR(GetString(j, "backend", &s.backend));
@@ -169,6 +185,7 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
       return Invalid("`network.allow` rules need `network.mode` egress");
     WARREN_RETURN_IF_ERROR(net::ParsePolicy(s.network.mode, s.network.allow).status());
   }
+  if (j.contains("filesystem") && !j["filesystem"].is_null()) s.filesystem = WARREN_TRY(ParseFsPolicy(j["filesystem"]));
   WARREN_RETURN_IF_ERROR(GetStringMap(j, "env", &s.env, 1024, true));
   size_t env_bytes = 0;
   for (const auto& [k, v] : s.env) env_bytes += k.size() + v.size() + 2;
@@ -210,6 +227,7 @@ json ToJson(const SandboxSpec& s) {
             {"pids", s.pids},
             {"open_files", s.open_files},
             {"network", {{"mode", s.network.mode}, {"allow", s.network.allow}}},
+            {"filesystem", ToJson(s.filesystem)},
             {"env", s.env},
             {"ttl_s", s.ttl_s},
             {"idle_timeout_s", s.idle_timeout_s ? json(*s.idle_timeout_s) : json(nullptr)},

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "isolation/fs_policy.h"
 
 namespace warren::server {
 
@@ -31,6 +32,7 @@ struct SandboxSpec {
   uint64_t pids = 512;
   uint64_t open_files = 4096;  // RLIMIT_NOFILE of every command (an addition to the contract)
   NetworkPolicy network;
+  isolation::FsPolicy filesystem;  // read-only trees (an addition to the contract, issue 23)
   std::map<std::string, std::string> env;
   uint64_t ttl_s = 3600;
   std::optional<uint64_t> idle_timeout_s;
@@ -41,6 +43,9 @@ struct SandboxSpec {
 };
 
 Result<SandboxSpec> ParseSandboxSpec(const json& j);
+// {"read_only": [PATH...], "writable": [PATH...]} (both optional), normalized.
+Result<isolation::FsPolicy> ParseFsPolicy(const json& j);
+json ToJson(const isolation::FsPolicy& p);
 json ToJson(const SandboxSpec& s);
 
 struct ExecRequest {

@@ -127,6 +127,7 @@ std::string RequiredScope(http::verb verb, const std::vector<std::string>& seg) 
   if (seg.size() <= 3) return read ? "sandbox:read" : "sandbox:write";
   const std::string& what = seg[3];
   if (what == "exec" || what == "execs" || what == "files" || what == "archive") return "exec";
+  if (what == "changes") return "sandbox:read";
   return "sandbox:write";
 }
 
@@ -457,6 +458,16 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     }
     if (seg.size() == 4 && what == "network" && verb == http::verb::put) {
       auto r = co_await Blocking([&] { return api->SetNetwork(who, id, body); });
+      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
+    }
+    if (seg.size() == 4 && what == "filesystem") {
+      if (verb != http::verb::put) co_return method_not_allowed();
+      auto r = co_await Blocking([&] { return api->SetFilesystem(who, id, body); });
+      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
+    }
+    if (seg.size() == 4 && what == "changes") {
+      if (verb != http::verb::get) co_return method_not_allowed();
+      auto r = co_await Blocking([&] { return api->Changes(who, id, q); });
       co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
     }
     if (seg.size() == 4 && (what == "pause" || what == "resume")) {

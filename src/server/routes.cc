@@ -218,7 +218,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
     WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
     auto rec = state_->GetLayer(name, tag);
     if (!rec.ok()) return Invalid(std::string("unknown ") + role + " image `" + ref + "`");
-    ns.config.layers.push_back({rec->digest, ""});
+    ns.config.layers.push_back({rec->digest, "", std::string(role) == "tool"});
     made_from.push_back({{"ref", ref}, {"role", role}, {"digest", rec->digest}});
     return Status::Ok();
   };
@@ -256,6 +256,15 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   if (!rt.ok()) {
     (void)state_->RemoveSandbox(id);
     return rt.status();
+  }
+  // The filesystem policy holds before anything of the occupant's runs.
+  if (!spec.filesystem.empty()) {
+    Status fs = node_->SetFilesystem(id, spec.filesystem);
+    if (!fs.ok()) {
+      (void)node_->DeleteSandbox(id);
+      (void)state_->RemoveSandbox(id);
+      return fs;
+    }
   }
   sb["state"] = "running";
   Status st = state_->PutSandbox(sb);
@@ -479,6 +488,55 @@ Result<json> Api::SetNetwork(const Principal& who, const std::string& id, const 
   sb["network"] = {{"mode", parsed.network.mode}, {"allow", parsed.network.allow}};
   WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
   return sb;
+}
+
+Result<json> Api::SetFilesystem(const Principal& who, const std::string& id, const std::string& body) {
+  json sb = WARREN_TRY(Sandbox(who, id));
+  const isolation::FsPolicy policy = WARREN_TRY(ParseFsPolicy(WARREN_TRY(ParseJsonBody(body))));
+  const std::string state = sb.value("state", "");
+  if (state != "running" && state != "paused")
+    return Status(Code::kConflict, "set filesystem policy", id, "sandbox is " + state);
+  WARREN_RETURN_IF_ERROR(node_->SetFilesystem(id, policy));
+  sb["filesystem"] = ToJson(policy);
+  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
+  return sb;
+}
+
+Result<json> Api::Changes(const Principal& who, const std::string& id, const Query& q) {
+  json sb = WARREN_TRY(Sandbox(who, id));
+  std::string under = "/";
+  size_t limit = 10000;
+  for (const auto& [k, v] : q) {
+    if (k == "path") {
+      auto p = isolation::NormalizeFsPolicy({{v}, {}});
+      if (!p.ok()) return Invalid("`path` must be an absolute, normalized path");
+      under = v;
+    } else if (k == "limit") {
+      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos || std::stoul(v) == 0 ||
+          std::stoul(v) > 100000)
+        return Invalid("`limit` must be 1 to 100000");
+      limit = std::stoul(v);
+    } else {
+      return Invalid("unknown query parameter `" + k + "`");
+    }
+  }
+  const std::string state = sb.value("state", "");
+  if (state != "running" && state != "paused") return Status(Code::kConflict, "read changes", id, "sandbox is " + state);
+  const isolation::ChangeReport report = WARREN_TRY(node_->Changes(id, under, limit));
+  const json layers = sb.value("layers", json::array());
+  json out = json::array();
+  for (const auto& c : report.changes) {
+    json e = {{"path", SanitizeUtf8(c.path)},
+              {"change", isolation::ChangeKindName(c.kind)},
+              {"type", isolation::EntryTypeName(c.type)},
+              {"size", c.size},
+              {"mode", c.mode}};
+    // A name that is not UTF-8 is shown with U+FFFD, and given exactly in base64.
+    if (e["path"].get<std::string>() != c.path) e["path_base64"] = Base64Encode(c.path);
+    if (c.layer >= 0 && static_cast<size_t>(c.layer) < layers.size()) e["layer"] = layers[static_cast<size_t>(c.layer)];
+    out.push_back(std::move(e));
+  }
+  return json{{"changes", std::move(out)}, {"truncated", report.truncated}};
 }
 
 Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& id,

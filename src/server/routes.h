@@ -71,6 +71,10 @@ class Api {
   // Freezes (true) or thaws (false) a sandbox; repeating the current state is a no-op.
   Result<nlohmann::json> SetPaused(const Principal& who, const std::string& id, bool paused);
   Result<nlohmann::json> SetNetwork(const Principal& who, const std::string& id, const std::string& body);
+  // Changes the filesystem policy (read-only trees) of a running or paused sandbox.
+  Result<nlohmann::json> SetFilesystem(const Principal& who, const std::string& id, const std::string& body);
+  // What the occupant changed relative to the sandbox's layers (?path=PREFIX&limit=N).
+  Result<nlohmann::json> Changes(const Principal& who, const std::string& id, const Query& q);
 
   struct ExecStart {
     std::shared_ptr<node::ExecRecord> rec;

@@ -69,6 +69,10 @@ CONTRACT_ROUTES = [
     ("post", "/v1/tokens"),
     ("get", "/v1/tokens"),
     ("delete", "/v1/tokens/{name}"),
+    # Additions for integrity (issue 23): a filesystem policy changed while the sandbox runs,
+    # as the network policy is, and the tamper report a grader reads before trusting a run.
+    ("put", "/v1/sandboxes/{id}/filesystem"),
+    ("get", "/v1/sandboxes/{id}/changes"),
 ]
 
 # The contract's schemas and their fields; fields beyond these must be marked x-warren-addition.
@@ -111,7 +115,8 @@ ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResu
              ("CallCaseResult", "signal"), ("CallCaseResult", "stderr"), ("CallCaseResult", "timed_out"),
              ("CallCaseResult", "stdout_truncated"), ("CallCaseResult", "stderr_truncated"),
              ("CallRequest", "binary"), ("CallResult", "stdout_b64"), ("CallResult", "stderr_b64"),
-             ("CallCaseResult", "stdout_b64"), ("CallCaseResult", "stderr_b64")}
+             ("CallCaseResult", "stdout_b64"), ("CallCaseResult", "stderr_b64"),
+             ("SandboxSpec", "filesystem"), ("Sandbox", "filesystem")}
 
 ERROR_STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
                 "conflict": 409, "quota": 429, "internal": 500, "unavailable": 503}
@@ -836,6 +841,7 @@ def test_unknown_field_params_cover_the_request_schemas():
     got = {p.id for p in _unknown_field_params()}
     for want in ("createSandbox:(top)", "createSandbox:network", "createSandboxes:(top)",
                  "createSandboxes:spec", "createSandboxes:spec.network", "setNetwork:(top)",
+                 "setFilesystem:(top)", "createSandbox:filesystem",
                  "exec:(top)", "signalExec:(top)"):
         assert want in got, (want, sorted(got))
 

@@ -7,7 +7,7 @@ every worker thread keeps its own keep-alive connection.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, List, Mapping, Optional, Sequence
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence
 
 from .client import (DEFAULT_TIMEOUT, CallResult, Client, Command, ExecResult, Layer, Lease,
                      Record, Sandbox, StreamEvent)
@@ -95,6 +95,14 @@ class AsyncSandbox:
     async def set_network(self, allow: Optional[Sequence[str]] = None, *, mode: Optional[str] = None) -> "AsyncSandbox":
         await asyncio.to_thread(self.sync.set_network, allow, mode=mode)
         return self
+
+    async def set_filesystem(self, read_only: Optional[Sequence[str]] = None,
+                             writable: Optional[Sequence[str]] = None) -> "AsyncSandbox":
+        await asyncio.to_thread(self.sync.set_filesystem, read_only, writable)
+        return self
+
+    async def changes(self, path: Optional[str] = None, *, limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.changes, path, limit=limit)
 
     async def run(self, cmd: Command, **kw: Any) -> ExecResult:
         return await asyncio.to_thread(self.sync.run, cmd, **kw)

@@ -289,6 +289,39 @@ class Sandbox:
             policy = {"mode": mode or "egress", "allow": [str(a) for a in allow]}
         return self._set(self._http().json("PUT", self._path + "/network", body=policy))
 
+    def set_filesystem(self, read_only: Optional[Sequence[str]] = None,
+                       writable: Optional[Sequence[str]] = None) -> "Sandbox":
+        """Which trees the occupant cannot change, root included (and which inside them it can).
+
+        Applies at once to every process in the sandbox. ``set_filesystem()`` makes everything
+        writable again; ``set_filesystem(["/"], writable=["/work", "/tmp"])`` is an evaluation
+        stage where only the workspace and /tmp can change.
+        """
+        if isinstance(read_only, str):
+            read_only = [read_only]
+        if isinstance(writable, str):
+            writable = [writable]
+        policy = {"read_only": [str(p) for p in read_only or []], "writable": [str(p) for p in writable or []]}
+        return self._set(self._http().json("PUT", self._path + "/filesystem", body=policy))
+
+    def changes(self, path: Optional[str] = None, *, limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        """What the occupant changed relative to the sandbox's layers, at or below ``path``.
+
+        Each item: ``path``, ``change`` (added, modified, deleted), ``type`` (file, dir, symlink,
+        other), ``size``, ``mode`` and, for a modified or deleted entry, the ``layer`` (ref,
+        role, digest) it shadows. Raises ``warren.errors.WarrenError`` if the server had more
+        changes than ``limit`` (default 10000) rather than returning a partial list silently.
+        """
+        query = []
+        if path is not None:
+            query.append(("path", path))
+        if limit is not None:
+            query.append(("limit", str(int(limit))))
+        doc = self._http().json("GET", self._path + "/changes", query=query or None)
+        if doc.get("truncated"):
+            raise errors.WarrenError("truncated", f"changes of {self.id}: more than {limit or 10000}; raise limit")
+        return list(doc.get("changes", []))
+
     # -- commands ---------------------------------------------------------
     def run(self, cmd: Command, *, stdin=None, env=None, cwd=None, timeout=None,
             max_output_bytes=None, binary: bool = False, step=None) -> ExecResult:

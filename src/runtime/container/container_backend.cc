@@ -24,6 +24,7 @@
 #include "isolation/cgroup.h"
 #include "isolation/rootfs.h"
 #include "isolation/userns.h"
+#include "runtime/container/fs_guard.h"
 #include "sys/clone3.h"
 #include "sys/fd_passing.h"
 #include "sys/mount_api.h"
@@ -87,8 +88,9 @@ class ContainerInstance : public Instance {
  public:
   ContainerInstance(pid_t pid, UniqueFd pidfd, isolation::Cgroup cgroup, std::string cgroup_name,
                     isolation::UidSlot slot, std::vector<std::shared_ptr<image::LayerMount>> layers,
-                    UniqueFd control, std::string run_dir, std::string id, bool adopted)
+                    UniqueFd control, std::string run_dir, std::string id, bool adopted, int agent_exe)
       : adopted_(adopted),
+        agent_exe_(agent_exe),
         run_dir_(std::move(run_dir)),
         run_base_(run_dir_ + "/" + id),
         cgroup_name_(std::move(cgroup_name)),
@@ -138,6 +140,28 @@ class ContainerInstance : public Instance {
     return cgroup_.Freeze(false);
   }
 
+  Status SetFilesystemPolicy(const isolation::FsPolicy& policy) override {
+    std::lock_guard lock(mu_);
+    if (destroyed_) return Status(Code::kConflict, "set filesystem policy", "sandbox", "deleted");
+    // Every process stops while the policy changes (a paused sandbox stays paused).
+    const bool paused = cgroup_.Frozen();
+    if (!paused) WARREN_RETURN_IF_ERROR(cgroup_.Freeze(true));
+    Cleanup thaw([&] {
+      if (!paused) (void)cgroup_.Freeze(false);
+    });
+    auto stats = ApplyFsPolicy(pid_, agent_exe_, policy);
+    if (!stats.ok()) return stats.status();
+    spdlog::debug("filesystem policy of {}: {} flags changed, {} files severed", run_base_, stats->flags_changed,
+                  stats->severed);
+    return Status::Ok();
+  }
+
+  Result<isolation::ChangeReport> ReadChanges(const std::string& under, size_t limit) override {
+    std::lock_guard lock(mu_);
+    if (destroyed_) return Status(Code::kConflict, "read changes", "sandbox", "deleted");
+    return ReadFsChanges(pid_, under, limit);
+  }
+
   Status Destroy() override {
     std::lock_guard lock(mu_);
     if (destroyed_) return Status::Ok();
@@ -165,6 +189,7 @@ class ContainerInstance : public Instance {
   std::mutex mu_;
   bool destroyed_ = false;
   const bool adopted_;
+  const int agent_exe_;  // the backend's warren-agent memfd, run as the fs helper
   const std::string run_dir_;
   std::string run_base_;  // RUN_DIR/ID
   const std::string cgroup_name_;
@@ -376,6 +401,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
                         {"hostname", cfg.hostname},
                         {"disk_bytes", cfg.disk_bytes},
                         {"layers", clones.size()},
+                        {"tool_layers", ToolLayerIndexes(cfg.layers)},
                         {"commands_cgroup", commands_procs.valid()},
                         {"listen", true},
                         {"loopback", cfg.netns_fd < 0},
@@ -410,7 +436,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd_owner), std::move(cgroup),
                                                          cfg.id, std::move(slot), std::move(layers),
                                                          std::move(node_end), run_dir, cfg.id,
-                                                         /*adopted=*/false));
+                                                         /*adopted=*/false, agent_memfd_.get()));
 }
 
 Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id) {
@@ -448,7 +474,8 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id)
     return ErrnoStatus("connect to agent", sock_path);
   return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd), std::move(cgroup), cgroup_name,
                                                          std::move(slot), {}, std::move(sock),
-                                                         RunDir(cgroup_parent_), id, /*adopted=*/true));
+                                                         RunDir(cgroup_parent_), id, /*adopted=*/true,
+                                                         agent_memfd_.get()));
 }
 
 }  // namespace warren::runtime

@@ -60,6 +60,18 @@ Status FncallNode::SetNetwork(const std::string& id, const net::Policy& policy) 
   return Status::Ok();
 }
 
+// Every run of a fncall sandbox sees its image as built: `/` is read-only to it, root or not,
+// and the one place it may write, its own /tmp, is gone when it ends. So any policy holds
+// already, and nothing ever changes.
+Status FncallNode::SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) {
+  return Find(id) ? Status::Ok() : inner_->SetFilesystem(id, policy);
+}
+
+Result<isolation::ChangeReport> FncallNode::Changes(const std::string& id, const std::string& under, size_t limit) {
+  if (Find(id)) return isolation::ChangeReport{};
+  return inner_->Changes(id, under, limit);
+}
+
 Status FncallNode::DeleteSandbox(const std::string& id) {
   std::lock_guard lock(mu_);
   if (boxes_.erase(id)) return Status::Ok();  // running execs end at their own limits

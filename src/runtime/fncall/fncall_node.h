@@ -31,6 +31,8 @@ class FncallNode : public node::NodeApi {
   int RunningExecs(const std::string& id) override;
   int ReapUnadopted() override { return inner_->ReapUnadopted(); }
   Status SetNetwork(const std::string& id, const net::Policy& policy) override;
+  Status SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) override;
+  Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under, size_t limit) override;
   Status PauseSandbox(const std::string& id) override;
   Status ResumeSandbox(const std::string& id) override;
   Result<std::shared_ptr<node::ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,

@@ -911,6 +911,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
                         {"hostname", cfg.hostname},
                         {"disk_bytes", cfg.disk_bytes},
                         {"layers", cfg.layers.size()},
+                        {"tool_layers", ToolLayerIndexes(cfg.layers)},
                         {"layer_serials", serials},
                         {"memory_bytes", cfg.memory_bytes},
                         {"pids", cfg.pids},

@@ -179,6 +179,24 @@ def test_paused_sandbox_stays_paused_and_resumes(daemon):
     assert r.status == 200 and r.json["stdout"] == "awake\n", r
 
 
+def test_filesystem_policy_and_changes_survive(daemon):
+    """The read-only trees stay read-only across a kill -9 (the flags are the kernel's), and
+    the restarted daemon reports changes and changes the policy again."""
+    srv = daemon
+    sid = srv.http("POST", "/v1/sandboxes", {"image": IMG, "filesystem": {"read_only": ["/etc"]}}).json["id"]
+    r = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "echo new > /root/new"})
+    assert r.json["exit_code"] == 0, r
+    kill9_and_restart(srv)
+    r = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "echo x > /etc/marker"})
+    assert r.json["exit_code"] != 0 and "Operation not permitted" in r.json["stderr"], r
+    r = srv.http("GET", f"/v1/sandboxes/{sid}/changes")
+    assert r.status == 200 and [c["path"] for c in r.json["changes"]] == ["/root/new"], r
+    r = srv.http("PUT", f"/v1/sandboxes/{sid}/filesystem", {})
+    assert r.status == 200 and r.json["filesystem"] == {"read_only": [], "writable": []}, r
+    r = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "echo x > /etc/marker"})
+    assert r.json["exit_code"] == 0, r
+
+
 def test_trajectory_steps_and_leases_survive(daemon):
     srv = daemon
     lease = srv.http("POST", "/v1/leases", {"ttl_s": 120}).json["id"]

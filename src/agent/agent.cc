@@ -22,10 +22,12 @@
 #include <string>
 
 #include "agent/exec_child.h"
+#include "agent/fs_helper.h"
 #include "agent/protocol.h"
 #include "agent/vm_init.h"
 #include "base/unique_fd.h"
 #include "isolation/devices.h"
+#include "isolation/fs_apply.h"
 #include "isolation/landlock.h"
 #include "isolation/seccomp_filter.h"
 #include "isolation/net_loopback.h"
@@ -101,6 +103,11 @@ class Agent {
   void ReadPipe(Exec& e, int which);
   void ReapChildren();
   void HandleAssign(const Message& m);
+  // A microVM's filesystem policy and tamper report: the guest's root is ours, so we do what
+  // the node does for a container (runtime/container/fs_guard.h), in our own namespaces.
+  void HandleFsPolicy(const Message& m);
+  void HandleFsChanges(const Message& m);
+  void ReplyError(const std::string& id, const Status& st);
   void CheckTimers();
   void MaybeFinish(Exec& e);
   void Watch(int fd, uint32_t events, bool add);
@@ -128,6 +135,7 @@ class Agent {
   int landlock_abi_ = 0;
   json setup_ms_ = json::object();
   bool full_os_ = false;  // backend vm: Setup prepared the image's own init to take over
+  bool microvm_ = false;  // a microVM's agent: the guest's root, unsealed by seccomp
   // The service of a full OS: commands run as root of the machine, every capability kept
   // (the VM is the boundary), as a shell on any machine would.
   bool whole_machine_ = false;
@@ -187,6 +195,7 @@ Status Agent::Setup() {
   }
   const bool vm = h.value("vm", false);
   full_os_ = vm && h.value("full_os", false);
+  microvm_ = vm && !full_os_;
   int64_t mark = NowMs();
   // Where setup's time goes (reported with `ready`; under TCG every first use of a kernel path
   // is translated, so this is what a microVM's create waits for).
@@ -739,6 +748,84 @@ void Agent::HandleMessage(Message& m) {
   else if (t == "ping") Reply({{"t", "pong"}, {"id", m.header.value("id", "")}});
   else if (t == "resume") HandleResume(m);
   else if (t == "assign") HandleAssign(m);
+  else if (t == "fs_policy") HandleFsPolicy(m);
+  else if (t == "fs_changes") HandleFsChanges(m);
+}
+
+void Agent::ReplyError(const std::string& id, const Status& st) {
+  Reply({{"t", "err"}, {"id", id}, {"errno", st.err()}, {"code", CodeName(st.code())}, {"error", st.ToString()}});
+}
+
+namespace {
+
+// The commands' cgroup of a microVM (vm_init.cc) frozen or thawed; the agent is not in it.
+Status FreezeVmCommands(bool frozen) {
+  const std::string cg = std::string(kInitCgroupDir) + "/commands";
+  {
+    UniqueFd f(open((cg + "/cgroup.freeze").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!f || write(f.get(), frozen ? "1" : "0", 1) != 1) return ErrnoStatus("freeze", "commands");
+  }
+  for (int i = 0; frozen && i < 1000; ++i) {
+    char buf[256] = {};
+    UniqueFd f(open((cg + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f) return ErrnoStatus("open", cg + "/cgroup.events");
+    if (read(f.get(), buf, sizeof buf - 1) > 0 && strstr(buf, "frozen 1")) return Status::Ok();
+    usleep(1000);
+  }
+  return frozen ? Status(Code::kUnavailable, "freeze", "commands", "they did not stop in 1 s") : Status::Ok();
+}
+
+}  // namespace
+
+void Agent::HandleFsPolicy(const Message& m) {
+  const std::string id = m.header.value("id", "");
+  if (!microvm_)
+    return ReplyError(id, Status(Code::kUnavailable, "set filesystem policy", "sandbox",
+                                 "not in this backend (root keeps every capability in a whole machine)"));
+  auto policy = FsPolicyFromFields(m.header);
+  if (!policy.ok()) return ReplyError(id, policy.status());
+  UniqueFd upper(openat(kStagingDirFd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!upper) return ReplyError(id, ErrnoStatus("open", "upper layer"));
+  if (Status st = FreezeVmCommands(true); !st.ok()) return ReplyError(id, st);
+  isolation::FsApplySteps steps;
+  steps.check = isolation::CheckFsPolicy;
+  steps.prepare = isolation::PrepareFsPolicy;
+  steps.sever = [](const std::vector<std::string>& paths) -> Status {
+    for (const auto& p : paths) WARREN_RETURN_IF_ERROR(isolation::SeverFile(p));
+    return Status::Ok();
+  };
+  auto stats = isolation::ApplyFsPolicyToUpper(upper.get(), *policy, steps);
+  Status thaw = FreezeVmCommands(false);
+  if (!stats.ok()) return ReplyError(id, stats.status());
+  if (!thaw.ok()) return ReplyError(id, thaw);
+  Reply({{"t", "ok"}, {"id", id}, {"flags_changed", stats->flags_changed}, {"severed", stats->severed}});
+}
+
+void Agent::HandleFsChanges(const Message& m) {
+  const std::string id = m.header.value("id", "");
+  const std::string under = m.header.value("under", "/");
+  const size_t limit = m.header.value("limit", size_t{10000});
+  UniqueFd upper(openat(kStagingDirFd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!upper) return ReplyError(id, ErrnoStatus("open", "upper layer"));
+  UniqueFd shm(openat(kStagingDirFd, "shm", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  std::vector<UniqueFd> layers;
+  std::vector<int> fds;
+  for (int i = 0; i < kMaxKeptLayers; ++i) {
+    UniqueFd l(openat(kFirstLayerFd + i, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!l) break;
+    fds.push_back(l.get());
+    layers.push_back(std::move(l));
+  }
+  auto report = isolation::ReadChanges(upper.get(), shm.get(), fds, under, limit);
+  if (!report.ok()) return ReplyError(id, report.status());
+  const std::string data = EncodeChangeReport(*report);
+  for (size_t off = 0;;) {
+    const size_t n = std::min(data.size() - off, kMaxPayload);
+    const bool last = off + n >= data.size();
+    Reply({{"t", "data"}, {"id", id}, {"last", last}}, data.substr(off, n));
+    off += n;
+    if (last) break;
+  }
 }
 
 // A sandbox made ahead of demand (node/warm_pool.h) is handed to a create: it takes that

@@ -17,8 +17,8 @@
 
 #include "base/cleanup.h"
 #include "base/unique_fd.h"
-#include "isolation/bind_pins.h"
-#include "isolation/fs_policy.h"
+#include "base/utf8.h"
+#include "isolation/fs_prepare.h"
 
 namespace warren::agent {
 namespace {
@@ -44,159 +44,6 @@ Result<std::vector<std::string>> Strings(const json& j, const char* key) {
   return out;
 }
 
-// -- inside the sandbox ---------------------------------------------------------------------
-
-std::string Parent(const std::string& p) {
-  size_t i = p.rfind('/');
-  return i == 0 ? "/" : p.substr(0, i);
-}
-
-// Resolves `path` as the kernel would from the sandbox's root, recording the directory of
-// every symlink met on the way.
-Result<std::string> Resolve(const std::string& path, std::set<std::string>* link_dirs) {
-  std::vector<std::string> todo;  // components still to walk, last one first
-  auto push = [&](const std::string& p) {
-    std::vector<std::string> parts;
-    size_t i = 0;
-    while (i < p.size()) {
-      size_t j = p.find('/', i);
-      if (j == std::string::npos) j = p.size();
-      if (j > i) parts.push_back(p.substr(i, j - i));
-      i = j + 1;
-    }
-    todo.insert(todo.end(), parts.rbegin(), parts.rend());
-  };
-  push(path);
-  std::string cur = "/";
-  int links = 0;
-  while (!todo.empty()) {
-    std::string c = todo.back();
-    todo.pop_back();
-    if (c == ".") continue;
-    if (c == "..") {
-      cur = Parent(cur);
-      continue;
-    }
-    const std::string next = (cur == "/" ? "" : cur) + "/" + c;
-    struct stat st;
-    if (lstat(next.c_str(), &st) != 0) {
-      if (errno == ENOENT) return Invalid("filesystem policy: `" + path + "` does not exist in the sandbox");
-      return ErrnoStatus("stat", next);
-    }
-    if (S_ISLNK(st.st_mode)) {
-      if (++links > 40) return Invalid("filesystem policy: too many symlinks in `" + path + "`");
-      char buf[4096];
-      ssize_t n = readlink(next.c_str(), buf, sizeof buf);
-      if (n <= 0) return ErrnoStatus("readlink", next);
-      link_dirs->insert(cur);
-      std::string target(buf, static_cast<size_t>(n));
-      if (target[0] == '/') cur = "/";
-      push(target);
-      continue;
-    }
-    cur = next;
-  }
-  return cur;
-}
-
-// Makes the overlay copy `path` (and the directories above it) into the writable layer by
-// setting its mode to what it is. Other filesystems (/proc, /dev...) are left alone; a
-// read-only mount (a guarded tool) needs nothing.
-Status CopyUp(const std::string& path, dev_t root_dev) {
-  struct stat st;
-  if (lstat(path.c_str(), &st) != 0) return ErrnoStatus("stat", path);
-  if (st.st_dev != root_dev || S_ISLNK(st.st_mode)) return Status::Ok();
-  if (chmod(path.c_str(), st.st_mode & 07777) != 0 && errno != EROFS) return ErrnoStatus("copy up", path);
-  return Status::Ok();
-}
-
-Result<FsPrepareReply> Prepare(const FsPrepareRequest& req) {
-  FsPrepareReply out;
-  std::set<std::string> link_dirs;
-  for (const auto& p : req.read_only) out.read_only.push_back(WARREN_TRY(Resolve(p, &link_dirs)));
-  std::set<std::string> ignored;
-  for (const auto& p : req.writable) out.writable.push_back(WARREN_TRY(Resolve(p, &ignored)));
-  isolation::FsPolicy resolved{out.read_only, out.writable};
-  resolved = WARREN_TRY(isolation::NormalizeFsPolicy(resolved));
-  out.read_only = resolved.read_only;
-  out.writable = resolved.writable;
-  isolation::FsPolicyView view(resolved);
-  struct stat root;
-  if (stat("/", &root) != 0) return ErrnoStatus("stat", "/");
-  for (const auto& p : out.read_only) WARREN_RETURN_IF_ERROR(CopyUp(p, root.st_dev));
-  for (const auto& p : out.writable) WARREN_RETURN_IF_ERROR(CopyUp(p, root.st_dev));
-  for (const auto& d : link_dirs) {
-    if (view.ReadOnly(d)) continue;  // flagged whole anyway
-    out.fixed_dirs.push_back(d);
-    WARREN_RETURN_IF_ERROR(CopyUp(d, root.st_dev));
-    // Its directories stay writable: they must be in the writable layer before their parent
-    // is fixed (a copy-up creates an entry there).
-    UniqueFd fd(open(d.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd) return ErrnoStatus("open", d);
-    DIR* dir = fdopendir(fd.Release());
-    if (!dir) return ErrnoStatus("read directory", d);
-    std::vector<std::string> subdirs;
-    while (dirent* e = readdir(dir))
-      if (e->d_type == DT_DIR && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-        subdirs.push_back((d == "/" ? "" : d) + "/" + e->d_name);
-    closedir(dir);
-    for (const auto& s : subdirs) WARREN_RETURN_IF_ERROR(CopyUp(s, root.st_dev));
-  }
-  // A read-only tree's own directory gets the flag (it cannot be renamed or removed then);
-  // the directories above it, writable, are pinned.
-  std::set<std::string> pins;
-  for (const auto& p : out.read_only)
-    for (std::string a = Parent(p); p != "/" && a != "/"; a = Parent(a))
-      if (!view.ReadOnly(a)) pins.insert(a);
-  for (const auto& a : pins) WARREN_RETURN_IF_ERROR(isolation::PinInPlace(a));
-  return out;
-}
-
-Status CopyXattrs(int from, int to, const std::string& path) {
-  char names[65536];
-  ssize_t n = flistxattr(from, names, sizeof names);
-  if (n < 0) return errno == ENOTSUP ? Status::Ok() : ErrnoStatus("list xattrs", path);
-  for (ssize_t i = 0; i < n; i += static_cast<ssize_t>(strlen(names + i)) + 1) {
-    std::string value(65536, '\0');
-    ssize_t v = fgetxattr(from, names + i, value.data(), value.size());
-    if (v < 0) continue;  // one overlay keeps to itself
-    if (fsetxattr(to, names + i, value.data(), static_cast<size_t>(v), 0) != 0)
-      return ErrnoStatus(std::string("copy xattr ") + (names + i), path);
-  }
-  return Status::Ok();
-}
-
-Status Sever(const std::string& path) {
-  UniqueFd in(open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (!in) return ErrnoStatus("open", path);
-  struct stat st;
-  if (fstat(in.get(), &st) != 0) return ErrnoStatus("stat", path);
-  if (!S_ISREG(st.st_mode)) return Status::Ok();
-  const std::string tmp = Parent(path) + (Parent(path) == "/" ? "" : "/") + ".warren-sever." + std::to_string(getpid());
-  unlink(tmp.c_str());
-  UniqueFd out(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!out) return ErrnoStatus("create copy of", path);
-  bool done = false;
-  Cleanup rm([&] {
-    if (!done) unlink(tmp.c_str());
-  });
-  off_t left = st.st_size;
-  while (left > 0) {
-    ssize_t n = sendfile(out.get(), in.get(), nullptr, static_cast<size_t>(std::min<off_t>(left, 1 << 30)));
-    if (n < 0) return ErrnoStatus("copy", path);
-    if (n == 0) break;  // shorter than it said: what there is, is the file
-    left -= n;
-  }
-  WARREN_RETURN_IF_ERROR(CopyXattrs(in.get(), out.get(), path));
-  if (fchown(out.get(), st.st_uid, st.st_gid) != 0) return ErrnoStatus("chown copy of", path);
-  if (fchmod(out.get(), st.st_mode & 07777) != 0) return ErrnoStatus("chmod copy of", path);
-  const timespec times[2] = {st.st_atim, st.st_mtim};
-  if (futimens(out.get(), times) != 0) return ErrnoStatus("set times of copy of", path);
-  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename copy over", path);
-  done = true;
-  return Status::Ok();
-}
-
 Status Enter(pid_t pid) {
   const std::string base = "/proc/" + std::to_string(pid) + "/ns/";
   UniqueFd mnt(open((base + "mnt").c_str(), O_RDONLY | O_CLOEXEC));
@@ -220,15 +67,23 @@ std::string Handle(const std::string& line) {
     auto ro = Strings(j, "read_only");
     auto w = Strings(j, "writable");
     if (!ro.ok() || !w.ok()) return EncodeFsError(Invalid("bad prepare request"));
-    auto r = Prepare({*ro, *w});
+    auto r = isolation::PrepareFsPolicy({*ro, *w});
     return r.ok() ? EncodeFsPrepareReply(*r) : EncodeFsError(r.status());
+  }
+  if (op == "check") {
+    if (Status st = CheckKeys(j, {"op", "read_only", "writable"}, "check"); !st.ok()) return EncodeFsError(st);
+    auto ro = Strings(j, "read_only");
+    auto w = Strings(j, "writable");
+    if (!ro.ok() || !w.ok()) return EncodeFsError(Invalid("bad check request"));
+    Status st = isolation::CheckFsPolicy({*ro, *w});
+    return st.ok() ? EncodeFsDone() : EncodeFsError(st);
   }
   if (op == "sever") {
     if (Status st = CheckKeys(j, {"op", "paths"}, "sever"); !st.ok()) return EncodeFsError(st);
     auto paths = Strings(j, "paths");
     if (!paths.ok()) return EncodeFsError(Invalid("bad sever request"));
     for (const auto& p : *paths)
-      if (Status st = Sever(p); !st.ok()) return EncodeFsError(st);
+      if (Status st = isolation::SeverFile(p); !st.ok()) return EncodeFsError(st);
     return EncodeFsDone();
   }
   return EncodeFsError(Invalid("unknown op `" + op + "`"));
@@ -238,6 +93,9 @@ std::string Handle(const std::string& line) {
 
 std::string EncodeFsPrepare(const FsPrepareRequest& r) {
   return json{{"op", "prepare"}, {"read_only", r.read_only}, {"writable", r.writable}}.dump() + "\n";
+}
+std::string EncodeFsCheck(const FsPrepareRequest& r) {
+  return json{{"op", "check"}, {"read_only", r.read_only}, {"writable", r.writable}}.dump() + "\n";
 }
 std::string EncodeFsSever(const FsSeverRequest& r) { return json{{"op", "sever"}, {"paths", r.paths}}.dump() + "\n"; }
 std::string EncodeFsPrepareReply(const FsPrepareReply& r) {
@@ -274,6 +132,54 @@ Status DecodeFsDone(const std::string& line) {
   if (j.is_object() && j.contains("error") && j["error"].is_string()) return ErrorOf(j);
   if (!j.is_object() || !j.empty()) return Invalid("fs helper: unexpected reply");
   return Status::Ok();
+}
+
+json FsPolicyFields(const isolation::FsPolicy& p) { return {{"read_only", p.read_only}, {"writable", p.writable}}; }
+
+Result<isolation::FsPolicy> FsPolicyFromFields(const json& h) {
+  if (!h.contains("read_only") || !h.contains("writable")) return Invalid("fs_policy: missing paths");
+  isolation::FsPolicy p;
+  p.read_only = WARREN_TRY(Strings(h, "read_only"));
+  p.writable = WARREN_TRY(Strings(h, "writable"));
+  return isolation::NormalizeFsPolicy(std::move(p));
+}
+
+std::string EncodeChangeReport(const isolation::ChangeReport& r) {
+  json changes = json::array();
+  for (const auto& c : r.changes)
+    changes.push_back({{"path_b64", Base64Encode(c.path)},
+                       {"kind", static_cast<int>(c.kind)},
+                       {"type", static_cast<int>(c.type)},
+                       {"layer", c.layer},
+                       {"size", c.size},
+                       {"mode", c.mode}});
+  return json{{"changes", std::move(changes)}, {"truncated", r.truncated}}.dump();
+}
+
+Result<isolation::ChangeReport> DecodeChangeReport(const std::string& data) {
+  json j = json::parse(data, nullptr, false);
+  WARREN_RETURN_IF_ERROR(CheckKeys(j, {"changes", "truncated"}, "change report"));
+  if (!j["changes"].is_array() || !j["truncated"].is_boolean()) return Invalid("change report: bad types");
+  isolation::ChangeReport r;
+  r.truncated = j["truncated"].get<bool>();
+  for (const auto& c : j["changes"]) {
+    WARREN_RETURN_IF_ERROR(CheckKeys(c, {"path_b64", "kind", "type", "layer", "size", "mode"}, "change"));
+    isolation::FsChange fc;
+    if (!c["path_b64"].is_string() || !Base64Decode(c["path_b64"].get<std::string>(), &fc.path))
+      return Invalid("change report: bad path");
+    const int kind = c["kind"].is_number_integer() ? c["kind"].get<int>() : -1;
+    const int type = c["type"].is_number_integer() ? c["type"].get<int>() : -1;
+    if (kind < 0 || kind > 2 || type < 0 || type > 3 || !c["layer"].is_number_integer() ||
+        !c["size"].is_number_unsigned() || !c["mode"].is_number_unsigned())
+      return Invalid("change report: bad field");
+    fc.kind = static_cast<isolation::ChangeKind>(kind);
+    fc.type = static_cast<isolation::EntryType>(type);
+    fc.layer = c["layer"].get<int>();
+    fc.size = c["size"].get<uint64_t>();
+    fc.mode = c["mode"].get<uint32_t>();
+    r.changes.push_back(std::move(fc));
+  }
+  return r;
 }
 
 int FsHelperMain(int argc, char** argv) {

@@ -4,6 +4,7 @@
 // sandbox's agent (PID, a host pid) and becomes the sandbox's root there, unsealed (our own
 // code, no occupant process runs meanwhile), and answers one request per line:
 //
+//   check {read_only, writable}    -> {} | {error}: every path resolves (nothing changes);
 //   prepare {read_only, writable}  -> {read_only, writable, fixed_dirs} | {error}
 //     resolves each path inside the sandbox (symlinks followed; a missing path is an error),
 //     copies up through the overlay every directory the policy will flag (so the writable
@@ -23,29 +24,38 @@
 #include <vector>
 
 #include "base/status.h"
+#include <nlohmann/json.hpp>
+
+#include "isolation/fs_prepare.h"
+#include "isolation/overlay_changes.h"
 
 namespace warren::agent {
 
 inline constexpr const char* kFsHelperFlag = "--fs-helper";
 
-struct FsPrepareRequest {
-  std::vector<std::string> read_only, writable;
-};
-struct FsPrepareReply {
-  std::vector<std::string> read_only, writable, fixed_dirs;
-};
+using FsPrepareRequest = isolation::FsPolicy;
+using FsPrepareReply = isolation::FsPrepared;
 struct FsSeverRequest {
   std::vector<std::string> paths;
 };
 
 // One line each way; strict (an unknown or missing key is an error).
 std::string EncodeFsPrepare(const FsPrepareRequest& r);
+std::string EncodeFsCheck(const FsPrepareRequest& r);
 std::string EncodeFsSever(const FsSeverRequest& r);
 std::string EncodeFsPrepareReply(const FsPrepareReply& r);
 std::string EncodeFsError(const Status& error);
 std::string EncodeFsDone();
 Result<FsPrepareReply> DecodeFsPrepareReply(const std::string& line);
 Status DecodeFsDone(const std::string& line);
+
+// The node <-> guest agent messages of a microVM's filesystem policy and tamper report
+// (agent/protocol.h: `fs_policy {id, read_only, writable}` -> ok | err, `fs_changes {id,
+// under, limit}` -> data... with the report). Paths travel in base64: a name need not be UTF-8.
+nlohmann::json FsPolicyFields(const isolation::FsPolicy& p);
+Result<isolation::FsPolicy> FsPolicyFromFields(const nlohmann::json& h);
+std::string EncodeChangeReport(const isolation::ChangeReport& r);
+Result<isolation::ChangeReport> DecodeChangeReport(const std::string& data);
 
 int FsHelperMain(int argc, char** argv);
 

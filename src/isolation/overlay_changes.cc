@@ -159,8 +159,10 @@ class Reader {
         continue;
       }
       if (S_ISDIR(st.st_mode) && S_ISDIR(lst.st_mode)) {
-        // A directory copied up only to hold changes below it is not a change itself.
-        if ((st.st_mode & 07777) != (lst.st_mode & 07777) || st.st_uid != lst.st_uid || st.st_gid != lst.st_gid)
+        // A directory copied up only to hold changes below it is not a change itself; one
+        // made anew over a deleted one (opaque: it hides what the layers had) is.
+        if ((st.st_mode & 07777) != (lst.st_mode & 07777) || st.st_uid != lst.st_uid || st.st_gid != lst.st_gid ||
+            Opaque(upper_, Rel(child)))
           Add(child, ChangeKind::kModified, st, lower);
         WARREN_RETURN_IF_ERROR(Dir(child));
         continue;

@@ -1,5 +1,7 @@
 #include "node/agent_conn.h"
 
+#include "agent/fs_helper.h"
+
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -112,6 +114,10 @@ void AgentConn::OnMessage(agent::Message& m) {
     std::string msg = m.header.value("error", "agent error");
     Code code = ErrnoStatus("", "", err).code();
     if (err == EFBIG) code = Code::kInvalid;
+    // An agent's own verdict (a policy it found invalid, a backend that cannot) wins.
+    const std::string named = m.header.value("code", "");
+    for (Code c : {Code::kInvalid, Code::kNotFound, Code::kConflict, Code::kQuota, Code::kUnavailable, Code::kInternal})
+      if (named == CodeName(c)) code = c;
     op->status = Status(code, "", "", msg);
     op->done = true;
   }
@@ -297,6 +303,34 @@ Result<std::string> AgentConn::ReadFile(const std::string& path, uint64_t max) {
   }
   WARREN_RETURN_IF_ERROR(WaitOp(id, op).Context("read " + path));
   return std::move(op->data);
+}
+
+Status AgentConn::SetFsPolicy(const isolation::FsPolicy& policy) {
+  std::string id;
+  auto op = NewOp(&id);
+  nlohmann::json h = agent::FsPolicyFields(policy);
+  h["t"] = "fs_policy";
+  h["id"] = id;
+  Status st = Send({h, ""});
+  if (!st.ok()) {
+    std::lock_guard lock(mu_);
+    ops_.erase(id);
+    return st;
+  }
+  return WaitOp(id, op);
+}
+
+Result<isolation::ChangeReport> AgentConn::ReadChanges(const std::string& under, size_t limit) {
+  std::string id;
+  auto op = NewOp(&id);
+  Status st = Send({{{"t", "fs_changes"}, {"id", id}, {"under", under}, {"limit", limit}}, ""});
+  if (!st.ok()) {
+    std::lock_guard lock(mu_);
+    ops_.erase(id);
+    return st;
+  }
+  WARREN_RETURN_IF_ERROR(WaitOp(id, op));
+  return agent::DecodeChangeReport(op->data);
 }
 
 }  // namespace warren::node

@@ -14,6 +14,8 @@
 #include "agent/protocol.h"
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "isolation/fs_policy.h"
+#include "isolation/overlay_changes.h"
 #include "node/exec_record.h"
 
 namespace warren::node {
@@ -64,6 +66,9 @@ class AgentConn {
   // and credentials: the host never resolves a sandbox-controlled path).
   Status WriteFile(const std::string& path, uint32_t mode, std::string_view data);
   Result<std::string> ReadFile(const std::string& path, uint64_t max);
+  // A microVM's filesystem policy and tamper report, done by its agent (agent/fs_helper.h).
+  Status SetFsPolicy(const isolation::FsPolicy& policy);
+  Result<isolation::ChangeReport> ReadChanges(const std::string& under, size_t limit);
   bool closed() const;
 
  private:

@@ -496,7 +496,16 @@ Result<json> Api::SetFilesystem(const Principal& who, const std::string& id, con
   const std::string state = sb.value("state", "");
   if (state != "running" && state != "paused")
     return Status(Code::kConflict, "set filesystem policy", id, "sandbox is " + state);
-  WARREN_RETURN_IF_ERROR(node_->SetFilesystem(id, policy));
+  if (Status st = node_->SetFilesystem(id, policy); !st.ok()) {
+    // A refused policy changed nothing. Any other failure may have left the sandbox between
+    // two policies: the one in force before is applied again.
+    if (st.code() != Code::kInvalid && sb.contains("filesystem")) {
+      auto old = ParseFsPolicy(sb["filesystem"]);
+      Status back = old.ok() ? node_->SetFilesystem(id, *old) : old.status();
+      if (!back.ok()) spdlog::error("sandbox {}: its filesystem policy could not be restored: {}", id, back.ToString());
+    }
+    return st;
+  }
   sb["filesystem"] = ToJson(policy);
   WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
   return sb;

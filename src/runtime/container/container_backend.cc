@@ -150,7 +150,13 @@ class ContainerInstance : public Instance {
       if (!paused) (void)cgroup_.Freeze(false);
     });
     auto stats = ApplyFsPolicy(pid_, agent_exe_, policy);
-    if (!stats.ok()) return stats.status();
+    if (!stats.ok()) {
+      // The node's own failures (a host errno) are not the tenant's not-found or forbidden.
+      const Code c = stats.status().code();
+      if (c == Code::kInvalid || c == Code::kQuota || c == Code::kConflict || c == Code::kUnavailable)
+        return stats.status();
+      return Internal("set filesystem policy", "sandbox", stats.status().ToString());
+    }
     spdlog::debug("filesystem policy of {}: {} flags changed, {} files severed", run_base_, stats->flags_changed,
                   stats->severed);
     return Status::Ok();

@@ -8,14 +8,12 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <set>
+#include <optional>
 #include <vector>
 
 #include "agent/agent.h"
 #include "agent/fs_helper.h"
 #include "base/unique_fd.h"
-#include "isolation/immutable_flags.h"
-#include "isolation/write_leases.h"
 
 extern char** environ;
 
@@ -117,43 +115,22 @@ class Helper {
 
 }  // namespace
 
-Result<FsPolicyStats> ApplyFsPolicy(pid_t agent_pid, int agent_exe, const isolation::FsPolicy& policy) {
+Result<isolation::FsPolicyStats> ApplyFsPolicy(pid_t agent_pid, int agent_exe, const isolation::FsPolicy& policy) {
   UniqueFd upper = WARREN_TRY(OpenKept(agent_pid, agent::kStagingDirFd, "upper"));
-  FsPolicyStats stats;
-  // 1. Off, everywhere (only the node ever sets them).
-  stats.flags_changed += WARREN_TRY(isolation::ApplyImmutableFlags(
-      upper.get(), [](const isolation::FlagWalkEntry&) { return false; }, [](const std::string&) { return true; }));
-  if (policy.empty()) return stats;
-
-  // 2. Resolve, copy up, pin.
-  Helper helper = WARREN_TRY(Helper::Start(agent_exe, agent_pid));
-  const agent::FsPrepareReply prep = WARREN_TRY(
-      agent::DecodeFsPrepareReply(WARREN_TRY(helper.Ask(agent::EncodeFsPrepare({policy.read_only, policy.writable})))));
-  const isolation::FsPolicyView view(isolation::FsPolicy{prep.read_only, prep.writable});
-  const std::set<std::string> fixed(prep.fixed_dirs.begin(), prep.fixed_dirs.end());
-  auto want = [&](const isolation::FlagWalkEntry& e) { return view.ReadOnly(e.path) || (e.dir && fixed.count(e.path)); };
-  auto descend = [&](const std::string& p) {
-    if (view.AnyReadOnlyWithin(p)) return true;
-    for (const auto& f : fixed)
-      if (isolation::PathWithin(f, p)) return true;
-    return false;
+  // Started only when needed (an empty policy just clears the flags).
+  std::optional<Helper> helper;
+  isolation::FsApplySteps steps;
+  steps.check = [&](const isolation::FsPolicy& p) -> Status {
+    helper.emplace(WARREN_TRY(Helper::Start(agent_exe, agent_pid)));
+    return agent::DecodeFsDone(WARREN_TRY(helper->Ask(agent::EncodeFsCheck(p))));
   };
-
-  // 3. Files about to become immutable that someone could still write through.
-  agent::FsSeverRequest sever;
-  WARREN_RETURN_IF_ERROR(isolation::WalkUpper(upper.get(), descend, [&](int fd, const isolation::FlagWalkEntry& e) -> Status {
-    if (e.dir || !want(e)) return Status::Ok();
-    if (WARREN_TRY(isolation::HasWriters(fd, e.path))) sever.paths.push_back(e.path);
-    return Status::Ok();
-  }));
-  if (!sever.paths.empty()) {
-    WARREN_RETURN_IF_ERROR(agent::DecodeFsDone(WARREN_TRY(helper.Ask(agent::EncodeFsSever(sever)))));
-    stats.severed = sever.paths.size();
-  }
-
-  // 4. On.
-  stats.flags_changed += WARREN_TRY(isolation::ApplyImmutableFlags(upper.get(), want, descend));
-  return stats;
+  steps.prepare = [&](const isolation::FsPolicy& p) -> Result<isolation::FsPrepared> {
+    return agent::DecodeFsPrepareReply(WARREN_TRY(helper->Ask(agent::EncodeFsPrepare(p))));
+  };
+  steps.sever = [&](const std::vector<std::string>& paths) -> Status {
+    return agent::DecodeFsDone(WARREN_TRY(helper->Ask(agent::EncodeFsSever({paths}))));
+  };
+  return isolation::ApplyFsPolicyToUpper(upper.get(), policy, steps);
 }
 
 Result<isolation::ChangeReport> ReadFsChanges(pid_t agent_pid, const std::string& under, size_t limit) {

@@ -1,0 +1,57 @@
+#include "isolation/fs_apply.h"
+
+#include <fcntl.h>
+
+#include <set>
+
+#include "base/unique_fd.h"
+
+#include "isolation/immutable_flags.h"
+#include "isolation/write_leases.h"
+
+namespace warren::isolation {
+
+Result<FsPolicyStats> ApplyFsPolicyToUpper(int upper_fd, const FsPolicy& policy, const FsApplySteps& steps) {
+  FsPolicyStats stats;
+  if (!policy.empty()) WARREN_RETURN_IF_ERROR(steps.check(policy));
+  // 1. Off, everywhere.
+  stats.flags_changed += WARREN_TRY(
+      ApplyImmutableFlags(upper_fd, [](const FlagWalkEntry&) { return false; }, [](const std::string&) { return true; }));
+  if (policy.empty()) return stats;
+
+  // 2. Resolve, copy up, pin.
+  const FsPrepared prep = WARREN_TRY(steps.prepare(policy));
+  const FsPolicyView view(FsPolicy{prep.read_only, prep.writable});
+  const std::set<std::string> fixed(prep.fixed_dirs.begin(), prep.fixed_dirs.end());
+  auto want = [&](const FlagWalkEntry& e) { return view.ReadOnly(e.path) || (e.dir && fixed.count(e.path)); };
+  auto descend = [&](const std::string& p) {
+    if (view.AnyReadOnlyWithin(p)) return true;
+    for (const auto& f : fixed)
+      if (PathWithin(f, p)) return true;
+    return false;
+  };
+
+  // 3. Files about to become immutable that someone could still write through.
+  std::vector<std::string> writers;
+  std::vector<UniqueFd> old_inodes;
+  WARREN_RETURN_IF_ERROR(WalkUpper(upper_fd, descend, [&](int fd, const FlagWalkEntry& e) -> Status {
+    if (e.dir || !want(e)) return Status::Ok();
+    if (!WARREN_TRY(HasWriters(fd, e.path))) return Status::Ok();
+    writers.push_back(e.path);
+    old_inodes.emplace_back(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    if (!old_inodes.back()) return ErrnoStatus("dup", e.path);
+    return Status::Ok();
+  }));
+  if (!writers.empty()) {
+    WARREN_RETURN_IF_ERROR(steps.sever(writers));
+    stats.severed = writers.size();
+    for (size_t i = 0; i < old_inodes.size(); ++i)
+      WARREN_RETURN_IF_ERROR(SetImmutable(old_inodes[i].get(), true, writers[i] + " (severed)"));
+  }
+
+  // 4. On.
+  stats.flags_changed += WARREN_TRY(ApplyImmutableFlags(upper_fd, want, descend));
+  return stats;
+}
+
+}  // namespace warren::isolation

@@ -121,6 +121,7 @@ class Agent {
   uint64_t nofile_ = 4096;
   int oom_score_adj_ = 0;
   UniqueFd commands_cgroup_;  // cgroup.procs of the commands' memory cgroup, if any
+  UniqueFd vm_commands_dir_;  // a microVM's commands cgroup (cgroup2), to freeze it
   UniqueFd listen_;           // where a restarted node reconnects (a host path, bound by the node)
   // Recently finished execs, with their exit message and the tail of their output: the exit
   // (and the last output) may have been in flight when the node died.
@@ -217,6 +218,8 @@ Status Agent::Setup() {
     // (In a full OS the limits set here stay; the service's agent opens the group again
     // where systemd mounts the hierarchy.)
     commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(kInitCgroupDir, h.value("memory_bytes", uint64_t{0}), h.value("pids", uint64_t{0})));
+    // Its directory, to freeze it later: the path is gone once we switch root.
+    vm_commands_dir_.Reset(open((std::string(kInitCgroupDir) + "/commands").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     lap("cgroup");
     if (h.contains("net") && h["net"].is_object()) {
       const json& n = h["net"];
@@ -758,17 +761,17 @@ void Agent::ReplyError(const std::string& id, const Status& st) {
 
 namespace {
 
-// The commands' cgroup of a microVM (vm_init.cc) frozen or thawed; the agent is not in it.
-Status FreezeVmCommands(bool frozen) {
-  const std::string cg = std::string(kInitCgroupDir) + "/commands";
+// The commands' cgroup of a microVM (vm_init.cc, at `dir`) frozen or thawed; the agent is not
+// in it.
+Status FreezeVmCommands(int dir, bool frozen) {
   {
-    UniqueFd f(open((cg + "/cgroup.freeze").c_str(), O_WRONLY | O_CLOEXEC));
+    UniqueFd f(openat(dir, "cgroup.freeze", O_WRONLY | O_CLOEXEC));
     if (!f || write(f.get(), frozen ? "1" : "0", 1) != 1) return ErrnoStatus("freeze", "commands");
   }
   for (int i = 0; frozen && i < 1000; ++i) {
     char buf[256] = {};
-    UniqueFd f(open((cg + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
-    if (!f) return ErrnoStatus("open", cg + "/cgroup.events");
+    UniqueFd f(openat(dir, "cgroup.events", O_RDONLY | O_CLOEXEC));
+    if (!f) return ErrnoStatus("open", "commands/cgroup.events");
     if (read(f.get(), buf, sizeof buf - 1) > 0 && strstr(buf, "frozen 1")) return Status::Ok();
     usleep(1000);
   }
@@ -786,7 +789,7 @@ void Agent::HandleFsPolicy(const Message& m) {
   if (!policy.ok()) return ReplyError(id, policy.status());
   UniqueFd upper(openat(kStagingDirFd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!upper) return ReplyError(id, ErrnoStatus("open", "upper layer"));
-  if (Status st = FreezeVmCommands(true); !st.ok()) return ReplyError(id, st);
+  if (Status st = FreezeVmCommands(vm_commands_dir_.get(), true); !st.ok()) return ReplyError(id, st);
   isolation::FsApplySteps steps;
   steps.check = isolation::CheckFsPolicy;
   steps.prepare = isolation::PrepareFsPolicy;
@@ -795,7 +798,7 @@ void Agent::HandleFsPolicy(const Message& m) {
     return Status::Ok();
   };
   auto stats = isolation::ApplyFsPolicyToUpper(upper.get(), *policy, steps);
-  Status thaw = FreezeVmCommands(false);
+  Status thaw = FreezeVmCommands(vm_commands_dir_.get(), false);
   if (!stats.ok()) return ReplyError(id, stats.status());
   if (!thaw.ok()) return ReplyError(id, thaw);
   Reply({{"t", "ok"}, {"id", id}, {"flags_changed", stats->flags_changed}, {"severed", stats->severed}});
@@ -803,6 +806,12 @@ void Agent::HandleFsPolicy(const Message& m) {
 
 void Agent::HandleFsChanges(const Message& m) {
   const std::string id = m.header.value("id", "");
+  if (!microvm_ && !full_os_ && !whole_machine_) {
+    // A container's report is read by the node (runtime/container/fs_guard.h).
+  } else if (!microvm_) {
+    return ReplyError(id, Status(Code::kUnavailable, "read changes", "sandbox",
+                                 "not in this backend (a whole machine's root may remount anything)"));
+  }
   const std::string under = m.header.value("under", "/");
   const size_t limit = m.header.value("limit", size_t{10000});
   UniqueFd upper(openat(kStagingDirFd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));

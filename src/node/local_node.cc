@@ -447,17 +447,14 @@ Status LocalNode::SetFilesystem(const std::string& id, const isolation::FsPolicy
   // A microVM's agent is the guest's root and does it itself; a paused one answers nothing.
   if (e->microvm && e->paused)
     return Status(Code::kConflict, "set filesystem policy", id, "a paused microVM cannot change it; resume it first");
-  Status st = e->microvm ? e->conn->SetFsPolicy(policy) : e->instance->SetFilesystemPolicy(policy);
-  return st.Context("set filesystem policy of " + id);
+  return e->microvm ? e->conn->SetFsPolicy(policy) : e->instance->SetFilesystemPolicy(policy);
 }
 
 Result<isolation::ChangeReport> LocalNode::Changes(const std::string& id, const std::string& under, size_t limit) {
   auto e = WARREN_TRY(Find(id));
   if (e->microvm && e->paused)
     return Status(Code::kConflict, "read changes", id, "a paused microVM cannot answer; resume it first");
-  auto r = e->microvm ? e->conn->ReadChanges(under, limit) : e->instance->ReadChanges(under, limit);
-  if (!r.ok()) return r.status().Context("read changes of " + id);
-  return r;
+  return e->microvm ? e->conn->ReadChanges(under, limit) : e->instance->ReadChanges(under, limit);
 }
 
 Status LocalNode::PauseSandbox(const std::string& id) {

@@ -509,3 +509,40 @@ def test_warm_pool_serves_creates_with_their_own_layers(server, image, sandboxes
         assert "warm-" not in f.read()
     sb.delete()
     assert not u.cgroup_dirs_named(sb.id)
+
+
+def test_integrity_tool_guard_policy_and_report(server, image, sandboxes, tmp_path):
+    """Issue 23 in a microVM: a tool's files stay as built against the guest's root, a
+    filesystem policy holds for a process that opened a file before it, and the tamper report
+    names every change, all done by the guest's own agent."""
+    tool = tmp_path / "tool"
+    (tool / "opt/tools/vmgrader/bin").mkdir(parents=True)
+    grade = tool / "opt/tools/vmgrader/bin/grade"
+    grade.write_text("#!/bin/sh\necho graded\n")
+    grade.chmod(0o755)
+    r = server.cli("image", "build", "e2e-vm-grader:1", "--from-dir", str(tool), "--kind", "tool", timeout=300)
+    assert r.returncode == 0, r.stderr
+    try:
+        sb = server.client().create({"image": image, "tools": ["e2e-vm-grader:1"], **SPEC})
+        sandboxes.append(sb.id)
+        r = sb.run("echo hacked > /opt/tools/vmgrader/bin/grade; mv /opt /opt2; "
+                   "rm -rf /opt/tools/vmgrader; /opt/tools/vmgrader/bin/grade")
+        assert r.stdout == "graded\n", r
+        assert "Read-only file system" in r.stderr and "busy" in r.stderr, r
+
+        sb.run("echo orig > /root/answer")
+        holder = sb.start(["sh", "-c", "exec 3<> /root/answer; touch /tmp/ready; "
+                                       "while [ ! -e /tmp/go ]; do sleep 0.1; done; echo hacked >&3; echo held"])
+        assert u.wait_until(lambda: sb.run("test -e /tmp/ready").exit_code == 0, 30, 0.2)
+        sb.set_filesystem(["/etc", "/root"])
+        r = sb.run("echo x > /etc/marker; echo y > /root/answer; touch /tmp/go")
+        assert r.stderr.count("Operation not permitted") == 2, r
+        assert u.wait_until(lambda: sb.exec_result(holder).state == "exited", 30, 0.2)
+        assert sb.exec_result(holder).stdout == "held\n"
+        assert sb.run("cat /root/answer /etc/marker").stdout == "orig\nwarren-e2e-rootfs\n"
+        assert [(c["path"], c["change"]) for c in sb.changes()] == [
+            ("/root/answer", "added"), ("/tmp/go", "added"), ("/tmp/ready", "added")]
+        sb.set_filesystem()
+        assert sb.run("echo y > /root/answer && cat /root/answer").stdout == "y\n"
+    finally:
+        server.cli("image", "rm", "e2e-vm-grader:1")

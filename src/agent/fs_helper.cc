@@ -44,6 +44,11 @@ Result<std::vector<std::string>> Strings(const json& j, const char* key) {
   return out;
 }
 
+Result<isolation::FsPolicy> PolicyRequest(const json& j, const char* what) {
+  WARREN_RETURN_IF_ERROR(CheckKeys(j, {"op", "read_only", "writable"}, what));
+  return isolation::FsPolicy{WARREN_TRY(Strings(j, "read_only")), WARREN_TRY(Strings(j, "writable"))};
+}
+
 Status Enter(pid_t pid) {
   const std::string base = "/proc/" + std::to_string(pid) + "/ns/";
   UniqueFd mnt(open((base + "mnt").c_str(), O_RDONLY | O_CLOEXEC));
@@ -62,21 +67,15 @@ std::string Handle(const std::string& line) {
   json j = json::parse(line, nullptr, false);
   if (!j.is_object() || !j.contains("op") || !j["op"].is_string()) return EncodeFsError(Invalid("bad request"));
   const std::string op = j["op"];
-  if (op == "prepare") {
-    if (Status st = CheckKeys(j, {"op", "read_only", "writable"}, "prepare"); !st.ok()) return EncodeFsError(st);
-    auto ro = Strings(j, "read_only");
-    auto w = Strings(j, "writable");
-    if (!ro.ok() || !w.ok()) return EncodeFsError(Invalid("bad prepare request"));
-    auto r = isolation::PrepareFsPolicy({*ro, *w});
+  if (op == "prepare" || op == "check") {
+    auto policy = PolicyRequest(j, op.c_str());
+    if (!policy.ok()) return EncodeFsError(policy.status());
+    if (op == "check") {
+      Status st = isolation::CheckFsPolicy(*policy);
+      return st.ok() ? EncodeFsDone() : EncodeFsError(st);
+    }
+    auto r = isolation::PrepareFsPolicy(*policy);
     return r.ok() ? EncodeFsPrepareReply(*r) : EncodeFsError(r.status());
-  }
-  if (op == "check") {
-    if (Status st = CheckKeys(j, {"op", "read_only", "writable"}, "check"); !st.ok()) return EncodeFsError(st);
-    auto ro = Strings(j, "read_only");
-    auto w = Strings(j, "writable");
-    if (!ro.ok() || !w.ok()) return EncodeFsError(Invalid("bad check request"));
-    Status st = isolation::CheckFsPolicy({*ro, *w});
-    return st.ok() ? EncodeFsDone() : EncodeFsError(st);
   }
   if (op == "sever") {
     if (Status st = CheckKeys(j, {"op", "paths"}, "sever"); !st.ok()) return EncodeFsError(st);

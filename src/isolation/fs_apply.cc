@@ -1,5 +1,6 @@
 #include "isolation/fs_apply.h"
 
+#include <errno.h>
 #include <fcntl.h>
 
 #include <set>
@@ -36,7 +37,11 @@ Result<FsPolicyStats> ApplyFsPolicyToUpper(int upper_fd, const FsPolicy& policy,
   std::vector<UniqueFd> old_inodes;
   WARREN_RETURN_IF_ERROR(WalkUpper(upper_fd, descend, [&](int fd, const FlagWalkEntry& e) -> Status {
     if (e.dir || !want(e)) return Status::Ok();
-    if (!WARREN_TRY(HasWriters(fd, e.path))) return Status::Ok();
+    auto has = HasWriters(fd, e.path);
+    // Leases off on this host (fs.leases-enable 0): nobody can tell, so every such file is
+    // severed, as if it had a writer.
+    if (!has.ok() && has.status().err() != EINVAL) return has.status();
+    if (has.ok() && !*has) return Status::Ok();
     writers.push_back(e.path);
     old_inodes.emplace_back(fcntl(fd, F_DUPFD_CLOEXEC, 0));
     if (!old_inodes.back()) return ErrnoStatus("dup", e.path);

@@ -14,6 +14,7 @@
 #include "base/cleanup.h"
 #include "base/unique_fd.h"
 #include "isolation/bind_pins.h"
+#include "sys/dir_list.h"
 
 namespace warren::isolation {
 namespace {
@@ -113,16 +114,11 @@ Result<FsPrepared> PrepareFsPolicy(const FsPolicy& req) {
     WARREN_RETURN_IF_ERROR(CopyUp(d, root.st_dev));
     // Its directories stay writable: they must be in the writable layer before their parent
     // is fixed (a copy-up creates an entry there).
-    UniqueFd fd(open(d.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd) return ErrnoStatus("open", d);
-    DIR* dir = fdopendir(fd.Release());
-    if (!dir) return ErrnoStatus("read directory", d);
-    std::vector<std::string> subdirs;
-    while (dirent* e = readdir(dir))
-      if (e->d_type == DT_DIR && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-        subdirs.push_back((d == "/" ? "" : d) + "/" + e->d_name);
-    closedir(dir);
-    for (const auto& s : subdirs) WARREN_RETURN_IF_ERROR(CopyUp(s, root.st_dev));
+    for (const auto& name : WARREN_TRY(sys::ListDir(AT_FDCWD, d))) {
+      const std::string sub = (d == "/" ? "" : d) + "/" + name;
+      struct stat st;
+      if (lstat(sub.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) WARREN_RETURN_IF_ERROR(CopyUp(sub, root.st_dev));
+    }
   }
   // A read-only tree's own directory gets the flag (it cannot be renamed or removed then);
   // the directories above it, writable, are pinned.

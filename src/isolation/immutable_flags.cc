@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/unique_fd.h"
+#include "sys/dir_list.h"
 
 namespace warren::isolation {
 namespace {
@@ -23,15 +24,7 @@ struct Walk {
   // `fd` is the directory at `path`, opened O_RDONLY.
   Status Dir(int fd, const std::string& path) {
     if (descend(path)) {
-      UniqueFd dup(openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-      if (!dup) return ErrnoStatus("open", path);
-      DIR* d = fdopendir(dup.Release());
-      if (!d) return ErrnoStatus("read directory", path);
-      std::vector<std::string> names;
-      while (dirent* e = readdir(d))
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
-      closedir(d);
-      for (const auto& name : names) {
+      for (const auto& name : WARREN_TRY(sys::ListDir(fd))) {
         const std::string child = (path == "/" ? "" : path) + "/" + name;
         struct stat st;
         if (fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return ErrnoStatus("stat", child);

@@ -14,6 +14,7 @@
 
 #include "base/unique_fd.h"
 #include "isolation/fs_policy.h"
+#include "sys/dir_list.h"
 
 namespace warren::isolation {
 namespace {
@@ -42,18 +43,7 @@ bool Opaque(int dirfd, const std::string& rel) {
   return false;
 }
 
-Result<std::vector<std::string>> List(int dirfd, const std::string& rel) {
-  UniqueFd fd(openat(dirfd, rel.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd) return ErrnoStatus("open directory", rel);
-  DIR* d = fdopendir(fd.Release());
-  if (!d) return ErrnoStatus("read directory", rel);
-  std::vector<std::string> names;
-  while (dirent* e = readdir(d))
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
-  closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
-}
+Result<std::vector<std::string>> List(int dirfd, const std::string& rel) { return sys::ListDir(dirfd, rel); }
 
 class Reader {
  public:

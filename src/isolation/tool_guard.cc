@@ -13,6 +13,7 @@
 #include "base/unique_fd.h"
 #include "isolation/bind_pins.h"
 #include "isolation/fs_policy.h"
+#include "sys/dir_list.h"
 
 namespace warren::isolation {
 namespace {
@@ -37,15 +38,7 @@ struct Walker {
   std::set<std::string> ro;
 
   Status Walk(int dirfd, const std::string& rel) {
-    UniqueFd dup(openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dup) return ErrnoStatus("open tool layer directory", rel);
-    DIR* d = fdopendir(dup.Release());
-    if (!d) return ErrnoStatus("read tool layer directory", rel);
-    std::vector<std::string> names;
-    while (dirent* e = readdir(d))
-      if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
-    closedir(d);
-    for (const auto& name : names) {
+    for (const auto& name : WARREN_TRY(sys::ListDir(dirfd))) {
       const std::string path = (rel == "/" ? "" : rel) + "/" + name;
       struct stat st;
       if (fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return ErrnoStatus("stat tool file", path);

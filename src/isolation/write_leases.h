@@ -11,7 +11,8 @@
 
 namespace warren::isolation {
 
-// The regular file open (read-only, by us) at `fd`. An error if leases are off on this host.
+// The regular file open (read-only, by us) at `fd`. An error with errno EINVAL if leases are
+// off on this host.
 Result<bool> HasWriters(int fd, const std::string& what);
 
 }  // namespace warren::isolation

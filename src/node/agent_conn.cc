@@ -293,44 +293,33 @@ Status AgentConn::WriteFile(const std::string& path, uint32_t mode, std::string_
 }
 
 Result<std::string> AgentConn::ReadFile(const std::string& path, uint64_t max) {
-  std::string id;
-  auto op = NewOp(&id);
-  Status st = Send({{{"t", "get"}, {"id", id}, {"path", path}, {"max", max}}, ""});
-  if (!st.ok()) {
-    std::lock_guard lock(mu_);
-    ops_.erase(id);
-    return st;
-  }
-  WARREN_RETURN_IF_ERROR(WaitOp(id, op).Context("read " + path));
-  return std::move(op->data);
+  auto r = Request({{"t", "get"}, {"path", path}, {"max", max}});
+  if (!r.ok()) return r.status().Context("read " + path);
+  return r;
 }
 
-Status AgentConn::SetFsPolicy(const isolation::FsPolicy& policy) {
+Result<std::string> AgentConn::Request(nlohmann::json header) {
   std::string id;
   auto op = NewOp(&id);
-  nlohmann::json h = agent::FsPolicyFields(policy);
-  h["t"] = "fs_policy";
-  h["id"] = id;
-  Status st = Send({h, ""});
-  if (!st.ok()) {
-    std::lock_guard lock(mu_);
-    ops_.erase(id);
-    return st;
-  }
-  return WaitOp(id, op);
-}
-
-Result<isolation::ChangeReport> AgentConn::ReadChanges(const std::string& under, size_t limit) {
-  std::string id;
-  auto op = NewOp(&id);
-  Status st = Send({{{"t", "fs_changes"}, {"id", id}, {"under", under}, {"limit", limit}}, ""});
+  header["id"] = id;
+  Status st = Send({std::move(header), ""});
   if (!st.ok()) {
     std::lock_guard lock(mu_);
     ops_.erase(id);
     return st;
   }
   WARREN_RETURN_IF_ERROR(WaitOp(id, op));
-  return agent::DecodeChangeReport(op->data);
+  return std::move(op->data);
+}
+
+Status AgentConn::SetFsPolicy(const isolation::FsPolicy& policy) {
+  nlohmann::json h = agent::FsPolicyFields(policy);
+  h["t"] = "fs_policy";
+  return Request(std::move(h)).status();
+}
+
+Result<isolation::ChangeReport> AgentConn::ReadChanges(const std::string& under, size_t limit) {
+  return agent::DecodeChangeReport(WARREN_TRY(Request({{"t", "fs_changes"}, {"under", under}, {"limit", limit}})));
 }
 
 }  // namespace warren::node

@@ -80,6 +80,8 @@ class AgentConn {
     std::string data;
   };
   Status Send(const agent::Message& m);
+  // Sends `header` (given an op id) and waits for the agent's ok, data... or err; the data.
+  Result<std::string> Request(nlohmann::json header);
   std::shared_ptr<PendingOp> NewOp(std::string* id);
   Status WaitOp(const std::string& id, const std::shared_ptr<PendingOp>& op);
   static bool OpDone(PendingOp& op);

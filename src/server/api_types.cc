@@ -186,6 +186,13 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
     WARREN_RETURN_IF_ERROR(net::ParsePolicy(s.network.mode, s.network.allow).status());
   }
   if (j.contains("filesystem") && !j["filesystem"].is_null()) s.filesystem = WARREN_TRY(ParseFsPolicy(j["filesystem"]));
+  // A whole machine's root keeps every capability: it could unmount a tool's guard or clear
+  // an immutable flag, so neither integrity control can be promised there (SECURITY.md).
+  if (s.backend == "vm" && !s.tools.empty())
+    return Invalid("`tools` cannot be guarded in backend vm (its root keeps every capability and may unmount "
+                   "anything); use backend microvm, where tool layers are read-only");
+  if (s.backend == "vm" && !s.filesystem.empty())
+    return Invalid("`filesystem` cannot be enforced in backend vm (its root keeps every capability); use backend microvm");
   WARREN_RETURN_IF_ERROR(GetStringMap(j, "env", &s.env, 1024, true));
   size_t env_bytes = 0;
   for (const auto& [k, v] : s.env) env_bytes += k.size() + v.size() + 2;

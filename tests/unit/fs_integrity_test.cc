@@ -61,6 +61,25 @@ TEST(FsPolicy, TheApiParsesStrictly) {
   EXPECT_EQ(server::ToJson(*p), (nlohmann::json{{"read_only", {"/usr"}}, {"writable", nlohmann::json::array()}}));
 }
 
+TEST(FsPolicy, AWholeMachineTakesNeitherToolsNorAPolicy) {
+  using server::ParseSandboxSpec;
+  const nlohmann::json tools = {{"image", "a:1"}, {"tools", {"t:1"}}};
+  const nlohmann::json fs = {{"image", "a:1"}, {"filesystem", {{"read_only", {"/usr"}}}}};
+  for (const char* backend : {"container", "microvm", "fncall"}) {
+    nlohmann::json a = tools, b = fs;
+    a["backend"] = b["backend"] = backend;
+    EXPECT_TRUE(ParseSandboxSpec(a).ok()) << backend;
+    EXPECT_TRUE(ParseSandboxSpec(b).ok()) << backend;
+  }
+  nlohmann::json a = tools, b = fs;
+  a["backend"] = b["backend"] = "vm";
+  auto ra = ParseSandboxSpec(a), rb = ParseSandboxSpec(b);
+  ASSERT_FALSE(ra.ok());
+  EXPECT_EQ(ra.status().code(), Code::kInvalid);
+  EXPECT_NE(ra.status().message().find("microvm"), std::string::npos);
+  EXPECT_FALSE(rb.ok());
+}
+
 class Tree {
  public:
   Tree() {
@@ -119,7 +138,8 @@ TEST(OverlayChanges, ListsAddedModifiedAndOpaqueDeletionsWithTheirLayer) {
   t.File("/l1/var/cache/b", "b");
   t.File("/l0/work/task", "task");
   // The upper layer: /etc/passwd changed, /root/new added, /usr/bin only copied up (same
-  // mode), /var/cache replaced whole (opaque, keeping a new file), /work/task changed.
+  // mode: not a change), /var/cache replaced whole (opaque: itself modified, what the layers
+  // had in it deleted, a new file added), /work/task changed.
   t.File("/upper/etc/passwd", "hacked");
   t.File("/upper/root/new", "n");
   t.Dir("/upper/usr/bin");
@@ -138,7 +158,7 @@ TEST(OverlayChanges, ListsAddedModifiedAndOpaqueDeletionsWithTheirLayer) {
     got.push_back(std::string(ChangeKindName(c.kind)) + " " + c.path + " " + std::to_string(c.layer));
   EXPECT_EQ(got, (std::vector<std::string>{
                      "added /dev/shm/hidden -1", "modified /etc/passwd 1", "added /root -1", "added /root/new -1",
-                     "deleted /var/cache/a 1", "deleted /var/cache/b 1", "added /var/cache/c -1",
+                     "modified /var/cache 1", "deleted /var/cache/a 1", "deleted /var/cache/b 1", "added /var/cache/c -1",
                      "modified /work/task 0"}));
   EXPECT_FALSE(r->truncated);
 

@@ -14,37 +14,40 @@ namespace warren::isolation {
 
 Result<FsPolicyStats> ApplyFsPolicyToUpper(int upper_fd, const FsPolicy& policy, const FsApplySteps& steps) {
   FsPolicyStats stats;
-  if (!policy.empty()) WARREN_RETURN_IF_ERROR(steps.check(policy));
-  // 1. Off, everywhere.
-  stats.flags_changed += WARREN_TRY(
-      ApplyImmutableFlags(upper_fd, [](const FlagWalkEntry&) { return false; }, [](const std::string&) { return true; }));
-  if (policy.empty()) return stats;
+  if (policy.empty()) {
+    // Everything writable: every flag comes off.
+    stats.flags_changed = WARREN_TRY(
+        ApplyImmutableFlags(upper_fd, [](const FlagWalkEntry&) { return false; }, [](const std::string&) { return true; }));
+    return stats;
+  }
+  WARREN_RETURN_IF_ERROR(steps.check(policy));
+  // 1. Off, on every directory: the overlay must be able to copy up and create what the new
+  // policy needs. A flagged file stays flagged for now: none has a writer (it was flagged
+  // with none, and none can open it for writing since), so none needs severing.
+  stats.flags_changed += WARREN_TRY(ApplyImmutableFlags(
+      upper_fd, [](const FlagWalkEntry& e) { return !e.dir && e.immutable; }, [](const std::string&) { return true; }));
 
   // 2. Resolve, copy up, pin.
   const FsPrepared prep = WARREN_TRY(steps.prepare(policy));
   const FsPolicyView view(FsPolicy{prep.read_only, prep.writable});
   const std::set<std::string> fixed(prep.fixed_dirs.begin(), prep.fixed_dirs.end());
   auto want = [&](const FlagWalkEntry& e) { return view.ReadOnly(e.path) || (e.dir && fixed.count(e.path)); };
-  auto descend = [&](const std::string& p) {
-    if (view.AnyReadOnlyWithin(p)) return true;
-    for (const auto& f : fixed)
-      if (PathWithin(f, p)) return true;
-    return false;
-  };
+  // Everything is looked at: a file flagged before may now be in a writable tree.
+  auto all = [](const std::string&) { return true; };
 
   // 3. Files about to become immutable that someone could still write through.
   std::vector<std::string> writers;
   std::vector<UniqueFd> old_inodes;
-  WARREN_RETURN_IF_ERROR(WalkUpper(upper_fd, descend, [&](int fd, const FlagWalkEntry& e) -> Status {
-    if (e.dir || !want(e)) return Status::Ok();
-    auto has = HasWriters(fd, e.path);
+  WARREN_RETURN_IF_ERROR(WalkUpper(upper_fd, all, [&](const FlagWalkEntry& e) -> Status {
+    if (e.dir || e.immutable || !want(e)) return Status::Ok();
+    UniqueFd fd = WARREN_TRY(OpenEntry(e));
+    auto has = HasWriters(fd.get(), e.path);
     // Leases off on this host (fs.leases-enable 0): nobody can tell, so every such file is
     // severed, as if it had a writer.
     if (!has.ok() && has.status().err() != EINVAL) return has.status();
     if (has.ok() && !*has) return Status::Ok();
     writers.push_back(e.path);
-    old_inodes.emplace_back(fcntl(fd, F_DUPFD_CLOEXEC, 0));
-    if (!old_inodes.back()) return ErrnoStatus("dup", e.path);
+    old_inodes.push_back(std::move(fd));
     return Status::Ok();
   }));
   if (!writers.empty()) {
@@ -55,7 +58,7 @@ Result<FsPolicyStats> ApplyFsPolicyToUpper(int upper_fd, const FsPolicy& policy,
   }
 
   // 4. On.
-  stats.flags_changed += WARREN_TRY(ApplyImmutableFlags(upper_fd, want, descend));
+  stats.flags_changed += WARREN_TRY(ApplyImmutableFlags(upper_fd, want, all));
   return stats;
 }
 

@@ -1,15 +1,16 @@
 // Applying a filesystem policy to the overlay's writable layer, with the sandbox frozen:
 // 0. `check`: the policy's paths resolve in the sandbox (else nothing changes);
-// 1. every immutable flag of the writable layer comes off (only the node or the guest's agent
-//    ever sets one: isolation/immutable_flags.h), so the overlay may copy up what is needed;
+// 1. the immutable flag comes off every directory of the writable layer (only the node or the
+//    guest's agent ever sets one: isolation/immutable_flags.h), so the overlay may copy up and
+//    create what is needed; flagged files stay so (none has a writer to sever);
 // 2. `prepare`: resolve, copy up, pin (isolation/fs_prepare.h, inside the sandbox);
 // 3. each regular file about to become immutable that anyone holds open for writing
 //    (isolation/write_leases.h) is severed (`sever`, inside the sandbox): neither the flag nor
 //    anything else revokes a descriptor or a mapping opened before. The old inode, which only
 //    those descriptors reach now, gets the flag too: reopening one through /proc/PID/fd for
 //    writing is refused like any other open;
-// 4. the flag goes on every directory and regular file of the read-only trees, and on each
-//    fixed directory.
+// 4. the flag goes on every directory and regular file of the read-only trees and on each
+//    fixed directory, and off everything else. An empty policy clears every flag at once.
 #pragma once
 
 #include <functional>

@@ -79,7 +79,9 @@ Status CopyUp(const std::string& path, dev_t root_dev) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) return ErrnoStatus("stat", path);
   if (st.st_dev != root_dev || S_ISLNK(st.st_mode)) return Status::Ok();
-  if (chmod(path.c_str(), st.st_mode & 07777) != 0 && errno != EROFS) return ErrnoStatus("copy up", path);
+  // EROFS: a guarded tool's; EPERM: a file flagged immutable, so in the writable layer already.
+  if (chmod(path.c_str(), st.st_mode & 07777) != 0 && errno != EROFS && errno != EPERM)
+    return ErrnoStatus("copy up", path);
   return Status::Ok();
 }
 

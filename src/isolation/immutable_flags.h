@@ -13,6 +13,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "base/unique_fd.h"
 
 namespace warren::isolation {
 
@@ -20,24 +21,31 @@ namespace warren::isolation {
 Result<bool> IsImmutable(int fd);
 Status SetImmutable(int fd, bool on, const std::string& what);
 
-// One entry of a walk: its path inside the sandbox ("/usr/bin/x"), and whether it is a
-// directory (else a regular file: other kinds take no flag; their directory guards them).
+// One entry of a walk: its path inside the sandbox ("/usr/bin/x"), whether it is a directory
+// (else a regular file: other kinds take no flag; their directory guards them), whether it is
+// immutable now (statx: no open needed to know), and where it is (`parent_fd`, `name`; the
+// root has parent_fd -1 and `fd` set).
 struct FlagWalkEntry {
   const std::string& path;
   bool dir;
+  bool immutable;
+  int parent_fd;
+  const std::string& name;
+  int fd = -1;  // the root directory's fd (only for the root)
 };
+
+// Opens the entry read-only (non-blocking, never following a symlink).
+Result<UniqueFd> OpenEntry(const FlagWalkEntry& e);
 
 // Visits every directory and regular file of the tree at `dirfd` (the upper layer's root,
 // shown as `/`), children before their directory, never following a symlink nor leaving the
-// filesystem; `fd` is the entry opened read-only (non-blocking). `descend(path)` says whether
-// to look inside a directory at all.
-using UpperVisitor = std::function<Status(int fd, const FlagWalkEntry&)>;
+// filesystem. `descend(path)` says whether to look inside a directory at all.
+using UpperVisitor = std::function<Status(const FlagWalkEntry&)>;
 Status WalkUpper(int dirfd, const std::function<bool(const std::string&)>& descend, const UpperVisitor& visit);
 
-// Walks the tree at `dirfd` (the upper layer's root, shown as `/`), never following a symlink
-// nor leaving the filesystem, and makes each directory's and regular file's flag what
-// `want(entry)` says; `descend(path)` says whether to look inside a directory at all. Returns
-// how many flags changed. Meant for a frozen sandbox: nothing may change under the walk.
+// Makes each directory's and regular file's flag what `want(entry)` says (opening only those
+// to change); `descend(path)` says whether to look inside a directory at all. Returns how many
+// flags changed. Meant for a frozen sandbox: nothing may change under the walk.
 Result<size_t> ApplyImmutableFlags(int dirfd, const std::function<bool(const FlagWalkEntry&)>& want,
                                    const std::function<bool(const std::string&)>& descend);
 

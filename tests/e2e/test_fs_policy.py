@@ -102,3 +102,23 @@ def test_fncall_sandbox_accepts_a_policy_and_never_changes(server, runner, sandb
         r = sb.run("echo x > /usr/x; echo y > /tmp/y; echo done")
         assert "done" in r.stdout
         assert sb.changes() == []
+
+
+def test_one_policy_to_another_moves_every_flag(server, image, sandboxes):
+    """From one read-only set to another without passing through `{}`: what the first made
+    read-only and the second does not is writable again, files and directories alike."""
+    with server.client() as client:
+        sb = client.create(image=image)
+        sandboxes.append(sb.id)
+        sb.run("echo a > /etc/new-in-etc; mkdir -p /root/d && echo b > /root/d/f")
+        sb.set_filesystem(["/etc"])
+        assert sb.run("echo x > /etc/new-in-etc").exit_code != 0
+        sb.set_filesystem(["/root"])
+        r = sb.run("echo x > /etc/new-in-etc && touch /etc/another && echo done")
+        assert r.stdout == "done\n", r
+        for cmd in ("echo y > /root/d/f", "touch /root/d/g", "rm /root/d/f"):
+            assert sb.run(cmd).exit_code != 0, cmd
+        sb.set_filesystem(["/"], writable=["/root/d"])
+        assert sb.run("echo y > /root/d/f && touch /root/d/g && echo done").stdout == "done\n"
+        assert sb.run("echo z > /etc/new-in-etc").exit_code != 0
+        assert sb.run("cat /etc/new-in-etc /root/d/f").stdout == "x\ny\n"

@@ -33,9 +33,16 @@ int CreateMany(const SpecFlags& f, int64_t count, bool as_json) {
   while (done < count) {
     int64_t n = std::min(chunk, count - done);
     auto r = Client().Request("POST", "/v1/sandboxes:batch", nlohmann::json{{"count", n}, {"spec", *spec}}.dump());
-    if (!r.ok()) return Fail(r.status());
-    auto j = client::JsonOf(*r, "create sandboxes");
-    if (!j.ok()) return Fail(j.status());
+    auto j = r.ok() ? client::JsonOf(*r, "create sandboxes") : Result<nlohmann::json>(r.status());
+    if (!j.ok()) {
+      // A chunk failed whole (the server went away, a quota): what was made before it is
+      // still the caller's to use or delete, so it is printed before the error.
+      if (as_json) printf("%s\n", nlohmann::json{{"sandboxes", all}, {"errors", errors}}.dump(2).c_str());
+      fflush(stdout);
+      if (done) fprintf(stderr, "\nwarren: create: %lld of %lld sandboxes were made before this failure\n",
+                        static_cast<long long>(all.size()), static_cast<long long>(count));
+      return Fail(j.status());
+    }
     for (auto& sb : (*j)["sandboxes"]) {
       if (!as_json) printf("%s\n", sb.value("id", "").c_str());
       all.push_back(sb);

@@ -286,3 +286,48 @@ def test_image_build_ls_rm(server, image):
     assert r.returncode != 0 and ERROR_LINE.match(r.stderr.strip()), r
     r = server.cli("image", "rm", ref)
     assert r.returncode != 0 and ERROR_LINE.match(r.stderr.strip()), r
+
+
+def test_create_count_prints_what_was_made_when_a_chunk_fails(tmp_path):
+    """`warren create --count N --json` against a server that answers the first batch and then
+    fails: the sandboxes already made are printed (they are the caller's to delete), then the
+    error, and the exit code is not 0."""
+    import http.server
+    import threading
+    from conftest import _warren_bin
+
+    calls = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            calls.append(self.path)
+            if len(calls) == 1:
+                body = json.dumps({"sandboxes": [{"id": "sb-00000000000000a1"}, {"id": "sb-00000000000000a2"}],
+                                   "errors": []}).encode()
+                self.send_response(200)
+            else:
+                body = json.dumps({"error": {"code": "unavailable", "message": "node restarting"}}).encode()
+                self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        env = dict(os.environ, WARREN_URL=f"http://127.0.0.1:{srv.server_address[1]}", WARREN_TOKEN="t",
+                   WARREN_HOME=str(tmp_path))
+        r = subprocess.run([str(_warren_bin()), "create", "--image", "x:1", "--count", "40", "--json"],
+                           capture_output=True, text=True, timeout=60, env=env)
+    finally:
+        srv.shutdown()
+    assert calls == ["/v1/sandboxes:batch", "/v1/sandboxes:batch"], calls
+    assert r.returncode != 0
+    doc = json.loads(r.stdout)
+    assert [s["id"] for s in doc["sandboxes"]] == ["sb-00000000000000a1", "sb-00000000000000a2"], r.stdout
+    assert "2 of 40 sandboxes were made" in r.stderr and "node restarting" in r.stderr, r.stderr

@@ -4,15 +4,32 @@
 // is simply: u32 little-endian header length, a JSON header, then raw payload bytes.
 // Header field "t" is the message type; "id" correlates requests with replies.
 //
-//   node -> agent                          agent -> node
-//   setup {hostname, disk_bytes, layers}   ready {} | setup_failed {error}
-//     + SCM_RIGHTS: idmapped layer mounts, top layer first
-//   exec {id, argv, env, cwd, timeout_ms,  out {id, s: "stdout"|"stderr"} + bytes
-//         max_output, stdin_more} + stdin   exit {id, exit_code, signal, timed_out,
-//   stdin {id, eof} + bytes                       stdout_truncated, stderr_truncated}
-//   signal {id, sig}                       exec_failed {id, error}
-//   put {id, path, mode, first, last}+data ok {id} | err {id, errno, error}
-//   get {id, path, max}                    data {id, last} + bytes | err {...}
+//   node -> agent                              agent -> node
+//   setup {hostname, disk_bytes, layers,       ready {setup_ms, ...} | setup_failed {error}
+//          tool_layers, commands_cgroup,
+//          listen, loopback, sysfs, files,
+//          nofile, landlock, env}
+//     + payload: the seccomp program (BPF), or none
+//     + SCM_RIGHTS: the layer mounts, top layer first, then (taken from the back) the sysfs
+//       mount, the commands' cgroup.procs and the listening socket, each when its flag is set
+//     a microVM's setup adds {vm, full_os, layer_serials, memory_bytes, pids, seed, now_ns,
+//     net {ip, gateway, mac}} and carries no fds (its layers are disks of the guest);
+//     a warm microVM gets `warmup` first        warm {ms, error}
+//   assign {hostname, env, nofile}             assigned {} | err {...}   (a warm sandbox claimed)
+//   exec {id, argv, env, env_defaults, cwd,    out {id, s: "stdout"|"stderr"} + bytes
+//         timeout_ms, max_output, stdin,       exit {id, exit_code, signal, timed_out,
+//         stdin_more, channel} + stdin              stdout_truncated, stderr_truncated}
+//   stdin {id, eof} + bytes                    exec_failed {id, error}
+//   signal {id, sig}
+//   put {id, path, mode, first, last}+data     ok {id} | err {id, errno, code, error}
+//   get {id, path, max}                        data {id, last} + bytes | err {...}
+//   fs_policy {id, read_only, writable}        ok {id, flags_changed, severed} | err {...}
+//     (a microVM's filesystem policy, applied by its agent: isolation/fs_apply.h)
+//   fs_changes {id, under, limit}              data {id, last} + the report | err {...}
+//     (a microVM's tamper report: agent/fs_helper.h has its encoding)
+//   ping {id}                                  pong {id}
+//   resume {execs: {ID: [out, err]}}           resumed {execs: [...]}, then what it missed
+//     (a node that restarted: see docs/design.md, restart safety)
 #pragma once
 
 #include <nlohmann/json.hpp>

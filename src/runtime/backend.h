@@ -1,7 +1,9 @@
-// The Backend interface: what the node asks of every kind of sandbox (container now;
-// microvm, vm and fncall runners later). A backend makes a sandbox with the warren-agent
-// running inside and hands back its control socket; everything after that (exec, files)
-// speaks the agent protocol and is the same for every backend.
+// The Backend interface: what the node asks of every kind of sandbox (container, and fncall
+// runners, which are container sandboxes; microvm and vm, which are QEMU guests of one
+// backend). A backend makes a sandbox with the warren-agent running inside and hands back its
+// control socket; everything after that (exec, files) speaks the agent protocol and is the
+// same for every backend. A `backend: fncall` sandbox is not made here at all: it is a record
+// of runtime/fncall/fncall_node.h.
 #pragma once
 
 #include <cstdint>

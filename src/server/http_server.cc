@@ -44,6 +44,7 @@ struct Reply {
   std::string content_type = "application/json";
   std::string body;
   bool close = false;
+  std::string allow;  // with 405: the methods the path takes (the Allow header)
 };
 
 // Output strings are sanitized already; `replace` keeps any stray invalid byte from turning a
@@ -240,9 +241,15 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
   const auto& seg = target->segs;
   const Query& q = target->query;
 
+  // A method the path does not take: 405 with the ones it takes (code `invalid`, like 413).
+  auto method_not_allowed = [this](const char* allow) {
+    Reply r = Error(Invalid(std::string("method not allowed on this path (it takes ") + allow + ")"));
+    r.status = http::status::method_not_allowed;
+    r.allow = allow;
+    return r;
+  };
   if (seg.size() == 1 && seg[0] == "healthz") {
-    if (verb != http::verb::get && verb != http::verb::head)
-      co_return Error(Invalid("method not allowed on this path"));
+    if (verb != http::verb::get && verb != http::verb::head) co_return method_not_allowed("GET, HEAD");
     co_return JsonReply(http::status::ok, {{"ok", true}});
   }
 
@@ -317,15 +324,18 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     }
   } remove_upload{body_file};
 
-  auto method_not_allowed = [&] { return Error(Invalid("method not allowed on this path")); };
   if (seg.size() == 1 && seg[0] == "metrics") {
+    if (verb != http::verb::get) co_return method_not_allowed("GET");
     std::string m = co_await Blocking([&] { return api->Metrics(); });
     co_return Reply{http::status::ok, "text/plain; version=0.0.4", m};
   }
   if (seg.empty() || seg[0] != "v1") co_return Error(NotFound("path", target_str));
-  if (seg.size() == 2 && seg[1] == "nodes") co_return JsonReply(http::status::ok, api->Nodes());
+  if (seg.size() == 2 && seg[1] == "nodes") {
+    if (verb != http::verb::get) co_return method_not_allowed("GET");
+    co_return JsonReply(http::status::ok, api->Nodes());
+  }
   if (seg.size() == 3 && seg[1] == "trajectories") {
-    if (verb != http::verb::get) co_return method_not_allowed();
+    if (verb != http::verb::get) co_return method_not_allowed("GET");
     auto r = co_await Blocking([&] { return api->GetTrajectory(who, seg[2]); });
     co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
   }
@@ -342,7 +352,9 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
       Status st = co_await Blocking([&] { return api->ReleaseLease(who, seg[2]); });
       co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
     }
-    co_return method_not_allowed();
+    if (seg.size() == 2 || (seg.size() == 4 && seg[3] == "renew")) co_return method_not_allowed("POST");
+    if (seg.size() == 3) co_return method_not_allowed("DELETE");
+    co_return Error(NotFound("path", target_str));
   }
   if (seg.size() >= 2 && seg[1] == "tokens") {
     if (seg.size() == 2 && verb == http::verb::post) {
@@ -354,7 +366,9 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
       Status st = co_await Blocking([&] { return api->DeleteToken(seg[2]); });
       co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
     }
-    co_return method_not_allowed();
+    if (seg.size() == 2) co_return method_not_allowed("GET, POST");
+    if (seg.size() == 3) co_return method_not_allowed("DELETE");
+    co_return Error(NotFound("path", target_str));
   }
 
   if (seg.size() >= 2 && seg[1] == "layers") {
@@ -372,17 +386,17 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
       Status st = co_await Blocking([&] { return api->DeleteLayer(ref); });
       co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
     }
-    co_return method_not_allowed();
+    co_return method_not_allowed(seg.size() == 2 ? "GET, POST" : "DELETE");
   }
 
   if (seg.size() == 2 && (seg[1] == "calls" || seg[1] == "calls:batch")) {
-    if (verb != http::verb::post) co_return method_not_allowed();
+    if (verb != http::verb::post) co_return method_not_allowed("POST");
     const bool batch = seg[1] == "calls:batch";
     auto r = co_await Blocking([&] { return batch ? api->CallBatch(who, body) : api->Call(who, body); });
     co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
   }
   if (seg.size() == 2 && seg[1] == "sandboxes:batch") {
-    if (verb != http::verb::post) co_return method_not_allowed();
+    if (verb != http::verb::post) co_return method_not_allowed("POST");
     auto r = co_await Blocking([&] { return api->CreateBatch(who, body); });
     co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
   }
@@ -396,7 +410,7 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
         auto r = co_await Blocking([&] { return api->ListSandboxes(who, q); });
         co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
       }
-      co_return method_not_allowed();
+      co_return method_not_allowed("GET, POST");
     }
     const std::string id = seg[2];
     if (seg.size() == 3) {
@@ -408,11 +422,11 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
         Status st = co_await Blocking([&] { return api->DeleteSandbox(who, id); });
         co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
       }
-      co_return method_not_allowed();
+      co_return method_not_allowed("GET, DELETE");
     }
     const std::string& what = seg[3];
     if (seg.size() == 4 && what == "exec") {
-      if (verb != http::verb::post) co_return method_not_allowed();
+      if (verb != http::verb::post) co_return method_not_allowed("POST");
       auto r = co_await Blocking([&] { return api->StartExec(who, id, body); });
       if (!r.ok()) co_return Error(r.status());
       if (!r->wait) co_return JsonReply(http::status::accepted, {{"exec_id", r->rec->id()}});
@@ -440,7 +454,9 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
         Status st = co_await Blocking([&] { return api->SignalExec(who, id, exec_id, body); });
         co_return st.ok() ? JsonReply(http::status::ok, (*rec)->ResultJson()) : Error(st);
       }
-      co_return method_not_allowed();
+      if (seg.size() == 5 || (seg.size() == 6 && seg[5] == "stream")) co_return method_not_allowed("GET");
+      if (seg.size() == 6 && seg[5] == "signal") co_return method_not_allowed("POST");
+      co_return Error(NotFound("path", target_str));
     }
     if (seg.size() == 4 && what == "files") {
       if (verb == http::verb::put) {
@@ -454,24 +470,25 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
         if (!r.ok()) co_return Error(r.status());
         co_return Reply{http::status::ok, "application/octet-stream", std::move(*r)};
       }
-      co_return method_not_allowed();
+      co_return method_not_allowed("GET, PUT");
     }
-    if (seg.size() == 4 && what == "network" && verb == http::verb::put) {
+    if (seg.size() == 4 && what == "network") {
+      if (verb != http::verb::put) co_return method_not_allowed("PUT");
       auto r = co_await Blocking([&] { return api->SetNetwork(who, id, body); });
       co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
     }
     if (seg.size() == 4 && what == "filesystem") {
-      if (verb != http::verb::put) co_return method_not_allowed();
+      if (verb != http::verb::put) co_return method_not_allowed("PUT");
       auto r = co_await Blocking([&] { return api->SetFilesystem(who, id, body); });
       co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
     }
     if (seg.size() == 4 && what == "changes") {
-      if (verb != http::verb::get) co_return method_not_allowed();
+      if (verb != http::verb::get) co_return method_not_allowed("GET");
       auto r = co_await Blocking([&] { return api->Changes(who, id, q); });
       co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
     }
     if (seg.size() == 4 && (what == "pause" || what == "resume")) {
-      if (verb != http::verb::post) co_return method_not_allowed();
+      if (verb != http::verb::post) co_return method_not_allowed("POST");
       auto r = co_await Blocking([&] { return api->SetPaused(who, id, what == "pause"); });
       co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
     }
@@ -485,7 +502,7 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
         if (!r.ok()) co_return Error(r.status());
         co_return Reply{http::status::ok, "application/x-tar", std::move(*r)};
       }
-      co_return method_not_allowed();
+      co_return method_not_allowed("GET, PUT");
     }
   }
   co_return Error(NotFound("path", target_str));
@@ -552,6 +569,7 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
     res.set(http::field::server, "warren");
     res.set("X-Request-Id", request_id);
     if (!reply.content_type.empty()) res.set(http::field::content_type, reply.content_type);
+    if (!reply.allow.empty()) res.set(http::field::allow, reply.allow);
     res.keep_alive(keep_alive && !reply.close);
     res.body() = std::move(reply.body);
     res.prepare_payload();

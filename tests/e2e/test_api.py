@@ -234,14 +234,34 @@ def test_unknown_exec_id(server, sb):
     u.assert_error(r, 404, "not_found")
 
 
-@pytest.mark.parametrize("method,path", [
-    ("PATCH", "/v1/sandboxes"),
-    ("DELETE", "/healthz"),
-    ("PUT", "/v1/sandboxes"),
+@pytest.mark.parametrize("method,path,allow", [
+    ("PATCH", "/v1/sandboxes", "GET, POST"),
+    ("DELETE", "/healthz", "GET, HEAD"),
+    ("PUT", "/v1/sandboxes", "GET, POST"),
+    ("POST", "/v1/nodes", "GET"),
+    ("DELETE", "/metrics", "GET"),
+    ("GET", "/v1/sandboxes:batch", "POST"),
+    ("GET", "/v1/calls", "POST"),
+    ("PUT", "/v1/layers", "GET, POST"),
+    ("GET", "/v1/leases", "POST"),
+    ("POST", "/v1/tokens/x", "DELETE"),
+    ("POST", "/v1/trajectories/x", "GET"),
 ])
-def test_wrong_method(server, method, path):
+def test_wrong_method(server, method, path, allow):
+    """A method the path does not take: 405 with an Allow header naming the ones it takes."""
     r = server.http(method, path, b"{}")
-    u.assert_error(r, (400, 404, 405), None)
+    u.assert_error(r, 405, "invalid")
+    assert r.headers.get("Allow") == allow, r.headers
+
+
+def test_wrong_method_on_a_sandbox_path(server, sb):
+    for method, sub, allow in (("POST", "", "GET, DELETE"), ("GET", "/exec", "POST"), ("GET", "/network", "PUT"),
+                               ("POST", "/files", "GET, PUT"), ("GET", "/pause", "POST"),
+                               ("POST", "/filesystem", "PUT"), ("POST", "/changes", "GET"),
+                               ("DELETE", "/archive", "GET, PUT")):
+        r = server.http(method, f"/v1/sandboxes/{sb}{sub}", b"{}")
+        u.assert_error(r, 405, "invalid")
+        assert r.headers.get("Allow") == allow, (method, sub, r.headers)
 
 
 @pytest.mark.parametrize("path", ["/v1/sandboxes/a%00b", "/%00", "//v1//sandboxes/..", "/v1/sandboxes/" + "x" * 5000])

@@ -521,6 +521,7 @@ def test_images_written_by_skopeo(server, built, work, dest):
     assert f == {"g": f"written by skopeo as {dest}", "layer": "gone"}
     # One image in it: no name needed either.
     assert build(server, built, ref.replace(":1", ":2"), out) == build(server, built, ref.replace(":1", ":3"), out)
+    assert greeting(server, ref.replace(":1", ":2")) == f"written by skopeo as {dest}"
 
 
 def test_docker_archive_name_matches_familiar_form(server, built, work):
@@ -530,6 +531,7 @@ def test_docker_archive_name_matches_familiar_form(server, built, work):
     registry_util.skopeo_copy(f"oci:{src}:v1", f"docker-archive:{out}:e2e/skopeo:v1",
                               "--additional-tag=e2e/skopeo:other", scratch=work)
     build(server, built, "oci-e2e-familiar:1", out + ":e2e/skopeo:v1")
+    assert greeting(server, "oci-e2e-familiar:1") == "familiar name"
 
 
 # -- platforms and names ------------------------------------------------------------------------

@@ -168,13 +168,13 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
     return std::vector<std::string>{rec->digest};
   };
   fncall::CallService calls(node->get(), resolve, fopts);
-  fncall::FncallNode fnode(node->get(), &calls);
+  fncall::FncallNode fnode(node->get(), &calls, nopts.spill_dir);
   server::Api api(state->get(), durable->get(), &fnode, &layers, &tokens);
   api.SetCalls(&calls);
   // Sandboxes of an earlier run that is gone (kill -9, crash) are taken over; whatever could
   // not be is killed and removed.
   api.ReconcileAfterRestart();
-  int stale = (*node)->ReapUnadopted();
+  int stale = fnode.ReapUnadopted();
   if (stale > 0) spdlog::warn("reaped {} sandbox cgroup(s) left by an earlier run", stale);
   api.SweepBlobs();
   api.StartReaper();

@@ -385,7 +385,7 @@ int LocalNode::RunningExecs(const std::string& id) {
   return conn.ok() ? (*conn)->Running() : 0;
 }
 
-int LocalNode::ReapUnadopted() {
+int LocalNode::ReapUnadopted(const std::set<std::string>& also_keep) {
   std::set<std::string> keep;
   {
     std::lock_guard lock(mu_);
@@ -408,7 +408,7 @@ int LocalNode::ReapUnadopted() {
         std::string name = e->d_name;
         if (name == "." || name == "..") continue;
         std::string id = name.substr(0, name.find('.'));
-        if (!keep.count(id)) names.push_back(dir + "/" + name);
+        if (!keep.count(id) && !(dir == opts_.spill_dir && also_keep.count(id))) names.push_back(dir + "/" + name);
       }
       closedir(d);
       for (auto& p : names) (void)image::RemoveTree(p);

@@ -58,7 +58,7 @@ class LocalNode : public NodeApi {
   Status DeleteSandbox(const std::string& id) override;
   Status AdoptSandbox(const std::string& id) override;
   int RunningExecs(const std::string& id) override;
-  int ReapUnadopted() override;
+  int ReapUnadopted(const std::set<std::string>& also_keep = {}) override;
   Status SetNetwork(const std::string& id, const net::Policy& policy) override;
   Status SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) override;
   Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under, size_t limit) override;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -37,8 +38,10 @@ class NodeApi {
   virtual Status AdoptSandbox(const std::string& id) = 0;
   // Commands running now in sandbox `id` (0 if unknown): an idle sandbox has none.
   virtual int RunningExecs(const std::string& id) = 0;
-  // Kills the cgroups of sandboxes an earlier run left that were not adopted.
-  virtual int ReapUnadopted() = 0;
+  // Kills the cgroups of sandboxes an earlier run left that were not adopted, and removes
+  // their leftovers (exec journals included, but those of `also_keep`: sandboxes of the node's
+  // that are records only, as fncall sandboxes are).
+  virtual int ReapUnadopted(const std::set<std::string>& also_keep = {}) = 0;
   // Changes the sandbox's egress policy; connections it no longer allows are cut.
   virtual Status SetNetwork(const std::string& id, const net::Policy& policy) = 0;
   // Changes the sandbox's filesystem policy (isolation/fs_policy.h), at once for every process.

@@ -197,6 +197,31 @@ def test_filesystem_policy_and_changes_survive(daemon):
     assert r.json["exit_code"] == 0, r
 
 
+def test_fncall_exec_records_survive(daemon, server, runner):
+    """A fncall sandbox is only a record between execs, but its execs' results are kept like
+    any sandbox's: a kill -9 loses neither the result nor the stream of a finished exec."""
+    srv = daemon
+    # The session's runner image, moved over as the EROFS layer it is (no second mmdebstrap).
+    digest = {l["ref"]: l for l in server.http("GET", "/v1/layers").json["layers"]}[runner]["digest"]
+    with open(os.path.join(server.data_dir, "blobs", "sha256", digest.split(":", 1)[1]), "rb") as f:
+        r = srv.http("POST", "/v1/layers?name=rs-runner&tag=1&kind=base", f.read(),
+                     headers={"Content-Type": "application/octet-stream"}, timeout=300)
+    assert r.status == 201, r
+    sid = srv.http("POST", "/v1/sandboxes", {"image": "rs-runner:1", "backend": "fncall"}).json["id"]
+    r = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["sh", "-c", "echo before; echo oops >&2; exit 3"]},
+                 timeout=180)
+    assert r.status == 200 and r.json["exit_code"] == 3 and r.json["stdout"] == "before\n", r
+    eid = r.json["exec_id"]
+    kill9_and_restart(srv)
+    r = srv.http("GET", f"/v1/sandboxes/{sid}/execs/{eid}")
+    assert r.status == 200, r
+    assert (r.json["state"], r.json["exit_code"], r.json["stdout"], r.json["stderr"]) == ("exited", 3, "before\n", "oops\n")
+    lines = u.ndjson_lines(srv.http("GET", f"/v1/sandboxes/{sid}/execs/{eid}/stream?after=0").body)
+    assert [l.get("data") for l in lines if l.get("data")] == ["before\n", "oops\n"], lines
+    r = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["echo", "after"]}, timeout=180)
+    assert r.status == 200 and r.json["stdout"] == "after\n", r
+
+
 def test_trajectory_steps_and_leases_survive(daemon):
     srv = daemon
     lease = srv.http("POST", "/v1/leases", {"ttl_s": 120}).json["id"]

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/ids.h"
 #include "runtime/fncall/judge.h"
 
 namespace warren::fncall {
@@ -47,10 +48,35 @@ Result<node::SandboxRuntime> FncallNode::CreateSandbox(const node::NodeSandboxSp
   for (const auto& l : spec.config.layers) box->layers.push_back(l.digest);
   box->config = spec.config;
   box->budget = std::make_shared<node::OutputBudget>(256ull << 20);
+  if (!spill_dir_.empty()) {
+    // A sandbox made again after a restart finds the records its execs left (a new one, an
+    // empty journal). One that was running had its runner die with the daemon: it is ended.
+    std::vector<node::ExecSpill::Loaded> loaded;
+    box->journal = node::ExecJournal::Load(spill_dir_ + "/" + spec.config.id + ".journal", &loaded);
+    for (auto& l : loaded) {
+      auto rec = node::ExecRecord::Restore(std::move(l), spec.config.id, box->budget);
+      if (!rec->done()) {
+        node::ExecOutcome o;
+        o.error = "warren serve restarted while this exec ran: its runner ended with it";
+        rec->Finish(o);
+      }
+      box->order.push_back(rec->id());
+      box->execs[rec->id()] = std::move(rec);
+    }
+  }
   std::lock_guard lock(mu_);
   if (boxes_.count(spec.config.id)) return Status(Code::kConflict, "create sandbox", spec.config.id, "exists");
   boxes_[spec.config.id] = box;
   return node::SandboxRuntime{};
+}
+
+int FncallNode::ReapUnadopted(const std::set<std::string>& also_keep) {
+  std::set<std::string> keep = also_keep;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, box] : boxes_) keep.insert(id);  // their exec journals stay
+  }
+  return inner_->ReapUnadopted(keep);
 }
 
 Status FncallNode::SetNetwork(const std::string& id, const net::Policy& policy) {
@@ -74,7 +100,11 @@ Result<isolation::ChangeReport> FncallNode::Changes(const std::string& id, const
 
 Status FncallNode::DeleteSandbox(const std::string& id) {
   std::lock_guard lock(mu_);
-  if (boxes_.erase(id)) return Status::Ok();  // running execs end at their own limits
+  if (auto it = boxes_.find(id); it != boxes_.end()) {
+    if (it->second->journal) it->second->journal->Discard();
+    boxes_.erase(it);
+    return Status::Ok();  // running execs end at their own limits
+  }
   return inner_->DeleteSandbox(id);
 }
 
@@ -155,6 +185,12 @@ Result<std::shared_ptr<node::ExecRecord>> FncallNode::StartExec(const std::strin
   if (!box) return inner_->StartExec(id, exec_id, spec);
   JoinFinished();
   auto rec = std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary, box->budget);
+  if (box->journal) {
+    auto spill = box->journal->Begin(
+        {{"id", exec_id}, {"binary", spec.binary}, {"max_output", spec.max_output}, {"started_unix", UnixNow()}});
+    // Without its spill the exec still runs; it just would not survive a daemon restart.
+    if (spill.ok()) rec->AttachSpill(std::move(*spill));
+  }
   {
     std::lock_guard lock(mu_);
     WARREN_RETURN_IF_ERROR(node::AdmitExec(&box->execs, &box->order, rec, kMaxRunning, kKeepExecs, ~uint64_t{0}));

@@ -21,7 +21,10 @@ namespace warren::fncall {
 
 class FncallNode : public node::NodeApi {
  public:
-  FncallNode(node::NodeApi* inner, CallService* calls) : inner_(inner), calls_(calls) {}
+  // `spill_dir`: where exec records are journaled (node/exec_spill.h), as for every sandbox, so
+  // a restarted daemon gives back a fncall sandbox's finished execs too; empty: nowhere.
+  FncallNode(node::NodeApi* inner, CallService* calls, std::string spill_dir = "")
+      : inner_(inner), calls_(calls), spill_dir_(std::move(spill_dir)) {}
   ~FncallNode() override;
 
   std::string name() const override { return inner_->name(); }
@@ -29,7 +32,7 @@ class FncallNode : public node::NodeApi {
   Status DeleteSandbox(const std::string& id) override;
   Status AdoptSandbox(const std::string& id) override { return inner_->AdoptSandbox(id); }
   int RunningExecs(const std::string& id) override;
-  int ReapUnadopted() override { return inner_->ReapUnadopted(); }
+  int ReapUnadopted(const std::set<std::string>& also_keep = {}) override;
   Status SetNetwork(const std::string& id, const net::Policy& policy) override;
   Status SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) override;
   Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under, size_t limit) override;
@@ -57,6 +60,7 @@ class FncallNode : public node::NodeApi {
     std::shared_ptr<node::OutputBudget> budget;
     node::ExecMap execs;
     std::vector<std::string> order;  // for forgetting the oldest finished execs
+    std::shared_ptr<node::ExecJournal> journal;  // null without a spill dir
   };
   std::shared_ptr<Box> Find(const std::string& id);
   void Execute(std::shared_ptr<Box> box, std::shared_ptr<node::ExecRecord> rec, RunRequest req);
@@ -64,6 +68,7 @@ class FncallNode : public node::NodeApi {
 
   node::NodeApi* inner_;
   CallService* calls_;
+  const std::string spill_dir_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Box>> boxes_;
   struct Worker {

@@ -121,7 +121,9 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   runtime::SandboxConfig cfg = spec.config;
   cfg.full_os = spec.backend == "vm";
   for (auto& l : cfg.layers) {
-    if (!store_->Has(l.digest)) return NotFound("layer blob", l.digest);
+    // The tenant named an image that exists; its blob missing is the node's fault.
+    if (!store_->Has(l.digest))
+      return Internal("create sandbox", cfg.id, "layer blob " + l.digest + " is missing from the node's store");
     l.blob_path = store_->BlobPath(l.digest);
   }
   {

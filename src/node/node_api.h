@@ -27,6 +27,20 @@ struct SandboxRuntime {
   uint32_t host_uid = 0;
 };
 
+// A host errno turned into a tenant's status (ENOENT -> not_found, EPERM -> forbidden, EBUSY ->
+// conflict, ENOSPC -> quota) is wrong for the node's own operations (mounts, cgroups, clone,
+// network): the tenant's request named nothing missing or forbidden. The API server passes
+// those operations' failures through this: they become internal errors (500, the details in
+// the log only). Statuses chosen on purpose, without an errno (a sandbox that does not exist,
+// a state conflict the node names, an invalid request, unavailable), stay. Errors about the
+// tenant's own objects (its files, through the agent) are not passed through it.
+inline Status NodeFault(Status st) {
+  if (st.ok() || st.err() == 0 || st.code() == Code::kInvalid || st.code() == Code::kUnavailable ||
+      st.code() == Code::kInternal)
+    return st;
+  return Status(Code::kInternal, st.op(), st.object(), st.message(), st.err());
+}
+
 class NodeApi {
  public:
   virtual ~NodeApi() = default;

@@ -45,6 +45,9 @@ struct Reply {
   std::string body;
   bool close = false;
   std::string allow;  // with 405: the methods the path takes (the Allow header)
+  // A failure of the server's or node's own (500): the tenant gets the operation and the
+  // request id, the log gets the whole status, which may name host paths.
+  std::string internal_detail;
 };
 
 // Output strings are sanitized already; `replace` keeps any stray invalid byte from turning a
@@ -158,6 +161,13 @@ struct HttpServer::Impl {
 
   Reply Error(const Status& st) {
     api->CountError(st.code());
+    if (st.code() == Code::kInternal) {
+      Reply r = JsonReply(HttpStatus(st.code()), json::object());
+      r.internal_detail = st.ToString();
+      if (r.internal_detail.empty()) r.internal_detail = "internal error";
+      r.body = st.op();  // the message is made with the request id (Session)
+      return r;
+    }
     return JsonReply(HttpStatus(st.code()),
                      {{"error", {{"code", CodeName(st.code())}, {"message", SanitizeUtf8(st.ToString())}}}});
   }
@@ -564,6 +574,14 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
     if (streamed) {
       if (!keep_alive) break;
       continue;
+    }
+    if (!reply.internal_detail.empty()) {
+      spdlog::error("req={} internal error: {}", request_id, reply.internal_detail);
+      const std::string op = reply.body.empty() ? "request" : reply.body;
+      reply.body = JsonReply(reply.status, {{"error", {{"code", "internal"},
+                                                       {"message", SanitizeUtf8(op) + ": internal error (request " +
+                                                                       request_id + "; the server's log has the details)"}}}})
+                       .body;
     }
     http::response<http::string_body> res{reply.status, version};
     res.set(http::field::server, "warren");

@@ -255,11 +255,11 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   gc_lock.unlock();  // mounted: the kernel holds the blobs open now
   if (!rt.ok()) {
     (void)state_->RemoveSandbox(id);
-    return rt.status();
+    return node::NodeFault(rt.status());
   }
   // The filesystem policy holds before anything of the occupant's runs.
   if (!spec.filesystem.empty()) {
-    Status fs = node_->SetFilesystem(id, spec.filesystem);
+    Status fs = node::NodeFault(node_->SetFilesystem(id, spec.filesystem));
     if (!fs.ok()) {
       (void)node_->DeleteSandbox(id);
       (void)state_->RemoveSandbox(id);
@@ -408,7 +408,7 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
   // A sandbox the node does not know (failed at a restart) only needs its record removed.
   if (!st.ok() && st.code() != Code::kNotFound) {
     (void)state_->PutSandbox(sb);
-    return st;
+    return node::NodeFault(st);
   }
   {
     std::lock_guard lock(reap_mu_);
@@ -469,7 +469,7 @@ Result<json> Api::SetPaused(const Principal& who, const std::string& id, bool pa
   if (sb["state"] == to) return sb;  // already there: a no-op
   if (sb["state"] != from)
     return Status(Code::kConflict, op, id, "sandbox is " + sb["state"].get<std::string>());
-  WARREN_RETURN_IF_ERROR(paused ? node_->PauseSandbox(id) : node_->ResumeSandbox(id));
+  WARREN_RETURN_IF_ERROR(node::NodeFault(paused ? node_->PauseSandbox(id) : node_->ResumeSandbox(id)));
   sb["state"] = to;
   WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
   return sb;
@@ -484,7 +484,7 @@ Result<json> Api::SetNetwork(const Principal& who, const std::string& id, const 
   const std::string state = sb.value("state", "");
   if (state != "running" && state != "paused")
     return Status(Code::kConflict, "set network", id, "sandbox is " + state);
-  WARREN_RETURN_IF_ERROR(node_->SetNetwork(id, policy));
+  WARREN_RETURN_IF_ERROR(node::NodeFault(node_->SetNetwork(id, policy)));
   sb["network"] = {{"mode", parsed.network.mode}, {"allow", parsed.network.allow}};
   WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
   return sb;
@@ -496,7 +496,7 @@ Result<json> Api::SetFilesystem(const Principal& who, const std::string& id, con
   const std::string state = sb.value("state", "");
   if (state != "running" && state != "paused")
     return Status(Code::kConflict, "set filesystem policy", id, "sandbox is " + state);
-  if (Status st = node_->SetFilesystem(id, policy); !st.ok()) {
+  if (Status st = node::NodeFault(node_->SetFilesystem(id, policy)); !st.ok()) {
     // A refused policy changed nothing. Any other failure may have left the sandbox between
     // two policies: the one in force before is applied again.
     if (st.code() != Code::kInvalid && sb.contains("filesystem")) {
@@ -531,7 +531,9 @@ Result<json> Api::Changes(const Principal& who, const std::string& id, const Que
   }
   const std::string state = sb.value("state", "");
   if (state != "running" && state != "paused") return Status(Code::kConflict, "read changes", id, "sandbox is " + state);
-  const isolation::ChangeReport report = WARREN_TRY(node_->Changes(id, under, limit));
+  auto changed = node_->Changes(id, under, limit);
+  if (!changed.ok()) return node::NodeFault(changed.status());
+  const isolation::ChangeReport& report = *changed;
   const json layers = sb.value("layers", json::array());
   json out = json::array();
   for (const auto& c : report.changes) {

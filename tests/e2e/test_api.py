@@ -509,3 +509,28 @@ def test_batch_create(server, image):
 
 def test_server_survived_everything(server):
     u.assert_alive(server)
+
+
+def test_a_node_fault_is_500_with_a_request_id_and_no_host_path(server, image, tmp_path):
+    """A failure of the node's own (here: an image whose blob vanished from the node's store) is
+    not the tenant's `not_found`: 500 `internal`, naming the operation and the request id that
+    the server's log has the details under, and no host path."""
+    root = tmp_path / "tree"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "gone").write_text("soon\n")
+    r = server.cli("image", "build", "api-vanished:1", "--from-dir", str(root))
+    assert r.returncode == 0, r.stderr
+    digest = r.stdout.split()[1]
+    blob = os.path.join(server.data_dir, "blobs", "sha256", digest.split(":", 1)[1])
+    os.rename(blob, blob + ".away")
+    try:
+        r = server.http("POST", "/v1/sandboxes", {"image": image, "workspace": "api-vanished:1"})
+        err = u.assert_error(r, 500, "internal")
+        rid = r.headers.get("X-Request-Id")
+        assert rid and f"request {rid}" in err["message"], (r.headers, err)
+        assert server.data_dir not in err["message"] and "/var/" not in err["message"], err
+        with open(server.log_path) as f:
+            assert any(rid in line and digest in line for line in f), "the log lacks the details"
+    finally:
+        os.rename(blob + ".away", blob)
+        server.cli("image", "rm", "api-vanished:1")

@@ -52,12 +52,22 @@ class Status {
   // Prefixes the operation with an outer context ("create sandbox: mount layer ...").
   Status Context(const std::string& outer) const;
 
+  // For a quota or unavailable status: when a retry may succeed, in seconds (0: not said).
+  // The API answers it as Retry-After.
+  int retry_after_s() const { return retry_after_s_; }
+  Status WithRetryAfter(int seconds) const {
+    Status s = *this;
+    s.retry_after_s_ = seconds;
+    return s;
+  }
+
  private:
   Code code_ = Code::kOk;
   int err_ = 0;
   std::string op_;
   std::string object_;
   std::string message_;
+  int retry_after_s_ = 0;
 };
 
 // A failed system call: captures errno at the call site. The code is derived from errno

@@ -1,5 +1,5 @@
 // warren token create NAME [--scopes S1,S2] [--max-sandboxes N] [--max-cpu N] [--max-memory SIZE]
-//                          [--create-rate N]
+//                          [--create-rate N] [--max-calls N] [--call-rate N]
 // warren token ls | warren token rm NAME
 #include "cli/common.h"
 
@@ -21,22 +21,24 @@ void AddToken(CLI::App& app) {
 
   struct CreateFlags {
     std::string name, scopes, max_memory;
-    double max_cpu = 0, create_rate = 0;
-    int64_t max_sandboxes = 0;
+    double max_cpu = 0, create_rate = 0, call_rate = 0;
+    int64_t max_sandboxes = 0, max_calls = 0;
   };
   auto f = std::make_shared<CreateFlags>();
   auto* create = token->add_subcommand("create", "create a token; prints it once");
   create->add_option("name", f->name, "the principal's name")->required();
   create->add_option("--scopes", f->scopes,
-                     "comma-separated: admin, sandbox:*, sandbox:read, sandbox:write, exec, image:*, "
-                     "image:read, image:write (default sandbox:*,exec,image:read)");
+                     "comma-separated: admin, sandbox:*, sandbox:read, sandbox:write, exec, call, image:*, "
+                     "image:read, image:write (default sandbox:*,exec,call,image:read)");
   create->add_option("--max-sandboxes", f->max_sandboxes, "live sandboxes at once (0: unlimited)");
   create->add_option("--max-cpu", f->max_cpu, "sum of the sandboxes' cpu (0: unlimited)");
   create->add_option("--max-memory", f->max_memory, "sum of the sandboxes' memory, e.g. 64G");
   create->add_option("--create-rate", f->create_rate, "sandbox creates per second (0: unlimited)");
+  create->add_option("--max-calls", f->max_calls, "fncall calls running at once, a batch counting each (0: unlimited)");
+  create->add_option("--call-rate", f->call_rate, "fncall calls started per second (0: unlimited)");
   create->callback([f] {
-    nlohmann::json j = {{"name", f->name}, {"max_sandboxes", f->max_sandboxes},
-                        {"max_cpu", f->max_cpu}, {"create_rate", f->create_rate}};
+    nlohmann::json j = {{"name", f->name},           {"max_sandboxes", f->max_sandboxes}, {"max_cpu", f->max_cpu},
+                        {"create_rate", f->create_rate}, {"max_calls", f->max_calls},         {"call_rate", f->call_rate}};
     if (!f->scopes.empty()) j["scopes"] = SplitList(f->scopes);
     if (!f->max_memory.empty()) {
       auto mb = SizeMb(f->max_memory, "--max-memory");

@@ -21,8 +21,8 @@ constexpr std::string_view kBearer = "Bearer ";
 }  // namespace
 
 json Quotas::ToJson() const {
-  return {{"max_sandboxes", max_sandboxes}, {"max_cpu", max_cpu},
-          {"max_memory_mb", max_memory_mb}, {"create_rate", create_rate}};
+  return {{"max_sandboxes", max_sandboxes}, {"max_cpu", max_cpu},    {"max_memory_mb", max_memory_mb},
+          {"create_rate", create_rate},     {"max_calls", max_calls}, {"call_rate", call_rate}};
 }
 
 bool Principal::admin() const {
@@ -41,11 +41,11 @@ bool Principal::Allows(std::string_view scope) const {
 
 const std::vector<std::string>& KnownScopes() {
   static const std::vector<std::string> k = {"admin", "sandbox:*", "sandbox:read", "sandbox:write",
-                                             "exec", "image:*", "image:read", "image:write"};
+                                             "exec", "call", "image:*", "image:read", "image:write"};
   return k;
 }
 
-std::vector<std::string> DefaultScopes() { return {"sandbox:*", "exec", "image:read"}; }
+std::vector<std::string> DefaultScopes() { return {"sandbox:*", "exec", "call", "image:read"}; }
 
 Result<std::string> LoadOrCreateAdminToken(const std::string& path) {
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -89,6 +89,8 @@ Principal FromRecord(const json& r) {
   p.quotas.max_cpu = q.value("max_cpu", 0.0);
   p.quotas.max_memory_mb = q.value("max_memory_mb", int64_t{0});
   p.quotas.create_rate = q.value("create_rate", 0.0);
+  p.quotas.max_calls = q.value("max_calls", int64_t{0});
+  p.quotas.call_rate = q.value("call_rate", 0.0);
   return p;
 }
 
@@ -129,7 +131,7 @@ Result<json> TokenRegistry::Create(const std::string& body) {
   json j = json::parse(body, nullptr, false);
   if (!j.is_object()) return Invalid("token request must be a JSON object");
   static const char* kFields[] = {"name", "scopes", "max_sandboxes", "max_cpu", "max_memory_mb",
-                                  "create_rate"};
+                                  "create_rate", "max_calls", "call_rate"};
   for (auto& [k, v] : j.items())
     if (std::find_if(std::begin(kFields), std::end(kFields), [&](const char* f) { return k == f; }) ==
         std::end(kFields))
@@ -159,12 +161,14 @@ Result<json> TokenRegistry::Create(const std::string& body) {
     *out = j[k].get<double>();
     return Status::Ok();
   };
-  double ms = 0, mc = 0, mm = 0, cr = 0;
+  double ms = 0, mc = 0, mm = 0, cr = 0, mcalls = 0, crate = 0;
   WARREN_RETURN_IF_ERROR(num("max_sandboxes", 1e6, &ms));
   WARREN_RETURN_IF_ERROR(num("max_cpu", 1e5, &mc));
   WARREN_RETURN_IF_ERROR(num("max_memory_mb", 1e9, &mm));
   WARREN_RETURN_IF_ERROR(num("create_rate", 1e6, &cr));
-  p.quotas = {static_cast<int64_t>(ms), mc, static_cast<int64_t>(mm), cr};
+  WARREN_RETURN_IF_ERROR(num("max_calls", 1e6, &mcalls));
+  WARREN_RETURN_IF_ERROR(num("call_rate", 1e6, &crate));
+  p.quotas = {static_cast<int64_t>(ms), mc, static_cast<int64_t>(mm), cr, static_cast<int64_t>(mcalls), crate};
 
   std::string token = "wt_" + RandomHex(24);
   json rec = {{"name", p.name}, {"scopes", p.scopes}, {"quotas", p.quotas.ToJson()},

@@ -27,6 +27,8 @@ struct Quotas {
   double max_cpu = 0;          // sum of their `cpu`
   int64_t max_memory_mb = 0;   // sum of their `memory_mb`
   double create_rate = 0;      // sandbox creates per second (token bucket, burst = max(1, rate))
+  int64_t max_calls = 0;       // fncall calls running at once (a batch counts each of its calls)
+  double call_rate = 0;        // calls started per second (token bucket, burst = max(1, rate))
   nlohmann::json ToJson() const;
 };
 

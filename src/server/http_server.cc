@@ -48,6 +48,7 @@ struct Reply {
   // A failure of the server's or node's own (500): the tenant gets the operation and the
   // request id, the log gets the whole status, which may name host paths.
   std::string internal_detail;
+  int retry_after_s = 0;  // with 429 or 503: the Retry-After header
 };
 
 // Output strings are sanitized already; `replace` keeps any stray invalid byte from turning a
@@ -126,7 +127,7 @@ std::string RequiredScope(http::verb verb, const std::vector<std::string>& seg) 
   if (res == "tokens") return "admin";
   if (res == "sandboxes:batch" || res == "leases") return "sandbox:write";
   if (res == "trajectories") return "sandbox:read";
-  if (res == "calls" || res == "calls:batch") return "exec";
+  if (res == "calls" || res == "calls:batch") return "call";
   if (res != "sandboxes") return "";
   if (seg.size() <= 3) return read ? "sandbox:read" : "sandbox:write";
   const std::string& what = seg[3];
@@ -168,8 +169,10 @@ struct HttpServer::Impl {
       r.body = st.op();  // the message is made with the request id (Session)
       return r;
     }
-    return JsonReply(HttpStatus(st.code()),
-                     {{"error", {{"code", CodeName(st.code())}, {"message", SanitizeUtf8(st.ToString())}}}});
+    Reply r = JsonReply(HttpStatus(st.code()),
+                        {{"error", {{"code", CodeName(st.code())}, {"message", SanitizeUtf8(st.ToString())}}}});
+    r.retry_after_s = st.retry_after_s();
+    return r;
   }
 
   // Waits until `rec` changes (output or completion) or `timeout` passes.
@@ -588,6 +591,7 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
     res.set("X-Request-Id", request_id);
     if (!reply.content_type.empty()) res.set(http::field::content_type, reply.content_type);
     if (!reply.allow.empty()) res.set(http::field::allow, reply.allow);
+    if (reply.retry_after_s > 0) res.set(http::field::retry_after, std::to_string(reply.retry_after_s));
     res.keep_alive(keep_alive && !reply.close);
     res.body() = std::move(reply.body);
     res.prepare_payload();

@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace warren::server {
@@ -41,13 +42,54 @@ Status QuotaTracker::Reserve(const Principal& who, double cpu, int64_t memory_mb
     if (u.bucket < 0) u.bucket = burst;
     u.bucket = std::min(burst, u.bucket + (now - u.refilled_at) * q.create_rate);
     u.refilled_at = now;
-    if (u.bucket < 1) return refuse("create rate limit of " + Fmt(q.create_rate) + "/s reached; retry shortly");
+    if (u.bucket < 1)
+      return refuse("create rate limit of " + Fmt(q.create_rate) + "/s reached; retry shortly")
+          .WithRetryAfter(static_cast<int>(std::ceil((1 - u.bucket) / q.create_rate)));
     u.bucket -= 1;
   }
   u.sandboxes += 1;
   u.cpu += cpu;
   u.memory_mb += memory_mb;
   return Status::Ok();
+}
+
+Status QuotaTracker::ReserveCalls(const Principal& who, int64_t n) {
+  const Quotas& q = who.quotas;
+  if (q.max_calls > 0 && n > q.max_calls)
+    return Invalid("a batch of " + std::to_string(n) + " calls is more than this token's max_calls (" +
+                   std::to_string(q.max_calls) + ") would ever let run; split it");
+  std::lock_guard lock(mu_);
+  Use& u = use_[who.name];
+  if (q.max_calls > 0 && u.calls + n > q.max_calls)
+    return Status(Code::kQuota, "call", who.name,
+                  "quota of " + std::to_string(q.max_calls) + " calls at once reached (" + std::to_string(u.calls) +
+                      " running)")
+        .WithRetryAfter(1);
+  if (q.call_rate > 0) {
+    const double burst = std::max(1.0, q.call_rate), now = Now();
+    if (u.call_bucket < 0 && u.call_refilled_at == 0) u.call_bucket = burst;
+    u.call_bucket = std::min(burst, u.call_bucket + (now - u.call_refilled_at) * q.call_rate);
+    u.call_refilled_at = now;
+    if (u.call_bucket < 1)
+      return Status(Code::kQuota, "call", who.name, "call rate limit of " + Fmt(q.call_rate) + "/s reached")
+          .WithRetryAfter(static_cast<int>(std::ceil((1 - u.call_bucket) / q.call_rate)));
+    u.call_bucket -= static_cast<double>(n);
+  }
+  u.calls += n;
+  return Status::Ok();
+}
+
+void QuotaTracker::ReleaseCalls(const std::string& owner, int64_t n) {
+  std::lock_guard lock(mu_);
+  Use& u = use_[owner];
+  u.calls = std::max<int64_t>(0, u.calls - n);
+}
+
+int64_t QuotaTracker::CallsRunning() {
+  std::lock_guard lock(mu_);
+  int64_t n = 0;
+  for (const auto& [owner, u] : use_) n += u.calls;
+  return n;
 }
 
 void QuotaTracker::Release(const std::string& owner, double cpu, int64_t memory_mb) {

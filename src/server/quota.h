@@ -26,6 +26,14 @@ class QuotaTracker {
   // Gives back the share `id` holds, once: a sandbox that failed (it runs nothing and holds
   // no resources any more) and is then deleted gives it back when it failed.
   void ReleaseHeld(const std::string& id, const std::string& owner, double cpu, int64_t memory_mb);
+  // Room for `n` more fncall calls of `who` (a call, or a batch of n): its concurrency
+  // (max_calls) and rate (call_rate: a token bucket of burst max(1, rate); a batch needs one
+  // token and may leave the bucket in debt, so a batch larger than the burst is not refused
+  // forever) quotas. A refusal is a `quota` status carrying when to retry; a batch larger than
+  // max_calls is `invalid` (it could never run).
+  Status ReserveCalls(const Principal& who, int64_t n);
+  void ReleaseCalls(const std::string& owner, int64_t n);
+  int64_t CallsRunning();
   // Counts the sandboxes that already exist (at startup): every record but failed ones.
   void Count(const std::vector<nlohmann::json>& sandboxes);
   nlohmann::json Usage(const std::string& owner);
@@ -37,6 +45,9 @@ class QuotaTracker {
     int64_t memory_mb = 0;
     double bucket = -1;  // create-rate tokens; -1 until first use
     double refilled_at = 0;
+    int64_t calls = 0;  // fncall calls running
+    double call_bucket = -1;
+    double call_refilled_at = 0;
   };
   std::mutex mu_;
   std::map<std::string, Use> use_;

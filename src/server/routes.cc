@@ -873,23 +873,40 @@ void Api::StopCalls() {
   if (calls_) calls_->Shutdown();
 }
 
+// Calls keep nothing, so there is nothing of one principal's for another to see; what a
+// principal may spend on them is its quota (max_calls at once, call_rate per second).
 Result<json> Api::Call(const Principal& who, const std::string& body) {
-  (void)who;  // calls keep nothing: there is nothing of theirs for another principal to see
   if (!calls_) return Status(Code::kUnavailable, "call", "fncall", "not enabled on this server");
   json rq = json::parse(body, nullptr, false);
   if (rq.is_discarded()) return Invalid("call: the body is not JSON");
-  auto t0 = std::chrono::steady_clock::now();
-  auto r = calls_->Call(rq);
-  call_seconds_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return r;
+  return RunCalls(who, 1, [&] { return calls_->Call(rq); });
 }
 
 Result<json> Api::CallBatch(const Principal& who, const std::string& body) {
-  (void)who;
   if (!calls_) return Status(Code::kUnavailable, "call", "fncall", "not enabled on this server");
   json rq = json::parse(body, nullptr, false);
   if (rq.is_discarded()) return Invalid("call batch: the body is not JSON");
-  return calls_->CallBatch(rq);
+  const int64_t n = rq.is_object() && rq.contains("calls") && rq["calls"].is_array()
+                        ? std::max<int64_t>(1, static_cast<int64_t>(rq["calls"].size()))
+                        : 1;
+  return RunCalls(who, n, [&] { return calls_->CallBatch(rq); });
+}
+
+Result<json> Api::RunCalls(const Principal& who, int64_t n, const std::function<Result<json>()>& run) {
+  if (Status st = quota_.ReserveCalls(who, n); !st.ok()) {
+    std::lock_guard lock(err_mu_);
+    calls_refused_ += n;
+    return st;
+  }
+  Cleanup release([&] { quota_.ReleaseCalls(who.name, n); });
+  {
+    std::lock_guard lock(err_mu_);
+    calls_started_ += n;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run();
+  call_seconds_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return r;
 }
 
 json Api::Nodes() {
@@ -924,6 +941,12 @@ std::string Api::Metrics() {
     o << "# TYPE warren_fncall_runners gauge\nwarren_fncall_runners " << st["runners"].size() << "\n";
     o << "# TYPE warren_fncall_runner_starts_total counter\nwarren_fncall_runner_starts_total "
       << st.value("runner_starts", 0) << "\n";
+  }
+  o << "# TYPE warren_calls_running gauge\nwarren_calls_running " << quota_.CallsRunning() << "\n";
+  {
+    std::lock_guard lock(err_mu_);
+    o << "# TYPE warren_calls_admitted_total counter\nwarren_calls_admitted_total " << calls_started_ << "\n";
+    o << "# TYPE warren_calls_refused_total counter\nwarren_calls_refused_total " << calls_refused_ << "\n";
   }
   o << "# TYPE warren_api_errors_total counter\n";
   {

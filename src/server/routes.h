@@ -119,6 +119,8 @@ class Api {
   void StopCalls();
   Result<nlohmann::json> Call(const Principal& who, const std::string& body);
   Result<nlohmann::json> CallBatch(const Principal& who, const std::string& body);
+  // Runs `n` calls' worth of work under the caller's call quotas, counting them in the metrics.
+  Result<nlohmann::json> RunCalls(const Principal& who, int64_t n, const std::function<Result<nlohmann::json>()>& run);
 
   nlohmann::json Nodes();
   std::string Metrics();
@@ -168,6 +170,7 @@ class Api {
   void ReleaseQuotaOf(const nlohmann::json& sb);
   std::mutex err_mu_;
   std::map<std::string, uint64_t> errors_;
+  uint64_t calls_started_ = 0, calls_refused_ = 0;  // guarded by err_mu_
   TrajectoryLog traj_;
   std::mutex traj_create_mu_;
   std::mutex replayed_mu_;

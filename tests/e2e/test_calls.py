@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+import e2e_util as u
+
 
 
 def call(server, **req):
@@ -740,3 +742,44 @@ def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
         server.start()
     assert call(server, language="python", code="print(2)")["stdout"] == "2\n"
     assert _zygotes(server) == {"native"}
+
+
+def test_calls_need_their_scope_and_keep_to_the_token_s_quotas(server, runner, tokens):
+    """`exec` alone does not give calls; `max_calls` bounds a token's calls at once (a batch
+    counts each), `call_rate` how many it starts per second: over either, 429 with
+    Retry-After; a batch no quota would ever let run is 400 (issue 24)."""
+    import threading
+
+    _, exec_only = tokens(scopes=["exec"])
+    r = server.http("POST", "/v1/calls", {"language": "python", "code": "print(1)"}, token=exec_only)
+    u.assert_error(r, 403, "forbidden")
+    assert "`call`" in r.json["error"]["message"], r
+
+    _, one = tokens(scopes=["call"], max_calls=1)
+    slow = {}
+    t = threading.Thread(target=lambda: slow.update(r=server.http(
+        "POST", "/v1/calls", {"language": "python", "code": "import time; time.sleep(4); print('slow')"},
+        token=one, timeout=180)))
+    t.start()
+    metrics = lambda: server.http("GET", "/metrics").body.decode()
+    assert u.wait_until(lambda: "warren_calls_running 1" in metrics(), 30, 0.05), "the slow call never ran"
+    r = server.http("POST", "/v1/calls", {"language": "python", "code": "print(2)"}, token=one)
+    u.assert_error(r, 429, "quota")
+    assert r.headers.get("Retry-After") == "1", r.headers
+    r = server.http("POST", "/v1/calls:batch", {"calls": [{"language": "python", "code": "print(3)"}] * 2}, token=one)
+    u.assert_error(r, 400, "invalid")
+    t.join(120)
+    assert slow["r"].status == 200 and slow["r"].json["stdout"] == "slow\n", slow
+    r = server.http("POST", "/v1/calls", {"language": "python", "code": "print(4)"}, token=one)
+    assert r.status == 200 and r.json["stdout"] == "4\n", r
+
+    _, rated = tokens(scopes=["call"], call_rate=0.2)
+    r = server.http("POST", "/v1/calls:batch", {"calls": [{"language": "python", "code": "print(5)"}] * 3},
+                    token=rated, timeout=180)
+    assert r.status == 200 and [c["stdout"] for c in r.json["results"]] == ["5\n"] * 3, r
+    r = server.http("POST", "/v1/calls", {"language": "python", "code": "print(6)"}, token=rated)
+    u.assert_error(r, 429, "quota")
+    assert 1 <= int(r.headers.get("Retry-After", "0")) <= 15, r.headers
+    m = metrics()
+    for series in ("warren_calls_admitted_total", "warren_calls_refused_total", "warren_call_seconds_count"):
+        assert series in m, series

@@ -35,5 +35,31 @@ TEST(Quota, AHeldShareIsGivenBackOnce) {
   EXPECT_EQ(q.Usage("alice")["sandboxes"], 1);
 }
 
+TEST(Quota, CallsAtOnceAndPerSecond) {
+  QuotaTracker q;
+  Principal p;
+  p.name = "caller";
+  p.quotas.max_calls = 3;
+  ASSERT_TRUE(q.ReserveCalls(p, 2).ok());
+  Status over = q.ReserveCalls(p, 2);
+  EXPECT_EQ(over.code(), Code::kQuota);
+  EXPECT_EQ(over.retry_after_s(), 1);
+  EXPECT_EQ(q.ReserveCalls(p, 4).code(), Code::kInvalid);  // could never run
+  EXPECT_EQ(q.CallsRunning(), 2);
+  q.ReleaseCalls("caller", 2);
+  EXPECT_TRUE(q.ReserveCalls(p, 3).ok());
+  q.ReleaseCalls("caller", 3);
+
+  Principal r;
+  r.name = "rated";
+  r.quotas.call_rate = 0.5;  // burst 1
+  ASSERT_TRUE(q.ReserveCalls(r, 5).ok());  // one token, and four more of debt
+  q.ReleaseCalls("rated", 5);
+  Status slow = q.ReserveCalls(r, 1);
+  EXPECT_EQ(slow.code(), Code::kQuota);
+  EXPECT_GE(slow.retry_after_s(), 9);  // (1 - (-4)) / 0.5 = 10 s, less what passed
+  EXPECT_LE(slow.retry_after_s(), 10);
+}
+
 }  // namespace
 }  // namespace warren::server

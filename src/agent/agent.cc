@@ -775,7 +775,9 @@ Status FreezeVmCommands(int dir, bool frozen) {
     if (read(f.get(), buf, sizeof buf - 1) > 0 && strstr(buf, "frozen 1")) return Status::Ok();
     usleep(1000);
   }
-  return frozen ? Status(Code::kUnavailable, "freeze", "commands", "they did not stop in 1 s") : Status::Ok();
+  if (!frozen) return Status::Ok();
+  if (UniqueFd f(openat(dir, "cgroup.freeze", O_WRONLY | O_CLOEXEC)); f) (void)!write(f.get(), "0", 1);
+  return Status(Code::kUnavailable, "freeze", "commands", "they did not stop in 1 s");
 }
 
 }  // namespace
@@ -806,12 +808,10 @@ void Agent::HandleFsPolicy(const Message& m) {
 
 void Agent::HandleFsChanges(const Message& m) {
   const std::string id = m.header.value("id", "");
-  if (!microvm_ && !full_os_ && !whole_machine_) {
-    // A container's report is read by the node (runtime/container/fs_guard.h).
-  } else if (!microvm_) {
-    return ReplyError(id, Status(Code::kUnavailable, "read changes", "sandbox",
-                                 "not in this backend (a whole machine's root may remount anything)"));
-  }
+  // A container's report is read by the node (runtime/container/fs_guard.h); a whole
+  // machine's root may remount anything.
+  if (!microvm_)
+    return ReplyError(id, Status(Code::kUnavailable, "read changes", "sandbox", "not read by this agent in this backend"));
   const std::string under = m.header.value("under", "/");
   const size_t limit = m.header.value("limit", size_t{10000});
   UniqueFd upper(openat(kStagingDirFd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -825,7 +825,10 @@ void Agent::HandleFsChanges(const Message& m) {
     fds.push_back(l.get());
     layers.push_back(std::move(l));
   }
+  // Frozen while it is read: nothing can be renamed or swapped under the walk.
+  if (Status st = FreezeVmCommands(vm_commands_dir_.get(), true); !st.ok()) return ReplyError(id, st);
   auto report = isolation::ReadChanges(upper.get(), shm.get(), fds, under, limit);
+  (void)FreezeVmCommands(vm_commands_dir_.get(), false);
   if (!report.ok()) return ReplyError(id, report.status());
   const std::string data = EncodeChangeReport(*report);
   for (size_t off = 0;;) {

@@ -33,13 +33,23 @@ Status CheckKeys(const json& j, std::initializer_list<const char*> keys, const c
   return Status::Ok();
 }
 
+// Paths travel in base64 everywhere on these wires: a name in the sandbox need not be UTF-8,
+// and JSON would refuse it (or, replaced, it would name another file).
+json B64(const std::vector<std::string>& v) {
+  json out = json::array();
+  for (const auto& s : v) out.push_back(Base64Encode(s));
+  return out;
+}
+
 Result<std::vector<std::string>> Strings(const json& j, const char* key) {
   const json& v = j.at(key);
   if (!v.is_array()) return Invalid(std::string("`") + key + "` is not a list");
   std::vector<std::string> out;
   for (const auto& s : v) {
-    if (!s.is_string()) return Invalid(std::string("`") + key + "` holds a non-string");
-    out.push_back(s.get<std::string>());
+    std::string raw;
+    if (!s.is_string() || !Base64Decode(s.get<std::string>(), &raw))
+      return Invalid(std::string("`") + key + "` holds something that is not base64");
+    out.push_back(std::move(raw));
   }
   return out;
 }
@@ -49,13 +59,11 @@ Result<isolation::FsPolicy> PolicyRequest(const json& j, const char* what) {
   return isolation::FsPolicy{WARREN_TRY(Strings(j, "read_only")), WARREN_TRY(Strings(j, "writable"))};
 }
 
-Status Enter(pid_t pid) {
-  const std::string base = "/proc/" + std::to_string(pid) + "/ns/";
-  UniqueFd mnt(open((base + "mnt").c_str(), O_RDONLY | O_CLOEXEC));
-  UniqueFd user(open((base + "user").c_str(), O_RDONLY | O_CLOEXEC));
-  if (!mnt || !user) return ErrnoStatus("open namespaces of", std::to_string(pid));
-  if (setns(mnt.get(), CLONE_NEWNS) != 0) return ErrnoStatus("setns mnt", std::to_string(pid));
-  if (setns(user.get(), CLONE_NEWUSER) != 0) return ErrnoStatus("setns user", std::to_string(pid));
+// Joins the agent's mount and user namespaces at once through its pidfd (fd `pidfd`), which
+// names that process and no other, whatever became of its pid.
+Status Enter(int pidfd) {
+  if (setns(pidfd, CLONE_NEWNS | CLONE_NEWUSER) != 0) return ErrnoStatus("setns mnt+user of", "the agent");
+  close(pidfd);
   if (setgroups(0, nullptr) != 0 && errno != EPERM) return ErrnoStatus("setgroups", "fs helper");
   if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0) return ErrnoStatus("become root of", "sandbox");
   if (chdir("/") != 0) return ErrnoStatus("chdir", "/");
@@ -91,14 +99,15 @@ std::string Handle(const std::string& line) {
 }  // namespace
 
 std::string EncodeFsPrepare(const FsPrepareRequest& r) {
-  return json{{"op", "prepare"}, {"read_only", r.read_only}, {"writable", r.writable}}.dump() + "\n";
+  return json{{"op", "prepare"}, {"read_only", B64(r.read_only)}, {"writable", B64(r.writable)}}.dump() + "\n";
 }
 std::string EncodeFsCheck(const FsPrepareRequest& r) {
-  return json{{"op", "check"}, {"read_only", r.read_only}, {"writable", r.writable}}.dump() + "\n";
+  return json{{"op", "check"}, {"read_only", B64(r.read_only)}, {"writable", B64(r.writable)}}.dump() + "\n";
 }
-std::string EncodeFsSever(const FsSeverRequest& r) { return json{{"op", "sever"}, {"paths", r.paths}}.dump() + "\n"; }
+std::string EncodeFsSever(const FsSeverRequest& r) { return json{{"op", "sever"}, {"paths", B64(r.paths)}}.dump() + "\n"; }
 std::string EncodeFsPrepareReply(const FsPrepareReply& r) {
-  return json{{"read_only", r.read_only}, {"writable", r.writable}, {"fixed_dirs", r.fixed_dirs}}.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  return json{{"read_only", B64(r.read_only)}, {"writable", B64(r.writable)}, {"fixed_dirs", B64(r.fixed_dirs)}}.dump() +
+         "\n";
 }
 std::string EncodeFsError(const Status& error) {
   return json{{"error", error.code() == Code::kInvalid ? error.message() : error.ToString()},
@@ -133,7 +142,7 @@ Status DecodeFsDone(const std::string& line) {
   return Status::Ok();
 }
 
-json FsPolicyFields(const isolation::FsPolicy& p) { return {{"read_only", p.read_only}, {"writable", p.writable}}; }
+json FsPolicyFields(const isolation::FsPolicy& p) { return {{"read_only", B64(p.read_only)}, {"writable", B64(p.writable)}}; }
 
 Result<isolation::FsPolicy> FsPolicyFromFields(const json& h) {
   if (!h.contains("read_only") || !h.contains("writable")) return Invalid("fs_policy: missing paths");
@@ -183,11 +192,16 @@ Result<isolation::ChangeReport> DecodeChangeReport(const std::string& data) {
 
 int FsHelperMain(int argc, char** argv) {
   if (argc < 3) return 2;
-  const pid_t pid = static_cast<pid_t>(atoi(argv[2]));
-  Status st = Enter(pid);
+  Status st = Enter(atoi(argv[2]));
   std::string line;
   while (std::getline(std::cin, line)) {
-    std::cout << (st.ok() ? Handle(line) : EncodeFsError(st)) << std::flush;
+    std::string reply;
+    try {
+      reply = st.ok() ? Handle(line) : EncodeFsError(st);
+    } catch (const std::exception& e) {
+      reply = EncodeFsError(Internal("fs helper", "request", e.what()));
+    }
+    std::cout << reply << std::flush;
   }
   return 0;
 }

@@ -1,7 +1,8 @@
-// `warren-agent --fs-helper PID`: the node's hands inside a container sandbox while it applies
-// a filesystem policy (node/fs_guard.h). The node freezes the sandbox, starts this (as host
-// root) with a pipe on stdin and stdout; it joins the mount and user namespaces of the
-// sandbox's agent (PID, a host pid) and becomes the sandbox's root there, unsealed (our own
+// `warren-agent --fs-helper FD`: the node's hands inside a container sandbox while it applies
+// a filesystem policy (runtime/container/fs_guard.h). The node freezes the sandbox, starts
+// this (as host root) with a pipe on stdin and stdout and the agent's pidfd at FD; it joins the
+// mount and user namespaces of the sandbox's agent through it and becomes the sandbox's root
+// there, unsealed (our own
 // code, no occupant process runs meanwhile), and answers one request per line:
 //
 //   check {read_only, writable}    -> {} | {error}: every path resolves (nothing changes);

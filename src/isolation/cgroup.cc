@@ -374,7 +374,11 @@ Status Cgroup::Freeze(bool frozen) {
     if (done) return Status::Ok();
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  if (frozen) return Status(Code::kUnavailable, "freeze", v2_dir_, "tasks did not stop in 1 s");
+  if (frozen) {
+    // Not left half frozen: a later reader of cgroup.freeze would take it for a pause.
+    (void)WriteFile(v2_dir_ + "/cgroup.freeze", "0");
+    return Status(Code::kUnavailable, "freeze", v2_dir_, "tasks did not stop in 1 s");
+  }
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -108,7 +109,18 @@ Result<FsPrepared> PrepareFsPolicy(const FsPolicy& req) {
   FsPolicyView view(resolved);
   struct stat root;
   if (stat("/", &root) != 0) return ErrnoStatus("stat", "/");
-  for (const auto& p : out.read_only) WARREN_RETURN_IF_ERROR(CopyUp(p, root.st_dev));
+  for (const auto& p : out.read_only) {
+    // Only the overlay can be guarded: a read-only tree that resolves onto another filesystem
+    // (/dev/shm, /proc...) through a symlink would be accepted and not enforced. A read-only
+    // mount (a guarded tool) is read-only already.
+    struct stat st;
+    struct statvfs vfs;
+    if (lstat(p.c_str(), &st) != 0) return ErrnoStatus("stat", p);
+    if (st.st_dev != root.st_dev && !(statvfs(p.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY)))
+      return Invalid("filesystem policy: `" + p + "` is not on the sandbox's root filesystem (a symlink to /dev/shm, "
+                     "/proc or /sys?), which the policy cannot make read-only");
+    WARREN_RETURN_IF_ERROR(CopyUp(p, root.st_dev));
+  }
   for (const auto& p : out.writable) WARREN_RETURN_IF_ERROR(CopyUp(p, root.st_dev));
   for (const auto& d : link_dirs) {
     if (view.ReadOnly(d)) continue;  // flagged whole anyway
@@ -124,10 +136,15 @@ Result<FsPrepared> PrepareFsPolicy(const FsPolicy& req) {
   }
   // A read-only tree's own directory gets the flag (it cannot be renamed or removed then);
   // the directories above it, writable, are pinned.
+  // So are the directories above each fixed directory: renaming one would take the symlink
+  // along, and a new one could point elsewhere.
   std::set<std::string> pins;
   for (const auto& p : out.read_only)
     for (std::string a = Parent(p); p != "/" && a != "/"; a = Parent(a))
       if (!view.ReadOnly(a)) pins.insert(a);
+  for (const auto& d : out.fixed_dirs)
+    for (std::string a = d; a != "/"; a = Parent(a))
+      if (!view.ReadOnly(a) && a != d) pins.insert(a);
   for (const auto& a : pins) WARREN_RETURN_IF_ERROR(PinInPlace(a));
   return out;
 }

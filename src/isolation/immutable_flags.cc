@@ -22,22 +22,29 @@ struct Walk {
   uint32_t dev_major = 0, dev_minor = 0;
 
   // `fd` is the directory at `path`, opened O_RDONLY; its own entry is visited by the caller.
-  Status Dir(int fd, const std::string& path) {
+  Status Dir(int fd, const std::string& path, int depth = 0) {
     if (!descend(path)) return Status::Ok();
+    // Each level holds an fd and a stack frame: an occupant's endless chain of directories
+    // must be refused, not followed until the node runs out of either.
+    if (depth > kMaxWalkDepth)
+      return Status(Code::kInvalid, "walk", "writable layer",
+                    "directories nested deeper than " + std::to_string(kMaxWalkDepth) + " levels");
     for (const auto& name : WARREN_TRY(sys::ListDir(fd))) {
       const std::string child = (path == "/" ? "" : path) + "/" + name;
       struct statx sx{};
-      if (statx(fd, name.c_str(), AT_SYMLINK_NOFOLLOW, STATX_TYPE, &sx) != 0) return ErrnoStatus("stat", child);
+      if (statx(fd, name.c_str(), AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_NLINK, &sx) != 0) return ErrnoStatus("stat", child);
       if (sx.stx_dev_major != dev_major || sx.stx_dev_minor != dev_minor) continue;  // never another filesystem
       const bool immutable = (sx.stx_attributes_mask & STATX_ATTR_IMMUTABLE) ?
           (sx.stx_attributes & STATX_ATTR_IMMUTABLE) != 0 : true;  // unknown: look (OpenEntry + ioctl)
       if (S_ISDIR(sx.stx_mode)) {
         UniqueFd sub(openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!sub) return ErrnoStatus("open", child);
-        WARREN_RETURN_IF_ERROR(Dir(sub.get(), child));
+        WARREN_RETURN_IF_ERROR(Dir(sub.get(), child, depth + 1));
         WARREN_RETURN_IF_ERROR(visit(FlagWalkEntry{child, true, immutable, fd, name}));
       } else if (S_ISREG(sx.stx_mode)) {
-        WARREN_RETURN_IF_ERROR(visit(FlagWalkEntry{child, false, immutable, fd, name}));
+        FlagWalkEntry e{child, false, immutable, fd, name};
+        e.nlink = sx.stx_nlink;
+        WARREN_RETURN_IF_ERROR(visit(e));
       }
     }
     return Status::Ok();

@@ -31,7 +31,8 @@ struct FlagWalkEntry {
   bool immutable;
   int parent_fd;
   const std::string& name;
-  int fd = -1;  // the root directory's fd (only for the root)
+  int fd = -1;        // the root directory's fd (only for the root)
+  uint32_t nlink = 1;  // links to the inode (a regular file's other names may be elsewhere)
 };
 
 // Opens the entry read-only (non-blocking, never following a symlink).
@@ -40,6 +41,8 @@ Result<UniqueFd> OpenEntry(const FlagWalkEntry& e);
 // Visits every directory and regular file of the tree at `dirfd` (the upper layer's root,
 // shown as `/`), children before their directory, never following a symlink nor leaving the
 // filesystem. `descend(path)` says whether to look inside a directory at all.
+// A writable layer nested deeper than this is refused (an `invalid` status naming it).
+inline constexpr int kMaxWalkDepth = 512;
 using UpperVisitor = std::function<Status(const FlagWalkEntry&)>;
 Status WalkUpper(int dirfd, const std::function<bool(const std::string&)>& descend, const UpperVisitor& visit);
 

@@ -2,7 +2,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -33,17 +35,40 @@ std::string Rel(const std::string& p) { return p == "/" ? "." : p.substr(1); }
 
 std::string Join(const std::string& dir, const std::string& name) { return (dir == "/" ? "" : dir) + "/" + name; }
 
+// Every lookup stays beneath its directory fd and follows no symlink on the way (openat2):
+// the occupant's tree is walked by host root, and a symlink swapped in mid-walk must lead
+// nowhere, never to the host's files.
+int OpenBeneath(int dirfd, const std::string& rel, int flags) {
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC | O_NOFOLLOW);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+  return static_cast<int>(syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof how));
+}
+
+// A stat that does not follow a trailing symlink, beneath `dirfd` only: 0 or -1 with errno.
+int StatBeneath(int dirfd, const std::string& rel, struct stat* st) {
+  UniqueFd fd(OpenBeneath(dirfd, rel, O_PATH));
+  if (!fd) return -1;
+  return fstat(fd.get(), st);
+}
+
 bool Opaque(int dirfd, const std::string& rel) {
+  UniqueFd fd(OpenBeneath(dirfd, rel, O_RDONLY | O_DIRECTORY | O_NONBLOCK));
+  if (!fd) return false;
   char v[4] = {};
-  const std::string p = "/proc/self/fd/" + std::to_string(dirfd) + "/" + rel;
   for (const char* name : {"user.overlay.opaque", "trusted.overlay.opaque"}) {
-    ssize_t n = lgetxattr(p.c_str(), name, v, sizeof v);
+    ssize_t n = fgetxattr(fd.get(), name, v, sizeof v);
     if (n == 1 && v[0] == 'y') return true;
   }
   return false;
 }
 
-Result<std::vector<std::string>> List(int dirfd, const std::string& rel) { return sys::ListDir(dirfd, rel); }
+Result<std::vector<std::string>> List(int dirfd, const std::string& rel) {
+  UniqueFd fd(OpenBeneath(dirfd, rel, O_RDONLY | O_DIRECTORY));
+  if (!fd) return ErrnoStatus("open directory", rel);
+  return sys::ListDir(fd.get(), ".");
+}
+
 
 class Reader {
  public:
@@ -57,7 +82,7 @@ class Reader {
   int LowerOf(const std::string& path, struct stat* out) {
     for (size_t i = 0; i < layers_.size(); ++i) {
       struct stat st;
-      if (fstatat(layers_[i], Rel(path).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (StatBeneath(layers_[i], Rel(path), &st) == 0) {
         if (IsWhiteout(st)) return -1;
         *out = st;
         return static_cast<int>(i);
@@ -65,12 +90,16 @@ class Reader {
       // Absent here: does this layer hide the path from the ones below?
       for (std::string a = path; a != "/";) {
         a = a.substr(0, std::max<size_t>(a.rfind('/'), 1));
-        if (fstatat(layers_[i], Rel(a).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (StatBeneath(layers_[i], Rel(a), &st) != 0) continue;
         if (IsWhiteout(st) || !S_ISDIR(st.st_mode) || Opaque(layers_[i], Rel(a))) return -1;
       }
     }
     return -1;
   }
+
+  // An entry of the writable layer that cannot be read (a path too long for one lookup): the
+  // report is marked incomplete rather than silently missing it.
+  void Unreadable() { report.truncated = true; }
 
   bool Full() {
     if (report.changes.size() < limit_) return false;
@@ -97,7 +126,10 @@ class Reader {
     for (const auto& name : WARREN_TRY(List(upper_, Rel(path)))) {
       const std::string child = Join(path, name);
       struct stat cst;
-      if (fstatat(upper_, Rel(child).c_str(), &cst, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (StatBeneath(upper_, Rel(child), &cst) != 0) {
+        Unreadable();
+        continue;
+      }
       WARREN_RETURN_IF_ERROR(AddedTree(child, cst));
     }
     return Status::Ok();
@@ -110,12 +142,12 @@ class Reader {
     std::set<std::string> gone;
     for (size_t i = 0; i < layers_.size(); ++i) {
       struct stat dst;
-      if (fstatat(layers_[i], Rel(dir).c_str(), &dst, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (StatBeneath(layers_[i], Rel(dir), &dst) != 0) continue;
       if (!S_ISDIR(dst.st_mode)) break;
       for (const auto& name : WARREN_TRY(List(layers_[i], Rel(dir)))) {
         if (seen.count(name) || gone.count(name)) continue;
         struct stat st;
-        if (fstatat(layers_[i], Rel(Join(dir, name)).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (StatBeneath(layers_[i], Rel(Join(dir, name)), &st) != 0) continue;
         if (IsWhiteout(st)) gone.insert(name);
         else seen[name] = {static_cast<int>(i), st};
       }
@@ -138,7 +170,10 @@ class Reader {
       const std::string child = Join(path, name);
       if (!PathWithin(child, under_) && !PathWithin(under_, child)) continue;
       struct stat st, lst;
-      if (fstatat(upper_, Rel(child).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (StatBeneath(upper_, Rel(child), &st) != 0) {
+        Unreadable();
+        continue;
+      }
       const int lower = LowerOf(child, &lst);
       if (IsWhiteout(st)) {
         if (lower >= 0) Add(child, ChangeKind::kDeleted, lst, lower);
@@ -162,8 +197,8 @@ class Reader {
       if (S_ISDIR(st.st_mode))
         for (const auto& n : WARREN_TRY(List(upper_, Rel(child)))) {
           struct stat cst;
-          if (fstatat(upper_, Rel(Join(child, n)).c_str(), &cst, AT_SYMLINK_NOFOLLOW) == 0)
-            WARREN_RETURN_IF_ERROR(AddedTree(Join(child, n), cst));
+          if (StatBeneath(upper_, Rel(Join(child, n)), &cst) != 0) Unreadable();
+          else WARREN_RETURN_IF_ERROR(AddedTree(Join(child, n), cst));
         }
     }
     return Status::Ok();
@@ -174,7 +209,10 @@ class Reader {
       if (report.truncated) break;
       const std::string r = rel == "." ? name : rel + "/" + name;
       struct stat st;
-      if (fstatat(shm_fd, r.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (StatBeneath(shm_fd, r, &st) != 0) {
+        Unreadable();
+        continue;
+      }
       Add(Join(path, name), ChangeKind::kAdded, st, -1);
       if (S_ISDIR(st.st_mode)) WARREN_RETURN_IF_ERROR(Shm(shm_fd, r, Join(path, name)));
     }

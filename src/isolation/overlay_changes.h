@@ -32,7 +32,9 @@ struct FsChange {
 
 struct ChangeReport {
   std::vector<FsChange> changes;  // sorted by path
-  bool truncated = false;         // more than `limit` changes: the first `limit` are listed
+  // More than `limit` changes (the first `limit` are listed), or an entry that could not be
+  // read: either way the list is not the whole story.
+  bool truncated = false;
 };
 
 const char* ChangeKindName(ChangeKind k);

@@ -122,3 +122,58 @@ def test_one_policy_to_another_moves_every_flag(server, image, sandboxes):
         assert sb.run("echo y > /root/d/f && touch /root/d/g && echo done").stdout == "done\n"
         assert sb.run("echo z > /etc/new-in-etc").exit_code != 0
         assert sb.run("cat /etc/new-in-etc /root/d/f").stdout == "x\ny\n"
+
+
+def _hold(sb, cmd: str, ready: str) -> str:
+    """Starts `cmd` (which creates `ready` once it holds what it holds) and waits for it."""
+    import e2e_util as u
+    eid = sb.start(cmd)
+    assert u.wait_until(lambda: sb.run(f"test -e {ready}").exit_code == 0, 30, 0.1), cmd
+    return eid
+
+
+def test_review_findings_hold(server, image, sandboxes):
+    """Regressions of a security review: a writer of a file whose name is not UTF-8 is severed
+    like any other; a hard link made before cannot carry writes into a read-only tree; a read-
+    only path that resolves off the overlay (to /dev/shm) is refused; an endless chain of
+    directories is refused cleanly, and every refusal leaves the policy before it in force."""
+    with server.client() as client:
+        sb = client.create(image=image, disk_mb=64)
+        sandboxes.append(sb.id)
+        sb.run("mkdir -p /work /keep && echo orig > /work/f && echo k > /keep/k && ln /work/f /tmp/zz && "
+               "mkdir /dev/shm/t && ln -s /dev/shm/t /work/shm")
+        _hold(sb, "f=$(printf 'name\\377'); exec 3<> \"/work/$f\"; touch /tmp/held; sleep 600", "/tmp/held")
+        sb.set_filesystem(["/work", "/keep"])
+        assert sb.run("echo hacked > /tmp/zz; cat /work/f").stdout == "orig\n"
+        assert sb.run("echo x > /work/f").exit_code != 0
+        assert sb.run("echo x > /keep/k").exit_code != 0
+        with pytest.raises(warren.InvalidRequest) as e:
+            sb.set_filesystem(["/work/shm"])
+        assert "root filesystem" in str(e.value)
+        sb.run("mkdir -p /deep && cd /deep && i=0; while [ $i -lt 600 ]; do mkdir d && cd d; i=$((i+1)); done")
+        with pytest.raises(warren.InvalidRequest) as e:
+            sb.set_filesystem(["/work"])
+        assert "deeper" in str(e.value)
+        # Both refusals changed nothing: /work and /keep are read-only still.
+        assert client.get(sb.id).filesystem == {"read_only": ["/keep", "/work"], "writable": []}
+        for cmd in ("echo x > /work/f", "touch /work/new", "echo x > /keep/k", "touch /keep/new"):
+            assert sb.run(cmd).exit_code != 0, cmd
+
+
+def test_a_change_that_fails_midway_leaves_the_policy_before_it(server, image, sandboxes):
+    """A writer the node cannot sever (a sparse file larger than the sandbox's free disk, so
+    its copy runs out of space) fails the change after the flags came off the directories:
+    they are put back before the sandbox runs again, and the policy before stays."""
+    with server.client() as client:
+        sb = client.create(image=image, disk_mb=16)
+        sandboxes.append(sb.id)
+        sb.run("mkdir -p /big /keep && echo k > /keep/k && truncate -s 100M /big/sparse")
+        sb.set_filesystem(["/keep"])
+        _hold(sb, "exec 3<> /big/sparse; touch /tmp/held; sleep 600", "/tmp/held")
+        with pytest.raises(warren.WarrenError) as e:
+            sb.set_filesystem(["/keep", "/big"])
+        assert e.value.status == 500 and "request" in e.value.message, e.value
+        assert client.get(sb.id).filesystem == {"read_only": ["/keep"], "writable": []}
+        for cmd in ("echo x > /keep/k", "touch /keep/new", "rm /keep/k"):
+            assert sb.run(cmd).exit_code != 0, cmd
+        assert sb.run("echo y > /big/other && echo done").stdout == "done\n"

@@ -149,7 +149,8 @@ class ContainerInstance : public Instance {
     Cleanup thaw([&] {
       if (!paused) (void)cgroup_.Freeze(false);
     });
-    auto stats = ApplyFsPolicy(pid_, agent_exe_, policy);
+    if (!AgentAlive()) return Status(Code::kConflict, "set filesystem policy", "sandbox", "its init is gone");
+    auto stats = ApplyFsPolicy(pid_, pidfd_.get(), agent_exe_, policy);
     if (!stats.ok()) {
       // The node's own failures (a host errno) are not the tenant's not-found or forbidden.
       const Code c = stats.status().code();
@@ -165,8 +166,20 @@ class ContainerInstance : public Instance {
   Result<isolation::ChangeReport> ReadChanges(const std::string& under, size_t limit) override {
     std::lock_guard lock(mu_);
     if (destroyed_) return Status(Code::kConflict, "read changes", "sandbox", "deleted");
-    return ReadFsChanges(pid_, under, limit);
+    // Frozen while it is read: nothing can be renamed or swapped under the walk.
+    const bool paused = cgroup_.Frozen();
+    if (!paused) WARREN_RETURN_IF_ERROR(cgroup_.Freeze(true));
+    Cleanup thaw([&] {
+      if (!paused) (void)cgroup_.Freeze(false);
+    });
+    auto r = ReadFsChanges(pid_, under, limit);
+    if (!r.ok() || !AgentAlive()) return r.ok() ? Status(Code::kConflict, "read changes", "sandbox", "its init is gone") : r.status();
+    return r;
   }
+
+  // The agent is still the process pid_ names (its pidfd says so): what was read through
+  // /proc/pid_ was its.
+  bool AgentAlive() const { return syscall(SYS_pidfd_send_signal, pidfd_.get(), 0, nullptr, 0) == 0; }
 
   Status Destroy() override {
     std::lock_guard lock(mu_);

@@ -40,7 +40,7 @@ Result<UniqueFd> OpenKept(pid_t pid, int fd, const char* sub) {
 // The fs helper: warren-agent --fs-helper PID, one request and one reply per line.
 class Helper {
  public:
-  static Result<Helper> Start(int agent_exe, pid_t agent_pid) {
+  static Result<Helper> Start(int agent_exe, int agent_pidfd) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0) return ErrnoStatus("pipe", "fs helper");
     UniqueFd in_r(in[0]), in_w(in[1]);
@@ -50,8 +50,9 @@ class Helper {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in_r.get(), 0);
     posix_spawn_file_actions_adddup2(&fa, out_w.get(), 1);
+    posix_spawn_file_actions_adddup2(&fa, agent_pidfd, 3);  // the agent's pidfd: setns through it
     const std::string exe = "/proc/self/fd/" + std::to_string(agent_exe);
-    const std::string pid_arg = std::to_string(agent_pid);
+    const std::string pid_arg = "3";
     char* argv[] = {const_cast<char*>("warren-fs-helper"), const_cast<char*>(agent::kFsHelperFlag),
                     const_cast<char*>(pid_arg.c_str()), nullptr};
     char* envp[] = {nullptr};
@@ -115,13 +116,14 @@ class Helper {
 
 }  // namespace
 
-Result<isolation::FsPolicyStats> ApplyFsPolicy(pid_t agent_pid, int agent_exe, const isolation::FsPolicy& policy) {
+Result<isolation::FsPolicyStats> ApplyFsPolicy(pid_t agent_pid, int agent_pidfd, int agent_exe,
+                                               const isolation::FsPolicy& policy) {
   UniqueFd upper = WARREN_TRY(OpenKept(agent_pid, agent::kStagingDirFd, "upper"));
   // Started only when needed (an empty policy just clears the flags).
   std::optional<Helper> helper;
   isolation::FsApplySteps steps;
   steps.check = [&](const isolation::FsPolicy& p) -> Status {
-    helper.emplace(WARREN_TRY(Helper::Start(agent_exe, agent_pid)));
+    helper.emplace(WARREN_TRY(Helper::Start(agent_exe, agent_pidfd)));
     return agent::DecodeFsDone(WARREN_TRY(helper->Ask(agent::EncodeFsCheck(p))));
   };
   steps.prepare = [&](const isolation::FsPolicy& p) -> Result<isolation::FsPrepared> {
@@ -130,7 +132,11 @@ Result<isolation::FsPolicyStats> ApplyFsPolicy(pid_t agent_pid, int agent_exe, c
   steps.sever = [&](const std::vector<std::string>& paths) -> Status {
     return agent::DecodeFsDone(WARREN_TRY(helper->Ask(agent::EncodeFsSever({paths}))));
   };
-  return isolation::ApplyFsPolicyToUpper(upper.get(), policy, steps);
+  try {
+    return isolation::ApplyFsPolicyToUpper(upper.get(), policy, steps);
+  } catch (const std::exception& e) {  // a reply we could not parse, say: never the daemon's end
+    return Internal("apply filesystem policy", "sandbox", e.what());
+  }
 }
 
 Result<isolation::ChangeReport> ReadFsChanges(pid_t agent_pid, const std::string& under, size_t limit) {

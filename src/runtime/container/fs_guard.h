@@ -22,7 +22,9 @@ namespace warren::runtime {
 
 // `agent_pid`: the sandbox's agent (host pid); `agent_exe`: an fd of the warren-agent binary
 // (run as the fs helper). The caller has frozen the sandbox and holds it alive.
-Result<isolation::FsPolicyStats> ApplyFsPolicy(pid_t agent_pid, int agent_exe, const isolation::FsPolicy& policy);
+// `agent_pidfd`: its pidfd, which the helper joins the namespaces through (no pid to reuse).
+Result<isolation::FsPolicyStats> ApplyFsPolicy(pid_t agent_pid, int agent_pidfd, int agent_exe,
+                                               const isolation::FsPolicy& policy);
 
 Result<isolation::ChangeReport> ReadFsChanges(pid_t agent_pid, const std::string& under, size_t limit);
 

@@ -385,6 +385,7 @@ void Agent::StartExec(Message& m) {
   cs.agent_oom_score_adj = oom_score_adj_;
   cs.cgroup_procs_fd = commands_cgroup_.get();
   cs.keep_caps = e->channel || whole_machine_;
+  cs.keep_chroot = !microvm_;
 
   int po[2], pe[2], perr[2], pi[2] = {-1, -1};
   if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(perr, O_CLOEXEC))

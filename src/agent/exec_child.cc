@@ -64,7 +64,7 @@ int ChildMain(void* arg) {
   if (setrlimit(RLIMIT_NOFILE, &nofile) != 0) Fail(s.error_fd, "rlimit", 126);
   // No core dumps: the host's core_pattern would handle them outside the sandbox.
   if (setrlimit(RLIMIT_CORE, &nocore) != 0) Fail(s.error_fd, "rlimit", 126);
-  if (!s.keep_caps && isolation::RestrictCapabilitiesRaw() != 0) Fail(s.error_fd, "capabilities", 126);
+  if (!s.keep_caps && isolation::RestrictCapabilitiesRaw(s.keep_chroot) != 0) Fail(s.error_fd, "capabilities", 126);
   int in = s.stdin_fd >= 0 ? s.stdin_fd : open("/dev/null", O_RDONLY);
   if (in < 0 || dup2(in, 0) < 0 || dup2(s.stdout_fd, 1) < 0 || dup2(s.stderr_fd, 2) < 0)
     Fail(s.error_fd, "dup2", 126);

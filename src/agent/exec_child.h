@@ -23,6 +23,7 @@ struct ChildSpec {
   // root's capabilities, which it needs to make each call's namespaces. Never set for
   // anything a user asked to run.
   bool keep_caps = false;
+  bool keep_chroot = true;  // CAP_SYS_CHROOT among the kept capabilities (not in a microVM)
 };
 
 // Starts the command the way posix_spawn does: a child sharing the agent's memory

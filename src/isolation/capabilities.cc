@@ -7,17 +7,18 @@
 
 namespace warren::isolation {
 
-uint64_t KeptCapabilities() {
+uint64_t KeptCapabilities(bool chroot) {
   uint64_t m = 0;
   for (int c : {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER, CAP_SETGID, CAP_SETUID,
                 CAP_SETFCAP, CAP_SETPCAP, CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_KILL,
                 CAP_AUDIT_WRITE})
     m |= 1ull << c;
+  if (!chroot) m &= ~(1ull << CAP_SYS_CHROOT);
   return m;
 }
 
-int RestrictCapabilitiesRaw() {
-  const uint64_t keep = KeptCapabilities();
+int RestrictCapabilitiesRaw(bool chroot) {
+  const uint64_t keep = KeptCapabilities(chroot);
   for (int c = 0; c <= 63; ++c) {
     if (keep & (1ull << c)) continue;
     if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0) {

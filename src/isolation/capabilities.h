@@ -14,9 +14,12 @@ Status RestrictCapabilities();
 // The same without allocating (for a vfork-style child that shares the agent's memory): 0 on
 // success, else which step failed (1..64: dropping capability N-1; 100 ambient; 101 capget;
 // 102 capset) with errno set.
-int RestrictCapabilitiesRaw();
+// `chroot`: keep CAP_SYS_CHROOT. A microVM's commands lose it: their root is a chroot into the
+// overlay (agent/vm_init.cc, SwitchRootInto) over the initramfs, which the classic
+// chroot-and-climb escape would reach (the writable layer's raw files, the commands' cgroup).
+int RestrictCapabilitiesRaw(bool chroot = true);
 
 // The kept set as a mask (bit N = capability N).
-uint64_t KeptCapabilities();
+uint64_t KeptCapabilities(bool chroot = true);
 
 }  // namespace warren::isolation

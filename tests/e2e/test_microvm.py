@@ -529,6 +529,10 @@ def test_integrity_tool_guard_policy_and_report(server, image, sandboxes, tmp_pa
                    "rm -rf /opt/tools/vmgrader; /opt/tools/vmgrader/bin/grade")
         assert r.stdout == "graded\n", r
         assert "Read-only file system" in r.stderr and "busy" in r.stderr, r
+        # No chroot for commands here: their root is a chroot over the initramfs, which the
+        # chroot-and-climb escape would reach (the raw writable layer, the commands' cgroup).
+        r = sb.run("chroot / /bin/true")
+        assert r.exit_code != 0 and "Operation not permitted" in r.stderr, r
 
         sb.run("echo orig > /root/answer")
         holder = sb.start(["sh", "-c", "exec 3<> /root/answer; touch /tmp/ready; "

@@ -144,11 +144,7 @@ class ContainerInstance : public Instance {
     std::lock_guard lock(mu_);
     if (destroyed_) return Status(Code::kConflict, "set filesystem policy", "sandbox", "deleted");
     // Every process stops while the policy changes (a paused sandbox stays paused).
-    const bool paused = cgroup_.Frozen();
-    if (!paused) WARREN_RETURN_IF_ERROR(cgroup_.Freeze(true));
-    Cleanup thaw([&] {
-      if (!paused) (void)cgroup_.Freeze(false);
-    });
+    auto frozen = WARREN_TRY(FreezeForNode());
     if (!AgentAlive()) return Status(Code::kConflict, "set filesystem policy", "sandbox", "its init is gone");
     auto stats = ApplyFsPolicy(pid_, pidfd_.get(), agent_exe_, policy);
     if (!stats.ok()) {
@@ -167,14 +163,20 @@ class ContainerInstance : public Instance {
     std::lock_guard lock(mu_);
     if (destroyed_) return Status(Code::kConflict, "read changes", "sandbox", "deleted");
     // Frozen while it is read: nothing can be renamed or swapped under the walk.
-    const bool paused = cgroup_.Frozen();
-    if (!paused) WARREN_RETURN_IF_ERROR(cgroup_.Freeze(true));
-    Cleanup thaw([&] {
-      if (!paused) (void)cgroup_.Freeze(false);
-    });
+    auto frozen = WARREN_TRY(FreezeForNode());
     auto r = ReadFsChanges(pid_, under, limit);
     if (!r.ok() || !AgentAlive()) return r.ok() ? Status(Code::kConflict, "read changes", "sandbox", "its init is gone") : r.status();
     return r;
+  }
+
+  // Freezes the sandbox for a node operation, unless it is paused already (then it stays so):
+  // the returned Cleanup thaws it. Called with mu_ held.
+  Result<Cleanup> FreezeForNode() {
+    const bool paused = cgroup_.Frozen();
+    if (!paused) WARREN_RETURN_IF_ERROR(cgroup_.Freeze(true));
+    return Cleanup([this, paused] {
+      if (!paused) (void)cgroup_.Freeze(false);
+    });
   }
 
   // The agent is still the process pid_ names (its pidfd says so): what was read through

@@ -104,10 +104,27 @@ void ExecRecord::Publish() {
 
 std::shared_ptr<ExecRecord> ExecRecord::Replayed(const nlohmann::json& result, const std::string& sandbox_id,
                                                  const std::string& out, const std::string& err) {
-  auto rec = std::make_shared<ExecRecord>(result.value("exec_id", ""), sandbox_id, UINT64_MAX,
-                                          result.contains("stdout_b64"));
-  rec->AppendOutput(1, out);
-  rec->AppendOutput(2, err);
+  auto rec = Pending(result.value("exec_id", ""), sandbox_id, result.contains("stdout_b64"));
+  rec->Complete(result, out, err, /*replayed=*/true);
+  return rec;
+}
+
+std::shared_ptr<ExecRecord> ExecRecord::Pending(const std::string& exec_id, const std::string& sandbox_id,
+                                                bool binary) {
+  return std::make_shared<ExecRecord>(exec_id, sandbox_id, UINT64_MAX, binary);
+}
+
+void ExecRecord::Complete(const nlohmann::json& result, const std::string& out, const std::string& err,
+                          bool replayed, nlohmann::json extra) {
+  {
+    // Set before the end is announced: whoever is woken reads them.
+    std::lock_guard lock(mu_);
+    replayed_ = replayed;
+    fixed_duration_ms_ = result.value("duration_ms", int64_t{0});
+    extra_ = std::move(extra);
+  }
+  AppendOutput(1, out);
+  AppendOutput(2, err);
   ExecOutcome o;
   o.exit_code = result.value("exit_code", nlohmann::json(-1)).is_number() ? result["exit_code"].get<int>() : -1;
   o.signal = result.value("signal", nlohmann::json(nullptr)).is_string() ? result["signal"].get<std::string>() : "";
@@ -115,11 +132,7 @@ std::shared_ptr<ExecRecord> ExecRecord::Replayed(const nlohmann::json& result, c
   o.truncated[0] = result.value("stdout_truncated", false);
   o.truncated[1] = result.value("stderr_truncated", false);
   o.error = result.value("error", "");
-  rec->Finish(o);
-  std::lock_guard lock(rec->mu_);
-  rec->replayed_ = true;
-  rec->fixed_duration_ms_ = result.value("duration_ms", int64_t{0});
-  return rec;
+  Finish(o);
 }
 
 void ExecRecord::AttachSpill(std::unique_ptr<ExecSpill> spill) {
@@ -267,6 +280,8 @@ nlohmann::json ExecRecord::ResultJsonLocked(bool ended) const {
     if (!outcome_.signal.empty()) j["signal"] = outcome_.signal;
     j["timed_out"] = outcome_.timed_out;
     if (!outcome_.error.empty()) j["error"] = outcome_.error;
+    if (extra_.is_object())
+      for (const auto& [k, v] : extra_.items()) j[k] = v;
   }
   return j;
 }

@@ -69,6 +69,13 @@ class ExecRecord {
   // A finished record rebuilt from a stored result (a replayed trajectory step).
   static std::shared_ptr<ExecRecord> Replayed(const nlohmann::json& result, const std::string& sandbox_id,
                                               const std::string& stdout_raw, const std::string& stderr_raw);
+  // A record whose result comes later from Complete() (a replayed step that re-runs first).
+  static std::shared_ptr<ExecRecord> Pending(const std::string& exec_id, const std::string& sandbox_id,
+                                             bool binary);
+  // Ends the record with `result`'s outcome and these bytes as its output: `replayed` as
+  // given, and `extra` fields added to its result (a re-run's divergence report).
+  void Complete(const nlohmann::json& result, const std::string& stdout_raw, const std::string& stderr_raw,
+                bool replayed, nlohmann::json extra = nullptr);
   // One stream's bytes as received (1 stdout, 2 stderr).
   std::string RawOutput(int stream) const;
   // Keeps a copy on disk from now on (see exec_spill.h); the files go with the record.
@@ -118,6 +125,7 @@ class ExecRecord {
   bool published_ = false;  // ... and the end is announced
   bool replayed_ = false;
   int64_t fixed_duration_ms_ = -1;
+  nlohmann::json extra_;  // object or null: fields Complete() adds to the result
   std::function<void()> finisher_;
   double finished_ = 0;
   ExecOutcome outcome_;

@@ -140,7 +140,7 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
   WARREN_RETURN_IF_ERROR(CheckFields(
       j,
       {"backend", "image", "workspace", "tools", "cpu", "memory_mb", "disk_mb", "pids", "open_files", "network",
-       "filesystem", "env", "ttl_s", "idle_timeout_s", "labels", "trajectory", "lease", "on_lease_expiry"},
+       "filesystem", "env", "ttl_s", "idle_timeout_s", "labels", "trajectory", "on_divergence", "lease", "on_lease_expiry"},
       "sandbox spec"));
   SandboxSpec s;
   WARREN_RETURN_IF_ERROR(GetString(j, "backend", &s.backend));
@@ -216,6 +216,11 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
       if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' && c != ':') ok = false;
     if (!ok) return Invalid("`trajectory` must be 1-128 letters, digits, `-`, `_`, `.` or `:`");
   }
+  WARREN_RETURN_IF_ERROR(GetString(j, "on_divergence", &s.on_divergence));
+  if (s.on_divergence != "continue" && s.on_divergence != "stop")
+    return Invalid("`on_divergence` must be continue or stop");
+  if (s.on_divergence == "stop" && !s.trajectory)
+    return Invalid("`on_divergence: stop` needs a `trajectory` (only replayed steps re-run)");
   WARREN_RETURN_IF_ERROR(GetOptString(j, "lease", &s.lease));
   WARREN_RETURN_IF_ERROR(GetString(j, "on_lease_expiry", &s.on_lease_expiry));
   if (s.on_lease_expiry != "delete" && s.on_lease_expiry != "pause")
@@ -240,6 +245,7 @@ json ToJson(const SandboxSpec& s) {
             {"idle_timeout_s", s.idle_timeout_s ? json(*s.idle_timeout_s) : json(nullptr)},
             {"labels", s.labels},
             {"trajectory", s.trajectory ? json(*s.trajectory) : json(nullptr)},
+            {"on_divergence", s.on_divergence},
             {"lease", s.lease ? json(*s.lease) : json(nullptr)},
             {"on_lease_expiry", s.on_lease_expiry}};
   return j;

@@ -38,6 +38,10 @@ struct SandboxSpec {
   std::optional<uint64_t> idle_timeout_s;
   std::map<std::string, std::string> labels;
   std::optional<std::string> trajectory;
+  // A recorded step re-run in a new sandbox of the trajectory gives other output: "continue"
+  // replays the record all the same (reporting `diverged`), "stop" answers the re-run's own
+  // result and refuses further execs (an addition to the contract, issue 24).
+  std::string on_divergence = "continue";
   std::optional<std::string> lease;
   std::string on_lease_expiry = "delete";
 };

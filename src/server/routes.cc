@@ -415,6 +415,10 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
     deadlines_.erase(id);
     idle_.erase(id);
   }
+  {
+    std::lock_guard lock(replayed_mu_);
+    replay_stopped_.erase(id);
+  }
   WARREN_RETURN_IF_ERROR(state_->RemoveSandbox(id));
   ReleaseQuotaOf(sb);
   std::vector<std::string> digests;
@@ -583,92 +587,11 @@ Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& i
   return ExecStart{rec, r.wait};
 }
 
-Result<Api::ExecStart> Api::StartTrajectoryExec(const json& sb, const ExecRequest& r, node::ExecSpec es) {
-  const std::string id = sb.value("id", "");
-  const std::string key = TrajectoryLog::Key(sb.value("owner", "admin"), sb["trajectory"].get<std::string>());
-  json request = {{"argv", r.argv}, {"env", r.env}, {"cwd", r.cwd}, {"timeout_s", r.timeout_s},
-                  {"max_output_bytes", r.max_output_bytes}, {"binary", r.binary}};
-  if (r.stdin_data) request["stdin_b64"] = Base64Encode(*r.stdin_data);
-  const std::string digest = StepDigest(request);
-  auto d = WARREN_TRY(traj_.Begin(key, r.step ? std::optional<int64_t>(static_cast<int64_t>(*r.step)) : std::nullopt,
-                                  digest));
-  if (d.recorded) {
-    const json& doc = *d.recorded;
-    auto raw = [&](const char* k) {
-      std::string out;
-      (void)Base64Decode(doc.value(k, ""), &out);
-      return out;
-    };
-    {
-      // GET and stream of this exec id answer from the log from now on (replayed: true),
-      // even where the node still holds the original run.
-      std::lock_guard lock(replayed_mu_);
-      if (replayed_ids_.size() > 100000) replayed_ids_.clear();
-      replayed_ids_.insert(doc.value("exec_id", ""));
-    }
-    return ExecStart{node::ExecRecord::Replayed(doc["result"], id, raw("stdout_raw_b64"), raw("stderr_raw_b64")),
-                     r.wait};
-  }
-  request["step"] = d.step;
-  const std::string started = NowRfc3339();
-  // The step is written before its end is announced: the finisher runs on the mux thread when
-  // the command ends and hands the write to the recorder thread, which then publishes.
-  es.on_record = [this, key, step = d.step, request, digest, id, started](const std::shared_ptr<node::ExecRecord>& rec) {
-    std::weak_ptr<node::ExecRecord> weak = rec;
-    rec->SetFinisher([this, weak, key, step, request, digest, id, started] {
-      recorder_.Post([this, weak, key, step, request, digest, id, started] {
-        auto rec = weak.lock();
-        if (!rec) return traj_.Abandon(key, step);
-        json result = rec->FinalResultJson();
-        // A step the infrastructure cut short (its sandbox deleted or lost) is not the
-        // command's outcome: it is not recorded and runs again when repeated.
-        if (result.contains("error")) {
-          traj_.Abandon(key, step);
-          return rec->Publish();
-        }
-        json doc = {{"step", step},           {"sandbox_id", id},
-                    {"exec_id", rec->id()},   {"request_digest", digest},
-                    {"request", request},     {"result", result},
-                    {"started_at", started},  {"finished_at", NowRfc3339()},
-                    {"stdout_raw_b64", Base64Encode(rec->RawOutput(1))},
-                    {"stderr_raw_b64", Base64Encode(rec->RawOutput(2))}};
-        doc["result"]["replayed"] = false;
-        ObserveExec(rec->run_seconds());
-        Status st = traj_.Record(key, step, doc);
-        if (!st.ok()) spdlog::error("trajectory {} step {}: {}", key, step, st.ToString());
-        rec->Publish();
-      });
-    });
-  };
-  auto rec = node_->StartExec(id, NewExecId(), es);
-  if (!rec.ok()) {
-    traj_.Abandon(key, d.step);
-    return rec.status();
-  }
-  return ExecStart{*rec, r.wait};
-}
-
-Result<json> Api::GetTrajectory(const Principal& who, const std::string& id) {
-  return traj_.Get(TrajectoryLog::Key(who.name, id), id);
-}
-
 Result<std::shared_ptr<node::ExecRecord>> Api::GetExec(const Principal& who, const std::string& id,
                                                        const std::string& exec_id) {
   json sb = WARREN_TRY(Sandbox(who, id));
-  auto rec = node_->GetExec(id, exec_id);
-  if (!sb.value("trajectory", json(nullptr)).is_string()) return rec;
-  if (rec.ok()) {
-    std::lock_guard lock(replayed_mu_);
-    if (!replayed_ids_.count(exec_id)) return rec;
-  }
-  // A replayed step's exec id, or one whose record the node no longer holds: the log has it.
-  auto doc = traj_.FindExec(TrajectoryLog::Key(sb.value("owner", "admin"), sb["trajectory"]), exec_id);
-  if (!doc.ok()) return rec;
-  std::string out, err;
-  (void)Base64Decode(doc->value("stdout_raw_b64", ""), &out);
-  (void)Base64Decode(doc->value("stderr_raw_b64", ""), &err);
-  auto replay = node::ExecRecord::Replayed((*doc)["result"], id, out, err);
-  return replay;
+  if (sb.value("trajectory", json(nullptr)).is_string()) return GetTrajectoryExec(sb, exec_id);
+  return node_->GetExec(id, exec_id);
 }
 
 Status Api::SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <thread>
 #include <map>
 #include <set>
@@ -139,8 +140,21 @@ class Api {
   void CollectBlobs(const std::vector<std::string>& digests);
   std::set<std::string> DigestsInUse();
   Result<nlohmann::json> Reattach(const Principal& who, const SandboxSpec& spec, nlohmann::json sb);
-  // Starts (or replays) an exec of a sandbox that records a trajectory.
+  // Starts (or replays) an exec of a sandbox that records a trajectory (trajectory_exec.cc).
   Result<ExecStart> StartTrajectoryExec(const nlohmann::json& sb, const ExecRequest& r, node::ExecSpec es);
+  // Replays recorded step `step` in sandbox `id`, which does not hold its effects: runs it
+  // there first, then answers the record (or, diverged with `stop_on_divergence`, the re-run).
+  Result<ExecStart> RerunStep(const std::string& id, const std::string& key, int64_t step, const nlohmann::json& doc,
+                              const ExecRequest& r, node::ExecSpec es, bool stop_on_divergence);
+  // On the recorder thread once the re-run ended (`rec` null: it is gone): completes `reply`.
+  void FinishRerun(const std::shared_ptr<node::ExecRecord>& rec, const std::shared_ptr<node::ExecRecord>& reply,
+                   const std::string& key, int64_t step, const nlohmann::json& doc, const std::string& id,
+                   bool stop_on_divergence);
+  // GET of an exec of a trajectory sandbox: a replay answers as replayed, wherever it is held.
+  Result<std::shared_ptr<node::ExecRecord>> GetTrajectoryExec(const nlohmann::json& sb, const std::string& exec_id);
+  // Keeps a replayed record for GET and stream of its exec id in this sandbox.
+  void KeepReplay(const std::string& sandbox_id, const std::shared_ptr<node::ExecRecord>& rec);
+  static std::string TrajectoryKeyOf(const nlohmann::json& sb);
   // Deletes or pauses (on_lease_expiry) every sandbox tied to lease `id`.
   void ExpireLease(const std::string& id);
 
@@ -174,7 +188,13 @@ class Api {
   TrajectoryLog traj_;
   std::mutex traj_create_mu_;
   std::mutex replayed_mu_;
-  std::set<std::string> replayed_ids_;  // exec ids answered from the log at least once
+  // SANDBOX/EXEC_ID of execs answered as replays at least once (the node may hold the
+  // original run under the same id); the latest of them kept whole, for GET and stream.
+  std::set<std::string> replayed_ids_;
+  std::map<std::string, std::shared_ptr<node::ExecRecord>> replays_;
+  std::deque<std::string> replay_order_;
+  std::set<std::string> rerunning_;                     // sandboxes with a step re-running
+  std::map<std::string, std::string> replay_stopped_;  // sandbox -> why it takes no execs
   WorkQueue recorder_;  // writes finished trajectory steps; last: destroyed first
 };
 

@@ -229,6 +229,15 @@ Result<nlohmann::json> StateStore::GetStep(const std::string& traj, int64_t step
   return nlohmann::json::parse(st.Text(0));
 }
 
+Status StateStore::UpdateStep(const std::string& traj, int64_t step, const nlohmann::json& doc) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "UPDATE steps SET doc = ? WHERE traj = ? AND step = ?");
+  st.Bind(1, doc.dump()).Bind(2, traj).Bind(3, step);
+  if (st.Step() != SQLITE_DONE) return DbError(db_, "update step");
+  if (sqlite3_changes(db_) == 0) return NotFound("step " + std::to_string(step), traj);
+  return Status::Ok();
+}
+
 std::vector<nlohmann::json> StateStore::ListSteps(const std::string& traj) {
   std::lock_guard lock(mu_);
   Stmt st(db_, "SELECT doc FROM steps WHERE traj = ? ORDER BY step");

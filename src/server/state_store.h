@@ -51,6 +51,8 @@ class StateStore {
   Status InsertStep(const std::string& traj, int64_t step, const std::string& exec_id,
                     const nlohmann::json& doc);
   Result<nlohmann::json> GetStep(const std::string& traj, int64_t step);
+  // Rewrites a recorded step's doc (a re-run adds to it); not_found if it is not recorded.
+  Status UpdateStep(const std::string& traj, int64_t step, const nlohmann::json& doc);
   std::vector<nlohmann::json> ListSteps(const std::string& traj);
   int64_t MaxStep(const std::string& traj);  // -1 when none
   // The step recorded for `exec_id`: {"traj", "doc"}.

@@ -46,6 +46,23 @@ Status TrajectoryLog::Record(const std::string& key, int64_t step, const json& d
   return st;
 }
 
+Status TrajectoryLog::MarkApplied(const std::string& key, int64_t step, const std::string& sandbox_id,
+                                  bool diverged) {
+  std::lock_guard lock(mu_);  // one read-modify-write of a step's doc at a time
+  json doc = WARREN_TRY(store_->GetStep(key, step));
+  if (!doc.contains("reruns") || !doc["reruns"].is_array()) doc["reruns"] = json::array();
+  doc["reruns"].push_back({{"sandbox_id", sandbox_id}, {"diverged", diverged}});
+  return store_->UpdateStep(key, step, doc);
+}
+
+bool TrajectoryLog::AppliedIn(const json& doc, const std::string& sandbox_id) {
+  if (doc.value("sandbox_id", "") == sandbox_id) return true;
+  if (auto it = doc.find("reruns"); it != doc.end() && it->is_array())
+    for (const auto& r : *it)
+      if (r.is_object() && r.value("sandbox_id", "") == sandbox_id) return true;
+  return false;
+}
+
 void TrajectoryLog::Restart(const std::string& key) {
   std::lock_guard lock(mu_);
   next_[key] = 0;

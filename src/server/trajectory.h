@@ -3,8 +3,11 @@
 // digest, result, output and timings before anyone is told the result.
 //
 // A preempted trainer comes back and repeats its steps: a recorded step with the same request
-// is replayed (`replayed: true`, nothing runs); a different request at a recorded step is 409;
-// the first unrecorded step runs for real. Trajectories belong to the principal that made
+// is replayed (`replayed: true`, the recorded output); a different request at a recorded step
+// is 409; the first unrecorded step runs for real. On the sandbox that recorded the step (or
+// one that re-ran it already) nothing runs; on a new sandbox the step re-runs first, so its
+// files are as the trainer saw them (see Api::RerunStep), and each re-run is noted in the
+// step's doc (`reruns`). Trajectories belong to the principal that made
 // them: the key is OWNER/T.
 #pragma once
 
@@ -40,6 +43,11 @@ class TrajectoryLog {
   // execs without a step are numbered from 0 again, so the trainer's loop replays the
   // recorded steps in order and runs on from the first one not recorded.
   void Restart(const std::string& key);
+  // Step `step` re-ran in sandbox `sandbox_id`, its output the same as recorded or not
+  // (`diverged`): written durably, so a returning trainer does not re-run it there again.
+  Status MarkApplied(const std::string& key, int64_t step, const std::string& sandbox_id, bool diverged);
+  // Whether a recorded step's effects are in sandbox `sandbox_id`: it ran or re-ran there.
+  static bool AppliedIn(const nlohmann::json& doc, const std::string& sandbox_id);
   // Frees a reservation whose exec never started.
   void Abandon(const std::string& key, int64_t step);
 

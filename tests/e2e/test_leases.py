@@ -417,7 +417,7 @@ time.sleep(3600)
 def test_a_killed_lease_holder_leaks_nothing_and_its_trajectory_replays(server, image, sandboxes, tmp_path):
     """A trainer takes a lease (SDK, ttl 2 s), records two trajectory steps and is SIGKILLed:
     its sandbox is reaped about a ttl later; the restarted trainer gets a new sandbox on which the
-    recorded steps replay without running and the next step runs."""
+    recorded steps re-run to rebuild its files and replay the record, and the next step runs."""
     ttl = 2
     T = u.unique("traj-holder")
     script = tmp_path / "holder.py"
@@ -465,9 +465,10 @@ def test_a_killed_lease_holder_leaks_nothing_and_its_trajectory_replays(server, 
         assert (r0.replayed, r1.replayed) == (True, True)
         assert [r0.raw["exec_id"], r1.raw["exec_id"]] == [r["exec_id"] for r in recorded]
         assert (r0.stdout, r1.stdout) == ("one\n", "one\ntwo\n")
-        u.assert_error(server.http("GET", f"/v1/sandboxes/{sb.id}/files?path=/tmp/log"), 404, "not_found")
+        # The recorded steps re-ran in the new sandbox: it holds their files.
+        assert sb.read_file("/tmp/log") == b"one\ntwo\n"
         r2 = sb.run("echo three >> /tmp/log; cat /tmp/log", step=2)
-        assert r2.replayed is False and r2.stdout == "three\n"
+        assert r2.replayed is False and r2.stdout == "one\ntwo\nthree\n"
         steps = client.trajectory(T).steps
         assert [(s["step"], s["sandbox_id"]) for s in steps] == [(0, sid), (1, sid), (2, sb.id)], steps
     assert _state(server, sb.id) is None, "releasing the restarted trainer's lease left its sandbox"

@@ -116,7 +116,12 @@ ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResu
              ("CallCaseResult", "stdout_truncated"), ("CallCaseResult", "stderr_truncated"),
              ("CallRequest", "binary"), ("CallResult", "stdout_b64"), ("CallResult", "stderr_b64"),
              ("CallCaseResult", "stdout_b64"), ("CallCaseResult", "stderr_b64"),
-             ("SandboxSpec", "filesystem"), ("Sandbox", "filesystem")}
+             ("SandboxSpec", "filesystem"), ("Sandbox", "filesystem"),
+             # Replay into a new sandbox re-runs recorded steps (issue 24): what to do when a
+             # re-run's output differs, and the report of it.
+             ("SandboxSpec", "on_divergence"), ("Sandbox", "on_divergence"), ("Sandbox", "replay_stopped"),
+             ("ExecResult", "diverged"), ("ExecResult", "differs"), ("ExecResult", "rerun"),
+             ("ExecResult", "recorded")}
 
 ERROR_STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
                 "conflict": 409, "quota": 429, "internal": 500, "unavailable": 503}

@@ -415,15 +415,105 @@ def test_a_new_sandbox_replays_recorded_steps_and_runs_the_rest(server, image, s
     assert sid2 != sid
     for i, req in enumerate(reqs):
         _same_result(_ok(server, sid2, step=i, **req), firsts[i])
-    # Nothing re-ran on the new sandbox (read through the files API, which records no step).
-    u.assert_error(server.http("GET", f"/v1/sandboxes/{sid2}/files?path=/tmp/log"), 404, "not_found")
+    # The steps re-ran on the new sandbox: its files are as the trainer saw them (read
+    # through the files API, which records no step).
+    r = server.http("GET", f"/v1/sandboxes/{sid2}/files?path=/tmp/log")
+    assert r.status == 200 and r.body == b"one\ntwo\n", r
+    # Repeating them again there replays without running a third time.
+    _same_result(_ok(server, sid2, step=1, **reqs[1]), firsts[1])
+    assert server.http("GET", f"/v1/sandboxes/{sid2}/files?path=/tmp/log").body == b"one\ntwo\n"
     # A recorded step with another request is still a conflict there.
     u.assert_error(_exec(server, sid2, step=1, cmd="echo changed"), 409, "conflict")
-    # The next unrecorded step runs, on the new sandbox.
+    # The next unrecorded step runs, on the new sandbox, in the rebuilt state.
     nxt = _ok(server, sid2, step=2, cmd="echo three >> /tmp/log; cat /tmp/log")
-    assert nxt["replayed"] is False and nxt["stdout"] == "three\n", nxt
+    assert nxt["replayed"] is False and nxt["stdout"] == "one\ntwo\nthree\n", nxt
     steps = _steps(server, T)
     assert [(s["step"], s["sandbox_id"]) for s in steps] == [(0, sid), (1, sid), (2, sid2)], steps
+    # Each step notes where it re-ran.
+    assert [s.get("reruns") for s in steps] == [[{"sandbox_id": sid2, "diverged": False}]] * 2 + [None], steps
+
+
+def test_a_step_whose_rerun_differs_is_reported_and_replays_the_record(server, image, sandboxes):
+    T = _traj()
+    sid = _create(server, sandboxes, image, T)["id"]
+    # Output that differs between sandboxes: the hostname is the sandbox id.
+    first = _ok(server, sid, cmd="hostname > /tmp/h; cat /tmp/h")
+    assert first["stdout"] == sid + "\n", first
+    same = _ok(server, sid, cmd="echo same > /tmp/s; cat /tmp/s")
+    assert server.http("DELETE", "/v1/sandboxes/" + sid).status == 204
+    sid2 = _create(server, sandboxes, image, T)["id"]
+    again = _ok(server, sid2, cmd="hostname > /tmp/h; cat /tmp/h")
+    # The trainer gets the record, told that the re-run differed and how.
+    assert again["replayed"] is True and again["stdout"] == first["stdout"], again
+    assert again["diverged"] is True and again["differs"] == ["stdout"], again
+    assert again["rerun"]["stdout"] == sid2 + "\n" and again["rerun"]["exit_code"] == 0, again
+    _same_result({k: v for k, v in again.items() if k not in ("diverged", "differs", "rerun")}, first)
+    # A step that re-ran the same says nothing more than a replay.
+    _same_result(_ok(server, sid2, cmd="echo same > /tmp/s; cat /tmp/s"), same)
+    # The sandbox holds the re-run's effects, and goes on.
+    assert _ok(server, sid2, cmd="cat /tmp/h /tmp/s")["stdout"] == sid2 + "\nsame\n"
+    steps = _steps(server, T)
+    assert steps[0]["reruns"] == [{"sandbox_id": sid2, "diverged": True}], steps[0]
+    # The SDK shows it too.
+    assert server.http("DELETE", "/v1/sandboxes/" + sid2).status == 204
+    client = server.client()
+    sb = client.create(image=image, trajectory=T)
+    sandboxes.append(sb.id)
+    sid3 = sb.id
+    res = sb.run("hostname > /tmp/h; cat /tmp/h")
+    assert (res.replayed, res.diverged, res.differs, res.stdout) == (True, True, ["stdout"], sid + "\n"), res.raw
+    assert res.rerun["stdout"] == sid3 + "\n", res.raw
+
+
+def test_on_divergence_stop_answers_the_rerun_and_refuses_further_execs(server, image, sandboxes):
+    T = _traj()
+    sid = _create(server, sandboxes, image, T, on_divergence="stop")["id"]
+    write = _ok(server, sid, cmd="echo a > /tmp/a")
+    first = _ok(server, sid, cmd="hostname")
+    assert server.http("DELETE", "/v1/sandboxes/" + sid).status == 204
+    sb2 = _create(server, sandboxes, image, T, on_divergence="stop")
+    assert sb2["on_divergence"] == "stop", sb2
+    sid2 = sb2["id"]
+    _same_result(_ok(server, sid2, cmd="echo a > /tmp/a"), write)
+    # The diverging step answers what really ran, with the record beside it.
+    got = _ok(server, sid2, cmd="hostname")
+    assert got["replayed"] is False and got["diverged"] is True, got
+    assert got["stdout"] == sid2 + "\n" and got["differs"] == ["stdout"], got
+    assert got["recorded"]["stdout"] == first["stdout"] and got["exec_id"] == first["exec_id"], got
+    # ... and the sandbox takes no more execs: the recorded path no longer describes it.
+    err = u.assert_error(_exec(server, sid2, cmd="echo next"), 409, "conflict")
+    assert "stopped at step 1" in err["message"] and "stdout" in err["message"], err
+    u.assert_error(_exec(server, sid2, cmd="hostname", step=1), 409, "conflict")
+    # Its files can still be read, to see what happened.
+    r = server.http("GET", f"/v1/sandboxes/{sid2}/files?path=/tmp/a")
+    assert r.status == 200 and r.body == b"a\n", r
+    assert server.http("GET", "/v1/sandboxes/" + sid2).json["replay_stopped"] == err["message"].split(": ", 1)[1]
+
+
+@pytest.mark.parametrize("spec", [{"on_divergence": "halt"}, {"on_divergence": 1}, {"on_divergence": "stop"}])
+def test_bad_on_divergence_is_400(server, image, spec):
+    u.assert_error(server.http("POST", "/v1/sandboxes", dict(image=image, **spec)), 400, "invalid")
+
+
+def test_an_async_replay_waits_for_its_rerun(server, image, sandboxes):
+    T = _traj()
+    sid = _create(server, sandboxes, image, T)["id"]
+    req = {"cmd": "sleep 1; echo slow >> /tmp/log; cat /tmp/log"}
+    first = _ok(server, sid, **req)
+    assert server.http("DELETE", "/v1/sandboxes/" + sid).status == 204
+    sid2 = _create(server, sandboxes, image, T)["id"]
+    r = _exec(server, sid2, wait=False, **req)
+    assert r.status == 202 and r.json == {"exec_id": first["exec_id"]}, r
+    # While it re-runs, the exec is running and another exec is refused (steps rebuild the
+    # state in order).
+    running = server.http("GET", f"/v1/sandboxes/{sid2}/execs/{first['exec_id']}")
+    assert running.status == 200 and running.json["state"] == "running", running
+    u.assert_error(_exec(server, sid2, cmd="echo next"), 409, "conflict")
+    _same_result(_wait_exited(server, sid2, first["exec_id"]), first)
+    lines, result = _stream(server, sid2, first["exec_id"])
+    assert _joined(lines, "stdout") == "slow\n"
+    _same_result(result, first)
+    assert server.http("GET", f"/v1/sandboxes/{sid2}/files?path=/tmp/log").body == b"slow\n"
 
 
 def test_the_sdk_replays_a_trajectory(server, image, sandboxes):

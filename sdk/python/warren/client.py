@@ -99,6 +99,13 @@ class ExecResult:
         self.stderr_truncated: bool = bool(d.get("stderr_truncated", False))
         self.duration_ms = d.get("duration_ms")
         self.replayed: bool = bool(d.get("replayed", False))
+        # A recorded trajectory step that re-ran in a new sandbox with other output: what
+        # differed (["exit_code", "stdout", ...]), and the re-run's outcome (or, when the
+        # sandbox stops on divergence, the recorded one).
+        self.diverged: bool = bool(d.get("diverged", False))
+        self.differs: List[str] = list(d.get("differs") or [])
+        self.rerun: Optional[Dict[str, Any]] = d.get("rerun")
+        self.recorded: Optional[Dict[str, Any]] = d.get("recorded")
         out_b = _b64(d.get("stdout_b64"))
         err_b = _b64(d.get("stderr_b64"))
         self.stdout_bytes: bytes = out_b if out_b is not None else self.stdout.encode()

@@ -27,7 +27,8 @@ enum class Code {
 // The contract's name for a code ("not_found", ...).
 const char* CodeName(Code code);
 
-class Status {
+// [[nodiscard]]: an error dropped on the floor is a bug; `(void)` says it is meant.
+class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(Code code, std::string op, std::string object, std::string message, int err = 0)
@@ -78,7 +79,7 @@ Status NotFound(std::string what, std::string object);
 Status Internal(std::string op, std::string object, std::string message);
 
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   // Default-constructed results are an internal error: needed by coroutine plumbing that
   // default-constructs values before filling them.

@@ -189,6 +189,7 @@ struct ProxySession {
   // Declared after the upstream fd it names, so it is cleared (under the lock a policy
   // change cuts with) before that fd is closed and its number reused.
   struct TargetGuard {
+    explicit TargetGuard(ProxySession* session) : s(session) {}
     ProxySession* s;
     ~TargetGuard() { s->SetTarget("", 0, -1); }
   };

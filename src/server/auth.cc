@@ -107,7 +107,7 @@ TokenRegistry::TokenRegistry(StateStore* state, std::string admin_token)
     : state_(state), admin_token_(std::move(admin_token)) {}
 
 Status TokenRegistry::Load() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const json& r : state_->ListDocs(kTokenKind)) {
     by_hash_[r.value("sha256", "")] = FromRecord(r);
     json shown = r;
@@ -121,7 +121,7 @@ std::optional<Principal> TokenRegistry::Authenticate(std::string_view header) co
   if (BearerMatches(header, admin_token_)) return Principal{"admin", {"admin"}, {}};
   if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return std::nullopt;
   std::string hash = Sha256Hex(header.substr(kBearer.size()));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return std::nullopt;
   return it->second;
@@ -132,10 +132,12 @@ Result<json> TokenRegistry::Create(const std::string& body) {
   if (!j.is_object()) return Invalid("token request must be a JSON object");
   static const char* kFields[] = {"name", "scopes", "max_sandboxes", "max_cpu", "max_memory_mb",
                                   "create_rate", "max_calls", "call_rate"};
-  for (auto& [k, v] : j.items())
+  for (const auto& item : j.items()) {
+    const std::string& k = item.key();
     if (std::find_if(std::begin(kFields), std::end(kFields), [&](const char* f) { return k == f; }) ==
         std::end(kFields))
       return Invalid("unknown field `" + k + "` in token request");
+  }
   if (!j.contains("name") || !j["name"].is_string() || !ValidTokenName(j["name"].get<std::string>()))
     return Invalid("`name` must be 1-64 letters, digits, `.`, `-` or `_` (and not `admin`)");
   Principal p;
@@ -173,7 +175,7 @@ Result<json> TokenRegistry::Create(const std::string& body) {
   std::string token = "wt_" + RandomHex(24);
   json rec = {{"name", p.name}, {"scopes", p.scopes}, {"quotas", p.quotas.ToJson()},
               {"created_at", NowRfc3339()}};
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (records_.count(p.name)) return Status(Code::kConflict, "create token", p.name, "a token with this name exists");
   json stored = rec;
   stored["sha256"] = Sha256Hex(token);
@@ -185,14 +187,14 @@ Result<json> TokenRegistry::Create(const std::string& body) {
 }
 
 json TokenRegistry::List() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   json arr = json::array();
   for (const auto& [n, r] : records_) arr.push_back(r);
   return {{"tokens", arr}};
 }
 
 Status TokenRegistry::Remove(const std::string& name) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!records_.count(name)) return NotFound("token", name);
   WARREN_RETURN_IF_ERROR(state_->RemoveDoc(kTokenKind, name));
   records_.erase(name);

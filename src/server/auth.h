@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 
 namespace warren::server {
 
@@ -71,9 +72,9 @@ class TokenRegistry {
  private:
   StateStore* state_;
   std::string admin_token_;
-  mutable std::mutex mu_;
-  std::map<std::string, Principal> by_hash_;  // sha256(token) hex -> principal
-  std::map<std::string, nlohmann::json> records_;  // name -> stored record (no secret)
+  mutable Mutex mu_;
+  std::map<std::string, Principal> by_hash_ GUARDED_BY(mu_);  // sha256(token) hex -> principal
+  std::map<std::string, nlohmann::json> records_ GUARDED_BY(mu_);  // name -> stored record (no secret)
 };
 
 }  // namespace warren::server

@@ -22,7 +22,7 @@ json Public(const json& doc) {
 }  // namespace
 
 void LeaseTable::Load() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const json& d : state_->ListDocs(kLeaseKind)) leases_[d.value("id", "")] = d;
 }
 
@@ -44,14 +44,14 @@ Result<json> LeaseTable::Create(const Principal& who, const std::string& body) {
   const double now = UnixNow();
   json doc = {{"id", "ls-" + RandomHex(8)}, {"owner", who.name},       {"ttl_s", ttl},
               {"created_at", Rfc3339(now)},  {"expires_at", Rfc3339(now + ttl)}, {"expires_unix", now + ttl}};
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   WARREN_RETURN_IF_ERROR(state_->PutDoc(kLeaseKind, doc["id"], doc));
   leases_[doc["id"]] = doc;
   return Public(doc);
 }
 
 Result<json> LeaseTable::Renew(const Principal& who, const std::string& id, const std::string& body) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = leases_.find(id);
   const double now = UnixNow();
   if (it == leases_.end() || !who.Owns(it->second.value("owner", "")) ||
@@ -68,7 +68,7 @@ Result<json> LeaseTable::Renew(const Principal& who, const std::string& id, cons
 }
 
 Status LeaseTable::Release(const Principal& who, const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = leases_.find(id);
   if (it == leases_.end() || !who.Owns(it->second.value("owner", "")) ||
       it->second.value("expires_unix", 0.0) <= UnixNow())
@@ -79,7 +79,7 @@ Status LeaseTable::Release(const Principal& who, const std::string& id) {
 }
 
 Result<json> LeaseTable::Get(const Principal& who, const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = leases_.find(id);
   if (it == leases_.end() || !who.Owns(it->second.value("owner", "")) ||
       it->second.value("expires_unix", 0.0) <= UnixNow())
@@ -88,7 +88,7 @@ Result<json> LeaseTable::Get(const Principal& who, const std::string& id) {
 }
 
 std::vector<std::string> LeaseTable::TakeExpired() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::string> out;
   const double now = UnixNow();
   for (auto it = leases_.begin(); it != leases_.end();) {

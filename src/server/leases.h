@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "server/auth.h"
 
 namespace warren::server {
@@ -37,8 +38,8 @@ class LeaseTable {
  private:
   Result<double> ParseTtl(const std::string& body, double fallback);
   StateStore* state_;
-  std::mutex mu_;
-  std::map<std::string, nlohmann::json> leases_;  // id -> doc (with "expires_unix")
+  Mutex mu_;
+  std::map<std::string, nlohmann::json> leases_ GUARDED_BY(mu_);  // id -> doc (with "expires_unix")
 };
 
 }  // namespace warren::server

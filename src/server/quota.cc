@@ -25,7 +25,7 @@ std::string Fmt(double v) {
 
 Status QuotaTracker::Reserve(const Principal& who, double cpu, int64_t memory_mb) {
   const Quotas& q = who.quotas;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Use& u = use_[who.name];
   auto refuse = [&](const std::string& what) {
     return Status(Code::kQuota, "create sandbox", who.name, what);
@@ -58,7 +58,7 @@ Status QuotaTracker::ReserveCalls(const Principal& who, int64_t n) {
   if (q.max_calls > 0 && n > q.max_calls)
     return Invalid("a batch of " + std::to_string(n) + " calls is more than this token's max_calls (" +
                    std::to_string(q.max_calls) + ") would ever let run; split it");
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Use& u = use_[who.name];
   if (q.max_calls > 0 && u.calls + n > q.max_calls)
     return Status(Code::kQuota, "call", who.name,
@@ -80,20 +80,20 @@ Status QuotaTracker::ReserveCalls(const Principal& who, int64_t n) {
 }
 
 void QuotaTracker::ReleaseCalls(const std::string& owner, int64_t n) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Use& u = use_[owner];
   u.calls = std::max<int64_t>(0, u.calls - n);
 }
 
 int64_t QuotaTracker::CallsRunning() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   int64_t n = 0;
   for (const auto& [owner, u] : use_) n += u.calls;
   return n;
 }
 
 void QuotaTracker::Release(const std::string& owner, double cpu, int64_t memory_mb) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Use& u = use_[owner];
   u.sandboxes = std::max<int64_t>(0, u.sandboxes - 1);
   u.cpu = std::max(0.0, u.cpu - cpu);
@@ -101,20 +101,20 @@ void QuotaTracker::Release(const std::string& owner, double cpu, int64_t memory_
 }
 
 void QuotaTracker::Hold(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   held_.insert(id);
 }
 
 void QuotaTracker::ReleaseHeld(const std::string& id, const std::string& owner, double cpu, int64_t memory_mb) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!held_.erase(id)) return;
   }
   Release(owner, cpu, memory_mb);
 }
 
 void QuotaTracker::Count(const std::vector<nlohmann::json>& sandboxes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& sb : sandboxes) {
     if (sb.value("state", "") == "failed") continue;
     held_.insert(sb.value("id", ""));
@@ -126,7 +126,7 @@ void QuotaTracker::Count(const std::vector<nlohmann::json>& sandboxes) {
 }
 
 nlohmann::json QuotaTracker::Usage(const std::string& owner) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   const Use& u = use_[owner];
   return {{"sandboxes", u.sandboxes}, {"cpu", u.cpu}, {"memory_mb", u.memory_mb}};
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "server/auth.h"
 
 namespace warren::server {
@@ -49,9 +50,9 @@ class QuotaTracker {
     double call_bucket = -1;
     double call_refilled_at = 0;
   };
-  std::mutex mu_;
-  std::map<std::string, Use> use_;
-  std::set<std::string> held_;  // sandboxes holding a share
+  Mutex mu_;
+  std::map<std::string, Use> use_ GUARDED_BY(mu_);
+  std::set<std::string> held_ GUARDED_BY(mu_);  // sandboxes holding a share
 };
 
 }  // namespace warren::server

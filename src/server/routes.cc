@@ -18,7 +18,7 @@ namespace warren::server {
 using nlohmann::json;
 
 void Histogram::Observe(double s) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < std::size(kBuckets); ++i)
     if (s <= kBuckets[i]) ++counts_[i];
   ++total_;
@@ -26,7 +26,7 @@ void Histogram::Observe(double s) {
 }
 
 std::string Histogram::Render(const std::string& name) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::ostringstream o;
   o << "# TYPE " << name << " histogram\n";
   for (size_t i = 0; i < std::size(kBuckets); ++i)
@@ -64,16 +64,16 @@ Api::~Api() { StopReaper(); }
 
 void Api::StartReaper() {
   reaper_ = std::thread([this] {
-    std::unique_lock lock(reap_mu_);
+    MutexLock lock(&reap_mu_);
     while (!reap_stop_) {
-      reap_cv_.wait_for(lock, std::chrono::milliseconds(500));
+      lock.WaitFor(reap_cv_, std::chrono::milliseconds(500));
       double now = NowSeconds();
       std::vector<std::string> due, idle;
       for (auto& [id, deadline] : deadlines_)
         if (deadline <= now) due.push_back(id);
       for (auto& [id, i] : idle_)
         if (now - i.last >= i.timeout) idle.push_back(id);
-      lock.unlock();
+      lock.Unlock();
       // Idle: no API use for idle_timeout_s and no command running.
       for (const auto& id : idle) {
         if (node_->RunningExecs(id) > 0) {
@@ -87,18 +87,18 @@ void Api::StartReaper() {
       for (const auto& id : due) {
         Status st = DeleteSandbox(System(), id);
         if (!st.ok() && st.code() != Code::kNotFound) CountError(st.code());
-        std::lock_guard l(reap_mu_);
+        MutexLock l(&reap_mu_);
         deadlines_.erase(id);
         idle_.erase(id);
       }
-      lock.lock();
+      lock.Lock();
     }
   });
 }
 
 void Api::StopReaper() {
   {
-    std::lock_guard lock(reap_mu_);
+    MutexLock lock(&reap_mu_);
     reap_stop_ = true;
   }
   reap_cv_.notify_all();
@@ -111,7 +111,7 @@ void Api::ReleaseQuotaOf(const json& sb) {
 }
 
 void Api::Touch(const std::string& id) {
-  std::lock_guard lock(reap_mu_);
+  MutexLock lock(&reap_mu_);
   auto it = idle_.find(id);
   if (it != idle_.end()) it->second.last = NowSeconds();
 }
@@ -164,7 +164,7 @@ void Api::ReconcileAfterRestart() {
       // Its TTL runs from its creation, on the wall clock.
       double created = ParseRfc3339(sb.value("created_at", ""));
       double left = created > 0 ? created + sb.value("ttl_s", 3600.0) - wall : sb.value("ttl_s", 3600.0);
-      std::lock_guard lock(reap_mu_);
+      MutexLock lock(&reap_mu_);
       deadlines_[id] = mono + std::max(0.0, left);
       if (sb.value("idle_timeout_s", json(nullptr)).is_number())
         idle_[id] = {sb["idle_timeout_s"].get<double>(), mono};
@@ -180,7 +180,7 @@ void Api::ReconcileAfterRestart() {
 }
 
 void Api::CountError(Code code) {
-  std::lock_guard lock(err_mu_);
+  MutexLock lock(&err_mu_);
   ++errors_[CodeName(code)];
 }
 
@@ -280,7 +280,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   create_seconds_.Observe(NowSeconds() - t0);
   if (spec.trajectory) traj_.Restart(TrajectoryLog::Key(who.name, *spec.trajectory));
   {
-    std::lock_guard lock(reap_mu_);
+    MutexLock lock(&reap_mu_);
     deadlines_[id] = NowSeconds() + static_cast<double>(spec.ttl_s);
     if (spec.idle_timeout_s) idle_[id] = {static_cast<double>(*spec.idle_timeout_s), NowSeconds()};
   }
@@ -411,12 +411,12 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
     return node::NodeFault(st);
   }
   {
-    std::lock_guard lock(reap_mu_);
+    MutexLock lock(&reap_mu_);
     deadlines_.erase(id);
     idle_.erase(id);
   }
   {
-    std::lock_guard lock(replayed_mu_);
+    MutexLock lock(&replayed_mu_);
     replay_stopped_.erase(id);
   }
   WARREN_RETURN_IF_ERROR(state_->RemoveSandbox(id));
@@ -817,13 +817,13 @@ Result<json> Api::CallBatch(const Principal& who, const std::string& body) {
 
 Result<json> Api::RunCalls(const Principal& who, int64_t n, const std::function<Result<json>()>& run) {
   if (Status st = quota_.ReserveCalls(who, n); !st.ok()) {
-    std::lock_guard lock(err_mu_);
+    MutexLock lock(&err_mu_);
     calls_refused_ += n;
     return st;
   }
   Cleanup release([&] { quota_.ReleaseCalls(who.name, n); });
   {
-    std::lock_guard lock(err_mu_);
+    MutexLock lock(&err_mu_);
     calls_started_ += n;
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -867,13 +867,13 @@ std::string Api::Metrics() {
   }
   o << "# TYPE warren_calls_running gauge\nwarren_calls_running " << quota_.CallsRunning() << "\n";
   {
-    std::lock_guard lock(err_mu_);
+    MutexLock lock(&err_mu_);
     o << "# TYPE warren_calls_admitted_total counter\nwarren_calls_admitted_total " << calls_started_ << "\n";
     o << "# TYPE warren_calls_refused_total counter\nwarren_calls_refused_total " << calls_refused_ << "\n";
   }
   o << "# TYPE warren_api_errors_total counter\n";
   {
-    std::lock_guard lock(err_mu_);
+    MutexLock lock(&err_mu_);
     std::map<std::string, uint64_t> all;
     for (const char* code : {"not_found", "invalid", "conflict", "quota", "unauthorized", "forbidden", "unavailable",
                              "internal"})

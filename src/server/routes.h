@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/thread_annotations.h"
 #include "base/work_queue.h"
 #include "image/layer_store.h"
 #include "node/node_api.h"
@@ -40,10 +41,10 @@ class Histogram {
  private:
   static constexpr double kBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                         0.25,  0.5,    1,     2.5,  5,     10};
-  mutable std::mutex mu_;
-  uint64_t counts_[std::size(kBuckets)] = {};
-  uint64_t total_ = 0;
-  double sum_ = 0;
+  mutable Mutex mu_;
+  uint64_t counts_[std::size(kBuckets)] GUARDED_BY(mu_) = {};
+  uint64_t total_ GUARDED_BY(mu_) = 0;
+  double sum_ GUARDED_BY(mu_) = 0;
 };
 
 class Api {
@@ -169,32 +170,34 @@ class Api {
   std::shared_mutex gc_mu_;
   Histogram create_seconds_, exec_seconds_, call_seconds_;
   fncall::CallService* calls_ = nullptr;
-  std::mutex reap_mu_;
-  std::condition_variable reap_cv_;
-  bool reap_stop_ = false;
+  Mutex reap_mu_;
+  std::condition_variable_any reap_cv_;
+  bool reap_stop_ GUARDED_BY(reap_mu_) = false;
   std::thread reaper_;
-  std::map<std::string, double> deadlines_;  // sandbox id -> monotonic deadline
+  std::map<std::string, double> deadlines_ GUARDED_BY(reap_mu_);  // sandbox id -> monotonic deadline
   struct Idle {
     double timeout = 0, last = 0;  // seconds; monotonic time of the last use
   };
-  std::map<std::string, Idle> idle_;  // sandboxes with an idle_timeout_s
+  std::map<std::string, Idle> idle_ GUARDED_BY(reap_mu_);  // sandboxes with an idle_timeout_s
   // Marks sandbox `id` as used now (idle timeout).
   void Touch(const std::string& id);
   // Gives back the quota share a sandbox record held.
   void ReleaseQuotaOf(const nlohmann::json& sb);
-  std::mutex err_mu_;
-  std::map<std::string, uint64_t> errors_;
-  uint64_t calls_started_ = 0, calls_refused_ = 0;  // guarded by err_mu_
+  Mutex err_mu_;
+  std::map<std::string, uint64_t> errors_ GUARDED_BY(err_mu_);
+  uint64_t calls_started_ GUARDED_BY(err_mu_) = 0;
+  uint64_t calls_refused_ GUARDED_BY(err_mu_) = 0;
   TrajectoryLog traj_;
-  std::mutex traj_create_mu_;
-  std::mutex replayed_mu_;
+  std::mutex traj_create_mu_;  // serializes creates of trajectories; guards no field
+  Mutex replayed_mu_;
   // SANDBOX/EXEC_ID of execs answered as replays at least once (the node may hold the
   // original run under the same id); the latest of them kept whole, for GET and stream.
-  std::set<std::string> replayed_ids_;
-  std::map<std::string, std::shared_ptr<node::ExecRecord>> replays_;
-  std::deque<std::string> replay_order_;
-  std::set<std::string> rerunning_;                     // sandboxes with a step re-running
-  std::map<std::string, std::string> replay_stopped_;  // sandbox -> why it takes no execs
+  std::set<std::string> replayed_ids_ GUARDED_BY(replayed_mu_);
+  std::map<std::string, std::shared_ptr<node::ExecRecord>> replays_ GUARDED_BY(replayed_mu_);
+  std::deque<std::string> replay_order_ GUARDED_BY(replayed_mu_);
+  std::set<std::string> rerunning_ GUARDED_BY(replayed_mu_);  // sandboxes with a step re-running
+  // sandbox -> why it takes no execs
+  std::map<std::string, std::string> replay_stopped_ GUARDED_BY(replayed_mu_);
   WorkQueue recorder_;  // writes finished trajectory steps; last: destroyed first
 };
 

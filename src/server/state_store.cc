@@ -96,7 +96,7 @@ Status StateStore::Exec(const char* sql) {
 }
 
 Status StateStore::PutSandbox(const nlohmann::json& sb) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "INSERT OR REPLACE INTO sandboxes (id, state, created_at, doc) VALUES (?,?,?,?)");
   st.Bind(1, sb.value("id", "")).Bind(2, sb.value("state", "")).Bind(3, sb.value("created_at", ""))
       .Bind(4, sb.dump());
@@ -105,7 +105,7 @@ Status StateStore::PutSandbox(const nlohmann::json& sb) {
 }
 
 Result<nlohmann::json> StateStore::GetSandbox(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM sandboxes WHERE id = ?");
   st.Bind(1, id);
   if (st.Step() != SQLITE_ROW) return NotFound("sandbox", id);
@@ -113,7 +113,7 @@ Result<nlohmann::json> StateStore::GetSandbox(const std::string& id) {
 }
 
 std::vector<nlohmann::json> StateStore::ListSandboxes() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM sandboxes ORDER BY created_at, id");
   std::vector<nlohmann::json> out;
   while (st.Step() == SQLITE_ROW) out.push_back(nlohmann::json::parse(st.Text(0)));
@@ -121,7 +121,7 @@ std::vector<nlohmann::json> StateStore::ListSandboxes() {
 }
 
 Status StateStore::RemoveSandbox(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "DELETE FROM sandboxes WHERE id = ?");
   st.Bind(1, id);
   if (st.Step() != SQLITE_DONE) return DbError(db_, "remove sandbox");
@@ -129,7 +129,7 @@ Status StateStore::RemoveSandbox(const std::string& id) {
 }
 
 Status StateStore::PutLayer(const LayerRecord& r) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_,
           "INSERT OR REPLACE INTO layers (name, tag, digest, kind, size, created_at, source)"
           " VALUES (?,?,?,?,?,?,?)");
@@ -141,7 +141,7 @@ Status StateStore::PutLayer(const LayerRecord& r) {
 }
 
 Result<LayerRecord> StateStore::GetLayer(const std::string& name, const std::string& tag) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = layer_cache_.find({name, tag}); it != layer_cache_.end()) return it->second;
   Stmt st(db_, "SELECT name, tag, digest, kind, size, created_at, source FROM layers WHERE name = ? AND tag = ?");
   st.Bind(1, name).Bind(2, tag);
@@ -152,7 +152,7 @@ Result<LayerRecord> StateStore::GetLayer(const std::string& name, const std::str
 }
 
 std::vector<LayerRecord> StateStore::ListLayers() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "SELECT name, tag, digest, kind, size, created_at, source FROM layers ORDER BY name, tag");
   std::vector<LayerRecord> out;
   while (st.Step() == SQLITE_ROW) out.push_back(ReadLayer(st));
@@ -160,7 +160,7 @@ std::vector<LayerRecord> StateStore::ListLayers() {
 }
 
 Status StateStore::RemoveLayer(const std::string& name, const std::string& tag) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   layer_cache_.erase({name, tag});
   Stmt st(db_, "DELETE FROM layers WHERE name = ? AND tag = ?");
   st.Bind(1, name).Bind(2, tag);
@@ -170,14 +170,14 @@ Status StateStore::RemoveLayer(const std::string& name, const std::string& tag) 
 }
 
 int StateStore::LayerRefs(const std::string& digest) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "SELECT COUNT(*) FROM layers WHERE digest = ?");
   st.Bind(1, digest);
   return st.Step() == SQLITE_ROW ? static_cast<int>(st.Int(0)) : 0;
 }
 
 Status StateStore::PutDoc(const std::string& kind, const std::string& id, const nlohmann::json& doc) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "INSERT OR REPLACE INTO docs (kind, id, doc) VALUES (?,?,?)");
   st.Bind(1, kind).Bind(2, id).Bind(3, doc.dump());
   if (st.Step() != SQLITE_DONE) return DbError(db_, "put " + kind);
@@ -185,7 +185,7 @@ Status StateStore::PutDoc(const std::string& kind, const std::string& id, const 
 }
 
 Result<nlohmann::json> StateStore::GetDoc(const std::string& kind, const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM docs WHERE kind = ? AND id = ?");
   st.Bind(1, kind).Bind(2, id);
   if (st.Step() != SQLITE_ROW) return NotFound(kind, id);
@@ -193,7 +193,7 @@ Result<nlohmann::json> StateStore::GetDoc(const std::string& kind, const std::st
 }
 
 std::vector<nlohmann::json> StateStore::ListDocs(const std::string& kind) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM docs WHERE kind = ? ORDER BY id");
   st.Bind(1, kind);
   std::vector<nlohmann::json> out;
@@ -202,7 +202,7 @@ std::vector<nlohmann::json> StateStore::ListDocs(const std::string& kind) {
 }
 
 Status StateStore::RemoveDoc(const std::string& kind, const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "DELETE FROM docs WHERE kind = ? AND id = ?");
   st.Bind(1, kind).Bind(2, id);
   if (st.Step() != SQLITE_DONE) return DbError(db_, "remove " + kind);
@@ -212,7 +212,7 @@ Status StateStore::RemoveDoc(const std::string& kind, const std::string& id) {
 
 Status StateStore::InsertStep(const std::string& traj, int64_t step, const std::string& exec_id,
                               const nlohmann::json& doc) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "INSERT INTO steps (traj, step, exec_id, doc) VALUES (?,?,?,?)");
   st.Bind(1, traj).Bind(2, step).Bind(3, exec_id).Bind(4, doc.dump());
   int rc = st.Step();
@@ -222,7 +222,7 @@ Status StateStore::InsertStep(const std::string& traj, int64_t step, const std::
 }
 
 Result<nlohmann::json> StateStore::GetStep(const std::string& traj, int64_t step) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM steps WHERE traj = ? AND step = ?");
   st.Bind(1, traj).Bind(2, step);
   if (st.Step() != SQLITE_ROW) return NotFound("step " + std::to_string(step), traj);
@@ -230,7 +230,7 @@ Result<nlohmann::json> StateStore::GetStep(const std::string& traj, int64_t step
 }
 
 Status StateStore::UpdateStep(const std::string& traj, int64_t step, const nlohmann::json& doc) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "UPDATE steps SET doc = ? WHERE traj = ? AND step = ?");
   st.Bind(1, doc.dump()).Bind(2, traj).Bind(3, step);
   if (st.Step() != SQLITE_DONE) return DbError(db_, "update step");
@@ -239,7 +239,7 @@ Status StateStore::UpdateStep(const std::string& traj, int64_t step, const nlohm
 }
 
 std::vector<nlohmann::json> StateStore::ListSteps(const std::string& traj) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM steps WHERE traj = ? ORDER BY step");
   st.Bind(1, traj);
   std::vector<nlohmann::json> out;
@@ -248,7 +248,7 @@ std::vector<nlohmann::json> StateStore::ListSteps(const std::string& traj) {
 }
 
 int64_t StateStore::MaxStep(const std::string& traj) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "SELECT MAX(step) FROM steps WHERE traj = ?");
   st.Bind(1, traj);
   if (st.Step() != SQLITE_ROW || st.IsNull(0)) return -1;
@@ -256,7 +256,7 @@ int64_t StateStore::MaxStep(const std::string& traj) {
 }
 
 Result<nlohmann::json> StateStore::FindStepByExec(const std::string& exec_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Stmt st(db_, "SELECT traj, doc FROM steps WHERE exec_id = ? LIMIT 1");
   st.Bind(1, exec_id);
   if (st.Step() != SQLITE_ROW) return NotFound("exec", exec_id);

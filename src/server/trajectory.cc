@@ -16,7 +16,7 @@ std::string StepDigest(const json& req) {
 
 Result<TrajectoryLog::Decision> TrajectoryLog::Begin(const std::string& key, std::optional<int64_t> step,
                                                      const std::string& digest) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto next = next_.find(key);
   if (next == next_.end()) next = next_.emplace(key, store_->MaxStep(key) + 1).first;
   Decision d;
@@ -41,14 +41,14 @@ Result<TrajectoryLog::Decision> TrajectoryLog::Begin(const std::string& key, std
 
 Status TrajectoryLog::Record(const std::string& key, int64_t step, const json& doc) {
   Status st = store_->InsertStep(key, step, doc.value("exec_id", ""), doc);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   running_[key].erase(step);
   return st;
 }
 
 Status TrajectoryLog::MarkApplied(const std::string& key, int64_t step, const std::string& sandbox_id,
                                   bool diverged) {
-  std::lock_guard lock(mu_);  // one read-modify-write of a step's doc at a time
+  MutexLock lock(&mu_);  // one read-modify-write of a step's doc at a time
   json doc = WARREN_TRY(store_->GetStep(key, step));
   if (!doc.contains("reruns") || !doc["reruns"].is_array()) doc["reruns"] = json::array();
   doc["reruns"].push_back({{"sandbox_id", sandbox_id}, {"diverged", diverged}});
@@ -64,12 +64,12 @@ bool TrajectoryLog::AppliedIn(const json& doc, const std::string& sandbox_id) {
 }
 
 void TrajectoryLog::Restart(const std::string& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   next_[key] = 0;
 }
 
 void TrajectoryLog::Abandon(const std::string& key, int64_t step) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   running_[key].erase(step);
 }
 

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 
 namespace warren::server {
 
@@ -58,9 +59,9 @@ class TrajectoryLog {
 
  private:
   StateStore* store_;
-  std::mutex mu_;
-  std::map<std::string, std::set<int64_t>> running_;  // reserved steps per trajectory
-  std::map<std::string, int64_t> next_;                // next auto-numbered step
+  Mutex mu_;
+  std::map<std::string, std::set<int64_t>> running_ GUARDED_BY(mu_);  // reserved steps per trajectory
+  std::map<std::string, int64_t> next_ GUARDED_BY(mu_);                // next auto-numbered step
 };
 
 // The digest a step is matched by: the request as parsed (defaults filled in), without

@@ -66,7 +66,7 @@ std::string Api::TrajectoryKeyOf(const json& sb) {
 
 void Api::KeepReplay(const std::string& sandbox_id, const std::shared_ptr<node::ExecRecord>& rec) {
   const std::string key = ReplayKey(sandbox_id, rec->id());
-  std::lock_guard lock(replayed_mu_);
+  MutexLock lock(&replayed_mu_);
   if (replayed_ids_.size() > 100000) replayed_ids_.clear();
   replayed_ids_.insert(key);
   if (replays_.emplace(key, rec).second) replay_order_.push_back(key);
@@ -80,7 +80,7 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const json& sb, const ExecReques
   const std::string id = sb.value("id", "");
   const std::string key = TrajectoryKeyOf(sb);
   {
-    std::lock_guard lock(replayed_mu_);
+    MutexLock lock(&replayed_mu_);
     if (auto it = replay_stopped_.find(id); it != replay_stopped_.end())
       return Status(Code::kConflict, "exec", id, it->second);
     if (rerunning_.count(id)) return RerunningConflict(id);
@@ -148,7 +148,7 @@ Result<Api::ExecStart> Api::RerunStep(const std::string& id, const std::string& 
                                       const ExecRequest& r, node::ExecSpec es, bool stop_on_divergence) {
   auto reply = node::ExecRecord::Pending(doc.value("exec_id", ""), id, r.binary);
   {
-    std::lock_guard lock(replayed_mu_);
+    MutexLock lock(&replayed_mu_);
     if (!rerunning_.insert(id).second) return RerunningConflict(id);
   }
   KeepReplay(id, reply);
@@ -162,7 +162,7 @@ Result<Api::ExecStart> Api::RerunStep(const std::string& id, const std::string& 
   };
   auto rec = node_->StartExec(id, NewExecId(), es);
   if (!rec.ok()) {
-    std::lock_guard lock(replayed_mu_);
+    MutexLock lock(&replayed_mu_);
     rerunning_.erase(id);
     return rec.status();
   }
@@ -173,7 +173,7 @@ void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec, const std::s
                       const std::string& key, int64_t step, const json& doc, const std::string& id,
                       bool stop_on_divergence) {
   auto done = [&] {
-    std::lock_guard lock(replayed_mu_);
+    MutexLock lock(&replayed_mu_);
     rerunning_.erase(id);
   };
   if (!rec) {
@@ -199,7 +199,7 @@ void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec, const std::s
     const std::string why = "the replay stopped at step " + std::to_string(step) +
                             ": its re-run in this sandbox differed from the record (" + what + ")";
     {
-      std::lock_guard lock(replayed_mu_);
+      MutexLock lock(&replayed_mu_);
       replay_stopped_[id] = why;
     }
     // Durable too, so a restarted daemon refuses as well.
@@ -227,7 +227,7 @@ Result<std::shared_ptr<node::ExecRecord>> Api::GetTrajectoryExec(const json& sb,
   const std::string key = ReplayKey(id, exec_id);
   auto rec = node_->GetExec(id, exec_id);
   {
-    std::lock_guard lock(replayed_mu_);
+    MutexLock lock(&replayed_mu_);
     if (auto it = replays_.find(key); it != replays_.end()) return it->second;
     if (rec.ok() && !replayed_ids_.count(key)) return rec;
   }

@@ -113,15 +113,15 @@ void QuotaTracker::ReleaseHeld(const std::string& id, const std::string& owner, 
   Release(owner, cpu, memory_mb);
 }
 
-void QuotaTracker::Count(const std::vector<nlohmann::json>& sandboxes) {
+void QuotaTracker::Count(const std::vector<SandboxRecord>& sandboxes) {
   MutexLock lock(&mu_);
   for (const auto& sb : sandboxes) {
-    if (sb.value("state", "") == "failed") continue;
-    held_.insert(sb.value("id", ""));
-    Use& u = use_[sb.value("owner", "admin")];
+    if (sb.state == SandboxState::kFailed) continue;
+    held_.insert(sb.id);
+    Use& u = use_[sb.owner];
     u.sandboxes += 1;
-    u.cpu += sb.value("cpu", 0.0);
-    u.memory_mb += sb.value("memory_mb", int64_t{0});
+    u.cpu += sb.spec.cpu;
+    u.memory_mb += static_cast<int64_t>(sb.spec.memory_mb);
   }
 }
 

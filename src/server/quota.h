@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "base/thread_annotations.h"
 #include "server/auth.h"
+#include "server/sandbox_record.h"
 
 namespace warren::server {
 
@@ -36,7 +37,7 @@ class QuotaTracker {
   void ReleaseCalls(const std::string& owner, int64_t n);
   int64_t CallsRunning();
   // Counts the sandboxes that already exist (at startup): every record but failed ones.
-  void Count(const std::vector<nlohmann::json>& sandboxes);
+  void Count(const std::vector<SandboxRecord>& sandboxes);
   nlohmann::json Usage(const std::string& owner);
 
  private:

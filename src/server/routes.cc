@@ -47,16 +47,14 @@ const Principal& System() {
 
 Api::Api(StateStore* state, StateStore* durable, node::NodeApi* node, image::LayerStore* layers,
          TokenRegistry* tokens)
-    : state_(state), node_(node), layers_(layers), tokens_(tokens), leases_(state), traj_(durable) {
-  quota_.Count(state_->ListSandboxes());
+    : state_(state), sandboxes_(state), node_(node), layers_(layers), tokens_(tokens), leases_(state), traj_(durable) {
+  quota_.Count(sandboxes_.List());
   leases_.Load();
   node_->SetOnSandboxLost([this](const std::string& id) {
-    auto sb = state_->GetSandbox(id);
-    if (!sb.ok() || (*sb)["state"] != "running") return;
-    (*sb)["state"] = "failed";
-    (*sb)["error"] = {{"code", "internal"}, {"message", "the sandbox's init process exited"}};
-    (void)state_->PutSandbox(*sb);
-    ReleaseQuotaOf(*sb);
+    auto sb = sandboxes_.Transition(id, SandboxState::kFailed, {SandboxState::kRunning}, [](SandboxRecord& r) {
+      r.error = SandboxRecord::Error{"internal", "the sandbox's init process exited"};
+    });
+    if (sb.ok()) ReleaseQuotaOf(*sb);
   });
 }
 
@@ -105,9 +103,8 @@ void Api::StopReaper() {
   if (reaper_.joinable()) reaper_.join();
 }
 
-void Api::ReleaseQuotaOf(const json& sb) {
-  quota_.ReleaseHeld(sb.value("id", ""), sb.value("owner", "admin"), sb.value("cpu", 0.0),
-                     sb.value("memory_mb", int64_t{0}));
+void Api::ReleaseQuotaOf(const SandboxRecord& sb) {
+  quota_.ReleaseHeld(sb.id, sb.owner, sb.spec.cpu, static_cast<int64_t>(sb.spec.memory_mb));
 }
 
 void Api::Touch(const std::string& id) {
@@ -117,64 +114,63 @@ void Api::Touch(const std::string& id) {
 }
 
 void Api::MarkAllStopped() {
-  for (json sb : state_->ListSandboxes()) {
-    if (sb["state"] == "failed") continue;
-    sb["state"] = "failed";
-    sb["error"] = {{"code", "unavailable"}, {"message", "warren serve was stopped; its sandboxes were deleted"}};
-    (void)state_->PutSandbox(sb);
+  for (const SandboxRecord& sb : sandboxes_.List()) {
+    if (sb.state == SandboxState::kFailed) continue;
+    (void)sandboxes_.Transition(sb.id, SandboxState::kFailed, {}, [](SandboxRecord& r) {
+      r.error = SandboxRecord::Error{"unavailable", "warren serve was stopped; its sandboxes were deleted"};
+    });
   }
 }
 
 // The node spec of a fncall sandbox from its record (a fncall sandbox is only its record).
-static node::NodeSandboxSpec FncallSpecOf(const json& sb) {
+static node::NodeSandboxSpec FncallSpecOf(const SandboxRecord& sb) {
   node::NodeSandboxSpec ns;
   ns.backend = "fncall";
-  ns.config.id = sb.value("id", "");
-  for (const auto& l : sb.value("layers", json::array())) ns.config.layers.push_back({l.value("digest", ""), ""});
-  ns.config.memory_bytes = sb.value("memory_mb", uint64_t{512}) << 20;
-  ns.config.disk_bytes = sb.value("disk_mb", uint64_t{1024}) << 20;
-  ns.config.pids = sb.value("pids", uint64_t{512});
-  ns.config.open_files = sb.value("open_files", uint64_t{4096});
-  const json env = sb.value("env", json::object());
-  for (const auto& [k, v] : env.items())
-    if (v.is_string()) ns.config.env[k] = v.get<std::string>();
+  ns.config.id = sb.id;
+  for (const auto& l : sb.layers) ns.config.layers.push_back({l.digest, ""});
+  ns.config.memory_bytes = sb.spec.memory_mb << 20;
+  ns.config.disk_bytes = sb.spec.disk_mb << 20;
+  ns.config.pids = sb.spec.pids;
+  ns.config.open_files = sb.spec.open_files;
+  ns.config.env = sb.spec.env;
   return ns;
 }
 
 void Api::ReconcileAfterRestart() {
   const double wall = UnixNow(), mono = NowSeconds();
-  for (json sb : state_->ListSandboxes()) {
-    const std::string id = sb.value("id", ""), state = sb.value("state", "");
-    if (state == "failed") continue;
-    if (state == "stopping") {
+  for (const SandboxRecord& sb : sandboxes_.List()) {
+    const std::string& id = sb.id;
+    const std::string state = StateName(sb.state);
+    if (sb.state == SandboxState::kFailed) continue;
+    if (sb.state == SandboxState::kStopping) {
       // A delete the earlier daemon did not finish: its processes go with the unadopted
       // ones (ReapUnadopted), its record goes now.
-      (void)state_->RemoveSandbox(id);
+      (void)sandboxes_.Remove(id);
       ReleaseQuotaOf(sb);
       continue;
     }
     // Running and paused sandboxes kept running while we were away: take them over. A fncall
     // sandbox has no processes between execs: it is simply made again.
-    Status st = state == "running" || state == "paused"
-                    ? (sb.value("backend", "") == "fncall" ? node_->CreateSandbox(FncallSpecOf(sb)).status()
-                                                           : node_->AdoptSandbox(id))
+    Status st = IsLive(sb.state)
+                    ? (sb.spec.backend == "fncall" ? node_->CreateSandbox(FncallSpecOf(sb)).status()
+                                                   : node_->AdoptSandbox(id))
                     : Status(Code::kUnavailable, "adopt", id, "it was " + state + " when warren serve stopped");
     if (st.ok()) {
       spdlog::info("re-adopted sandbox {} ({})", id, state);
       // Its TTL runs from its creation, on the wall clock.
-      double created = ParseRfc3339(sb.value("created_at", ""));
-      double left = created > 0 ? created + sb.value("ttl_s", 3600.0) - wall : sb.value("ttl_s", 3600.0);
+      double created = ParseRfc3339(sb.created_at);
+      const double ttl = static_cast<double>(sb.spec.ttl_s);
+      double left = created > 0 ? created + ttl - wall : ttl;
       MutexLock lock(&reap_mu_);
       deadlines_[id] = mono + std::max(0.0, left);
-      if (sb.value("idle_timeout_s", json(nullptr)).is_number())
-        idle_[id] = {sb["idle_timeout_s"].get<double>(), mono};
+      if (sb.spec.idle_timeout_s) idle_[id] = {static_cast<double>(*sb.spec.idle_timeout_s), mono};
       continue;
     }
     spdlog::warn("sandbox {} could not be re-adopted: {}", id, st.ToString());
-    sb["state"] = "failed";
-    sb["error"] = {{"code", "unavailable"},
-                   {"message", "warren serve restarted and could not take the sandbox over: " + st.ToString()}};
-    (void)state_->PutSandbox(sb);
+    (void)sandboxes_.Transition(id, SandboxState::kFailed, {}, [&](SandboxRecord& r) {
+      r.error = SandboxRecord::Error{"unavailable",
+                                     "warren serve restarted and could not take the sandbox over: " + st.ToString()};
+    });
     ReleaseQuotaOf(sb);
   }
 }
@@ -201,10 +197,8 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   std::unique_lock traj_lock(traj_create_mu_, std::defer_lock);
   if (spec.trajectory) {
     traj_lock.lock();
-    for (json sb : state_->ListSandboxes())
-      if (sb.value("trajectory", json(nullptr)) == json(*spec.trajectory) &&
-          sb.value("owner", "admin") == who.name &&
-          (sb.value("state", "") == "running" || sb.value("state", "") == "paused"))
+    for (SandboxRecord& sb : sandboxes_.List())
+      if (sb.spec.trajectory == spec.trajectory && sb.owner == who.name && IsLive(sb.state))
         return Reattach(who, spec, std::move(sb));
   }
 
@@ -212,14 +206,14 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   // the digests: tags move, what it was made from does not.
   std::shared_lock gc_lock(gc_mu_);
   node::NodeSandboxSpec ns;
-  json made_from = json::array();
+  std::vector<SandboxRecord::Layer> made_from;
   auto resolve = [&](const std::string& ref, const char* role) -> Status {
     std::string name, tag;
     WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
     auto rec = state_->GetLayer(name, tag);
     if (!rec.ok()) return Invalid(std::string("unknown ") + role + " image `" + ref + "`");
     ns.config.layers.push_back({rec->digest, "", std::string(role) == "tool"});
-    made_from.push_back({{"ref", ref}, {"role", role}, {"digest", rec->digest}});
+    made_from.push_back({ref, role, rec->digest});
     return Status::Ok();
   };
   if (spec.workspace) WARREN_RETURN_IF_ERROR(resolve(*spec.workspace, "workspace"));
@@ -242,19 +236,19 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   ns.config.env = spec.env;
   ns.network = WARREN_TRY(net::ParsePolicy(spec.network.mode, spec.network.allow));
 
-  json sb = ToJson(spec);
-  sb["id"] = id;
-  sb["state"] = "creating";
-  sb["node"] = node_->name();
-  sb["created_at"] = NowRfc3339();
-  sb["error"] = nullptr;
-  sb["layers"] = made_from;
-  sb["owner"] = who.name;
-  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
+  SandboxRecord sb;
+  sb.id = id;
+  sb.owner = who.name;
+  sb.node = node_->name();
+  sb.created_at = NowRfc3339();
+  sb.state = SandboxState::kCreating;
+  sb.spec = spec;
+  sb.layers = std::move(made_from);
+  WARREN_RETURN_IF_ERROR(sandboxes_.Insert(sb));
   auto rt = node_->CreateSandbox(ns);
   gc_lock.unlock();  // mounted: the kernel holds the blobs open now
   if (!rt.ok()) {
-    (void)state_->RemoveSandbox(id);
+    (void)sandboxes_.Remove(id);
     return node::NodeFault(rt.status());
   }
   // The filesystem policy holds before anything of the occupant's runs.
@@ -262,17 +256,17 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
     Status fs = node::NodeFault(node_->SetFilesystem(id, spec.filesystem));
     if (!fs.ok()) {
       (void)node_->DeleteSandbox(id);
-      (void)state_->RemoveSandbox(id);
+      (void)sandboxes_.Remove(id);
       return fs;
     }
   }
-  sb["state"] = "running";
-  Status st = state_->PutSandbox(sb);
-  if (!st.ok()) {
+  auto running = sandboxes_.Transition(id, SandboxState::kRunning, {SandboxState::kCreating});
+  if (!running.ok()) {
     (void)node_->DeleteSandbox(id);
-    (void)state_->RemoveSandbox(id);
-    return st;
+    (void)sandboxes_.Remove(id);
+    return running.status();
   }
+  sb = std::move(*running);
   release.Cancel();  // the sandbox holds its share until deleted (or failed)
   quota_.Hold(id);
   // The lease may have expired while we were creating: then this sandbox goes with it now.
@@ -284,21 +278,24 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
     deadlines_[id] = NowSeconds() + static_cast<double>(spec.ttl_s);
     if (spec.idle_timeout_s) idle_[id] = {static_cast<double>(*spec.idle_timeout_s), NowSeconds()};
   }
-  return sb;
+  return ToJson(sb);
 }
 
 // The trainer is back: its sandbox takes the lease of the new request (the old one belonged to
 // the trainer that died) and runs again if its lease expiry had paused it.
-Result<json> Api::Reattach(const Principal& who, const SandboxSpec& spec, json sb) {
-  const std::string id = sb.value("id", "");
+Result<json> Api::Reattach(const Principal& who, const SandboxSpec& spec, SandboxRecord sb) {
+  const std::string id = sb.id;
   if (spec.lease) {
-    sb["lease"] = *spec.lease;
-    sb["on_lease_expiry"] = spec.on_lease_expiry;
+    sb = WARREN_TRY(sandboxes_.Update(id, [&](SandboxRecord& r) {
+      r.spec.lease = spec.lease;
+      r.spec.on_lease_expiry = spec.on_lease_expiry;
+      return Status::Ok();
+    }));
   }
-  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
-  if (sb.value("state", "") == "paused") sb = WARREN_TRY(SetPaused(who, id, false));
-  traj_.Restart(TrajectoryLog::Key(sb.value("owner", who.name), *spec.trajectory));
-  return sb;
+  json out = ToJson(sb);
+  if (sb.state == SandboxState::kPaused) out = WARREN_TRY(SetPaused(who, id, false));
+  traj_.Restart(TrajectoryLog::Key(sb.owner, *spec.trajectory));
+  return out;
 }
 
 Result<json> Api::CreateSandbox(const Principal& who, const std::string& body) {
@@ -353,23 +350,26 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
   return out;
 }
 
-Result<json> Api::Sandbox(const Principal& who, const std::string& id) {
-  auto sb = state_->GetSandbox(id);
-  if (!sb.ok() || !who.Owns(sb->value("owner", "admin"))) return NotFound("sandbox", id);
+Result<SandboxRecord> Api::Sandbox(const Principal& who, const std::string& id) {
+  auto sb = sandboxes_.Get(id);
+  if (!sb.ok() && sb.status().code() != Code::kNotFound) return sb.status();
+  if (!sb.ok() || !who.Owns(sb->owner)) return NotFound("sandbox", id);
   // Any use of a sandbox through the API (get, exec, files, streams, pause) counts as
   // activity for its idle timeout; the daemon's own actions do not.
   if (&who != &System()) Touch(id);
   return sb;
 }
 
-Result<json> Api::GetSandbox(const Principal& who, const std::string& id) { return Sandbox(who, id); }
+Result<json> Api::GetSandbox(const Principal& who, const std::string& id) { return ToJson(WARREN_TRY(Sandbox(who, id))); }
 
 Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {
-  std::string want_state;
+  std::optional<SandboxState> want_state;
   std::vector<std::pair<std::string, std::string>> labels;
   for (auto& [k, v] : q) {
     if (k == "state") {
-      want_state = v;
+      // The contract's `deleted` is a state no record is in: it matches nothing.
+      if (v == "deleted") return json{{"sandboxes", json::array()}};
+      want_state = WARREN_TRY(ParseSandboxState(v));
     } else if (k == "label") {
       // Several label filters arrive joined by '&' in one value (see http_server.cc).
       std::stringstream ss(v);
@@ -384,30 +384,35 @@ Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {
     }
   }
   json out = json::array();
-  for (json& sb : state_->ListSandboxes()) {
-    if (!who.Owns(sb.value("owner", "admin"))) continue;
-    if (!want_state.empty() && sb["state"] != want_state) continue;
+  for (const SandboxRecord& sb : sandboxes_.List()) {
+    if (!who.Owns(sb.owner)) continue;
+    if (want_state && sb.state != *want_state) continue;
     bool match = true;
     for (auto& [k, v] : labels)
-      if (!sb["labels"].contains(k) || sb["labels"][k] != v) match = false;
-    if (match) out.push_back(std::move(sb));
+      if (auto it = sb.spec.labels.find(k); it == sb.spec.labels.end() || it->second != v) match = false;
+    if (match) out.push_back(ToJson(sb));
   }
   return json{{"sandboxes", out}};
 }
 
 Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
-  json sb = WARREN_TRY(Sandbox(who, id));
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   // `stopping` while the node kills it: visible to readers, and if the daemon dies now the
-  // next one finishes the deletion (ReconcileAfterRestart).
-  if (sb.value("state", "") != "failed") {
-    json stopping = sb;
-    stopping["state"] = "stopping";
-    (void)state_->PutSandbox(stopping);
+  // next one finishes the deletion (ReconcileAfterRestart). A sandbox already stopping (a
+  // delete under way, or one the earlier daemon left) is deleted again.
+  if (sb.state == SandboxState::kCreating)
+    return Status(Code::kConflict, "delete sandbox", id, "sandbox is creating; delete it once its create returned");
+  std::optional<SandboxState> was;
+  if (IsLive(sb.state)) {
+    WARREN_RETURN_IF_ERROR(sandboxes_.Transition(id, SandboxState::kStopping,
+                                                 {SandboxState::kRunning, SandboxState::kPaused},
+                                                 [&](const SandboxRecord& r) { was = r.state; })
+                               .status());
   }
   Status st = node_->DeleteSandbox(id);
   // A sandbox the node does not know (failed at a restart) only needs its record removed.
   if (!st.ok() && st.code() != Code::kNotFound) {
-    (void)state_->PutSandbox(sb);
+    if (was) (void)sandboxes_.Transition(id, *was, {SandboxState::kStopping});
     return node::NodeFault(st);
   }
   {
@@ -419,11 +424,10 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
     MutexLock lock(&replayed_mu_);
     replay_stopped_.erase(id);
   }
-  WARREN_RETURN_IF_ERROR(state_->RemoveSandbox(id));
+  WARREN_RETURN_IF_ERROR(sandboxes_.Remove(id));
   ReleaseQuotaOf(sb);
   std::vector<std::string> digests;
-  if (sb.contains("layers") && sb["layers"].is_array())
-    for (const auto& l : sb["layers"]) digests.push_back(l.value("digest", ""));
+  for (const auto& l : sb.layers) digests.push_back(l.digest);
   CollectBlobs(digests);
   return Status::Ok();
 }
@@ -431,9 +435,12 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
 std::set<std::string> Api::DigestsInUse() {
   std::set<std::string> used;
   for (const auto& l : state_->ListLayers()) used.insert(l.digest);
+  // From the stored JSON, not the typed records: a record this version cannot parse still
+  // keeps its blobs.
   for (const json& sb : state_->ListSandboxes())
     if (sb.contains("layers") && sb["layers"].is_array())
-      for (const auto& l : sb["layers"]) used.insert(l.value("digest", ""));
+      for (const auto& l : sb["layers"])
+        if (l.is_object() && l.contains("digest") && l["digest"].is_string()) used.insert(l["digest"].get<std::string>());
   return used;
 }
 
@@ -467,56 +474,52 @@ void Api::SweepBlobs() {
 
 Result<json> Api::SetPaused(const Principal& who, const std::string& id, bool paused) {
   const char* op = paused ? "pause" : "resume";
-  const char* from = paused ? "running" : "paused";
-  const char* to = paused ? "paused" : "running";
-  json sb = WARREN_TRY(Sandbox(who, id));
-  if (sb["state"] == to) return sb;  // already there: a no-op
-  if (sb["state"] != from)
-    return Status(Code::kConflict, op, id, "sandbox is " + sb["state"].get<std::string>());
+  const SandboxState from = paused ? SandboxState::kRunning : SandboxState::kPaused;
+  const SandboxState to = paused ? SandboxState::kPaused : SandboxState::kRunning;
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (sb.state == to) return ToJson(sb);  // already there: a no-op
+  if (sb.state != from) return Status(Code::kConflict, op, id, std::string("sandbox is ") + StateName(sb.state));
   WARREN_RETURN_IF_ERROR(node::NodeFault(paused ? node_->PauseSandbox(id) : node_->ResumeSandbox(id)));
-  sb["state"] = to;
-  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
-  return sb;
+  return ToJson(WARREN_TRY(sandboxes_.Transition(id, to, {from})));
 }
 
 Result<json> Api::SetNetwork(const Principal& who, const std::string& id, const std::string& body) {
-  json sb = WARREN_TRY(Sandbox(who, id));
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   json j = WARREN_TRY(ParseJsonBody(body));
   json spec = {{"image", "x:y"}, {"network", j}};
   SandboxSpec parsed = WARREN_TRY(ParseSandboxSpec(spec));
   net::Policy policy = WARREN_TRY(net::ParsePolicy(parsed.network.mode, parsed.network.allow));
-  const std::string state = sb.value("state", "");
-  if (state != "running" && state != "paused")
-    return Status(Code::kConflict, "set network", id, "sandbox is " + state);
+  if (!IsLive(sb.state))
+    return Status(Code::kConflict, "set network", id, std::string("sandbox is ") + StateName(sb.state));
   WARREN_RETURN_IF_ERROR(node::NodeFault(node_->SetNetwork(id, policy)));
-  sb["network"] = {{"mode", parsed.network.mode}, {"allow", parsed.network.allow}};
-  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
-  return sb;
+  return ToJson(WARREN_TRY(sandboxes_.Update(id, [&](SandboxRecord& r) {
+    r.spec.network = parsed.network;
+    return Status::Ok();
+  })));
 }
 
 Result<json> Api::SetFilesystem(const Principal& who, const std::string& id, const std::string& body) {
-  json sb = WARREN_TRY(Sandbox(who, id));
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   const isolation::FsPolicy policy = WARREN_TRY(ParseFsPolicy(WARREN_TRY(ParseJsonBody(body))));
-  const std::string state = sb.value("state", "");
-  if (state != "running" && state != "paused")
-    return Status(Code::kConflict, "set filesystem policy", id, "sandbox is " + state);
+  if (!IsLive(sb.state))
+    return Status(Code::kConflict, "set filesystem policy", id, std::string("sandbox is ") + StateName(sb.state));
   if (Status st = node::NodeFault(node_->SetFilesystem(id, policy)); !st.ok()) {
     // A refused policy changed nothing. Any other failure may have left the sandbox between
     // two policies: the one in force before is applied again.
-    if (st.code() != Code::kInvalid && sb.contains("filesystem")) {
-      auto old = ParseFsPolicy(sb["filesystem"]);
-      Status back = old.ok() ? node_->SetFilesystem(id, *old) : old.status();
+    if (st.code() != Code::kInvalid) {
+      Status back = node_->SetFilesystem(id, sb.spec.filesystem);
       if (!back.ok()) spdlog::error("sandbox {}: its filesystem policy could not be restored: {}", id, back.ToString());
     }
     return st;
   }
-  sb["filesystem"] = ToJson(policy);
-  WARREN_RETURN_IF_ERROR(state_->PutSandbox(sb));
-  return sb;
+  return ToJson(WARREN_TRY(sandboxes_.Update(id, [&](SandboxRecord& r) {
+    r.spec.filesystem = policy;
+    return Status::Ok();
+  })));
 }
 
 Result<json> Api::Changes(const Principal& who, const std::string& id, const Query& q) {
-  json sb = WARREN_TRY(Sandbox(who, id));
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   std::string under = "/";
   size_t limit = 10000;
   for (const auto& [k, v] : q) {
@@ -533,12 +536,12 @@ Result<json> Api::Changes(const Principal& who, const std::string& id, const Que
       return Invalid("unknown query parameter `" + k + "`");
     }
   }
-  const std::string state = sb.value("state", "");
-  if (state != "running" && state != "paused") return Status(Code::kConflict, "read changes", id, "sandbox is " + state);
+  if (!IsLive(sb.state))
+    return Status(Code::kConflict, "read changes", id, std::string("sandbox is ") + StateName(sb.state));
   auto changed = node_->Changes(id, under, limit);
   if (!changed.ok()) return node::NodeFault(changed.status());
   const isolation::ChangeReport& report = *changed;
-  const json layers = sb.value("layers", json::array());
+  const auto& layers = sb.layers;
   json out = json::array();
   for (const auto& c : report.changes) {
     json e = {{"path", SanitizeUtf8(c.path)},
@@ -548,7 +551,10 @@ Result<json> Api::Changes(const Principal& who, const std::string& id, const Que
               {"mode", c.mode}};
     // A name that is not UTF-8 is shown with U+FFFD, and given exactly in base64.
     if (e["path"].get<std::string>() != c.path) e["path_base64"] = Base64Encode(c.path);
-    if (c.layer >= 0 && static_cast<size_t>(c.layer) < layers.size()) e["layer"] = layers[static_cast<size_t>(c.layer)];
+    if (c.layer >= 0 && static_cast<size_t>(c.layer) < layers.size()) {
+      const auto& l = layers[static_cast<size_t>(c.layer)];
+      e["layer"] = {{"ref", l.ref}, {"role", l.role}, {"digest", l.digest}};
+    }
     out.push_back(std::move(e));
   }
   return json{{"changes", std::move(out)}, {"truncated", report.truncated}};
@@ -558,10 +564,10 @@ Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& i
                                       const std::string& body) {
   json j = WARREN_TRY(ParseJsonBody(body));
   ExecRequest r = WARREN_TRY(ParseExecRequest(j));
-  json sb = WARREN_TRY(Sandbox(who, id));
-  if (sb["state"] != "running")
-    return Status(Code::kConflict, "exec", id, "sandbox is " + sb["state"].get<std::string>());
-  const bool recorded = sb.value("trajectory", json(nullptr)).is_string();
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (sb.state != SandboxState::kRunning)
+    return Status(Code::kConflict, "exec", id, std::string("sandbox is ") + StateName(sb.state));
+  const bool recorded = sb.spec.trajectory.has_value();
   if (r.step && !recorded) return Invalid("`step` needs a sandbox created with a `trajectory`");
   node::ExecSpec es;
   es.argv = r.argv;  // copies: a trajectory step records the request too
@@ -589,8 +595,8 @@ Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& i
 
 Result<std::shared_ptr<node::ExecRecord>> Api::GetExec(const Principal& who, const std::string& id,
                                                        const std::string& exec_id) {
-  json sb = WARREN_TRY(Sandbox(who, id));
-  if (sb.value("trajectory", json(nullptr)).is_string()) return GetTrajectoryExec(sb, exec_id);
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (sb.spec.trajectory) return GetTrajectoryExec(sb, exec_id);
   return node_->GetExec(id, exec_id);
 }
 
@@ -640,9 +646,9 @@ Status Api::PutFile(const Principal& who, const std::string& id, const Query& q,
   }
   for (auto& [k, v] : q)
     if (k != "path" && k != "mode") return Invalid("unknown query parameter `" + k + "`");
-  json sb = WARREN_TRY(Sandbox(who, id));
-  if (sb["state"] != "running")
-    return Status(Code::kConflict, "write file", id, "sandbox is " + sb["state"].get<std::string>());
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (sb.state != SandboxState::kRunning)
+    return Status(Code::kConflict, "write file", id, std::string("sandbox is ") + StateName(sb.state));
   return node_->WriteFile(id, path, mode, body);
 }
 
@@ -689,10 +695,10 @@ Result<std::string> Api::RunningPath(const Principal& who, const std::string& id
   WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
   for (auto& [k, v] : q)
     if (k != "path") return Invalid("unknown query parameter `" + k + "`");
-  json sb = WARREN_TRY(Sandbox(who, id));
-  if (sb["state"] != "running")
-    return Status(Code::kConflict, op, id, "sandbox is " + sb["state"].get<std::string>());
-  if (sb.value("backend", "") == "fncall")
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (sb.state != SandboxState::kRunning)
+    return Status(Code::kConflict, op, id, std::string("sandbox is ") + StateName(sb.state));
+  if (sb.spec.backend == "fncall")
     return Status(Code::kConflict, op, id, "a fncall sandbox keeps no files between execs; use a container sandbox");
   return path;
 }
@@ -764,17 +770,16 @@ Status Api::DeleteLayer(const std::string& ref) {
 }
 
 void Api::ExpireLease(const std::string& lease) {
-  for (const json& sb : state_->ListSandboxes()) {
-    if (sb.value("lease", json(nullptr)) != json(lease)) continue;
-    const std::string id = sb.value("id", "");
-    Status st = sb.value("on_lease_expiry", "delete") == "pause"
-                    ? (sb.value("state", "") == "running" ? SetPaused(System(), id, true).status() : Status::Ok())
-                    : DeleteSandbox(System(), id);
+  for (const SandboxRecord& sb : sandboxes_.List()) {
+    if (sb.spec.lease != lease) continue;
+    const std::string& id = sb.id;
+    const bool pause = sb.spec.on_lease_expiry == "pause";
+    Status st = pause ? (sb.state == SandboxState::kRunning ? SetPaused(System(), id, true).status() : Status::Ok())
+                      : DeleteSandbox(System(), id);
     if (!st.ok() && st.code() != Code::kNotFound)
       spdlog::warn("lease {} expired: sandbox {}: {}", lease, id, st.ToString());
     else
-      spdlog::info("lease {} expired: sandbox {} {}", lease, id,
-                   sb.value("on_lease_expiry", "delete") == "pause" ? "paused" : "deleted");
+      spdlog::info("lease {} expired: sandbox {} {}", lease, id, pause ? "paused" : "deleted");
   }
 }
 
@@ -841,19 +846,14 @@ json Api::Nodes() {
 std::string Api::Metrics() {
   // Every backend and state the contract names has its sample, 0 included: a scraper (or a
   // test) finds the series before the first sandbox exists.
-  std::map<std::string, int> by_state;
+  // Counts kept as records change: no read of the records.
+  SandboxTable::Counts by_state = sandboxes_.counts();
   for (const char* backend : {"container", "fncall", "microvm", "vm"})
-    for (const char* st : {"creating", "running", "paused", "stopping", "failed"})
-      by_state[std::string(backend) + "\x1f" + st] = 0;
-  for (const json& sb : state_->ListSandboxes())
-    ++by_state[sb.value("backend", "container") + "\x1f" + sb.value("state", "")];
+    for (SandboxState st : kAllSandboxStates) by_state.try_emplace({backend, st}, 0);
   std::ostringstream o;
   o << "# TYPE warren_sandboxes gauge\n";
-  for (auto& [k, n] : by_state) {
-    size_t sep = k.find('\x1f');
-    o << "warren_sandboxes{backend=\"" << k.substr(0, sep) << "\",state=\"" << k.substr(sep + 1)
-      << "\"} " << n << "\n";
-  }
+  for (auto& [k, n] : by_state)
+    o << "warren_sandboxes{backend=\"" << k.first << "\",state=\"" << StateName(k.second) << "\"} " << n << "\n";
   o << create_seconds_.Render("warren_create_seconds");
   o << exec_seconds_.Render("warren_exec_seconds");
   o << call_seconds_.Render("warren_call_seconds");
@@ -882,7 +882,7 @@ std::string Api::Metrics() {
     for (auto& [code, n] : all) o << "warren_api_errors_total{code=\"" << code << "\"} " << n << "\n";
   }
   // Node capacity and usage.
-  json node = node_->Info();
+  const json node = node_->Info();  // once: it walks the node's state
   o << "# TYPE warren_node_sandboxes gauge\nwarren_node_sandboxes " << node.value("sandboxes", 0) << "\n";
   o << "# TYPE warren_node_layer_mounts gauge\nwarren_node_layer_mounts " << node.value("layer_mounts", 0) << "\n";
   o << "# TYPE warren_node_uid_slots gauge\n"
@@ -901,7 +901,7 @@ std::string Api::Metrics() {
   }
   // Egress through the node's proxy: bytes fetched upstream and served from its package
   // cache, in total and per sandbox, with connections and refusals.
-  json net = node_->Info().value("network", json::object());
+  json net = node.value("network", json::object());
   json proxy = net.value("proxy", json::object());
   if (!proxy.is_object()) proxy = json::object();
   o << "# TYPE warren_egress_bytes_total counter\n"

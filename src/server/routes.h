@@ -26,6 +26,8 @@
 #include "runtime/fncall/call_pool.h"
 #include "server/trajectory.h"
 #include "server/quota.h"
+#include "server/sandbox_record.h"
+#include "server/sandbox_table.h"
 #include "server/state_store.h"
 
 namespace warren::server {
@@ -136,13 +138,13 @@ class Api {
   Result<nlohmann::json> CreateOne(const Principal& who, const SandboxSpec& spec, bool reserved = false);
   // The sandbox record if `who` may see it; not_found otherwise (never forbidden: other
   // principals' sandboxes do not exist for them).
-  Result<nlohmann::json> Sandbox(const Principal& who, const std::string& id);
+  Result<SandboxRecord> Sandbox(const Principal& who, const std::string& id);
   // Removes those of `digests` that no layer name and no sandbox refers to any more.
   void CollectBlobs(const std::vector<std::string>& digests);
   std::set<std::string> DigestsInUse();
-  Result<nlohmann::json> Reattach(const Principal& who, const SandboxSpec& spec, nlohmann::json sb);
+  Result<nlohmann::json> Reattach(const Principal& who, const SandboxSpec& spec, SandboxRecord sb);
   // Starts (or replays) an exec of a sandbox that records a trajectory (trajectory_exec.cc).
-  Result<ExecStart> StartTrajectoryExec(const nlohmann::json& sb, const ExecRequest& r, node::ExecSpec es);
+  Result<ExecStart> StartTrajectoryExec(const SandboxRecord& sb, const ExecRequest& r, node::ExecSpec es);
   // Replays recorded step `step` in sandbox `id`, which does not hold its effects: runs it
   // there first, then answers the record (or, diverged with `stop_on_divergence`, the re-run).
   Result<ExecStart> RerunStep(const std::string& id, const std::string& key, int64_t step, const nlohmann::json& doc,
@@ -152,14 +154,15 @@ class Api {
                    const std::string& key, int64_t step, const nlohmann::json& doc, const std::string& id,
                    bool stop_on_divergence);
   // GET of an exec of a trajectory sandbox: a replay answers as replayed, wherever it is held.
-  Result<std::shared_ptr<node::ExecRecord>> GetTrajectoryExec(const nlohmann::json& sb, const std::string& exec_id);
+  Result<std::shared_ptr<node::ExecRecord>> GetTrajectoryExec(const SandboxRecord& sb, const std::string& exec_id);
   // Keeps a replayed record for GET and stream of its exec id in this sandbox.
   void KeepReplay(const std::string& sandbox_id, const std::shared_ptr<node::ExecRecord>& rec);
-  static std::string TrajectoryKeyOf(const nlohmann::json& sb);
+  static std::string TrajectoryKeyOf(const SandboxRecord& sb);
   // Deletes or pauses (on_lease_expiry) every sandbox tied to lease `id`.
   void ExpireLease(const std::string& id);
 
   StateStore* state_;
+  SandboxTable sandboxes_;
   node::NodeApi* node_;
   image::LayerStore* layers_;
   TokenRegistry* tokens_;
@@ -182,7 +185,7 @@ class Api {
   // Marks sandbox `id` as used now (idle timeout).
   void Touch(const std::string& id);
   // Gives back the quota share a sandbox record held.
-  void ReleaseQuotaOf(const nlohmann::json& sb);
+  void ReleaseQuotaOf(const SandboxRecord& sb);
   Mutex err_mu_;
   std::map<std::string, uint64_t> errors_ GUARDED_BY(err_mu_);
   uint64_t calls_started_ GUARDED_BY(err_mu_) = 0;

@@ -60,8 +60,8 @@ Status RerunningConflict(const std::string& id) {
 
 }  // namespace
 
-std::string Api::TrajectoryKeyOf(const json& sb) {
-  return TrajectoryLog::Key(sb.value("owner", "admin"), sb["trajectory"].get<std::string>());
+std::string Api::TrajectoryKeyOf(const SandboxRecord& sb) {
+  return TrajectoryLog::Key(sb.owner, sb.spec.trajectory.value_or(""));
 }
 
 void Api::KeepReplay(const std::string& sandbox_id, const std::shared_ptr<node::ExecRecord>& rec) {
@@ -76,8 +76,8 @@ void Api::KeepReplay(const std::string& sandbox_id, const std::shared_ptr<node::
   }
 }
 
-Result<Api::ExecStart> Api::StartTrajectoryExec(const json& sb, const ExecRequest& r, node::ExecSpec es) {
-  const std::string id = sb.value("id", "");
+Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const ExecRequest& r, node::ExecSpec es) {
+  const std::string& id = sb.id;
   const std::string key = TrajectoryKeyOf(sb);
   {
     MutexLock lock(&replayed_mu_);
@@ -85,8 +85,7 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const json& sb, const ExecReques
       return Status(Code::kConflict, "exec", id, it->second);
     if (rerunning_.count(id)) return RerunningConflict(id);
   }
-  if (sb.contains("replay_stopped") && sb["replay_stopped"].is_string())
-    return Status(Code::kConflict, "exec", id, sb["replay_stopped"].get<std::string>());
+  if (sb.replay_stopped) return Status(Code::kConflict, "exec", id, *sb.replay_stopped);
   json request = {{"argv", r.argv}, {"env", r.env}, {"cwd", r.cwd}, {"timeout_s", r.timeout_s},
                   {"max_output_bytes", r.max_output_bytes}, {"binary", r.binary}};
   if (r.stdin_data) request["stdin_b64"] = Base64Encode(*r.stdin_data);
@@ -96,7 +95,7 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const json& sb, const ExecReques
   if (d.recorded) {
     const json& doc = *d.recorded;
     if (!TrajectoryLog::AppliedIn(doc, id))
-      return RerunStep(id, key, d.step, doc, r, std::move(es), sb.value("on_divergence", "continue") == "stop");
+      return RerunStep(id, key, d.step, doc, r, std::move(es), sb.spec.on_divergence == "stop");
     // GET and stream of this exec id answer the replay from now on, even where the node
     // still holds the original run.
     auto rec = node::ExecRecord::Replayed(doc["result"], id, Raw(doc, "stdout_raw_b64"), Raw(doc, "stderr_raw_b64"));
@@ -203,11 +202,12 @@ void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec, const std::s
       replay_stopped_[id] = why;
     }
     // Durable too, so a restarted daemon refuses as well.
-    if (auto sb = state_->GetSandbox(id); sb.ok()) {
-      (*sb)["replay_stopped"] = why;
-      if (Status put = state_->PutSandbox(*sb); !put.ok())
-        spdlog::error("sandbox {}: recording the stopped replay: {}", id, put.ToString());
-    }
+    auto put = sandboxes_.Update(id, [&](SandboxRecord& r) {
+      r.replay_stopped = why;
+      return Status::Ok();
+    });
+    if (!put.ok() && put.status().code() != Code::kNotFound)
+      spdlog::error("sandbox {}: recording the stopped replay: {}", id, put.status().ToString());
     reply->Complete(rerun, rec->RawOutput(1), rec->RawOutput(2), false,
                     {{"diverged", true}, {"differs", differs}, {"recorded", Summary(doc["result"])}});
     return done();
@@ -222,8 +222,8 @@ Result<json> Api::GetTrajectory(const Principal& who, const std::string& id) {
   return traj_.Get(TrajectoryLog::Key(who.name, id), id);
 }
 
-Result<std::shared_ptr<node::ExecRecord>> Api::GetTrajectoryExec(const json& sb, const std::string& exec_id) {
-  const std::string id = sb.value("id", "");
+Result<std::shared_ptr<node::ExecRecord>> Api::GetTrajectoryExec(const SandboxRecord& sb, const std::string& exec_id) {
+  const std::string& id = sb.id;
   const std::string key = ReplayKey(id, exec_id);
   auto rec = node_->GetExec(id, exec_id);
   {

@@ -13,9 +13,16 @@ Principal Limited(int64_t n) {
 
 TEST(Quota, FailedRecordsFoundAtStartupDoNotCount) {
   QuotaTracker q;
-  q.Count({{{"id", "sb-1"}, {"owner", "alice"}, {"state", "running"}, {"cpu", 1.0}, {"memory_mb", 512}},
-           {{"id", "sb-2"}, {"owner", "alice"}, {"state", "failed"}, {"cpu", 1.0}, {"memory_mb", 512}},
-           {{"id", "sb-3"}, {"owner", "alice"}, {"state", "paused"}, {"cpu", 1.0}, {"memory_mb", 512}}});
+  auto rec = [](const char* id, SandboxState state) {
+    SandboxRecord r;
+    r.id = id;
+    r.owner = "alice";
+    r.state = state;
+    r.spec.cpu = 1.0;
+    r.spec.memory_mb = 512;
+    return r;
+  };
+  q.Count({rec("sb-1", SandboxState::kRunning), rec("sb-2", SandboxState::kFailed), rec("sb-3", SandboxState::kPaused)});
   EXPECT_EQ(q.Usage("alice")["sandboxes"], 2);
   EXPECT_EQ(q.Usage("alice")["memory_mb"], 1024);
   EXPECT_TRUE(q.Reserve(Limited(3), 1, 512).ok());

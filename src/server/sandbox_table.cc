@@ -1,0 +1,99 @@
+#include "server/sandbox_table.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "server/state_store.h"
+
+namespace warren::server {
+
+SandboxTable::SandboxTable(StateStore* store) : store_(store) {
+  for (const auto& rec : List()) CountLocked(rec, +1);
+}
+
+std::vector<SandboxRecord> SandboxTable::List() {
+  std::vector<SandboxRecord> out;
+  for (const auto& j : store_->ListSandboxes()) {
+    auto rec = ParseSandboxRecord(j);
+    if (!rec.ok()) {
+      spdlog::error("skipping a sandbox record that does not parse: {}", rec.status().ToString());
+      continue;
+    }
+    out.push_back(std::move(*rec));
+  }
+  return out;
+}
+
+Result<SandboxRecord> SandboxTable::Get(const std::string& id) {
+  MutexLock lock(&mu_);
+  return GetLocked(id);
+}
+
+Result<SandboxRecord> SandboxTable::GetLocked(const std::string& id) {
+  json j = WARREN_TRY(store_->GetSandbox(id));
+  auto rec = ParseSandboxRecord(j);
+  // A stored record this version cannot read is the server's problem, not the caller's.
+  if (!rec.ok()) return Internal("read sandbox record", id, rec.status().ToString());
+  return rec;
+}
+
+Status SandboxTable::PutLocked(const SandboxRecord& rec) { return store_->PutSandbox(ToJson(rec)); }
+
+void SandboxTable::CountLocked(const SandboxRecord& rec, int64_t delta) {
+  int64_t& n = counts_[{rec.spec.backend, rec.state}];
+  n = std::max<int64_t>(0, n + delta);
+}
+
+Status SandboxTable::Insert(const SandboxRecord& rec) {
+  MutexLock lock(&mu_);
+  if (store_->GetSandbox(rec.id).ok()) return Status(Code::kConflict, "create sandbox", rec.id, "the id exists");
+  WARREN_RETURN_IF_ERROR(PutLocked(rec));
+  CountLocked(rec, +1);
+  return Status::Ok();
+}
+
+Result<SandboxRecord> SandboxTable::Transition(const std::string& id, SandboxState to,
+                                               std::initializer_list<SandboxState> from,
+                                               const std::function<void(SandboxRecord&)>& edit) {
+  MutexLock lock(&mu_);
+  SandboxRecord rec = WARREN_TRY(GetLocked(id));
+  const SandboxState was = rec.state;
+  const bool expected = from.size() == 0 || std::find(from.begin(), from.end(), was) != from.end();
+  if (!expected || !CanMove(was, to))
+    return Status(Code::kConflict, std::string("move sandbox to ") + StateName(to), id,
+                  std::string("sandbox is ") + StateName(was));
+  if (edit) edit(rec);  // sees the state it leaves
+  rec.state = to;
+  WARREN_RETURN_IF_ERROR(PutLocked(rec));
+  SandboxRecord old = rec;
+  old.state = was;
+  CountLocked(old, -1);
+  CountLocked(rec, +1);
+  return rec;
+}
+
+Result<SandboxRecord> SandboxTable::Update(const std::string& id, const std::function<Status(SandboxRecord&)>& edit) {
+  MutexLock lock(&mu_);
+  SandboxRecord rec = WARREN_TRY(GetLocked(id));
+  const SandboxState was = rec.state;
+  WARREN_RETURN_IF_ERROR(edit(rec));
+  rec.state = was;
+  WARREN_RETURN_IF_ERROR(PutLocked(rec));
+  return rec;
+}
+
+Status SandboxTable::Remove(const std::string& id) {
+  MutexLock lock(&mu_);
+  auto rec = GetLocked(id);
+  WARREN_RETURN_IF_ERROR(store_->RemoveSandbox(id));
+  if (rec.ok()) CountLocked(*rec, -1);
+  return Status::Ok();
+}
+
+SandboxTable::Counts SandboxTable::counts() const {
+  MutexLock lock(&mu_);
+  return counts_;
+}
+
+}  // namespace warren::server

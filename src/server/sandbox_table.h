@@ -1,0 +1,59 @@
+// The sandbox records of this API server: typed reads and writes over the state store, every
+// state change through one Transition() that refuses illegal moves, and counts by backend and
+// state kept as records change (a metrics scrape costs the same at 5 sandboxes as at 5,000).
+//
+// One writer at a time: a read-modify-write of a record (Transition, Update) cannot lose a
+// concurrent change to the same record.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_annotations.h"
+#include "server/sandbox_record.h"
+
+namespace warren::server {
+
+class StateStore;
+
+class SandboxTable {
+ public:
+  // Counts what `store` holds (records that do not parse are logged and left out).
+  explicit SandboxTable(StateStore* store);
+
+  // Every record that parses, in id order.
+  std::vector<SandboxRecord> List();
+  Result<SandboxRecord> Get(const std::string& id);
+  // A new record (its state as given, normally creating); conflict if the id exists.
+  Status Insert(const SandboxRecord& rec);
+  // Moves sandbox `id` to `to`, applying `edit` to the record in the same write (it sees the
+  // state being left and must not change it). Refused
+  // (conflict, "sandbox is STATE") when the sandbox is not in one of `from` (if given) or the
+  // move is not legal (CanMove). Returns the record as written.
+  Result<SandboxRecord> Transition(const std::string& id, SandboxState to, std::initializer_list<SandboxState> from = {},
+                                   const std::function<void(SandboxRecord&)>& edit = nullptr);
+  // Changes fields other than the state; `edit` may refuse (its status is returned, nothing
+  // written) and must not change the state.
+  Result<SandboxRecord> Update(const std::string& id, const std::function<Status(SandboxRecord&)>& edit);
+  Status Remove(const std::string& id);
+
+  using Counts = std::map<std::pair<std::string, SandboxState>, int64_t>;  // (backend, state) -> n
+  Counts counts() const;
+
+ private:
+  Result<SandboxRecord> GetLocked(const std::string& id) REQUIRES(mu_);
+  Status PutLocked(const SandboxRecord& rec) REQUIRES(mu_);
+  void CountLocked(const SandboxRecord& rec, int64_t delta) REQUIRES(mu_);
+
+  StateStore* const store_;
+  mutable Mutex mu_;
+  Counts counts_ GUARDED_BY(mu_);
+};
+
+}  // namespace warren::server

@@ -1,0 +1,161 @@
+// The typed sandbox record (strict parse, round trip) and the table's one transition function
+// (illegal moves refused, counts kept without reading records).
+#include "server/sandbox_table.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "image/tar_extract.h"
+#include "server/state_store.h"
+
+namespace warren::server {
+namespace {
+
+using S = SandboxState;
+
+SandboxRecord Record(const std::string& id, SandboxState state, const std::string& backend = "container") {
+  SandboxRecord r;
+  r.id = id;
+  r.owner = "alice";
+  r.node = "local";
+  r.created_at = "2026-12-02T00:00:00.000Z";
+  r.state = state;
+  r.spec.image = "py:3.11";
+  r.spec.backend = backend;
+  r.spec.trajectory = "t-1";
+  r.spec.labels = {{"job", "rl"}};
+  r.layers = {{"py:3.11", "base", "sha256:aa"}};
+  return r;
+}
+
+class SandboxTableTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(mkdtemp(dir_), nullptr);
+    auto s = StateStore::Open(std::string(dir_) + "/state.db");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+  }
+  void TearDown() override {
+    store_.reset();
+    (void)image::RemoveTree(dir_);
+  }
+  char dir_[32] = "/tmp/warren-sbtable-XXXXXX";
+  std::unique_ptr<StateStore> store_;
+};
+
+TEST(SandboxRecord, RoundTripsThroughItsJson) {
+  SandboxRecord r = Record("sb-1", S::kPaused);
+  r.error = SandboxRecord::Error{"internal", "lost"};
+  r.replay_stopped = "why";
+  json j = ToJson(r);
+  EXPECT_EQ(j["state"], "paused");
+  EXPECT_EQ(j["trajectory"], "t-1");
+  auto back = ParseSandboxRecord(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(ToJson(*back), j);
+}
+
+TEST(SandboxRecord, AnUnknownOrMissingFieldIsAnError) {
+  json j = ToJson(Record("sb-1", S::kRunning));
+  json extra = j;
+  extra["surprise"] = 1;
+  EXPECT_EQ(ParseSandboxRecord(extra).status().code(), Code::kInvalid);
+  for (const char* key : {"id", "owner", "state", "layers", "error", "created_at", "node"}) {
+    json missing = j;
+    missing.erase(key);
+    EXPECT_FALSE(ParseSandboxRecord(missing).ok()) << key;
+  }
+  json bad_state = j;
+  bad_state["state"] = "deleted";
+  EXPECT_EQ(ParseSandboxRecord(bad_state).status().code(), Code::kInvalid);
+}
+
+TEST(SandboxRecord, OnlyTheDrawnMovesAreLegal) {
+  // Every (from, to) pair: exactly these are allowed.
+  const std::set<std::pair<S, S>> legal = {
+      {S::kCreating, S::kRunning}, {S::kCreating, S::kFailed}, {S::kRunning, S::kPaused},
+      {S::kRunning, S::kStopping}, {S::kRunning, S::kFailed},  {S::kPaused, S::kRunning},
+      {S::kPaused, S::kStopping},  {S::kPaused, S::kFailed},   {S::kStopping, S::kRunning},
+      {S::kStopping, S::kPaused},  {S::kStopping, S::kFailed}};
+  for (S from : kAllSandboxStates)
+    for (S to : kAllSandboxStates)
+      EXPECT_EQ(CanMove(from, to), legal.count({from, to}) == 1) << StateName(from) << " -> " << StateName(to);
+}
+
+TEST_F(SandboxTableTest, TransitionRefusesIllegalAndUnexpectedMoves) {
+  SandboxTable t(store_.get());
+  ASSERT_TRUE(t.Insert(Record("sb-1", S::kCreating)).ok());
+  EXPECT_EQ(t.Insert(Record("sb-1", S::kCreating)).code(), Code::kConflict);
+  // creating -> paused is not a move.
+  auto bad = t.Transition("sb-1", S::kPaused);
+  EXPECT_EQ(bad.status().code(), Code::kConflict);
+  EXPECT_NE(bad.status().ToString().find("sandbox is creating"), std::string::npos) << bad.status().ToString();
+  ASSERT_TRUE(t.Transition("sb-1", S::kRunning, {S::kCreating}).ok());
+  // Expected from paused, but it is running.
+  EXPECT_EQ(t.Transition("sb-1", S::kStopping, {S::kPaused}).status().code(), Code::kConflict);
+  // The edit sees the state being left; it lands with the move.
+  S seen = S::kFailed;
+  auto failed = t.Transition("sb-1", S::kFailed, {}, [&](SandboxRecord& r) {
+    seen = r.state;
+    r.error = SandboxRecord::Error{"internal", "lost"};
+  });
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(seen, S::kRunning);
+  auto got = t.Get("sb-1");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->state, S::kFailed);
+  ASSERT_TRUE(got->error.has_value());
+  EXPECT_EQ(got->error->message, "lost");
+  // Failed is final.
+  for (S to : kAllSandboxStates) EXPECT_FALSE(t.Transition("sb-1", to).ok()) << StateName(to);
+  EXPECT_EQ(t.Transition("sb-9", S::kRunning).status().code(), Code::kNotFound);
+}
+
+TEST_F(SandboxTableTest, UpdateKeepsTheStateAndARefusalWritesNothing) {
+  SandboxTable t(store_.get());
+  ASSERT_TRUE(t.Insert(Record("sb-1", S::kRunning)).ok());
+  auto up = t.Update("sb-1", [](SandboxRecord& r) {
+    r.spec.network.mode = "egress";
+    r.state = S::kFailed;  // ignored: Update changes no state
+    return Status::Ok();
+  });
+  ASSERT_TRUE(up.ok());
+  EXPECT_EQ(up->state, S::kRunning);
+  EXPECT_EQ(t.Get("sb-1")->spec.network.mode, "egress");
+  auto refused = t.Update("sb-1", [](SandboxRecord& r) {
+    r.spec.network.mode = "none";
+    return Invalid("no");
+  });
+  EXPECT_EQ(refused.status().code(), Code::kInvalid);
+  EXPECT_EQ(t.Get("sb-1")->spec.network.mode, "egress");
+  EXPECT_EQ(t.counts().at({"container", S::kRunning}), 1);
+}
+
+TEST_F(SandboxTableTest, CountsFollowEveryChangeAndSurviveReopen) {
+  {
+    SandboxTable t(store_.get());
+    ASSERT_TRUE(t.Insert(Record("sb-1", S::kCreating)).ok());
+    ASSERT_TRUE(t.Insert(Record("sb-2", S::kCreating, "fncall")).ok());
+    ASSERT_TRUE(t.Transition("sb-1", S::kRunning).ok());
+    ASSERT_TRUE(t.Transition("sb-1", S::kPaused).ok());
+    ASSERT_TRUE(t.Transition("sb-2", S::kRunning).ok());
+    ASSERT_TRUE(t.Insert(Record("sb-3", S::kCreating)).ok());
+    ASSERT_TRUE(t.Remove("sb-3").ok());
+    SandboxTable::Counts want = {{{"container", S::kPaused}, 1}, {{"fncall", S::kRunning}, 1},
+                                 {{"container", S::kCreating}, 0}, {{"fncall", S::kCreating}, 0},
+                                 {{"container", S::kRunning}, 0}};
+    EXPECT_EQ(t.counts(), want);
+  }
+  // A new table (a restarted daemon) counts what the store holds; a record it cannot parse
+  // is left out of lists and counts, and reading it by id is an internal error.
+  ASSERT_TRUE(store_->PutSandbox({{"id", "sb-bad"}, {"state", "running"}, {"created_at", "t"}}).ok());
+  SandboxTable t(store_.get());
+  SandboxTable::Counts want = {{{"container", S::kPaused}, 1}, {{"fncall", S::kRunning}, 1}};
+  EXPECT_EQ(t.counts(), want);
+  EXPECT_EQ(t.List().size(), 2u);
+  EXPECT_EQ(t.Get("sb-bad").status().code(), Code::kInternal);
+}
+
+}  // namespace
+}  // namespace warren::server

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/auth.h"
+#include "server/route_table.h"
 
 namespace warren::server {
 namespace {
@@ -117,23 +118,15 @@ Result<Target> ParseTarget(std::string_view target) {
   return t;
 }
 
-// The scope a request needs ("" for none beyond a valid token). Unknown paths need none and
-// end in 404 later, so a token's scopes reveal nothing about routing.
-std::string RequiredScope(http::verb verb, const std::vector<std::string>& seg) {
-  if (seg.size() < 2 || seg[0] != "v1") return "";
-  const std::string& res = seg[1];
-  const bool read = verb == http::verb::get || verb == http::verb::head;
-  if (res == "layers") return read ? "image:read" : "image:write";
-  if (res == "tokens") return "admin";
-  if (res == "sandboxes:batch" || res == "leases") return "sandbox:write";
-  if (res == "trajectories") return "sandbox:read";
-  if (res == "calls" || res == "calls:batch") return "call";
-  if (res != "sandboxes") return "";
-  if (seg.size() <= 3) return read ? "sandbox:read" : "sandbox:write";
-  const std::string& what = seg[3];
-  if (what == "exec" || what == "execs" || what == "files" || what == "archive") return "exec";
-  if (what == "changes") return "sandbox:read";
-  return "sandbox:write";
+Method ToMethod(http::verb v) {
+  switch (v) {
+    case http::verb::get: return Method::kGet;
+    case http::verb::head: return Method::kHead;
+    case http::verb::post: return Method::kPost;
+    case http::verb::put: return Method::kPut;
+    case http::verb::delete_: return Method::kDelete;
+    default: return Method::kOther;
+  }
 }
 
 }  // namespace
@@ -237,56 +230,158 @@ struct HttpServer::Impl {
 
   net::awaitable<Reply> Route(beast::tcp_stream& stream, beast::flat_buffer& buf,
                               http::request_parser<http::empty_body>& hp, bool* streamed);
+
+  // What a handler gets: the request as routed and read.
+  struct Ctx {
+    beast::tcp_stream& stream;
+    unsigned version;
+    const Principal& who;
+    const PathParams& p;
+    const Query& q;
+    std::string body;       // BodyTo::kMemory
+    std::string body_file;  // BodyTo::kFile: removed after the handler
+    bool* streamed;         // set by a handler that wrote its own response
+  };
+  using Handler = net::awaitable<Reply> (Impl::*)(Ctx&);
+  struct RouteEntry {
+    RouteSpec spec;
+    Handler handler;
+  };
+  static const std::vector<RouteEntry>& Routes();
+  static const RouteTable& Table();
+
+  // One handler per route (see Routes()).
+  net::awaitable<Reply> Health(Ctx&);
+  net::awaitable<Reply> Metrics(Ctx&);
+  net::awaitable<Reply> Nodes(Ctx&);
+  net::awaitable<Reply> GetTrajectory(Ctx&);
+  net::awaitable<Reply> CreateLease(Ctx&);
+  net::awaitable<Reply> RenewLease(Ctx&);
+  net::awaitable<Reply> ReleaseLease(Ctx&);
+  net::awaitable<Reply> CreateToken(Ctx&);
+  net::awaitable<Reply> ListTokens(Ctx&);
+  net::awaitable<Reply> DeleteToken(Ctx&);
+  net::awaitable<Reply> ListLayers(Ctx&);
+  net::awaitable<Reply> UploadLayer(Ctx&);
+  net::awaitable<Reply> DeleteLayer(Ctx&);
+  net::awaitable<Reply> Call(Ctx&);
+  net::awaitable<Reply> CallBatch(Ctx&);
+  net::awaitable<Reply> CreateBatch(Ctx&);
+  net::awaitable<Reply> CreateSandbox(Ctx&);
+  net::awaitable<Reply> ListSandboxes(Ctx&);
+  net::awaitable<Reply> GetSandbox(Ctx&);
+  net::awaitable<Reply> DeleteSandbox(Ctx&);
+  net::awaitable<Reply> StartExec(Ctx&);
+  net::awaitable<Reply> GetExec(Ctx&);
+  net::awaitable<Reply> StreamExec(Ctx&);
+  net::awaitable<Reply> SignalExec(Ctx&);
+  net::awaitable<Reply> PutFile(Ctx&);
+  net::awaitable<Reply> GetFile(Ctx&);
+  net::awaitable<Reply> PutArchive(Ctx&);
+  net::awaitable<Reply> GetArchive(Ctx&);
+  net::awaitable<Reply> SetNetwork(Ctx&);
+  net::awaitable<Reply> SetFilesystem(Ctx&);
+  net::awaitable<Reply> Changes(Ctx&);
+  net::awaitable<Reply> Pause(Ctx&);
+  net::awaitable<Reply> Resume(Ctx&);
+
+  // Replies of a handler's result: JSON with `ok` status, or the error.
+  Reply Answer(const Result<json>& r, http::status ok = http::status::ok) {
+    return r.ok() ? JsonReply(ok, *r) : Error(r.status());
+  }
+  Reply NoContent(const Status& st) { return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st); }
   net::awaitable<void> Session(tcp::socket sock);
   net::awaitable<void> Listen();
 };
+
+const std::vector<HttpServer::Impl::RouteEntry>& HttpServer::Impl::Routes() {
+  using M = Method;
+  // Scopes: sandbox:read / sandbox:write for sandbox records, exec for what runs in or reads
+  // from inside a sandbox, image:* for layers, call for fncall, admin for tokens.
+  static const std::vector<RouteEntry> kRoutes = {
+      {{M::kGet, "/healthz", "", kJsonBodyLimit, BodyTo::kMemory, true}, &Impl::Health},
+      {{M::kHead, "/healthz", "", kJsonBodyLimit, BodyTo::kMemory, true}, &Impl::Health},
+      {{M::kGet, "/metrics", "", kJsonBodyLimit}, &Impl::Metrics},
+      {{M::kGet, "/v1/nodes", "", kJsonBodyLimit}, &Impl::Nodes},
+      {{M::kGet, "/v1/trajectories/{id}", "sandbox:read", kJsonBodyLimit}, &Impl::GetTrajectory},
+      {{M::kPost, "/v1/leases", "sandbox:write", kJsonBodyLimit}, &Impl::CreateLease},
+      {{M::kPost, "/v1/leases/{id}/renew", "sandbox:write", kJsonBodyLimit}, &Impl::RenewLease},
+      {{M::kDelete, "/v1/leases/{id}", "sandbox:write", kJsonBodyLimit}, &Impl::ReleaseLease},
+      {{M::kGet, "/v1/tokens", "admin", kJsonBodyLimit}, &Impl::ListTokens},
+      {{M::kPost, "/v1/tokens", "admin", kJsonBodyLimit}, &Impl::CreateToken},
+      {{M::kDelete, "/v1/tokens/{name}", "admin", kJsonBodyLimit}, &Impl::DeleteToken},
+      {{M::kGet, "/v1/layers", "image:read", kJsonBodyLimit}, &Impl::ListLayers},
+      {{M::kPost, "/v1/layers", "image:write", kLayerBodyLimit, BodyTo::kFile}, &Impl::UploadLayer},
+      {{M::kDelete, "/v1/layers/{ref*}", "image:write", kJsonBodyLimit}, &Impl::DeleteLayer},
+      {{M::kPost, "/v1/calls", "call", kJsonBodyLimit}, &Impl::Call},
+      {{M::kPost, "/v1/calls:batch", "call", kJsonBodyLimit}, &Impl::CallBatch},
+      {{M::kPost, "/v1/sandboxes:batch", "sandbox:write", kJsonBodyLimit}, &Impl::CreateBatch},
+      {{M::kGet, "/v1/sandboxes", "sandbox:read", kJsonBodyLimit}, &Impl::ListSandboxes},
+      {{M::kPost, "/v1/sandboxes", "sandbox:write", kJsonBodyLimit}, &Impl::CreateSandbox},
+      {{M::kGet, "/v1/sandboxes/{id}", "sandbox:read", kJsonBodyLimit}, &Impl::GetSandbox},
+      {{M::kDelete, "/v1/sandboxes/{id}", "sandbox:write", kJsonBodyLimit}, &Impl::DeleteSandbox},
+      {{M::kPost, "/v1/sandboxes/{id}/exec", "exec", kJsonBodyLimit}, &Impl::StartExec},
+      {{M::kGet, "/v1/sandboxes/{id}/execs/{exec_id}", "exec", kJsonBodyLimit}, &Impl::GetExec},
+      {{M::kGet, "/v1/sandboxes/{id}/execs/{exec_id}/stream", "exec", kJsonBodyLimit}, &Impl::StreamExec},
+      {{M::kPost, "/v1/sandboxes/{id}/execs/{exec_id}/signal", "exec", kJsonBodyLimit}, &Impl::SignalExec},
+      {{M::kGet, "/v1/sandboxes/{id}/files", "exec", kJsonBodyLimit}, &Impl::GetFile},
+      {{M::kPut, "/v1/sandboxes/{id}/files", "exec", kFileBodyLimit}, &Impl::PutFile},
+      {{M::kGet, "/v1/sandboxes/{id}/archive", "exec", kJsonBodyLimit}, &Impl::GetArchive},
+      {{M::kPut, "/v1/sandboxes/{id}/archive", "exec", kFileBodyLimit}, &Impl::PutArchive},
+      {{M::kPut, "/v1/sandboxes/{id}/network", "sandbox:write", kJsonBodyLimit}, &Impl::SetNetwork},
+      {{M::kPut, "/v1/sandboxes/{id}/filesystem", "sandbox:write", kJsonBodyLimit}, &Impl::SetFilesystem},
+      {{M::kGet, "/v1/sandboxes/{id}/changes", "sandbox:read", kJsonBodyLimit}, &Impl::Changes},
+      {{M::kPost, "/v1/sandboxes/{id}/pause", "sandbox:write", kJsonBodyLimit}, &Impl::Pause},
+      {{M::kPost, "/v1/sandboxes/{id}/resume", "sandbox:write", kJsonBodyLimit}, &Impl::Resume},
+  };
+  return kRoutes;
+}
+
+const RouteTable& HttpServer::Impl::Table() {
+  static const RouteTable kTable([] {
+    std::vector<RouteSpec> specs;
+    for (const auto& r : Routes()) specs.push_back(r.spec);
+    return specs;
+  }());
+  return kTable;
+}
 
 net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::flat_buffer& buf,
                                               http::request_parser<http::empty_body>& hp,
                                               bool* streamed) {
   // `hp` is moved into a body parser below: take what we need from the header first.
   const auto& hreq = hp.get();
-  const http::verb verb = hreq.method();
   const unsigned version = hreq.version();
   const std::string target_str(hreq.target());
   auto target = ParseTarget(target_str);
   if (!target.ok()) co_return Error(target.status());
-  const auto& seg = target->segs;
-  const Query& q = target->query;
+  const RouteMatch match = Table().Match(ToMethod(hreq.method()), target->segs);
+  const RouteSpec* spec = match.index >= 0 ? &Table()[match.index] : nullptr;
 
-  // A method the path does not take: 405 with the ones it takes (code `invalid`, like 413).
-  auto method_not_allowed = [this](const char* allow) {
-    Reply r = Error(Invalid(std::string("method not allowed on this path (it takes ") + allow + ")"));
-    r.status = http::status::method_not_allowed;
-    r.allow = allow;
-    return r;
-  };
-  if (seg.size() == 1 && seg[0] == "healthz") {
-    if (verb != http::verb::get && verb != http::verb::head) co_return method_not_allowed("GET, HEAD");
-    co_return JsonReply(http::status::ok, {{"ok", true}});
+  // Every path but the public ones needs a token, unknown paths included: a 404 says nothing
+  // to whoever has none.
+  static const Principal kAnonymous{"anonymous", {}, {}};
+  std::optional<Principal> principal;
+  if (!match.public_path) {
+    principal = tokens->Authenticate(hreq[http::field::authorization]);
+    if (!principal) {
+      Reply r = Error(Status(Code::kUnauthorized, "", "", "missing or wrong bearer token"));
+      r.close = true;  // the body (if any) was not read
+      co_return r;
+    }
+    if (spec && !spec->scope.empty() && !principal->Allows(std::string(spec->scope))) {
+      Reply r = Error(Status(Code::kForbidden, "", "", "this token lacks the `" + std::string(spec->scope) + "` scope"));
+      r.close = true;
+      co_return r;
+    }
   }
-
-  const std::optional<Principal> principal = tokens->Authenticate(hreq[http::field::authorization]);
-  if (!principal) {
-    Reply r = Error(Status(Code::kUnauthorized, "", "", "missing or wrong bearer token"));
-    r.close = true;  // the body (if any) was not read
-    co_return r;
-  }
-  const Principal& who = *principal;
-  if (std::string scope = RequiredScope(verb, seg); !scope.empty() && !who.Allows(scope)) {
-    Reply r = Error(Status(Code::kForbidden, "", "", "this token lacks the `" + scope + "` scope"));
-    r.close = true;
-    co_return r;
-  }
+  const Principal& who = principal ? *principal : kAnonymous;
   if (hreq[http::field::expect] == "100-continue") {
     http::response<http::empty_body> cont{http::status::continue_, hreq.version()};
     co_await http::async_write(stream, cont, net::use_awaitable);
   }
 
-  bool is_layer_upload = seg.size() == 2 && seg[0] == "v1" && seg[1] == "layers" && verb == http::verb::post;
-  const uint64_t limit = is_layer_upload ? kLayerBodyLimit
-                         : (seg.size() == 4 && seg[0] == "v1" && (seg[3] == "files" || seg[3] == "archive")) ? kFileBodyLimit
-                                                                                    : kJsonBodyLimit;
+  const uint64_t limit = spec ? spec->body_limit : kJsonBodyLimit;
   // Refuse an oversized declared length before any buffer is sized from it.
   if (hp.content_length() && *hp.content_length() > limit) {
     Reply r = Error(Invalid("request body larger than " + std::to_string(limit) + " bytes"));
@@ -294,22 +389,22 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     r.close = true;
     co_return r;
   }
-  std::string body, body_file;
-  if (is_layer_upload) {
-    body_file = api->TempPath("upload");
+  Ctx ctx{stream, version, who, match.params, target->query, {}, {}, streamed};
+  if (spec && spec->body_to == BodyTo::kFile) {
+    ctx.body_file = api->TempPath("upload");
     http::request_parser<http::file_body> fp{std::move(hp)};
-    fp.body_limit(kLayerBodyLimit);
+    fp.body_limit(limit);
     // Beast reads as much as the buffer has room for: without room, a layer arrives 512
     // bytes per recvmsg and per write(2) (~30 MB/s instead of the socket's ~1 GB/s).
     buf.reserve(1 << 20);
     beast::error_code ec;
-    fp.get().body().open(body_file.c_str(), beast::file_mode::write, ec);
-    if (ec) co_return Error(Internal("open upload file", body_file, ec.message()));
+    fp.get().body().open(ctx.body_file.c_str(), beast::file_mode::write, ec);
+    if (ec) co_return Error(Internal("open upload file", ctx.body_file, ec.message()));
     stream.expires_after(std::chrono::minutes(30));
     co_await http::async_read(stream, buf, fp, net::redirect_error(net::use_awaitable, ec));
     fp.get().body().close();
     if (ec) {
-      unlink(body_file.c_str());
+      unlink(ctx.body_file.c_str());
       Reply r = Error(Invalid("reading the upload failed: " + ec.message()));
       r.close = true;
       co_return r;
@@ -328,197 +423,180 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
       r.close = true;
       co_return r;
     }
-    body = std::move(sp.get().body());
+    ctx.body = std::move(sp.get().body());
   }
   struct RemoveFile {
     std::string p;
     ~RemoveFile() {
       if (!p.empty()) unlink(p.c_str());
     }
-  } remove_upload{body_file};
+  } remove_upload{ctx.body_file};
 
-  if (seg.size() == 1 && seg[0] == "metrics") {
-    if (verb != http::verb::get) co_return method_not_allowed("GET");
-    std::string m = co_await Blocking([&] { return api->Metrics(); });
-    co_return Reply{http::status::ok, "text/plain; version=0.0.4", m};
+  if (!spec) {
+    if (match.allow.empty()) co_return Error(NotFound("path", target_str));
+    // A method the path does not take: 405 with the ones it takes (code `invalid`, like 413).
+    Reply r = Error(Invalid("method not allowed on this path (it takes " + match.allow + ")"));
+    r.status = http::status::method_not_allowed;
+    r.allow = match.allow;
+    co_return r;
   }
-  if (seg.empty() || seg[0] != "v1") co_return Error(NotFound("path", target_str));
-  if (seg.size() == 2 && seg[1] == "nodes") {
-    if (verb != http::verb::get) co_return method_not_allowed("GET");
-    co_return JsonReply(http::status::ok, api->Nodes());
-  }
-  if (seg.size() == 3 && seg[1] == "trajectories") {
-    if (verb != http::verb::get) co_return method_not_allowed("GET");
-    auto r = co_await Blocking([&] { return api->GetTrajectory(who, seg[2]); });
-    co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
-  }
-  if (seg.size() >= 2 && seg[1] == "leases") {
-    if (seg.size() == 2 && verb == http::verb::post) {
-      auto r = co_await Blocking([&] { return api->CreateLease(who, body); });
-      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
-    }
-    if (seg.size() == 4 && seg[3] == "renew" && verb == http::verb::post) {
-      auto r = co_await Blocking([&] { return api->RenewLease(who, seg[2], body); });
-      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
-    }
-    if (seg.size() == 3 && verb == http::verb::delete_) {
-      Status st = co_await Blocking([&] { return api->ReleaseLease(who, seg[2]); });
-      co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
-    }
-    if (seg.size() == 2 || (seg.size() == 4 && seg[3] == "renew")) co_return method_not_allowed("POST");
-    if (seg.size() == 3) co_return method_not_allowed("DELETE");
-    co_return Error(NotFound("path", target_str));
-  }
-  if (seg.size() >= 2 && seg[1] == "tokens") {
-    if (seg.size() == 2 && verb == http::verb::post) {
-      auto r = co_await Blocking([&] { return api->CreateToken(body); });
-      co_return r.ok() ? JsonReply(http::status::created, *r) : Error(r.status());
-    }
-    if (seg.size() == 2 && verb == http::verb::get) co_return JsonReply(http::status::ok, api->ListTokens());
-    if (seg.size() == 3 && verb == http::verb::delete_) {
-      Status st = co_await Blocking([&] { return api->DeleteToken(seg[2]); });
-      co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
-    }
-    if (seg.size() == 2) co_return method_not_allowed("GET, POST");
-    if (seg.size() == 3) co_return method_not_allowed("DELETE");
-    co_return Error(NotFound("path", target_str));
-  }
+  co_return co_await (this->*Routes()[static_cast<size_t>(match.index)].handler)(ctx);
+}
 
-  if (seg.size() >= 2 && seg[1] == "layers") {
-    if (seg.size() == 2 && verb == http::verb::get) {
-      auto r = co_await Blocking([&] { return api->ListLayers(); });
-      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
-    }
-    if (seg.size() == 2 && verb == http::verb::post) {
-      auto r = co_await Blocking([&] { return api->UploadLayer(q, body_file); });
-      co_return r.ok() ? JsonReply(http::status::created, *r) : Error(r.status());
-    }
-    if (seg.size() >= 3 && verb == http::verb::delete_) {
-      std::string ref;
-      for (size_t i = 2; i < seg.size(); ++i) ref += (i > 2 ? "/" : "") + seg[i];
-      Status st = co_await Blocking([&] { return api->DeleteLayer(ref); });
-      co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
-    }
-    co_return method_not_allowed(seg.size() == 2 ? "GET, POST" : "DELETE");
-  }
+net::awaitable<Reply> HttpServer::Impl::Health(Ctx&) { co_return JsonReply(http::status::ok, {{"ok", true}}); }
 
-  if (seg.size() == 2 && (seg[1] == "calls" || seg[1] == "calls:batch")) {
-    if (verb != http::verb::post) co_return method_not_allowed("POST");
-    const bool batch = seg[1] == "calls:batch";
-    auto r = co_await Blocking([&] { return batch ? api->CallBatch(who, body) : api->Call(who, body); });
-    co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
+net::awaitable<Reply> HttpServer::Impl::Metrics(Ctx&) {
+  std::string m = co_await Blocking([&] { return api->Metrics(); });
+  co_return Reply{http::status::ok, "text/plain; version=0.0.4", m};
+}
+
+net::awaitable<Reply> HttpServer::Impl::Nodes(Ctx&) {
+  co_return JsonReply(http::status::ok, co_await Blocking([&] { return api->Nodes(); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::GetTrajectory(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->GetTrajectory(c.who, c.p.at("id")); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::CreateLease(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->CreateLease(c.who, c.body); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::RenewLease(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->RenewLease(c.who, c.p.at("id"), c.body); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::ReleaseLease(Ctx& c) {
+  co_return NoContent(co_await Blocking([&] { return api->ReleaseLease(c.who, c.p.at("id")); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::CreateToken(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->CreateToken(c.body); }), http::status::created);
+}
+
+net::awaitable<Reply> HttpServer::Impl::ListTokens(Ctx&) {
+  co_return JsonReply(http::status::ok, co_await Blocking([&] { return api->ListTokens(); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::DeleteToken(Ctx& c) {
+  co_return NoContent(co_await Blocking([&] { return api->DeleteToken(c.p.at("name")); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::ListLayers(Ctx&) {
+  co_return Answer(co_await Blocking([&] { return api->ListLayers(); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::UploadLayer(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->UploadLayer(c.q, c.body_file); }), http::status::created);
+}
+
+net::awaitable<Reply> HttpServer::Impl::DeleteLayer(Ctx& c) {
+  co_return NoContent(co_await Blocking([&] { return api->DeleteLayer(c.p.at("ref")); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::Call(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->Call(c.who, c.body); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::CallBatch(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->CallBatch(c.who, c.body); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::CreateBatch(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->CreateBatch(c.who, c.body); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::CreateSandbox(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->CreateSandbox(c.who, c.body); }), http::status::created);
+}
+
+net::awaitable<Reply> HttpServer::Impl::ListSandboxes(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->ListSandboxes(c.who, c.q); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::GetSandbox(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->GetSandbox(c.who, c.p.at("id")); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::DeleteSandbox(Ctx& c) {
+  co_return NoContent(co_await Blocking([&] { return api->DeleteSandbox(c.who, c.p.at("id")); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::StartExec(Ctx& c) {
+  auto r = co_await Blocking([&] { return api->StartExec(c.who, c.p.at("id"), c.body); });
+  if (!r.ok()) co_return Error(r.status());
+  if (!r->wait) co_return JsonReply(http::status::accepted, {{"exec_id", r->rec->id()}});
+  co_return co_await ExecWait(r->rec);
+}
+
+net::awaitable<Reply> HttpServer::Impl::GetExec(Ctx& c) {
+  auto rec = co_await Blocking([&] { return api->GetExec(c.who, c.p.at("id"), c.p.at("exec_id")); });
+  if (!rec.ok()) co_return Error(rec.status());
+  co_return JsonReply(http::status::ok, (*rec)->ResultJson());
+}
+
+net::awaitable<Reply> HttpServer::Impl::StreamExec(Ctx& c) {
+  uint64_t after = 0;
+  if (auto it = c.q.find("after"); it != c.q.end()) {
+    const std::string& v = it->second;
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
+      co_return Error(Invalid("`after` must be a sequence number (0 or more)"));
+    after = std::stoull(v);
   }
-  if (seg.size() == 2 && seg[1] == "sandboxes:batch") {
-    if (verb != http::verb::post) co_return method_not_allowed("POST");
-    auto r = co_await Blocking([&] { return api->CreateBatch(who, body); });
-    co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
-  }
-  if (seg.size() >= 2 && seg[1] == "sandboxes") {
-    if (seg.size() == 2) {
-      if (verb == http::verb::post) {
-        auto r = co_await Blocking([&] { return api->CreateSandbox(who, body); });
-        co_return r.ok() ? JsonReply(http::status::created, *r) : Error(r.status());
-      }
-      if (verb == http::verb::get) {
-        auto r = co_await Blocking([&] { return api->ListSandboxes(who, q); });
-        co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
-      }
-      co_return method_not_allowed("GET, POST");
-    }
-    const std::string id = seg[2];
-    if (seg.size() == 3) {
-      if (verb == http::verb::get) {
-        auto r = co_await Blocking([&] { return api->GetSandbox(who, id); });
-        co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
-      }
-      if (verb == http::verb::delete_) {
-        Status st = co_await Blocking([&] { return api->DeleteSandbox(who, id); });
-        co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
-      }
-      co_return method_not_allowed("GET, DELETE");
-    }
-    const std::string& what = seg[3];
-    if (seg.size() == 4 && what == "exec") {
-      if (verb != http::verb::post) co_return method_not_allowed("POST");
-      auto r = co_await Blocking([&] { return api->StartExec(who, id, body); });
-      if (!r.ok()) co_return Error(r.status());
-      if (!r->wait) co_return JsonReply(http::status::accepted, {{"exec_id", r->rec->id()}});
-      co_return co_await ExecWait(r->rec);
-    }
-    if (seg.size() >= 5 && what == "execs") {
-      const std::string exec_id = seg[4];
-      auto rec = co_await Blocking([&] { return api->GetExec(who, id, exec_id); });
-      if (!rec.ok()) co_return Error(rec.status());
-      if (seg.size() == 5 && verb == http::verb::get)
-        co_return JsonReply(http::status::ok, (*rec)->ResultJson());
-      if (seg.size() == 6 && seg[5] == "stream" && verb == http::verb::get) {
-        uint64_t after = 0;
-        if (auto it = q.find("after"); it != q.end()) {
-          const std::string& v = it->second;
-          if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
-            co_return Error(Invalid("`after` must be a sequence number (0 or more)"));
-          after = std::stoull(v);
-        }
-        *streamed = true;
-        co_await Stream(stream, version, *rec, after);
-        co_return Reply{};
-      }
-      if (seg.size() == 6 && seg[5] == "signal" && verb == http::verb::post) {
-        Status st = co_await Blocking([&] { return api->SignalExec(who, id, exec_id, body); });
-        co_return st.ok() ? JsonReply(http::status::ok, (*rec)->ResultJson()) : Error(st);
-      }
-      if (seg.size() == 5 || (seg.size() == 6 && seg[5] == "stream")) co_return method_not_allowed("GET");
-      if (seg.size() == 6 && seg[5] == "signal") co_return method_not_allowed("POST");
-      co_return Error(NotFound("path", target_str));
-    }
-    if (seg.size() == 4 && what == "files") {
-      if (verb == http::verb::put) {
-        if (body.size() > kFileBodyLimit)
-          co_return Error(Invalid("file larger than " + std::to_string(kFileBodyLimit) + " bytes"));
-        Status st = co_await Blocking([&] { return api->PutFile(who, id, q, body); });
-        co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
-      }
-      if (verb == http::verb::get) {
-        auto r = co_await Blocking([&] { return api->GetFile(who, id, q); });
-        if (!r.ok()) co_return Error(r.status());
-        co_return Reply{http::status::ok, "application/octet-stream", std::move(*r)};
-      }
-      co_return method_not_allowed("GET, PUT");
-    }
-    if (seg.size() == 4 && what == "network") {
-      if (verb != http::verb::put) co_return method_not_allowed("PUT");
-      auto r = co_await Blocking([&] { return api->SetNetwork(who, id, body); });
-      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
-    }
-    if (seg.size() == 4 && what == "filesystem") {
-      if (verb != http::verb::put) co_return method_not_allowed("PUT");
-      auto r = co_await Blocking([&] { return api->SetFilesystem(who, id, body); });
-      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
-    }
-    if (seg.size() == 4 && what == "changes") {
-      if (verb != http::verb::get) co_return method_not_allowed("GET");
-      auto r = co_await Blocking([&] { return api->Changes(who, id, q); });
-      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
-    }
-    if (seg.size() == 4 && (what == "pause" || what == "resume")) {
-      if (verb != http::verb::post) co_return method_not_allowed("POST");
-      auto r = co_await Blocking([&] { return api->SetPaused(who, id, what == "pause"); });
-      co_return r.ok() ? JsonReply(http::status::ok, *r) : Error(r.status());
-    }
-    if (seg.size() == 4 && what == "archive") {
-      if (verb == http::verb::put) {
-        Status st = co_await Blocking([&] { return api->PutArchive(who, id, q, body); });
-        co_return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
-      }
-      if (verb == http::verb::get) {
-        auto r = co_await Blocking([&] { return api->GetArchive(who, id, q); });
-        if (!r.ok()) co_return Error(r.status());
-        co_return Reply{http::status::ok, "application/x-tar", std::move(*r)};
-      }
-      co_return method_not_allowed("GET, PUT");
-    }
-  }
-  co_return Error(NotFound("path", target_str));
+  auto rec = co_await Blocking([&] { return api->GetExec(c.who, c.p.at("id"), c.p.at("exec_id")); });
+  if (!rec.ok()) co_return Error(rec.status());
+  *c.streamed = true;
+  co_await Stream(c.stream, c.version, *rec, after);
+  co_return Reply{};
+}
+
+net::awaitable<Reply> HttpServer::Impl::SignalExec(Ctx& c) {
+  const std::string& id = c.p.at("id");
+  const std::string& exec_id = c.p.at("exec_id");
+  auto rec = co_await Blocking([&] { return api->GetExec(c.who, id, exec_id); });
+  if (!rec.ok()) co_return Error(rec.status());
+  Status st = co_await Blocking([&] { return api->SignalExec(c.who, id, exec_id, c.body); });
+  co_return st.ok() ? JsonReply(http::status::ok, (*rec)->ResultJson()) : Error(st);
+}
+
+net::awaitable<Reply> HttpServer::Impl::PutFile(Ctx& c) {
+  co_return NoContent(co_await Blocking([&] { return api->PutFile(c.who, c.p.at("id"), c.q, c.body); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::GetFile(Ctx& c) {
+  auto r = co_await Blocking([&] { return api->GetFile(c.who, c.p.at("id"), c.q); });
+  if (!r.ok()) co_return Error(r.status());
+  co_return Reply{http::status::ok, "application/octet-stream", std::move(*r)};
+}
+
+net::awaitable<Reply> HttpServer::Impl::PutArchive(Ctx& c) {
+  co_return NoContent(co_await Blocking([&] { return api->PutArchive(c.who, c.p.at("id"), c.q, c.body); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::GetArchive(Ctx& c) {
+  auto r = co_await Blocking([&] { return api->GetArchive(c.who, c.p.at("id"), c.q); });
+  if (!r.ok()) co_return Error(r.status());
+  co_return Reply{http::status::ok, "application/x-tar", std::move(*r)};
+}
+
+net::awaitable<Reply> HttpServer::Impl::SetNetwork(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->SetNetwork(c.who, c.p.at("id"), c.body); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::SetFilesystem(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->SetFilesystem(c.who, c.p.at("id"), c.body); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::Changes(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->Changes(c.who, c.p.at("id"), c.q); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::Pause(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->SetPaused(c.who, c.p.at("id"), true); }));
+}
+
+net::awaitable<Reply> HttpServer::Impl::Resume(Ctx& c) {
+  co_return Answer(co_await Blocking([&] { return api->SetPaused(c.who, c.p.at("id"), false); }));
 }
 
 net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {

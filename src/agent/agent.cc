@@ -1,4 +1,5 @@
 #include "agent/agent.h"
+#include "agent/setup_messages.h"
 
 #include <fcntl.h>
 #include <malloc.h>
@@ -176,26 +177,15 @@ Status Agent::Setup() {
     Status st = RehearseVmSetup();
     WARREN_RETURN_IF_ERROR(Send(kControlFd, Message{{{"t", "warm"}, {"ms", NowMs() - t0}, {"error", st.ok() ? "" : st.ToString()}}, ""}));
   }
-  const json& h = msg.header;
-  if (h.value("t", "") != "setup") return Invalid("expected setup message", "agent");
-  if (h.value("listen", false)) {
-    if (fds.empty()) return Invalid("missing listening socket fd", "agent");
-    listen_ = std::move(fds.back());
-    fds.pop_back();
-  }
-  if (h.value("commands_cgroup", false)) {
-    if (fds.empty()) return Invalid("missing commands cgroup fd", "agent");
-    commands_cgroup_ = std::move(fds.back());
-    fds.pop_back();
-  }
-  UniqueFd sysfs;
-  if (h.value("sysfs", false)) {
-    if (fds.empty()) return Invalid("missing sysfs fd", "agent");
-    sysfs = std::move(fds.back());
-    fds.pop_back();
-  }
-  const bool vm = h.value("vm", false);
-  full_os_ = vm && h.value("full_os", false);
+  const SetupMessage h = WARREN_TRY(ParseSetup(msg.header));
+  SetupFds slots = WARREN_TRY(TakeSetupFds(h, std::move(fds)));
+  // (A VM's listener and commands' cgroup are its own: no slot replaces them.)
+  if (h.listen) listen_ = std::move(slots.listen);
+  if (h.commands_cgroup) commands_cgroup_ = std::move(slots.commands_cgroup);
+  UniqueFd sysfs = std::move(slots.sysfs);
+  fds = std::move(slots.layers);
+  const bool vm = h.vm.has_value();
+  full_os_ = vm && h.vm->full_os;
   microvm_ = vm && !full_os_;
   int64_t mark = NowMs();
   // Where setup's time goes (reported with `ready`; under TCG every first use of a kernel path
@@ -208,27 +198,23 @@ Status Agent::Setup() {
   if (vm) {
     // A microVM: layers are disks of this guest, limits its own cgroup; the node's clock and
     // randomness replace a restored template's.
-    WARREN_RETURN_IF_ERROR(VmReseed(h.value("seed", ""), h.value("now_ns", int64_t{0})));
+    WARREN_RETURN_IF_ERROR(VmReseed(h.vm->seed, h.vm->now_ns));
     lap("reseed");
-    std::vector<std::string> serials;
-    for (const auto& s : h.value("layer_serials", json::array()))
-      if (s.is_string()) serials.push_back(s.get<std::string>());
-    fds = WARREN_TRY(MountVmLayers(serials));
+    fds = WARREN_TRY(MountVmLayers(h.vm->layer_serials));
     lap("layers");
     // (In a full OS the limits set here stay; the service's agent opens the group again
     // where systemd mounts the hierarchy.)
-    commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(kInitCgroupDir, h.value("memory_bytes", uint64_t{0}), h.value("pids", uint64_t{0})));
+    commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(kInitCgroupDir, h.vm->memory_bytes, h.vm->pids));
     // Its directory, to freeze it later: the path is gone once we switch root.
     vm_commands_dir_.Reset(open((std::string(kInitCgroupDir) + "/commands").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     lap("cgroup");
-    if (h.contains("net") && h["net"].is_object()) {
-      const json& n = h["net"];
-      WARREN_RETURN_IF_ERROR(ConfigureVmNet(n.value("ip", ""), n.value("gateway", ""), n.value("mac", "")));
+    if (h.vm->net) {
+      WARREN_RETURN_IF_ERROR(ConfigureVmNet(h.vm->net->ip, h.vm->net->gateway, h.vm->net->mac));
       lap("net");
     }
   }
-  if (fds.size() != h.value("layers", 0u)) return Invalid("layer fd count mismatch", "agent");
-  const json env = h.value("env", json::object());
+  if (fds.size() != h.layers) return Invalid("layer fd count mismatch", "agent");
+  const json env = h.env;
   AddBaseEnv(env);
 
   // The node attached us to the v1 cgroups after clone; a fresh cgroup namespace now roots
@@ -237,16 +223,14 @@ Status Agent::Setup() {
 
   isolation::RootfsPlan plan;
   plan.layers = std::move(fds);
-  plan.disk_bytes = h.value("disk_bytes", uint64_t{1} << 30);
+  plan.disk_bytes = h.disk_bytes;
   std::string root;
   // Order matters: the overlay first (everything else mounts inside it), /proc before the
   // pivot (mounting procfs in a user namespace requires a fully visible procfs to exist in
   // the mount namespace, which the old root provides), then the pivot detaches the host.
   const size_t layer_count = plan.layers.size();
   WARREN_RETURN_IF_ERROR(isolation::BuildRootfs(plan, &root));
-  std::vector<size_t> tools;
-  for (const auto& t : h.value("tool_layers", json::array()))
-    if (t.is_number_unsigned()) tools.push_back(t.get<size_t>());
+  const std::vector<size_t> tools(h.tool_layers.begin(), h.tool_layers.end());
   WARREN_RETURN_IF_ERROR(isolation::GuardToolLayers(tools, layer_count, root));
   for (size_t i = 0; i <= layer_count && i <= kMaxKeptLayers; ++i) {
     const std::string dir = std::string(isolation::kStagingDir) + (i == 0 ? "" : "/l" + std::to_string(i - 1));
@@ -277,26 +261,26 @@ Status Agent::Setup() {
   // An image without systemd (busybox, a slim Debian) still runs as a whole VM, with us as
   // its init as in a microVM: switching backend stays one parameter.
   if (full_os_ && !ImageBootsSystemd()) full_os_ = false;
-  std::string hostname = h.value("hostname", "sandbox");
+  const std::string& hostname = h.hostname;
   if (sethostname(hostname.data(), hostname.size()) != 0)
     return ErrnoStatus("sethostname", hostname);
   // In a namespace the node made, lo is up already and we could not touch it (the node's
   // user namespace owns it, not ours).
-  if (h.value("loopback", true)) WARREN_RETURN_IF_ERROR(isolation::BringUpLoopback());
+  if (h.loopback) WARREN_RETURN_IF_ERROR(isolation::BringUpLoopback());
   // Files the node wants in place before any command runs (an egress sandbox's resolver
   // and proxy configuration), written after the pivot so every path, symlinks included,
   // resolves inside the sandbox. A file standing there is replaced (a symlink is not
   // followed); a missing directory means the image has no use for the file.
-  for (const auto& f : h.value("files", json::array())) {
-    const std::string path = f.value("path", ""), data = f.value("data", "");
-    if (path.empty() || path[0] != '/') continue;
+  for (const SetupFile& f : h.files) {
+    const std::string& path = f.path;
+    const std::string& data = f.data;
     unlink(path.c_str());
-    UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, f.value("mode", 0644)));
+    UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, f.mode));
     if (!fd) continue;
     if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size()))
       return ErrnoStatus("write", path);
   }
-  nofile_ = h.value("nofile", uint64_t{4096});
+  nofile_ = h.nofile;
   if (full_os_) {
     // The rest is the service's (SetupService), after the image's init has started it. A
     // full OS is not sealed like a container: its root may use setuid programs, ptrace and
@@ -305,8 +289,8 @@ Status Agent::Setup() {
     json doc = {{"env", env},
                 {"hostname", hostname},
                 {"nofile", nofile_},
-                {"memory_bytes", h.value("memory_bytes", uint64_t{0})},
-                {"pids", h.value("pids", uint64_t{0})},
+                {"memory_bytes", h.vm->memory_bytes},
+                {"pids", h.vm->pids},
                 {"setup_ms", setup_ms_},
                 {"handover_ms", NowMs()}};
     return InstallVmAgentService(doc.dump());
@@ -322,7 +306,7 @@ Status Agent::Setup() {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return ErrnoStatus("no_new_privs", "agent");
   // - one Landlock domain for the whole sandbox, the agent included, so signals and abstract
   //   sockets work between commands but never cross the sandbox's boundary;
-  if (h.value("landlock", true))
+  if (h.landlock)
     landlock_abi_ = WARREN_TRY(isolation::ApplyLandlock(/*required=*/false));
   // - seccomp last: it denies the mount calls used above.
   if (!msg.payload.empty()) WARREN_RETURN_IF_ERROR(isolation::InstallSeccompFilter(msg.payload));
@@ -844,16 +828,20 @@ void Agent::HandleFsChanges(const Message& m) {
 // A sandbox made ahead of demand (node/warm_pool.h) is handed to a create: it takes that
 // create's hostname, base environment and commands' open-file limit. Nothing has run in it.
 void Agent::HandleAssign(const Message& m) {
-  const json& h = m.header;
-  const std::string hostname = h.value("hostname", "sandbox");
-  if (sethostname(hostname.data(), hostname.size()) != 0) {
+  auto parsed = ParseAssign(m.header);
+  if (!parsed.ok()) {
+    Reply({{"t", "err"}, {"errno", EINVAL}, {"error", parsed.status().ToString()}});
+    return;
+  }
+  const AssignMessage& h = *parsed;
+  if (sethostname(h.hostname.data(), h.hostname.size()) != 0) {
     const int e = errno;
-    Reply({{"t", "err"}, {"errno", e}, {"error", ErrText("sethostname", hostname, e)}});
+    Reply({{"t", "err"}, {"errno", e}, {"error", ErrText("sethostname", h.hostname, e)}});
     return;
   }
   base_env_.clear();
-  AddBaseEnv(h.value("env", json::object()));
-  nofile_ = h.value("nofile", nofile_);
+  AddBaseEnv(json(h.env));
+  nofile_ = h.nofile;
   Reply({{"t", "assigned"}});
 }
 
@@ -958,7 +946,8 @@ int RunVmService(const char* setup_path) {
     (void)Send(kControlFd, Message{{{"t", "setup_failed"}, {"error", st.ToString()}}, ""});
     return 1;
   }
-  if (!Send(kControlFd, Message{{{"t", "ready"}, {"setup_ms", agent.setup_ms_}, {"init", "systemd"}}, ""}).ok()) return 1;
+  ReadyMessage ready{agent.setup_ms_.get<std::map<std::string, int64_t>>(), 0, "systemd"};
+  if (!Send(kControlFd, Message{ToJson(ready), ""}).ok()) return 1;
   return agent.Serve();
 }
 
@@ -980,9 +969,9 @@ int Run(UniqueFd listener, pid_t relay_pid) {
   // but stay resident in the heap: give their pages back. An idle agent is what thousands of
   // sandboxes cost.
   malloc_trim(0);
-  if (!Send(kControlFd, Message{{{"t", "ready"}, {"landlock_abi", agent.landlock_abi_}, {"setup_ms", agent.setup_ms_},
-                                 {"init", getpid() == 1 ? "warren-agent" : ""}}, ""}).ok())
-    return 1;
+  ReadyMessage ready{agent.setup_ms_.get<std::map<std::string, int64_t>>(), agent.landlock_abi_,
+                     getpid() == 1 ? "warren-agent" : ""};
+  if (!Send(kControlFd, Message{ToJson(ready), ""}).ok()) return 1;
   return agent.Serve();
 }
 

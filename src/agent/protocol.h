@@ -5,17 +5,15 @@
 // Header field "t" is the message type; "id" correlates requests with replies.
 //
 //   node -> agent                              agent -> node
-//   setup {hostname, disk_bytes, layers,       ready {setup_ms, ...} | setup_failed {error}
-//          tool_layers, commands_cgroup,
-//          listen, loopback, sysfs, files,
-//          nofile, landlock, env}
+//   setup (agent/setup_messages.h: typed,      ready {setup_ms, landlock_abi, init}
+//     strictly parsed; its fds go in named       | setup_failed {error}
+//     slots: layers, sysfs, commands'
+//     cgroup.procs, listening socket)
 //     + payload: the seccomp program (BPF), or none
-//     + SCM_RIGHTS: the layer mounts, top layer first, then (taken from the back) the sysfs
-//       mount, the commands' cgroup.procs and the listening socket, each when its flag is set
-//     a microVM's setup adds {vm, full_os, layer_serials, memory_bytes, pids, seed, now_ns,
-//     net {ip, gateway, mac}} and carries no fds (its layers are disks of the guest);
+//     a microVM's setup has `vm` {full_os, layer_serials, memory_bytes, pids, seed, now_ns,
+//     net} and carries no fds (its layers are disks of the guest);
 //     a warm microVM gets `warmup` first        warm {ms, error}
-//   assign {hostname, env, nofile}             assigned {} | err {...}   (a warm sandbox claimed)
+//   assign {hostname, env, nofile} (typed)     assigned {} | err {...}   (a warm sandbox claimed)
 //   exec {id, argv, env, env_defaults, cwd,    out {id, s: "stdout"|"stderr"} + bytes
 //         timeout_ms, max_output, stdin,       exit {id, exit_code, signal, timed_out,
 //         stdin_more, channel} + stdin              stdout_truncated, stderr_truncated}

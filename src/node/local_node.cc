@@ -10,6 +10,7 @@
 #include "base/cleanup.h"
 #include "base/ids.h"
 #include "agent/protocol.h"
+#include "agent/setup_messages.h"
 #include "image/tar_extract.h"
 #include "isolation/cgroup.h"
 #include "isolation/seccomp_policy.h"
@@ -236,8 +237,7 @@ Status LocalNode::ClaimWarm(WarmSandbox& w, const runtime::SandboxConfig& cfg) {
   // Its limits, normal priority (before we wait on its agent: at the lowest priority it would
   // answer only when the CPUs have nothing else to do) and its files under the new name.
   WARREN_RETURN_IF_ERROR(w.instance->Claim({cfg.id, cfg.memory_bytes, cfg.pids, cfg.cpus}));
-  nlohmann::json env = cfg.env;
-  agent::Message assign{{{"t", "assign"}, {"hostname", cfg.hostname}, {"env", env}, {"nofile", cfg.open_files}}, ""};
+  agent::Message assign{agent::ToJson(agent::AssignMessage{cfg.hostname, cfg.env, cfg.open_files}), ""};
   auto reply = WARREN_TRY(AgentRoundTrip(w.control.get(), assign, "claim " + cfg.id));
   if (reply.header.value("t", "") != "assigned")
     return Internal("claim", cfg.id, "agent: " + reply.header.value("error", reply.header.value("t", "")));

@@ -20,6 +20,7 @@
 
 #include "agent/agent.h"
 #include "agent/protocol.h"
+#include "agent/setup_messages.h"
 #include "base/cleanup.h"
 #include "isolation/cgroup.h"
 #include "isolation/rootfs.h"
@@ -273,12 +274,6 @@ Status WriteProcFile(pid_t pid, const char* name, const std::string& value) {
   return Status::Ok();
 }
 
-nlohmann::json FilesJson(const std::vector<std::pair<std::string, std::string>>& files) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& [path, data] : files) out.push_back({{"path", path}, {"data", data}, {"mode", 0644}});
-  return out;
-}
-
 }  // namespace
 
 Status PrepareHostDirs() {
@@ -386,20 +381,17 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   // 7. Idmapped, read-only clones of the layer mounts for this sandbox's user namespace.
   UniqueFd userns = WARREN_TRY(isolation::OpenUserNs(pid));
   std::vector<UniqueFd> clones;
-  std::vector<int> clone_fds;
+  std::vector<int> layer_fds;
   for (auto& l : layers) {
     UniqueFd c = WARREN_TRY(sys::CloneMount(l->fd.get()));
     WARREN_RETURN_IF_ERROR(sys::IdmapMount(c.get(), userns.get(), MOUNT_ATTR_RDONLY)
                                .Context("idmap layer " + l->digest));
-    clone_fds.push_back(c.get());
+    layer_fds.push_back(c.get());
     clones.push_back(std::move(c));
   }
 
-  // The commands' cgroup, passed along with the layers.
+  // The commands' cgroup, passed along with the layers (agent/setup_messages.h: fd slots).
   UniqueFd commands_procs = WARREN_TRY(cgroup.OpenCommandsProcs());
-  // The agent takes these from the back: listener, commands cgroup, sysfs, then the layers.
-  if (cfg.sysfs_fd >= 0) clone_fds.push_back(cfg.sysfs_fd);
-  if (commands_procs) clone_fds.push_back(commands_procs.get());
   // Last, the socket a restarted node reconnects through (bound on the host, where the
   // sandbox cannot see it; only root can reach the directory).
   const std::string run_dir = RunDir(cgroup_parent_), run_base = run_dir + "/" + cfg.id;
@@ -412,28 +404,27 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   if (bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener.get(), 4) != 0)
     return ErrnoStatus("bind agent socket", sock_path);
   Cleanup rm_sock([&] { unlink(sock_path.c_str()); });
-  clone_fds.push_back(listener.get());
 
   // 8. Release the child into the agent, then hand it the setup and the layer mounts.
   if (write(sync_wr.get(), "g", 1) != 1) return ErrnoStatus("release child", cfg.id);
   sync_wr.Reset();
-  nlohmann::json env = cfg.env;
-  agent::Message setup{{{"t", "setup"},
-                        {"hostname", cfg.hostname},
-                        {"disk_bytes", cfg.disk_bytes},
-                        {"layers", clones.size()},
-                        {"tool_layers", ToolLayerIndexes(cfg.layers)},
-                        {"commands_cgroup", commands_procs.valid()},
-                        {"listen", true},
-                        {"loopback", cfg.netns_fd < 0},
-                        {"sysfs", cfg.sysfs_fd >= 0},
-                        {"files", FilesJson(cfg.files)},
-                        {"nofile", cfg.open_files},
-                        {"landlock", !seccomp_bpf_.empty() && !cfg.fncall_runner},
-                        {"env", env}},
-                       cfg.fncall_runner ? runner_seccomp_bpf_ : seccomp_bpf_};
-  WARREN_RETURN_IF_ERROR(
-      sys::SendWithFds(node_end.get(), agent::Encode(setup), clone_fds).Context("setup " + cfg.id));
+  agent::SetupMessage setup;
+  setup.hostname = cfg.hostname;
+  setup.disk_bytes = cfg.disk_bytes;
+  setup.layers = static_cast<uint32_t>(clones.size());
+  for (size_t i : ToolLayerIndexes(cfg.layers)) setup.tool_layers.push_back(static_cast<uint32_t>(i));
+  setup.loopback = cfg.netns_fd < 0;
+  for (const auto& [path, data] : cfg.files) setup.files.push_back({path, data, 0644});
+  setup.nofile = cfg.open_files;
+  setup.landlock = !seccomp_bpf_.empty() && !cfg.fncall_runner;
+  setup.env = cfg.env;
+  setup.sysfs = cfg.sysfs_fd >= 0;
+  setup.commands_cgroup = commands_procs.valid();
+  setup.listen = true;
+  const std::vector<int> fds =
+      WARREN_TRY(agent::SetupFdOrder(setup, layer_fds, cfg.sysfs_fd, commands_procs.get(), listener.get()));
+  const agent::Message msg{agent::ToJson(setup), cfg.fncall_runner ? runner_seccomp_bpf_ : seccomp_bpf_};
+  WARREN_RETURN_IF_ERROR(sys::SendWithFds(node_end.get(), agent::Encode(msg), fds).Context("setup " + cfg.id));
   clones.clear();
 
   // 9. Handshake.
@@ -452,6 +443,8 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   (void)WriteProcFile(pid, "oom_score_adj", "-998");
   WARREN_RETURN_IF_ERROR(WriteRuntimeFile(run_base, cfg.id, pid, slot.slot(), cfg.id));
   rm_sock.Cancel();
+  if (auto ready = agent::ParseReady(reply->header); !ready.ok())
+    return Internal("create sandbox", cfg.id, ready.status().ToString());
   kill_child.Cancel();
   cgroup.CloseCloneFd();
   return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd_owner), std::move(cgroup),

@@ -26,6 +26,7 @@
 
 #include "agent/frame_relay.h"
 #include "agent/protocol.h"
+#include "agent/setup_messages.h"
 #include "agent/vm_init.h"
 #include "base/cleanup.h"
 #include "base/sha256.h"
@@ -899,35 +900,29 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
     WARREN_RETURN_IF_ERROR(boot->Await("", kColdBootTimeoutMs, "boot " + cfg.id).status());
     ++(cfg.full_os ? full_os_boots_ : cold_boots_);
   }
-  json files = json::array();
-  for (const auto& [path, data] : cfg.files) files.push_back({{"path", path}, {"data", data}, {"mode", 0644}});
-  json serials = json::array();
-  for (size_t i = 0; i < cfg.layers.size(); ++i) serials.push_back("layer" + std::to_string(i));
   timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  agent::Message setup{{{"t", "setup"},
-                        {"vm", true},
-                        {"full_os", cfg.full_os},
-                        {"hostname", cfg.hostname},
-                        {"disk_bytes", cfg.disk_bytes},
-                        {"layers", cfg.layers.size()},
-                        {"tool_layers", ToolLayerIndexes(cfg.layers)},
-                        {"layer_serials", serials},
-                        {"memory_bytes", cfg.memory_bytes},
-                        {"pids", cfg.pids},
-                        {"loopback", false},  // up since the guest's init (vm_init.cc)
-                        {"files", files},
-                        {"nofile", cfg.open_files},
-                        {"landlock", false},
-                        {"seed", HexRandom(32)},
-                        {"now_ns", int64_t{now.tv_sec} * 1000000000 + now.tv_nsec},
-                        {"env", json(cfg.env)}},
-                       ""};
-  if (cfg.net_ip) {
-    setup.header["net"] = {{"ip", Ip4(cfg.net_ip)}, {"gateway", Ip4(cfg.net_gateway)}, {"mac", GuestMac(cfg.net_ip)}};
-  }
+  agent::SetupMessage setup;
+  setup.hostname = cfg.hostname;
+  setup.disk_bytes = cfg.disk_bytes;
+  setup.layers = static_cast<uint32_t>(cfg.layers.size());
+  for (size_t i : ToolLayerIndexes(cfg.layers)) setup.tool_layers.push_back(static_cast<uint32_t>(i));
+  setup.loopback = false;  // up since the guest's init (vm_init.cc)
+  for (const auto& [path, data] : cfg.files) setup.files.push_back({path, data, 0644});
+  setup.nofile = cfg.open_files;
+  setup.landlock = false;
+  setup.env = cfg.env;
+  agent::VmSetup& vm = setup.vm.emplace();
+  vm.full_os = cfg.full_os;
+  for (size_t i = 0; i < cfg.layers.size(); ++i) vm.layer_serials.push_back("layer" + std::to_string(i));
+  vm.memory_bytes = cfg.memory_bytes;
+  vm.pids = cfg.pids;
+  vm.seed = HexRandom(32);
+  vm.now_ns = int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
+  if (cfg.net_ip) vm.net = agent::VmSetup::Net{Ip4(cfg.net_ip), Ip4(cfg.net_gateway), GuestMac(cfg.net_ip)};
   const int64_t t_running = NowMs();
-  WARREN_RETURN_IF_ERROR(agent::Send(boot->control.get(), setup).Context("setup " + cfg.id));
+  WARREN_RETURN_IF_ERROR(
+      agent::Send(boot->control.get(), agent::Message{agent::ToJson(setup), ""}).Context("setup " + cfg.id));
   // A full OS answers once its init has started the agent's service: a boot, not a setup.
   auto reply = boot->Await("", cfg.full_os ? kColdBootTimeoutMs : kSetupTimeoutMs, "create " + cfg.id);
   if (!reply.ok()) return reply.status();
@@ -935,6 +930,8 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   if (t == "setup_failed")
     return Internal("create sandbox", cfg.id, "guest agent setup failed: " + reply->header.value("error", ""));
   if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
+  if (auto ready = agent::ParseReady(reply->header); !ready.ok())
+    return Internal("create sandbox", cfg.id, ready.status().ToString());
   spdlog::info("{} {}: QEMU started in {} ms, guest {} in {} ms, agent setup {} ms {} (init: {})", cfg.full_os ? "vm" : "microvm", cfg.id, t_launched - t0,
                warm ? "warm" : tmpl ? "restored" : "booted", t_running - t_launched, NowMs() - t_running,
                reply->header.value("setup_ms", json::object()).dump(), reply->header.value("init", ""));

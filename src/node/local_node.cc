@@ -45,9 +45,11 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   std::string runner_bpf = WARREN_TRY(
       isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy(), isolation::kRunnerProfile));
   if (opts.unsafe_no_seccomp_landlock) bpf.clear(), runner_bpf.clear();
-  node->container_ = std::make_unique<runtime::ContainerBackend>(
+  auto container = std::make_unique<runtime::ContainerBackend>(
       std::move(memfd), &node->mounts_, &node->uids_, opts.cgroup_parent, std::move(bpf),
       std::move(runner_bpf));
+  container->SetFaults(opts.create_faults);
+  node->container_ = std::move(container);
   // Where network records live, also read by ReapUnadopted when networking is off now.
   if (node->opts_.net.state_dir.empty()) node->opts_.net.state_dir = "/run/warren/" + opts.cgroup_parent + "-net";
   if (opts.network) {
@@ -182,6 +184,7 @@ Result<std::unique_ptr<runtime::Instance>> LocalNode::CreateAttached(runtime::Ba
     if (policy) net_->Detach(cfg.id);
   });
   if (policy) {
+    WARREN_RETURN_IF_ERROR(runtime::CheckFault(opts_.create_faults, runtime::CreateStep::kNetwork, cfg.id));
     net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, *policy, keep_link));
     cfg.netns_fd = a.netns_fd;
     cfg.sysfs_fd = a.sysfs_fd;
@@ -189,7 +192,9 @@ Result<std::unique_ptr<runtime::Instance>> LocalNode::CreateAttached(runtime::Ba
   }
   auto inst = WARREN_TRY(backend->Create(cfg));
   if (policy) {
-    if (Status st = net_->Ready(cfg.id); !st.ok()) {
+    Status st = runtime::CheckFault(opts_.create_faults, runtime::CreateStep::kNetworkReady, cfg.id);
+    if (st.ok()) st = net_->Ready(cfg.id);
+    if (!st.ok()) {
       (void)inst->Destroy();
       return st;
     }

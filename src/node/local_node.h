@@ -18,6 +18,7 @@
 #include "node/agent_mux.h"
 #include "node/node_api.h"
 #include "node/warm_pool.h"
+#include "runtime/create_faults.h"
 #include "runtime/vm/microvm_backend.h"
 
 namespace warren::node {
@@ -45,6 +46,8 @@ struct LocalNodeOptions {
   // Ready container sandboxes kept per template in use, for creates with network none (see
   // node/warm_pool.h); 0: none.
   size_t warm_pool = 2;
+  // Failure injection (tests only): asked before each step of a create (runtime/create_faults.h).
+  runtime::CreateFaults* create_faults = nullptr;
 };
 
 class LocalNode : public NodeApi {

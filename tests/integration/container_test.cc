@@ -1,7 +1,10 @@
 // Root integration tests of the container backend through LocalNode: real namespaces,
 // EROFS, overlayfs, cgroups and the real warren-agent.
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <fstream>
 
@@ -9,6 +12,7 @@
 #include "image/layer_store.h"
 #include "isolation/cgroup.h"
 #include "node/local_node.h"
+#include "runtime/create_faults.h"
 #include "test_env.h"
 
 namespace warren {
@@ -33,6 +37,7 @@ class ContainerTest : public ::testing::Test {
     opts.agent_path = WARREN_AGENT_PATH;
     opts.cgroup_parent = "warren-test";
     opts.warm_pool = warm_pool_;  // none, unless a test is about it: leak checks count uid slots
+    opts.create_faults = faults_;
     auto n = node::LocalNode::Start(opts, store_.get());
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     node_ = std::move(n).value();
@@ -68,6 +73,7 @@ class ContainerTest : public ::testing::Test {
   }
 
   size_t warm_pool_ = 0;
+  runtime::CreateFaults* faults_ = nullptr;
   std::string dir_, digest_;
   std::unique_ptr<image::LayerStore> store_;
   std::unique_ptr<node::LocalNode> node_;
@@ -200,6 +206,90 @@ TEST_F(ContainerTest, FailedCreateUnwindsCompletely) {
   EXPECT_EQ(testing::CountCgroupDirs(spec2.config.id), 0);
   EXPECT_EQ(node_->live_sandboxes(), 0u);
   EXPECT_EQ(node_->Info()["uid_slots_used"], 0);
+}
+
+// Failure injection: each step of a create fails in turn (runtime/create_faults.h), as if it
+// had failed itself, and the failed create must leave nothing: no cgroup, mount, fd, uid slot,
+// layer mount, network attachment or run file.
+class FailAt : public runtime::CreateFaults {
+ public:
+  Status Before(runtime::CreateStep step, const std::string& id) override {
+    reached.push_back(step);
+    if (step != fail) return Status::Ok();
+    return Internal("injected", id, std::string("failure before step ") + runtime::CreateStepName(step));
+  }
+  runtime::CreateStep fail = runtime::CreateStep::kIdentity;
+  std::vector<runtime::CreateStep> reached;
+};
+
+class CreateFaultTest : public ContainerTest {
+ protected:
+  CreateFaultTest() { faults_ = &fail_at_; }
+  FailAt fail_at_;
+};
+
+size_t CountLines(const std::string& path) {
+  std::ifstream in(path);
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+size_t CountEntries(const std::string& dir) {
+  size_t n = 0;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+TEST_F(CreateFaultTest, EachStepFailingLeavesNothingBehind) {
+  // One good create first: the layer stays mounted in the cache only while used, the network
+  // pool and agent mux have their threads and fds already, so what is counted next is steady.
+  auto warm = Spec();
+  fail_at_.fail = static_cast<runtime::CreateStep>(-1);
+  ASSERT_TRUE(node_->CreateSandbox(warm).ok());
+  ASSERT_TRUE(node_->DeleteSandbox(warm.config.id).ok());
+  // Every step a create of this node goes through (network ones only with networking).
+  const std::vector<runtime::CreateStep> steps = fail_at_.reached;
+  ASSERT_GE(steps.size(), 9u) << "the container backend's steps are not all seamed";
+  const bool networked = std::count(steps.begin(), steps.end(), runtime::CreateStep::kNetwork) > 0;
+  EXPECT_EQ(networked, node_->Info()["network"].contains("bridge")) << node_->Info()["network"].dump();
+
+  const size_t mounts = CountLines("/proc/self/mountinfo"), fds = CountEntries("/proc/self/fd");
+  const size_t run_files = CountEntries("/run/warren/warren-test");
+  for (runtime::CreateStep step : steps) {
+    SCOPED_TRACE(runtime::CreateStepName(step));
+    fail_at_.fail = step;
+    fail_at_.reached.clear();
+    auto spec = Spec();
+    auto r = node_->CreateSandbox(spec);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().ToString().find(std::string("before step ") + runtime::CreateStepName(step)), std::string::npos)
+        << r.status().ToString();
+    EXPECT_EQ(fail_at_.reached.back(), step);
+    EXPECT_EQ(testing::CountCgroupDirs(spec.config.id), 0);
+    EXPECT_EQ(node_->live_sandboxes(), 0u);
+    const auto info = node_->Info();
+    EXPECT_EQ(info["uid_slots_used"], 0);
+    EXPECT_EQ(info["layer_mounts"], 0);
+    if (networked) {
+      EXPECT_EQ(info["network"]["sandboxes"], 0) << info["network"].dump();
+      EXPECT_EQ(info["network"]["wired"], 0) << info["network"].dump();
+    }
+    EXPECT_EQ(CountLines("/proc/self/mountinfo"), mounts);
+    EXPECT_EQ(CountEntries("/proc/self/fd"), fds);
+    EXPECT_EQ(CountEntries("/run/warren/warren-test"), run_files);
+  }
+  // And after all that, a create works.
+  fail_at_.fail = static_cast<runtime::CreateStep>(-1);
+  auto spec = Spec();
+  ASSERT_TRUE(node_->CreateSandbox(spec).ok());
+  auto rec = Run(spec.config.id, {"/bin/echo", "ok"});
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->RawOutput(1), "ok\n");
+  ASSERT_TRUE(node_->DeleteSandbox(spec.config.id).ok());
 }
 
 class WarmPoolTest : public ContainerTest {

@@ -304,22 +304,26 @@ ContainerBackend::ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache*
 
 Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& cfg) {
   // 1. Identity: a host uid/gid range of our own; root inside is its first id.
+  WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kIdentity, cfg.id));
   auto slot_no = uids_->Allocate();
   if (!slot_no) return Status(Code::kQuota, "allocate uid range", cfg.id, "all ranges in use");
   isolation::UidSlot slot(uids_, *slot_no);
 
   // 2. Layers: each blob mounted once per host, shared.
+  WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kLayers, cfg.id));
   std::vector<std::shared_ptr<image::LayerMount>> layers;
   for (const LayerRef& l : cfg.layers)
     layers.push_back(WARREN_TRY(mounts_->Acquire(l.digest, l.blob_path)));
 
   // 3. Cgroups with limits, before any process exists, so none runs unlimited.
+  WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kCgroup, cfg.id));
   isolation::CgroupLimits lim{cfg.memory_bytes, cfg.pids, cfg.cpus};
   isolation::Cgroup cgroup = WARREN_TRY(isolation::Cgroup::Create(cgroup_parent_, cfg.id, lim));
 
   // 4. Channels: the agent's control socket and a pipe that holds the child until the
   //    parent has written its id maps and cgroups (it must not exec before: exec without a
   //    uid mapping would drop its capabilities in the new user namespace).
+  WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kChannels, cfg.id));
   int sv[2], sync[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     return ErrnoStatus("socketpair", cfg.id);
@@ -340,6 +344,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   //    the v2 cgroup where there is one. A network namespace the node made instead of a new
   //    one is entered by this thread just for the clone (setns is per thread; the child
   //    inherits it), since the child, once in its own user namespace, could not enter it.
+  WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kClone, cfg.id));
   int pidfd = -1;
   sys::CloneArgs ca;
   ca.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_PIDFD;
@@ -374,11 +379,13 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
 
   // 6. Parent half of each facility, in order: id maps (needed by the idmapped mounts and
   //    by the child's exec), v1 cgroups (before the child runs anything), OOM priority.
+  WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kIdMaps, cfg.id));
   isolation::IdRange range = slot.range();
   WARREN_RETURN_IF_ERROR(isolation::WriteIdMaps(pid, range).Context("create " + cfg.id));
   WARREN_RETURN_IF_ERROR(cgroup.AttachV1(pid).Context("create " + cfg.id));
 
   // 7. Idmapped, read-only clones of the layer mounts for this sandbox's user namespace.
+  WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kIdmappedMounts, cfg.id));
   UniqueFd userns = WARREN_TRY(isolation::OpenUserNs(pid));
   std::vector<UniqueFd> clones;
   std::vector<int> layer_fds;
@@ -406,6 +413,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   Cleanup rm_sock([&] { unlink(sock_path.c_str()); });
 
   // 8. Release the child into the agent, then hand it the setup and the layer mounts.
+  WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kSetup, cfg.id));
   if (write(sync_wr.get(), "g", 1) != 1) return ErrnoStatus("release child", cfg.id);
   sync_wr.Reset();
   agent::SetupMessage setup;
@@ -428,12 +436,15 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   clones.clear();
 
   // 9. Handshake.
+  WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kHandshake, cfg.id));
   auto reply = agent::RecvWithin(node_end.get(), kReadyTimeoutMs, "wait for agent ready");
   if (!reply.ok()) return reply.status().Context("create " + cfg.id);
   std::string t = reply->header.value("t", "");
   if (t == "setup_failed")
     return Internal("create sandbox", cfg.id, "agent setup failed: " + reply->header.value("error", ""));
   if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
+  if (auto ready = agent::ParseReady(reply->header); !ready.ok())
+    return Internal("create sandbox", cfg.id, ready.status().ToString());
 
   // The agent should never be the OOM victim inside its cgroup. Written only now that it runs
   // in a memory of its own: before its exec it shared the daemon's, and the kernel applies
@@ -443,8 +454,6 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   (void)WriteProcFile(pid, "oom_score_adj", "-998");
   WARREN_RETURN_IF_ERROR(WriteRuntimeFile(run_base, cfg.id, pid, slot.slot(), cfg.id));
   rm_sock.Cancel();
-  if (auto ready = agent::ParseReady(reply->header); !ready.ok())
-    return Internal("create sandbox", cfg.id, ready.status().ToString());
   kill_child.Cancel();
   cgroup.CloseCloneFd();
   return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd_owner), std::move(cgroup),

@@ -5,6 +5,7 @@
 #include "image/erofs_mount_cache.h"
 #include "isolation/uid_allocator.h"
 #include "runtime/backend.h"
+#include "runtime/create_faults.h"
 
 namespace warren::runtime {
 
@@ -19,8 +20,11 @@ class ContainerBackend : public Backend {
   std::string name() const override { return "container"; }
   Result<std::unique_ptr<Instance>> Create(const SandboxConfig& config) override;
   Result<std::unique_ptr<Instance>> Adopt(const std::string& id) override;
+  // Failure injection (tests): asked before each step of Create. Must outlive the backend.
+  void SetFaults(CreateFaults* faults) { faults_ = faults; }
 
  private:
+  CreateFaults* faults_ = nullptr;
   UniqueFd agent_memfd_;
   image::ErofsMountCache* mounts_;
   isolation::UidAllocator* uids_;

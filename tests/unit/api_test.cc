@@ -1,0 +1,178 @@
+// The API server's actions against a fake node (fake_node.h) and a real SQLite store: the
+// sandbox life cycle and its records, what a node failure leaves (nothing, and a 500), quotas
+// given back, metrics without reading records, and a trajectory replayed into a new sandbox.
+#include "server/routes.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "fake_node.h"
+#include "image/tar_extract.h"
+
+namespace warren::server {
+namespace {
+
+using nlohmann::json;
+
+class ApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(mkdtemp(dir_), nullptr);
+    state_ = std::move(*StateStore::Open(std::string(dir_) + "/state.db"));
+    durable_ = std::move(*StateStore::Open(std::string(dir_) + "/state.db", /*durable=*/true));
+    layers_ = std::make_unique<image::LayerStore>(std::string(dir_) + "/store");
+    ASSERT_TRUE(layers_->Init().ok());
+    ASSERT_TRUE(state_->PutLayer({"py", "1", "sha256:" + std::string(64, 'a'), "base", "t", "tar", 10}).ok());
+    tokens_ = std::make_unique<TokenRegistry>(state_.get(), "secret");
+    api_ = std::make_unique<Api>(state_.get(), durable_.get(), &node_, layers_.get(), tokens_.get());
+  }
+  void TearDown() override {
+    api_.reset();
+    tokens_.reset();
+    layers_.reset();
+    durable_.reset();
+    state_.reset();
+    (void)image::RemoveTree(dir_);
+  }
+
+  json Create(const json& spec, const Principal& who) {
+    auto r = api_->CreateSandbox(who, spec.dump());
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : json();
+  }
+  json Exec(const std::string& id, const std::vector<std::string>& argv, const Principal& who, int step = -1) {
+    json req = {{"argv", argv}};
+    if (step >= 0) req["step"] = step;
+    auto r = api_->StartExec(who, id, req.dump());
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return json();
+    EXPECT_TRUE(r->rec->WaitDone(10000));
+    return r->rec->ResultJson();
+  }
+
+  char dir_[32] = "/tmp/warren-apitest-XXXXXX";
+  testing::FakeNode node_;
+  std::unique_ptr<StateStore> state_, durable_;
+  std::unique_ptr<image::LayerStore> layers_;
+  std::unique_ptr<TokenRegistry> tokens_;
+  std::unique_ptr<Api> api_;
+  const Principal admin_{"admin", {"admin"}, {}};
+  const Principal alice_{"alice", {"sandbox:*", "exec"}, {2, 4, 4096}};
+};
+
+TEST_F(ApiTest, ASandboxLivesAndGoesThroughItsRecord) {
+  json sb = Create({{"image", "py:1"}, {"labels", {{"job", "a"}}}}, alice_);
+  const std::string id = sb["id"];
+  EXPECT_EQ(sb["state"], "running");
+  EXPECT_EQ(sb["owner"], "alice");
+  EXPECT_EQ(sb["layers"][0]["digest"], "sha256:" + std::string(64, 'a'));
+  ASSERT_EQ(node_.sandboxes.count(id), 1u);
+  EXPECT_EQ(node_.sandboxes[id].spec.config.memory_bytes, 512ull << 20);
+  // Another principal does not see it.
+  EXPECT_EQ(api_->GetSandbox(Principal{"bob", {"sandbox:*"}, {}}, id).status().code(), Code::kNotFound);
+  // Pause, a repeated pause, an exec refused while paused, resume.
+  EXPECT_EQ((*api_->SetPaused(alice_, id, true))["state"], "paused");
+  EXPECT_EQ((*api_->SetPaused(alice_, id, true))["state"], "paused");
+  EXPECT_TRUE(node_.sandboxes[id].paused);
+  EXPECT_EQ(api_->StartExec(alice_, id, R"({"argv": ["hostname"]})").status().code(), Code::kConflict);
+  EXPECT_EQ((*api_->SetPaused(alice_, id, false))["state"], "running");
+  EXPECT_EQ(Exec(id, {"hostname"}, alice_)["stdout"], id + "\n");
+  // Listing by label and by state.
+  auto list = api_->ListSandboxes(alice_, {{"label", "job=a"}, {"state", "running"}});
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ((*list)["sandboxes"].size(), 1u);
+  EXPECT_EQ(api_->ListSandboxes(alice_, {{"state", "bogus"}}).status().code(), Code::kInvalid);
+  ASSERT_TRUE(api_->DeleteSandbox(alice_, id).ok());
+  EXPECT_TRUE(node_.deleted.count(id));
+  EXPECT_EQ(api_->GetSandbox(alice_, id).status().code(), Code::kNotFound);
+  EXPECT_EQ(tokens_->Authenticate("Bearer secret")->name, "admin");
+}
+
+TEST_F(ApiTest, ANodeFailureIsInternalAndLeavesNoRecordAndNoQuota) {
+  // A host ENOENT in the node's own work is not the tenant's not_found.
+  node_.fail_next["create"] = ErrnoStatus("mount layer", "/var/lib/warren/blobs/x", ENOENT);
+  auto r = api_->CreateSandbox(alice_, R"({"image": "py:1"})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInternal);
+  EXPECT_TRUE(state_->ListSandboxes().empty());
+  // The quota share came back: two sandboxes fit, a third does not.
+  Create({{"image", "py:1"}}, alice_);
+  json second = Create({{"image", "py:1"}}, alice_);
+  EXPECT_EQ(api_->CreateSandbox(alice_, R"({"image": "py:1"})").status().code(), Code::kQuota);
+  // A delete the node fails keeps the sandbox as it was (running), not stopping.
+  node_.fail_next["delete"] = ErrnoStatus("kill cgroup", "/sys/fs/cgroup/x", EBUSY);
+  const std::string id = second["id"];
+  EXPECT_EQ(api_->DeleteSandbox(alice_, id).code(), Code::kInternal);
+  EXPECT_EQ((*api_->GetSandbox(alice_, id))["state"], "running");
+  ASSERT_TRUE(api_->DeleteSandbox(alice_, id).ok());
+}
+
+TEST_F(ApiTest, ALostSandboxFailsAndMetricsCountWithoutReadingRecords) {
+  const std::string a = Create({{"image", "py:1"}}, admin_)["id"];
+  const std::string b = Create({{"image", "py:1"}}, admin_)["id"];
+  ASSERT_TRUE(api_->SetPaused(admin_, b, true).ok());
+  node_.Lose(a);
+  json lost = *api_->GetSandbox(admin_, a);
+  EXPECT_EQ(lost["state"], "failed");
+  EXPECT_EQ(lost["error"]["code"], "internal");
+  // Failed is final: no resume, no pause.
+  EXPECT_EQ(api_->SetPaused(admin_, a, true).status().code(), Code::kConflict);
+  // Records in the store that do not parse are not counted (nor read): the counts come from
+  // the table, kept as records change.
+  ASSERT_TRUE(state_->PutSandbox({{"id", "sb-junk"}, {"state", "running"}, {"created_at", "x"}}).ok());
+  const int info_before = node_.info_calls;
+  const std::string m = api_->Metrics();
+  EXPECT_NE(m.find("warren_sandboxes{backend=\"container\",state=\"failed\"} 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("warren_sandboxes{backend=\"container\",state=\"paused\"} 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("warren_sandboxes{backend=\"container\",state=\"running\"} 0\n"), std::string::npos) << m;
+  EXPECT_EQ(node_.info_calls - info_before, 1) << "a scrape asks the node once";
+}
+
+TEST_F(ApiTest, AReplayIntoANewSandboxRebuildsItsFiles) {
+  json spec = {{"image", "py:1"}, {"trajectory", "t1"}};
+  const std::string first = Create(spec, alice_)["id"];
+  EXPECT_EQ(Exec(first, {"append", "/log", "a"}, alice_)["stdout"], "a");
+  EXPECT_EQ(Exec(first, {"hostname"}, alice_)["stdout"], first + "\n");
+  ASSERT_TRUE(api_->DeleteSandbox(alice_, first).ok());
+
+  const std::string second = Create(spec, alice_)["id"];
+  ASSERT_NE(second, first);
+  const int ran = node_.execs_run;
+  json r0 = Exec(second, {"append", "/log", "a"}, alice_);
+  EXPECT_EQ(r0["replayed"], true);
+  EXPECT_FALSE(r0.contains("diverged")) << r0;
+  EXPECT_EQ(node_.File(second, "/log"), "a");  // re-ran: the file is there
+  json r1 = Exec(second, {"hostname"}, alice_);
+  EXPECT_EQ(r1["stdout"], first + "\n");  // the record
+  EXPECT_EQ(r1["diverged"], true);
+  EXPECT_EQ(r1["differs"], json::array({"stdout"}));
+  EXPECT_EQ(r1["rerun"]["stdout"], second + "\n");
+  EXPECT_EQ(node_.execs_run - ran, 2);
+  // Repeated again in the same sandbox: replayed without a third run.
+  EXPECT_EQ(Exec(second, {"append", "/log", "a"}, alice_, /*step=*/0)["replayed"], true);
+  EXPECT_EQ(node_.execs_run - ran, 2);
+  EXPECT_EQ(node_.File(second, "/log"), "a");
+  // The next step runs for real, in the rebuilt state.
+  json r2 = Exec(second, {"append", "/log", "b"}, alice_);
+  EXPECT_EQ(r2["replayed"], false);
+  EXPECT_EQ(r2["stdout"], "ab");
+}
+
+TEST_F(ApiTest, StopOnDivergenceAnswersTheRerunAndRefusesMore) {
+  json spec = {{"image", "py:1"}, {"trajectory", "t2"}, {"on_divergence", "stop"}};
+  const std::string first = Create(spec, alice_)["id"];
+  Exec(first, {"hostname"}, alice_);
+  ASSERT_TRUE(api_->DeleteSandbox(alice_, first).ok());
+  const std::string second = Create(spec, alice_)["id"];
+  json r = Exec(second, {"hostname"}, alice_);
+  EXPECT_EQ(r["replayed"], false);
+  EXPECT_EQ(r["stdout"], second + "\n");
+  EXPECT_EQ(r["recorded"]["stdout"], first + "\n");
+  auto next = api_->StartExec(alice_, second, R"({"argv": ["exit", "0"]})");
+  EXPECT_EQ(next.status().code(), Code::kConflict);
+  EXPECT_NE(next.status().ToString().find("stopped at step 0"), std::string::npos) << next.status().ToString();
+  EXPECT_TRUE((*api_->GetSandbox(alice_, second)).contains("replay_stopped"));
+}
+
+}  // namespace
+}  // namespace warren::server

@@ -1,0 +1,188 @@
+// A NodeApi for unit tests of the API server: sandboxes are entries in a map, each with a tiny
+// file system of its own, and execs run at once against it. Every operation can be made to
+// fail (fail_next), and every call is counted, so tests see what the server asked of the
+// node. Not for anything but tests: the real node is LocalNode.
+//
+// Commands a fake exec understands (argv):
+//   append PATH TEXT    appends TEXT to PATH, prints the file
+//   cat PATH            prints PATH (exit 1 if it does not exist)
+//   hostname            prints the sandbox id (differs between sandboxes)
+//   exit N              exits with N
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "node/exec_record.h"
+#include "node/node_api.h"
+
+namespace warren::testing {
+
+class FakeNode : public node::NodeApi {
+ public:
+  struct Sandbox {
+    node::NodeSandboxSpec spec;
+    bool paused = false;
+    std::map<std::string, std::string> files;
+    std::map<std::string, std::shared_ptr<node::ExecRecord>> execs;
+  };
+
+  std::string name() const override { return "fake"; }
+
+  Result<node::SandboxRuntime> CreateSandbox(const node::NodeSandboxSpec& spec) override {
+    std::lock_guard lock(mu);
+    WARREN_RETURN_IF_ERROR(Fail("create"));
+    if (sandboxes.count(spec.config.id)) return Status(Code::kConflict, "create sandbox", spec.config.id, "exists");
+    sandboxes[spec.config.id].spec = spec;
+    return node::SandboxRuntime{1000 + static_cast<int>(sandboxes.size()), 100000};
+  }
+  Status DeleteSandbox(const std::string& id) override {
+    std::lock_guard lock(mu);
+    WARREN_RETURN_IF_ERROR(Fail("delete"));
+    if (!sandboxes.erase(id)) return NotFound("sandbox", id);
+    deleted.insert(id);
+    return Status::Ok();
+  }
+  Status AdoptSandbox(const std::string& id) override {
+    std::lock_guard lock(mu);
+    return sandboxes.count(id) ? Status::Ok() : NotFound("sandbox", id);
+  }
+  int RunningExecs(const std::string&) override { return 0; }
+  int ReapUnadopted(const std::set<std::string>& = {}) override { return 0; }
+  Status SetNetwork(const std::string& id, const net::Policy&) override { return Op("network", id); }
+  Status SetFilesystem(const std::string& id, const isolation::FsPolicy&) override { return Op("filesystem", id); }
+  Result<isolation::ChangeReport> Changes(const std::string& id, const std::string&, size_t) override {
+    WARREN_RETURN_IF_ERROR(Op("changes", id));
+    return isolation::ChangeReport{};
+  }
+  Status PauseSandbox(const std::string& id) override {
+    std::lock_guard lock(mu);
+    WARREN_RETURN_IF_ERROR(Fail("pause"));
+    auto it = sandboxes.find(id);
+    if (it == sandboxes.end()) return NotFound("sandbox", id);
+    it->second.paused = true;
+    return Status::Ok();
+  }
+  Status ResumeSandbox(const std::string& id) override {
+    std::lock_guard lock(mu);
+    WARREN_RETURN_IF_ERROR(Fail("resume"));
+    auto it = sandboxes.find(id);
+    if (it == sandboxes.end()) return NotFound("sandbox", id);
+    it->second.paused = false;
+    return Status::Ok();
+  }
+
+  Result<std::shared_ptr<node::ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,
+                                                      const node::ExecSpec& spec) override {
+    std::shared_ptr<node::ExecRecord> rec;
+    std::string out;
+    int code = 0;
+    {
+      std::lock_guard lock(mu);
+      WARREN_RETURN_IF_ERROR(Fail("exec"));
+      auto it = sandboxes.find(id);
+      if (it == sandboxes.end()) return NotFound("sandbox", id);
+      ++execs_run;
+      Sandbox& sb = it->second;
+      const auto& a = spec.argv;
+      if (a.size() == 3 && a[0] == "append") {
+        sb.files[a[1]] += a[2];
+        out = sb.files[a[1]];
+      } else if (a.size() == 2 && a[0] == "cat") {
+        if (auto f = sb.files.find(a[1]); f != sb.files.end()) out = f->second;
+        else code = 1;
+      } else if (a.size() == 1 && a[0] == "hostname") {
+        out = id + "\n";
+      } else if (a.size() == 2 && a[0] == "exit") {
+        code = std::stoi(a[1]);
+      } else {
+        code = 127;
+      }
+      rec = std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary);
+      sb.execs[exec_id] = rec;
+    }
+    if (spec.on_record) spec.on_record(rec);
+    rec->AppendOutput(1, out);
+    node::ExecOutcome o;
+    o.exit_code = code;
+    rec->Finish(o);
+    return rec;
+  }
+  Result<std::shared_ptr<node::ExecRecord>> GetExec(const std::string& id, const std::string& exec_id) override {
+    std::lock_guard lock(mu);
+    auto it = sandboxes.find(id);
+    if (it == sandboxes.end()) return NotFound("sandbox", id);
+    auto e = it->second.execs.find(exec_id);
+    if (e == it->second.execs.end()) return NotFound("exec", exec_id);
+    return e->second;
+  }
+  Status SignalExec(const std::string& id, const std::string&, int) override { return Op("signal", id); }
+  Status WriteExecStdin(const std::string& id, const std::string&, std::string_view, bool) override {
+    return Op("stdin", id);
+  }
+  Status WriteFile(const std::string& id, const std::string& path, uint32_t, std::string_view data) override {
+    std::lock_guard lock(mu);
+    WARREN_RETURN_IF_ERROR(Fail("write"));
+    auto it = sandboxes.find(id);
+    if (it == sandboxes.end()) return NotFound("sandbox", id);
+    it->second.files[path] = std::string(data);
+    return Status::Ok();
+  }
+  Result<std::string> ReadFile(const std::string& id, const std::string& path, uint64_t) override {
+    std::lock_guard lock(mu);
+    WARREN_RETURN_IF_ERROR(Fail("read"));
+    auto it = sandboxes.find(id);
+    if (it == sandboxes.end()) return NotFound("sandbox", id);
+    auto f = it->second.files.find(path);
+    if (f == it->second.files.end()) return NotFound("file", path);
+    return f->second;
+  }
+  nlohmann::json Info() override {
+    std::lock_guard lock(mu);
+    ++info_calls;
+    return {{"name", "fake"}, {"sandboxes", sandboxes.size()}};
+  }
+  void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override { on_lost = std::move(fn); }
+
+  // Test controls.
+  void Lose(const std::string& id) {
+    {
+      std::lock_guard lock(mu);
+      sandboxes.erase(id);
+    }
+    if (on_lost) on_lost(id);
+  }
+  std::string File(const std::string& id, const std::string& path) {
+    std::lock_guard lock(mu);
+    auto it = sandboxes.find(id);
+    if (it == sandboxes.end()) return "<no sandbox>";
+    auto f = it->second.files.find(path);
+    return f == it->second.files.end() ? "<no file>" : f->second;
+  }
+
+  std::mutex mu;
+  std::map<std::string, Sandbox> sandboxes;
+  std::set<std::string> deleted;
+  std::map<std::string, Status> fail_next;  // operation -> the status its next call returns
+  int execs_run = 0;
+  int info_calls = 0;
+  std::function<void(const std::string&)> on_lost;
+
+ private:
+  Status Fail(const std::string& op) {
+    auto it = fail_next.find(op);
+    if (it == fail_next.end()) return Status::Ok();
+    Status st = it->second;
+    fail_next.erase(it);
+    return st;
+  }
+  Status Op(const std::string& op, const std::string& id) {
+    std::lock_guard lock(mu);
+    WARREN_RETURN_IF_ERROR(Fail(op));
+    return sandboxes.count(id) ? Status::Ok() : NotFound("sandbox", id);
+  }
+};
+
+}  // namespace warren::testing

@@ -1,5 +1,4 @@
 #include "agent/agent.h"
-#include "agent/setup_messages.h"
 
 #include <fcntl.h>
 #include <malloc.h>
@@ -25,15 +24,16 @@
 #include "agent/exec_child.h"
 #include "agent/fs_helper.h"
 #include "agent/protocol.h"
+#include "agent/setup_messages.h"
 #include "agent/vm_init.h"
 #include "base/unique_fd.h"
 #include "isolation/devices.h"
 #include "isolation/fs_apply.h"
 #include "isolation/landlock.h"
-#include "isolation/seccomp_filter.h"
 #include "isolation/net_loopback.h"
 #include "isolation/proc_masks.h"
 #include "isolation/rootfs.h"
+#include "isolation/seccomp_filter.h"
 #include "sys/fd_passing.h"
 
 namespace warren::agent {
@@ -175,7 +175,10 @@ Status Agent::Setup() {
     if (msg.header.value("t", "") != "warmup") break;
     const int64_t t0 = NowMs();
     Status st = RehearseVmSetup();
-    WARREN_RETURN_IF_ERROR(Send(kControlFd, Message{{{"t", "warm"}, {"ms", NowMs() - t0}, {"error", st.ok() ? "" : st.ToString()}}, ""}));
+    WARREN_RETURN_IF_ERROR(
+        Send(kControlFd,
+             Message{{{"t", "warm"}, {"ms", NowMs() - t0}, {"error", st.ok() ? "" : st.ToString()}},
+                     ""}));
   }
   const SetupMessage h = WARREN_TRY(ParseSetup(msg.header));
   SetupFds slots = WARREN_TRY(TakeSetupFds(h, std::move(fds)));
@@ -204,9 +207,11 @@ Status Agent::Setup() {
     lap("layers");
     // (In a full OS the limits set here stay; the service's agent opens the group again
     // where systemd mounts the hierarchy.)
-    commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(kInitCgroupDir, h.vm->memory_bytes, h.vm->pids));
+    commands_cgroup_ =
+        WARREN_TRY(MakeVmCommandsCgroup(kInitCgroupDir, h.vm->memory_bytes, h.vm->pids));
     // Its directory, to freeze it later: the path is gone once we switch root.
-    vm_commands_dir_.Reset(open((std::string(kInitCgroupDir) + "/commands").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    vm_commands_dir_.Reset(open((std::string(kInitCgroupDir) + "/commands").c_str(),
+                                O_PATH | O_DIRECTORY | O_CLOEXEC));
     lap("cgroup");
     if (h.vm->net) {
       WARREN_RETURN_IF_ERROR(ConfigureVmNet(h.vm->net->ip, h.vm->net->gateway, h.vm->net->mac));
@@ -233,9 +238,11 @@ Status Agent::Setup() {
   const std::vector<size_t> tools(h.tool_layers.begin(), h.tool_layers.end());
   WARREN_RETURN_IF_ERROR(isolation::GuardToolLayers(tools, layer_count, root));
   for (size_t i = 0; i <= layer_count && i <= kMaxKeptLayers; ++i) {
-    const std::string dir = std::string(isolation::kStagingDir) + (i == 0 ? "" : "/l" + std::to_string(i - 1));
+    const std::string dir =
+        std::string(isolation::kStagingDir) + (i == 0 ? "" : "/l" + std::to_string(i - 1));
     UniqueFd fd(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!fd || dup3(fd.get(), kStagingDirFd + static_cast<int>(i), O_CLOEXEC) < 0) return ErrnoStatus("keep", dir);
+    if (!fd || dup3(fd.get(), kStagingDirFd + static_cast<int>(i), O_CLOEXEC) < 0)
+      return ErrnoStatus("keep", dir);
   }
   lap("rootfs");
   if (vm) {
@@ -306,8 +313,7 @@ Status Agent::Setup() {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return ErrnoStatus("no_new_privs", "agent");
   // - one Landlock domain for the whole sandbox, the agent included, so signals and abstract
   //   sockets work between commands but never cross the sandbox's boundary;
-  if (h.landlock)
-    landlock_abi_ = WARREN_TRY(isolation::ApplyLandlock(/*required=*/false));
+  if (h.landlock) landlock_abi_ = WARREN_TRY(isolation::ApplyLandlock(/*required=*/false));
   // - seccomp last: it denies the mount calls used above.
   if (!msg.payload.empty()) WARREN_RETURN_IF_ERROR(isolation::InstallSeccompFilter(msg.payload));
   lap("rest");
@@ -331,7 +337,9 @@ void Agent::Rearm(int fd, uint32_t events) {
 void Agent::StartExec(Message& m) {
   const json& h = m.header;
   std::string id = h.value("id", "");
-  auto fail = [&](const std::string& why) { Reply({{"t", "exec_failed"}, {"id", id}, {"error", why}}); };
+  auto fail = [&](const std::string& why) {
+    Reply({{"t", "exec_failed"}, {"id", id}, {"error", why}});
+  };
   if (id.empty() || execs_.count(id)) return fail("bad or duplicate exec id");
   auto e = std::make_unique<Exec>();
   e->id = id;
@@ -484,8 +492,10 @@ void Agent::HandlePut(Message& m) {
     if (!fd && errno == ENOENT) {
       // Missing directories on the way are made (0755), as `mkdir -p` would: a client writes
       // /work/pkg/mod.py without a separate call for /work/pkg. All inside the sandbox.
-      for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1))
-        if (mkdir(path.substr(0, slash).c_str(), 0755) != 0 && errno != EEXIST) return err("mkdir", errno);
+      for (size_t slash = path.find('/', 1); slash != std::string::npos;
+           slash = path.find('/', slash + 1))
+        if (mkdir(path.substr(0, slash).c_str(), 0755) != 0 && errno != EEXIST)
+          return err("mkdir", errno);
       fd = UniqueFd(open(path.c_str(), flags, mode));
     }
     if (!fd) return err("open", errno);
@@ -615,12 +625,14 @@ void Agent::HandleResume(Message& m) {
   }
   for (auto& f : finished_)
     if (have.contains(f.exec->id))
-      known.push_back({{"id", f.exec->id}, {"sent", {f.exec->sent[0], f.exec->sent[1]}}, {"exited", true}});
+      known.push_back(
+          {{"id", f.exec->id}, {"sent", {f.exec->sent[0], f.exec->sent[1]}}, {"exited", true}});
   Reply({{"t", "resumed"}, {"execs", known}});
   auto resend = [&](const std::string& id, Exec* e) {
     for (int i = 0; i < 2; ++i) {
       uint64_t from = 0;
-      if (have.contains(id) && have[id].is_array() && have[id].size() == 2 && have[id][i].is_number_unsigned())
+      if (have.contains(id) && have[id].is_array() && have[id].size() == 2 &&
+          have[id][i].is_number_unsigned())
         from = have[id][i].get<uint64_t>();
       uint64_t ring_start = e->sent[i] - e->ring[i].size();
       if (from < ring_start) {
@@ -630,7 +642,8 @@ void Agent::HandleResume(Message& m) {
       if (from >= e->sent[i]) continue;
       std::string rest = e->ring[i].substr(static_cast<size_t>(from - ring_start));
       for (size_t off = 0; off < rest.size(); off += kMaxPayload)
-        Reply({{"t", "out"}, {"id", id}, {"s", i == 0 ? "stdout" : "stderr"}}, rest.substr(off, kMaxPayload));
+        Reply({{"t", "out"}, {"id", id}, {"s", i == 0 ? "stdout" : "stderr"}},
+              rest.substr(off, kMaxPayload));
     }
   };
   for (auto& [id, e] : execs_)
@@ -666,8 +679,11 @@ void Agent::MaybeFinish(Exec& e) {
       fd->Reset();
     }
   }
-  json r = {{"t", "exit"}, {"id", e.id}, {"timed_out", e.timed_out},
-            {"stdout_truncated", e.truncated[0]}, {"stderr_truncated", e.truncated[1]},
+  json r = {{"t", "exit"},
+            {"id", e.id},
+            {"timed_out", e.timed_out},
+            {"stdout_truncated", e.truncated[0]},
+            {"stderr_truncated", e.truncated[1]},
             {"signal", nullptr}};
   if (e.timed_out) {
     r["exit_code"] = 124;
@@ -728,20 +744,34 @@ void Agent::CheckTimers() {
 
 void Agent::HandleMessage(Message& m) {
   std::string t = m.header.value("t", "");
-  if (t == "exec") StartExec(m);
-  else if (t == "stdin") HandleStdin(m);
-  else if (t == "signal") HandleSignal(m);
-  else if (t == "put") HandlePut(m);
-  else if (t == "get") HandleGet(m);
-  else if (t == "ping") Reply({{"t", "pong"}, {"id", m.header.value("id", "")}});
-  else if (t == "resume") HandleResume(m);
-  else if (t == "assign") HandleAssign(m);
-  else if (t == "fs_policy") HandleFsPolicy(m);
-  else if (t == "fs_changes") HandleFsChanges(m);
+  if (t == "exec")
+    StartExec(m);
+  else if (t == "stdin")
+    HandleStdin(m);
+  else if (t == "signal")
+    HandleSignal(m);
+  else if (t == "put")
+    HandlePut(m);
+  else if (t == "get")
+    HandleGet(m);
+  else if (t == "ping")
+    Reply({{"t", "pong"}, {"id", m.header.value("id", "")}});
+  else if (t == "resume")
+    HandleResume(m);
+  else if (t == "assign")
+    HandleAssign(m);
+  else if (t == "fs_policy")
+    HandleFsPolicy(m);
+  else if (t == "fs_changes")
+    HandleFsChanges(m);
 }
 
 void Agent::ReplyError(const std::string& id, const Status& st) {
-  Reply({{"t", "err"}, {"id", id}, {"errno", st.err()}, {"code", CodeName(st.code())}, {"error", st.ToString()}});
+  Reply({{"t", "err"},
+         {"id", id},
+         {"errno", st.err()},
+         {"code", CodeName(st.code())},
+         {"error", st.ToString()}});
 }
 
 namespace {
@@ -761,7 +791,8 @@ Status FreezeVmCommands(int dir, bool frozen) {
     usleep(1000);
   }
   if (!frozen) return Status::Ok();
-  if (UniqueFd f(openat(dir, "cgroup.freeze", O_WRONLY | O_CLOEXEC)); f) (void)!write(f.get(), "0", 1);
+  if (UniqueFd f(openat(dir, "cgroup.freeze", O_WRONLY | O_CLOEXEC)); f)
+    (void)!write(f.get(), "0", 1);
   return Status(Code::kUnavailable, "freeze", "commands", "they did not stop in 1 s");
 }
 
@@ -770,13 +801,15 @@ Status FreezeVmCommands(int dir, bool frozen) {
 void Agent::HandleFsPolicy(const Message& m) {
   const std::string id = m.header.value("id", "");
   if (!microvm_)
-    return ReplyError(id, Status(Code::kUnavailable, "set filesystem policy", "sandbox",
-                                 "not in this backend (root keeps every capability in a whole machine)"));
+    return ReplyError(
+        id, Status(Code::kUnavailable, "set filesystem policy", "sandbox",
+                   "not in this backend (root keeps every capability in a whole machine)"));
   auto policy = FsPolicyFromFields(m.header);
   if (!policy.ok()) return ReplyError(id, policy.status());
   UniqueFd upper(openat(kStagingDirFd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!upper) return ReplyError(id, ErrnoStatus("open", "upper layer"));
-  if (Status st = FreezeVmCommands(vm_commands_dir_.get(), true); !st.ok()) return ReplyError(id, st);
+  if (Status st = FreezeVmCommands(vm_commands_dir_.get(), true); !st.ok())
+    return ReplyError(id, st);
   isolation::FsApplySteps steps;
   steps.check = isolation::CheckFsPolicy;
   steps.prepare = isolation::PrepareFsPolicy;
@@ -788,7 +821,10 @@ void Agent::HandleFsPolicy(const Message& m) {
   Status thaw = FreezeVmCommands(vm_commands_dir_.get(), false);
   if (!stats.ok()) return ReplyError(id, stats.status());
   if (!thaw.ok()) return ReplyError(id, thaw);
-  Reply({{"t", "ok"}, {"id", id}, {"flags_changed", stats->flags_changed}, {"severed", stats->severed}});
+  Reply({{"t", "ok"},
+         {"id", id},
+         {"flags_changed", stats->flags_changed},
+         {"severed", stats->severed}});
 }
 
 void Agent::HandleFsChanges(const Message& m) {
@@ -796,7 +832,8 @@ void Agent::HandleFsChanges(const Message& m) {
   // A container's report is read by the node (runtime/container/fs_guard.h); a whole
   // machine's root may remount anything.
   if (!microvm_)
-    return ReplyError(id, Status(Code::kUnavailable, "read changes", "sandbox", "not read by this agent in this backend"));
+    return ReplyError(id, Status(Code::kUnavailable, "read changes", "sandbox",
+                                 "not read by this agent in this backend"));
   const std::string under = m.header.value("under", "/");
   const size_t limit = m.header.value("limit", size_t{10000});
   UniqueFd upper(openat(kStagingDirFd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -811,7 +848,8 @@ void Agent::HandleFsChanges(const Message& m) {
     layers.push_back(std::move(l));
   }
   // Frozen while it is read: nothing can be renamed or swapped under the walk.
-  if (Status st = FreezeVmCommands(vm_commands_dir_.get(), true); !st.ok()) return ReplyError(id, st);
+  if (Status st = FreezeVmCommands(vm_commands_dir_.get(), true); !st.ok())
+    return ReplyError(id, st);
   auto report = isolation::ReadChanges(upper.get(), shm.get(), fds, under, limit);
   (void)FreezeVmCommands(vm_commands_dir_.get(), false);
   if (!report.ok()) return ReplyError(id, report.status());
@@ -889,8 +927,10 @@ int Agent::Serve() {
         if (it == fd_owner_.end() || !connected_) continue;
         auto ex = execs_.find(it->second.first);
         if (ex == execs_.end()) continue;
-        if (it->second.second == 2) WriteStdin(*ex->second);
-        else ReadPipe(*ex->second, it->second.second);
+        if (it->second.second == 2)
+          WriteStdin(*ex->second);
+        else
+          ReadPipe(*ex->second, it->second.second);
       }
     }
     CheckTimers();
@@ -917,10 +957,12 @@ Status Agent::SetupService(const json& h) {
   whole_machine_ = true;
   // From PID 1's exec of the image's init to this service running (one guest clock).
   setup_ms_["init"] = NowMs() - h.value("handover_ms", int64_t{0});
-  commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(kSystemCgroupDir, h.value("memory_bytes", uint64_t{0}), h.value("pids", uint64_t{0})));
+  commands_cgroup_ = WARREN_TRY(MakeVmCommandsCgroup(
+      kSystemCgroupDir, h.value("memory_bytes", uint64_t{0}), h.value("pids", uint64_t{0})));
   // Set again: the image's init may have set its own from /etc/hostname.
   const std::string hostname = h.value("hostname", "sandbox");
-  if (sethostname(hostname.data(), hostname.size()) != 0) return ErrnoStatus("sethostname", hostname);
+  if (sethostname(hostname.data(), hostname.size()) != 0)
+    return ErrnoStatus("sethostname", hostname);
   ReadOomScoreAdj();
   return Status::Ok();
 }

@@ -113,9 +113,11 @@ std::pair<int64_t, int64_t> KernelUsage(pid_t pid) {
   }
   if (f.size() < 15) return {0, 0};
   int64_t ticks = 0;
-  for (int i = 11; i <= 14; ++i) ticks += strtoll(std::string(f[i]).c_str(), nullptr, 10);  // u/s time, cu/cs time
+  for (int i = 11; i <= 14; ++i)
+    ticks += strtoll(std::string(f[i]).c_str(), nullptr, 10);  // u/s time, cu/cs time
   int64_t hwm = 0;
-  if (size_t at = status.find("VmHWM:"); at != std::string::npos) hwm = strtoll(status.c_str() + at + 6, nullptr, 10);
+  if (size_t at = status.find("VmHWM:"); at != std::string::npos)
+    hwm = strtoll(status.c_str() + at + 6, nullptr, 10);
   return {ticks * 1000 / sysconf(_SC_CLK_TCK), hwm};
 }
 
@@ -129,8 +131,8 @@ struct Config {
   int prefork = 2;
   uint64_t tmp_bytes = 256ull << 20;
   uint64_t artifact_limit = 64ull << 20;
-  unsigned setup_flags = 0;       // kCallMakePrivate, kCallHasShm (call_worker.h)
-  unsigned long root_flags = 0;   // the flags / keeps when workers remount it read-only
+  unsigned setup_flags = 0;      // kCallMakePrivate, kCallHasShm (call_worker.h)
+  unsigned long root_flags = 0;  // the flags / keeps when workers remount it read-only
   std::string python = "python3";
 };
 
@@ -138,8 +140,9 @@ unsigned long RootFlags() {
   struct statvfs s;
   if (statvfs("/", &s) != 0) return 0;
   const std::pair<unsigned long, unsigned long> map[] = {
-      {ST_RDONLY, MS_RDONLY}, {ST_NOSUID, MS_NOSUID},     {ST_NODEV, MS_NODEV},     {ST_NOEXEC, MS_NOEXEC},
-      {ST_NOATIME, MS_NOATIME}, {ST_NODIRATIME, MS_NODIRATIME}, {ST_RELATIME, MS_RELATIME}};
+      {ST_RDONLY, MS_RDONLY},    {ST_NOSUID, MS_NOSUID},   {ST_NODEV, MS_NODEV},
+      {ST_NOEXEC, MS_NOEXEC},    {ST_NOATIME, MS_NOATIME}, {ST_NODIRATIME, MS_NODIRATIME},
+      {ST_RELATIME, MS_RELATIME}};
   unsigned long out = 0;
   for (auto [st, ms] : map)
     if (s.f_flag & st) out |= ms;
@@ -152,9 +155,11 @@ unsigned SetupFlags() {
   if (fd >= 0) {
     std::string all, chunk(kReadChunk, '\0');
     ssize_t n;
-    while ((n = read(fd, chunk.data(), chunk.size())) > 0) all.append(chunk.data(), static_cast<size_t>(n));
+    while ((n = read(fd, chunk.data(), chunk.size())) > 0)
+      all.append(chunk.data(), static_cast<size_t>(n));
     close(fd);
-    if (all.find(" shared:") != std::string::npos) flags |= kCallMakePrivate;  // / is shared: workers make it private
+    if (all.find(" shared:") != std::string::npos)
+      flags |= kCallMakePrivate;  // / is shared: workers make it private
   }
   struct stat st;
   if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) flags |= kCallHasShm;
@@ -177,7 +182,7 @@ struct Run {
   unsigned open = 0;   // kOpen*: what the result still waits for
   double start = 0, deadline = 0, killed_at = -1;
   bool timed_out = false, output_limit = false;
-  size_t max_output = 1 << 20;    // per stream, from its limits (read once, not per chunk)
+  size_t max_output = 1 << 20;  // per stream, from its limits (read once, not per chunk)
   bool kill_at_output_cap = true;
   std::string stdin_data;
   size_t stdin_off = 0;
@@ -191,9 +196,9 @@ struct Worker {
   int pidfd = -1;
   int netns = -1;  // a native worker's net namespace, from the zygote, until its end
   std::unique_ptr<Run> run;
-  json exit;              // the report of its end (the zygote's, or ours for a native worker)
+  json exit;                 // the report of its end (the zygote's, or ours for a native worker)
   bool hard_killed = false;  // SIGKILLed: for a native one, its call's pid 1 dies after it
-  bool finished = false;  // its run's result was sent; waiting only for its end
+  bool finished = false;     // its run's result was sent; waiting only for its end
 };
 using WorkerPtr = std::shared_ptr<Worker>;
 
@@ -204,9 +209,11 @@ class Dispatcher {
     for (char** e = environ; *e; ++e) {
       std::string_view kv(*e);
       size_t eq = kv.find('=');
-      if (eq != std::string_view::npos) env_[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
+      if (eq != std::string_view::npos)
+        env_[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
     }
-    for (int u = cfg_.uid_base; u < cfg_.uid_base + cfg_.max_workers * 2; ++u) free_uids_.push_back(u);
+    for (int u = cfg_.uid_base; u < cfg_.uid_base + cfg_.max_workers * 2; ++u)
+      free_uids_.push_back(u);
     ep_ = epoll_create1(EPOLL_CLOEXEC);
     if (ep_ < 0) Die(ErrnoText("epoll_create1", errno));
     fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
@@ -229,9 +236,12 @@ class Dispatcher {
       if (n < 0 && errno != EINTR) Die(ErrnoText("epoll_wait", errno));
       for (int i = 0; i < n; ++i) {
         const uint64_t token = evs[i].data.u64;
-        if (token == kChannelToken) OnChannel();
-        else if (token == kZygoteToken) OnZygote();
-        else if (auto it = watches_.find(token); it != watches_.end()) OnWorker(token);
+        if (token == kChannelToken)
+          OnChannel();
+        else if (token == kZygoteToken)
+          OnZygote();
+        else if (auto it = watches_.find(token); it != watches_.end())
+          OnWorker(token);
         // else: closed by an earlier event of this batch
       }
     }
@@ -356,7 +366,8 @@ class Dispatcher {
     posix_spawn_file_actions_init(&fa);
     const int targets[5] = {3, 0, 1, 2, 4};
     int rc = 0;
-    for (int i = 0; i < 5; ++i) rc = rc ? rc : posix_spawn_file_actions_adddup2(&fa, theirs[i], targets[i]);
+    for (int i = 0; i < 5; ++i)
+      rc = rc ? rc : posix_spawn_file_actions_adddup2(&fa, theirs[i], targets[i]);
     rc = rc ? rc : posix_spawn_file_actions_adddup2(&fa, bpf_fd_, 5);
     if (netns >= 0) rc = rc ? rc : posix_spawn_file_actions_adddup2(&fa, netns, 6);
     posix_spawnattr_t attr;
@@ -372,10 +383,13 @@ class Dispatcher {
     sigaddset(&usr1, SIGUSR1);
     posix_spawnattr_setsigmask(&attr, &usr1);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    std::vector<std::string> args = {"/proc/self/exe",          "--call-worker",
-                                      std::to_string(uid),      std::to_string(cfg_.tmp_bytes),
-                                      std::to_string(cfg_.setup_flags), std::to_string(cfg_.root_flags),
-                                      netns >= 0 ? "6" : "-1"};
+    std::vector<std::string> args = {"/proc/self/exe",
+                                     "--call-worker",
+                                     std::to_string(uid),
+                                     std::to_string(cfg_.tmp_bytes),
+                                     std::to_string(cfg_.setup_flags),
+                                     std::to_string(cfg_.root_flags),
+                                     netns >= 0 ? "6" : "-1"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -424,8 +438,8 @@ class Dispatcher {
       size_t queued = 0;
       for (const auto& r : queue_) queued += r->python != static_cast<bool>(native);
       size_t forking = native ? 0 : ForkingWorkers();
-      while (ready_[native].size() + forking < static_cast<size_t>(cfg_.prefork) + queued && !free_uids_.empty() &&
-             live_ < cfg_.max_workers + 2 * cfg_.prefork) {
+      while (ready_[native].size() + forking < static_cast<size_t>(cfg_.prefork) + queued &&
+             !free_uids_.empty() && live_ < cfg_.max_workers + 2 * cfg_.prefork) {
         if (!(native ? SpawnNative() : ForkWorker())) break;
         forking += !native;
       }
@@ -512,8 +526,11 @@ class Dispatcher {
     std::string buf(kReadChunk, '\0');
     ssize_t n = read(w->status_r, buf.data(), buf.size());
     if (n <= 8) return fallback;
-    json h = json::parse(std::string_view(buf.data() + 8, static_cast<size_t>(n) - 8), nullptr, false);
-    return h.is_object() && h.contains("error") && h["error"].is_string() ? h["error"].get<std::string>() : fallback;
+    json h =
+        json::parse(std::string_view(buf.data() + 8, static_cast<size_t>(n) - 8), nullptr, false);
+    return h.is_object() && h.contains("error") && h["error"].is_string()
+               ? h["error"].get<std::string>()
+               : fallback;
   }
 
   void Discard(const WorkerPtr& w) {
@@ -526,9 +543,12 @@ class Dispatcher {
       close(w->netns);
       w->netns = -1;
     }
-    for (int* fd : {&w->req_w, &w->stdin_w, &w->out_r, &w->err_r, &w->status_r, &w->pidfd}) CloseFd(fd);
-    if (call_may_run) quarantine_.push_back({Now() + kQuarantineS, w->uid});
-    else free_uids_.push_back(w->uid);
+    for (int* fd : {&w->req_w, &w->stdin_w, &w->out_r, &w->err_r, &w->status_r, &w->pidfd})
+      CloseFd(fd);
+    if (call_may_run)
+      quarantine_.push_back({Now() + kQuarantineS, w->uid});
+    else
+      free_uids_.push_back(w->uid);
     --live_;
   }
 
@@ -593,10 +613,12 @@ class Dispatcher {
     const json& h = run->header;
     size_t files_len = 0;
     if (h.contains("files") && h["files"].is_array())
-      for (const json& f : h["files"]) files_len += f.is_object() ? static_cast<size_t>(IntOr0(f.value("len", json(0)))) : 0;
+      for (const json& f : h["files"])
+        files_len += f.is_object() ? static_cast<size_t>(IntOr0(f.value("len", json(0)))) : 0;
     files_len = std::min(files_len, run->payload.size());
     json req = json::object();
-    for (const char* k : {"mode", "argv", "code", "args", "filename", "env", "files", "limits", "collect", "cwd"})
+    for (const char* k :
+         {"mode", "argv", "code", "args", "filename", "env", "files", "limits", "collect", "cwd"})
       if (h.contains(k)) req[k] = h[k];
     const json limits = h.value("limits", json::object());
     run->stdin_data = run->payload.substr(files_len);
@@ -604,7 +626,9 @@ class Dispatcher {
     const json wall = limits.is_object() ? limits.value("wall_ms", json(10000)) : json(10000);
     run->deadline = run->start + (wall.is_number() ? wall.get<double>() : 10000.0) / 1000.0;
     const json cap = limits.is_object() ? limits.value("max_output", json(1 << 20)) : json(1 << 20);
-    run->max_output = cap.is_number_integer() ? static_cast<size_t>(std::max<int64_t>(0, cap.get<int64_t>())) : (1u << 20);
+    run->max_output = cap.is_number_integer()
+                          ? static_cast<size_t>(std::max<int64_t>(0, cap.get<int64_t>()))
+                          : (1u << 20);
     run->kill_at_output_cap = limits.is_object() ? limits.value("kill_at_output_cap", true) : true;
     run->open = kOpenOut | kOpenErr | kOpenStatus | kOpenExit;
     WatchFd(w->out_r, w, What::kOut, EPOLLIN);
@@ -618,7 +642,8 @@ class Dispatcher {
       req.erase("env");
       if (!SameEnv(env)) req["env"] = env;
       std::string blob;
-      PutMarshalDict(req, req.contains("files") ? "data" : "", std::string_view(run->payload).substr(0, files_len), &blob);
+      PutMarshalDict(req, req.contains("files") ? "data" : "",
+                     std::string_view(run->payload).substr(0, files_len), &blob);
       const uint32_t len = static_cast<uint32_t>(blob.size());
       msg.assign(reinterpret_cast<const char*>(&len), 4);
       msg += blob;
@@ -628,15 +653,18 @@ class Dispatcher {
     w->run = std::move(run);
     sys::WriteFull(w->req_w, msg);  // if W is gone, its end (and the error it left) comes later
     CloseFd(&w->req_w);
-    if (!w->run->stdin_data.empty()) WatchFd(w->stdin_w, w, What::kStdin, EPOLLOUT);
-    else CloseFd(&w->stdin_w);
+    if (!w->run->stdin_data.empty())
+      WatchFd(w->stdin_w, w, What::kStdin, EPOLLOUT);
+    else
+      CloseFd(&w->stdin_w);
   }
 
   bool SameEnv(const json& env) const {
     if (!env.is_object() || env.size() != env_.size()) return false;
     for (const auto& [k, v] : env.items()) {
       auto it = env_.find(k);
-      if (it == env_.end() || !v.is_string() || v.get_ref<const std::string&>() != it->second) return false;
+      if (it == env_.end() || !v.is_string() || v.get_ref<const std::string&>() != it->second)
+        return false;
     }
     return true;
   }
@@ -651,7 +679,8 @@ class Dispatcher {
       if (run && w->status_r >= 0) {
         char more[kReadChunk];
         ssize_t n;
-        while ((n = read(w->status_r, more, sizeof more)) > 0 && run->status.size() < cfg_.artifact_limit + (1u << 20))
+        while ((n = read(w->status_r, more, sizeof more)) > 0 &&
+               run->status.size() < cfg_.artifact_limit + (1u << 20))
           run->status.append(more, static_cast<size_t>(n));
       }
       if (run && !WholeReport(*run)) w->hard_killed = true;
@@ -668,7 +697,8 @@ class Dispatcher {
         ssize_t n = write(watch.fd, run->stdin_data.data() + run->stdin_off,
                           std::min(kReadChunk, run->stdin_data.size() - run->stdin_off));
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-        run->stdin_off = n < 0 ? run->stdin_data.size() : run->stdin_off + static_cast<size_t>(n);  // < 0: closed
+        run->stdin_off = n < 0 ? run->stdin_data.size()
+                               : run->stdin_off + static_cast<size_t>(n);  // < 0: closed
         if (run->stdin_off < run->stdin_data.size()) return;
         run->stdin_data.clear();
       }
@@ -679,10 +709,14 @@ class Dispatcher {
     ssize_t n = read(watch.fd, buf, sizeof buf);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (n <= 0 || !run) {
-      int* fd = watch.what == What::kStatus ? &w->status_r : watch.what == What::kOut ? &w->out_r : &w->err_r;
+      int* fd = watch.what == What::kStatus ? &w->status_r
+                : watch.what == What::kOut  ? &w->out_r
+                                            : &w->err_r;
       CloseFd(fd);
       if (!run) return;
-      run->open &= ~(watch.what == What::kStatus ? kOpenStatus : watch.what == What::kOut ? kOpenOut : kOpenErr);
+      run->open &= ~(watch.what == What::kStatus ? kOpenStatus
+                     : watch.what == What::kOut  ? kOpenOut
+                                                 : kOpenErr);
       MaybeFinish(w);
       return;
     }
@@ -701,7 +735,8 @@ class Dispatcher {
       return;
     }
     const int s = watch.what == What::kOut ? 0 : 1;
-    const size_t room = run->max_output > run->out[s].size() ? run->max_output - run->out[s].size() : 0;
+    const size_t room =
+        run->max_output > run->out[s].size() ? run->max_output - run->out[s].size() : 0;
     if (data.size() > room) {
       run->truncated[s] = true;
       if (run->kill_at_output_cap && !run->output_limit) {
@@ -762,8 +797,10 @@ class Dispatcher {
     if (!run || (run->open & ~kOpenExit)) return;
     auto [rep, files] = Report(*run);
     const bool ended = !(run->open & kOpenExit);
-    const bool ok_report = rep.is_object() && rep.contains("exit_code") && rep["exit_code"].is_number_integer();
-    const bool error_report = !run->python && rep.is_object() && rep.contains("error") && rep["error"].is_string();
+    const bool ok_report =
+        rep.is_object() && rep.contains("exit_code") && rep["exit_code"].is_number_integer();
+    const bool error_report =
+        !run->python && rep.is_object() && rep.contains("error") && rep["error"].is_string();
     if (!ok_report && !ended && !error_report) return;
     int64_t floor_cpu = 0, floor_rss = 0;
     if (ok_report && run->python) {
@@ -784,12 +821,15 @@ class Dispatcher {
                 {"stderr_truncated", run->truncated[1]}};
     if (ok_report) {
       res["exit_code"] = rep["exit_code"];
-      for (const char* k : {"signal", "cpu_ms", "maxrss_kb"}) res[k] = IntOr0(rep.value(k, json(0)));
+      for (const char* k : {"signal", "cpu_ms", "maxrss_kb"})
+        res[k] = IntOr0(rep.value(k, json(0)));
       res["cpu_ms"] = std::max(res["cpu_ms"].get<int64_t>(), floor_cpu);
       res["maxrss_kb"] = std::max(res["maxrss_kb"].get<int64_t>(), floor_rss);
       json brought = run->python ? json() : FilesOf(rep, files.size());
-      if (brought.is_array()) res["files"] = std::move(brought);
-      else files = {};
+      if (brought.is_array())
+        res["files"] = std::move(brought);
+      else
+        files = {};
     } else {
       for (const char* k : {"exit_code", "signal", "cpu_ms", "maxrss_kb"})
         res[k] = w->exit.is_object() ? IntOr0(w->exit.value(k, json(0))) : 0;
@@ -838,7 +878,9 @@ class Dispatcher {
       if (len > available - total) return nullptr;
       total += len;
       const json mode = f.value("mode", json(0644));
-      out.push_back({{"name", f["name"]}, {"len", len}, {"mode", mode.is_number_unsigned() ? mode : json(0644)}});
+      out.push_back({{"name", f["name"]},
+                     {"len", len},
+                     {"mode", mode.is_number_unsigned() ? mode : json(0644)}});
     }
     return out;
   }
@@ -876,15 +918,15 @@ class Dispatcher {
   uint64_t next_token_ = 3;
   std::unordered_map<uint64_t, Watch> watches_;
   std::unordered_map<int, uint64_t> token_of_;
-  std::deque<WorkerPtr> ready_[2];     // set up and waiting for a call: [0] Python, [1] native
-  std::deque<WorkerPtr> forking_;      // asked of the zygote, answered in order; null: a netns
-  std::vector<int> netns_;             // net namespaces for native workers, one each
-  bool netns_ok_ = true;               // the zygote has them to give
-  std::map<pid_t, WorkerPtr> by_pid_;  // until its end is seen
+  std::deque<WorkerPtr> ready_[2];          // set up and waiting for a call: [0] Python, [1] native
+  std::deque<WorkerPtr> forking_;           // asked of the zygote, answered in order; null: a netns
+  std::vector<int> netns_;                  // net namespaces for native workers, one each
+  bool netns_ok_ = true;                    // the zygote has them to give
+  std::map<pid_t, WorkerPtr> by_pid_;       // until its end is seen
   std::deque<std::unique_ptr<Run>> queue_;  // waiting for a worker
   std::deque<int> free_uids_;
   std::deque<std::pair<double, int>> quarantine_;  // uids free again at a time (see Discard)
-  int live_ = 0;  // workers made whose end has not been seen
+  int live_ = 0;                                   // workers made whose end has not been seen
   std::string inbuf_;
 };
 
@@ -901,7 +943,8 @@ int MemfdWith(const char* name, std::string_view data) {
 std::pair<int, json> StartZygote(const Config& cfg, std::string_view script, std::string_view bpf,
                                  std::string_view lib) {
   int sv[2], in[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) Die(ErrnoText("socketpair", errno));
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    Die(ErrnoText("socketpair", errno));
   if (pipe2(in, O_CLOEXEC) != 0) Die(ErrnoText("pipe2", errno));
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -923,8 +966,11 @@ std::pair<int, json> StartZygote(const Config& cfg, std::string_view script, std
   if (rc != 0) Die(ErrnoText("start the zygote (" + cfg.python + ")", rc));
   close(in[0]);
   close(sv[1]);
-  json zcfg = {{"tmp_bytes", cfg.tmp_bytes}, {"setup_flags", cfg.setup_flags}, {"root_flags", cfg.root_flags},
-               {"bpf_len", bpf.size()},      {"lib_len", lib.size()}};
+  json zcfg = {{"tmp_bytes", cfg.tmp_bytes},
+               {"setup_flags", cfg.setup_flags},
+               {"root_flags", cfg.root_flags},
+               {"bpf_len", bpf.size()},
+               {"lib_len", lib.size()}};
   std::string boot(4, '\0');
   const uint32_t script_len = static_cast<uint32_t>(script.size());
   memcpy(boot.data(), &script_len, 4);
@@ -957,7 +1003,8 @@ int CallDispatcherMain(int, char**) {
     uint32_t total, hlen;
     memcpy(&total, head.data(), 4);
     memcpy(&hlen, head.data() + 4, 4);
-    if (total < 4 || hlen > total - 4 || !sys::ReadFull(0, total - 4, &body)) Die("a garbled configuration frame");
+    if (total < 4 || hlen > total - 4 || !sys::ReadFull(0, total - 4, &body))
+      Die("a garbled configuration frame");
     json init = json::parse(std::string_view(body).substr(0, hlen), nullptr, false);
     if (!init.is_object()) Die("an unreadable configuration");
     std::string_view rest = std::string_view(body).substr(hlen);
@@ -967,7 +1014,8 @@ int CallDispatcherMain(int, char**) {
       rest.remove_prefix(n);
       return part;
     };
-    const std::string_view script = take("script_len"), bpf = take("bpf_len"), lib = take("lib_len");
+    const std::string_view script = take("script_len"), bpf = take("bpf_len"),
+                           lib = take("lib_len");
     cfg.uid_base = init.value("uid_base", cfg.uid_base);
     cfg.max_workers = std::max(1, init.value("max_workers", cfg.max_workers));
     cfg.prefork = std::max(0, init.value("prefork", cfg.prefork));

@@ -55,7 +55,8 @@ void OnUsr1(int) {
   Report({{"error", std::string("worker setup: ") + what + ": " + strerror(errno)}}, "", 1);
 }
 
-void Mount(const char* src, const char* target, const char* type, unsigned long flags, const char* data) {
+void Mount(const char* src, const char* target, const char* type, unsigned long flags,
+           const char* data) {
   if (mount(src, target, type, flags, data) != 0) SetupFailed(target);
 }
 
@@ -93,7 +94,8 @@ std::string ReadArtifacts(const json& names, json* meta) {
       if (DIR* d = opendir("/tmp")) {
         while (dirent* e = readdir(d)) {
           std::string f = e->d_name;
-          if (f.size() > name.size() - 1 && f.compare(f.size() - (name.size() - 1), name.size() - 1, name, 1) == 0)
+          if (f.size() > name.size() - 1 &&
+              f.compare(f.size() - (name.size() - 1), name.size() - 1, name, 1) == 0)
             found.push_back(f);
         }
         closedir(d);
@@ -109,9 +111,10 @@ std::string ReadArtifacts(const json& names, json* meta) {
   for (const auto& name : want) {
     int fd = open(("/tmp/" + name).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) continue;
-    struct stat st{};
+    struct stat st {};
     std::string data;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && out.size() + static_cast<uint64_t>(st.st_size) <= kArtifactLimit &&
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        out.size() + static_cast<uint64_t>(st.st_size) <= kArtifactLimit &&
         sys::ReadFull(fd, static_cast<size_t>(st.st_size), &data)) {
       meta->push_back({{"name", name}, {"len", data.size()}, {"mode", st.st_mode & 0755}});
       out += data;
@@ -128,19 +131,22 @@ std::string ReadArtifacts(const json& names, json* meta) {
   if (flags & kCallMakePrivate) Mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
   Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
   for (const char* p : isolation::kCallProcMasks)  // absent here: nothing to hide (never /dev/null)
-    if (mount("/dev/null", p, nullptr, MS_BIND, nullptr) != 0 && !(errno == ENOENT && access(p, F_OK) != 0))
+    if (mount("/dev/null", p, nullptr, MS_BIND, nullptr) != 0 &&
+        !(errno == ENOENT && access(p, F_OK) != 0))
       SetupFailed(p);
-  std::string tmp = "size=" + std::to_string(tmp_bytes) + ",nr_inodes=" + std::to_string(kTmpInodes) +
+  std::string tmp = "size=" + std::to_string(tmp_bytes) +
+                    ",nr_inodes=" + std::to_string(kTmpInodes) +
                     ",mode=0700,uid=" + std::to_string(uid) + ",gid=" + std::to_string(uid);
   Mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp.c_str());
-  if (flags & kCallHasShm) Mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp.c_str());
+  if (flags & kCallHasShm)
+    Mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp.c_str());
   Mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, nullptr);
   if (sethostname("sandbox", 7) != 0) SetupFailed("sethostname");
   if (!isolation::BringUpLoopback().ok()) SetupFailed("loopback");
   std::string bpf;
   {
     // Every worker shares this memfd's file offset with the others: pread, never read.
-    struct stat st{};
+    struct stat st {};
     if (fstat(kSeccomp, &st) != 0) SetupFailed("stat seccomp filter");
     bpf.resize(static_cast<size_t>(st.st_size));
     for (size_t off = 0; off < bpf.size();) {
@@ -284,27 +290,31 @@ int CallWorkerMain(int argc, char** argv) {
     int e = errno;
     close(netns);  // never the program's
     if (rc != 0) {
-      sys::WriteFull(kReport, EncodeFrame({{"error", std::string("worker setup: setns net: ") + strerror(e)}}));
+      sys::WriteFull(
+          kReport,
+          EncodeFrame({{"error", std::string("worker setup: setns net: ") + strerror(e)}}));
       return 1;
     }
   }
   if (unshare(ns_flags) != 0) {
     int e = errno;
-    sys::WriteFull(kReport, EncodeFrame({{"error", std::string("worker setup: unshare: ") + strerror(e)}}));
+    sys::WriteFull(kReport,
+                   EncodeFrame({{"error", std::string("worker setup: unshare: ") + strerror(e)}}));
     return 1;
   }
   pid_t pid = fork();  // pid 1 of the new pid namespace
   if (pid == 0) Worker(uid, tmp_bytes, flags, root_flags);
   if (pid < 0) {
     int e = errno;
-    sys::WriteFull(kReport, EncodeFrame({{"error", std::string("worker setup: fork: ") + strerror(e)}}));
+    sys::WriteFull(kReport,
+                   EncodeFrame({{"error", std::string("worker setup: fork: ") + strerror(e)}}));
     return 1;
   }
   // The dispatcher's SIGUSR1 (out of time or output) goes on to the worker, which ends the
   // program and still reports its usage. We keep none of the call's pipes open.
   g_target = pid;
   for (int fd = 0; fd <= kSeccomp; ++fd) close(fd);
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = [](int) {
     if (g_target > 0) kill(g_target, SIGUSR1);
   };

@@ -50,7 +50,8 @@ int ChildMain(void* arg) {
   // Own session and process group: a timeout or signal hits the whole command tree.
   setsid();
   // Into the commands' memory cgroup, away from the agent (see isolation/cgroup.h).
-  if (s.cgroup_procs_fd >= 0 && write(s.cgroup_procs_fd, "0", 1) != 1) Fail(s.error_fd, "cgroup", 126);
+  if (s.cgroup_procs_fd >= 0 && write(s.cgroup_procs_fd, "0", 1) != 1)
+    Fail(s.error_fd, "cgroup", 126);
   // The command, not the agent, must be the one the OOM killer picks: its score is the
   // agent's plus 998 (0 where the node could lower the agent to -998; 998 on hosts where
   // root lacks CAP_SYS_RESOURCE and the agent stays at 0). Raising is always allowed.
@@ -64,7 +65,8 @@ int ChildMain(void* arg) {
   if (setrlimit(RLIMIT_NOFILE, &nofile) != 0) Fail(s.error_fd, "rlimit", 126);
   // No core dumps: the host's core_pattern would handle them outside the sandbox.
   if (setrlimit(RLIMIT_CORE, &nocore) != 0) Fail(s.error_fd, "rlimit", 126);
-  if (!s.keep_caps && isolation::RestrictCapabilitiesRaw(s.keep_chroot) != 0) Fail(s.error_fd, "capabilities", 126);
+  if (!s.keep_caps && isolation::RestrictCapabilitiesRaw(s.keep_chroot) != 0)
+    Fail(s.error_fd, "capabilities", 126);
   int in = s.stdin_fd >= 0 ? s.stdin_fd : open("/dev/null", O_RDONLY);
   if (in < 0 || dup2(in, 0) < 0 || dup2(s.stdout_fd, 1) < 0 || dup2(s.stderr_fd, 2) < 0)
     Fail(s.error_fd, "dup2", 126);
@@ -83,8 +85,11 @@ int ChildMain(void* arg) {
       execve("/bin/sh", p.sh_argv.data(), p.envp.data());
       errno = ENOEXEC;
     }
-    if (errno == EACCES) denied = true;
-    else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV && errno != ETIMEDOUT) break;
+    if (errno == EACCES)
+      denied = true;
+    else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
+             errno != ETIMEDOUT)
+      break;
   }
   if (denied && (errno == ENOENT || errno == ENOTDIR)) errno = EACCES;
   Fail(s.error_fd, "exec", errno == ENOENT ? 127 : 126);
@@ -114,7 +119,8 @@ pid_t SpawnChild(const ChildSpec& s) {
     size_t start = 0;
     for (;;) {
       size_t end = path.find(':', start);
-      std::string dir = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      std::string dir =
+          path.substr(start, end == std::string::npos ? std::string::npos : end - start);
       p.candidates.push_back((dir.empty() ? "." : dir) + "/" + cmd);
       if (end == std::string::npos) break;
       start = end + 1;

@@ -15,7 +15,7 @@ struct ChildSpec {
   int stdin_fd = -1;   // read end, or -1 for /dev/null
   int stdout_fd = -1;  // write ends
   int stderr_fd = -1;
-  int error_fd = -1;   // CLOEXEC pipe: on failure the child writes "stage errno" and exits
+  int error_fd = -1;  // CLOEXEC pipe: on failure the child writes "stage errno" and exits
   uint64_t nofile = 4096;
   int agent_oom_score_adj = 0;
   int cgroup_procs_fd = -1;  // the commands' cgroup: the child moves itself in first

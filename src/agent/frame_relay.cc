@@ -26,7 +26,9 @@ uint32_t ReadLe32(const char* p) {
 
 }  // namespace
 
-bool IsAdoptRestart(const Status& st) { return st.code() == Code::kConflict && st.ToString().find("adopt") != std::string::npos; }
+bool IsAdoptRestart(const Status& st) {
+  return st.code() == Code::kConflict && st.ToString().find("adopt") != std::string::npos;
+}
 
 std::string FrameForStream(std::string_view message) {
   std::string out(4, '\0');
@@ -47,8 +49,10 @@ Result<std::string> AwaitSync(int stream_fd, int stop_fd, int timeout_ms) {
     int r = poll(p, 2, timeout_ms);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return ErrnoStatus("poll", "agent stream");
-    if (r == 0) return Status(Code::kUnavailable, "wait for the agent's sync", "agent stream", "timed out");
-    if (p[1].revents) return Status(Code::kUnavailable, "wait for the agent's sync", "agent stream", "stopped");
+    if (r == 0)
+      return Status(Code::kUnavailable, "wait for the agent's sync", "agent stream", "timed out");
+    if (p[1].revents)
+      return Status(Code::kUnavailable, "wait for the agent's sync", "agent stream", "stopped");
     if (!(p[0].revents & POLLIN)) {
       if (p[0].revents & (POLLHUP | POLLERR))
         return Status(Code::kUnavailable, "wait for the agent's sync", "agent stream", "closed");
@@ -56,7 +60,8 @@ Result<std::string> AwaitSync(int stream_fd, int stop_fd, int timeout_ms) {
     }
     char tmp[4096];
     ssize_t n = read(stream_fd, tmp, sizeof tmp);
-    if (n == 0) return Status(Code::kUnavailable, "wait for the agent's sync", "agent stream", "closed");
+    if (n == 0)
+      return Status(Code::kUnavailable, "wait for the agent's sync", "agent stream", "closed");
     if (n < 0 && errno != EAGAIN && errno != EINTR) return ErrnoStatus("read", "agent stream");
     if (n > 0) buf.append(tmp, static_cast<size_t>(n));
   }
@@ -69,7 +74,7 @@ Status RelayFrames(int stream_fd, int packet_fd, const RelayOptions& opts) {
   SetNonBlocking(stream_fd);
   SetNonBlocking(packet_fd);
   std::string from_stream = opts.initial;  // bytes read from the stream, not yet a whole frame
-  std::string to_stream;    // framed messages not yet written to the stream
+  std::string to_stream;                   // framed messages not yet written to the stream
   size_t to_stream_off = 0;
   std::string packet(kMaxMessage, '\0');
   bool packet_blocked = false;  // a whole frame waits for room in the packet socket
@@ -85,7 +90,8 @@ Status RelayFrames(int stream_fd, int packet_fd, const RelayOptions& opts) {
         from_stream.erase(0, kSyncFrame.size());
         continue;
       }
-      if (n > kMaxMessage) return Invalid("frame of " + std::to_string(n) + " bytes", "agent stream");
+      if (n > kMaxMessage)
+        return Invalid("frame of " + std::to_string(n) + " bytes", "agent stream");
       if (from_stream.size() < 4 + n) break;
       ssize_t w = send(packet_fd, from_stream.data() + 4, n, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w < 0 && errno == EINTR) continue;
@@ -93,7 +99,9 @@ Status RelayFrames(int stream_fd, int packet_fd, const RelayOptions& opts) {
         packet_blocked = true;
         break;
       }
-      if (w < 0) return errno == EPIPE || errno == ECONNRESET ? Status::Ok() : ErrnoStatus("send", "agent packet socket");
+      if (w < 0)
+        return errno == EPIPE || errno == ECONNRESET ? Status::Ok()
+                                                     : ErrnoStatus("send", "agent packet socket");
       packet_blocked = false;
       from_stream.erase(0, 4 + n);
     }
@@ -154,11 +162,13 @@ Status RelayFrames(int stream_fd, int packet_fd, const RelayOptions& opts) {
       usleep(10000);
     }
     if (p[0].revents & POLLOUT) {
-      ssize_t n = write(stream_fd, to_stream.data() + to_stream_off, to_stream.size() - to_stream_off);
+      ssize_t n =
+          write(stream_fd, to_stream.data() + to_stream_off, to_stream.size() - to_stream_off);
       if (n < 0 && errno == EPIPE && opts.stream_reconnects) {
         to_stream.clear(), to_stream_off = 0;
       } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
-        return errno == EPIPE || errno == ECONNRESET ? Status::Ok() : ErrnoStatus("write", "agent stream");
+        return errno == EPIPE || errno == ECONNRESET ? Status::Ok()
+                                                     : ErrnoStatus("write", "agent stream");
       }
       if (n > 0) to_stream_off += static_cast<size_t>(n);
       if (to_stream_off == to_stream.size()) to_stream.clear(), to_stream_off = 0;
@@ -166,9 +176,11 @@ Status RelayFrames(int stream_fd, int packet_fd, const RelayOptions& opts) {
     if (p[1].revents & POLLIN) {
       ssize_t n = recv(packet_fd, packet.data(), packet.size(), MSG_DONTWAIT);
       if (n == 0) return Status::Ok();
-      if (n < 0 && errno != EAGAIN && errno != EINTR) return ErrnoStatus("recv", "agent packet socket");
+      if (n < 0 && errno != EAGAIN && errno != EINTR)
+        return ErrnoStatus("recv", "agent packet socket");
       if (n > 0) {
-        if (to_stream_off > 0 && to_stream_off == to_stream.size()) to_stream.clear(), to_stream_off = 0;
+        if (to_stream_off > 0 && to_stream_off == to_stream.size())
+          to_stream.clear(), to_stream_off = 0;
         to_stream += FrameForStream(std::string_view(packet.data(), static_cast<size_t>(n)));
       }
     } else if (p[1].revents & (POLLHUP | POLLERR)) {

@@ -56,16 +56,19 @@ Result<std::vector<std::string>> Strings(const json& j, const char* key) {
 
 Result<isolation::FsPolicy> PolicyRequest(const json& j, const char* what) {
   WARREN_RETURN_IF_ERROR(CheckKeys(j, {"op", "read_only", "writable"}, what));
-  return isolation::FsPolicy{WARREN_TRY(Strings(j, "read_only")), WARREN_TRY(Strings(j, "writable"))};
+  return isolation::FsPolicy{WARREN_TRY(Strings(j, "read_only")),
+                             WARREN_TRY(Strings(j, "writable"))};
 }
 
 // Joins the agent's mount and user namespaces at once through its pidfd (fd `pidfd`), which
 // names that process and no other, whatever became of its pid.
 Status Enter(int pidfd) {
-  if (setns(pidfd, CLONE_NEWNS | CLONE_NEWUSER) != 0) return ErrnoStatus("setns mnt+user of", "the agent");
+  if (setns(pidfd, CLONE_NEWNS | CLONE_NEWUSER) != 0)
+    return ErrnoStatus("setns mnt+user of", "the agent");
   close(pidfd);
   if (setgroups(0, nullptr) != 0 && errno != EPERM) return ErrnoStatus("setgroups", "fs helper");
-  if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0) return ErrnoStatus("become root of", "sandbox");
+  if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
+    return ErrnoStatus("become root of", "sandbox");
   if (chdir("/") != 0) return ErrnoStatus("chdir", "/");
   umask(0);
   return Status::Ok();
@@ -73,7 +76,8 @@ Status Enter(int pidfd) {
 
 std::string Handle(const std::string& line) {
   json j = json::parse(line, nullptr, false);
-  if (!j.is_object() || !j.contains("op") || !j["op"].is_string()) return EncodeFsError(Invalid("bad request"));
+  if (!j.is_object() || !j.contains("op") || !j["op"].is_string())
+    return EncodeFsError(Invalid("bad request"));
   const std::string op = j["op"];
   if (op == "prepare" || op == "check") {
     auto policy = PolicyRequest(j, op.c_str());
@@ -99,20 +103,29 @@ std::string Handle(const std::string& line) {
 }  // namespace
 
 std::string EncodeFsPrepare(const FsPrepareRequest& r) {
-  return json{{"op", "prepare"}, {"read_only", B64(r.read_only)}, {"writable", B64(r.writable)}}.dump() + "\n";
+  return json{{"op", "prepare"}, {"read_only", B64(r.read_only)}, {"writable", B64(r.writable)}}
+             .dump() +
+         "\n";
 }
 std::string EncodeFsCheck(const FsPrepareRequest& r) {
-  return json{{"op", "check"}, {"read_only", B64(r.read_only)}, {"writable", B64(r.writable)}}.dump() + "\n";
+  return json{{"op", "check"}, {"read_only", B64(r.read_only)}, {"writable", B64(r.writable)}}
+             .dump() +
+         "\n";
 }
-std::string EncodeFsSever(const FsSeverRequest& r) { return json{{"op", "sever"}, {"paths", B64(r.paths)}}.dump() + "\n"; }
+std::string EncodeFsSever(const FsSeverRequest& r) {
+  return json{{"op", "sever"}, {"paths", B64(r.paths)}}.dump() + "\n";
+}
 std::string EncodeFsPrepareReply(const FsPrepareReply& r) {
-  return json{{"read_only", B64(r.read_only)}, {"writable", B64(r.writable)}, {"fixed_dirs", B64(r.fixed_dirs)}}.dump() +
+  return json{{"read_only", B64(r.read_only)},
+              {"writable", B64(r.writable)},
+              {"fixed_dirs", B64(r.fixed_dirs)}}
+             .dump() +
          "\n";
 }
 std::string EncodeFsError(const Status& error) {
   return json{{"error", error.code() == Code::kInvalid ? error.message() : error.ToString()},
-              {"invalid", error.code() == Code::kInvalid}}.dump(
-             -1, ' ', false, json::error_handler_t::replace) +
+              {"invalid", error.code() == Code::kInvalid}}
+             .dump(-1, ' ', false, json::error_handler_t::replace) +
          "\n";
 }
 std::string EncodeFsDone() { return "{}\n"; }
@@ -142,10 +155,13 @@ Status DecodeFsDone(const std::string& line) {
   return Status::Ok();
 }
 
-json FsPolicyFields(const isolation::FsPolicy& p) { return {{"read_only", B64(p.read_only)}, {"writable", B64(p.writable)}}; }
+json FsPolicyFields(const isolation::FsPolicy& p) {
+  return {{"read_only", B64(p.read_only)}, {"writable", B64(p.writable)}};
+}
 
 Result<isolation::FsPolicy> FsPolicyFromFields(const json& h) {
-  if (!h.contains("read_only") || !h.contains("writable")) return Invalid("fs_policy: missing paths");
+  if (!h.contains("read_only") || !h.contains("writable"))
+    return Invalid("fs_policy: missing paths");
   isolation::FsPolicy p;
   p.read_only = WARREN_TRY(Strings(h, "read_only"));
   p.writable = WARREN_TRY(Strings(h, "writable"));
@@ -167,11 +183,13 @@ std::string EncodeChangeReport(const isolation::ChangeReport& r) {
 Result<isolation::ChangeReport> DecodeChangeReport(const std::string& data) {
   json j = json::parse(data, nullptr, false);
   WARREN_RETURN_IF_ERROR(CheckKeys(j, {"changes", "truncated"}, "change report"));
-  if (!j["changes"].is_array() || !j["truncated"].is_boolean()) return Invalid("change report: bad types");
+  if (!j["changes"].is_array() || !j["truncated"].is_boolean())
+    return Invalid("change report: bad types");
   isolation::ChangeReport r;
   r.truncated = j["truncated"].get<bool>();
   for (const auto& c : j["changes"]) {
-    WARREN_RETURN_IF_ERROR(CheckKeys(c, {"path_b64", "kind", "type", "layer", "size", "mode"}, "change"));
+    WARREN_RETURN_IF_ERROR(
+        CheckKeys(c, {"path_b64", "kind", "type", "layer", "size", "mode"}, "change"));
     isolation::FsChange fc;
     if (!c["path_b64"].is_string() || !Base64Decode(c["path_b64"].get<std::string>(), &fc.path))
       return Invalid("change report: bad path");

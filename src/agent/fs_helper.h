@@ -21,12 +21,11 @@
 // the node, outside the sandbox's user namespace, could not create a file there.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
-#include <nlohmann/json.hpp>
-
 #include "isolation/fs_prepare.h"
 #include "isolation/overlay_changes.h"
 

@@ -88,7 +88,8 @@ void PutMarshal(const json& v, std::string* o) {
   }
 }
 
-void PutMarshalDict(const json& obj, std::string_view bytes_key, std::string_view bytes, std::string* o) {
+void PutMarshalDict(const json& obj, std::string_view bytes_key, std::string_view bytes,
+                    std::string* o) {
   o->push_back('{');
   if (obj.is_object())
     for (const auto& [key, item] : obj.items()) {

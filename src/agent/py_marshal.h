@@ -14,6 +14,7 @@ namespace warren::agent {
 // Appends `v`, marshal'd.
 void PutMarshal(const nlohmann::json& v, std::string* out);
 // Appends a dict of `obj`'s members and, if `bytes_key` is not empty, `bytes_key`: bytes(`bytes`).
-void PutMarshalDict(const nlohmann::json& obj, std::string_view bytes_key, std::string_view bytes, std::string* out);
+void PutMarshalDict(const nlohmann::json& obj, std::string_view bytes_key, std::string_view bytes,
+                    std::string* out);
 
 }  // namespace warren::agent

@@ -18,7 +18,8 @@ class Reader {
   Status Keys(const std::set<std::string>& required, const std::set<std::string>& optional) const {
     if (!j_.is_object()) return Bad("", "is not an object");
     for (const auto& item : j_.items())
-      if (!required.count(item.key()) && !optional.count(item.key())) return Bad(item.key(), "is not a known key");
+      if (!required.count(item.key()) && !optional.count(item.key()))
+        return Bad(item.key(), "is not a known key");
     for (const auto& k : required)
       if (!j_.contains(k)) return Bad(k, "is missing");
     return Status::Ok();
@@ -46,7 +47,8 @@ class Reader {
     if (!j_[k].is_object()) return Bad(k, "must be an object of strings");
     std::map<std::string, std::string> out;
     for (const auto& item : j_[k].items()) {
-      if (!item.value().is_string()) return Bad(std::string(k) + "." + item.key(), "must be a string");
+      if (!item.value().is_string())
+        return Bad(std::string(k) + "." + item.key(), "must be a string");
       out[item.key()] = item.value().get<std::string>();
     }
     return out;
@@ -74,12 +76,14 @@ class Reader {
 Result<VmSetup::Net> ParseNet(const json& j) {
   Reader r(j, "setup.vm.net");
   WARREN_RETURN_IF_ERROR(r.Keys({"ip", "gateway", "mac"}, {}));
-  return VmSetup::Net{WARREN_TRY(r.Str("ip")), WARREN_TRY(r.Str("gateway")), WARREN_TRY(r.Str("mac"))};
+  return VmSetup::Net{WARREN_TRY(r.Str("ip")), WARREN_TRY(r.Str("gateway")),
+                      WARREN_TRY(r.Str("mac"))};
 }
 
 Result<VmSetup> ParseVm(const json& j) {
   Reader r(j, "setup.vm");
-  WARREN_RETURN_IF_ERROR(r.Keys({"full_os", "layer_serials", "memory_bytes", "pids", "seed", "now_ns"}, {"net"}));
+  WARREN_RETURN_IF_ERROR(
+      r.Keys({"full_os", "layer_serials", "memory_bytes", "pids", "seed", "now_ns"}, {"net"}));
   VmSetup v;
   v.full_os = WARREN_TRY(r.Bool("full_os"));
   v.layer_serials = WARREN_TRY(r.StrList("layer_serials"));
@@ -92,8 +96,12 @@ Result<VmSetup> ParseVm(const json& j) {
 }
 
 json ToJson(const VmSetup& v) {
-  json j = {{"full_os", v.full_os}, {"layer_serials", v.layer_serials}, {"memory_bytes", v.memory_bytes},
-            {"pids", v.pids},       {"seed", v.seed},                   {"now_ns", v.now_ns}};
+  json j = {{"full_os", v.full_os},
+            {"layer_serials", v.layer_serials},
+            {"memory_bytes", v.memory_bytes},
+            {"pids", v.pids},
+            {"seed", v.seed},
+            {"now_ns", v.now_ns}};
   if (v.net) j["net"] = {{"ip", v.net->ip}, {"gateway", v.net->gateway}, {"mac", v.net->mac}};
   return j;
 }
@@ -102,7 +110,8 @@ json ToJson(const VmSetup& v) {
 
 json ToJson(const SetupMessage& m) {
   json files = json::array();
-  for (const auto& f : m.files) files.push_back({{"path", f.path}, {"data", f.data}, {"mode", f.mode}});
+  for (const auto& f : m.files)
+    files.push_back({{"path", f.path}, {"data", f.data}, {"mode", f.mode}});
   json j = {{"t", "setup"},
             {"hostname", m.hostname},
             {"disk_bytes", m.disk_bytes},
@@ -122,9 +131,10 @@ json ToJson(const SetupMessage& m) {
 
 Result<SetupMessage> ParseSetup(const json& h) {
   Reader r(h, "setup");
-  WARREN_RETURN_IF_ERROR(r.Keys({"t", "hostname", "disk_bytes", "layers", "tool_layers", "loopback", "files", "nofile",
-                                 "landlock", "env", "sysfs", "commands_cgroup", "listen"},
-                                {"vm"}));
+  WARREN_RETURN_IF_ERROR(
+      r.Keys({"t", "hostname", "disk_bytes", "layers", "tool_layers", "loopback", "files", "nofile",
+              "landlock", "env", "sysfs", "commands_cgroup", "listen"},
+             {"vm"}));
   if (WARREN_TRY(r.Str("t")) != "setup") return r.Bad("t", "must be setup");
   SetupMessage m;
   m.hostname = WARREN_TRY(r.Str("hostname"));
@@ -132,7 +142,8 @@ Result<SetupMessage> ParseSetup(const json& h) {
   const uint64_t layers = WARREN_TRY(r.U64("layers"));
   if (layers > 1024) return r.Bad("layers", "is more than 1024");
   m.layers = static_cast<uint32_t>(layers);
-  if (!r.At("tool_layers").is_array()) return r.Bad("tool_layers", "must be an array of layer indexes");
+  if (!r.At("tool_layers").is_array())
+    return r.Bad("tool_layers", "must be an array of layer indexes");
   for (const auto& t : r.At("tool_layers")) {
     if (!t.is_number_unsigned() || t.get<uint64_t>() >= m.layers)
       return r.Bad("tool_layers", "must hold indexes below `layers`");
@@ -158,23 +169,29 @@ Result<SetupMessage> ParseSetup(const json& h) {
   m.listen = WARREN_TRY(r.Bool("listen"));
   if (r.Has("vm")) {
     m.vm = WARREN_TRY(ParseVm(r.At("vm")));
-    if (m.sysfs || m.commands_cgroup || m.listen) return r.Bad("vm", "carries no fds: no fd slot may be set");
-    if (m.vm->layer_serials.size() != m.layers) return r.Bad("vm.layer_serials", "must name `layers` disks");
+    if (m.sysfs || m.commands_cgroup || m.listen)
+      return r.Bad("vm", "carries no fds: no fd slot may be set");
+    if (m.vm->layer_serials.size() != m.layers)
+      return r.Bad("vm.layer_serials", "must name `layers` disks");
   }
   return m;
 }
 
-Result<std::vector<int>> SetupFdOrder(const SetupMessage& m, const std::vector<int>& layers, int sysfs,
-                                      int commands_cgroup, int listen) {
+Result<std::vector<int>> SetupFdOrder(const SetupMessage& m, const std::vector<int>& layers,
+                                      int sysfs, int commands_cgroup, int listen) {
   if (m.vm) return std::vector<int>{};
   if (layers.size() != m.layers)
-    return Invalid("setup: " + std::to_string(layers.size()) + " layer fds for `layers` " + std::to_string(m.layers),
+    return Invalid("setup: " + std::to_string(layers.size()) + " layer fds for `layers` " +
+                       std::to_string(m.layers),
                    "agent protocol");
   std::vector<int> out = layers;
-  for (auto [flag, fd, name] : {std::tuple{m.sysfs, sysfs, "sysfs"}, std::tuple{m.commands_cgroup, commands_cgroup, "commands_cgroup"},
+  for (auto [flag, fd, name] : {std::tuple{m.sysfs, sysfs, "sysfs"},
+                                std::tuple{m.commands_cgroup, commands_cgroup, "commands_cgroup"},
                                 std::tuple{m.listen, listen, "listen"}}) {
     if (!flag) continue;
-    if (fd < 0) return Invalid(std::string("setup: slot `") + name + "` is flagged without an fd", "agent protocol");
+    if (fd < 0)
+      return Invalid(std::string("setup: slot `") + name + "` is flagged without an fd",
+                     "agent protocol");
     out.push_back(fd);
   }
   return out;
@@ -183,7 +200,8 @@ Result<std::vector<int>> SetupFdOrder(const SetupMessage& m, const std::vector<i
 Result<SetupFds> TakeSetupFds(const SetupMessage& m, std::vector<UniqueFd> fds) {
   const size_t want = m.vm ? 0 : m.layers + m.sysfs + m.commands_cgroup + m.listen;
   if (fds.size() != want)
-    return Invalid("setup: " + std::to_string(fds.size()) + " fds received, " + std::to_string(want) + " expected",
+    return Invalid("setup: " + std::to_string(fds.size()) + " fds received, " +
+                       std::to_string(want) + " expected",
                    "agent protocol");
   SetupFds out;
   size_t i = 0;
@@ -208,7 +226,8 @@ Result<ReadyMessage> ParseReady(const json& h) {
   ReadyMessage m;
   if (!r.At("setup_ms").is_object()) return r.Bad("setup_ms", "must be an object of integers");
   for (const auto& item : r.At("setup_ms").items()) {
-    if (!item.value().is_number_integer()) return r.Bad("setup_ms." + item.key(), "must be an integer");
+    if (!item.value().is_number_integer())
+      return r.Bad("setup_ms." + item.key(), "must be an integer");
     m.setup_ms[item.key()] = item.value().get<int64_t>();
   }
   const int64_t abi = WARREN_TRY(r.I64("landlock_abi"));
@@ -226,7 +245,8 @@ Result<AssignMessage> ParseAssign(const json& h) {
   Reader r(h, "assign");
   WARREN_RETURN_IF_ERROR(r.Keys({"t", "hostname", "env", "nofile"}, {}));
   if (WARREN_TRY(r.Str("t")) != "assign") return r.Bad("t", "must be assign");
-  return AssignMessage{WARREN_TRY(r.Str("hostname")), WARREN_TRY(r.StrMap("env")), WARREN_TRY(r.U64("nofile"))};
+  return AssignMessage{WARREN_TRY(r.Str("hostname")), WARREN_TRY(r.StrMap("env")),
+                       WARREN_TRY(r.U64("nofile"))};
 }
 
 }  // namespace warren::agent

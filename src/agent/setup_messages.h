@@ -46,7 +46,7 @@ struct VmSetup {
 struct SetupMessage {
   std::string hostname;
   uint64_t disk_bytes = 0;
-  uint32_t layers = 0;               // layer fds (container) or disks (VM)
+  uint32_t layers = 0;                // layer fds (container) or disks (VM)
   std::vector<uint32_t> tool_layers;  // indexes into the layers: tool layers, guarded read-only
   bool loopback = false;              // bring lo up (a namespace the agent owns)
   std::vector<SetupFile> files;
@@ -69,15 +69,15 @@ struct SetupFds {
   UniqueFd sysfs, commands_cgroup, listen;
 };
 // The node's side: the fds to send, in slot order; -1 for a flagged slot is an error.
-Result<std::vector<int>> SetupFdOrder(const SetupMessage& m, const std::vector<int>& layers, int sysfs,
-                                      int commands_cgroup, int listen);
+Result<std::vector<int>> SetupFdOrder(const SetupMessage& m, const std::vector<int>& layers,
+                                      int sysfs, int commands_cgroup, int listen);
 // The agent's side: `fds` as received, assigned to their slots.
 Result<SetupFds> TakeSetupFds(const SetupMessage& m, std::vector<UniqueFd> fds);
 
 struct ReadyMessage {
   std::map<std::string, int64_t> setup_ms;  // where setup's time went
-  int landlock_abi = 0;                      // 0: none applied
-  std::string init;                          // a whole VM: what runs as its init ("systemd")
+  int landlock_abi = 0;                     // 0: none applied
+  std::string init;                         // a whole VM: what runs as its init ("systemd")
 };
 nlohmann::json ToJson(const ReadyMessage& m);
 Result<ReadyMessage> ParseReady(const nlohmann::json& header);

@@ -1,21 +1,21 @@
 #include "agent/vm_init.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/fs.h>
-#include <arpa/inet.h>
 #include <linux/random.h>
 #include <net/if.h>
 #include <net/if_arp.h>
 #include <net/route.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/sendfile.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,7 +75,8 @@ Result<std::string> FindAgentPort() {
       while (dirent* e = readdir(d)) {
         if (e->d_name[0] == '.') continue;
         const std::string dev = e->d_name;
-        if (ReadSmall("/sys/class/virtio-ports/" + dev + "/name") == kAgentPortName) found = "/dev/" + dev;
+        if (ReadSmall("/sys/class/virtio-ports/" + dev + "/name") == kAgentPortName)
+          found = "/dev/" + dev;
       }
       closedir(d);
       if (!found.empty() && access(found.c_str(), F_OK) == 0) return found;
@@ -105,7 +106,8 @@ Status WriteAll(int fd, std::string_view data) {
 
 // The relay process. A session is one connection to the agent; a node that adopts this VM
 // after a restart starts a new one (the agent then waits for its `resume`).
-[[noreturn]] void RelayLoop(const std::string& port, const std::string& socket_path, UniqueFd first) {
+[[noreturn]] void RelayLoop(const std::string& port, const std::string& socket_path,
+                            UniqueFd first) {
   UniqueFd stream(open(port.c_str(), O_RDWR | O_CLOEXEC));
   if (!stream) _exit(1);
   UniqueFd pkt = std::move(first);
@@ -124,8 +126,10 @@ Status WriteAll(int fd, std::string_view data) {
     }
     pkt.Reset();  // the agent sees the old session end
     for (int tries = 0; !pkt && tries < 500; ++tries) {
-      if (auto c = sys::ConnectUnix(socket_path, SOCK_SEQPACKET); c.ok()) pkt = std::move(*c);
-      else usleep(10000);
+      if (auto c = sys::ConnectUnix(socket_path, SOCK_SEQPACKET); c.ok())
+        pkt = std::move(*c);
+      else
+        usleep(10000);
     }
     if (!pkt || !WriteAll(stream.get(), kSyncFrame).ok()) _exit(1);
     initial = std::move(leftover);
@@ -200,7 +204,8 @@ Status VmReseed(const std::string& seed_hex, int64_t now_ns) {
   info->entropy_count = static_cast<int>(seed.size() * 8);
   info->buf_size = static_cast<int>(seed.size());
   memcpy(info->buf, seed.data(), seed.size());
-  if (ioctl(rnd.get(), RNDADDENTROPY, info) != 0) return ErrnoStatus("RNDADDENTROPY", "/dev/urandom");
+  if (ioctl(rnd.get(), RNDADDENTROPY, info) != 0)
+    return ErrnoStatus("RNDADDENTROPY", "/dev/urandom");
   if (ioctl(rnd.get(), RNDRESEEDCRNG) != 0) return ErrnoStatus("RNDRESEEDCRNG", "/dev/urandom");
   return Status::Ok();
 }
@@ -210,7 +215,8 @@ Result<std::vector<UniqueFd>> MountVmLayers(const std::vector<std::string>& seri
   if (DIR* d = opendir("/sys/block")) {
     while (dirent* e = readdir(d)) {
       if (strncmp(e->d_name, "vd", 2) != 0) continue;
-      by_serial[ReadSmall(std::string("/sys/block/") + e->d_name + "/serial")] = std::string("/dev/") + e->d_name;
+      by_serial[ReadSmall(std::string("/sys/block/") + e->d_name + "/serial")] =
+          std::string("/dev/") + e->d_name;
     }
     closedir(d);
   }
@@ -241,11 +247,14 @@ Status PrepareVmCommandsCgroup() {
   return Status::Ok();
 }
 
-Result<UniqueFd> MakeVmCommandsCgroup(const std::string& cgroup_root, uint64_t memory_bytes, uint64_t pids) {
+Result<UniqueFd> MakeVmCommandsCgroup(const std::string& cgroup_root, uint64_t memory_bytes,
+                                      uint64_t pids) {
   const std::string cg = cgroup_root + "/commands";
-  if (cgroup_root == kInitCgroupDir && access(cg.c_str(), F_OK) != 0) WARREN_RETURN_IF_ERROR(PrepareVmCommandsCgroup());
+  if (cgroup_root == kInitCgroupDir && access(cg.c_str(), F_OK) != 0)
+    WARREN_RETURN_IF_ERROR(PrepareVmCommandsCgroup());
   if (mkdir(cg.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", cg);
-  if (memory_bytes) WARREN_RETURN_IF_ERROR(WriteSmall(cg + "/memory.max", std::to_string(memory_bytes)));
+  if (memory_bytes)
+    WARREN_RETURN_IF_ERROR(WriteSmall(cg + "/memory.max", std::to_string(memory_bytes)));
   if (pids) WARREN_RETURN_IF_ERROR(WriteSmall(cg + "/pids.max", std::to_string(pids)));
   UniqueFd procs(open((cg + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
   if (!procs) return ErrnoStatus("open", cg + "/cgroup.procs");
@@ -281,14 +290,16 @@ Status ConfigureVmNet(const std::string& ip, const std::string& gateway, const s
   sin(&host.rt_genmask, "255.255.255.255");
   host.rt_flags = RTF_UP | RTF_HOST;
   host.rt_dev = dev;
-  if (ioctl(s.get(), SIOCADDRT, &host) != 0 && errno != EEXIST) return ErrnoStatus("route to gateway", gateway);
+  if (ioctl(s.get(), SIOCADDRT, &host) != 0 && errno != EEXIST)
+    return ErrnoStatus("route to gateway", gateway);
   rtentry def{};
   sin(&def.rt_dst, "0.0.0.0");
   sin(&def.rt_genmask, "0.0.0.0");
   sin(&def.rt_gateway, gateway);
   def.rt_flags = RTF_UP | RTF_GATEWAY;
   def.rt_dev = dev;
-  if (ioctl(s.get(), SIOCADDRT, &def) != 0 && errno != EEXIST) return ErrnoStatus("default route", gateway);
+  if (ioctl(s.get(), SIOCADDRT, &def) != 0 && errno != EEXIST)
+    return ErrnoStatus("default route", gateway);
   return Status::Ok();
 }
 
@@ -299,14 +310,18 @@ Status MountVmProcAndDev(const std::string& root) {
   if (mount("devtmpfs", dev.c_str(), "devtmpfs", MS_NOSUID, "mode=0755") != 0)
     return ErrnoStatus("mount devtmpfs", dev);
   for (const char* d : {"/pts", "/shm"}) mkdir((dev + d).c_str(), 0755);
-  if (mount("devpts", (dev + "/pts").c_str(), "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") != 0)
+  if (mount("devpts", (dev + "/pts").c_str(), "devpts", MS_NOSUID | MS_NOEXEC,
+            "newinstance,ptmxmode=0666,mode=0620") != 0)
     return ErrnoStatus("mount devpts", dev + "/pts");
   if (mount("shm", (dev + "/shm").c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0)
     return ErrnoStatus("mount shm", dev + "/shm");
   unlink((dev + "/ptmx").c_str());
-  if (symlink("pts/ptmx", (dev + "/ptmx").c_str()) != 0) return ErrnoStatus("symlink", dev + "/ptmx");
-  for (auto [target, name] : {std::pair{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
-                              {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}})
+  if (symlink("pts/ptmx", (dev + "/ptmx").c_str()) != 0)
+    return ErrnoStatus("symlink", dev + "/ptmx");
+  for (auto [target, name] : {std::pair{"/proc/self/fd", "fd"},
+                              {"/proc/self/fd/0", "stdin"},
+                              {"/proc/self/fd/1", "stdout"},
+                              {"/proc/self/fd/2", "stderr"}})
     (void)symlink(target, (dev + "/" + name).c_str());
   return Status::Ok();
 }
@@ -339,7 +354,8 @@ StandardError=journal+console
 Status WriteNewFile(const std::string& path, std::string_view data, mode_t mode) {
   UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
   if (!fd) return ErrnoStatus("create", path);
-  if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size())) return ErrnoStatus("write", path);
+  if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size()))
+    return ErrnoStatus("write", path);
   return Status::Ok();
 }
 
@@ -347,7 +363,8 @@ Status WriteNewFile(const std::string& path, std::string_view data, mode_t mode)
 
 bool ImageBootsSystemd() {
   char init[PATH_MAX];
-  return realpath(kVmSystemInit, init) && access(init, X_OK) == 0 && std::string_view(init).ends_with("/systemd");
+  return realpath(kVmSystemInit, init) && access(init, X_OK) == 0 &&
+         std::string_view(init).ends_with("/systemd");
 }
 
 Status InstallVmAgentService(const std::string& setup_doc) {
@@ -356,9 +373,11 @@ Status InstallVmAgentService(const std::string& setup_doc) {
     return Status(Code::kInvalid, "boot the image's init", kVmSystemInit, "is not systemd");
   // A /run of our own (systemd keeps a /run it finds mounted): the agent, its setup and a
   // runtime unit live there, so the image's files are not touched.
-  if (mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=20%,nr_inodes=800k") != 0)
+  if (mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=20%,nr_inodes=800k") !=
+      0)
     return ErrnoStatus("mount tmpfs", "/run");
-  for (const char* d : {kServiceDir, "/run/systemd", "/run/systemd/system", "/run/systemd/system/sysinit.target.wants"})
+  for (const char* d : {kServiceDir, "/run/systemd", "/run/systemd/system",
+                        "/run/systemd/system/sysinit.target.wants"})
     if (mkdir(d, 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d);
   chmod(kServiceDir, 0700);
   {
@@ -370,16 +389,19 @@ Status InstallVmAgentService(const std::string& setup_doc) {
     struct stat sb;
     if (fstat(self.get(), &sb) != 0) return ErrnoStatus("stat", "/proc/self/exe");
     for (off_t left = sb.st_size; left > 0;) {
-      ssize_t n = sendfile(out.get(), self.get(), nullptr, static_cast<size_t>(left));  // initramfs -> tmpfs
+      ssize_t n = sendfile(out.get(), self.get(), nullptr,
+                           static_cast<size_t>(left));  // initramfs -> tmpfs
       if (n <= 0) return ErrnoStatus("copy", dst);
       left -= n;
     }
   }
   WARREN_RETURN_IF_ERROR(WriteNewFile(std::string(kServiceDir) + "/setup.json", setup_doc, 0600));
-  WARREN_RETURN_IF_ERROR(WriteNewFile("/run/systemd/system/warren-agent.service", kServiceUnit, 0644));
+  WARREN_RETURN_IF_ERROR(
+      WriteNewFile("/run/systemd/system/warren-agent.service", kServiceUnit, 0644));
   // Wanted by sysinit.target, without default dependencies: started among the first units,
   // not after the whole boot.
-  if (symlink("../warren-agent.service", "/run/systemd/system/sysinit.target.wants/warren-agent.service") != 0)
+  if (symlink("../warren-agent.service",
+              "/run/systemd/system/sysinit.target.wants/warren-agent.service") != 0)
     return ErrnoStatus("symlink", "sysinit.target.wants/warren-agent.service");
   return Status::Ok();
 }
@@ -416,7 +438,8 @@ Status RehearseVmSetup() {
     if (pid > 0) waitpid(pid, nullptr, 0);
   }
   if (chdir("/") != 0) return ErrnoStatus("chdir", "/");
-  if (umount2(isolation::kStagingDir, MNT_DETACH) != 0 && st.ok()) st = ErrnoStatus("unmount", isolation::kStagingDir);
+  if (umount2(isolation::kStagingDir, MNT_DETACH) != 0 && st.ok())
+    st = ErrnoStatus("unmount", isolation::kStagingDir);
   return st;
 }
 

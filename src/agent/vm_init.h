@@ -41,7 +41,8 @@ Status VmInit(UniqueFd* listener, pid_t* relay_pid);
 // Finds the agent's virtio-serial port and starts the relay between it and a packet
 // connection to us (fd kControlFd); later sessions connect through *listener, bound at
 // `socket_path`. The relay's pid goes to *relay_pid.
-Status OpenVmAgentChannel(const std::string& socket_path, UniqueFd* listener, pid_t* relay_pid = nullptr);
+Status OpenVmAgentChannel(const std::string& socket_path, UniqueFd* listener,
+                          pid_t* relay_pid = nullptr);
 
 // Backend vm: whether the sandbox's root (after the switch into it) boots systemd, the init
 // that can start the agent as its service. Without it the VM runs with the agent as init.
@@ -79,7 +80,8 @@ Status PrepareVmCommandsCgroup();
 
 // A cgroup for the commands with the sandbox's memory and pids limits; returns an fd open for
 // writing on its cgroup.procs (how commands move themselves in, as in a container).
-Result<UniqueFd> MakeVmCommandsCgroup(const std::string& cgroup_root, uint64_t memory_bytes, uint64_t pids);
+Result<UniqueFd> MakeVmCommandsCgroup(const std::string& cgroup_root, uint64_t memory_bytes,
+                                      uint64_t pids);
 
 // The guest's NIC (eth0): its MAC, its /32 address, an on-link route to the gateway and the
 // default route through it. The node's firewall decides what any of it may reach.

@@ -17,12 +17,23 @@ std::optional<uint64_t> ParseSize(std::string_view s) {
   uint64_t mult = 1;
   if (!rest.empty()) {
     switch (std::tolower(static_cast<unsigned char>(rest[0]))) {
-      case 'k': mult = 1ull << 10; break;
-      case 'm': mult = 1ull << 20; break;
-      case 'g': mult = 1ull << 30; break;
-      case 't': mult = 1ull << 40; break;
-      case 'b': mult = 1; break;
-      default: return std::nullopt;
+      case 'k':
+        mult = 1ull << 10;
+        break;
+      case 'm':
+        mult = 1ull << 20;
+        break;
+      case 'g':
+        mult = 1ull << 30;
+        break;
+      case 't':
+        mult = 1ull << 40;
+        break;
+      case 'b':
+        mult = 1;
+        break;
+      default:
+        return std::nullopt;
     }
     rest.remove_prefix(1);
     if (rest == "i" || rest == "iB" || rest == "ib") rest = "";

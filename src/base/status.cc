@@ -6,15 +6,24 @@ namespace warren {
 
 const char* CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "ok";
-    case Code::kInvalid: return "invalid";
-    case Code::kNotFound: return "not_found";
-    case Code::kConflict: return "conflict";
-    case Code::kQuota: return "quota";
-    case Code::kUnauthorized: return "unauthorized";
-    case Code::kForbidden: return "forbidden";
-    case Code::kUnavailable: return "unavailable";
-    case Code::kInternal: return "internal";
+    case Code::kOk:
+      return "ok";
+    case Code::kInvalid:
+      return "invalid";
+    case Code::kNotFound:
+      return "not_found";
+    case Code::kConflict:
+      return "conflict";
+    case Code::kQuota:
+      return "quota";
+    case Code::kUnauthorized:
+      return "unauthorized";
+    case Code::kForbidden:
+      return "forbidden";
+    case Code::kUnavailable:
+      return "unavailable";
+    case Code::kInternal:
+      return "internal";
   }
   return "internal";
 }
@@ -38,21 +47,32 @@ Status Status::Context(const std::string& outer) const {
 Status ErrnoStatus(std::string op, std::string object, int err) {
   Code code = Code::kInternal;
   switch (err) {
-    case ENOENT: code = Code::kNotFound; break;
+    case ENOENT:
+      code = Code::kNotFound;
+      break;
     case EEXIST:
-    case EBUSY: code = Code::kConflict; break;
+    case EBUSY:
+      code = Code::kConflict;
+      break;
     case ENOSPC:
     case EDQUOT:
     case EMFILE:
-    case ENFILE: code = Code::kQuota; break;
+    case ENFILE:
+      code = Code::kQuota;
+      break;
     case EINVAL:
     case ENAMETOOLONG:
     case EISDIR:
     case ENOTDIR:
-    case ELOOP: code = Code::kInvalid; break;
+    case ELOOP:
+      code = Code::kInvalid;
+      break;
     case EACCES:
-    case EPERM: code = Code::kForbidden; break;
-    default: break;
+    case EPERM:
+      code = Code::kForbidden;
+      break;
+    default:
+      break;
   }
   return Status(code, std::move(op), std::move(object), "", err);
 }

@@ -108,18 +108,18 @@ class [[nodiscard]] Result {
 }  // namespace warren
 
 // Returns early with the status of an expression that failed.
-#define WARREN_RETURN_IF_ERROR(expr)      \
-  do {                                    \
-    ::warren::Status _st = (expr);        \
-    if (!_st.ok()) return _st;            \
+#define WARREN_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::warren::Status _st = (expr);   \
+    if (!_st.ok()) return _st;       \
   } while (0)
 
 #define WARREN_CONCAT_INNER(a, b) a##b
 #define WARREN_CONCAT(a, b) WARREN_CONCAT_INNER(a, b)
 // auto x = WARREN_TRY(ResultExpr);  — GNU statement expression, g++ and clang support it.
-#define WARREN_TRY(expr)                                   \
-  ({                                                       \
-    auto _res = (expr);                                    \
-    if (!_res.ok()) return _res.status();                  \
-    std::move(_res).value();                               \
+#define WARREN_TRY(expr)                  \
+  ({                                      \
+    auto _res = (expr);                   \
+    if (!_res.ok()) return _res.status(); \
+    std::move(_res).value();              \
   })

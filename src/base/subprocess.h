@@ -9,8 +9,8 @@
 namespace warren {
 
 struct SubprocessResult {
-  int exit_code = -1;   // -1 if killed by a signal
-  std::string output;   // stdout+stderr, capped
+  int exit_code = -1;  // -1 if killed by a signal
+  std::string output;  // stdout+stderr, capped
 };
 
 // posix_spawn (safe from a multithreaded daemon), waits for it, captures up to 64 KiB of

@@ -78,7 +78,8 @@ class SCOPED_CAPABILITY MutexLock {
 
   // Waits on `cv` (which releases and retakes the mutex) until `pred` or `timeout` passes.
   template <typename Rep, typename Period, typename Pred>
-  bool WaitFor(std::condition_variable_any& cv, std::chrono::duration<Rep, Period> timeout, Pred pred) {
+  bool WaitFor(std::condition_variable_any& cv, std::chrono::duration<Rep, Period> timeout,
+               Pred pred) {
     return cv.wait_for(*mu_, timeout, pred);
   }
   template <typename Rep, typename Period>

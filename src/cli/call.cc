@@ -38,7 +38,8 @@ int RunCall(const CallFlags& f) {
   if (!code.ok()) return Fail(code.status());
   nlohmann::json body = {{"language", f.lang}, {"code", *code}};
   if (!f.stdin_file.empty()) {
-    if (f.stdin_file == "-" && f.code == "-") return Fail("call", "only one of --code and --stdin can be -");
+    if (f.stdin_file == "-" && f.code == "-")
+      return Fail("call", "only one of --code and --stdin can be -");
     auto in = ReadInput(f.stdin_file, "stdin");
     if (!in.ok()) return Fail(in.status());
     body["stdin"] = *in;
@@ -48,7 +49,8 @@ int RunCall(const CallFlags& f) {
     if (!text.ok()) return Fail(text.status());
     auto cases = nlohmann::json::parse(*text, nullptr, false);
     if (cases.is_object() && cases.contains("cases")) cases = cases["cases"];
-    if (!cases.is_array()) return Fail("call", "--cases FILE must hold a JSON list of {stdin, expected}");
+    if (!cases.is_array())
+      return Fail("call", "--cases FILE must hold a JSON list of {stdin, expected}");
     body["cases"] = cases;
   }
   if (!f.compare.empty()) body["compare"] = f.compare;
@@ -81,7 +83,8 @@ int RunCall(const CallFlags& f) {
       std::string v = c.value("verdict", "");
       passed += v == "passed";
       std::printf("case %-4d %-14s %6lld ms %6lld ms cpu %8lld KiB\n", n, v.c_str(),
-                  static_cast<long long>(c.value("duration_ms", 0)), static_cast<long long>(c.value("cpu_ms", 0)),
+                  static_cast<long long>(c.value("duration_ms", 0)),
+                  static_cast<long long>(c.value("cpu_ms", 0)),
                   static_cast<long long>(c.value("memory_peak_kb", 0)));
     }
     std::printf("%d/%d passed\n", passed, n);
@@ -100,20 +103,25 @@ int RunCall(const CallFlags& f) {
 }  // namespace
 
 void AddCall(CLI::App& app) {
-  auto* cmd = app.add_subcommand("call", "run code in the fncall backend (compile once, run, judge)");
+  auto* cmd =
+      app.add_subcommand("call", "run code in the fncall backend (compile once, run, judge)");
   auto f = std::make_shared<CallFlags>();
-  cmd->add_option("--lang,--language", f->lang, "python, bash, c, cpp, ... (see GET /v1/nodes)")->required();
+  cmd->add_option("--lang,--language", f->lang, "python, bash, c, cpp, ... (see GET /v1/nodes)")
+      ->required();
   cmd->add_option("--code", f->code, "file with the code, or - for stdin");
   // `warren call --lang python -`: the code from stdin, as `--code -`.
   auto* dash = cmd->add_option("source", f->code, "- : the code from stdin (as --code -)");
-  dash->check([](const std::string& v) { return v == "-" ? std::string() : "give the code with --code FILE, or - for stdin"; });
+  dash->check([](const std::string& v) {
+    return v == "-" ? std::string() : "give the code with --code FILE, or - for stdin";
+  });
   dash->excludes(cmd->get_option("--code"));
   cmd->add_option("--stdin", f->stdin_file, "file given to the program as its stdin (- for ours)");
   cmd->add_option("--timeout", f->timeout, "seconds of wall and CPU time per run (default 10)");
   cmd->add_option("--memory", f->memory, "memory limit per run, e.g. 256M (default 256M)");
   cmd->add_option("--cases", f->cases, "JSON file: [{\"stdin\": ..., \"expected\": ...}, ...]");
   cmd->add_option("--compare", f->compare, "exact (default) or whitespace");
-  cmd->add_option("--image", f->image, "runner image NAME:TAG (default: the server's --fncall-image)");
+  cmd->add_option("--image", f->image,
+                  "runner image NAME:TAG (default: the server's --fncall-image)");
   Repeatable(cmd->add_option("--arg", f->args, "an argument for the program (repeatable)"));
   cmd->add_flag("--json", f->json, "print the whole CallResult as JSON");
   cmd->callback([f] { ExitCode() = RunCall(*f); });

@@ -48,8 +48,10 @@ static std::string ReadFirstLine(const std::string& path) {
 std::string Token() {
   if (const char* t = getenv("WARREN_TOKEN"); t && *t) return t;
   std::string home;
-  if (const char* h = getenv("WARREN_HOME"); h && *h) home = h;
-  else if (const char* u = getenv("HOME"); u && *u) home = std::string(u) + "/.config/warren";
+  if (const char* h = getenv("WARREN_HOME"); h && *h)
+    home = h;
+  else if (const char* u = getenv("HOME"); u && *u)
+    home = std::string(u) + "/.config/warren";
   if (!home.empty()) {
     std::string t = ReadFirstLine(home + "/token");
     if (!t.empty()) return t;
@@ -79,12 +81,15 @@ void AddSpecFlags(CLI::App* cmd, SpecFlags* f) {
   cmd->add_option("--pids", f->pids, "process limit");
   cmd->add_option("--network", f->network, "none|egress");
   Repeatable(cmd->add_option("--allow", f->allow, "egress rule (repeatable)"));
-  Repeatable(cmd->add_option("--read-only", f->read_only, "a tree the occupant cannot change, root included (repeatable)"));
-  Repeatable(cmd->add_option("--writable", f->writable, "a tree inside a read-only one that stays writable (repeatable)"));
+  Repeatable(cmd->add_option("--read-only", f->read_only,
+                             "a tree the occupant cannot change, root included (repeatable)"));
+  Repeatable(cmd->add_option("--writable", f->writable,
+                             "a tree inside a read-only one that stays writable (repeatable)"));
   cmd->add_option("--ttl", f->ttl, "seconds until the sandbox is reaped");
   Repeatable(cmd->add_option("--label", f->labels, "K=V (repeatable)"));
   Repeatable(cmd->add_option("--env", f->env, "K=V (repeatable)"));
-  cmd->add_option("--idle-timeout", f->idle_timeout, "seconds without use until the sandbox is reaped");
+  cmd->add_option("--idle-timeout", f->idle_timeout,
+                  "seconds without use until the sandbox is reaped");
   cmd->add_option("--lease", f->lease, "tie the sandbox to lease ID (POST /v1/leases)");
   cmd->add_option("--on-lease-expiry", f->on_lease_expiry, "delete|pause");
   cmd->add_option("--trajectory", f->trajectory, "record (and replay) execs as trajectory T");
@@ -135,7 +140,8 @@ Result<nlohmann::json> SpecJson(const SpecFlags& f) {
   if (!f.trajectory.empty()) j["trajectory"] = f.trajectory;
   std::string mode = f.allow.empty() ? f.network : "egress";
   j["network"] = {{"mode", mode}, {"allow", f.allow}};
-  if (!f.read_only.empty() || !f.writable.empty()) j["filesystem"] = {{"read_only", f.read_only}, {"writable", f.writable}};
+  if (!f.read_only.empty() || !f.writable.empty())
+    j["filesystem"] = {{"read_only", f.read_only}, {"writable", f.writable}};
   nlohmann::json labels, env;
   WARREN_RETURN_IF_ERROR(SplitKv(f.labels, "--label", &labels));
   WARREN_RETURN_IF_ERROR(SplitKv(f.env, "--env", &env));
@@ -189,8 +195,8 @@ int ExecAndStream(const std::string& id, const ExecFlags& flags) {
   // Resume from the last sequence number if the stream breaks.
   for (int attempt = 0; attempt < 5 && result.is_null(); ++attempt) {
     Status st = Client().StreamLines(
-        "/v1/sandboxes/" + client::UrlEncode(id) + "/execs/" + exec_id + "/stream?after=" +
-            std::to_string(last_seq),
+        "/v1/sandboxes/" + client::UrlEncode(id) + "/execs/" + exec_id +
+            "/stream?after=" + std::to_string(last_seq),
         [&](std::string_view line) {
           auto ev = nlohmann::json::parse(line, nullptr, false);
           if (ev.is_discarded() || !ev.is_object()) return;

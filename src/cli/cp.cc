@@ -24,7 +24,8 @@ bool SplitRemote(const std::string& s, std::string* id, std::string* path) {
 // '/') gets the source's file name.
 std::string IntoDirectory(const std::string& dst, const std::string& src_path, bool local) {
   struct stat sb;
-  const bool dir = (!dst.empty() && dst.back() == '/') || (local && stat(dst.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode));
+  const bool dir = (!dst.empty() && dst.back() == '/') ||
+                   (local && stat(dst.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode));
   if (!dir) return dst;
   std::string base = src_path.substr(src_path.find_last_of('/') + 1);
   return dst + (dst.back() == '/' ? "" : "/") + base;
@@ -68,8 +69,8 @@ void AddCp(CLI::App& app) {
     char m[16];
     snprintf(m, sizeof m, "%04o", mode);
     auto r = Client().Request("PUT",
-                              "/v1/sandboxes/" + client::UrlEncode(did) + "/files?path=" +
-                                  client::UrlEncode(dpath) + "&mode=" + m,
+                              "/v1/sandboxes/" + client::UrlEncode(did) +
+                                  "/files?path=" + client::UrlEncode(dpath) + "&mode=" + m,
                               data, "application/octet-stream");
     Status st = r.ok() ? client::ToStatus(*r, "copy to " + *dst) : r.status();
     if (!st.ok()) ExitCode() = Fail(st);

@@ -32,15 +32,18 @@ int CreateMany(const SpecFlags& f, int64_t count, bool as_json) {
   Progress(0, count, 0);
   while (done < count) {
     int64_t n = std::min(chunk, count - done);
-    auto r = Client().Request("POST", "/v1/sandboxes:batch", nlohmann::json{{"count", n}, {"spec", *spec}}.dump());
+    auto r = Client().Request("POST", "/v1/sandboxes:batch",
+                              nlohmann::json{{"count", n}, {"spec", *spec}}.dump());
     auto j = r.ok() ? client::JsonOf(*r, "create sandboxes") : Result<nlohmann::json>(r.status());
     if (!j.ok()) {
       // A chunk failed whole (the server went away, a quota): what was made before it is
       // still the caller's to use or delete, so it is printed before the error.
-      if (as_json) printf("%s\n", nlohmann::json{{"sandboxes", all}, {"errors", errors}}.dump(2).c_str());
+      if (as_json)
+        printf("%s\n", nlohmann::json{{"sandboxes", all}, {"errors", errors}}.dump(2).c_str());
       fflush(stdout);
-      if (done) fprintf(stderr, "\nwarren: create: %lld of %lld sandboxes were made before this failure\n",
-                        static_cast<long long>(all.size()), static_cast<long long>(count));
+      if (done)
+        fprintf(stderr, "\nwarren: create: %lld of %lld sandboxes were made before this failure\n",
+                static_cast<long long>(all.size()), static_cast<long long>(count));
       return Fail(j.status());
     }
     for (auto& sb : (*j)["sandboxes"]) {
@@ -55,9 +58,11 @@ int CreateMany(const SpecFlags& f, int64_t count, bool as_json) {
     done += n;
     Progress(done, count, static_cast<int64_t>(errors.size()));
   }
-  if (as_json) printf("%s\n", nlohmann::json{{"sandboxes", all}, {"errors", errors}}.dump(2).c_str());
+  if (as_json)
+    printf("%s\n", nlohmann::json{{"sandboxes", all}, {"errors", errors}}.dump(2).c_str());
   for (const auto& e : errors)
-    fprintf(stderr, "warren: create sandbox #%lld: %s\n", static_cast<long long>(e.value("index", int64_t{0})),
+    fprintf(stderr, "warren: create sandbox #%lld: %s\n",
+            static_cast<long long>(e.value("index", int64_t{0})),
             e["error"].value("message", "").c_str());
   return errors.empty() ? 0 : 1;
 }
@@ -70,7 +75,8 @@ void AddCreate(CLI::App& app) {
   auto count = std::make_shared<int64_t>(1);
   auto as_json = std::make_shared<bool>(false);
   AddSpecFlags(cmd, flags.get());
-  cmd->add_option("--count", *count, "how many (batches with a progress bar)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--count", *count, "how many (batches with a progress bar)")
+      ->check(CLI::Range(1, 100000));
   cmd->add_flag("--json", *as_json, "print the API's JSON instead of ids");
   cmd->callback([flags, count, as_json] {
     if (*count > 1) return void(ExitCode() = CreateMany(*flags, *count, *as_json));
@@ -80,8 +86,10 @@ void AddCreate(CLI::App& app) {
     if (!r.ok()) return void(ExitCode() = Fail(r.status()));
     auto sb = client::JsonOf(*r, "create sandbox");
     if (!sb.ok()) return void(ExitCode() = Fail(sb.status()));
-    if (*as_json) printf("%s\n", sb->dump(2).c_str());
-    else printf("%s\n", (*sb)["id"].get<std::string>().c_str());
+    if (*as_json)
+      printf("%s\n", sb->dump(2).c_str());
+    else
+      printf("%s\n", (*sb)["id"].get<std::string>().c_str());
   });
 }
 

@@ -53,10 +53,14 @@ image::RegistryOptions RegistryFromEnv(const std::string& ca, bool insecure) {
 
 std::string HumanSize(uint64_t n) {
   char b[32];
-  if (n >= (1ull << 30)) snprintf(b, sizeof b, "%.1fG", n / double(1ull << 30));
-  else if (n >= (1ull << 20)) snprintf(b, sizeof b, "%.1fM", n / double(1ull << 20));
-  else if (n >= 1024) snprintf(b, sizeof b, "%.1fK", n / 1024.0);
-  else snprintf(b, sizeof b, "%llu", static_cast<unsigned long long>(n));
+  if (n >= (1ull << 30))
+    snprintf(b, sizeof b, "%.1fG", n / double(1ull << 30));
+  else if (n >= (1ull << 20))
+    snprintf(b, sizeof b, "%.1fM", n / double(1ull << 20));
+  else if (n >= 1024)
+    snprintf(b, sizeof b, "%.1fK", n / 1024.0);
+  else
+    snprintf(b, sizeof b, "%llu", static_cast<unsigned long long>(n));
   return b;
 }
 
@@ -69,7 +73,9 @@ int Build(const std::string& ref, image::BuildSource src, const std::string& kin
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  src.progress = [&](const std::string& m) { fprintf(stderr, "[%6.1fs] %s\n", elapsed(), m.c_str()); };
+  src.progress = [&](const std::string& m) {
+    fprintf(stderr, "[%6.1fs] %s\n", elapsed(), m.c_str());
+  };
   // Scratch space on a real disk (tmpfs may be small): removed whatever happens.
   static char tmpl[] = "/var/tmp/warren-build-XXXXXX";
   if (!mkdtemp(tmpl)) return Fail(ErrnoStatus("mkdtemp", tmpl).Context(what));
@@ -83,16 +89,17 @@ int Build(const std::string& ref, image::BuildSource src, const std::string& kin
   std::string source = built->source.size() > 512 ? built->source.substr(0, 512) : built->source;
   auto r = Client().UploadFile("POST",
                                "/v1/layers?name=" + client::UrlEncode(ref.substr(0, colon)) +
-                                   "&tag=" + client::UrlEncode(ref.substr(colon + 1)) +
-                                   "&kind=" + client::UrlEncode(kind) +
-                                   "&source=" + client::UrlEncode(source),
+                                   "&tag=" + client::UrlEncode(ref.substr(colon + 1)) + "&kind=" +
+                                   client::UrlEncode(kind) + "&source=" + client::UrlEncode(source),
                                built->path, "application/x-tar");
   if (!r.ok()) return Fail(r.status().Context(what));
   auto j = client::JsonOf(*r, what);
   if (!j.ok()) return Fail(j.status());
   src.progress("done: " + std::to_string((*j).value("size", 0ull) / 1000000) + " MB layer");
-  if (as_json) printf("%s\n", j->dump(2).c_str());
-  else printf("%s %s\n", ref.c_str(), (*j)["digest"].get<std::string>().c_str());
+  if (as_json)
+    printf("%s\n", j->dump(2).c_str());
+  else
+    printf("%s %s\n", ref.c_str(), (*j)["digest"].get<std::string>().c_str());
   return 0;
 }
 
@@ -123,7 +130,8 @@ void AddImage(CLI::App& app) {
                   "allow plain HTTP and unverified TLS (loopback registries may use HTTP anyway)");
   build->add_option("--debian-mirror", *mirror, "Debian mirror URL (or $WARREN_DEBIAN_MIRROR)");
   auto build_json = std::make_shared<bool>(false);
-  build->add_flag("--json", *build_json, "print the stored layer's JSON instead of NAME:TAG DIGEST");
+  build->add_flag("--json", *build_json,
+                  "print the stored layer's JSON instead of NAME:TAG DIGEST");
   build->callback([=] {
     image::BuildSource src;
     src.from_dir = *dir;
@@ -131,8 +139,9 @@ void AddImage(CLI::App& app) {
     src.from_oci = *oci;
     src.debian_suite = *debian;
     src.packages = SplitList(*packages);
-    src.debian_mirror = !mirror->empty() ? *mirror
-                        : getenv("WARREN_DEBIAN_MIRROR") ? getenv("WARREN_DEBIAN_MIRROR") : "";
+    src.debian_mirror = !mirror->empty()                 ? *mirror
+                        : getenv("WARREN_DEBIAN_MIRROR") ? getenv("WARREN_DEBIAN_MIRROR")
+                                                         : "";
     src.registry = RegistryFromEnv(*ca, *insecure);
     ExitCode() = Build(*ref, std::move(src), *kind, *build_json);
   });

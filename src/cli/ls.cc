@@ -20,9 +20,9 @@ void AddLs(CLI::App& app) {
     if (*as_json) return void(printf("%s\n", j->dump(2).c_str()));
     printf("%-20s %-9s %-10s %-24s %s\n", "ID", "BACKEND", "STATE", "IMAGE", "CREATED");
     for (const auto& sb : (*j)["sandboxes"])
-      printf("%-20s %-9s %-10s %-24s %s\n", sb.value("id", "").c_str(), sb.value("backend", "").c_str(),
-             sb.value("state", "").c_str(), sb.value("image", "").c_str(),
-             sb.value("created_at", "").c_str());
+      printf("%-20s %-9s %-10s %-24s %s\n", sb.value("id", "").c_str(),
+             sb.value("backend", "").c_str(), sb.value("state", "").c_str(),
+             sb.value("image", "").c_str(), sb.value("created_at", "").c_str());
   });
 }
 

@@ -1,6 +1,8 @@
 // warren serve [--listen ADDR:PORT] [--data-dir DIR]: API server + one node in one process.
+#include <limits.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,9 +12,6 @@
 #include <sstream>
 #include <thread>
 
-#include <limits.h>
-#include <stdlib.h>
-
 #include "base/sha256.h"
 #include "base/size.h"
 #include "cli/common.h"
@@ -20,12 +19,12 @@
 #include "isolation/cgroup.h"
 #include "isolation/seccomp_policy.h"
 #include "node/local_node.h"
+#include "runtime/container/agent_binary.h"
 #include "runtime/fncall/call_pool.h"
 #include "runtime/fncall/fncall_node.h"
-#include "runtime/container/agent_binary.h"
+#include "server/api_types.h"
 #include "server/auth.h"
 #include "server/http_server.h"
-#include "server/api_types.h"
 #include "server/routes.h"
 #include "server/state_store.h"
 
@@ -55,9 +54,10 @@ struct FncallFlags {
   int workers = 4;
 };
 
-int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no_hardening, int warm_pool,
-          const FncallFlags& fn, const NetFlags& net, const VmFlags& vm) {
-  if (geteuid() != 0) return Fail("serve", "warren serve must run as root (it makes namespaces, mounts and cgroups)");
+int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no_hardening,
+          int warm_pool, const FncallFlags& fn, const NetFlags& net, const VmFlags& vm) {
+  if (geteuid() != 0)
+    return Fail("serve", "warren serve must run as root (it makes namespaces, mounts and cgroups)");
   // Signals are taken by sigwait below; block them before any thread starts.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -71,7 +71,8 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
     (void)setrlimit(RLIMIT_NOFILE, &nofile);
   }
 
-  if (mkdir(data_dir.c_str(), 0700) != 0 && errno != EEXIST) return Fail(ErrnoStatus("mkdir", data_dir));
+  if (mkdir(data_dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return Fail(ErrnoStatus("mkdir", data_dir));
   image::LayerStore layers(data_dir);
   if (Status st = layers.Init(); !st.ok()) return Fail(st);
   auto state = server::StateStore::Open(data_dir + "/state.db");
@@ -112,16 +113,21 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
     host.erase(host.find_last_not_of(" \t") + 1);
     std::string name = host.rfind("*.", 0) == 0 ? host.substr(2) : host;
     if (!host.empty() && host != "none") {
-      if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
-                              std::string::npos || name.find('.') == std::string::npos)
-        return Fail(Invalid("--proxy-intercept wants host names (or *.domain) separated by commas", host));
+      if (name.empty() ||
+          name.find_first_not_of(
+              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
+              std::string::npos ||
+          name.find('.') == std::string::npos)
+        return Fail(
+            Invalid("--proxy-intercept wants host names (or *.domain) separated by commas", host));
       nopts.net.intercept.push_back(host);
     }
     start = comma + 1;
   }
   nopts.net.ca_dir = data_dir + "/egress-ca";
   nopts.net.upstream_ca = net.upstream_ca;
-  if (mkdir(nopts.spill_dir.c_str(), 0700) != 0 && errno != EEXIST) return Fail(ErrnoStatus("mkdir", nopts.spill_dir));
+  if (mkdir(nopts.spill_dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return Fail(ErrnoStatus("mkdir", nopts.spill_dir));
   nopts.microvm = !vm.off;
   nopts.vm.kernel = vm.kernel;
   nopts.vm.accel = vm.accel;
@@ -144,7 +150,9 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   // FncallNode answers for in front of the real node.
   fncall::PoolOptions fopts;
   fopts.default_image = fn.image;
-  fopts.max_runners = fn.runners > 0 ? fn.runners : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  fopts.max_runners = fn.runners > 0
+                          ? fn.runners
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   fopts.workers_per_runner = fn.workers;
   if (!unsafe_no_hardening) {
     auto bpf = isolation::CompileSeccompPolicy(isolation::CallSeccompPolicy());
@@ -156,15 +164,18 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
     std::ifstream lib_file(lib_path, std::ios::binary);
     std::ostringstream lib;
     lib << lib_file.rdbuf();
-    if (lib_file && !lib.str().empty()) fopts.zygote_lib = std::make_shared<const std::string>(lib.str());
-    else spdlog::warn("fncall: cannot read {}: the zygote runs in Python", lib_path);
+    if (lib_file && !lib.str().empty())
+      fopts.zygote_lib = std::make_shared<const std::string>(lib.str());
+    else
+      spdlog::warn("fncall: cannot read {}: the zygote runs in Python", lib_path);
   }
   server::StateStore* st = state->get();
   auto resolve = [st](const std::string& ref) -> Result<std::vector<std::string>> {
     std::string name, tag;
     WARREN_RETURN_IF_ERROR(server::ParseImageRef(ref, &name, &tag));
     auto rec = st->GetLayer(name, tag);
-    if (!rec.ok()) return Invalid("unknown runner image `" + ref + "` (build one with warren image build)");
+    if (!rec.ok())
+      return Invalid("unknown runner image `" + ref + "` (build one with warren image build)");
     return std::vector<std::string>{rec->digest};
   };
   fncall::CallService calls(node->get(), resolve, fopts);
@@ -182,8 +193,10 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   sopts.listen = listen;
   server::HttpServer http(&api, &tokens, sopts);
   if (Status st = http.Start(); !st.ok()) return Fail(st);
-  spdlog::info("warren serve: listening on {} (port {}), data in {}, admin token in {}/admin.token, cgroups {}",
-               listen, http.port(), data_dir, data_dir, isolation::CgroupLayoutName());
+  spdlog::info(
+      "warren serve: listening on {} (port {}), data in {}, admin token in {}/admin.token, cgroups "
+      "{}",
+      listen, http.port(), data_dir, data_dir, isolation::CgroupLayoutName());
 
   int sig = 0;
   sigwait(&sigs, &sig);
@@ -204,44 +217,60 @@ void AddServe(CLI::App& app) {
   auto listen = std::make_shared<std::string>("127.0.0.1:7070");
   auto data_dir = std::make_shared<std::string>("/var/lib/warren");
   cmd->add_option("--listen", *listen, "ADDR:PORT to serve HTTP on");
-  cmd->add_option("--data-dir", *data_dir, "state, layers and the admin token (a real disk, not tmpfs)");
+  cmd->add_option("--data-dir", *data_dir,
+                  "state, layers and the admin token (a real disk, not tmpfs)");
   auto unsafe = std::make_shared<bool>(false);
   cmd->add_flag("--unsafe-no-seccomp-landlock", *unsafe,
                 "benchmarks only: sandboxes without seccomp and Landlock")
       ->group("");  // hidden from --help
   auto warm = std::make_shared<int>(2);
   cmd->add_option("--warm-pool", *warm,
-                  "ready container sandboxes kept per template in use (its layers and disk size), for creates "
+                  "ready container sandboxes kept per template in use (its layers and disk size), "
+                  "for creates "
                   "with network none; grows with demand up to 16x (default 2; 0: none)")
       ->check(CLI::Range(0, 64));
   auto fn = std::make_shared<FncallFlags>();
-  cmd->add_option("--fncall-image", fn->image,
-                  "runner image (NAME:TAG) of calls that name none; it needs python3 and the toolchains");
-  cmd->add_option("--fncall-runners", fn->runners, "runner sandboxes per runner image at most (default: one per CPU)");
+  cmd->add_option(
+      "--fncall-image", fn->image,
+      "runner image (NAME:TAG) of calls that name none; it needs python3 and the toolchains");
+  cmd->add_option("--fncall-runners", fn->runners,
+                  "runner sandboxes per runner image at most (default: one per CPU)");
   cmd->add_option("--fncall-workers", fn->workers, "calls running at once in one runner");
   auto net = std::make_shared<NetFlags>();
-  cmd->add_option("--net-subnet", net->subnet,
-                  "IPv4 subnet of sandbox addresses in egress mode; the node takes its first address");
+  cmd->add_option(
+      "--net-subnet", net->subnet,
+      "IPv4 subnet of sandbox addresses in egress mode; the node takes its first address");
   cmd->add_option("--net-pool", net->pool, "network namespaces kept ready for new sandboxes");
-  cmd->add_option("--dns-hosts", net->dns_hosts,
-                  "file of name overrides for sandboxes (/etc/hosts format), asked before upstream DNS");
-  cmd->add_option("--dns-upstream", net->dns_upstream, "DNS server (IP[:PORT]) to resolve allowed names with "
+  cmd->add_option(
+      "--dns-hosts", net->dns_hosts,
+      "file of name overrides for sandboxes (/etc/hosts format), asked before upstream DNS");
+  cmd->add_option("--dns-upstream", net->dns_upstream,
+                  "DNS server (IP[:PORT]) to resolve allowed names with "
                   "(default: the host's resolv.conf)");
-  cmd->add_option("--proxy-cache-size", net->cache_size, "size of the egress proxy's package cache (default 10G)");
-  cmd->add_option("--proxy-intercept", net->intercept,
-                  "HTTPS hosts whose package downloads the proxy caches, answering sandboxes with a certificate "
-                  "of the node's CA (comma-separated, *.domain allowed; `none`: no interception; default: "
-                  "pypi.org,files.pythonhosted.org,registry.npmjs.org)");
-  cmd->add_option("--proxy-upstream-ca", net->upstream_ca,
-                  "CA bundle the proxy verifies intercepted upstream servers with (default: the system's)");
-  cmd->add_flag("--no-network", net->off, "no sandbox networking: every sandbox gets loopback only");
+  cmd->add_option("--proxy-cache-size", net->cache_size,
+                  "size of the egress proxy's package cache (default 10G)");
+  cmd->add_option(
+      "--proxy-intercept", net->intercept,
+      "HTTPS hosts whose package downloads the proxy caches, answering sandboxes with a "
+      "certificate "
+      "of the node's CA (comma-separated, *.domain allowed; `none`: no interception; default: "
+      "pypi.org,files.pythonhosted.org,registry.npmjs.org)");
+  cmd->add_option(
+      "--proxy-upstream-ca", net->upstream_ca,
+      "CA bundle the proxy verifies intercepted upstream servers with (default: the system's)");
+  cmd->add_flag("--no-network", net->off,
+                "no sandbox networking: every sandbox gets loopback only");
   auto vm = std::make_shared<VmFlags>();
-  cmd->add_option("--vm-kernel", vm->kernel, "guest kernel for microVMs (a vmlinuz; default: the newest in /boot)");
+  cmd->add_option("--vm-kernel", vm->kernel,
+                  "guest kernel for microVMs (a vmlinuz; default: the newest in /boot)");
   cmd->add_option("--vm-accel", vm->accel, "auto (probe KVM, else TCG), kvm or tcg");
-  cmd->add_option("--vm-cache", vm->cache, "guest images and template snapshots (content-addressed, shared by daemons)");
-  cmd->add_flag("--no-vm-snapshots", vm->no_snapshots, "boot every microVM cold instead of restoring a template");
+  cmd->add_option("--vm-cache", vm->cache,
+                  "guest images and template snapshots (content-addressed, shared by daemons)");
+  cmd->add_flag("--no-vm-snapshots", vm->no_snapshots,
+                "boot every microVM cold instead of restoring a template");
   cmd->add_option("--vm-warm-pool", vm->warm_pool,
-                  "restored microVMs kept waiting per size in use, for creates with network none (default 2; 0: none)")
+                  "restored microVMs kept waiting per size in use, for creates with network none "
+                  "(default 2; 0: none)")
       ->check(CLI::Range(0, 64));
   cmd->add_flag("--no-microvm", vm->off, "no microvm backend on this node");
   cmd->callback([listen, data_dir, unsafe, warm, fn, net, vm] {

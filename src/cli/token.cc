@@ -27,18 +27,21 @@ void AddToken(CLI::App& app) {
   auto f = std::make_shared<CreateFlags>();
   auto* create = token->add_subcommand("create", "create a token; prints it once");
   create->add_option("name", f->name, "the principal's name")->required();
-  create->add_option("--scopes", f->scopes,
-                     "comma-separated: admin, sandbox:*, sandbox:read, sandbox:write, exec, call, image:*, "
-                     "image:read, image:write (default sandbox:*,exec,call,image:read)");
+  create->add_option(
+      "--scopes", f->scopes,
+      "comma-separated: admin, sandbox:*, sandbox:read, sandbox:write, exec, call, image:*, "
+      "image:read, image:write (default sandbox:*,exec,call,image:read)");
   create->add_option("--max-sandboxes", f->max_sandboxes, "live sandboxes at once (0: unlimited)");
   create->add_option("--max-cpu", f->max_cpu, "sum of the sandboxes' cpu (0: unlimited)");
   create->add_option("--max-memory", f->max_memory, "sum of the sandboxes' memory, e.g. 64G");
   create->add_option("--create-rate", f->create_rate, "sandbox creates per second (0: unlimited)");
-  create->add_option("--max-calls", f->max_calls, "fncall calls running at once, a batch counting each (0: unlimited)");
+  create->add_option("--max-calls", f->max_calls,
+                     "fncall calls running at once, a batch counting each (0: unlimited)");
   create->add_option("--call-rate", f->call_rate, "fncall calls started per second (0: unlimited)");
   create->callback([f] {
-    nlohmann::json j = {{"name", f->name},           {"max_sandboxes", f->max_sandboxes}, {"max_cpu", f->max_cpu},
-                        {"create_rate", f->create_rate}, {"max_calls", f->max_calls},         {"call_rate", f->call_rate}};
+    nlohmann::json j = {{"name", f->name},           {"max_sandboxes", f->max_sandboxes},
+                        {"max_cpu", f->max_cpu},     {"create_rate", f->create_rate},
+                        {"max_calls", f->max_calls}, {"call_rate", f->call_rate}};
     if (!f->scopes.empty()) j["scopes"] = SplitList(f->scopes);
     if (!f->max_memory.empty()) {
       auto mb = SizeMb(f->max_memory, "--max-memory");
@@ -66,7 +69,8 @@ void AddToken(CLI::App& app) {
            "RATE/S", "CREATED");
     for (const auto& t : (*j)["tokens"]) {
       std::string scopes;
-      for (const auto& s : t["scopes"]) scopes += (scopes.empty() ? "" : ",") + s.get<std::string>();
+      for (const auto& s : t["scopes"])
+        scopes += (scopes.empty() ? "" : ",") + s.get<std::string>();
       const auto& q = t["quotas"];
       const auto& u = t.value("usage", nlohmann::json::object());
       auto used = [&](const char* k, const char* qk) {
@@ -79,7 +83,8 @@ void AddToken(CLI::App& app) {
     }
   });
 
-  auto* rm = token->add_subcommand("rm", "revoke a token (its sandboxes stay; the admin sees them)");
+  auto* rm =
+      token->add_subcommand("rm", "revoke a token (its sandboxes stay; the admin sees them)");
   auto name = std::make_shared<std::string>();
   rm->add_option("name", *name, "the token's name")->required();
   rm->callback([name] {

@@ -21,8 +21,8 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 
 Code CodeFromName(const std::string& n) {
-  for (Code c : {Code::kInvalid, Code::kNotFound, Code::kConflict, Code::kQuota, Code::kUnauthorized,
-                 Code::kForbidden, Code::kUnavailable, Code::kInternal})
+  for (Code c : {Code::kInvalid, Code::kNotFound, Code::kConflict, Code::kQuota,
+                 Code::kUnauthorized, Code::kForbidden, Code::kUnavailable, Code::kInternal})
     if (n == CodeName(c)) return c;
   return Code::kInternal;
 }
@@ -32,7 +32,8 @@ Code CodeFromName(const std::string& n) {
 struct HttpClient::Impl {
   std::string host, port, token;
   std::string bad_url;  // why the URL cannot be used, if it cannot
-  bool tls = false;  // https://: verified against the system's roots (or SSL_CERT_FILE / SSL_CERT_DIR)
+  bool tls =
+      false;  // https://: verified against the system's roots (or SSL_CERT_FILE / SSL_CERT_DIR)
   net::io_context ioc;
   std::unique_ptr<net::ssl::context> ssl_ctx;
   std::unique_ptr<beast::tcp_stream> plain;
@@ -80,7 +81,8 @@ struct HttpClient::Impl {
     net::ip::make_address(host, ip_ec);
     if (!ip_ec) {
       X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str());
-    } else if (SSL_set1_host(ssl, host.c_str()) != 1 || SSL_set_tlsext_host_name(ssl, host.c_str()) != 1) {
+    } else if (SSL_set1_host(ssl, host.c_str()) != 1 ||
+               SSL_set_tlsext_host_name(ssl, host.c_str()) != 1) {
       return unreachable("cannot use `" + host + "` as a TLS host name");
     }
     beast::get_lowest_layer(*secure).connect(results, ec);
@@ -235,7 +237,8 @@ Status ToStatus(const Response& r, const std::string& what) {
   if (!j.is_discarded() && j.contains("error") && j["error"].is_object())
     return Status(CodeFromName(j["error"].value("code", "internal")), what, "",
                   j["error"].value("message", ""));
-  return Status(Code::kInternal, what, "", "HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 200));
+  return Status(Code::kInternal, what, "",
+                "HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 200));
 }
 
 Result<nlohmann::json> JsonOf(const Response& r, const std::string& what) {

@@ -33,7 +33,8 @@ class HttpClient {
                               const std::string& path, const std::string& content_type);
   // GETs an NDJSON stream and calls `on_line` for every line (without the newline). A
   // non-2xx reply becomes the returned status.
-  Status StreamLines(const std::string& target, const std::function<void(std::string_view)>& on_line);
+  Status StreamLines(const std::string& target,
+                     const std::function<void(std::string_view)>& on_line);
 
  private:
   struct Impl;

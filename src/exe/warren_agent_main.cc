@@ -14,9 +14,12 @@
 
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], warren::agent::kWarmExecFlag) == 0) return 0;
-  if (argc > 1 && strcmp(argv[1], "--call-worker") == 0) return warren::agent::CallWorkerMain(argc, argv);
-  if (argc > 1 && strcmp(argv[1], "--call-dispatcher") == 0) return warren::agent::CallDispatcherMain(argc, argv);
-  if (argc > 2 && strcmp(argv[1], warren::agent::kFsHelperFlag) == 0) return warren::agent::FsHelperMain(argc, argv);
+  if (argc > 1 && strcmp(argv[1], "--call-worker") == 0)
+    return warren::agent::CallWorkerMain(argc, argv);
+  if (argc > 1 && strcmp(argv[1], "--call-dispatcher") == 0)
+    return warren::agent::CallDispatcherMain(argc, argv);
+  if (argc > 2 && strcmp(argv[1], warren::agent::kFsHelperFlag) == 0)
+    return warren::agent::FsHelperMain(argc, argv);
   // In a full-OS VM, systemd starts us as a service (the unit our PID 1 left behind).
   if (argc > 2 && strcmp(argv[1], "--vm-service") == 0) return warren::agent::RunVmService(argv[2]);
   // In a microVM the kernel starts us as /init; in a container the node runs us from a memfd.

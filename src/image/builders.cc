@@ -66,7 +66,8 @@ OciLocation LocateOci(const std::string& spec) {
   size_t colon = s.find(':');
   // PATH:NAME (the name may itself hold a colon: REPO:TAG).
   while (colon != std::string::npos) {
-    if (colon > 0 && Exists(s.substr(0, colon))) return {s.substr(0, colon), s.substr(colon + 1), false};
+    if (colon > 0 && Exists(s.substr(0, colon)))
+      return {s.substr(0, colon), s.substr(colon + 1), false};
     colon = s.find(':', colon + 1);
   }
   return {s, "", !path_like};
@@ -96,7 +97,8 @@ Result<BuiltTar> FromOci(const BuildSource& s, const std::string& work) {
     // Errors about the scratch copy of an archive name the archive.
     if (!read.ok() && dir != loc.path) {
       const Status& st = read.status();
-      std::string obj = st.object().rfind(dir, 0) == 0 ? loc.path + st.object().substr(dir.size()) : loc.path;
+      std::string obj =
+          st.object().rfind(dir, 0) == 0 ? loc.path + st.object().substr(dir.size()) : loc.path;
       return Status(st.code(), st.op(), obj, st.message());
     }
     img = WARREN_TRY(std::move(read));
@@ -109,8 +111,8 @@ Result<BuiltTar> FromOci(const BuildSource& s, const std::string& work) {
     Say(s, "flattening layer " + std::to_string(n - i) + "/" + std::to_string(n) + " (top first)");
   }));
   Say(s, "flattened " + std::to_string(n) + " layers: " + std::to_string(st.entries) +
-             " entries, " + std::to_string(st.bytes / 1000000) + " MB, " + std::to_string(st.hidden) +
-             " hidden by upper layers");
+             " entries, " + std::to_string(st.bytes / 1000000) + " MB, " +
+             std::to_string(st.hidden) + " hidden by upper layers");
   return out;
 }
 
@@ -148,9 +150,12 @@ Result<BuiltTar> FromDebian(const BuildSource& s, const std::string& work) {
 }  // namespace
 
 Result<BuiltTar> BuildRootfsTar(const BuildSource& s, const std::string& work) {
-  int given = !s.from_dir.empty() + !s.from_tar.empty() + !s.from_oci.empty() + !s.debian_suite.empty();
-  if (given != 1) return Invalid("give exactly one of --from-dir, --from-tar, --from-oci, --debian");
-  if (!s.packages.empty() && s.debian_suite.empty()) return Invalid("--packages goes with --debian");
+  int given =
+      !s.from_dir.empty() + !s.from_tar.empty() + !s.from_oci.empty() + !s.debian_suite.empty();
+  if (given != 1)
+    return Invalid("give exactly one of --from-dir, --from-tar, --from-oci, --debian");
+  if (!s.packages.empty() && s.debian_suite.empty())
+    return Invalid("--packages goes with --debian");
   if (!s.from_dir.empty()) return FromDir(s, work);
   if (!s.from_tar.empty()) {
     if (!Exists(s.from_tar)) return NotFound("file", s.from_tar);

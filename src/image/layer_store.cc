@@ -103,7 +103,8 @@ std::vector<std::string> LayerStore::ListDigests() const {
   std::string dir = root_ + "/blobs/sha256";
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d))
-      if (ValidDigest(std::string("sha256:") + e->d_name)) out.push_back(std::string("sha256:") + e->d_name);
+      if (ValidDigest(std::string("sha256:") + e->d_name))
+        out.push_back(std::string("sha256:") + e->d_name);
     closedir(d);
   }
   return out;

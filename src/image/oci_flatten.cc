@@ -36,7 +36,8 @@ Result<archive_entry*> NextEntry(archive* in, const std::string& path) {
   archive_entry* e = nullptr;
   int r = archive_read_next_header(in, &e);
   if (r == ARCHIVE_EOF) return static_cast<archive_entry*>(nullptr);
-  if (r < ARCHIVE_WARN) return Invalid(std::string("bad tar entry: ") + archive_error_string(in), path);
+  if (r < ARCHIVE_WARN)
+    return Invalid(std::string("bad tar entry: ") + archive_error_string(in), path);
   return e;
 }
 
@@ -118,7 +119,8 @@ Status CopyData(archive* in, archive* out, const std::string& rel, uint64_t* byt
   for (;;) {
     la_ssize_t n = archive_read_data(in, buf.get(), 1 << 16);
     if (n == 0) return Status::Ok();
-    if (n < 0) return Invalid(std::string("truncated layer data: ") + archive_error_string(in), rel);
+    if (n < 0)
+      return Invalid(std::string("truncated layer data: ") + archive_error_string(in), rel);
     if (archive_write_data(out, buf.get(), static_cast<size_t>(n)) < 0)
       return Internal("write tar data", rel, archive_error_string(out));
     *bytes += static_cast<uint64_t>(n);
@@ -159,7 +161,9 @@ Result<FlattenStats> FlattenLayers(const std::vector<std::string>& layers,
         return Invalid("image has more than " + std::to_string(kMaxEntries) + " entries", path);
       bool bad = false;
       std::string rel = CleanTarPath(archive_entry_pathname(e), &bad);
-      if (bad) return Invalid("entry escapes the image root: " + std::string(archive_entry_pathname(e)), path);
+      if (bad)
+        return Invalid("entry escapes the image root: " + std::string(archive_entry_pathname(e)),
+                       path);
       if (rel.empty()) continue;  // the root's own entry: the sandbox root is made anew
 
       Whiteout w = ParseWhiteout(rel);
@@ -208,7 +212,8 @@ Result<FlattenStats> FlattenLayers(const std::vector<std::string>& layers,
         return Internal("write tar header", name, archive_error_string(out.get()));
       if (archive_entry_filetype(e) == AE_IFREG && archive_entry_size(e) > 0 &&
           !archive_entry_hardlink(e))
-        WARREN_RETURN_IF_ERROR(CopyData(in.get(), out.get(), name, &stats.bytes).Context("flatten " + path));
+        WARREN_RETURN_IF_ERROR(
+            CopyData(in.get(), out.get(), name, &stats.bytes).Context("flatten " + path));
       mine.Wrote(name, is_dir);
       ++stats.entries;
     }
@@ -217,7 +222,8 @@ Result<FlattenStats> FlattenLayers(const std::vector<std::string>& layers,
   // Parents no layer described get a fixed entry, so the same image always gives the same tree.
   for (const auto& d : upper.implied_dirs) {
     if (d.empty() || upper.taken.count(d)) continue;
-    std::unique_ptr<archive_entry, decltype(&archive_entry_free)> e(archive_entry_new(), archive_entry_free);
+    std::unique_ptr<archive_entry, decltype(&archive_entry_free)> e(archive_entry_new(),
+                                                                    archive_entry_free);
     archive_entry_set_pathname(e.get(), d.c_str());
     archive_entry_set_filetype(e.get(), AE_IFDIR);
     archive_entry_set_perm(e.get(), 0755);
@@ -226,7 +232,8 @@ Result<FlattenStats> FlattenLayers(const std::vector<std::string>& layers,
   }
   for (const auto& e : dirs) {
     if (archive_write_header(out.get(), e.get()) < ARCHIVE_WARN)
-      return Internal("write tar header", archive_entry_pathname(e.get()), archive_error_string(out.get()));
+      return Internal("write tar header", archive_entry_pathname(e.get()),
+                      archive_error_string(out.get()));
   }
   if (archive_write_close(out.get()) != ARCHIVE_OK)
     return Internal("close tar", out_tar, archive_error_string(out.get()));

@@ -41,12 +41,16 @@ Result<std::string> BlobFile(const std::string& dir, const json& descriptor) {
   if (colon == std::string::npos || colon == 0) return Invalid("descriptor without a digest", dir);
   std::string alg = digest.substr(0, colon), hex = digest.substr(colon + 1);
   for (char c : alg + hex)
-    if (!isalnum(static_cast<unsigned char>(c))) return Invalid("malformed digest `" + digest + "`", dir);
+    if (!isalnum(static_cast<unsigned char>(c)))
+      return Invalid("malformed digest `" + digest + "`", dir);
   std::string p = dir + "/blobs/" + alg + "/" + hex;
   if (!Exists(p)) return NotFound("blob " + digest, dir);
   if (alg != "sha256") return Invalid("unsupported digest algorithm `" + alg + "`", dir);
   std::string actual = WARREN_TRY(Sha256File(p));
-  if (actual != hex) return Invalid("blob " + digest + " does not match its digest (the content hashes to sha256:" + actual + ")", dir);
+  if (actual != hex)
+    return Invalid("blob " + digest +
+                       " does not match its digest (the content hashes to sha256:" + actual + ")",
+                   dir);
   return p;
 }
 
@@ -200,8 +204,8 @@ Result<json> ChoosePlatform(const json& index, const std::string& what) {
     offered += (offered.empty() ? "" : ", ") + os + "/" + a;
     if (os == "linux" && a == arch) return d;
   }
-  return NotFound("a linux/" + arch + " image (offered: " + (offered.empty() ? "none" : offered) + ")",
-                  what);
+  return NotFound(
+      "a linux/" + arch + " image (offered: " + (offered.empty() ? "none" : offered) + ")", what);
 }
 
 Result<OciImage> ReadOciDir(const std::string& dir, const std::string& ref_name) {

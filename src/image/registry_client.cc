@@ -34,8 +34,10 @@ void GlobalInit() {
 
 bool IsLoopbackHost(const std::string& registry) {
   std::string host = registry;
-  if (!host.empty() && host[0] == '[') host = host.substr(1, host.find(']') - 1);
-  else host = host.substr(0, host.rfind(':') == std::string::npos ? host.size() : host.rfind(':'));
+  if (!host.empty() && host[0] == '[')
+    host = host.substr(1, host.find(']') - 1);
+  else
+    host = host.substr(0, host.rfind(':') == std::string::npos ? host.size() : host.rfind(':'));
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
@@ -70,7 +72,7 @@ std::map<std::string, std::string> ParseChallenge(const std::string& h, std::str
 
 struct Response {
   long status = 0;
-  std::string body;  // for small responses
+  std::string body;                            // for small responses
   std::map<std::string, std::string> headers;  // lower-case names
 };
 
@@ -166,7 +168,8 @@ class Session {
     // only when the TLS handshake failed because the other side does not speak TLS. A
     // certificate that fails verification is reported, never silently downgraded.
     if (!r.ok() && last_curl_code_ == CURLE_SSL_CONNECT_ERROR && scheme_ == "https" &&
-        (opts_.insecure || IsLoopbackHost(ref_.registry)) && url.rfind("https://" + ref_.registry, 0) == 0) {
+        (opts_.insecure || IsLoopbackHost(ref_.registry)) &&
+        url.rfind("https://" + ref_.registry, 0) == 0) {
       scheme_ = "http";
       ResetSink(sink);
       return PerformOnce("http" + url.substr(5), accept, auth, sink);
@@ -212,7 +215,8 @@ class Session {
     if (sink->overflow) return Invalid("response larger than expected", url);
     if (sink->write_error) return ErrnoStatus("write blob", url);
     if (rc != CURLE_OK) {
-      std::string why = std::string(curl_easy_strerror(rc)) + (err[0] ? std::string(": ") + err : "");
+      std::string why =
+          std::string(curl_easy_strerror(rc)) + (err[0] ? std::string(": ") + err : "");
       if (rc == CURLE_PEER_FAILED_VERIFICATION)
         why += " (give the registry's CA with --registry-ca or $WARREN_REGISTRY_CA)";
       return Status(Code::kUnavailable, "GET", url, why);
@@ -243,8 +247,8 @@ class Session {
       curl_free(e);
       return out;
     };
-    std::string scope = params.count("scope") ? params["scope"]
-                                              : "repository:" + ref_.repository + ":pull";
+    std::string scope =
+        params.count("scope") ? params["scope"] : "repository:" + ref_.repository + ":pull";
     url += (url.find('?') == std::string::npos ? "?" : "&") + std::string("scope=") + enc(scope);
     if (params.count("service")) url += "&service=" + enc(params["service"]);
     std::string body;
@@ -270,7 +274,8 @@ class Session {
     std::string out;
     size_t i = 0;
     for (; i + 2 < in.size(); i += 3) {
-      unsigned v = (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8 | (unsigned char)in[i + 2];
+      unsigned v =
+          (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8 | (unsigned char)in[i + 2];
       out += {k[v >> 18], k[(v >> 12) & 63], k[(v >> 6) & 63], k[v & 63]};
     }
     if (i + 1 == in.size()) {
@@ -299,7 +304,8 @@ std::string HttpError(const Response& r) {
 }
 
 Status CheckDigestFormat(const std::string& d) {
-  if (d.rfind("sha256:", 0) != 0 || d.size() != 71) return Invalid("unsupported digest `" + d + "`");
+  if (d.rfind("sha256:", 0) != 0 || d.size() != 71)
+    return Invalid("unsupported digest `" + d + "`");
   for (char c : d.substr(7))
     if (!isxdigit(static_cast<unsigned char>(c)) || isupper(static_cast<unsigned char>(c)))
       return Invalid("malformed digest `" + d + "`");
@@ -309,11 +315,11 @@ Status CheckDigestFormat(const std::string& d) {
 // Fetches a manifest (by tag or digest); checks it against `digest` when given.
 Result<std::pair<json, std::string>> FetchManifest(Session& s, const ImageReference& ref,
                                                    const std::string& reference,
-                                                   const std::string& digest,
-                                                   std::string* raw) {
+                                                   const std::string& digest, std::string* raw) {
   BodySink sink;
   sink.mem = raw;
-  Response r = WARREN_TRY(s.Get(ref.repository + "/manifests/" + reference, kManifestAccept, &sink));
+  Response r =
+      WARREN_TRY(s.Get(ref.repository + "/manifests/" + reference, kManifestAccept, &sink));
   r.body = *raw;
   if (r.status == 404) return NotFound("image manifest `" + reference + "`", ref.ToString());
   if (r.status != 200)
@@ -341,8 +347,8 @@ Status StoreJsonBlob(const std::string& dir, const std::string& digest, const st
   return WriteFileAtomic(dir + "/blobs/sha256/" + digest.substr(7), raw);
 }
 
-Status FetchBlob(Session& s, const ImageReference& ref, const std::string& dir,
-                 const json& desc, const RegistryOptions& opts, const std::string& label) {
+Status FetchBlob(Session& s, const ImageReference& ref, const std::string& dir, const json& desc,
+                 const RegistryOptions& opts, const std::string& label) {
   std::string digest = desc.value("digest", "");
   WARREN_RETURN_IF_ERROR(CheckDigestFormat(digest));
   int64_t size = desc.value("size", int64_t{-1});
@@ -431,7 +437,11 @@ Result<ImageReference> ParseImageReference(const std::string& in) {
       if (!(islower(static_cast<unsigned char>(c)) || isdigit(static_cast<unsigned char>(c)) ||
             c == '.' || c == '_' || c == '-'))
         ok = false;
-    if (!ok) return Invalid("repository names are lower-case letters and digits, with . _ - between, and / between parts", in);
+    if (!ok)
+      return Invalid(
+          "repository names are lower-case letters and digits, with . _ - between, and / between "
+          "parts",
+          in);
     i = j + 1;
   }
   if (r.registry.empty() || r.registry[0] == '.' || r.registry[0] == '-')
@@ -444,7 +454,8 @@ Result<ImageReference> ParseImageReference(const std::string& in) {
 
 Result<OciImage> PullImage(const ImageReference& ref, const std::string& dir,
                            const RegistryOptions& opts) {
-  if (mkdir((dir + "/blobs").c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", dir);
+  if (mkdir((dir + "/blobs").c_str(), 0755) != 0 && errno != EEXIST)
+    return ErrnoStatus("mkdir", dir);
   if (mkdir((dir + "/blobs/sha256").c_str(), 0755) != 0 && errno != EEXIST)
     return ErrnoStatus("mkdir", dir);
   Session s(ref, opts);
@@ -453,12 +464,13 @@ Result<OciImage> PullImage(const ImageReference& ref, const std::string& dir,
   };
   say("resolving " + ref.ToString());
   std::string raw;
-  auto [m, mdigest] = WARREN_TRY(FetchManifest(s, ref, ref.digest.empty() ? ref.tag : ref.digest,
-                                               ref.digest, &raw));
+  auto [m, mdigest] = WARREN_TRY(
+      FetchManifest(s, ref, ref.digest.empty() ? ref.tag : ref.digest, ref.digest, &raw));
   WARREN_RETURN_IF_ERROR(StoreJsonBlob(dir, mdigest, raw));
   json top{{"mediaType", m.value("mediaType", "")}, {"digest", mdigest}, {"size", raw.size()}};
   // An index: store it too, then the manifest chosen for this platform.
-  if (IsIndexMediaType(m.value("mediaType", "")) || (m.contains("manifests") && !m.contains("layers"))) {
+  if (IsIndexMediaType(m.value("mediaType", "")) ||
+      (m.contains("manifests") && !m.contains("layers"))) {
     json d = WARREN_TRY(ChoosePlatform(m, ref.ToString()));
     std::string d_digest = d.value("digest", "");
     WARREN_RETURN_IF_ERROR(CheckDigestFormat(d_digest));
@@ -468,8 +480,10 @@ Result<OciImage> PullImage(const ImageReference& ref, const std::string& dir,
     WARREN_RETURN_IF_ERROR(StoreJsonBlob(dir, digest2, raw2));
     m = m2;
   }
-  if (!m.contains("layers") || !m["layers"].is_array()) return Invalid("manifest has no layers", ref.ToString());
-  if (m.contains("config")) WARREN_RETURN_IF_ERROR(FetchBlob(s, ref, dir, m["config"], {}, "config"));
+  if (!m.contains("layers") || !m["layers"].is_array())
+    return Invalid("manifest has no layers", ref.ToString());
+  if (m.contains("config"))
+    WARREN_RETURN_IF_ERROR(FetchBlob(s, ref, dir, m["config"], {}, "config"));
   size_t n = m["layers"].size(), i = 0;
   for (const auto& l : m["layers"]) {
     ++i;

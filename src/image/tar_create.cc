@@ -59,12 +59,14 @@ Status WriteTarOfDir(const std::string& dir,
     archive_entry_set_pathname(e, rel.c_str());
     if (const char* hl = archive_entry_hardlink(e)) {
       std::string h = hl;
-      if (h.rfind(prefix + "/", 0) == 0) archive_entry_set_hardlink(e, h.substr(prefix.size() + 1).c_str());
+      if (h.rfind(prefix + "/", 0) == 0)
+        archive_entry_set_hardlink(e, h.substr(prefix.size() + 1).c_str());
     }
     r = archive_write_header(out.get(), e);
     if (r < ARCHIVE_WARN) {
-      Status st = ctx.status.ok() ? Internal("write tar header", rel, archive_error_string(out.get()))
-                                  : ctx.status;
+      Status st = ctx.status.ok()
+                      ? Internal("write tar header", rel, archive_error_string(out.get()))
+                      : ctx.status;
       archive_entry_free(e);
       return st;
     }
@@ -83,7 +85,8 @@ Status WriteTarOfDir(const std::string& dir,
     archive_entry_free(e);
   }
   if (archive_write_close(out.get()) != ARCHIVE_OK)
-    return ctx.status.ok() ? Internal("close tar", dir, archive_error_string(out.get())) : ctx.status;
+    return ctx.status.ok() ? Internal("close tar", dir, archive_error_string(out.get()))
+                           : ctx.status;
   return Status::Ok();
 }
 

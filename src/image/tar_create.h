@@ -10,6 +10,7 @@ namespace warren::image {
 
 // Calls `sink` with successive chunks of the archive. Owners, modes, xattrs, hard links,
 // symlinks and device nodes are kept; symlinks are not followed.
-Status WriteTarOfDir(const std::string& dir, const std::function<Status(const void*, size_t)>& sink);
+Status WriteTarOfDir(const std::string& dir,
+                     const std::function<Status(const void*, size_t)>& sink);
 
 }  // namespace warren::image

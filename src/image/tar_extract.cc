@@ -4,11 +4,11 @@
 #include <archive_entry.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
-#include <limits.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <memory>
@@ -111,12 +111,15 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
       return Invalid(std::string("bad tar entry: ") + archive_error_string(in.get()), tar_path);
     bool bad = false;
     std::string rel = CleanTarPath(archive_entry_pathname(e), &bad);
-    if (bad) return Invalid("entry escapes the image root: " + std::string(archive_entry_pathname(e)), tar_path);
+    if (bad)
+      return Invalid("entry escapes the image root: " + std::string(archive_entry_pathname(e)),
+                     tar_path);
     if (rel.empty()) continue;
     // OCI/AUFS whiteouts become overlayfs ones after extraction (see ApplyWhiteouts).
     if (std::string base = rel.substr(rel.rfind('/') + 1); base.rfind(".wh.", 0) == 0) {
       if (base == ".wh..wh..opq")
-        opaque_dirs.push_back(rel.size() > base.size() ? rel.substr(0, rel.size() - base.size() - 1) : "");
+        opaque_dirs.push_back(rel.size() > base.size() ? rel.substr(0, rel.size() - base.size() - 1)
+                                                       : "");
       else if (base.rfind(".wh..wh.", 0) != 0)
         whiteouts.push_back(rel.substr(0, rel.size() - base.size()) + base.substr(4));
       continue;
@@ -135,8 +138,9 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
     }
     r = archive_write_header(out.get(), e);
     if (r < ARCHIVE_WARN)
-      return Invalid(std::string("cannot extract `") + rel + "`: " + archive_error_string(out.get()),
-                     tar_path);
+      return Invalid(
+          std::string("cannot extract `") + rel + "`: " + archive_error_string(out.get()),
+          tar_path);
     if (archive_entry_size(e) > 0) {
       const void* buf;
       size_t size;
@@ -150,7 +154,8 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
           return Internal("write", rel, archive_error_string(out.get()));
       }
       if (r != ARCHIVE_EOF)
-        return Invalid(std::string("truncated tar data: ") + archive_error_string(in.get()), tar_path);
+        return Invalid(std::string("truncated tar data: ") + archive_error_string(in.get()),
+                       tar_path);
     }
     if (archive_write_finish_entry(out.get()) < ARCHIVE_WARN)
       return Internal("finish entry", rel, archive_error_string(out.get()));
@@ -166,15 +171,18 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
   if (entries == 0 && whiteouts.empty() && opaque_dirs.empty())
     return Invalid("empty tar archive", tar_path);
   for (const auto& w : whiteouts)
-    for (size_t i = w.find('/'); i != std::string::npos; i = w.find('/', i + 1)) parents.insert(w.substr(0, i));
+    for (size_t i = w.find('/'); i != std::string::npos; i = w.find('/', i + 1))
+      parents.insert(w.substr(0, i));
   for (const auto& d : opaque_dirs) {
     if (d.empty()) continue;
     parents.insert(d);
-    for (size_t i = d.find('/'); i != std::string::npos; i = d.find('/', i + 1)) parents.insert(d.substr(0, i));
+    for (size_t i = d.find('/'); i != std::string::npos; i = d.find('/', i + 1))
+      parents.insert(d.substr(0, i));
   }
   const timespec zero[2] = {{0, 0}, {0, 0}};
   for (const auto& p : parents)
-    if (!described.count(p)) utimensat(AT_FDCWD, (dest + "/" + p).c_str(), zero, AT_SYMLINK_NOFOLLOW);
+    if (!described.count(p))
+      utimensat(AT_FDCWD, (dest + "/" + p).c_str(), zero, AT_SYMLINK_NOFOLLOW);
   return Status::Ok();
 }
 

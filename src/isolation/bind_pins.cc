@@ -12,8 +12,9 @@ namespace {
 // open_tree(CLONE|RECURSIVE), optional read-only, move_mount back onto the same path: one
 // detached copy of the tree, attached atomically where it came from.
 Status BindInPlace(const std::string& path, bool read_only) {
-  UniqueFd tree(open_tree(AT_FDCWD, path.c_str(),
-                          OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW));
+  UniqueFd tree(
+      open_tree(AT_FDCWD, path.c_str(),
+                OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW));
   if (!tree) return ErrnoStatus("open_tree clone", path);
   if (read_only) {
     mount_attr attr{};
@@ -29,9 +30,10 @@ Status BindInPlace(const std::string& path, bool read_only) {
 }  // namespace
 
 bool IsMountPoint(const std::string& path) {
-  struct statx sx{};
+  struct statx sx {};
   if (statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) != 0) return false;
-  return (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+  return (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+         (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
 }
 
 Status PinInPlace(const std::string& path) {

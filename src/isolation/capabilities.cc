@@ -9,9 +9,9 @@ namespace warren::isolation {
 
 uint64_t KeptCapabilities(bool chroot) {
   uint64_t m = 0;
-  for (int c : {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER, CAP_SETGID, CAP_SETUID,
-                CAP_SETFCAP, CAP_SETPCAP, CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_KILL,
-                CAP_AUDIT_WRITE})
+  for (int c :
+       {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER, CAP_SETGID, CAP_SETUID, CAP_SETFCAP,
+        CAP_SETPCAP, CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_KILL, CAP_AUDIT_WRITE})
     m |= 1ull << c;
   if (!chroot) m &= ~(1ull << CAP_SYS_CHROOT);
   return m;
@@ -44,7 +44,10 @@ Status RestrictCapabilities() {
   int step = RestrictCapabilitiesRaw();
   if (step == 0) return Status::Ok();
   if (step <= 64) return ErrnoStatus("drop capability " + std::to_string(step - 1), "bounding set");
-  return ErrnoStatus(step == 100 ? "clear ambient capabilities" : step == 101 ? "capget" : "capset", "exec");
+  return ErrnoStatus(step == 100   ? "clear ambient capabilities"
+                     : step == 101 ? "capget"
+                                   : "capset",
+                     "exec");
 }
 
 }  // namespace warren::isolation

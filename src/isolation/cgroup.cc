@@ -1,20 +1,19 @@
 #include "isolation/cgroup.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
-#include <dirent.h>
-#include <signal.h>
-
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
-#include <cstring>
 #include <set>
-#include <cmath>
 #include <thread>
 
 namespace warren::isolation {
@@ -27,8 +26,8 @@ constexpr uint64_t kAgentHeadroomBytes = 32ull << 20;
 
 struct Layout {
   bool pure_v2 = false;
-  std::string v2_root;                 // "" when the host has no cgroup2 mount
-  std::vector<std::string> v1_roots;   // memory, cpu, pids hierarchies
+  std::string v2_root;                // "" when the host has no cgroup2 mount
+  std::vector<std::string> v1_roots;  // memory, cpu, pids hierarchies
 };
 
 bool IsFs(const std::string& path, long magic) {
@@ -216,7 +215,8 @@ Status SetV1Memory(const std::string& d, uint64_t bytes) {
 
 Status Cgroup::SetLimits(const CgroupLimits& lim) {
   // Each write takes the kernel's cgroup lock, contended while other sandboxes are made.
-  if (limits_ && limits_->memory_bytes == lim.memory_bytes && limits_->pids == lim.pids && limits_->cpus == lim.cpus)
+  if (limits_ && limits_->memory_bytes == lim.memory_bytes && limits_->pids == lim.pids &&
+      limits_->cpus == lim.cpus)
     return Status::Ok();
   limits_.reset();
   const Layout& l = GetLayout();
@@ -224,7 +224,8 @@ Status Cgroup::SetLimits(const CgroupLimits& lim) {
     if (dir.starts_with(l.v2_root + "/") && !l.v2_root.empty()) continue;
     if (dir.starts_with(std::string(kRoot) + "/memory/") && lim.memory_bytes) {
       WARREN_RETURN_IF_ERROR(SetV1Memory(dir, lim.memory_bytes + kAgentHeadroomBytes));
-      if (!commands_dir_.empty()) WARREN_RETURN_IF_ERROR(SetV1Memory(commands_dir_, lim.memory_bytes));
+      if (!commands_dir_.empty())
+        WARREN_RETURN_IF_ERROR(SetV1Memory(commands_dir_, lim.memory_bytes));
     } else if (dir.starts_with(std::string(kRoot) + "/pids/") && lim.pids) {
       WARREN_RETURN_IF_ERROR(WriteFile(dir + "/pids.max", std::to_string(lim.pids)));
     } else if (dir.starts_with(std::string(kRoot) + "/cpu/") && lim.cpus > 0) {
@@ -236,10 +237,12 @@ Status Cgroup::SetLimits(const CgroupLimits& lim) {
     const std::string& dir = v2_dir_;
     if (lim.memory_bytes) {
       WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.max", std::to_string(lim.memory_bytes)));
-      if (Exists(dir + "/memory.swap.max")) WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.swap.max", "0"));
+      if (Exists(dir + "/memory.swap.max"))
+        WARREN_RETURN_IF_ERROR(WriteFile(dir + "/memory.swap.max", "0"));
     }
     if (lim.pids) WARREN_RETURN_IF_ERROR(WriteFile(dir + "/pids.max", std::to_string(lim.pids)));
-    if (lim.cpus > 0) WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cpu.max", CpuQuota(lim.cpus, 100000) + " 100000"));
+    if (lim.cpus > 0)
+      WARREN_RETURN_IF_ERROR(WriteFile(dir + "/cpu.max", CpuQuota(lim.cpus, 100000) + " 100000"));
   }
   limits_ = lim;
   return Status::Ok();
@@ -252,7 +255,8 @@ Result<Cgroup> Cgroup::Open(const std::string& parent_name, const std::string& n
     std::string dir = root + "/" + parent_name + "/" + name;
     if (!Exists(dir)) return NotFound("cgroup", dir);
     cg.dirs_.push_back(dir);
-    if (root.ends_with("/memory") && Exists(dir + "/commands")) cg.commands_dir_ = dir + "/commands";
+    if (root.ends_with("/memory") && Exists(dir + "/commands"))
+      cg.commands_dir_ = dir + "/commands";
   }
   if (!l.v2_root.empty()) {
     std::string dir = l.v2_root + "/" + parent_name + "/" + name;
@@ -349,7 +353,8 @@ Status Cgroup::AttachV1(pid_t pid) {
 
 Status Cgroup::Enter(pid_t pid) {
   WARREN_RETURN_IF_ERROR(AttachV1(pid));
-  if (!v2_dir_.empty()) WARREN_RETURN_IF_ERROR(WriteFile(v2_dir_ + "/cgroup.procs", std::to_string(pid)));
+  if (!v2_dir_.empty())
+    WARREN_RETURN_IF_ERROR(WriteFile(v2_dir_ + "/cgroup.procs", std::to_string(pid)));
   return Status::Ok();
 }
 
@@ -408,7 +413,8 @@ Status Cgroup::Destroy() {
     if (!commands_dir_.empty() && dir.starts_with(std::string(kRoot) + "/memory/") &&
         commands_dir_ == dir + "/commands" && KeepIdleMemcg(dir))
       continue;
-    if (dir + "/commands" == commands_dir_) all.push_back(commands_dir_);  // children before parents
+    if (dir + "/commands" == commands_dir_)
+      all.push_back(commands_dir_);  // children before parents
     all.push_back(dir);
   }
   if (!v2_dir_.empty()) all.push_back(v2_dir_);

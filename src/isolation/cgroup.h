@@ -9,8 +9,8 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -82,9 +82,9 @@ class Cgroup {
   const std::vector<std::string>& dirs() const { return dirs_; }
 
  private:
-  std::vector<std::string> dirs_;  // v1 dirs; v2 dir last
+  std::vector<std::string> dirs_;       // v1 dirs; v2 dir last
   std::optional<CgroupLimits> limits_;  // as last written (unknown for an adopted cgroup)
-  std::string commands_dir_;       // v1 memory DIR/commands, where commands run
+  std::string commands_dir_;            // v1 memory DIR/commands, where commands run
   std::string v2_dir_;
   UniqueFd v2_fd_;
 };

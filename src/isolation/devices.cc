@@ -12,8 +12,10 @@ namespace warren::isolation {
 Status MountMinimalDev(const std::string& root, const std::string& scratch) {
   const std::string dev = root + "/dev", src_dev = scratch + "/dev", src_shm = scratch + "/shm";
   if (mkdir(src_dev.c_str(), 0755) != 0) return ErrnoStatus("mkdir", src_dev);
-  if (mkdir(src_shm.c_str(), 0755) != 0 || chmod(src_shm.c_str(), 01777) != 0) return ErrnoStatus("mkdir", src_shm);
-  if (mount(src_dev.c_str(), dev.c_str(), nullptr, MS_BIND, nullptr) != 0) return ErrnoStatus("bind", dev);
+  if (mkdir(src_shm.c_str(), 0755) != 0 || chmod(src_shm.c_str(), 01777) != 0)
+    return ErrnoStatus("mkdir", src_shm);
+  if (mount(src_dev.c_str(), dev.c_str(), nullptr, MS_BIND, nullptr) != 0)
+    return ErrnoStatus("bind", dev);
   // mknod is not allowed in a user namespace: bind the host's harmless nodes instead.
   for (const char* name : {"null", "zero", "full", "random", "urandom", "tty"}) {
     std::string src = std::string("/dev/") + name;
@@ -32,16 +34,18 @@ Status MountMinimalDev(const std::string& root, const std::string& scratch) {
             "newinstance,ptmxmode=0666,mode=0620") != 0)
     return ErrnoStatus("mount devpts", pts);
   std::string shm = dev + "/shm";
-  if (mount(src_shm.c_str(), shm.c_str(), nullptr, MS_BIND, nullptr) != 0) return ErrnoStatus("bind", shm);
-  if (mount(nullptr, shm.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, nullptr) != 0)
+  if (mount(src_shm.c_str(), shm.c_str(), nullptr, MS_BIND, nullptr) != 0)
+    return ErrnoStatus("bind", shm);
+  if (mount(nullptr, shm.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, nullptr) !=
+      0)
     return ErrnoStatus("remount", shm);
   struct Link {
     const char* target;
     const char* name;
   };
-  for (Link l : {Link{"pts/ptmx", "ptmx"}, Link{"/proc/self/fd", "fd"},
-                 Link{"/proc/self/fd/0", "stdin"}, Link{"/proc/self/fd/1", "stdout"},
-                 Link{"/proc/self/fd/2", "stderr"}}) {
+  for (Link l :
+       {Link{"pts/ptmx", "ptmx"}, Link{"/proc/self/fd", "fd"}, Link{"/proc/self/fd/0", "stdin"},
+        Link{"/proc/self/fd/1", "stdout"}, Link{"/proc/self/fd/2", "stderr"}}) {
     std::string p = dev + "/" + l.name;
     if (symlink(l.target, p.c_str()) != 0) return ErrnoStatus("symlink", p);
   }

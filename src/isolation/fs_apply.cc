@@ -7,7 +7,6 @@
 #include <set>
 
 #include "base/unique_fd.h"
-
 #include "isolation/immutable_flags.h"
 #include "isolation/write_leases.h"
 
@@ -25,18 +24,21 @@ auto All() {
 }
 
 // Steps 1-4 of fs_apply.h (the policy is not empty and was checked).
-Status Apply(int upper_fd, const FsPolicy& policy, const FsApplySteps& steps, FsPolicyStats* stats) {
+Status Apply(int upper_fd, const FsPolicy& policy, const FsApplySteps& steps,
+             FsPolicyStats* stats) {
   // 1. Off, on every directory: the overlay must be able to copy up and create what the new
   // policy needs. A flagged file stays flagged for now: none has a writer (it was flagged
   // with none, and none can open it for writing since), so none needs severing.
-  stats->flags_changed +=
-      WARREN_TRY(ApplyImmutableFlags(upper_fd, [](const FlagWalkEntry& e) { return !e.dir && e.immutable; }, All()));
+  stats->flags_changed += WARREN_TRY(ApplyImmutableFlags(
+      upper_fd, [](const FlagWalkEntry& e) { return !e.dir && e.immutable; }, All()));
 
   // 2. Resolve, copy up, pin.
   const FsPrepared prep = WARREN_TRY(steps.prepare(policy));
   const FsPolicyView view(FsPolicy{prep.read_only, prep.writable});
   const std::set<std::string> fixed(prep.fixed_dirs.begin(), prep.fixed_dirs.end());
-  auto want = [&](const FlagWalkEntry& e) { return view.ReadOnly(e.path) || (e.dir && fixed.count(e.path)); };
+  auto want = [&](const FlagWalkEntry& e) {
+    return view.ReadOnly(e.path) || (e.dir && fixed.count(e.path));
+  };
 
   // 3. Files about to become immutable that someone could still write through, and files
   // with other names (a hard link made before, perhaps from a writable tree: one flag on the
@@ -77,13 +79,14 @@ Status Apply(int upper_fd, const FsPolicy& policy, const FsApplySteps& steps, Fs
 
 }  // namespace
 
-Result<FsPolicyStats> ApplyFsPolicyToUpper(int upper_fd, const FsPolicy& policy, const FsApplySteps& steps) {
+Result<FsPolicyStats> ApplyFsPolicyToUpper(int upper_fd, const FsPolicy& policy,
+                                           const FsApplySteps& steps) {
   FsPolicyStats stats;
   if (policy.empty()) {
     // Everything writable: every flag comes off (a failure midway leaves more read-only
     // than asked, never less).
-    stats.flags_changed =
-        WARREN_TRY(ApplyImmutableFlags(upper_fd, [](const FlagWalkEntry&) { return false; }, All()));
+    stats.flags_changed = WARREN_TRY(ApplyImmutableFlags(
+        upper_fd, [](const FlagWalkEntry&) { return false; }, All()));
     return stats;
   }
   WARREN_RETURN_IF_ERROR(steps.check(policy));
@@ -110,7 +113,9 @@ Result<FsPolicyStats> ApplyFsPolicyToUpper(int upper_fd, const FsPolicy& policy,
     return flagged.count(p) > 0 && (p == e.path || flagged.count(p));
   };
   auto restored = ApplyImmutableFlags(upper_fd, was, All());
-  if (!restored.ok()) return st.Context("(and restoring the flags before it failed too: " + restored.status().ToString() + ")");
+  if (!restored.ok())
+    return st.Context(
+        "(and restoring the flags before it failed too: " + restored.status().ToString() + ")");
   return st;
 }
 

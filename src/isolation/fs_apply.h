@@ -38,6 +38,7 @@ struct FsPolicyStats {
 
 // `upper_fd`: the overlay's upper directory. Needs CAP_LINUX_IMMUTABLE and CAP_LEASE of the
 // initial user namespace: the host's root for a container, the guest's agent for a microVM.
-Result<FsPolicyStats> ApplyFsPolicyToUpper(int upper_fd, const FsPolicy& policy, const FsApplySteps& steps);
+Result<FsPolicyStats> ApplyFsPolicyToUpper(int upper_fd, const FsPolicy& policy,
+                                           const FsApplySteps& steps);
 
 }  // namespace warren::isolation

@@ -7,9 +7,11 @@ namespace warren::isolation {
 namespace {
 
 Status CheckPath(const std::string& p) {
-  if (p.empty() || p[0] != '/') return Invalid("filesystem policy: `" + p + "` is not an absolute path");
+  if (p.empty() || p[0] != '/')
+    return Invalid("filesystem policy: `" + p + "` is not an absolute path");
   if (p.size() > 4096) return Invalid("filesystem policy: a path is longer than 4096 bytes");
-  if (p.find('\0') != std::string::npos) return Invalid("filesystem policy: a path holds a NUL byte");
+  if (p.find('\0') != std::string::npos)
+    return Invalid("filesystem policy: a path holds a NUL byte");
   if (p != "/" && p.back() == '/') return Invalid("filesystem policy: `" + p + "` ends with `/`");
   size_t i = 1;
   while (i <= p.size() && p != "/") {
@@ -17,7 +19,8 @@ Status CheckPath(const std::string& p) {
     if (j == std::string::npos) j = p.size();
     std::string_view c(p.data() + i, j - i);
     if (c.empty() || c == "." || c == "..")
-      return Invalid("filesystem policy: `" + p + "` is not normalized (empty, `.` or `..` component)");
+      return Invalid("filesystem policy: `" + p +
+                     "` is not normalized (empty, `.` or `..` component)");
     i = j + 1;
   }
   return Status::Ok();
@@ -41,7 +44,8 @@ Result<FsPolicy> NormalizeFsPolicy(FsPolicy p) {
   }
   std::set<std::string> ro(p.read_only.begin(), p.read_only.end());
   for (const auto& w : p.writable)
-    if (ro.count(w)) return Invalid("filesystem policy: `" + w + "` is both read-only and writable");
+    if (ro.count(w))
+      return Invalid("filesystem policy: `" + w + "` is both read-only and writable");
   return p;
 }
 
@@ -50,7 +54,8 @@ bool FsPolicyView::ReadOnly(std::string_view path) const {
   bool ro = false, found = false;
   auto consider = [&](const std::vector<std::string>& v, bool is_ro) {
     for (const auto& t : v)
-      if (PathWithin(path, t) && (!found || t.size() > best)) best = t.size(), ro = is_ro, found = true;
+      if (PathWithin(path, t) && (!found || t.size() > best))
+        best = t.size(), ro = is_ro, found = true;
   };
   consider(p_.read_only, true);
   consider(p_.writable, false);

@@ -54,7 +54,8 @@ Result<std::string> Resolve(const std::string& path, std::set<std::string>* link
     const std::string next = (cur == "/" ? "" : cur) + "/" + c;
     struct stat st;
     if (lstat(next.c_str(), &st) != 0) {
-      if (errno == ENOENT) return Invalid("filesystem policy: `" + path + "` does not exist in the sandbox");
+      if (errno == ENOENT)
+        return Invalid("filesystem policy: `" + path + "` does not exist in the sandbox");
       return ErrnoStatus("stat", next);
     }
     if (S_ISLNK(st.st_mode)) {
@@ -117,7 +118,8 @@ Result<FsPrepared> PrepareFsPolicy(const FsPolicy& req) {
     struct statvfs vfs;
     if (lstat(p.c_str(), &st) != 0) return ErrnoStatus("stat", p);
     if (st.st_dev != root.st_dev && !(statvfs(p.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY)))
-      return Invalid("filesystem policy: `" + p + "` is not on the sandbox's root filesystem (a symlink to /dev/shm, "
+      return Invalid("filesystem policy: `" + p +
+                     "` is not on the sandbox's root filesystem (a symlink to /dev/shm, "
                      "/proc or /sys?), which the policy cannot make read-only");
     WARREN_RETURN_IF_ERROR(CopyUp(p, root.st_dev));
   }
@@ -131,7 +133,8 @@ Result<FsPrepared> PrepareFsPolicy(const FsPolicy& req) {
     for (const auto& name : WARREN_TRY(sys::ListDir(AT_FDCWD, d))) {
       const std::string sub = (d == "/" ? "" : d) + "/" + name;
       struct stat st;
-      if (lstat(sub.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) WARREN_RETURN_IF_ERROR(CopyUp(sub, root.st_dev));
+      if (lstat(sub.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        WARREN_RETURN_IF_ERROR(CopyUp(sub, root.st_dev));
     }
   }
   // A read-only tree's own directory gets the flag (it cannot be renamed or removed then);
@@ -173,7 +176,8 @@ Status SeverFile(const std::string& path) {
   struct stat st;
   if (fstat(in.get(), &st) != 0) return ErrnoStatus("stat", path);
   if (!S_ISREG(st.st_mode)) return Status::Ok();
-  const std::string tmp = Parent(path) + (Parent(path) == "/" ? "" : "/") + ".warren-sever." + std::to_string(getpid());
+  const std::string tmp =
+      Parent(path) + (Parent(path) == "/" ? "" : "/") + ".warren-sever." + std::to_string(getpid());
   unlink(tmp.c_str());
   UniqueFd out(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!out) return ErrnoStatus("create copy of", path);
@@ -183,7 +187,8 @@ Status SeverFile(const std::string& path) {
   });
   off_t left = st.st_size;
   while (left > 0) {
-    ssize_t n = sendfile(out.get(), in.get(), nullptr, static_cast<size_t>(std::min<off_t>(left, 1 << 30)));
+    ssize_t n =
+        sendfile(out.get(), in.get(), nullptr, static_cast<size_t>(std::min<off_t>(left, 1 << 30)));
     if (n < 0) return ErrnoStatus("copy", path);
     if (n == 0) break;  // shorter than it said: what there is, is the file
     left -= n;

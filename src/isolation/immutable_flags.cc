@@ -31,11 +31,14 @@ struct Walk {
                     "directories nested deeper than " + std::to_string(kMaxWalkDepth) + " levels");
     for (const auto& name : WARREN_TRY(sys::ListDir(fd))) {
       const std::string child = (path == "/" ? "" : path) + "/" + name;
-      struct statx sx{};
-      if (statx(fd, name.c_str(), AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_NLINK, &sx) != 0) return ErrnoStatus("stat", child);
-      if (sx.stx_dev_major != dev_major || sx.stx_dev_minor != dev_minor) continue;  // never another filesystem
-      const bool immutable = (sx.stx_attributes_mask & STATX_ATTR_IMMUTABLE) ?
-          (sx.stx_attributes & STATX_ATTR_IMMUTABLE) != 0 : true;  // unknown: look (OpenEntry + ioctl)
+      struct statx sx {};
+      if (statx(fd, name.c_str(), AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_NLINK, &sx) != 0)
+        return ErrnoStatus("stat", child);
+      if (sx.stx_dev_major != dev_major || sx.stx_dev_minor != dev_minor)
+        continue;  // never another filesystem
+      const bool immutable = (sx.stx_attributes_mask & STATX_ATTR_IMMUTABLE)
+                                 ? (sx.stx_attributes & STATX_ATTR_IMMUTABLE) != 0
+                                 : true;  // unknown: look (OpenEntry + ioctl)
       if (S_ISDIR(sx.stx_mode)) {
         UniqueFd sub(openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!sub) return ErrnoStatus("open", child);
@@ -55,7 +58,8 @@ struct Walk {
 
 Result<bool> IsImmutable(int fd) {
   int flags = 0;
-  if (ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0) return ErrnoStatus("FS_IOC_GETFLAGS", "fd " + std::to_string(fd));
+  if (ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0)
+    return ErrnoStatus("FS_IOC_GETFLAGS", "fd " + std::to_string(fd));
   return (flags & FS_IMMUTABLE_FL) != 0;
 }
 
@@ -63,7 +67,8 @@ Status SetImmutable(int fd, bool on, const std::string& what) {
   int flags = 0;
   if (ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0) return ErrnoStatus("FS_IOC_GETFLAGS", what);
   flags = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
-  if (ioctl(fd, FS_IOC_SETFLAGS, &flags) != 0) return ErrnoStatus(on ? "chattr +i" : "chattr -i", what);
+  if (ioctl(fd, FS_IOC_SETFLAGS, &flags) != 0)
+    return ErrnoStatus(on ? "chattr +i" : "chattr -i", what);
   return Status::Ok();
 }
 
@@ -79,11 +84,13 @@ Result<UniqueFd> OpenEntry(const FlagWalkEntry& e) {
   return fd;
 }
 
-Status WalkUpper(int dirfd, const std::function<bool(const std::string&)>& descend, const UpperVisitor& visit) {
+Status WalkUpper(int dirfd, const std::function<bool(const std::string&)>& descend,
+                 const UpperVisitor& visit) {
   UniqueFd root(openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) return ErrnoStatus("open", "upper layer");
-  struct statx sx{};
-  if (statx(root.get(), "", AT_EMPTY_PATH, STATX_TYPE, &sx) != 0) return ErrnoStatus("stat", "upper layer");
+  struct statx sx {};
+  if (statx(root.get(), "", AT_EMPTY_PATH, STATX_TYPE, &sx) != 0)
+    return ErrnoStatus("stat", "upper layer");
   Walk w{descend, visit, sx.stx_dev_major, sx.stx_dev_minor};
   WARREN_RETURN_IF_ERROR(w.Dir(root.get(), "/"));
   const std::string slash = "/", none;

@@ -31,7 +31,7 @@ struct FlagWalkEntry {
   bool immutable;
   int parent_fd;
   const std::string& name;
-  int fd = -1;        // the root directory's fd (only for the root)
+  int fd = -1;         // the root directory's fd (only for the root)
   uint32_t nlink = 1;  // links to the inode (a regular file's other names may be elsewhere)
 };
 
@@ -44,7 +44,8 @@ Result<UniqueFd> OpenEntry(const FlagWalkEntry& e);
 // A writable layer nested deeper than this is refused (an `invalid` status naming it).
 inline constexpr int kMaxWalkDepth = 512;
 using UpperVisitor = std::function<Status(const FlagWalkEntry&)>;
-Status WalkUpper(int dirfd, const std::function<bool(const std::string&)>& descend, const UpperVisitor& visit);
+Status WalkUpper(int dirfd, const std::function<bool(const std::string&)>& descend,
+                 const UpperVisitor& visit);
 
 // Makes each directory's and regular file's flag what `want(entry)` says (opening only those
 // to change); `descend(path)` says whether to look inside a directory at all. Returns how many

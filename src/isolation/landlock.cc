@@ -105,7 +105,8 @@ Result<int> ApplyCallLandlock(const std::vector<std::string>& writable) {
   if (r.abi <= 0) return 0;
   WARREN_RETURN_IF_ERROR(AddPathRule(r.fd.get(), "/", kFsExecute | kFsReadFile | kFsReadDir));
   // /dev/null, /dev/zero, /dev/tty...: read and write, no new nodes.
-  WARREN_RETURN_IF_ERROR(AddPathRule(r.fd.get(), "/dev", (kFsReadFile | kFsWriteFile | kFsIoctlDev) & r.fs));
+  WARREN_RETURN_IF_ERROR(
+      AddPathRule(r.fd.get(), "/dev", (kFsReadFile | kFsWriteFile | kFsIoctlDev) & r.fs));
   const uint64_t make = r.fs & ~(kFsMakeChar | kFsMakeBlock | kFsIoctlDev);
   for (const auto& d : writable) {
     if (access(d.c_str(), F_OK) != 0) continue;

@@ -21,7 +21,9 @@
 namespace warren::isolation {
 namespace {
 
-bool IsWhiteout(const struct stat& st) { return S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0); }
+bool IsWhiteout(const struct stat& st) {
+  return S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0);
+}
 
 EntryType TypeOf(mode_t m) {
   if (S_ISREG(m)) return EntryType::kFile;
@@ -33,7 +35,9 @@ EntryType TypeOf(mode_t m) {
 // Relative form of an absolute path for *at calls ("." for the root).
 std::string Rel(const std::string& p) { return p == "/" ? "." : p.substr(1); }
 
-std::string Join(const std::string& dir, const std::string& name) { return (dir == "/" ? "" : dir) + "/" + name; }
+std::string Join(const std::string& dir, const std::string& name) {
+  return (dir == "/" ? "" : dir) + "/" + name;
+}
 
 // Every lookup stays beneath its directory fd and follows no symlink on the way (openat2):
 // the occupant's tree is walked by host root, and a symlink swapped in mid-walk must lead
@@ -68,7 +72,6 @@ Result<std::vector<std::string>> List(int dirfd, const std::string& rel) {
   if (!fd) return ErrnoStatus("open directory", rel);
   return sys::ListDir(fd.get(), ".");
 }
-
 
 class Reader {
  public:
@@ -148,8 +151,10 @@ class Reader {
         if (seen.count(name) || gone.count(name)) continue;
         struct stat st;
         if (StatBeneath(layers_[i], Rel(Join(dir, name)), &st) != 0) continue;
-        if (IsWhiteout(st)) gone.insert(name);
-        else seen[name] = {static_cast<int>(i), st};
+        if (IsWhiteout(st))
+          gone.insert(name);
+        else
+          seen[name] = {static_cast<int>(i), st};
       }
       if (Opaque(layers_[i], Rel(dir))) break;
     }
@@ -186,8 +191,8 @@ class Reader {
       if (S_ISDIR(st.st_mode) && S_ISDIR(lst.st_mode)) {
         // A directory copied up only to hold changes below it is not a change itself; one
         // made anew over a deleted one (opaque: it hides what the layers had) is.
-        if ((st.st_mode & 07777) != (lst.st_mode & 07777) || st.st_uid != lst.st_uid || st.st_gid != lst.st_gid ||
-            Opaque(upper_, Rel(child)))
+        if ((st.st_mode & 07777) != (lst.st_mode & 07777) || st.st_uid != lst.st_uid ||
+            st.st_gid != lst.st_gid || Opaque(upper_, Rel(child)))
           Add(child, ChangeKind::kModified, st, lower);
         WARREN_RETURN_IF_ERROR(Dir(child));
         continue;
@@ -197,8 +202,10 @@ class Reader {
       if (S_ISDIR(st.st_mode))
         for (const auto& n : WARREN_TRY(List(upper_, Rel(child)))) {
           struct stat cst;
-          if (StatBeneath(upper_, Rel(Join(child, n)), &cst) != 0) Unreadable();
-          else WARREN_RETURN_IF_ERROR(AddedTree(Join(child, n), cst));
+          if (StatBeneath(upper_, Rel(Join(child, n)), &cst) != 0)
+            Unreadable();
+          else
+            WARREN_RETURN_IF_ERROR(AddedTree(Join(child, n), cst));
         }
     }
     return Status::Ok();
@@ -230,25 +237,32 @@ class Reader {
 
 const char* ChangeKindName(ChangeKind k) {
   switch (k) {
-    case ChangeKind::kAdded: return "added";
-    case ChangeKind::kModified: return "modified";
-    case ChangeKind::kDeleted: return "deleted";
+    case ChangeKind::kAdded:
+      return "added";
+    case ChangeKind::kModified:
+      return "modified";
+    case ChangeKind::kDeleted:
+      return "deleted";
   }
   return "?";
 }
 
 const char* EntryTypeName(EntryType t) {
   switch (t) {
-    case EntryType::kFile: return "file";
-    case EntryType::kDir: return "dir";
-    case EntryType::kSymlink: return "symlink";
-    case EntryType::kOther: return "other";
+    case EntryType::kFile:
+      return "file";
+    case EntryType::kDir:
+      return "dir";
+    case EntryType::kSymlink:
+      return "symlink";
+    case EntryType::kOther:
+      return "other";
   }
   return "?";
 }
 
-Result<ChangeReport> ReadChanges(int upper_fd, int shm_fd, const std::vector<int>& layer_fds, const std::string& under,
-                                 size_t limit) {
+Result<ChangeReport> ReadChanges(int upper_fd, int shm_fd, const std::vector<int>& layer_fds,
+                                 const std::string& under, size_t limit) {
   Reader r(upper_fd, layer_fds, under, limit);
   WARREN_RETURN_IF_ERROR(r.Dir("/"));
   if (shm_fd >= 0 && (PathWithin("/dev/shm", under) || PathWithin(under, "/dev/shm")))

@@ -42,7 +42,7 @@ const char* EntryTypeName(EntryType t);
 
 // Changes at or below `under` (an absolute, normalized path; "/" for all), at most `limit`.
 // `shm_fd` may be -1.
-Result<ChangeReport> ReadChanges(int upper_fd, int shm_fd, const std::vector<int>& layer_fds, const std::string& under,
-                                 size_t limit);
+Result<ChangeReport> ReadChanges(int upper_fd, int shm_fd, const std::vector<int>& layer_fds,
+                                 const std::string& under, size_t limit);
 
 }  // namespace warren::isolation

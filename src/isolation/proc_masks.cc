@@ -10,9 +10,9 @@ namespace {
 
 // As runc's default maskedPaths and readonlyPaths.
 constexpr const char* kMaskedFiles[] = {
-    "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
-    "/proc/timer_stats", "/proc/sched_debug", "/proc/kallsyms", "/proc/config.gz",
-    "/proc/interrupts", "/proc/kmsg", "/proc/sysrq-trigger", "/proc/vmallocinfo",
+    "/proc/kcore",       "/proc/keys",        "/proc/latency_stats", "/proc/timer_list",
+    "/proc/timer_stats", "/proc/sched_debug", "/proc/kallsyms",      "/proc/config.gz",
+    "/proc/interrupts",  "/proc/kmsg",        "/proc/sysrq-trigger", "/proc/vmallocinfo",
 };
 constexpr const char* kMaskedDirs[] = {"/proc/acpi", "/proc/asound", "/proc/scsi", "/proc/driver"};
 constexpr const char* kReadOnly[] = {"/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs"};
@@ -43,9 +43,10 @@ Status MaskDir(const std::string& path, const std::string& scratch) {
   if (!Exists(path, &dir) || !dir) return Status::Ok();
   const std::string empty = scratch + "/empty";
   if (mkdir(empty.c_str(), 0555) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", empty);
-  if (mount(empty.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0) return ErrnoStatus("mask", path);
-  if (mount(nullptr, path.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-            nullptr) != 0)
+  if (mount(empty.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0)
+    return ErrnoStatus("mask", path);
+  if (mount(nullptr, path.c_str(), nullptr,
+            MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
     return ErrnoStatus("remount read-only", path);
   return Status::Ok();
 }
@@ -76,10 +77,12 @@ Status MountSys(const std::string& root, int sysfs_fd, const std::string& scratc
   if (sysfs_fd >= 0) {
     // A sysfs the node made for our network namespace (we may not mount one there ourselves).
     WARREN_RETURN_IF_ERROR(sys::MoveMountTo(sysfs_fd, sys));
-  } else if (mount("sysfs", sys.c_str(), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+  } else if (mount("sysfs", sys.c_str(), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                   nullptr) != 0) {
     // sysfs needs a fully visible host sysfs; where it is not, an empty read-only tmpfs keeps
     // programs that probe /sys working without exposing anything.
-    if (mount("tmpfs", sys.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0") != 0)
+    if (mount("tmpfs", sys.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=0") != 0)
       return ErrnoStatus("mount sysfs", sys);
   }
   for (const char* p : kMaskedSysDirs) WARREN_RETURN_IF_ERROR(MaskDir(root + p, scratch));

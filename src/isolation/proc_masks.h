@@ -27,7 +27,8 @@ Status MountSys(const std::string& root, int sysfs_fd, const std::string& scratc
 // rest of runc's list is root-only to begin with, and every mount is paid again by every call.
 // Left readable: the `intr` and `softirq` totals of /proc/stat, which top, ps and psutil read.
 // The same list is in runtime/fncall/zygote_lib.c and zygote.py (Python workers' set-up).
-inline constexpr const char* kCallProcMasks[] = {"/proc/interrupts", "/proc/softirqs",     "/proc/config.gz",
-                                                 "/proc/kallsyms",   "/proc/sched_debug", "/proc/latency_stats"};
+inline constexpr const char* kCallProcMasks[] = {"/proc/interrupts",  "/proc/softirqs",
+                                                 "/proc/config.gz",   "/proc/kallsyms",
+                                                 "/proc/sched_debug", "/proc/latency_stats"};
 
 }  // namespace warren::isolation

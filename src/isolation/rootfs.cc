@@ -1,11 +1,10 @@
 #include "isolation/rootfs.h"
 
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <fcntl.h>
 
 #include "isolation/tool_guard.h"
 #include "sys/mount_api.h"
@@ -59,7 +58,8 @@ Status BuildRootfs(RootfsPlan& plan, std::string* merged) {
   return Status::Ok();
 }
 
-Status GuardToolLayers(const std::vector<size_t>& tool_indexes, size_t layer_count, const std::string& merged) {
+Status GuardToolLayers(const std::vector<size_t>& tool_indexes, size_t layer_count,
+                       const std::string& merged) {
   if (tool_indexes.empty()) return Status::Ok();
   std::vector<UniqueFd> fds;
   for (size_t i = 0; i < layer_count; ++i) {

@@ -33,7 +33,8 @@ Status BuildRootfs(RootfsPlan& plan, std::string* merged);
 // Guards the files of the layers at `tool_indexes` (positions in the plan's layer order) with
 // read-only mounts in the merged root (see isolation/tool_guard.h). After BuildRootfs, before
 // the pivot.
-Status GuardToolLayers(const std::vector<size_t>& tool_indexes, size_t layer_count, const std::string& merged);
+Status GuardToolLayers(const std::vector<size_t>& tool_indexes, size_t layer_count,
+                       const std::string& merged);
 
 // The directory of the staging tmpfs that holds the overlay's upper directory, at `upper`.
 inline constexpr const char* kUpperDirName = "upper";

@@ -55,13 +55,15 @@ Result<scmp_arg_cmp> ArgCmp(const json& a, const std::string& where) {
   if (op == "eq") return SCMP_CMP(idx, SCMP_CMP_EQ, value);
   if (op == "ne") return SCMP_CMP(idx, SCMP_CMP_NE, value);
   if (op == "ge") return SCMP_CMP(idx, SCMP_CMP_GE, value);  // unsigned, all 64 bits
-  if (op == "masked_eq") return SCMP_CMP(idx, SCMP_CMP_MASKED_EQ, a.value("mask", uint64_t{0}), value);
+  if (op == "masked_eq")
+    return SCMP_CMP(idx, SCMP_CMP_MASKED_EQ, a.value("mask", uint64_t{0}), value);
   return Invalid("unknown comparison `" + op + "` in " + where);
 }
 
 }  // namespace
 
-Result<std::string> CompileSeccompPolicy(const std::string& policy_json, const std::string& profile) {
+Result<std::string> CompileSeccompPolicy(const std::string& policy_json,
+                                         const std::string& profile) {
   json p = json::parse(policy_json, nullptr, false);
   if (p.is_discarded() || !p.is_object() || !p.contains("rules") || !p["rules"].is_array())
     return Invalid("seccomp policy must be an object with a rules array");
@@ -120,8 +122,10 @@ Result<std::string> CompileSeccompPolicy(const std::string& policy_json, const s
     return ErrnoStatus("seccomp_export_bpf", "policy", -rc);
   off_t size = lseek(mem.get(), 0, SEEK_END);
   std::string bpf(static_cast<size_t>(size), '\0');
-  if (pread(mem.get(), bpf.data(), bpf.size(), 0) != size) return ErrnoStatus("read", "seccomp export");
-  if (bpf.empty() || bpf.size() % 8 != 0) return Internal("seccomp export", "policy", "bad program size");
+  if (pread(mem.get(), bpf.data(), bpf.size(), 0) != size)
+    return ErrnoStatus("read", "seccomp export");
+  if (bpf.empty() || bpf.size() % 8 != 0)
+    return Internal("seccomp export", "policy", "bad program size");
   return bpf;
 }
 

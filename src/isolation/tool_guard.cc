@@ -41,10 +41,12 @@ struct Walker {
     for (const auto& name : WARREN_TRY(sys::ListDir(dirfd))) {
       const std::string path = (rel == "/" ? "" : rel) + "/" + name;
       struct stat st;
-      if (fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return ErrnoStatus("stat tool file", path);
+      if (fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return ErrnoStatus("stat tool file", path);
       if (S_ISDIR(st.st_mode)) {
         // /opt and /opt/tools stay open to others (only pinned) even where no other layer has them.
-        if (InToolsDir(path) || (path != "/opt" && path != "/opt/tools" && !InOtherLayer(others, path))) {
+        if (InToolsDir(path) ||
+            (path != "/opt" && path != "/opt/tools" && !InOtherLayer(others, path))) {
           ro.insert(path);
           continue;
         }
@@ -98,7 +100,8 @@ ToolGuardPlan MergeToolGuardPlans(const std::vector<ToolGuardPlan>& plans) {
 
 Status ApplyToolGuard(const ToolGuardPlan& plan, const std::string& root) {
   // Pins first, parents before children: each later mount lands on top of the ones above it.
-  for (const auto& p : plan.pins) WARREN_RETURN_IF_ERROR(PinInPlace(root + p).Context("guard tool directory"));
+  for (const auto& p : plan.pins)
+    WARREN_RETURN_IF_ERROR(PinInPlace(root + p).Context("guard tool directory"));
   for (const auto& p : plan.read_only)
     WARREN_RETURN_IF_ERROR(BindReadOnlyInPlace(root + p).Context("guard tool files"));
   return Status::Ok();

@@ -8,9 +8,8 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <vector>
-
 #include <string>
+#include <vector>
 
 #include "base/unique_fd.h"
 #include "isolation/userns.h"
@@ -39,7 +38,7 @@ class UidAllocator {
   std::vector<bool> used_;
   const std::string lock_dir_;
   std::vector<UniqueFd> blocks_;  // held flocks, by block
-  uint32_t next_ = 0;  // round-robin, so a just-freed range is not reused at once
+  uint32_t next_ = 0;             // round-robin, so a just-freed range is not reused at once
   uint32_t count_ = 0;
 };
 

@@ -33,7 +33,8 @@ int OnEntry(enum nf_conntrack_msg_type, struct nf_conntrack* ct, void* data) {
 
 }  // namespace
 
-Result<int> DeleteConnections(uint32_t src, const std::function<bool(uint32_t, uint16_t, Proto)>& keep) {
+Result<int> DeleteConnections(uint32_t src,
+                              const std::function<bool(uint32_t, uint16_t, Proto)>& keep) {
   std::unique_ptr<nfct_handle, decltype(&nfct_close)> h(nfct_open(CONNTRACK, 0), &nfct_close);
   if (!h) return ErrnoStatus("open conntrack", Ip4String(src));
   Dump d{src, &keep, {}};

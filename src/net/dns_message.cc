@@ -4,7 +4,8 @@ namespace warren::net {
 namespace {
 
 uint16_t Get16(std::string_view m, size_t off) {
-  return static_cast<uint16_t>((static_cast<uint8_t>(m[off]) << 8) | static_cast<uint8_t>(m[off + 1]));
+  return static_cast<uint16_t>((static_cast<uint8_t>(m[off]) << 8) |
+                               static_cast<uint8_t>(m[off + 1]));
 }
 void Put16(std::string* out, uint16_t v) {
   out->push_back(static_cast<char>(v >> 8));
@@ -50,10 +51,10 @@ std::string BuildDnsResponse(std::string_view query, const DnsQuestion& q, uint8
   // QR, the query's opcode (0) and RD, RA (we recurse), the code.
   Put16(&out, static_cast<uint16_t>(0x8000 | (q.flags & 0x0100) | 0x0080 | (rcode & 0xf)));
   const bool answer = rcode == kRcodeOk && q.qtype == kDnsTypeA;
-  Put16(&out, 1);                                              // QDCOUNT
+  Put16(&out, 1);                                                 // QDCOUNT
   Put16(&out, static_cast<uint16_t>(answer ? addrs.size() : 0));  // ANCOUNT
-  Put16(&out, 0);                                              // NSCOUNT
-  Put16(&out, 0);                                              // ARCOUNT
+  Put16(&out, 0);                                                 // NSCOUNT
+  Put16(&out, 0);                                                 // ARCOUNT
   out.append(query.substr(12, q.question_end - 12));
   if (answer) {
     for (uint32_t a : addrs) {

@@ -3,10 +3,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <spdlog/spdlog.h>
 
 #include "net/dns_message.h"
 #include "net/firewall.h"
@@ -19,7 +19,8 @@ constexpr size_t kWorkers = 4;
 constexpr size_t kMaxQueued = 4096;
 constexpr uint32_t kAllowSlackS = 30;  // clients use an answer a little past its TTL
 
-Result<std::unique_ptr<DnsServer>> DnsServer::Start(uint32_t addr, uint16_t port, Network* net, Resolver* resolver) {
+Result<std::unique_ptr<DnsServer>> DnsServer::Start(uint32_t addr, uint16_t port, Network* net,
+                                                    Resolver* resolver) {
   std::unique_ptr<DnsServer> d(new DnsServer(net, resolver));
   d->sock_ = UniqueFd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!d->sock_) return ErrnoStatus("socket", "dns");
@@ -28,7 +29,8 @@ Result<std::unique_ptr<DnsServer>> DnsServer::Start(uint32_t addr, uint16_t port
   sa.sin_port = htons(port);
   sa.sin_addr.s_addr = addr;
   const std::string where = Ip4String(addr) + ":" + std::to_string(port);
-  if (bind(d->sock_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) return ErrnoStatus("bind dns", where);
+  if (bind(d->sock_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+    return ErrnoStatus("bind dns", where);
   d->wake_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!d->wake_) return ErrnoStatus("eventfd", "dns");
   d->receiver_ = std::thread([p = d.get()] { p->Receive(); });
@@ -61,7 +63,8 @@ void DnsServer::Receive() {
     for (;;) {
       Query q;
       socklen_t len = sizeof q.from;
-      ssize_t n = recvfrom(sock_.get(), buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&q.from), &len);
+      ssize_t n =
+          recvfrom(sock_.get(), buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&q.from), &len);
       if (n < 0) break;
       q.msg.assign(buf, static_cast<size_t>(n));
       std::lock_guard lock(mu_);
@@ -87,7 +90,8 @@ void DnsServer::Work() {
     }
     std::string reply = Answer(q.from.sin_addr.s_addr, q.msg);
     if (!reply.empty())
-      (void)sendto(sock_.get(), reply.data(), reply.size(), 0, reinterpret_cast<sockaddr*>(&q.from), sizeof q.from);
+      (void)sendto(sock_.get(), reply.data(), reply.size(), 0, reinterpret_cast<sockaddr*>(&q.from),
+                   sizeof q.from);
   }
 }
 
@@ -117,7 +121,8 @@ std::string DnsServer::Answer(uint32_t src, const std::string& msg) {
   auto r = resolver_->Resolve(name);
   if (!r.ok()) {
     ++failed_;
-    return BuildDnsResponse(msg, *q, r.status().code() == Code::kNotFound ? kRcodeNxDomain : kRcodeServFail);
+    return BuildDnsResponse(msg, *q,
+                            r.status().code() == Code::kNotFound ? kRcodeNxDomain : kRcodeServFail);
   }
   // Allowed before the client hears of them: its connect right after must pass. Only what
   // was allowed is answered.

@@ -13,11 +13,10 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
@@ -29,7 +28,8 @@ class Resolver;
 
 class DnsServer {
  public:
-  static Result<std::unique_ptr<DnsServer>> Start(uint32_t addr, uint16_t port, Network* net, Resolver* resolver);
+  static Result<std::unique_ptr<DnsServer>> Start(uint32_t addr, uint16_t port, Network* net,
+                                                  Resolver* resolver);
   ~DnsServer();
   nlohmann::json Stats() const;
 

@@ -5,15 +5,15 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/sendfile.h>
 #include <unistd.h>
-#include <spdlog/spdlog.h>
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <csignal>
 
 #include "base/cleanup.h"
@@ -29,7 +29,7 @@ namespace warren::net {
 namespace http = boost::beast::http;
 using boost::system::error_code;
 
-constexpr int kIdleMs = 120000;       // a client or upstream silent this long is dropped
+constexpr int kIdleMs = 120000;  // a client or upstream silent this long is dropped
 constexpr int kConnectMs = 10000;
 constexpr int kSniWaitMs = 10000;
 constexpr size_t kHeaderLimit = 64 * 1024;
@@ -47,7 +47,8 @@ struct EgressProxy::Conn {
 namespace {
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -125,18 +126,21 @@ void StripHopByHop(http::fields& f) {
     std::string token = named.substr(start, comma - start);
     token.erase(0, token.find_first_not_of(" \t"));
     token.erase(token.find_last_not_of(" \t") + 1);
-    if (!token.empty() && !boost::beast::iequals(token, "close") && !boost::beast::iequals(token, "keep-alive"))
+    if (!token.empty() && !boost::beast::iequals(token, "close") &&
+        !boost::beast::iequals(token, "keep-alive"))
       f.erase(token);
     start = comma + 1;
   }
-  for (auto field : {http::field::connection, http::field::keep_alive, http::field::proxy_authorization,
-                     http::field::proxy_authenticate, http::field::te, http::field::trailer,
-                     http::field::transfer_encoding, http::field::upgrade, http::field::proxy_connection})
+  for (auto field :
+       {http::field::connection, http::field::keep_alive, http::field::proxy_authorization,
+        http::field::proxy_authenticate, http::field::te, http::field::trailer,
+        http::field::transfer_encoding, http::field::upgrade, http::field::proxy_connection})
     f.erase(field);
 }
 
 std::string HostOnly(std::string host) {
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   return host;
 }
 
@@ -156,7 +160,6 @@ struct Upstream {
   std::unique_ptr<ByteStream> stream;
   std::vector<std::string> policy;  // the sandbox's rules when it was opened
 };
-
 
 // One client connection: its requests in order, each answered before the next is read.
 struct ProxySession {
@@ -201,14 +204,16 @@ struct ProxySession {
       req.body_limit(std::numeric_limits<std::uint64_t>::max());
       error_code ec;
       http::read_header(client, buf, req, ec);
-      if (ec == http::error::header_limit) return Error(http::status::request_header_fields_too_large, "request header too large");
+      if (ec == http::error::header_limit)
+        return Error(http::status::request_header_fields_too_large, "request header too large");
       if (ec) return;
       auto& h = req.get();
       if (h.method() == http::verb::connect) return Tunnel(req);
       Url u;
       if (!ParseHttpUrl(h.target(), &u)) {
         return Error(http::status::bad_request,
-                     "give an absolute http:// URL (https:// goes through CONNECT), got `" + std::string(h.target()) + "`");
+                     "give an absolute http:// URL (https:// goes through CONNECT), got `" +
+                         std::string(h.target()) + "`");
       }
       // The Host header must name the same host the URL does: a request for an allowed URL
       // cannot be steered to another virtual host.
@@ -222,9 +227,11 @@ struct ProxySession {
     if (host_hdr.empty()) return true;
     std::string hh;
     uint16_t hp;
-    if (ParseHostPort(host_hdr, port == 443 ? 443 : 80, &hh, &hp) && Canonical(hh) == Canonical(host) && hp == port)
+    if (ParseHostPort(host_hdr, port == 443 ? 443 : 80, &hh, &hp) &&
+        Canonical(hh) == Canonical(host) && hp == port)
       return true;
-    Error(http::status::bad_request, "Host header `" + std::string(host_hdr) + "` does not match the URL's host");
+    Error(http::status::bad_request,
+          "Host header `" + std::string(host_hdr) + "` does not match the URL's host");
     return false;
   }
 
@@ -244,7 +251,8 @@ struct ProxySession {
     SetTarget(host, port, -1);
     auto up = proxy->Connect(HostOnly(host), port, policy);
     if (!up.ok()) {
-      Error(up.status().code() == Code::kForbidden ? http::status::forbidden : http::status::bad_gateway,
+      Error(up.status().code() == Code::kForbidden ? http::status::forbidden
+                                                   : http::status::bad_gateway,
             up.status().ToString());
       return up.status();
     }
@@ -288,7 +296,8 @@ struct ProxySession {
       std::string want = NormalizeName(HostOnly(host)), got = NormalizeName(sni);
       std::string why;
       if (got != want && !proxy->Allowed(c, sni, port, &why)) {
-        spdlog::info("egress proxy: {} CONNECT {}:{} with TLS server name {}: refused", c->sandbox, host, port, sni);
+        spdlog::info("egress proxy: {} CONNECT {}:{} with TLS server name {}: refused", c->sandbox,
+                     host, port, sni);
         return;  // the tunnel is open already: all we can do is close it
       }
     }
@@ -339,7 +348,8 @@ struct ProxySession {
     const bool not_modified = (!etag.empty() && rq[http::field::if_none_match] == etag) ||
                               (!lm.empty() && rq[http::field::if_none_match].empty() &&
                                rq[http::field::if_modified_since] == lm);
-    http::response<http::empty_body> r{not_modified ? http::status::not_modified : http::status::ok, 11};
+    http::response<http::empty_body> r{not_modified ? http::status::not_modified : http::status::ok,
+                                       11};
     for (const auto& [k, v] : e.headers) r.set(k, v);
     r.set("X-Cache", "HIT from warren");
     r.keep_alive(keep_alive);
@@ -350,7 +360,8 @@ struct ProxySession {
     http::write_header(*cl, sr, ec);
     if (ec) return false;
     if (!body) return keep_alive;
-    if (!cl->SendFile(e.body->get(), e.size, [&](uint64_t n) { proxy->Count(c, 0, n); })) return false;
+    if (!cl->SendFile(e.body->get(), e.size, [&](uint64_t n) { proxy->Count(c, 0, n); }))
+      return false;
     return keep_alive;
   }
 
@@ -388,7 +399,8 @@ struct ProxySession {
   // the requests inside like plain-HTTP ones (cached the same way), over one kept upstream.
   void Intercept(const std::string& host, uint16_t port) {
     if (buf.size() != 0)
-      return Error(http::status::bad_request, "send the TLS handshake after the proxy's answer to CONNECT");
+      return Error(http::status::bad_request,
+                   "send the TLS handshake after the proxy's answer to CONNECT");
     Upstream up;
     TargetGuard guard{this};  // after `up`: cleared before its fd closes
     if (!OpenUpstream(host, port, true, &up)) return;
@@ -397,15 +409,17 @@ struct ProxySession {
     const char kOk[] = "HTTP/1.1 200 Connection established\r\n\r\n";
     if (!client.WriteAll(kOk, sizeof kOk - 1)) return;
     std::string sni;
-    auto tls = TlsStream::Accept(client.fd(), proxy->server_ctx_.get(), leaf->first.get(), leaf->second, kSniWaitMs,
-                                 kIdleMs, &sni);
+    auto tls = TlsStream::Accept(client.fd(), proxy->server_ctx_.get(), leaf->first.get(),
+                                 leaf->second, kSniWaitMs, kIdleMs, &sni);
     if (!tls.ok()) {
-      spdlog::info("egress proxy: {} CONNECT {}:{}: {}", c->sandbox, host, port, tls.status().ToString());
+      spdlog::info("egress proxy: {} CONNECT {}:{}: {}", c->sandbox, host, port,
+                   tls.status().ToString());
       return;
     }
     // The name the client's TLS asked for is the CONNECT's: no fronting another host.
     if (!sni.empty() && NormalizeName(sni) != NormalizeName(HostOnly(host))) {
-      spdlog::info("egress proxy: {} CONNECT {}:{} with TLS server name {}: refused", c->sandbox, host, port, sni);
+      spdlog::info("egress proxy: {} CONNECT {}:{} with TLS server name {}: refused", c->sandbox,
+                   host, port, sni);
       return;
     }
     proxy->CountIntercepted();
@@ -422,20 +436,23 @@ struct ProxySession {
       req.body_limit(std::numeric_limits<std::uint64_t>::max());
       error_code ec;
       http::read_header(*cl, *cbuf, req, ec);
-      if (ec == http::error::header_limit) return Error(http::status::request_header_fields_too_large, "request header too large");
+      if (ec == http::error::header_limit)
+        return Error(http::status::request_header_fields_too_large, "request header too large");
       if (ec) return;
       auto& h = req.get();
-      if (h.method() == http::verb::connect) return Error(http::status::bad_request, "CONNECT inside a tunnel");
+      if (h.method() == http::verb::connect)
+        return Error(http::status::bad_request, "CONNECT inside a tunnel");
       // Origin-form, or absolute-form naming the tunnel's own host.
       Url u{host, port, std::string(h.target())};
       if (u.path.empty() || u.path.front() != '/') {
         Url abs;
         std::string t(h.target());
-        if (t.size() > 8 && boost::beast::iequals(t.substr(0, 8), "https://") && ParseHttpUrl("http://" + t.substr(8), &abs) &&
-            Canonical(abs.host) == Canonical(host)) {
+        if (t.size() > 8 && boost::beast::iequals(t.substr(0, 8), "https://") &&
+            ParseHttpUrl("http://" + t.substr(8), &abs) && Canonical(abs.host) == Canonical(host)) {
           u.path = abs.path;
         } else {
-          return Error(http::status::bad_request, "a request inside the tunnel to " + host + " must be for that host");
+          return Error(http::status::bad_request,
+                       "a request inside the tunnel to " + host + " must be for that host");
         }
       }
       if (!HostHeaderAgrees(h, host, port)) return;
@@ -446,20 +463,22 @@ struct ProxySession {
   // One request to `u` (plain HTTP, or inside an intercepted tunnel when `https`); false:
   // close the client connection. `kept`: the tunnel's upstream, used and kept across
   // requests; otherwise one upstream connection per request.
-  bool Forward(http::request_parser<http::buffer_body>& req, const Url& u, bool https, Upstream* kept) {
+  bool Forward(http::request_parser<http::buffer_body>& req, const Url& u, bool https,
+               Upstream* kept) {
     auto& h = req.get();
     Policy policy;
     if (!Allowed(u.host, u.port, &policy)) return false;  // before the cache too
     const bool client_keep_alive = req.keep_alive();
-    const std::string url =
-        (https ? "https://" : "http://") + HostOnly(Canonical(u.host)) + ":" + std::to_string(u.port) + u.path;
+    const std::string url = (https ? "https://" : "http://") + HostOnly(Canonical(u.host)) + ":" +
+                            std::to_string(u.port) + u.path;
     const CacheKind kind = ClassifyForCache(u.path);
-    bool cacheable = (h.method() == http::verb::get || h.method() == http::verb::head) && kind != CacheKind::kNone &&
-                     req.is_done();
+    bool cacheable = (h.method() == http::verb::get || h.method() == http::verb::head) &&
+                     kind != CacheKind::kNone && req.is_done();
     for (const auto& f : h)
       if (MayCarryCredential(f.name_string())) cacheable = false;
     std::optional<CacheEntry> cached = cacheable ? proxy->cache_.Lookup(url) : std::nullopt;
-    if (cached && cached->kind == CacheKind::kImmutable) return SendCached(*cached, h.base(), client_keep_alive);
+    if (cached && cached->kind == CacheKind::kImmutable)
+      return SendCached(*cached, h.base(), client_keep_alive);
 
     Upstream fresh;
     std::optional<TargetGuard> guard;  // after `fresh`: cleared before its fd closes
@@ -485,13 +504,15 @@ struct ProxySession {
     // The name the cache key has (lowercase, no trailing dot): the same answer for the same key.
     std::string host_name = Canonical(u.host);
     if (!u.host.empty() && u.host.front() == '[') host_name = "[" + host_name + "]";
-    h.set(http::field::host, u.port == (https ? 443 : 80) ? host_name : host_name + ":" + std::to_string(u.port));
+    h.set(http::field::host,
+          u.port == (https ? 443 : 80) ? host_name : host_name + ":" + std::to_string(u.port));
     if (!kept) h.set(http::field::connection, "close");
     if (cached) {
       // Revalidate our copy with its own validators, not the client's.
       h.erase(http::field::if_none_match);
       h.erase(http::field::if_modified_since);
-      if (auto it = cached->headers.find("ETag"); it != cached->headers.end()) h.set(http::field::if_none_match, it->second);
+      if (auto it = cached->headers.find("ETag"); it != cached->headers.end())
+        h.set(http::field::if_none_match, it->second);
       if (auto it = cached->headers.find("Last-Modified"); it != cached->headers.end())
         h.set(http::field::if_modified_since, it->second);
     } else if (cacheable && h.method() == http::verb::get) {
@@ -503,7 +524,8 @@ struct ProxySession {
     }
     // One copy serves every client: ask for the unencoded body (stored only if it is that).
     if (cacheable) h.set(http::field::accept_encoding, "identity");
-    if (h.method() != http::verb::get && h.method() != http::verb::head) h.erase(http::field::expect);
+    if (h.method() != http::verb::get && h.method() != http::verb::head)
+      h.erase(http::field::expect);
     if (!Relay(req, *cl, upstream, nullptr, cbuf)) {
       Error(http::status::bad_gateway, "sending the request to " + u.host + " failed");
       return false;
@@ -528,7 +550,8 @@ struct ProxySession {
     auto& res = *parser;
     if (ec || res.get().result_int() < 200) {
       proxy->Count(c, upstream.bytes_in() - in_before, 0);
-      Error(http::status::bad_gateway, "no answer from " + u.host + (ec ? ": " + ec.message() : ""));
+      Error(http::status::bad_gateway,
+            "no answer from " + u.host + (ec ? ": " + ec.message() : ""));
       return false;
     }
     auto& rh = res.get();
@@ -538,22 +561,25 @@ struct ProxySession {
       return SendCached(*cached, client_head, client_keep_alive);
     }
     auto cc = std::string(rh[http::field::cache_control]);
-    const bool store = cacheable && client_head.method() == http::verb::get && rh.result() == http::status::ok &&
-                       cc.find("no-store") == std::string::npos && cc.find("private") == std::string::npos &&
-                       OneVariantForAll(rh[http::field::vary], rh[http::field::content_encoding]) &&
-                       IdentityEncoded(rh[http::field::content_encoding]) &&
-                       (res.content_length() ? *res.content_length() <= proxy->opts_.cache_entry_bytes
-                                             : res.chunked()) &&  // never a close-delimited body
-                       (kind == CacheKind::kImmutable || !rh[http::field::etag].empty() ||
-                        !rh[http::field::last_modified].empty());
+    const bool store =
+        cacheable && client_head.method() == http::verb::get && rh.result() == http::status::ok &&
+        cc.find("no-store") == std::string::npos && cc.find("private") == std::string::npos &&
+        OneVariantForAll(rh[http::field::vary], rh[http::field::content_encoding]) &&
+        IdentityEncoded(rh[http::field::content_encoding]) &&
+        (res.content_length() ? *res.content_length() <= proxy->opts_.cache_entry_bytes
+                              : res.chunked()) &&  // never a close-delimited body
+        (kind == CacheKind::kImmutable || !rh[http::field::etag].empty() ||
+         !rh[http::field::last_modified].empty());
     std::unique_ptr<PackageCache::Writer> writer = store ? proxy->cache_.Begin(url) : nullptr;
     CacheEntry meta;
     if (writer) {
       meta.url = url;
       meta.kind = kind;
-      for (auto f : {http::field::content_type, http::field::etag, http::field::last_modified,
-                     http::field::content_encoding, http::field::cache_control, http::field::expires})
-        if (auto v = rh[f]; !v.empty()) meta.headers[std::string(http::to_string(f))] = std::string(v);
+      for (auto f :
+           {http::field::content_type, http::field::etag, http::field::last_modified,
+            http::field::content_encoding, http::field::cache_control, http::field::expires})
+        if (auto v = rh[f]; !v.empty())
+          meta.headers[std::string(http::to_string(f))] = std::string(v);
     }
     // To the client: the same response, re-framed for this connection.
     const bool framed = res.content_length().has_value() || res.chunked() || res.is_done();
@@ -562,15 +588,20 @@ struct ProxySession {
     StripHopByHop(rh.base());
     rh.version(11);
     // A body of unknown length: chunked for HTTP/1.1 clients, ended by closing for 1.0 ones.
-    if (!length && !res.is_done() && client_head.method() != http::verb::head && !http10) rh.chunked(true);
+    if (!length && !res.is_done() && client_head.method() != http::verb::head && !http10)
+      rh.chunked(true);
     const bool keep = client_keep_alive && framed && !(http10 && !length);
     rh.keep_alive(keep);
     uint64_t body_bytes = 0;
     const bool upstream_keep = res.keep_alive();
-    bool ok = Relay(res, upstream, *cl, [&](const char* d, size_t n) {
-      body_bytes += n;
-      if (writer && (body_bytes > proxy->opts_.cache_entry_bytes || !writer->Append(d, n))) writer.reset();
-    }, &ubuf);
+    bool ok = Relay(
+        res, upstream, *cl,
+        [&](const char* d, size_t n) {
+          body_bytes += n;
+          if (writer && (body_bytes > proxy->opts_.cache_entry_bytes || !writer->Append(d, n)))
+            writer.reset();
+        },
+        &ubuf);
     proxy->Count(c, upstream.bytes_in() - in_before, 0);
     // Whatever the server sent past this response would be misread as the next one's start.
     if (kept && !(ok && res.is_done() && upstream_keep && ubuf.size() == 0)) DropUpstream(kept);
@@ -584,8 +615,8 @@ struct ProxySession {
   // Streams a message's body from `in` to `out` through `p` (header already read), as in
   // Beast's relay example.
   template <bool isRequest, class Tee>
-  bool Relay(http::parser<isRequest, http::buffer_body>& p, ByteStream& in, ByteStream& out, Tee tee,
-             boost::beast::flat_buffer* in_buf) {
+  bool Relay(http::parser<isRequest, http::buffer_body>& p, ByteStream& in, ByteStream& out,
+             Tee tee, boost::beast::flat_buffer* in_buf) {
     http::serializer<isRequest, http::buffer_body> sr{p.get()};
     char chunk[65536];
     error_code ec;
@@ -613,11 +644,13 @@ struct ProxySession {
   }
 };
 
-Result<std::unique_ptr<EgressProxy>> EgressProxy::Start(const ProxyOptions& opts, Network* net, Resolver* resolver) {
+Result<std::unique_ptr<EgressProxy>> EgressProxy::Start(const ProxyOptions& opts, Network* net,
+                                                        Resolver* resolver) {
   std::unique_ptr<EgressProxy> p(new EgressProxy(opts, net, resolver));
   WARREN_RETURN_IF_ERROR(p->cache_.Init());
   if (!p->intercept_.empty()) {
-    if (opts.ca_dir.empty()) return Invalid("egress proxy: HTTPS interception needs a CA directory", "");
+    if (opts.ca_dir.empty())
+      return Invalid("egress proxy: HTTPS interception needs a CA directory", "");
     p->ca_ = WARREN_TRY(NodeCa::Open(opts.ca_dir, p->intercept_));
     p->server_ctx_ = WARREN_TRY(NewServerTlsContext());
     p->client_ctx_ = WARREN_TRY(NewClientTlsContext(opts.upstream_ca));
@@ -631,7 +664,8 @@ Result<std::unique_ptr<EgressProxy>> EgressProxy::Start(const ProxyOptions& opts
   sa.sin_port = htons(opts.port);
   sa.sin_addr.s_addr = opts.addr;
   const std::string where = Ip4String(opts.addr) + ":" + std::to_string(opts.port);
-  if (bind(p->listener_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(p->listener_.get(), 512) != 0)
+  if (bind(p->listener_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      listen(p->listener_.get(), 512) != 0)
     return ErrnoStatus("listen egress proxy", where);
   p->wake_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!p->wake_) return ErrnoStatus("eventfd", "egress proxy");
@@ -661,16 +695,19 @@ void EgressProxy::Accept() {
     if (p[1].revents) return;
     sockaddr_in from{};
     socklen_t len = sizeof from;
-    int fd = accept4(listener_.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(listener_.get(), reinterpret_cast<sockaddr*>(&from), &len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) continue;
     auto c = std::make_unique<Conn>();
     c->client = UniqueFd(fd);
     c->src = from.sin_addr.s_addr;
     {
       std::lock_guard lock(mu_);
-      if (stop_ || conns_.size() >= opts_.max_connections || per_sandbox_[c->src] >= opts_.max_per_sandbox) {
+      if (stop_ || conns_.size() >= opts_.max_connections ||
+          per_sandbox_[c->src] >= opts_.max_per_sandbox) {
         ++total_.refused;
-        const char k503[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        const char k503[] =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
         (void)!send(fd, k503, sizeof k503 - 1, MSG_NOSIGNAL);
         continue;
       }
@@ -705,7 +742,8 @@ void EgressProxy::Work() {
   std::unique_lock lock(mu_);
   for (;;) {
     ++idle_workers_;
-    const bool got = work_cv_.wait_for(lock, std::chrono::seconds(60), [&] { return stop_ || !pending_.empty(); });
+    const bool got = work_cv_.wait_for(lock, std::chrono::seconds(60),
+                                       [&] { return stop_ || !pending_.empty(); });
     --idle_workers_;
     if (pending_.empty() && (stop_ || !got)) break;  // stopping, or idle for a minute
     Conn* c = pending_.front();
@@ -742,7 +780,8 @@ void EgressProxy::Serve(Conn* c) {
   }
 }
 
-bool EgressProxy::Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why, Policy* policy) {
+bool EgressProxy::Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why,
+                          Policy* policy) {
   Policy local;
   Policy& p = policy ? *policy : local;
   if (!net_->PolicyOf(c->src, &p) || !p.egress) {
@@ -750,7 +789,8 @@ bool EgressProxy::Allowed(Conn* c, const std::string& host, uint16_t port, std::
   } else if (p.AllowsHost(host, port, Proto::kTcp)) {
     return true;
   } else {
-    *why = HostOnly(host) + ":" + std::to_string(port) + " is not allowed by this sandbox's network policy";
+    *why = HostOnly(host) + ":" + std::to_string(port) +
+           " is not allowed by this sandbox's network policy";
   }
   std::lock_guard lock(mu_);
   ++by_sandbox_[c->sandbox].refused;
@@ -772,8 +812,9 @@ void EgressProxy::CountIntercepted() {
 }
 
 bool EgressProxy::Forbidden(uint32_t a) {
-  if (InNet(a, Net("0.0.0.0"), 8) || InNet(a, Net("127.0.0.0"), 8) || InNet(a, Net("169.254.0.0"), 16) ||
-      InNet(a, Net("224.0.0.0"), 3) || InNet(a, opts_.subnet, opts_.prefix))
+  if (InNet(a, Net("0.0.0.0"), 8) || InNet(a, Net("127.0.0.0"), 8) ||
+      InNet(a, Net("169.254.0.0"), 16) || InNet(a, Net("224.0.0.0"), 3) ||
+      InNet(a, opts_.subnet, opts_.prefix))
     return true;
   std::lock_guard lock(mu_);
   if (NowMs() - local_addrs_at_ > 10000) {
@@ -790,13 +831,15 @@ bool EgressProxy::Forbidden(uint32_t a) {
   return local_addrs_.count(a) > 0;
 }
 
-Result<UniqueFd> EgressProxy::Connect(const std::string& host, uint16_t port, const Policy& policy) {
+Result<UniqueFd> EgressProxy::Connect(const std::string& host, uint16_t port,
+                                      const Policy& policy) {
   std::vector<uint32_t> addrs;
   bool trusted = true;  // an address the sandbox named itself was checked against its rules
   int family;
   std::array<uint8_t, 16> lit;
   if (ParseAddress(host, &family, &lit)) {
-    if (family != AF_INET) return Status(Code::kUnavailable, "connect", host, "there is no IPv6 egress");
+    if (family != AF_INET)
+      return Status(Code::kUnavailable, "connect", host, "there is no IPv6 egress");
     uint32_t a;
     memcpy(&a, lit.data(), 4);
     addrs.push_back(a);
@@ -811,7 +854,9 @@ Result<UniqueFd> EgressProxy::Connect(const std::string& host, uint16_t port, co
   Status last = Status(Code::kUnavailable, "connect", what, "no usable address");
   for (uint32_t a : addrs) {
     if (Forbidden(a)) {
-      last = Status(Code::kForbidden, "connect", what, Ip4String(a) + " is on the node itself, loopback, link-local or the sandbox network");
+      last = Status(
+          Code::kForbidden, "connect", what,
+          Ip4String(a) + " is on the node itself, loopback, link-local or the sandbox network");
       continue;
     }
     if (!trusted && IsInternalAddress(a) &&
@@ -826,7 +871,8 @@ Result<UniqueFd> EgressProxy::Connect(const std::string& host, uint16_t port, co
     sa.sin_family = AF_INET;
     sa.sin_port = htons(port);
     sa.sin_addr.s_addr = a;
-    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 && errno != EINPROGRESS) {
+    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 &&
+        errno != EINPROGRESS) {
       last = ErrnoStatus("connect", what + " (" + Ip4String(a) + ")");
       continue;
     }
@@ -865,7 +911,8 @@ void EgressProxy::Recheck(uint32_t src) {
   for (Conn* c : conns_) {
     if (c->src != src) continue;
     std::lock_guard cl(c->mu);
-    const bool keep = known && p.egress && (c->host.empty() || p.AllowsHost(c->host, c->port, Proto::kTcp));
+    const bool keep =
+        known && p.egress && (c->host.empty() || p.AllowsHost(c->host, c->port, Proto::kTcp));
     if (keep) continue;
     shutdown(c->client.get(), SHUT_RDWR);
     if (int u = c->upstream.load(); u >= 0) shutdown(u, SHUT_RDWR);
@@ -881,14 +928,20 @@ nlohmann::json EgressProxy::Stats() {
   std::lock_guard lock(mu_);
   nlohmann::json per = nlohmann::json::object();
   for (auto& [id, b] : by_sandbox_)
-    per[id] = {{"upstream_bytes", b.upstream}, {"cache_bytes", b.cache}, {"connections", b.connections},
+    per[id] = {{"upstream_bytes", b.upstream},
+               {"cache_bytes", b.cache},
+               {"connections", b.connections},
                {"refused", b.refused}};
-  return {{"upstream_bytes", total_.upstream}, {"cache_bytes", total_.cache},
-          {"connections", total_.connections}, {"refused", total_.refused},
+  return {{"upstream_bytes", total_.upstream},
+          {"cache_bytes", total_.cache},
+          {"connections", total_.connections},
+          {"refused", total_.refused},
           {"intercepted_connections", total_intercepted_},
           {"intercept_hosts", intercept_.hosts()},
-          {"open_connections", conns_.size()},  {"cache_entries", cache_.entries()},
-          {"cache_size_bytes", cache_.bytes()}, {"sandboxes", per}};
+          {"open_connections", conns_.size()},
+          {"cache_entries", cache_.entries()},
+          {"cache_size_bytes", cache_.bytes()},
+          {"sandboxes", per}};
 }
 
 }  // namespace warren::net

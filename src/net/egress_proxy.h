@@ -13,17 +13,16 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
@@ -57,7 +56,8 @@ struct ProxyOptions {
 
 class EgressProxy {
  public:
-  static Result<std::unique_ptr<EgressProxy>> Start(const ProxyOptions& opts, Network* net, Resolver* resolver);
+  static Result<std::unique_ptr<EgressProxy>> Start(const ProxyOptions& opts, Network* net,
+                                                    Resolver* resolver);
   ~EgressProxy();
   // After the policy of the sandbox at `src` changed: cut what it no longer allows.
   void Recheck(uint32_t src);
@@ -72,7 +72,11 @@ class EgressProxy {
 
  private:
   EgressProxy(const ProxyOptions& opts, Network* net, Resolver* resolver)
-      : opts_(opts), net_(net), resolver_(resolver), cache_(opts.cache_dir, opts.cache_bytes), intercept_(opts.intercept) {}
+      : opts_(opts),
+        net_(net),
+        resolver_(resolver),
+        cache_(opts.cache_dir, opts.cache_bytes),
+        intercept_(opts.intercept) {}
   void Accept();
   void Work();  // a worker thread: serves accepted connections one after another
   void Serve(Conn* c);
@@ -84,7 +88,8 @@ class EgressProxy {
   bool Intercepts(const std::string& host, uint16_t port) const;
   void CountIntercepted();
   // Whether the sandbox behind `c` may reach host:port now; its policy in `policy`.
-  bool Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why, Policy* policy = nullptr);
+  bool Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why,
+               Policy* policy = nullptr);
 
   ProxyOptions opts_;
   Network* net_;

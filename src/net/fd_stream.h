@@ -11,12 +11,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <functional>
-
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/system/error_code.hpp>
+#include <functional>
 
 namespace warren::net {
 
@@ -31,7 +30,8 @@ class ByteStream {
   virtual bool SendFile(int file_fd, uint64_t size, const std::function<void(uint64_t)>& count) {
     char tmp[65536];
     for (uint64_t off = 0; off < size;) {
-      ssize_t n = pread(file_fd, tmp, std::min<uint64_t>(sizeof tmp, size - off), static_cast<off_t>(off));
+      ssize_t n =
+          pread(file_fd, tmp, std::min<uint64_t>(sizeof tmp, size - off), static_cast<off_t>(off));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0 || !WriteAll(tmp, static_cast<size_t>(n))) return false;
       off += static_cast<uint64_t>(n);
@@ -47,7 +47,8 @@ class ByteStream {
 
   template <class MutableBufferSequence>
   size_t read_some(const MutableBufferSequence& buffers, boost::system::error_code& ec) {
-    for (auto it = boost::asio::buffer_sequence_begin(buffers); it != boost::asio::buffer_sequence_end(buffers); ++it) {
+    for (auto it = boost::asio::buffer_sequence_begin(buffers);
+         it != boost::asio::buffer_sequence_end(buffers); ++it) {
       boost::asio::mutable_buffer b = *it;
       if (b.size() == 0) continue;
       return ReadSome(b.data(), b.size(), ec);
@@ -183,7 +184,9 @@ class FdStream : public ByteStream {
     return true;
   }
 
-  bool Wait(short events, boost::system::error_code& ec) { return WaitFd(fd_, events, timeout_ms_, ec); }
+  bool Wait(short events, boost::system::error_code& ec) {
+    return WaitFd(fd_, events, timeout_ms_, ec);
+  }
 
   bool Stale() override {
     pollfd p{fd_, POLLIN, 0};

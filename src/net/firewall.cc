@@ -13,11 +13,7 @@ std::string Ip4String(uint32_t addr) {
   return buf;
 }
 
-namespace {
-
-
-
-}  // namespace
+namespace {}  // namespace
 
 std::string Firewall::Chain(uint32_t ip) const { return "sb_" + std::to_string(ntohl(ip)); }
 
@@ -32,66 +28,88 @@ Result<std::unique_ptr<Firewall>> Firewall::Create(const FirewallConfig& cfg) {
   const std::string subnet = Ip4String(cfg.subnet) + "/" + std::to_string(cfg.prefix);
   const std::string gw = Ip4String(cfg.gateway);
   // Dropping a missing table fails; create it first so the delete always has a target.
-  std::string rules = "add table " + t + "\n" + "delete table " + t + "\n" +
-      "table " + t + " {\n"
-      // sandbox address -> jump to its chain
-      "  map sandboxes { type ipv4_addr : verdict; }\n"
-      // sandboxes in egress mode: they may use the resolver and the proxy
-      "  set egress_on { type ipv4_addr; }\n"
-      "  chain input_hook {\n"
-      "    type filter hook input priority filter - 5; policy accept;\n"
-      "    iifname " + br + " jump from_sandbox_to_host\n"
-      "    ip saddr " + subnet + " drop\n"  // a sandbox address from anywhere else is forged
-      "  }\n"
-      "  chain from_sandbox_to_host {\n"
-      "    meta nfproto ipv6 drop\n"
-      "    ip saddr != " + subnet + " drop\n"
-      "    ct state established,related accept\n"
-      "    ip saddr @egress_on ip daddr " + gw + " udp dport 53 accept\n"
-      "    ip saddr @egress_on ip daddr " + gw + " tcp dport " + std::to_string(cfg.proxy_port) + " accept\n"
-      "    meta l4proto tcp reject with tcp reset\n"
-      "    reject with icmpx admin-prohibited\n"
-      "  }\n"
-      "  chain forward_hook {\n"
-      "    type filter hook forward priority filter - 5; policy accept;\n"
-      "    iifname " + br + " jump from_sandbox\n"
-      "    oifname " + br + " jump to_sandbox\n"
-      "    ip saddr " + subnet + " drop\n" +
-      // The host did not forward before we turned forwarding on for sandboxes: it still
-      // forwards nothing else.
-      (cfg.forward_only_sandboxes ? "    drop\n" : "") +
-      "  }\n"
-      "  chain from_sandbox {\n"
-      "    meta nfproto ipv6 reject with icmpx admin-prohibited\n"
-      "    ip saddr != " + subnet + " drop\n"
-      "    ct state established,related accept\n"
-      // a connection whose conntrack entry we deleted (no longer allowed): cut it
-      "    ct state != new meta l4proto tcp reject with tcp reset\n"
-      "    ct state != new drop\n"
-      "    meta l4proto != { tcp, udp } reject with icmpx admin-prohibited\n"
-      // other sandboxes, the bridge network, link-local (cloud metadata) and multicast:
-      // never, whatever the rules say
-      "    ip daddr { " + subnet + ", 169.254.0.0/16, 224.0.0.0/3, 0.0.0.0/8, 127.0.0.0/8 } "
-      "reject with icmpx admin-prohibited\n"
-      "    ip saddr vmap @sandboxes\n"
-      "    meta l4proto tcp reject with tcp reset\n"
-      "    reject with icmpx admin-prohibited\n"
-      "  }\n"
-      "  chain to_sandbox {\n"
-      "    ct state established,related accept\n"
-      "    drop\n"
-      "  }\n"
-      "  chain postrouting_hook {\n"
-      "    type nat hook postrouting priority srcnat; policy accept;\n"
-      "    ip saddr " + subnet + " oifname != " + br + " masquerade\n"
-      "  }\n"
-      "}\n";
+  std::string rules = "add table " + t + "\n" + "delete table " + t + "\n" + "table " + t +
+                      " {\n"
+                      // sandbox address -> jump to its chain
+                      "  map sandboxes { type ipv4_addr : verdict; }\n"
+                      // sandboxes in egress mode: they may use the resolver and the proxy
+                      "  set egress_on { type ipv4_addr; }\n"
+                      "  chain input_hook {\n"
+                      "    type filter hook input priority filter - 5; policy accept;\n"
+                      "    iifname " +
+                      br +
+                      " jump from_sandbox_to_host\n"
+                      "    ip saddr " +
+                      subnet +
+                      " drop\n"  // a sandbox address from anywhere else is forged
+                      "  }\n"
+                      "  chain from_sandbox_to_host {\n"
+                      "    meta nfproto ipv6 drop\n"
+                      "    ip saddr != " +
+                      subnet +
+                      " drop\n"
+                      "    ct state established,related accept\n"
+                      "    ip saddr @egress_on ip daddr " +
+                      gw +
+                      " udp dport 53 accept\n"
+                      "    ip saddr @egress_on ip daddr " +
+                      gw + " tcp dport " + std::to_string(cfg.proxy_port) +
+                      " accept\n"
+                      "    meta l4proto tcp reject with tcp reset\n"
+                      "    reject with icmpx admin-prohibited\n"
+                      "  }\n"
+                      "  chain forward_hook {\n"
+                      "    type filter hook forward priority filter - 5; policy accept;\n"
+                      "    iifname " +
+                      br +
+                      " jump from_sandbox\n"
+                      "    oifname " +
+                      br +
+                      " jump to_sandbox\n"
+                      "    ip saddr " +
+                      subnet + " drop\n" +
+                      // The host did not forward before we turned forwarding on for sandboxes: it
+                      // still forwards nothing else.
+                      (cfg.forward_only_sandboxes ? "    drop\n" : "") +
+                      "  }\n"
+                      "  chain from_sandbox {\n"
+                      "    meta nfproto ipv6 reject with icmpx admin-prohibited\n"
+                      "    ip saddr != " +
+                      subnet +
+                      " drop\n"
+                      "    ct state established,related accept\n"
+                      // a connection whose conntrack entry we deleted (no longer allowed): cut it
+                      "    ct state != new meta l4proto tcp reject with tcp reset\n"
+                      "    ct state != new drop\n"
+                      "    meta l4proto != { tcp, udp } reject with icmpx admin-prohibited\n"
+                      // other sandboxes, the bridge network, link-local (cloud metadata) and
+                      // multicast: never, whatever the rules say
+                      "    ip daddr { " +
+                      subnet +
+                      ", 169.254.0.0/16, 224.0.0.0/3, 0.0.0.0/8, 127.0.0.0/8 } "
+                      "reject with icmpx admin-prohibited\n"
+                      "    ip saddr vmap @sandboxes\n"
+                      "    meta l4proto tcp reject with tcp reset\n"
+                      "    reject with icmpx admin-prohibited\n"
+                      "  }\n"
+                      "  chain to_sandbox {\n"
+                      "    ct state established,related accept\n"
+                      "    drop\n"
+                      "  }\n"
+                      "  chain postrouting_hook {\n"
+                      "    type nat hook postrouting priority srcnat; policy accept;\n"
+                      "    ip saddr " +
+                      subnet + " oifname != " + br +
+                      " masquerade\n"
+                      "  }\n"
+                      "}\n";
   WARREN_RETURN_IF_ERROR(fw->Run(rules, "create nftables table", cfg.table));
   return fw;
 }
 
 Firewall::~Firewall() {
-  if (ctx_) (void)Run("delete table inet " + cfg_.table + "\n", "delete nftables table", cfg_.table);
+  if (ctx_)
+    (void)Run("delete table inet " + cfg_.table + "\n", "delete nftables table", cfg_.table);
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -158,10 +176,12 @@ std::string Firewall::PolicyCommands(uint32_t ip, const Policy& policy, uint64_t
   // no match at all, and a port match (th dport) is valid for both.
   auto match = [](const EgressRule& r) {
     std::string m;
-    if (r.proto != Proto::kAny) m += std::string(" meta l4proto ") + (r.proto == Proto::kTcp ? "tcp" : "udp");
+    if (r.proto != Proto::kAny)
+      m += std::string(" meta l4proto ") + (r.proto == Proto::kTcp ? "tcp" : "udp");
     if (r.port_lo != 0 || r.port_hi != 65535)
-      m += " th dport " + (r.port_lo == r.port_hi ? std::to_string(r.port_lo)
-                                                 : std::to_string(r.port_lo) + "-" + std::to_string(r.port_hi));
+      m += " th dport " + (r.port_lo == r.port_hi
+                               ? std::to_string(r.port_lo)
+                               : std::to_string(r.port_lo) + "-" + std::to_string(r.port_hi));
     return m;
   };
   size_t k = 0;
@@ -173,8 +193,8 @@ std::string Firewall::PolicyCommands(uint32_t ip, const Policy& policy, uint64_t
     } else if (r.family == AF_INET) {  // no IPv6 egress
       uint32_t a;
       memcpy(&a, r.addr.data(), 4);
-      cmds += "add rule " + t + " " + c + " ip daddr " + Ip4String(a) + "/" + std::to_string(r.prefix) + match(r) +
-              " accept\n";
+      cmds += "add rule " + t + " " + c + " ip daddr " + Ip4String(a) + "/" +
+              std::to_string(r.prefix) + match(r) + " accept\n";
     }
   }
   // Nothing matched: back in from_sandbox, which refuses (TCP reset, else ICMP).
@@ -193,8 +213,8 @@ Status Firewall::AddSandbox(uint32_t ip, const Policy& policy) {
   SbState& st = state_[ip];
   st.gen += 1;
   std::string cmds = "add chain " + t + " " + c + "\nflush chain " + t + " " + c + "\n" +
-                     PolicyCommands(ip, policy, st.gen) +
-                     "add element " + t + " sandboxes { " + addr + " : jump " + c + " }\n";
+                     PolicyCommands(ip, policy, st.gen) + "add element " + t + " sandboxes { " +
+                     addr + " : jump " + c + " }\n";
   if (policy.egress) cmds += "add element " + t + " egress_on { " + addr + " }\n";
   Status s = Run(cmds, "add sandbox to firewall", addr);
   if (!s.ok()) {
@@ -213,7 +233,8 @@ Status Firewall::SetPolicy(uint32_t ip, const Policy& policy) {
   SbState& st = it->second;
   // One transaction: there is no moment with neither the old nor the new policy.
   std::string cmds = "flush chain " + t + " " + c + "\n";
-  for (size_t k = 0; k < st.domains; ++k) cmds += "delete set " + t + " " + SetName(ip, st.gen, k) + "\n";
+  for (size_t k = 0; k < st.domains; ++k)
+    cmds += "delete set " + t + " " + SetName(ip, st.gen, k) + "\n";
   cmds += PolicyCommands(ip, policy, st.gen + 1);
   // "add" of a present element is fine; "delete" of an absent one is not: add first.
   cmds += "add element " + t + " egress_on { " + addr + " }\n";
@@ -228,13 +249,14 @@ Status Firewall::AllowResolved(uint32_t ip, uint32_t a, size_t domain_rule, uint
   const std::string t = "inet " + cfg_.table;
   std::lock_guard lock(state_mu_);
   auto it = state_.find(ip);
-  if (it == state_.end() || domain_rule >= it->second.domains) return Status::Ok();  // policy moved on
+  if (it == state_.end() || domain_rule >= it->second.domains)
+    return Status::Ok();  // policy moved on
   const std::string set = t + " " + SetName(ip, it->second.gen, domain_rule);
   const std::string elem = "{ " + Ip4String(a) + " timeout " + std::to_string(ttl_s) + "s }";
   // Re-adding an element does not extend its timeout: add (so the delete finds it), delete
   // and add again, in one transaction.
-  return Run("add element " + set + " " + elem + "\ndelete element " + set + " " + elem + "\nadd element " + set +
-                 " " + elem + "\n",
+  return Run("add element " + set + " " + elem + "\ndelete element " + set + " " + elem +
+                 "\nadd element " + set + " " + elem + "\n",
              "allow resolved address", Ip4String(a));
 }
 
@@ -243,12 +265,21 @@ Status Firewall::RemoveSandbox(uint32_t ip) {
   std::lock_guard lock(state_mu_);
   auto it = state_.find(ip);
   if (it == state_.end()) return Status::Ok();
-  std::string cmds = "add element " + t + " egress_on { " + addr + " }\n"
-                     "delete element " + t + " egress_on { " + addr + " }\n"
-                     "delete element " + t + " sandboxes { " + addr + " }\n"
-                     "flush chain " + t + " " + c + "\n"
-                     "delete chain " + t + " " + c + "\n";
-  for (size_t k = 0; k < it->second.domains; ++k) cmds += "delete set " + t + " " + SetName(ip, it->second.gen, k) + "\n";
+  std::string cmds = "add element " + t + " egress_on { " + addr +
+                     " }\n"
+                     "delete element " +
+                     t + " egress_on { " + addr +
+                     " }\n"
+                     "delete element " +
+                     t + " sandboxes { " + addr +
+                     " }\n"
+                     "flush chain " +
+                     t + " " + c +
+                     "\n"
+                     "delete chain " +
+                     t + " " + c + "\n";
+  for (size_t k = 0; k < it->second.domains; ++k)
+    cmds += "delete set " + t + " " + SetName(ip, it->second.gen, k) + "\n";
   Status s = Run(cmds, "remove sandbox from firewall", addr);
   state_.erase(it);
   return s;

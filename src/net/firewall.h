@@ -11,16 +11,16 @@
 // IPv6, ICMP and every protocol but TCP and UDP.
 #pragma once
 
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <future>
 #include <map>
 #include <memory>
-#include <thread>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "base/status.h"
 #include "net/policy.h"
@@ -30,11 +30,11 @@ struct nft_ctx;
 namespace warren::net {
 
 struct FirewallConfig {
-  std::string table;   // nft table name (inet family)
-  std::string bridge;  // the sandbox bridge
-  uint32_t subnet = 0; // network byte order
+  std::string table;    // nft table name (inet family)
+  std::string bridge;   // the sandbox bridge
+  uint32_t subnet = 0;  // network byte order
   int prefix = 16;
-  uint32_t gateway = 0;       // the bridge's address: DNS resolver and proxy listen here
+  uint32_t gateway = 0;  // the bridge's address: DNS resolver and proxy listen here
   uint16_t proxy_port = 3128;
   bool forward_only_sandboxes = false;  // drop all other forwarded traffic
 };

@@ -1,10 +1,10 @@
 #include "net/netlink.h"
 
-#include <net/if.h>  // before the linux/ headers, which then skip their copies
 #include <libmnl/libmnl.h>
 #include <linux/if_link.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
+#include <net/if.h>  // before the linux/ headers, which then skip their copies
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,7 +38,8 @@ Status RtNetlink::Talk(void* p, const std::string& op, const std::string& object
   for (;;) {
     ssize_t n = mnl_socket_recvfrom(sock_, buf.data(), buf.size());
     if (n < 0) return ErrnoStatus(op, object);
-    int r = mnl_cb_run(buf.data(), static_cast<size_t>(n), nlh->nlmsg_seq, portid, nullptr, nullptr);
+    int r =
+        mnl_cb_run(buf.data(), static_cast<size_t>(n), nlh->nlmsg_seq, portid, nullptr, nullptr);
     if (r < 0) return ErrnoStatus(op, object);
     if (r == MNL_CB_STOP) return Status::Ok();
   }
@@ -46,7 +47,8 @@ Status RtNetlink::Talk(void* p, const std::string& op, const std::string& object
 
 namespace {
 
-nlmsghdr* LinkMsg(char* buf, uint16_t type, uint16_t flags, int family, int index, ifinfomsg** out) {
+nlmsghdr* LinkMsg(char* buf, uint16_t type, uint16_t flags, int family, int index,
+                  ifinfomsg** out) {
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
   nlh->nlmsg_type = type;
   nlh->nlmsg_flags = flags;
@@ -75,7 +77,8 @@ Status RtNetlink::CreateBridge(const std::string& name) {
   return Talk(nlh, "create bridge", name);
 }
 
-Status RtNetlink::CreateVeth(const std::string& name, int master, const std::string& peer, int peer_netns_fd) {
+Status RtNetlink::CreateVeth(const std::string& name, int master, const std::string& peer,
+                             int peer_netns_fd) {
   char buf[MNL_SOCKET_BUFFER_SIZE];
   ifinfomsg* ifm;
   nlmsghdr* nlh = LinkMsg(buf, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, AF_UNSPEC, 0, &ifm);
@@ -162,6 +165,8 @@ Status RtNetlink::AddDefaultRoute4(int ifindex, uint32_t gw) {
   return Talk(nlh, "add default route", "via " + Ip4(gw));
 }
 
-int RtNetlink::Index(const std::string& name) { return static_cast<int>(if_nametoindex(name.c_str())); }
+int RtNetlink::Index(const std::string& name) {
+  return static_cast<int>(if_nametoindex(name.c_str()));
+}
 
 }  // namespace warren::net

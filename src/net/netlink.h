@@ -23,7 +23,8 @@ class RtNetlink {
   Status CreateBridge(const std::string& name);
   // A veth pair: `name` here, enslaved to `master` (0: none) and up; `peer` created directly
   // inside the namespace `peer_netns_fd` (moving a link later costs ~35 ms, this does not).
-  Status CreateVeth(const std::string& name, int master, const std::string& peer, int peer_netns_fd);
+  Status CreateVeth(const std::string& name, int master, const std::string& peer,
+                    int peer_netns_fd);
   // A bridge port that cannot talk to other isolated ports: sandboxes never see each other.
   Status SetBridgePortIsolated(int ifindex);
   Status SetUp(int ifindex, bool up);

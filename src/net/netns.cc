@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <sched.h>
-#include <unistd.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <cstdlib>

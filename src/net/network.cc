@@ -1,16 +1,16 @@
 #include "net/network.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/mount.h>
-#include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <fstream>
 #include <cstdio>
+#include <fstream>
 
 #include "base/sha256.h"
 #include "net/conntrack.h"
@@ -26,7 +26,8 @@ constexpr size_t kMaxResolvedPerSandbox = 4096;
 constexpr size_t kMaxAddrsPerAnswer = 16;
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -38,7 +39,8 @@ std::string VethName(uint32_t ip) {
 
 Status ParseSubnet(const std::string& s, uint32_t* net, int* prefix) {
   auto rule = ParseRule(s);
-  if (!rule.ok() || rule->is_domain() || rule->family != AF_INET || rule->prefix < 8 || rule->prefix > 28)
+  if (!rule.ok() || rule->is_domain() || rule->family != AF_INET || rule->prefix < 8 ||
+      rule->prefix > 28)
     return Invalid("network subnet must be an IPv4 CIDR from /8 to /28", s);
   memcpy(net, rule->addr.data(), 4);
   *prefix = rule->prefix;
@@ -76,7 +78,8 @@ Result<std::unique_ptr<Network>> Network::Start(const NetworkOptions& opts) {
 Status Network::Init() {
   WARREN_RETURN_IF_ERROR(ParseSubnet(opts_.subnet, &subnet_, &prefix_));
   gateway_ = htonl(ntohl(subnet_) + 1);
-  if (opts_.bridge.empty() || opts_.bridge.size() > 15) return Invalid("bad bridge name", opts_.bridge);
+  if (opts_.bridge.empty() || opts_.bridge.size() > 15)
+    return Invalid("bad bridge name", opts_.bridge);
   WARREN_RETURN_IF_ERROR(CheckSubnetFree());
   // NAT out needs forwarding; sandboxes are the only thing routed through here that the
   // firewall does not refuse.
@@ -103,14 +106,17 @@ Status Network::Init() {
   {
     std::string h = Sha256Hex(opts_.bridge);
     uint8_t mac[6] = {0x02};
-    for (int i = 1; i < 6; ++i) mac[i] = static_cast<uint8_t>(std::stoi(h.substr(static_cast<size_t>(2 * i), 2), nullptr, 16));
+    for (int i = 1; i < 6; ++i)
+      mac[i] =
+          static_cast<uint8_t>(std::stoi(h.substr(static_cast<size_t>(2 * i), 2), nullptr, 16));
     WARREN_RETURN_IF_ERROR(host_nl_->SetMac(bridge_index_, mac));
   }
   WARREN_RETURN_IF_ERROR(host_nl_->AddAddress4(bridge_index_, gateway_, prefix_));
   WARREN_RETURN_IF_ERROR(host_nl_->SetUp(bridge_index_, true));
   (void)WriteNetSysctl("net/ipv4/conf/" + opts_.bridge + "/send_redirects", "0");
   (void)WriteNetSysctl("net/ipv6/conf/" + opts_.bridge + "/disable_ipv6", "1");
-  FirewallConfig fc{opts_.table, opts_.bridge, subnet_, prefix_, gateway_, opts_.proxy_port, forwarding_was_off_};
+  FirewallConfig fc{opts_.table,      opts_.bridge,       subnet_, prefix_, gateway_,
+                    opts_.proxy_port, forwarding_was_off_};
   firewall_ = WARREN_TRY(Firewall::Create(fc));
   resolver_ = WARREN_TRY(Resolver::Create(opts_.dns_hosts, opts_.dns_upstream));
   dns_ = WARREN_TRY(DnsServer::Start(gateway_, 53, this, resolver_.get()));
@@ -184,7 +190,8 @@ Status Network::Wire(int netns_fd, uint32_t ip) {
     std::lock_guard lock(nl_mu_);
     WARREN_RETURN_IF_ERROR(host_nl_->CreateVeth(name, bridge_index_, "eth0", netns_fd));
     int idx = host_nl_->Index(name);
-    Status st = idx ? host_nl_->SetBridgePortIsolated(idx) : Internal("create veth", name, "it did not appear");
+    Status st = idx ? host_nl_->SetBridgePortIsolated(idx)
+                    : Internal("create veth", name, "it did not appear");
     if (!st.ok()) {
       if (idx) (void)host_nl_->DeleteLink(idx);
       return st;
@@ -226,8 +233,9 @@ Result<Network::Pooled> Network::MakeNamespace(bool wired) {
     WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv6/conf/default/disable_ipv6", "1"));
     // Mounting sysfs needs privilege over the network namespace, which the sandbox lacks:
     // we make its /sys here (it shows this namespace's links) and the agent attaches it.
-    p.sysfs = WARREN_TRY(sys::FsMount("sysfs", "sysfs", {},
-                                      MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
+    p.sysfs = WARREN_TRY(
+        sys::FsMount("sysfs", "sysfs", {},
+                     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
     return Status::Ok();
   }));
   if (wired) {
@@ -268,7 +276,8 @@ Result<Attachment> Network::Attach(const std::string& id, const Policy& policy, 
   Pooled p;
   {
     std::lock_guard lock(mu_);
-    if (sandboxes_.count(id)) return Status(Code::kConflict, "attach network", id, "already attached");
+    if (sandboxes_.count(id))
+      return Status(Code::kConflict, "attach network", id, "already attached");
     auto& q = policy.egress ? wired_ : bare_;
     if (!q.empty()) {
       p = std::move(q.front());
@@ -298,7 +307,8 @@ Result<Attachment> Network::Attach(const std::string& id, const Policy& policy, 
   SaveRecord(id, *sb);
   const bool hit = !made_now;
   const uint64_t us = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
   std::lock_guard lock(mu_);
   (hit ? attach_hit_us_ : attach_miss_us_) += us;
   if (sb->ip) by_ip_[sb->ip] = id;
@@ -341,7 +351,8 @@ Result<UniqueFd> Network::OpenNetns(const Sandbox& sb) {
 bool Network::Keeps(const Sandbox& sb, uint32_t dst, uint16_t port, Proto p) const {
   if (!sb.policy.egress) return false;
   if (dst == gateway_) return port == 53 || (p == Proto::kTcp && port == opts_.proxy_port);
-  if (sb.policy.AllowsAddress(AF_INET, reinterpret_cast<const uint8_t*>(&dst), port, p)) return true;
+  if (sb.policy.AllowsAddress(AF_INET, reinterpret_cast<const uint8_t*>(&dst), port, p))
+    return true;
   auto it = sb.resolved.find(dst);
   if (it == sb.resolved.end() || it->second.expiry_ms < NowMs()) return false;
   for (const EgressRule* r : sb.policy.RulesForName(it->second.name))
@@ -408,13 +419,15 @@ Status Network::SetPolicy(const std::string& id, const Policy& policy) {
     }
     for (auto& [addr, r] : keep)
       for (size_t k : DomainRuleIndexes(policy, r.name))
-        (void)firewall_->AllowResolved(sb->ip, addr, k, static_cast<uint32_t>((r.expiry_ms - now) / 1000 + 1));
+        (void)firewall_->AllowResolved(sb->ip, addr, k,
+                                       static_cast<uint32_t>((r.expiry_ms - now) / 1000 + 1));
     // Cut the sandbox's own end of what is no longer allowed (it learns at once)...
     auto keep_fn = [&](uint32_t dst, uint16_t port, Proto p) {
       std::lock_guard lock(mu_);
       return Keeps(*sb, dst, port, p);
     };
-    Status destroyed = RunInNetns(netns.get(), [&]() -> Status { return DestroySockets(keep_fn).status(); });
+    Status destroyed =
+        RunInNetns(netns.get(), [&]() -> Status { return DestroySockets(keep_fn).status(); });
     if (!destroyed.ok()) spdlog::warn("{}: {}", ctx, destroyed.ToString());
     // ... and the host's: its connection tracking, so a packet still in flight is refused.
     auto cut = DeleteConnections(sb->ip, keep_fn);
@@ -465,7 +478,8 @@ Status Network::Adopt(const std::string& id, int pid) {
   nlohmann::json j = nlohmann::json::parse(doc, nullptr, false);
   if (!j.is_object()) return Invalid("bad network record", id);
   auto sb = std::make_unique<Sandbox>();
-  sb->policy = WARREN_TRY(ParsePolicy(j.value("mode", "none"), j.value("allow", std::vector<std::string>{})));
+  sb->policy = WARREN_TRY(
+      ParsePolicy(j.value("mode", "none"), j.value("allow", std::vector<std::string>{})));
   sb->keep_link = j.value("keep_link", false);
   sb->ip = j.value("ip", 0u);
   sb->pid = pid;
@@ -475,7 +489,8 @@ Status Network::Adopt(const std::string& id, int pid) {
       std::lock_guard lock(mu_);
       used_ips_.insert(ntohl(sb->ip) - ntohl(subnet_));
     }
-    WARREN_RETURN_IF_ERROR(firewall_->AddSandbox(sb->ip, sb->policy).Context("adopt network of " + id));
+    WARREN_RETURN_IF_ERROR(
+        firewall_->AddSandbox(sb->ip, sb->policy).Context("adopt network of " + id));
   }
   std::lock_guard lock(mu_);
   if (sb->ip) by_ip_[sb->ip] = id;
@@ -490,7 +505,8 @@ Status Network::Rename(const std::string& from, const std::string& to) {
     std::lock_guard lock(mu_);
     auto it = sandboxes_.find(from);
     if (it == sandboxes_.end()) return NotFound("sandbox network", from);
-    if (sandboxes_.count(to)) return Status(Code::kConflict, "rename network", to, "already attached");
+    if (sandboxes_.count(to))
+      return Status(Code::kConflict, "rename network", to, "already attached");
     auto node = sandboxes_.extract(it);
     node.key() = to;
     sb = node.mapped().get();
@@ -505,11 +521,14 @@ Status Network::Rename(const std::string& from, const std::string& to) {
 
 void Network::SaveRecord(const std::string& id, const Sandbox& sb) {
   if (opts_.state_dir.empty()) return;
-  nlohmann::json j = {{"ip", sb.ip}, {"mode", sb.policy.egress ? "egress" : "none"}, {"allow", sb.policy.Texts()},
+  nlohmann::json j = {{"ip", sb.ip},
+                      {"mode", sb.policy.egress ? "egress" : "none"},
+                      {"allow", sb.policy.Texts()},
                       {"keep_link", sb.keep_link}};
   const std::string path = opts_.state_dir + "/" + id + ".json", tmp = path + ".tmp", s = j.dump();
   UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!f || write(f.get(), s.data(), s.size()) != static_cast<ssize_t>(s.size()) || rename(tmp.c_str(), path.c_str()) != 0)
+  if (!f || write(f.get(), s.data(), s.size()) != static_cast<ssize_t>(s.size()) ||
+      rename(tmp.c_str(), path.c_str()) != 0)
     spdlog::warn("save network record of {}: {}", id, strerror(errno));
 }
 
@@ -530,8 +549,8 @@ bool Network::PolicyOf(uint32_t ip, Policy* out, std::string* id) {
   return true;
 }
 
-std::vector<uint32_t> Network::AllowResolved(uint32_t ip, const std::string& name, const Resolution& r,
-                                             uint32_t slack_s) {
+std::vector<uint32_t> Network::AllowResolved(uint32_t ip, const std::string& name,
+                                             const Resolution& r, uint32_t slack_s) {
   // Under the change lock: a policy change in between would otherwise see its fresh sets
   // refilled from the old policy.
   std::lock_guard change(change_mu_);
@@ -555,7 +574,8 @@ std::vector<uint32_t> Network::AllowResolved(uint32_t ip, const std::string& nam
         bool named = false;
         for (const auto& rule : sb->policy.rules)
           named |= !rule.is_domain() && rule.family == AF_INET &&
-                   rule.MatchesAddress(AF_INET, reinterpret_cast<const uint8_t*>(&a), rule.port_lo, rule.proto == Proto::kAny ? Proto::kTcp : rule.proto);
+                   rule.MatchesAddress(AF_INET, reinterpret_cast<const uint8_t*>(&a), rule.port_lo,
+                                       rule.proto == Proto::kAny ? Proto::kTcp : rule.proto);
         if (!named) continue;
       }
       if (!sb->resolved.count(a) && sb->resolved.size() >= kMaxResolvedPerSandbox) break;

@@ -6,17 +6,16 @@
 
 #include <condition_variable>
 #include <deque>
-#include <future>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
@@ -29,15 +28,14 @@
 
 namespace warren::net {
 
-
 struct NetworkOptions {
   std::string bridge = "warren0";
-  std::string table = "warren";    // nftables table
+  std::string table = "warren";  // nftables table
   std::string subnet = "10.89.0.0/16";
   uint16_t proxy_port = 3128;
-  size_t pool_bare = 8;   // namespaces with only lo, for sandboxes in mode none
-  size_t pool_wired = 4;  // namespaces with a veth and an address, for egress
-  std::string state_dir;  // where each sandbox's network record lives (restart adoption)
+  size_t pool_bare = 8;      // namespaces with only lo, for sandboxes in mode none
+  size_t pool_wired = 4;     // namespaces with a veth and an address, for egress
+  std::string state_dir;     // where each sandbox's network record lives (restart adoption)
   std::string dns_hosts;     // operator's name overrides, /etc/hosts format (net/resolver.h)
   std::string dns_upstream;  // "IP[:PORT]"; empty: the host's resolv.conf
   std::string cache_dir;     // the egress proxy's package cache; empty: none
@@ -94,7 +92,8 @@ class Network {
   // addresses it may have (at most 16; none internal unless from the operator's hosts file or
   // named by an address rule) are made reachable, on the ports the name's rules give, for
   // the answer's TTL plus `slack_s`. Returns those addresses: the answer the sandbox gets.
-  std::vector<uint32_t> AllowResolved(uint32_t ip, const std::string& name, const Resolution& r, uint32_t slack_s);
+  std::vector<uint32_t> AllowResolved(uint32_t ip, const std::string& name, const Resolution& r,
+                                      uint32_t slack_s);
 
   nlohmann::json Info();
 
@@ -111,7 +110,7 @@ class Network {
   struct Sandbox {
     UniqueFd netns;  // until Started, or while the node works in it
     UniqueFd sysfs;
-    int pid = 0;     // its init, once started
+    int pid = 0;  // its init, once started
     bool keep_link = false;
     std::shared_future<Status> firewall;  // its chain being loaded (Attach)
     uint32_t ip = 0;

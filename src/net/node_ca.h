@@ -8,10 +8,10 @@
 // The CA's certificate carries X.509 name constraints: it can vouch only for the hosts the
 // proxy intercepts (and names under them) and for no IP address, so even its key in the
 // wrong hands could not impersonate any other site to a sandbox whose TLS library applies
-// constraints of trust anchors (OpenSSL, GnuTLS, Go and Node.js do). Its key (EC P-256) stays in DIR/ca.key, mode 0600, and outlives restarts (a
-// running sandbox keeps trusting it); the certificate is issued again from the same key and
-// subject when the host list changes. Leaf certificates (one key per daemon, 7 days) are
-// made per host on first use and kept in memory.
+// constraints of trust anchors (OpenSSL, GnuTLS, Go and Node.js do). Its key (EC P-256) stays in
+// DIR/ca.key, mode 0600, and outlives restarts (a running sandbox keeps trusting it); the
+// certificate is issued again from the same key and subject when the host list changes. Leaf
+// certificates (one key per daemon, 7 days) are made per host on first use and kept in memory.
 #pragma once
 
 #include <openssl/ssl.h>

@@ -2,9 +2,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <fstream>
@@ -25,14 +25,17 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 }  // namespace
 
 CacheKind ClassifyForCache(std::string_view path) {
-  if (auto q = path.find('?'); q != std::string_view::npos) return CacheKind::kNone;  // queries vary
+  if (auto q = path.find('?'); q != std::string_view::npos)
+    return CacheKind::kNone;  // queries vary
   if (path.find("/by-hash/") != std::string_view::npos) return CacheKind::kImmutable;
-  for (std::string_view ext : {".deb", ".udeb", ".ddeb", ".whl", ".tgz", ".tar.gz", ".tar.xz", ".tar.bz2",
-                               ".tar.zst", ".zip", ".dsc", ".diff.gz", ".gem", ".crate"})
+  for (std::string_view ext :
+       {".deb", ".udeb", ".ddeb", ".whl", ".tgz", ".tar.gz", ".tar.xz", ".tar.bz2", ".tar.zst",
+        ".zip", ".dsc", ".diff.gz", ".gem", ".crate"})
     if (EndsWith(path, ext)) return CacheKind::kImmutable;
   std::string_view last = path.substr(path.rfind('/') + 1);
   if (last == "InRelease" || last == "Release" || last == "Release.gpg") return CacheKind::kIndex;
-  for (std::string_view prefix : {"Packages", "Sources", "Translation-", "Contents-", "Components-", "Index"})
+  for (std::string_view prefix :
+       {"Packages", "Sources", "Translation-", "Contents-", "Components-", "Index"})
     if (last.substr(0, prefix.size()) == prefix) return CacheKind::kIndex;
   if (path.find("/simple/") != std::string_view::npos) return CacheKind::kIndex;  // PEP 503 pages
   return CacheKind::kNone;
@@ -46,7 +49,8 @@ bool OneVariantForAll(std::string_view vary, std::string_view content_encoding) 
   };
   auto lower_eq = [](std::string_view a, std::string_view b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-             return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+             return std::tolower(static_cast<unsigned char>(x)) ==
+                    std::tolower(static_cast<unsigned char>(y));
            });
   };
   bool any = false;
@@ -65,8 +69,9 @@ bool OneVariantForAll(std::string_view vary, std::string_view content_encoding) 
 bool MayCarryCredential(std::string_view name) {
   std::string n(name);
   for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  for (std::string_view w : {"authorization", "authentication", "cookie", "token", "secret", "password", "passwd",
-                             "credential", "signature", "apikey", "api-key", "api_key", "-api", "x-auth"})
+  for (std::string_view w :
+       {"authorization", "authentication", "cookie", "token", "secret", "password", "passwd",
+        "credential", "signature", "apikey", "api-key", "api_key", "-api", "x-auth"})
     if (n.find(w) != std::string::npos) return true;
   return false;
 }
@@ -74,9 +79,10 @@ bool MayCarryCredential(std::string_view name) {
 bool IdentityEncoded(std::string_view ce) {
   while (!ce.empty() && (ce.front() == ' ' || ce.front() == '\t')) ce.remove_prefix(1);
   while (!ce.empty() && (ce.back() == ' ' || ce.back() == '\t')) ce.remove_suffix(1);
-  return ce.empty() || (ce.size() == 8 && std::equal(ce.begin(), ce.end(), "identity", [](char x, char y) {
-                          return std::tolower(static_cast<unsigned char>(x)) == y;
-                        }));
+  return ce.empty() ||
+         (ce.size() == 8 && std::equal(ce.begin(), ce.end(), "identity", [](char x, char y) {
+            return std::tolower(static_cast<unsigned char>(x)) == y;
+          }));
 }
 
 Status PackageCache::Init() {
@@ -118,7 +124,8 @@ std::optional<CacheEntry> PackageCache::Lookup(const std::string& url) {
   const std::string body = key + ".body";
   e.body = std::make_shared<UniqueFd>(open(body.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st;
-  if (!*e.body || fstat(e.body->get(), &st) != 0 || static_cast<uint64_t>(st.st_size) != e.size) return std::nullopt;
+  if (!*e.body || fstat(e.body->get(), &st) != 0 || static_cast<uint64_t>(st.st_size) != e.size)
+    return std::nullopt;
   futimens(e.body->get(), nullptr);  // recently used
   return e;
 }
@@ -168,13 +175,16 @@ void PackageCache::Writer::Commit(CacheEntry meta) {
   struct stat old;
   const bool replaced = stat((key_ + ".body").c_str(), &old) == 0;
   // Body first, then its metadata: a reader that finds the new metadata finds its body.
-  if (rename(tmp_.c_str(), (key_ + ".body").c_str()) != 0 || rename(meta_tmp.c_str(), (key_ + ".json").c_str()) != 0) {
+  if (rename(tmp_.c_str(), (key_ + ".body").c_str()) != 0 ||
+      rename(meta_tmp.c_str(), (key_ + ".json").c_str()) != 0) {
     unlink(meta_tmp.c_str());
     return;
   }
   done_ = true;
-  if (replaced) cache_->total_ -= std::min<uint64_t>(cache_->total_, static_cast<uint64_t>(old.st_size));
-  else ++cache_->entries_;
+  if (replaced)
+    cache_->total_ -= std::min<uint64_t>(cache_->total_, static_cast<uint64_t>(old.st_size));
+  else
+    ++cache_->entries_;
   cache_->total_ += written_;
   cache_->EvictIfFull();
 }
@@ -199,7 +209,8 @@ void PackageCache::EvictIfFull() {
     }
     closedir(d);
   }
-  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.mtime < b.mtime; });
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.mtime < b.mtime; });
   for (const Item& it : items) {
     if (total_ <= max_bytes_ * 9 / 10) break;
     unlink((it.base + ".json").c_str());

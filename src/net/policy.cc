@@ -38,7 +38,8 @@ std::string NormalizeName(std::string_view name) {
     if (l == '.') {
       if (label == 0 || out.back() == '-') return "";  // empty label, or one ending in '-'
       label = 0;
-    } else if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9') || l == '_' || (l == '-' && label > 0)) {
+    } else if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9') || l == '_' ||
+               (l == '-' && label > 0)) {
       if (++label > 63) return "";
     } else {
       return "";
@@ -93,8 +94,9 @@ Result<EgressRule> ParseRule(std::string_view text) {
     if (dash == std::string_view::npos) {
       if (!ParsePort(port, &r.port_lo) || r.port_lo == 0) return bad("bad port");
       r.port_hi = r.port_lo;
-    } else if (!ParsePort(port.substr(0, dash), &r.port_lo) || !ParsePort(port.substr(dash + 1), &r.port_hi) ||
-               r.port_lo == 0 || r.port_lo > r.port_hi) {
+    } else if (!ParsePort(port.substr(0, dash), &r.port_lo) ||
+               !ParsePort(port.substr(dash + 1), &r.port_hi) || r.port_lo == 0 ||
+               r.port_lo > r.port_hi) {
       return bad("bad port range");
     }
   }  // "/tcp" with no port: every port of that protocol
@@ -116,10 +118,12 @@ Result<EgressRule> ParseRule(std::string_view text) {
       return bad("empty prefix length");
     }
     // Canonical: host bits cleared, so "10.1.2.3/8" means 10.0.0.0/8.
-    for (int bit = r.prefix; bit < max; ++bit) r.addr[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
+    for (int bit = r.prefix; bit < max; ++bit)
+      r.addr[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
     return r;
   }
-  if (!prefix_part.empty() || host.find('/') != std::string_view::npos) return bad("not an address");
+  if (!prefix_part.empty() || host.find('/') != std::string_view::npos)
+    return bad("not an address");
   std::string_view name = host;
   if (name.starts_with("*.")) {
     r.wildcard = true;
@@ -166,7 +170,8 @@ bool Policy::AllowsAddress(int fam, const uint8_t* a, uint16_t port, Proto p) co
 
 bool Policy::AllowsHost(std::string_view host, uint16_t port, Proto p) const {
   if (!egress) return false;
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   int fam;
   std::array<uint8_t, 16> a;
   if (ParseAddress(host, &fam, &a)) return AllowsAddress(fam, a.data(), port, p);
@@ -212,9 +217,12 @@ std::vector<size_t> DomainRuleIndexes(const Policy& p, std::string_view name) {
 
 Result<Policy> ParsePolicy(std::string_view mode, const std::vector<std::string>& allow) {
   Policy p;
-  if (mode == "egress") p.egress = true;
-  else if (mode != "none") return Invalid("`network.mode` must be none or egress");
-  if (!p.egress && !allow.empty()) return Invalid("`network.allow` rules need `network.mode` egress");
+  if (mode == "egress")
+    p.egress = true;
+  else if (mode != "none")
+    return Invalid("`network.mode` must be none or egress");
+  if (!p.egress && !allow.empty())
+    return Invalid("`network.allow` rules need `network.mode` egress");
   if (allow.size() > 256) return Invalid("`network.allow` takes at most 256 rules");
   for (const auto& a : allow) p.rules.push_back(WARREN_TRY(ParseRule(a)));
   return p;

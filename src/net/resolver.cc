@@ -16,7 +16,8 @@ namespace warren::net {
 namespace {
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -46,7 +47,8 @@ void OnAddrinfo(void* arg, int status, int /*timeouts*/, ares_addrinfo* res) {
 
 }  // namespace
 
-Result<std::unique_ptr<Resolver>> Resolver::Create(const std::string& hosts_file, const std::string& upstream) {
+Result<std::unique_ptr<Resolver>> Resolver::Create(const std::string& hosts_file,
+                                                   const std::string& upstream) {
   static const int init = ares_library_init(ARES_LIB_INIT_ALL);
   if (init != ARES_SUCCESS) return Internal("init c-ares", "", ares_strerror(init));
   std::unique_ptr<Resolver> r(new Resolver());
@@ -66,7 +68,8 @@ Result<std::unique_ptr<Resolver>> Resolver::Create(const std::string& hosts_file
       if (inet_pton(AF_INET, ip.c_str(), &a) != 1) continue;  // IPv6 lines: no IPv6 egress
       while (words >> name) {
         std::string n = NormalizeName(name);
-        if (n.empty()) return Invalid("bad name `" + name + "` at line " + std::to_string(lineno), hosts_file);
+        if (n.empty())
+          return Invalid("bad name `" + name + "` at line " + std::to_string(lineno), hosts_file);
         r->hosts_[n].push_back(a.s_addr);
       }
     }
@@ -77,7 +80,8 @@ Result<std::unique_ptr<Resolver>> Resolver::Create(const std::string& hosts_file
 Resolver::~Resolver() = default;
 
 Result<Resolution> Resolver::Resolve(const std::string& name) {
-  if (auto it = hosts_.find(name); it != hosts_.end()) return Resolution{it->second, kHostsTtl, true};
+  if (auto it = hosts_.find(name); it != hosts_.end())
+    return Resolution{it->second, kHostsTtl, true};
   const int64_t now = NowMs();
   {
     std::lock_guard lock(mu_);
@@ -104,7 +108,8 @@ Result<Resolution> Resolver::Upstream(const std::string& name) {
   opts.lookups = lookups;
   int rc = ares_init_options(&ch, &opts, ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES | ARES_OPT_LOOKUPS);
   if (rc != ARES_SUCCESS) return Internal("init resolver", name, ares_strerror(rc));
-  if (!upstream_.empty() && (rc = ares_set_servers_ports_csv(ch, upstream_.c_str())) != ARES_SUCCESS) {
+  if (!upstream_.empty() &&
+      (rc = ares_set_servers_ports_csv(ch, upstream_.c_str())) != ARES_SUCCESS) {
     ares_destroy(ch);
     return Invalid(std::string("bad DNS upstream: ") + ares_strerror(rc), upstream_);
   }
@@ -132,7 +137,8 @@ Result<Resolution> Resolver::Upstream(const std::string& name) {
       continue;
     }
     for (nfds_t i = 0; i < n; ++i)
-      ares_process_fd(ch, pfds[i].revents & (POLLIN | POLLERR | POLLHUP) ? pfds[i].fd : ARES_SOCKET_BAD,
+      ares_process_fd(ch,
+                      pfds[i].revents & (POLLIN | POLLERR | POLLHUP) ? pfds[i].fd : ARES_SOCKET_BAD,
                       pfds[i].revents & POLLOUT ? pfds[i].fd : ARES_SOCKET_BAD);
   }
   ares_destroy(ch);  // completes a pending query with ARES_EDESTRUCTION
@@ -140,7 +146,8 @@ Result<Resolution> Resolver::Upstream(const std::string& name) {
       (a.status == ARES_SUCCESS && a.r.addrs.empty()))
     return NotFound("name", name);
   if (a.status != ARES_SUCCESS)
-    return Status(Code::kUnavailable, "resolve", name, std::string("upstream DNS: ") + ares_strerror(a.status));
+    return Status(Code::kUnavailable, "resolve", name,
+                  std::string("upstream DNS: ") + ares_strerror(a.status));
   return a.r;
 }
 

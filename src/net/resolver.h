@@ -24,7 +24,8 @@ struct Resolution {
 class Resolver {
  public:
   // `hosts_file`: may be empty; `upstream`: "IP" or "IP:PORT", empty for resolv.conf's.
-  static Result<std::unique_ptr<Resolver>> Create(const std::string& hosts_file, const std::string& upstream);
+  static Result<std::unique_ptr<Resolver>> Create(const std::string& hosts_file,
+                                                  const std::string& upstream);
   ~Resolver();
   // kNotFound if the name has no IPv4 address; kUnavailable if upstream did not answer.
   Result<Resolution> Resolve(const std::string& name);

@@ -24,32 +24,37 @@ int OnSocket(const nlmsghdr* nlh, void* data) {
   const auto* msg = static_cast<const inet_diag_msg*>(mnl_nlmsg_get_payload(nlh));
   if (msg->idiag_family != AF_INET || msg->idiag_state == TCP_LISTEN) return MNL_CB_OK;
   uint32_t dst = msg->id.idiag_dst[0], src = msg->id.idiag_src[0];
-  if (dst == 0 || (ntohl(dst) >> 24) == 127 || dst == src) return MNL_CB_OK;  // unconnected, lo, self
+  if (dst == 0 || (ntohl(dst) >> 24) == 127 || dst == src)
+    return MNL_CB_OK;  // unconnected, lo, self
   if ((*d->keep)(dst, ntohs(msg->id.idiag_dport), d->proto)) return MNL_CB_OK;
   d->doomed.push_back(msg->id);
   return MNL_CB_OK;
 }
 
-Status Request(mnl_socket* nl, uint16_t type, uint16_t flags, uint8_t protocol, const inet_diag_sockid* id,
-               Dumped* dump) {
+Status Request(mnl_socket* nl, uint16_t type, uint16_t flags, uint8_t protocol,
+               const inet_diag_sockid* id, Dumped* dump) {
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
   nlh->nlmsg_type = type;
   nlh->nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
   static uint32_t seq = 1;
   nlh->nlmsg_seq = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
-  auto* req = static_cast<inet_diag_req_v2*>(mnl_nlmsg_put_extra_header(nlh, sizeof(inet_diag_req_v2)));
+  auto* req =
+      static_cast<inet_diag_req_v2*>(mnl_nlmsg_put_extra_header(nlh, sizeof(inet_diag_req_v2)));
   req->sdiag_family = AF_INET;
   req->sdiag_protocol = protocol;
   req->idiag_states = ~0u;
   if (id) req->id = *id;
-  if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0) return ErrnoStatus("sock_diag request", "sockets");
+  if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
+    return ErrnoStatus("sock_diag request", "sockets");
   const uint32_t portid = mnl_socket_get_portid(nl);
   for (;;) {
     ssize_t n = mnl_socket_recvfrom(nl, buf.data(), buf.size());
     if (n < 0) return ErrnoStatus("sock_diag reply", "sockets");
-    int r = mnl_cb_run(buf.data(), static_cast<size_t>(n), nlh->nlmsg_seq, portid, dump ? OnSocket : nullptr, dump);
-    if (r < 0) return ErrnoStatus(type == SOCK_DESTROY ? "destroy socket" : "list sockets", "sockets");
+    int r = mnl_cb_run(buf.data(), static_cast<size_t>(n), nlh->nlmsg_seq, portid,
+                       dump ? OnSocket : nullptr, dump);
+    if (r < 0)
+      return ErrnoStatus(type == SOCK_DESTROY ? "destroy socket" : "list sockets", "sockets");
     if (r == MNL_CB_STOP) return Status::Ok();
   }
 }
@@ -62,13 +67,15 @@ Result<int> DestroySockets(const std::function<bool(uint32_t, uint16_t, Proto)>&
   int destroyed = 0;
   Status st;
   if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) st = ErrnoStatus("bind sock_diag", "sockets");
-  for (auto [protocol, proto] : {std::pair{IPPROTO_TCP, Proto::kTcp}, std::pair{IPPROTO_UDP, Proto::kUdp}}) {
+  for (auto [protocol, proto] :
+       {std::pair{IPPROTO_TCP, Proto::kTcp}, std::pair{IPPROTO_UDP, Proto::kUdp}}) {
     if (!st.ok()) break;
     Dumped d{{}, &keep, proto};
     st = Request(nl, SOCK_DIAG_BY_FAMILY, NLM_F_DUMP, static_cast<uint8_t>(protocol), nullptr, &d);
     for (const auto& id : d.doomed) {
       // Gone meanwhile (ENOENT) is fine.
-      if (Request(nl, SOCK_DESTROY, NLM_F_ACK, static_cast<uint8_t>(protocol), &id, nullptr).ok()) ++destroyed;
+      if (Request(nl, SOCK_DESTROY, NLM_F_ACK, static_cast<uint8_t>(protocol), &id, nullptr).ok())
+        ++destroyed;
     }
   }
   mnl_socket_close(nl);

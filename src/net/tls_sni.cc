@@ -49,10 +49,10 @@ SniResult ParseSni(std::string_view data, std::string* name) {
   uint32_t type, len, v;
   if (!r.U8(&type) || type != 1 || !r.U24(&len)) return SniResult::kNotTls;  // ClientHello
   // A ClientHello longer than its first record: SNI comes early, so read what we have.
-  if (!r.Skip(2 + 32)) return SniResult::kNoSni;                             // version, random
-  if (!r.U8(&v) || !r.Skip(v)) return SniResult::kNoSni;                     // session id
-  if (!r.U16(&v) || !r.Skip(v)) return SniResult::kNoSni;                    // cipher suites
-  if (!r.U8(&v) || !r.Skip(v)) return SniResult::kNoSni;                     // compression
+  if (!r.Skip(2 + 32)) return SniResult::kNoSni;           // version, random
+  if (!r.U8(&v) || !r.Skip(v)) return SniResult::kNoSni;   // session id
+  if (!r.U16(&v) || !r.Skip(v)) return SniResult::kNoSni;  // cipher suites
+  if (!r.U8(&v) || !r.Skip(v)) return SniResult::kNoSni;   // compression
   uint32_t ext_total;
   if (!r.U16(&ext_total)) return SniResult::kNoSni;
   std::string_view exts;
@@ -66,7 +66,8 @@ SniResult ParseSni(std::string_view data, std::string* name) {
     Reader s(body);
     uint32_t list_len, name_type, name_len;
     std::string_view host;
-    if (!s.U16(&list_len) || !s.U8(&name_type) || name_type != 0 || !s.U16(&name_len) || !s.Take(name_len, &host))
+    if (!s.U16(&list_len) || !s.U8(&name_type) || name_type != 0 || !s.U16(&name_len) ||
+        !s.Take(name_len, &host))
       return SniResult::kNoSni;
     *name = std::string(host);
     return SniResult::kFound;

@@ -14,10 +14,11 @@ namespace {
 
 constexpr unsigned char kAlpnHttp11[] = "\x08http/1.1";
 
-int SelectHttp11(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned inlen,
-                 void*) {
+int SelectHttp11(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+                 unsigned inlen, void*) {
   unsigned char* chosen = nullptr;
-  if (SSL_select_next_proto(&chosen, outlen, kAlpnHttp11, sizeof kAlpnHttp11 - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+  if (SSL_select_next_proto(&chosen, outlen, kAlpnHttp11, sizeof kAlpnHttp11 - 1, in, inlen) !=
+      OPENSSL_NPN_NEGOTIATED)
     return SSL_TLSEXT_ERR_NOACK;  // no HTTP/1.1 offered: go on without ALPN, the client decides
   *out = chosen;
   return SSL_TLSEXT_ERR_OK;
@@ -31,7 +32,8 @@ Result<SslCtxPtr> NewServerTlsContext() {
   SSL_CTX_set_min_proto_version(c.get(), TLS1_2_VERSION);
   // No resumption: every connection is a fresh handshake against the leaf its CONNECT names.
   SSL_CTX_set_session_cache_mode(c.get(), SSL_SESS_CACHE_OFF);
-  SSL_CTX_set_options(c.get(), SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
+  SSL_CTX_set_options(c.get(),
+                      SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
   SSL_CTX_set_mode(c.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_alpn_select_cb(c.get(), SelectHttp11, nullptr);
   return c;
@@ -42,9 +44,11 @@ Result<SslCtxPtr> NewClientTlsContext(const std::string& ca_file) {
   if (!c) return Internal("TLS client context", "egress proxy", OpenSslError());
   SSL_CTX_set_min_proto_version(c.get(), TLS1_2_VERSION);
   SSL_CTX_set_verify(c.get(), SSL_VERIFY_PEER, nullptr);
-  const bool loaded = ca_file.empty() ? SSL_CTX_set_default_verify_paths(c.get()) == 1
-                                      : SSL_CTX_load_verify_locations(c.get(), ca_file.c_str(), nullptr) == 1;
-  if (!loaded) return Internal("load trusted CAs", ca_file.empty() ? "system store" : ca_file, OpenSslError());
+  const bool loaded = ca_file.empty()
+                          ? SSL_CTX_set_default_verify_paths(c.get()) == 1
+                          : SSL_CTX_load_verify_locations(c.get(), ca_file.c_str(), nullptr) == 1;
+  if (!loaded)
+    return Internal("load trusted CAs", ca_file.empty() ? "system store" : ca_file, OpenSslError());
   // No SSL_OP_IGNORE_UNEXPECTED_EOF upstream: a body cut by a bare FIN is an error, not an
   // end (it must not reach a client, or the cache, as complete).
   SSL_CTX_set_options(c.get(), SSL_OP_NO_RENEGOTIATION);
@@ -95,25 +99,31 @@ Status TlsStream::Handshake(const std::string& what, int deadline_ms) {
     if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
       // Every wait only as long as the whole handshake has left.
       timeout_ms_ = static_cast<int>(std::max<int64_t>(
-          0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count()));
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                   std::chrono::steady_clock::now())
+                 .count()));
       if (timeout_ms_ > 0 && Retry(r, ec)) continue;
-      return Status(Code::kUnavailable, "TLS handshake", what, timeout_ms_ > 0 ? ec.message() : "timed out");
+      return Status(Code::kUnavailable, "TLS handshake", what,
+                    timeout_ms_ > 0 ? ec.message() : "timed out");
     }
     if (long v = SSL_get_verify_result(ssl_); v != X509_V_OK)
       return Status(Code::kUnavailable, "TLS handshake", what,
                     std::string("certificate verify failed: ") + X509_verify_cert_error_string(v));
     if (err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN)
-      return Status(Code::kUnavailable, "TLS handshake", what, errno ? strerror(errno) : "connection closed");
+      return Status(Code::kUnavailable, "TLS handshake", what,
+                    errno ? strerror(errno) : "connection closed");
     return Status(Code::kUnavailable, "TLS handshake", what, OpenSslError());
   }
 }
 
-Result<std::unique_ptr<TlsStream>> TlsStream::Accept(int fd, SSL_CTX* ctx, X509* cert, EVP_PKEY* key,
-                                                    int handshake_ms, int timeout_ms, std::string* sni) {
+Result<std::unique_ptr<TlsStream>> TlsStream::Accept(int fd, SSL_CTX* ctx, X509* cert,
+                                                     EVP_PKEY* key, int handshake_ms,
+                                                     int timeout_ms, std::string* sni) {
   SSL* ssl = SSL_new(ctx);
   if (!ssl) return Internal("TLS accept", "egress proxy", OpenSslError());
   std::unique_ptr<TlsStream> s(new TlsStream(ssl, fd, timeout_ms));
-  if (SSL_use_certificate(ssl, cert) != 1 || SSL_use_PrivateKey(ssl, key) != 1 || SSL_set_fd(ssl, fd) != 1)
+  if (SSL_use_certificate(ssl, cert) != 1 || SSL_use_PrivateKey(ssl, key) != 1 ||
+      SSL_set_fd(ssl, fd) != 1)
     return Internal("TLS accept", "egress proxy", OpenSslError());
   SSL_set_accept_state(ssl);
   WARREN_RETURN_IF_ERROR(s->Handshake("with the sandbox", handshake_ms));
@@ -122,11 +132,13 @@ Result<std::unique_ptr<TlsStream>> TlsStream::Accept(int fd, SSL_CTX* ctx, X509*
   return s;
 }
 
-Result<std::unique_ptr<TlsStream>> TlsStream::Connect(int fd, SSL_CTX* ctx, const std::string& host, int timeout_ms) {
+Result<std::unique_ptr<TlsStream>> TlsStream::Connect(int fd, SSL_CTX* ctx, const std::string& host,
+                                                      int timeout_ms) {
   SSL* ssl = SSL_new(ctx);
   if (!ssl) return Internal("TLS connect", host, OpenSslError());
   std::unique_ptr<TlsStream> s(new TlsStream(ssl, fd, timeout_ms));
-  if (SSL_set_fd(ssl, fd) != 1 || SSL_set_tlsext_host_name(ssl, host.c_str()) != 1 || SSL_set1_host(ssl, host.c_str()) != 1)
+  if (SSL_set_fd(ssl, fd) != 1 || SSL_set_tlsext_host_name(ssl, host.c_str()) != 1 ||
+      SSL_set1_host(ssl, host.c_str()) != 1)
     return Internal("TLS connect", host, OpenSslError());
   SSL_set_connect_state(ssl);
   WARREN_RETURN_IF_ERROR(s->Handshake("with " + host, timeout_ms));

@@ -30,10 +30,12 @@ class TlsStream : public ByteStream {
   // The server side of a handshake on `fd`, presenting `cert` and `key`; `sni` gets the name
   // the client asked for (empty if none).
   // The handshake must be over within `handshake_ms`.
-  static Result<std::unique_ptr<TlsStream>> Accept(int fd, SSL_CTX* ctx, X509* cert, EVP_PKEY* key, int handshake_ms,
-                                                   int timeout_ms, std::string* sni);
+  static Result<std::unique_ptr<TlsStream>> Accept(int fd, SSL_CTX* ctx, X509* cert, EVP_PKEY* key,
+                                                   int handshake_ms, int timeout_ms,
+                                                   std::string* sni);
   // The client side to `host`, whose certificate must verify for that name.
-  static Result<std::unique_ptr<TlsStream>> Connect(int fd, SSL_CTX* ctx, const std::string& host, int timeout_ms);
+  static Result<std::unique_ptr<TlsStream>> Connect(int fd, SSL_CTX* ctx, const std::string& host,
+                                                    int timeout_ms);
 
   int fd() const override { return fd_; }
   size_t ReadSome(void* data, size_t size, boost::system::error_code& ec) override;

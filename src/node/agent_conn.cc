@@ -1,11 +1,11 @@
 #include "node/agent_conn.h"
 
-#include "agent/fs_helper.h"
-
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <set>
+
+#include "agent/fs_helper.h"
 
 namespace warren::node {
 namespace {
@@ -60,8 +60,10 @@ void AgentConn::OnMessage(agent::Message& m) {
         auto it = channels_.find(id);
         if (it != channels_.end()) channel = it->second;
       }
-      if (channel) channel(stream, m.payload);
-      else rec->AppendOutput(stream, m.payload);
+      if (channel)
+        channel(stream, m.payload);
+      else
+        rec->AppendOutput(stream, m.payload);
     } else if (t == "exit") {
       ExecOutcome o;
       o.exit_code = m.header.value("exit_code", -1);
@@ -81,7 +83,8 @@ void AgentConn::OnMessage(agent::Message& m) {
   if (t == "resumed") {
     // Execs we think are running that the agent no longer knows: their end was lost.
     std::set<std::string> known;
-    for (const auto& e : m.header.value("execs", nlohmann::json::array())) known.insert(e.value("id", ""));
+    for (const auto& e : m.header.value("execs", nlohmann::json::array()))
+      known.insert(e.value("id", ""));
     std::vector<std::shared_ptr<ExecRecord>> lost;
     {
       std::lock_guard lock(mu_);
@@ -116,7 +119,8 @@ void AgentConn::OnMessage(agent::Message& m) {
     if (err == EFBIG) code = Code::kInvalid;
     // An agent's own verdict (a policy it found invalid, a backend that cannot) wins.
     const std::string named = m.header.value("code", "");
-    for (Code c : {Code::kInvalid, Code::kNotFound, Code::kConflict, Code::kQuota, Code::kUnavailable, Code::kInternal})
+    for (Code c : {Code::kInvalid, Code::kNotFound, Code::kConflict, Code::kQuota,
+                   Code::kUnavailable, Code::kInternal})
       if (named == CodeName(c)) code = c;
     op->status = Status(code, "", "", msg);
     op->done = true;
@@ -152,7 +156,8 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
   {
     std::lock_guard lock(mu_);
     if (closed_) return Status(Code::kConflict, "exec", sandbox_id_, "sandbox is not running");
-    WARREN_RETURN_IF_ERROR(AdmitExec(&execs_, &exec_order_, rec, kMaxRunningExecs, kKeepExecs, kKeepBytes));
+    WARREN_RETURN_IF_ERROR(
+        AdmitExec(&execs_, &exec_order_, rec, kMaxRunningExecs, kKeepExecs, kKeepBytes));
     if (spec.channel && spec.on_output) channels_[rec->id()] = spec.on_output;
   }
   nlohmann::json env = spec.env;
@@ -260,8 +265,10 @@ std::shared_ptr<AgentConn::PendingOp> AgentConn::NewOp(std::string* id) {
 
 Status AgentConn::WaitOp(const std::string& id, const std::shared_ptr<PendingOp>& op) {
   std::unique_lock l(op->mu);
-  bool ok = op->cv.wait_for(l, std::chrono::milliseconds(kFileOpTimeoutMs), [&] { return op->done; });
-  Status st = ok ? op->status : Status(Code::kUnavailable, "file operation", sandbox_id_, "timed out");
+  bool ok =
+      op->cv.wait_for(l, std::chrono::milliseconds(kFileOpTimeoutMs), [&] { return op->done; });
+  Status st =
+      ok ? op->status : Status(Code::kUnavailable, "file operation", sandbox_id_, "timed out");
   l.unlock();
   std::lock_guard lock(mu_);
   ops_.erase(id);
@@ -319,7 +326,8 @@ Status AgentConn::SetFsPolicy(const isolation::FsPolicy& policy) {
 }
 
 Result<isolation::ChangeReport> AgentConn::ReadChanges(const std::string& under, size_t limit) {
-  return agent::DecodeChangeReport(WARREN_TRY(Request({{"t", "fs_changes"}, {"under", under}, {"limit", limit}})));
+  return agent::DecodeChangeReport(
+      WARREN_TRY(Request({{"t", "fs_changes"}, {"under", under}, {"limit", limit}})));
 }
 
 }  // namespace warren::node

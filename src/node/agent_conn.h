@@ -95,7 +95,7 @@ class AgentConn {
   std::string close_reason_;
   uint64_t next_op_ = 1;
   ExecMap execs_;
-  std::set<std::string> resume_asked_;  // running execs named in our last `resume`
+  std::set<std::string> resume_asked_;   // running execs named in our last `resume`
   std::vector<std::string> exec_order_;  // for bounding how many finished execs we keep
   std::map<std::string, std::shared_ptr<PendingOp>> ops_;
   std::map<std::string, std::function<void(int, std::string_view)>> channels_;

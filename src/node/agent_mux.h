@@ -21,7 +21,9 @@ class AgentMux {
   void Add(const std::shared_ptr<AgentConn>& conn);
   void Remove(const std::shared_ptr<AgentConn>& conn);
   // Called (on the mux thread) when an agent's socket closes unexpectedly.
-  void SetOnClosed(std::function<void(const std::string& sandbox_id)> fn) { on_closed_ = std::move(fn); }
+  void SetOnClosed(std::function<void(const std::string& sandbox_id)> fn) {
+    on_closed_ = std::move(fn);
+  }
 
  private:
   void Loop();

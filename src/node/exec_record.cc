@@ -67,10 +67,12 @@ void ExecRecord::Finish(const ExecOutcome& outcome) {
     outcome_ = outcome;
     for (int i = 0; i < 2; ++i) outcome_.truncated[i] |= host_truncated_[i];
     if (spill_)
-      spill_->Finish({{"exit_code", outcome_.exit_code}, {"signal", outcome_.signal},
+      spill_->Finish({{"exit_code", outcome_.exit_code},
+                      {"signal", outcome_.signal},
                       {"timed_out", outcome_.timed_out},
                       {"truncated", {outcome_.truncated[0], outcome_.truncated[1]}},
-                      {"error", outcome_.error}, {"duration_ms", static_cast<int64_t>((finished_ - started_) * 1000)}});
+                      {"error", outcome_.error},
+                      {"duration_ms", static_cast<int64_t>((finished_ - started_) * 1000)}});
     finisher.swap(finisher_);  // also breaks the record <-> finisher reference cycle
     if (!finisher) {
       published_ = true;
@@ -102,20 +104,21 @@ void ExecRecord::Publish() {
   for (auto& f : wake) f();
 }
 
-std::shared_ptr<ExecRecord> ExecRecord::Replayed(const nlohmann::json& result, const std::string& sandbox_id,
+std::shared_ptr<ExecRecord> ExecRecord::Replayed(const nlohmann::json& result,
+                                                 const std::string& sandbox_id,
                                                  const std::string& out, const std::string& err) {
   auto rec = Pending(result.value("exec_id", ""), sandbox_id, result.contains("stdout_b64"));
   rec->Complete(result, out, err, /*replayed=*/true);
   return rec;
 }
 
-std::shared_ptr<ExecRecord> ExecRecord::Pending(const std::string& exec_id, const std::string& sandbox_id,
-                                                bool binary) {
+std::shared_ptr<ExecRecord> ExecRecord::Pending(const std::string& exec_id,
+                                                const std::string& sandbox_id, bool binary) {
   return std::make_shared<ExecRecord>(exec_id, sandbox_id, UINT64_MAX, binary);
 }
 
-void ExecRecord::Complete(const nlohmann::json& result, const std::string& out, const std::string& err,
-                          bool replayed, nlohmann::json extra) {
+void ExecRecord::Complete(const nlohmann::json& result, const std::string& out,
+                          const std::string& err, bool replayed, nlohmann::json extra) {
   {
     // Set before the end is announced: whoever is woken reads them.
     std::lock_guard lock(mu_);
@@ -126,8 +129,12 @@ void ExecRecord::Complete(const nlohmann::json& result, const std::string& out, 
   AppendOutput(1, out);
   AppendOutput(2, err);
   ExecOutcome o;
-  o.exit_code = result.value("exit_code", nlohmann::json(-1)).is_number() ? result["exit_code"].get<int>() : -1;
-  o.signal = result.value("signal", nlohmann::json(nullptr)).is_string() ? result["signal"].get<std::string>() : "";
+  o.exit_code = result.value("exit_code", nlohmann::json(-1)).is_number()
+                    ? result["exit_code"].get<int>()
+                    : -1;
+  o.signal = result.value("signal", nlohmann::json(nullptr)).is_string()
+                 ? result["signal"].get<std::string>()
+                 : "";
   o.timed_out = result.value("timed_out", false);
   o.truncated[0] = result.value("stdout_truncated", false);
   o.truncated[1] = result.value("stderr_truncated", false);
@@ -148,7 +155,8 @@ std::pair<uint64_t, uint64_t> ExecRecord::received() const {
 std::shared_ptr<ExecRecord> ExecRecord::Restore(ExecSpill::Loaded l, const std::string& sandbox_id,
                                                 std::shared_ptr<OutputBudget> budget) {
   const nlohmann::json& m = l.meta;
-  auto rec = std::make_shared<ExecRecord>(m.value("id", ""), sandbox_id, m.value("max_output", uint64_t{1} << 20),
+  auto rec = std::make_shared<ExecRecord>(m.value("id", ""), sandbox_id,
+                                          m.value("max_output", uint64_t{1} << 20),
                                           m.value("binary", false), std::move(budget));
   {
     std::lock_guard lock(rec->mu_);
@@ -266,9 +274,10 @@ nlohmann::json ExecRecord::ResultJsonLocked(bool ended) const {
       {"stderr", SanitizeUtf8(out[1])},
       {"stdout_truncated", ended ? outcome_.truncated[0] : host_truncated_[0]},
       {"stderr_truncated", ended ? outcome_.truncated[1] : host_truncated_[1]},
-      {"duration_ms", fixed_duration_ms_ >= 0
-                          ? fixed_duration_ms_
-                          : static_cast<int64_t>(((ended ? finished_ : NowSeconds()) - started_) * 1000)},
+      {"duration_ms",
+       fixed_duration_ms_ >= 0
+           ? fixed_duration_ms_
+           : static_cast<int64_t>(((ended ? finished_ : NowSeconds()) - started_) * 1000)},
       {"replayed", replayed_},
   };
   if (binary_) {
@@ -294,8 +303,9 @@ nlohmann::json ChunkJson(const OutputChunk& c, bool binary) {
   return j;
 }
 
-Status AdmitExec(ExecMap* execs, std::vector<std::string>* order, const std::shared_ptr<ExecRecord>& rec,
-                 size_t max_running, size_t keep_count, uint64_t keep_bytes) {
+Status AdmitExec(ExecMap* execs, std::vector<std::string>* order,
+                 const std::shared_ptr<ExecRecord>& rec, size_t max_running, size_t keep_count,
+                 uint64_t keep_bytes) {
   size_t running = 0;
   for (auto& [eid, r] : *execs) running += !r->done();
   if (running >= max_running)

@@ -5,9 +5,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
-#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -67,15 +67,17 @@ class ExecRecord {
   // Done and announced.
   bool done() const;
   // A finished record rebuilt from a stored result (a replayed trajectory step).
-  static std::shared_ptr<ExecRecord> Replayed(const nlohmann::json& result, const std::string& sandbox_id,
-                                              const std::string& stdout_raw, const std::string& stderr_raw);
+  static std::shared_ptr<ExecRecord> Replayed(const nlohmann::json& result,
+                                              const std::string& sandbox_id,
+                                              const std::string& stdout_raw,
+                                              const std::string& stderr_raw);
   // A record whose result comes later from Complete() (a replayed step that re-runs first).
-  static std::shared_ptr<ExecRecord> Pending(const std::string& exec_id, const std::string& sandbox_id,
-                                             bool binary);
+  static std::shared_ptr<ExecRecord> Pending(const std::string& exec_id,
+                                             const std::string& sandbox_id, bool binary);
   // Ends the record with `result`'s outcome and these bytes as its output: `replayed` as
   // given, and `extra` fields added to its result (a re-run's divergence report).
-  void Complete(const nlohmann::json& result, const std::string& stdout_raw, const std::string& stderr_raw,
-                bool replayed, nlohmann::json extra = nullptr);
+  void Complete(const nlohmann::json& result, const std::string& stdout_raw,
+                const std::string& stderr_raw, bool replayed, nlohmann::json extra = nullptr);
   // One stream's bytes as received (1 stdout, 2 stderr).
   std::string RawOutput(int stream) const;
   // Keeps a copy on disk from now on (see exec_spill.h); the files go with the record.
@@ -84,7 +86,8 @@ class ExecRecord {
   // continues from.
   std::pair<uint64_t, uint64_t> received() const;
   // A record rebuilt from its spill files after a daemon restart.
-  static std::shared_ptr<ExecRecord> Restore(ExecSpill::Loaded loaded, const std::string& sandbox_id,
+  static std::shared_ptr<ExecRecord> Restore(ExecSpill::Loaded loaded,
+                                             const std::string& sandbox_id,
                                              std::shared_ptr<OutputBudget> budget);
 
   struct Snapshot {
@@ -137,8 +140,9 @@ class ExecRecord {
 // more than `keep_count` are held or they hold more than `keep_bytes` of output. The caller
 // locks.
 using ExecMap = std::map<std::string, std::shared_ptr<ExecRecord>>;
-Status AdmitExec(ExecMap* execs, std::vector<std::string>* order, const std::shared_ptr<ExecRecord>& rec,
-                 size_t max_running, size_t keep_count, uint64_t keep_bytes);
+Status AdmitExec(ExecMap* execs, std::vector<std::string>* order,
+                 const std::shared_ptr<ExecRecord>& rec, size_t max_running, size_t keep_count,
+                 uint64_t keep_bytes);
 
 // JSON for one stream line: {"seq", "stream", "data"} (+ "data_b64" when binary).
 nlohmann::json ChunkJson(const OutputChunk& c, bool binary);

@@ -1,11 +1,11 @@
 #include "node/exec_spill.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
-#include <spdlog/spdlog.h>
 
 namespace warren::node {
 namespace {
@@ -131,15 +131,18 @@ void ExecJournal::Write(Type type, uint32_t handle, std::string_view a, std::str
       spdlog::warn("exec journal: {}; not journaling this sandbox's execs any more", st.ToString());
       fd_.Reset();
     } else if (!failed_) {
-      spdlog::warn("exec journal: {} (this record will not survive a daemon restart)", st.ToString());
+      spdlog::warn("exec journal: {} (this record will not survive a daemon restart)",
+                   st.ToString());
     }
     failed_ = true;
     return;
   }
   size_ += r.size();
   auto it = live_.find(handle);
-  if (it != live_.end()) it->second += r.size();
-  else dead_ += r.size();
+  if (it != live_.end())
+    it->second += r.size();
+  else
+    dead_ += r.size();
 }
 
 void ExecJournal::Forget(uint32_t handle) {
@@ -197,7 +200,8 @@ uint64_t ExecJournal::size() const {
   return size_;
 }
 
-std::shared_ptr<ExecJournal> ExecJournal::Load(const std::string& path, std::vector<ExecSpill::Loaded>* execs) {
+std::shared_ptr<ExecJournal> ExecJournal::Load(const std::string& path,
+                                               std::vector<ExecSpill::Loaded>* execs) {
   auto j = std::make_shared<ExecJournal>(path);
   UniqueFd rd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!rd) return j;  // never ran an exec
@@ -226,7 +230,8 @@ std::shared_ptr<ExecJournal> ExecJournal::Load(const std::string& path, std::vec
       if (p.type == kFrame && p.payload.size() >= kFrameHeader) {
         uint64_t received;
         memcpy(&received, p.payload.data() + 1, 8);
-        it->second.frames.push_back({p.payload[0], std::string(p.payload.substr(kFrameHeader)), received});
+        it->second.frames.push_back(
+            {p.payload[0], std::string(p.payload.substr(kFrameHeader)), received});
       } else if (p.type == kOutcome) {
         it->second.meta["outcome"] = nlohmann::json::parse(p.payload, nullptr, false);
       } else if (p.type == kForget) {
@@ -245,7 +250,8 @@ std::shared_ptr<ExecJournal> ExecJournal::Load(const std::string& path, std::vec
     Status cst = j->CompactLocked();
     if (!cst.ok()) {
       spdlog::warn("exec journal: {}", cst.ToString());
-      if (good < data->size() && ftruncate(j->fd_.get(), static_cast<off_t>(good)) != 0) j->fd_.Reset();
+      if (good < data->size() && ftruncate(j->fd_.get(), static_cast<off_t>(good)) != 0)
+        j->fd_.Reset();
     }
   }
   for (auto& [h, l] : found) {

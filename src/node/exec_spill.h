@@ -72,7 +72,8 @@ class ExecJournal : public std::enable_shared_from_this<ExecJournal> {
 
   // The journal at `path` (absent: empty) and every exec it holds, oldest first, each
   // appending to it again. A torn last record is cut off, and dead records are dropped.
-  static std::shared_ptr<ExecJournal> Load(const std::string& path, std::vector<ExecSpill::Loaded>* execs);
+  static std::shared_ptr<ExecJournal> Load(const std::string& path,
+                                           std::vector<ExecSpill::Loaded>* execs);
 
   // The sandbox is gone: removes the file; its records' later writes go nowhere.
   void Discard();

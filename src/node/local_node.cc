@@ -1,16 +1,16 @@
 #include "node/local_node.h"
 
 #include <dirent.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <spdlog/spdlog.h>
 
 #include <set>
 
-#include "base/cleanup.h"
-#include "base/ids.h"
 #include "agent/protocol.h"
 #include "agent/setup_messages.h"
+#include "base/cleanup.h"
+#include "base/ids.h"
 #include "image/tar_extract.h"
 #include "isolation/cgroup.h"
 #include "isolation/seccomp_policy.h"
@@ -42,8 +42,8 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   UniqueFd memfd = WARREN_TRY(runtime::LoadSealedAgent(agent));
   // Compiled once per daemon; every sandbox's agent installs the same program.
   std::string bpf = WARREN_TRY(isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy()));
-  std::string runner_bpf = WARREN_TRY(
-      isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy(), isolation::kRunnerProfile));
+  std::string runner_bpf = WARREN_TRY(isolation::CompileSeccompPolicy(
+      isolation::BuiltinSeccompPolicy(), isolation::kRunnerProfile));
   if (opts.unsafe_no_seccomp_landlock) bpf.clear(), runner_bpf.clear();
   auto container = std::make_unique<runtime::ContainerBackend>(
       std::move(memfd), &node->mounts_, &node->uids_, opts.cgroup_parent, std::move(bpf),
@@ -51,7 +51,8 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   container->SetFaults(opts.create_faults);
   node->container_ = std::move(container);
   // Where network records live, also read by ReapUnadopted when networking is off now.
-  if (node->opts_.net.state_dir.empty()) node->opts_.net.state_dir = "/run/warren/" + opts.cgroup_parent + "-net";
+  if (node->opts_.net.state_dir.empty())
+    node->opts_.net.state_dir = "/run/warren/" + opts.cgroup_parent + "-net";
   if (opts.network) {
     auto n = net::Network::Start(node->opts_.net);
     if (n.ok()) {
@@ -78,8 +79,10 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
     node->vm_start_ = std::thread([self, vo] {
       auto b = runtime::vm::MicrovmBackend::Start(vo, &self->uids_);
       std::lock_guard lock(self->vm_mu_);
-      if (b.ok()) self->microvm_ = std::move(*b);
-      else self->vm_error_ = b.status().ToString();
+      if (b.ok())
+        self->microvm_ = std::move(*b);
+      else
+        self->vm_error_ = b.status().ToString();
       if (!b.ok()) spdlog::warn("microvm backend unavailable: {}", self->vm_error_);
       self->vm_done_ = true;
       self->vm_cv_.notify_all();
@@ -107,7 +110,9 @@ void LocalNode::SetOnSandboxLost(std::function<void(const std::string& id)> fn) 
 Result<runtime::vm::MicrovmBackend*> LocalNode::Microvm() {
   std::unique_lock lock(vm_mu_);
   vm_cv_.wait(lock, [this] { return vm_done_; });
-  if (!microvm_) return Status(Code::kUnavailable, "create sandbox", "microvm", "no microVMs on this node: " + vm_error_);
+  if (!microvm_)
+    return Status(Code::kUnavailable, "create sandbox", "microvm",
+                  "no microVMs on this node: " + vm_error_);
   return microvm_.get();
 }
 
@@ -126,12 +131,14 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   for (auto& l : cfg.layers) {
     // The tenant named an image that exists; its blob missing is the node's fault.
     if (!store_->Has(l.digest))
-      return Internal("create sandbox", cfg.id, "layer blob " + l.digest + " is missing from the node's store");
+      return Internal("create sandbox", cfg.id,
+                      "layer blob " + l.digest + " is missing from the node's store");
     l.blob_path = store_->BlobPath(l.digest);
   }
   {
     std::lock_guard lock(mu_);
-    if (sandboxes_.count(cfg.id)) return Status(Code::kConflict, "create sandbox", cfg.id, "exists");
+    if (sandboxes_.count(cfg.id))
+      return Status(Code::kConflict, "create sandbox", cfg.id, "exists");
   }
   if (spec.network.egress && !net_)
     return Status(Code::kUnavailable, "create sandbox", cfg.id, "no egress here: " + net_error_);
@@ -139,8 +146,8 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
     // The usual proxy variables, set whatever the mode: a sandbox switched to egress later
     // finds its proxy without a restart of anything; in mode none they fail fast.
     const std::string proxy = net_->proxy_url();
-    for (const char* k : {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "npm_config_proxy",
-                          "npm_config_https_proxy"})
+    for (const char* k : {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+                          "npm_config_proxy", "npm_config_https_proxy"})
       cfg.env.emplace(k, proxy);
     cfg.env.emplace("no_proxy", "localhost,127.0.0.1,::1");
     cfg.env.emplace("NO_PROXY", "localhost,127.0.0.1,::1");
@@ -148,7 +155,8 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   }
   // Served from the warm pool where the request allows: network none (an egress sandbox's
   // address and files are its own from the start), not a runner.
-  const bool poolable = backend == container_.get() && !spec.network.egress && !cfg.fncall_runner && cfg.files.empty();
+  const bool poolable = backend == container_.get() && !spec.network.egress && !cfg.fncall_runner &&
+                        cfg.files.empty();
   if (poolable && warm_) {
     std::string key = std::to_string(cfg.disk_bytes);
     for (const auto& l : cfg.layers) key += (l.tool ? "|tool:" : "|") + l.digest;
@@ -162,7 +170,8 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
       }
       // Whatever went wrong stays with that sandbox: make a fresh one instead.
       ++warm_claim_failures_;
-      spdlog::warn("create {}: a warm sandbox could not be claimed ({}); making one", cfg.id, st.ToString());
+      spdlog::warn("create {}: a warm sandbox could not be claimed ({}); making one", cfg.id,
+                   st.ToString());
       DiscardWarm(*w);
     }
   }
@@ -179,12 +188,14 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
 
 Result<std::unique_ptr<runtime::Instance>> LocalNode::CreateAttached(runtime::Backend* backend,
                                                                      runtime::SandboxConfig& cfg,
-                                                                     const net::Policy* policy, bool keep_link) {
+                                                                     const net::Policy* policy,
+                                                                     bool keep_link) {
   Cleanup detach([&] {
     if (policy) net_->Detach(cfg.id);
   });
   if (policy) {
-    WARREN_RETURN_IF_ERROR(runtime::CheckFault(opts_.create_faults, runtime::CreateStep::kNetwork, cfg.id));
+    WARREN_RETURN_IF_ERROR(
+        runtime::CheckFault(opts_.create_faults, runtime::CreateStep::kNetwork, cfg.id));
     net::Attachment a = WARREN_TRY(net_->Attach(cfg.id, *policy, keep_link));
     cfg.netns_fd = a.netns_fd;
     cfg.sysfs_fd = a.sysfs_fd;
@@ -192,7 +203,8 @@ Result<std::unique_ptr<runtime::Instance>> LocalNode::CreateAttached(runtime::Ba
   }
   auto inst = WARREN_TRY(backend->Create(cfg));
   if (policy) {
-    Status st = runtime::CheckFault(opts_.create_faults, runtime::CreateStep::kNetworkReady, cfg.id);
+    Status st =
+        runtime::CheckFault(opts_.create_faults, runtime::CreateStep::kNetworkReady, cfg.id);
     if (st.ok()) st = net_->Ready(cfg.id);
     if (!st.ok()) {
       (void)inst->Destroy();
@@ -205,7 +217,8 @@ Result<std::unique_ptr<runtime::Instance>> LocalNode::CreateAttached(runtime::Ba
 }
 
 // One request and its answer on a warm sandbox's control socket (nothing else reads it yet).
-static Result<agent::Message> AgentRoundTrip(int fd, const agent::Message& m, const std::string& what) {
+static Result<agent::Message> AgentRoundTrip(int fd, const agent::Message& m,
+                                             const std::string& what) {
   WARREN_RETURN_IF_ERROR(agent::Send(fd, m).Context(what));
   return agent::RecvWithin(fd, 5000, what);
 }
@@ -242,10 +255,12 @@ Status LocalNode::ClaimWarm(WarmSandbox& w, const runtime::SandboxConfig& cfg) {
   // Its limits, normal priority (before we wait on its agent: at the lowest priority it would
   // answer only when the CPUs have nothing else to do) and its files under the new name.
   WARREN_RETURN_IF_ERROR(w.instance->Claim({cfg.id, cfg.memory_bytes, cfg.pids, cfg.cpus}));
-  agent::Message assign{agent::ToJson(agent::AssignMessage{cfg.hostname, cfg.env, cfg.open_files}), ""};
+  agent::Message assign{agent::ToJson(agent::AssignMessage{cfg.hostname, cfg.env, cfg.open_files}),
+                        ""};
   auto reply = WARREN_TRY(AgentRoundTrip(w.control.get(), assign, "claim " + cfg.id));
   if (reply.header.value("t", "") != "assigned")
-    return Internal("claim", cfg.id, "agent: " + reply.header.value("error", reply.header.value("t", "")));
+    return Internal("claim", cfg.id,
+                    "agent: " + reply.header.value("error", reply.header.value("t", "")));
   if (net_) WARREN_RETURN_IF_ERROR(net_->Rename(w.name, cfg.id));
   return Status::Ok();
 }
@@ -296,8 +311,9 @@ std::map<std::string, std::string> LocalNode::EgressEnvDefaults(const std::strin
   // plus the CA, but only where the image's were found: a file with the CA alone would cut
   // them off from every other host. A variable the create or the exec sets wins.
   if ((*e)->ca_bundle == 0) return {{"NODE_EXTRA_CA_CERTS", kEgressCaFile}};
-  return {{"SSL_CERT_FILE", kCaBundleFile},   {"REQUESTS_CA_BUNDLE", kCaBundleFile}, {"PIP_CERT", kCaBundleFile},
-          {"CURL_CA_BUNDLE", kCaBundleFile},  {"GIT_SSL_CAINFO", kCaBundleFile},     {"NODE_EXTRA_CA_CERTS", kEgressCaFile}};
+  return {{"SSL_CERT_FILE", kCaBundleFile},  {"REQUESTS_CA_BUNDLE", kCaBundleFile},
+          {"PIP_CERT", kCaBundleFile},       {"CURL_CA_BUNDLE", kCaBundleFile},
+          {"GIT_SSL_CAINFO", kCaBundleFile}, {"NODE_EXTRA_CA_CERTS", kEgressCaFile}};
 }
 
 Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
@@ -306,10 +322,12 @@ Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
   // egress has no link to bridge (and no hotplug on -M microvm).
   if (e->microvm && policy.egress && !e->wired)
     return Status(Code::kUnavailable, "set network", id,
-                  "this VM was created with network none; create it with egress to change its allowlist later");
+                  "this VM was created with network none; create it with egress to change its "
+                  "allowlist later");
   if (e->microvm && !e->wired) return Status::Ok();  // none stays none: nothing to change
   if (!net_) {
-    if (policy.egress) return Status(Code::kUnavailable, "set network", id, "no egress here: " + net_error_);
+    if (policy.egress)
+      return Status(Code::kUnavailable, "set network", id, "no egress here: " + net_error_);
     return Status::Ok();
   }
   WARREN_RETURN_IF_ERROR(net_->SetPolicy(id, policy));
@@ -362,7 +380,8 @@ Status LocalNode::AdoptSandbox(const std::string& id) {
   if (net_) {
     // A sandbox made without a node namespace (fncall runners) has no network record.
     Status st = net_->Adopt(id, inst->host_pid());
-    if (!st.ok() && st.code() != Code::kNotFound) spdlog::warn("adopt network of {}: {}", id, st.ToString());
+    if (!st.ok() && st.code() != Code::kNotFound)
+      spdlog::warn("adopt network of {}: {}", id, st.ToString());
   }
   auto conn = std::make_shared<AgentConn>(id, inst->TakeControlSocket());
   std::vector<std::shared_ptr<ExecRecord>> recs;
@@ -407,7 +426,8 @@ int LocalNode::ReapUnadopted(const std::set<std::string>& also_keep) {
   }
   int n = isolation::ReapStaleCgroups(opts_.cgroup_parent, keep);
   // Their leftovers: agent sockets and runtime files, network records, exec spills.
-  for (const std::string& dir : {std::string("/run/warren/") + opts_.cgroup_parent, opts_.net.state_dir, opts_.spill_dir}) {
+  for (const std::string& dir :
+       {std::string("/run/warren/") + opts_.cgroup_parent, opts_.net.state_dir, opts_.spill_dir}) {
     if (dir.empty()) continue;
     if (DIR* d = opendir(dir.c_str())) {
       std::vector<std::string> names;
@@ -415,7 +435,8 @@ int LocalNode::ReapUnadopted(const std::set<std::string>& also_keep) {
         std::string name = e->d_name;
         if (name == "." || name == "..") continue;
         std::string id = name.substr(0, name.find('.'));
-        if (!keep.count(id) && !(dir == opts_.spill_dir && also_keep.count(id))) names.push_back(dir + "/" + name);
+        if (!keep.count(id) && !(dir == opts_.spill_dir && also_keep.count(id)))
+          names.push_back(dir + "/" + name);
       }
       closedir(d);
       for (auto& p : names) (void)image::RemoveTree(p);
@@ -453,14 +474,17 @@ Status LocalNode::SetFilesystem(const std::string& id, const isolation::FsPolicy
   std::lock_guard lock(e->mu);
   // A microVM's agent is the guest's root and does it itself; a paused one answers nothing.
   if (e->microvm && e->paused)
-    return Status(Code::kConflict, "set filesystem policy", id, "a paused microVM cannot change it; resume it first");
+    return Status(Code::kConflict, "set filesystem policy", id,
+                  "a paused microVM cannot change it; resume it first");
   return e->microvm ? e->conn->SetFsPolicy(policy) : e->instance->SetFilesystemPolicy(policy);
 }
 
-Result<isolation::ChangeReport> LocalNode::Changes(const std::string& id, const std::string& under, size_t limit) {
+Result<isolation::ChangeReport> LocalNode::Changes(const std::string& id, const std::string& under,
+                                                   size_t limit) {
   auto e = WARREN_TRY(Find(id));
   if (e->microvm && e->paused)
-    return Status(Code::kConflict, "read changes", id, "a paused microVM cannot answer; resume it first");
+    return Status(Code::kConflict, "read changes", id,
+                  "a paused microVM cannot answer; resume it first");
   return e->microvm ? e->conn->ReadChanges(under, limit) : e->instance->ReadChanges(under, limit);
 }
 
@@ -504,13 +528,18 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
                                                          const ExecSpec& spec) {
   auto entry = WARREN_TRY(Find(id));
   const std::shared_ptr<AgentConn>& conn = entry->conn;
-  auto rec = std::make_shared<ExecRecord>(exec_id, id, spec.max_output, spec.binary, conn->budget());
+  auto rec =
+      std::make_shared<ExecRecord>(exec_id, id, spec.max_output, spec.binary, conn->budget());
   if (!opts_.spill_dir.empty() && !spec.channel) {
-    auto spill = entry->journal->Begin({{"id", exec_id}, {"binary", spec.binary}, {"max_output", spec.max_output},
+    auto spill = entry->journal->Begin({{"id", exec_id},
+                                        {"binary", spec.binary},
+                                        {"max_output", spec.max_output},
                                         {"started_unix", UnixNow()}});
     // Without its spill the exec still runs; it just would not survive a daemon restart.
-    if (spill.ok()) rec->AttachSpill(std::move(*spill));
-    else spdlog::warn("exec {}: {}", exec_id, spill.status().ToString());
+    if (spill.ok())
+      rec->AttachSpill(std::move(*spill));
+    else
+      spdlog::warn("exec {}: {}", exec_id, spill.status().ToString());
   }
   if (spec.on_record) spec.on_record(rec);
   if (!spec.channel) {
@@ -565,8 +594,10 @@ nlohmann::json LocalNode::Info() {
   nlohmann::json backends = {"container"}, vm;
   {
     std::lock_guard lock(vm_mu_);
-    if (microvm_) backends.push_back("microvm"), backends.push_back("vm"), vm = microvm_->Info();
-    else vm = {{"error", vm_done_ ? vm_error_ : "starting"}};
+    if (microvm_)
+      backends.push_back("microvm"), backends.push_back("vm"), vm = microvm_->Info();
+    else
+      vm = {{"error", vm_done_ ? vm_error_ : "starting"}};
   }
   return {{"name", opts_.name},
           {"backends", backends},

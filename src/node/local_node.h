@@ -5,11 +5,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <map>
-#include <thread>
 #include <memory>
 #include <mutex>
-#include <utility>
 #include <set>
+#include <thread>
+#include <utility>
 
 #include "image/erofs_mount_cache.h"
 #include "image/layer_store.h"
@@ -25,9 +25,9 @@ namespace warren::node {
 
 struct LocalNodeOptions {
   std::string name = "local";
-  std::string agent_path;       // default: next to the executable
-  uint32_t uid_base = 1u << 20;  // first host uid handed to sandboxes
-  uint32_t uid_slots = 16384;    // ranges of 65536 ids
+  std::string agent_path;                // default: next to the executable
+  uint32_t uid_base = 1u << 20;          // first host uid handed to sandboxes
+  uint32_t uid_slots = 16384;            // ranges of 65536 ids
   std::string cgroup_parent = "warren";  // this node's cgroup parent directory name
   // Benchmarks only (`warren serve --unsafe-no-seccomp-landlock`): sandboxes without seccomp
   // and Landlock, to measure what those layers cost. Never for real workloads.
@@ -64,7 +64,8 @@ class LocalNode : public NodeApi {
   int ReapUnadopted(const std::set<std::string>& also_keep = {}) override;
   Status SetNetwork(const std::string& id, const net::Policy& policy) override;
   Status SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) override;
-  Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under, size_t limit) override;
+  Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under,
+                                          size_t limit) override;
   Status PauseSandbox(const std::string& id) override;
   Status ResumeSandbox(const std::string& id) override;
   Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,
@@ -103,7 +104,9 @@ class LocalNode : public NodeApi {
   LocalNode(const LocalNodeOptions& opts, image::LayerStore* store);
   Result<std::shared_ptr<Entry>> Find(const std::string& id);
   Result<std::shared_ptr<AgentConn>> Conn(const std::string& id);
-  std::string JournalPath(const std::string& id) const { return opts_.spill_dir + "/" + id + ".journal"; }
+  std::string JournalPath(const std::string& id) const {
+    return opts_.spill_dir + "/" + id + ".journal";
+  }
   // Points an egress sandbox's resolver and package tools at the node (best effort: an
   // image without /etc/apt simply has no apt to configure).
   void ConfigureEgress(const std::string& id);
@@ -114,16 +117,20 @@ class LocalNode : public NodeApi {
   static constexpr const char* kCaBundleFile = "/etc/warren-ca-certificates.pem";
   void WriteCaBundle(const std::string& id);
   // Where images keep their roots in one file: Debian/Ubuntu/Alpine, Fedora/RHEL, SUSE, others.
-  static constexpr const char* kRootBundles[] = {"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+  static constexpr const char* kRootBundles[] = {"/etc/ssl/certs/ca-certificates.crt",
+                                                 "/etc/pki/tls/certs/ca-bundle.crt",
                                                  "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"};
   std::map<std::string, std::string> EgressEnvDefaults(const std::string& id);
   std::vector<std::pair<std::string, std::string>> EgressFiles() const;
-  void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst, std::shared_ptr<AgentConn> conn,
-                bool microvm = false, bool wired = false, std::shared_ptr<ExecJournal> journal = nullptr);
+  void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst,
+                std::shared_ptr<AgentConn> conn, bool microvm = false, bool wired = false,
+                std::shared_ptr<ExecJournal> journal = nullptr);
   // backend->Create in a namespace of the node's network under `policy` (none: no namespace of
   // ours), which the sandbox then keeps; a failure leaves nothing attached.
-  Result<std::unique_ptr<runtime::Instance>> CreateAttached(runtime::Backend* backend, runtime::SandboxConfig& cfg,
-                                                           const net::Policy* policy, bool keep_link);
+  Result<std::unique_ptr<runtime::Instance>> CreateAttached(runtime::Backend* backend,
+                                                            runtime::SandboxConfig& cfg,
+                                                            const net::Policy* policy,
+                                                            bool keep_link);
   // The warm pool's two halves: making a sandbox ahead of demand, and giving one back.
   Result<WarmSandbox> MakeWarm(const runtime::SandboxConfig& tmpl);
   void DiscardWarm(WarmSandbox& w);

@@ -4,13 +4,13 @@
 #pragma once
 
 #include <memory>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "base/status.h"
-#include "node/agent_conn.h"
 #include "net/policy.h"
+#include "node/agent_conn.h"
 #include "node/exec_record.h"
 #include "runtime/backend.h"
 
@@ -61,7 +61,8 @@ class NodeApi {
   // Changes the sandbox's filesystem policy (isolation/fs_policy.h), at once for every process.
   virtual Status SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) = 0;
   // What the occupant changed relative to the sandbox's layers, at or below `under`.
-  virtual Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under, size_t limit) = 0;
+  virtual Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under,
+                                                  size_t limit) = 0;
   virtual Status PauseSandbox(const std::string& id) = 0;
   virtual Status ResumeSandbox(const std::string& id) = 0;
   virtual Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id,

@@ -1,9 +1,8 @@
 #include "node/warm_pool.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <vector>
 
@@ -40,7 +39,8 @@ size_t WarmPool::TotalTarget() const {
   return n;
 }
 
-std::optional<WarmSandbox> WarmPool::Take(const std::string& key, const runtime::SandboxConfig& tmpl) {
+std::optional<WarmSandbox> WarmPool::Take(const std::string& key,
+                                          const runtime::SandboxConfig& tmpl) {
   if (opts_.initial == 0) return std::nullopt;
   std::optional<WarmSandbox> out;
   {
@@ -67,7 +67,8 @@ std::optional<WarmSandbox> WarmPool::Take(const std::string& key, const runtime:
       // A miss: demand outran the pool. Grow it, within the caps.
       const size_t others = TotalTarget() - t.target;
       size_t want = std::min(opts_.max, std::max(opts_.initial, t.target * 2));
-      if (others + want > opts_.total_max) want = opts_.total_max > others ? opts_.total_max - others : 0;
+      if (others + want > opts_.total_max)
+        want = opts_.total_max > others ? opts_.total_max - others : 0;
       t.target = std::max(t.target, want);
     }
   }
@@ -95,7 +96,8 @@ void WarmPool::FillLoop() {
         t.target = std::max(opts_.initial, t.target / 2);
         t.last_miss = now;  // the next halving after another calm period
       }
-      if (pick.empty() && t.ready.size() + t.making < t.target && now >= t.rest_until) pick = it->first;
+      if (pick.empty() && t.ready.size() + t.making < t.target && now >= t.rest_until)
+        pick = it->first;
       ++it;
     }
     if (!gone.empty()) {
@@ -142,10 +144,17 @@ void WarmPool::FillLoop() {
 nlohmann::json WarmPool::Info() {
   std::lock_guard lock(mu_);
   size_t ready = 0, making = 0, target = 0;
-  for (const auto& [key, t] : templates_) ready += t.ready.size(), making += t.making, target += t.target;
-  return {{"per_template", opts_.initial}, {"templates", templates_.size()}, {"ready", ready},
-          {"making", making}, {"target", target}, {"hits", hits_}, {"misses", misses_},
-          {"made", made_}, {"failed", failed_}};
+  for (const auto& [key, t] : templates_)
+    ready += t.ready.size(), making += t.making, target += t.target;
+  return {{"per_template", opts_.initial},
+          {"templates", templates_.size()},
+          {"ready", ready},
+          {"making", making},
+          {"target", target},
+          {"hits", hits_},
+          {"misses", misses_},
+          {"made", made_},
+          {"failed", failed_}};
 }
 
 }  // namespace warren::node

@@ -14,11 +14,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
@@ -33,12 +32,12 @@ struct WarmSandbox {
 };
 
 struct WarmPoolOptions {
-  size_t initial = 2;     // per template, once it has been asked for (0: no pool at all)
-  size_t max = 32;        // per template, reached by repeated misses (16x initial at most)
-  size_t total_max = 128; // across templates
-  std::chrono::seconds calm{60};          // no miss for this long halves a grown pool
-  std::chrono::seconds unused_after{600}; // a template nobody asked for is dropped
-  std::chrono::seconds rest{60};          // after 3 failures in a row
+  size_t initial = 2;             // per template, once it has been asked for (0: no pool at all)
+  size_t max = 32;                // per template, reached by repeated misses (16x initial at most)
+  size_t total_max = 128;         // across templates
+  std::chrono::seconds calm{60};  // no miss for this long halves a grown pool
+  std::chrono::seconds unused_after{600};  // a template nobody asked for is dropped
+  std::chrono::seconds rest{60};           // after 3 failures in a row
 };
 
 class WarmPool {

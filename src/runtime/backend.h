@@ -90,11 +90,14 @@ class Instance {
   // Applies a filesystem policy (isolation/fs_policy.h) at once to every process of the
   // sandbox, running or not, root included.
   virtual Status SetFilesystemPolicy(const isolation::FsPolicy&) {
-    return Status(Code::kUnavailable, "set filesystem policy", "sandbox", "not supported by this backend yet");
+    return Status(Code::kUnavailable, "set filesystem policy", "sandbox",
+                  "not supported by this backend yet");
   }
   // What the occupant changed relative to its layers, at or below `under`.
-  virtual Result<isolation::ChangeReport> ReadChanges(const std::string& /*under*/, size_t /*limit*/) {
-    return Status(Code::kUnavailable, "read changes", "sandbox", "not supported by this backend yet");
+  virtual Result<isolation::ChangeReport> ReadChanges(const std::string& /*under*/,
+                                                      size_t /*limit*/) {
+    return Status(Code::kUnavailable, "read changes", "sandbox",
+                  "not supported by this backend yet");
   }
   // The name of its cgroup (a warm sandbox keeps the pool name it was made under: cgroup2
   // cannot rename); empty if the backend does not say.

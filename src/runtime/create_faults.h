@@ -11,36 +11,48 @@
 namespace warren::runtime {
 
 enum class CreateStep {
-  kNetwork,          // (node) a network namespace from the pool, attached to the bridge
-  kIdentity,         // a uid range of our own
-  kLayers,           // the layer blobs mounted
-  kCgroup,           // the sandbox's cgroups with their limits
-  kChannels,         // the control socket and the start pipe
-  kClone,            // clone3 into new namespaces and the cgroup
-  kIdMaps,           // uid/gid maps written, v1 cgroups attached
-  kIdmappedMounts,   // idmapped clones of the layer mounts
-  kSetup,            // the agent released and sent its setup
-  kHandshake,        // the agent's ready
-  kNetworkReady,     // (node) the sandbox's address and firewall rules in place
+  kNetwork,         // (node) a network namespace from the pool, attached to the bridge
+  kIdentity,        // a uid range of our own
+  kLayers,          // the layer blobs mounted
+  kCgroup,          // the sandbox's cgroups with their limits
+  kChannels,        // the control socket and the start pipe
+  kClone,           // clone3 into new namespaces and the cgroup
+  kIdMaps,          // uid/gid maps written, v1 cgroups attached
+  kIdmappedMounts,  // idmapped clones of the layer mounts
+  kSetup,           // the agent released and sent its setup
+  kHandshake,       // the agent's ready
+  kNetworkReady,    // (node) the sandbox's address and firewall rules in place
 };
 inline constexpr CreateStep kAllCreateSteps[] = {
-    CreateStep::kNetwork,   CreateStep::kIdentity, CreateStep::kLayers,         CreateStep::kCgroup,
-    CreateStep::kChannels,  CreateStep::kClone,    CreateStep::kIdMaps,         CreateStep::kIdmappedMounts,
-    CreateStep::kSetup,     CreateStep::kHandshake, CreateStep::kNetworkReady};
+    CreateStep::kNetwork,   CreateStep::kIdentity,       CreateStep::kLayers,
+    CreateStep::kCgroup,    CreateStep::kChannels,       CreateStep::kClone,
+    CreateStep::kIdMaps,    CreateStep::kIdmappedMounts, CreateStep::kSetup,
+    CreateStep::kHandshake, CreateStep::kNetworkReady};
 
 inline const char* CreateStepName(CreateStep s) {
   switch (s) {
-    case CreateStep::kNetwork: return "network";
-    case CreateStep::kIdentity: return "identity";
-    case CreateStep::kLayers: return "layers";
-    case CreateStep::kCgroup: return "cgroup";
-    case CreateStep::kChannels: return "channels";
-    case CreateStep::kClone: return "clone";
-    case CreateStep::kIdMaps: return "id_maps";
-    case CreateStep::kIdmappedMounts: return "idmapped_mounts";
-    case CreateStep::kSetup: return "setup";
-    case CreateStep::kHandshake: return "handshake";
-    case CreateStep::kNetworkReady: return "network_ready";
+    case CreateStep::kNetwork:
+      return "network";
+    case CreateStep::kIdentity:
+      return "identity";
+    case CreateStep::kLayers:
+      return "layers";
+    case CreateStep::kCgroup:
+      return "cgroup";
+    case CreateStep::kChannels:
+      return "channels";
+    case CreateStep::kClone:
+      return "clone";
+    case CreateStep::kIdMaps:
+      return "id_maps";
+    case CreateStep::kIdmappedMounts:
+      return "idmapped_mounts";
+    case CreateStep::kSetup:
+      return "setup";
+    case CreateStep::kHandshake:
+      return "handshake";
+    case CreateStep::kNetworkReady:
+      return "network_ready";
   }
   return "?";
 }

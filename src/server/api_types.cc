@@ -36,7 +36,8 @@ Status GetOptString(const json& j, const char* key, std::optional<std::string>* 
 Status GetUint(const json& j, const char* key, uint64_t* out, uint64_t lo, uint64_t hi) {
   if (!j.contains(key) || j[key].is_null()) return Status::Ok();
   const json& v = j[key];
-  if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+  if (!v.is_number_integer() &&
+      !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
     return Invalid(std::string("`") + key + "` must be an integer");
   if (v.is_number_integer() && v.get<int64_t>() < 0 && !v.is_number_unsigned())
     return Invalid(std::string("`") + key + "` must not be negative");
@@ -73,8 +74,7 @@ Status GetStringMap(const json& j, const char* key, std::map<std::string, std::s
   if (!m.is_object()) return Invalid(std::string("`") + key + "` must be an object of strings");
   if (m.size() > max_entries) return Invalid(std::string("`") + key + "` has too many entries");
   for (auto& [k, v] : m.items()) {
-    if (!v.is_string())
-      return Invalid(std::string("`") + key + "." + k + "` must be a string");
+    if (!v.is_string()) return Invalid(std::string("`") + key + "." + k + "` must be a string");
     if (k.empty() || k.size() > 256) return Invalid(std::string("bad key in `") + key + "`");
     if (env_names && (k.find('=') != std::string::npos || k.find('\0') != std::string::npos))
       return Invalid("environment variable names must not contain `=` or NUL: " + k);
@@ -103,10 +103,12 @@ Status ParseImageRef(const std::string& ref, std::string* name, std::string* tag
     return true;
   };
   // Every '/'-separated part of a name starts with a letter or digit (no "..", no "/x").
-  bool parts_ok = isalnum(static_cast<unsigned char>((*name)[0])) && name->find("/.") == std::string::npos &&
-                  name->find("//") == std::string::npos && name->back() != '/';
+  bool parts_ok = isalnum(static_cast<unsigned char>((*name)[0])) &&
+                  name->find("/.") == std::string::npos && name->find("//") == std::string::npos &&
+                  name->back() != '/';
   if (!ok(*name, true) || !ok(*tag, false) || !parts_ok)
-    return Invalid("image names and tags use letters, digits, '.', '-', '_' (and '/' in names)", ref);
+    return Invalid("image names and tags use letters, digits, '.', '-', '_' (and '/' in names)",
+                   ref);
   return Status::Ok();
 }
 
@@ -123,28 +125,35 @@ Result<json> ParseJsonBody(const std::string& body) {
 Result<isolation::FsPolicy> ParseFsPolicy(const json& j) {
   WARREN_RETURN_IF_ERROR(CheckFields(j, {"read_only", "writable"}, "filesystem policy"));
   isolation::FsPolicy p;
-  for (auto [key, out] : {std::pair{"read_only", &p.read_only}, std::pair{"writable", &p.writable}}) {
+  for (auto [key, out] :
+       {std::pair{"read_only", &p.read_only}, std::pair{"writable", &p.writable}}) {
     if (!j.contains(key) || j[key].is_null()) continue;
-    if (!j[key].is_array()) return Invalid(std::string("`filesystem.") + key + "` must be an array of paths");
+    if (!j[key].is_array())
+      return Invalid(std::string("`filesystem.") + key + "` must be an array of paths");
     for (const auto& v : j[key]) {
-      if (!v.is_string()) return Invalid(std::string("`filesystem.") + key + "` must contain strings");
+      if (!v.is_string())
+        return Invalid(std::string("`filesystem.") + key + "` must contain strings");
       out->push_back(v.get<std::string>());
     }
   }
   return isolation::NormalizeFsPolicy(std::move(p));
 }
 
-json ToJson(const isolation::FsPolicy& p) { return {{"read_only", p.read_only}, {"writable", p.writable}}; }
+json ToJson(const isolation::FsPolicy& p) {
+  return {{"read_only", p.read_only}, {"writable", p.writable}};
+}
 
 Result<SandboxSpec> ParseSandboxSpec(const json& j) {
-  WARREN_RETURN_IF_ERROR(CheckFields(
-      j,
-      {"backend", "image", "workspace", "tools", "cpu", "memory_mb", "disk_mb", "pids", "open_files", "network",
-       "filesystem", "env", "ttl_s", "idle_timeout_s", "labels", "trajectory", "on_divergence", "lease", "on_lease_expiry"},
-      "sandbox spec"));
+  WARREN_RETURN_IF_ERROR(
+      CheckFields(j,
+                  {"backend", "image", "workspace", "tools", "cpu", "memory_mb", "disk_mb", "pids",
+                   "open_files", "network", "filesystem", "env", "ttl_s", "idle_timeout_s",
+                   "labels", "trajectory", "on_divergence", "lease", "on_lease_expiry"},
+                  "sandbox spec"));
   SandboxSpec s;
   WARREN_RETURN_IF_ERROR(GetString(j, "backend", &s.backend));
-  if (s.backend != "container" && s.backend != "fncall" && s.backend != "microvm" && s.backend != "vm")
+  if (s.backend != "container" && s.backend != "fncall" && s.backend != "microvm" &&
+      s.backend != "vm")
     return Invalid("`backend` must be one of fncall, container, microvm, vm");
   WARREN_RETURN_IF_ERROR(GetString(j, "image", &s.image));
   if (s.image.empty()) return Invalid("`image` is required (NAME:TAG of a base layer)");
@@ -162,7 +171,8 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
     }
   }
   WARREN_RETURN_IF_ERROR(GetDouble(j, "cpu", &s.cpu, 0.01, Limits::kMaxCpu));
-  WARREN_RETURN_IF_ERROR(GetUint(j, "memory_mb", &s.memory_mb, Limits::kMinMemoryMb, Limits::kMaxMemoryMb));
+  WARREN_RETURN_IF_ERROR(
+      GetUint(j, "memory_mb", &s.memory_mb, Limits::kMinMemoryMb, Limits::kMaxMemoryMb));
   WARREN_RETURN_IF_ERROR(GetUint(j, "disk_mb", &s.disk_mb, 1, Limits::kMaxDiskMb));
   WARREN_RETURN_IF_ERROR(GetUint(j, "pids", &s.pids, 8, Limits::kMaxPids));
   WARREN_RETURN_IF_ERROR(GetUint(j, "open_files", &s.open_files, 64, Limits::kMaxOpenFiles));
@@ -180,19 +190,24 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
       }
     }
     // Rules without a mode ask for egress limited to them.
-    if ((!nw.contains("mode") || nw["mode"].is_null()) && !s.network.allow.empty()) s.network.mode = "egress";
+    if ((!nw.contains("mode") || nw["mode"].is_null()) && !s.network.allow.empty())
+      s.network.mode = "egress";
     if (s.network.mode == "none" && !s.network.allow.empty())
       return Invalid("`network.allow` rules need `network.mode` egress");
     WARREN_RETURN_IF_ERROR(net::ParsePolicy(s.network.mode, s.network.allow).status());
   }
-  if (j.contains("filesystem") && !j["filesystem"].is_null()) s.filesystem = WARREN_TRY(ParseFsPolicy(j["filesystem"]));
+  if (j.contains("filesystem") && !j["filesystem"].is_null())
+    s.filesystem = WARREN_TRY(ParseFsPolicy(j["filesystem"]));
   // A whole machine's root keeps every capability: it could unmount a tool's guard or clear
   // an immutable flag, so neither integrity control can be promised there (SECURITY.md).
   if (s.backend == "vm" && !s.tools.empty())
-    return Invalid("`tools` cannot be guarded in backend vm (its root keeps every capability and may unmount "
-                   "anything); use backend microvm, where tool layers are read-only");
+    return Invalid(
+        "`tools` cannot be guarded in backend vm (its root keeps every capability and may unmount "
+        "anything); use backend microvm, where tool layers are read-only");
   if (s.backend == "vm" && !s.filesystem.empty())
-    return Invalid("`filesystem` cannot be enforced in backend vm (its root keeps every capability); use backend microvm");
+    return Invalid(
+        "`filesystem` cannot be enforced in backend vm (its root keeps every capability); use "
+        "backend microvm");
   WARREN_RETURN_IF_ERROR(GetStringMap(j, "env", &s.env, 1024, true));
   size_t env_bytes = 0;
   for (const auto& [k, v] : s.env) env_bytes += k.size() + v.size() + 2;
@@ -213,7 +228,8 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
   if (s.trajectory) {
     bool ok = !s.trajectory->empty() && s.trajectory->size() <= 128;
     for (char c : *s.trajectory)
-      if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' && c != ':') ok = false;
+      if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' && c != ':')
+        ok = false;
     if (!ok) return Invalid("`trajectory` must be 1-128 letters, digits, `-`, `_`, `.` or `:`");
   }
   WARREN_RETURN_IF_ERROR(GetString(j, "on_divergence", &s.on_divergence));
@@ -253,8 +269,8 @@ json ToJson(const SandboxSpec& s) {
 
 Result<ExecRequest> ParseExecRequest(const json& j) {
   WARREN_RETURN_IF_ERROR(CheckFields(j,
-                                     {"argv", "cmd", "stdin", "stdin_b64", "env", "cwd", "timeout_s",
-                                      "wait", "max_output_bytes", "binary", "step"},
+                                     {"argv", "cmd", "stdin", "stdin_b64", "env", "cwd",
+                                      "timeout_s", "wait", "max_output_bytes", "binary", "step"},
                                      "exec request"));
   ExecRequest r;
   bool has_argv = j.contains("argv") && !j["argv"].is_null();
@@ -288,7 +304,8 @@ Result<ExecRequest> ParseExecRequest(const json& j) {
   } else if (has_b64) {
     if (!j["stdin_b64"].is_string()) return Invalid("`stdin_b64` must be a base64 string");
     std::string raw;
-    if (!Base64Decode(j["stdin_b64"].get<std::string>(), &raw)) return Invalid("`stdin_b64` is not valid base64");
+    if (!Base64Decode(j["stdin_b64"].get<std::string>(), &raw))
+      return Invalid("`stdin_b64` is not valid base64");
     r.stdin_data = std::move(raw);
   }
   WARREN_RETURN_IF_ERROR(GetStringMap(j, "env", &r.env, 1024, true));
@@ -299,7 +316,8 @@ Result<ExecRequest> ParseExecRequest(const json& j) {
   if (r.cwd[0] != '/') return Invalid("`cwd` must be an absolute path");
   WARREN_RETURN_IF_ERROR(GetDouble(j, "timeout_s", &r.timeout_s, 0.001, Limits::kMaxTimeoutS));
   WARREN_RETURN_IF_ERROR(GetBool(j, "wait", &r.wait));
-  WARREN_RETURN_IF_ERROR(GetUint(j, "max_output_bytes", &r.max_output_bytes, 0, Limits::kMaxOutputBytes));
+  WARREN_RETURN_IF_ERROR(
+      GetUint(j, "max_output_bytes", &r.max_output_bytes, 0, Limits::kMaxOutputBytes));
   WARREN_RETURN_IF_ERROR(GetBool(j, "binary", &r.binary));
   if (j.contains("step") && !j["step"].is_null()) {
     uint64_t step = 0;

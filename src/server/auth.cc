@@ -21,8 +21,9 @@ constexpr std::string_view kBearer = "Bearer ";
 }  // namespace
 
 json Quotas::ToJson() const {
-  return {{"max_sandboxes", max_sandboxes}, {"max_cpu", max_cpu},    {"max_memory_mb", max_memory_mb},
-          {"create_rate", create_rate},     {"max_calls", max_calls}, {"call_rate", call_rate}};
+  return {{"max_sandboxes", max_sandboxes}, {"max_cpu", max_cpu},
+          {"max_memory_mb", max_memory_mb}, {"create_rate", create_rate},
+          {"max_calls", max_calls},         {"call_rate", call_rate}};
 }
 
 bool Principal::admin() const {
@@ -40,8 +41,9 @@ bool Principal::Allows(std::string_view scope) const {
 }
 
 const std::vector<std::string>& KnownScopes() {
-  static const std::vector<std::string> k = {"admin", "sandbox:*", "sandbox:read", "sandbox:write",
-                                             "exec", "call", "image:*", "image:read", "image:write"};
+  static const std::vector<std::string> k = {"admin",         "sandbox:*",  "sandbox:read",
+                                             "sandbox:write", "exec",       "call",
+                                             "image:*",       "image:read", "image:write"};
   return k;
 }
 
@@ -119,7 +121,8 @@ Status TokenRegistry::Load() {
 
 std::optional<Principal> TokenRegistry::Authenticate(std::string_view header) const {
   if (BearerMatches(header, admin_token_)) return Principal{"admin", {"admin"}, {}};
-  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return std::nullopt;
+  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer)
+    return std::nullopt;
   std::string hash = Sha256Hex(header.substr(kBearer.size()));
   MutexLock lock(&mu_);
   auto it = by_hash_.find(hash);
@@ -130,23 +133,25 @@ std::optional<Principal> TokenRegistry::Authenticate(std::string_view header) co
 Result<json> TokenRegistry::Create(const std::string& body) {
   json j = json::parse(body, nullptr, false);
   if (!j.is_object()) return Invalid("token request must be a JSON object");
-  static const char* kFields[] = {"name", "scopes", "max_sandboxes", "max_cpu", "max_memory_mb",
-                                  "create_rate", "max_calls", "call_rate"};
+  static const char* kFields[] = {"name",          "scopes",      "max_sandboxes", "max_cpu",
+                                  "max_memory_mb", "create_rate", "max_calls",     "call_rate"};
   for (const auto& item : j.items()) {
     const std::string& k = item.key();
-    if (std::find_if(std::begin(kFields), std::end(kFields), [&](const char* f) { return k == f; }) ==
-        std::end(kFields))
+    if (std::find_if(std::begin(kFields), std::end(kFields),
+                     [&](const char* f) { return k == f; }) == std::end(kFields))
       return Invalid("unknown field `" + k + "` in token request");
   }
-  if (!j.contains("name") || !j["name"].is_string() || !ValidTokenName(j["name"].get<std::string>()))
+  if (!j.contains("name") || !j["name"].is_string() ||
+      !ValidTokenName(j["name"].get<std::string>()))
     return Invalid("`name` must be 1-64 letters, digits, `.`, `-` or `_` (and not `admin`)");
   Principal p;
   p.name = j["name"].get<std::string>();
   if (j.contains("scopes") && !j["scopes"].is_null()) {
-    if (!j["scopes"].is_array() || j["scopes"].empty()) return Invalid("`scopes` must be a non-empty array");
+    if (!j["scopes"].is_array() || j["scopes"].empty())
+      return Invalid("`scopes` must be a non-empty array");
     for (const auto& s : j["scopes"]) {
-      if (!s.is_string() || std::find(KnownScopes().begin(), KnownScopes().end(), s.get<std::string>()) ==
-                                KnownScopes().end()) {
+      if (!s.is_string() || std::find(KnownScopes().begin(), KnownScopes().end(),
+                                      s.get<std::string>()) == KnownScopes().end()) {
         std::string known;
         for (const auto& k : KnownScopes()) known += (known.empty() ? "" : ", ") + k;
         return Invalid("unknown scope " + s.dump() + " (known: " + known + ")");
@@ -158,8 +163,10 @@ Result<json> TokenRegistry::Create(const std::string& body) {
   }
   auto num = [&](const char* k, double max, double* out) -> Status {
     if (!j.contains(k) || j[k].is_null()) return Status::Ok();
-    if (!j[k].is_number() || j[k].get<double>() < 0 || j[k].get<double>() > max || std::isnan(j[k].get<double>()))
-      return Invalid(std::string("`") + k + "` must be a number from 0 (unlimited) to " + std::to_string(static_cast<int64_t>(max)));
+    if (!j[k].is_number() || j[k].get<double>() < 0 || j[k].get<double>() > max ||
+        std::isnan(j[k].get<double>()))
+      return Invalid(std::string("`") + k + "` must be a number from 0 (unlimited) to " +
+                     std::to_string(static_cast<int64_t>(max)));
     *out = j[k].get<double>();
     return Status::Ok();
   };
@@ -170,13 +177,17 @@ Result<json> TokenRegistry::Create(const std::string& body) {
   WARREN_RETURN_IF_ERROR(num("create_rate", 1e6, &cr));
   WARREN_RETURN_IF_ERROR(num("max_calls", 1e6, &mcalls));
   WARREN_RETURN_IF_ERROR(num("call_rate", 1e6, &crate));
-  p.quotas = {static_cast<int64_t>(ms), mc, static_cast<int64_t>(mm), cr, static_cast<int64_t>(mcalls), crate};
+  p.quotas = {static_cast<int64_t>(ms),     mc,   static_cast<int64_t>(mm), cr,
+              static_cast<int64_t>(mcalls), crate};
 
   std::string token = "wt_" + RandomHex(24);
-  json rec = {{"name", p.name}, {"scopes", p.scopes}, {"quotas", p.quotas.ToJson()},
+  json rec = {{"name", p.name},
+              {"scopes", p.scopes},
+              {"quotas", p.quotas.ToJson()},
               {"created_at", NowRfc3339()}};
   MutexLock lock(&mu_);
-  if (records_.count(p.name)) return Status(Code::kConflict, "create token", p.name, "a token with this name exists");
+  if (records_.count(p.name))
+    return Status(Code::kConflict, "create token", p.name, "a token with this name exists");
   json stored = rec;
   stored["sha256"] = Sha256Hex(token);
   WARREN_RETURN_IF_ERROR(state_->PutDoc(kTokenKind, p.name, stored));

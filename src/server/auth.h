@@ -24,12 +24,12 @@ class StateStore;
 
 // Per-principal limits; 0 means unlimited.
 struct Quotas {
-  int64_t max_sandboxes = 0;   // live (neither deleted nor failed) sandboxes at once
-  double max_cpu = 0;          // sum of their `cpu`
-  int64_t max_memory_mb = 0;   // sum of their `memory_mb`
-  double create_rate = 0;      // sandbox creates per second (token bucket, burst = max(1, rate))
-  int64_t max_calls = 0;       // fncall calls running at once (a batch counts each of its calls)
-  double call_rate = 0;        // calls started per second (token bucket, burst = max(1, rate))
+  int64_t max_sandboxes = 0;  // live (neither deleted nor failed) sandboxes at once
+  double max_cpu = 0;         // sum of their `cpu`
+  int64_t max_memory_mb = 0;  // sum of their `memory_mb`
+  double create_rate = 0;     // sandbox creates per second (token bucket, burst = max(1, rate))
+  int64_t max_calls = 0;      // fncall calls running at once (a batch counts each of its calls)
+  double call_rate = 0;       // calls started per second (token bucket, burst = max(1, rate))
   nlohmann::json ToJson() const;
 };
 
@@ -74,7 +74,8 @@ class TokenRegistry {
   std::string admin_token_;
   mutable Mutex mu_;
   std::map<std::string, Principal> by_hash_ GUARDED_BY(mu_);  // sha256(token) hex -> principal
-  std::map<std::string, nlohmann::json> records_ GUARDED_BY(mu_);  // name -> stored record (no secret)
+  std::map<std::string, nlohmann::json> records_
+      GUARDED_BY(mu_);  // name -> stored record (no secret)
 };
 
 }  // namespace warren::server

@@ -1,16 +1,15 @@
 #include "server/http_server.h"
 
+#include <spdlog/spdlog.h>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <optional>
 #include <thread>
 
 #include "base/ids.h"
 #include "base/utf8.h"
-#include <optional>
-
-#include <spdlog/spdlog.h>
-
 #include "server/auth.h"
 #include "server/route_table.h"
 
@@ -29,14 +28,22 @@ constexpr uint64_t kLayerBodyLimit = 64ull << 30;
 
 http::status HttpStatus(Code c) {
   switch (c) {
-    case Code::kInvalid: return http::status::bad_request;
-    case Code::kNotFound: return http::status::not_found;
-    case Code::kConflict: return http::status::conflict;
-    case Code::kQuota: return http::status::too_many_requests;
-    case Code::kUnauthorized: return http::status::unauthorized;
-    case Code::kForbidden: return http::status::forbidden;
-    case Code::kUnavailable: return http::status::service_unavailable;
-    default: return http::status::internal_server_error;
+    case Code::kInvalid:
+      return http::status::bad_request;
+    case Code::kNotFound:
+      return http::status::not_found;
+    case Code::kConflict:
+      return http::status::conflict;
+    case Code::kQuota:
+      return http::status::too_many_requests;
+    case Code::kUnauthorized:
+      return http::status::unauthorized;
+    case Code::kForbidden:
+      return http::status::forbidden;
+    case Code::kUnavailable:
+      return http::status::service_unavailable;
+    default:
+      return http::status::internal_server_error;
   }
 }
 
@@ -120,12 +127,18 @@ Result<Target> ParseTarget(std::string_view target) {
 
 Method ToMethod(http::verb v) {
   switch (v) {
-    case http::verb::get: return Method::kGet;
-    case http::verb::head: return Method::kHead;
-    case http::verb::post: return Method::kPost;
-    case http::verb::put: return Method::kPut;
-    case http::verb::delete_: return Method::kDelete;
-    default: return Method::kOther;
+    case http::verb::get:
+      return Method::kGet;
+    case http::verb::head:
+      return Method::kHead;
+    case http::verb::post:
+      return Method::kPost;
+    case http::verb::put:
+      return Method::kPut;
+    case http::verb::delete_:
+      return Method::kDelete;
+    default:
+      return Method::kOther;
   }
 }
 
@@ -133,7 +146,10 @@ Method ToMethod(http::verb v) {
 
 struct HttpServer::Impl {
   Impl(Api* a, const TokenRegistry* t, ServerOptions o)
-      : api(a), tokens(t), opts(std::move(o)), blocking(static_cast<size_t>(opts.blocking_threads)),
+      : api(a),
+        tokens(t),
+        opts(std::move(o)),
+        blocking(static_cast<size_t>(opts.blocking_threads)),
         acceptor(ioc) {}
 
   Api* api;
@@ -162,8 +178,9 @@ struct HttpServer::Impl {
       r.body = st.op();  // the message is made with the request id (Session)
       return r;
     }
-    Reply r = JsonReply(HttpStatus(st.code()),
-                        {{"error", {{"code", CodeName(st.code())}, {"message", SanitizeUtf8(st.ToString())}}}});
+    Reply r = JsonReply(
+        HttpStatus(st.code()),
+        {{"error", {{"code", CodeName(st.code())}, {"message", SanitizeUtf8(st.ToString())}}}});
     r.retry_after_s = st.retry_after_s();
     return r;
   }
@@ -205,8 +222,10 @@ struct HttpServer::Impl {
     for (;;) {
       auto snap = rec->Poll(after, nullptr);
       std::string out;
-      if (snap.chunks.empty() && !snap.done && std::chrono::steady_clock::now() - last_write >= kHeartbeat)
-        out = json{{"seq", after}, {"stream", "stdout"}, {"data", ""}, {"heartbeat", true}}.dump() + "\n";
+      if (snap.chunks.empty() && !snap.done &&
+          std::chrono::steady_clock::now() - last_write >= kHeartbeat)
+        out = json{{"seq", after}, {"stream", "stdout"}, {"data", ""}, {"heartbeat", true}}.dump() +
+              "\n";
       for (const auto& c : snap.chunks) {
         out += node::ChunkJson(c, rec->binary()).dump() + "\n";
         after = c.seq;
@@ -289,7 +308,9 @@ struct HttpServer::Impl {
   Reply Answer(const Result<json>& r, http::status ok = http::status::ok) {
     return r.ok() ? JsonReply(ok, *r) : Error(r.status());
   }
-  Reply NoContent(const Status& st) { return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st); }
+  Reply NoContent(const Status& st) {
+    return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
+  }
   net::awaitable<void> Session(tcp::socket sock);
   net::awaitable<void> Listen();
 };
@@ -322,14 +343,17 @@ const std::vector<HttpServer::Impl::RouteEntry>& HttpServer::Impl::Routes() {
       {{M::kDelete, "/v1/sandboxes/{id}", "sandbox:write", kJsonBodyLimit}, &Impl::DeleteSandbox},
       {{M::kPost, "/v1/sandboxes/{id}/exec", "exec", kJsonBodyLimit}, &Impl::StartExec},
       {{M::kGet, "/v1/sandboxes/{id}/execs/{exec_id}", "exec", kJsonBodyLimit}, &Impl::GetExec},
-      {{M::kGet, "/v1/sandboxes/{id}/execs/{exec_id}/stream", "exec", kJsonBodyLimit}, &Impl::StreamExec},
-      {{M::kPost, "/v1/sandboxes/{id}/execs/{exec_id}/signal", "exec", kJsonBodyLimit}, &Impl::SignalExec},
+      {{M::kGet, "/v1/sandboxes/{id}/execs/{exec_id}/stream", "exec", kJsonBodyLimit},
+       &Impl::StreamExec},
+      {{M::kPost, "/v1/sandboxes/{id}/execs/{exec_id}/signal", "exec", kJsonBodyLimit},
+       &Impl::SignalExec},
       {{M::kGet, "/v1/sandboxes/{id}/files", "exec", kJsonBodyLimit}, &Impl::GetFile},
       {{M::kPut, "/v1/sandboxes/{id}/files", "exec", kFileBodyLimit}, &Impl::PutFile},
       {{M::kGet, "/v1/sandboxes/{id}/archive", "exec", kJsonBodyLimit}, &Impl::GetArchive},
       {{M::kPut, "/v1/sandboxes/{id}/archive", "exec", kFileBodyLimit}, &Impl::PutArchive},
       {{M::kPut, "/v1/sandboxes/{id}/network", "sandbox:write", kJsonBodyLimit}, &Impl::SetNetwork},
-      {{M::kPut, "/v1/sandboxes/{id}/filesystem", "sandbox:write", kJsonBodyLimit}, &Impl::SetFilesystem},
+      {{M::kPut, "/v1/sandboxes/{id}/filesystem", "sandbox:write", kJsonBodyLimit},
+       &Impl::SetFilesystem},
       {{M::kGet, "/v1/sandboxes/{id}/changes", "sandbox:read", kJsonBodyLimit}, &Impl::Changes},
       {{M::kPost, "/v1/sandboxes/{id}/pause", "sandbox:write", kJsonBodyLimit}, &Impl::Pause},
       {{M::kPost, "/v1/sandboxes/{id}/resume", "sandbox:write", kJsonBodyLimit}, &Impl::Resume},
@@ -370,7 +394,8 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
       co_return r;
     }
     if (spec && !spec->scope.empty() && !principal->Allows(std::string(spec->scope))) {
-      Reply r = Error(Status(Code::kForbidden, "", "", "this token lacks the `" + std::string(spec->scope) + "` scope"));
+      Reply r = Error(Status(Code::kForbidden, "", "",
+                             "this token lacks the `" + std::string(spec->scope) + "` scope"));
       r.close = true;
       co_return r;
     }
@@ -443,7 +468,9 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
   co_return co_await (this->*Routes()[static_cast<size_t>(match.index)].handler)(ctx);
 }
 
-net::awaitable<Reply> HttpServer::Impl::Health(Ctx&) { co_return JsonReply(http::status::ok, {{"ok", true}}); }
+net::awaitable<Reply> HttpServer::Impl::Health(Ctx&) {
+  co_return JsonReply(http::status::ok, {{"ok", true}});
+}
 
 net::awaitable<Reply> HttpServer::Impl::Metrics(Ctx&) {
   std::string m = co_await Blocking([&] { return api->Metrics(); });
@@ -471,7 +498,8 @@ net::awaitable<Reply> HttpServer::Impl::ReleaseLease(Ctx& c) {
 }
 
 net::awaitable<Reply> HttpServer::Impl::CreateToken(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->CreateToken(c.body); }), http::status::created);
+  co_return Answer(co_await Blocking([&] { return api->CreateToken(c.body); }),
+                   http::status::created);
 }
 
 net::awaitable<Reply> HttpServer::Impl::ListTokens(Ctx&) {
@@ -487,7 +515,8 @@ net::awaitable<Reply> HttpServer::Impl::ListLayers(Ctx&) {
 }
 
 net::awaitable<Reply> HttpServer::Impl::UploadLayer(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->UploadLayer(c.q, c.body_file); }), http::status::created);
+  co_return Answer(co_await Blocking([&] { return api->UploadLayer(c.q, c.body_file); }),
+                   http::status::created);
 }
 
 net::awaitable<Reply> HttpServer::Impl::DeleteLayer(Ctx& c) {
@@ -507,7 +536,8 @@ net::awaitable<Reply> HttpServer::Impl::CreateBatch(Ctx& c) {
 }
 
 net::awaitable<Reply> HttpServer::Impl::CreateSandbox(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->CreateSandbox(c.who, c.body); }), http::status::created);
+  co_return Answer(co_await Blocking([&] { return api->CreateSandbox(c.who, c.body); }),
+                   http::status::created);
 }
 
 net::awaitable<Reply> HttpServer::Impl::ListSandboxes(Ctx& c) {
@@ -530,7 +560,8 @@ net::awaitable<Reply> HttpServer::Impl::StartExec(Ctx& c) {
 }
 
 net::awaitable<Reply> HttpServer::Impl::GetExec(Ctx& c) {
-  auto rec = co_await Blocking([&] { return api->GetExec(c.who, c.p.at("id"), c.p.at("exec_id")); });
+  auto rec =
+      co_await Blocking([&] { return api->GetExec(c.who, c.p.at("id"), c.p.at("exec_id")); });
   if (!rec.ok()) co_return Error(rec.status());
   co_return JsonReply(http::status::ok, (*rec)->ResultJson());
 }
@@ -543,7 +574,8 @@ net::awaitable<Reply> HttpServer::Impl::StreamExec(Ctx& c) {
       co_return Error(Invalid("`after` must be a sequence number (0 or more)"));
     after = std::stoull(v);
   }
-  auto rec = co_await Blocking([&] { return api->GetExec(c.who, c.p.at("id"), c.p.at("exec_id")); });
+  auto rec =
+      co_await Blocking([&] { return api->GetExec(c.who, c.p.at("id"), c.p.at("exec_id")); });
   if (!rec.ok()) co_return Error(rec.status());
   *c.streamed = true;
   co_await Stream(c.stream, c.version, *rec, after);
@@ -560,7 +592,8 @@ net::awaitable<Reply> HttpServer::Impl::SignalExec(Ctx& c) {
 }
 
 net::awaitable<Reply> HttpServer::Impl::PutFile(Ctx& c) {
-  co_return NoContent(co_await Blocking([&] { return api->PutFile(c.who, c.p.at("id"), c.q, c.body); }));
+  co_return NoContent(
+      co_await Blocking([&] { return api->PutFile(c.who, c.p.at("id"), c.q, c.body); }));
 }
 
 net::awaitable<Reply> HttpServer::Impl::GetFile(Ctx& c) {
@@ -570,7 +603,8 @@ net::awaitable<Reply> HttpServer::Impl::GetFile(Ctx& c) {
 }
 
 net::awaitable<Reply> HttpServer::Impl::PutArchive(Ctx& c) {
-  co_return NoContent(co_await Blocking([&] { return api->PutArchive(c.who, c.p.at("id"), c.q, c.body); }));
+  co_return NoContent(
+      co_await Blocking([&] { return api->PutArchive(c.who, c.p.at("id"), c.q, c.body); }));
 }
 
 net::awaitable<Reply> HttpServer::Impl::GetArchive(Ctx& c) {
@@ -584,7 +618,8 @@ net::awaitable<Reply> HttpServer::Impl::SetNetwork(Ctx& c) {
 }
 
 net::awaitable<Reply> HttpServer::Impl::SetFilesystem(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->SetFilesystem(c.who, c.p.at("id"), c.body); }));
+  co_return Answer(
+      co_await Blocking([&] { return api->SetFilesystem(c.who, c.p.at("id"), c.body); }));
 }
 
 net::awaitable<Reply> HttpServer::Impl::Changes(Ctx& c) {
@@ -615,7 +650,11 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
         // Garbage instead of HTTP: answer once, then close.
         http::response<http::string_body> res{http::status::bad_request, 11};
         res.set(http::field::content_type, "application/json");
-        res.body() = json{{"error", {{"code", "invalid"}, {"message", "malformed HTTP request: " + ec.message()}}}}.dump() + "\n";
+        res.body() =
+            json{{"error",
+                  {{"code", "invalid"}, {"message", "malformed HTTP request: " + ec.message()}}}}
+                .dump() +
+            "\n";
         res.keep_alive(false);
         res.prepare_payload();
         co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
@@ -642,15 +681,17 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
       reply = Error(Internal("handle request", "", e.what()));
       reply.close = true;
     }
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const int status = streamed ? 200 : static_cast<int>(reply.status);
     if (path != "/healthz" && path != "/metrics") {
       // Structured: key=value pairs, the request id first.
       if (status >= 500)
-        spdlog::warn("req={} method={} path={} status={} ms={:.1f} error={}", request_id, method, path, status, ms,
-                     reply.body.substr(0, 300));
+        spdlog::warn("req={} method={} path={} status={} ms={:.1f} error={}", request_id, method,
+                     path, status, ms, reply.body.substr(0, 300));
       else
-        spdlog::info("req={} method={} path={} status={} ms={:.1f}", request_id, method, path, status, ms);
+        spdlog::info("req={} method={} path={} status={} ms={:.1f}", request_id, method, path,
+                     status, ms);
     }
     if (streamed) {
       if (!keep_alive) break;
@@ -659,17 +700,21 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
     if (!reply.internal_detail.empty()) {
       spdlog::error("req={} internal error: {}", request_id, reply.internal_detail);
       const std::string op = reply.body.empty() ? "request" : reply.body;
-      reply.body = JsonReply(reply.status, {{"error", {{"code", "internal"},
-                                                       {"message", SanitizeUtf8(op) + ": internal error (request " +
-                                                                       request_id + "; the server's log has the details)"}}}})
-                       .body;
+      reply.body =
+          JsonReply(reply.status,
+                    {{"error",
+                      {{"code", "internal"},
+                       {"message", SanitizeUtf8(op) + ": internal error (request " + request_id +
+                                       "; the server's log has the details)"}}}})
+              .body;
     }
     http::response<http::string_body> res{reply.status, version};
     res.set(http::field::server, "warren");
     res.set("X-Request-Id", request_id);
     if (!reply.content_type.empty()) res.set(http::field::content_type, reply.content_type);
     if (!reply.allow.empty()) res.set(http::field::allow, reply.allow);
-    if (reply.retry_after_s > 0) res.set(http::field::retry_after, std::to_string(reply.retry_after_s));
+    if (reply.retry_after_s > 0)
+      res.set(http::field::retry_after, std::to_string(reply.retry_after_s));
     res.keep_alive(keep_alive && !reply.close);
     res.body() = std::move(reply.body);
     res.prepare_payload();
@@ -706,7 +751,8 @@ Status HttpServer::Start() {
   size_t colon = l.rfind(':');
   if (colon == std::string::npos) return Invalid("listen address must be ADDR:PORT", l);
   std::string host = l.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   boost::system::error_code ec;
   auto addr = net::ip::make_address(host, ec);
   if (ec) return Invalid("bad listen address: " + ec.message(), l);

@@ -1,8 +1,9 @@
 // `warren serve`'s HTTP front end (Boost.Beast + Asio C++20 coroutines).
 //
-// Parses requests, authenticates the bearer token and checks its scope, routes to Api (run on a blocking thread pool so
-// the event loop never waits on a sandbox), writes JSON, raw or NDJSON-streamed replies.
-// Beast is kept inside http_server.cc: it costs ~35 s of compile per translation unit.
+// Parses requests, authenticates the bearer token and checks its scope, routes to Api (run on a
+// blocking thread pool so the event loop never waits on a sandbox), writes JSON, raw or
+// NDJSON-streamed replies. Beast is kept inside http_server.cc: it costs ~35 s of compile per
+// translation unit.
 #pragma once
 
 #include <cstdint>

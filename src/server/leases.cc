@@ -33,8 +33,8 @@ Result<double> LeaseTable::ParseTtl(const std::string& body, double fallback) {
   for (auto& [k, v] : j.items())
     if (k != "ttl_s") return Invalid("unknown field `" + k + "` in lease request");
   if (!j.contains("ttl_s") || j["ttl_s"].is_null()) return fallback;
-  if (!j["ttl_s"].is_number() || std::isnan(j["ttl_s"].get<double>()) || j["ttl_s"].get<double>() < 1 ||
-      j["ttl_s"].get<double>() > kMaxTtl)
+  if (!j["ttl_s"].is_number() || std::isnan(j["ttl_s"].get<double>()) ||
+      j["ttl_s"].get<double>() < 1 || j["ttl_s"].get<double>() > kMaxTtl)
     return Invalid("`ttl_s` must be a number of seconds from 1 to " + std::to_string(int(kMaxTtl)));
   return j["ttl_s"].get<double>();
 }
@@ -42,15 +42,20 @@ Result<double> LeaseTable::ParseTtl(const std::string& body, double fallback) {
 Result<json> LeaseTable::Create(const Principal& who, const std::string& body) {
   double ttl = WARREN_TRY(ParseTtl(body, kDefaultTtl));
   const double now = UnixNow();
-  json doc = {{"id", "ls-" + RandomHex(8)}, {"owner", who.name},       {"ttl_s", ttl},
-              {"created_at", Rfc3339(now)},  {"expires_at", Rfc3339(now + ttl)}, {"expires_unix", now + ttl}};
+  json doc = {{"id", "ls-" + RandomHex(8)},
+              {"owner", who.name},
+              {"ttl_s", ttl},
+              {"created_at", Rfc3339(now)},
+              {"expires_at", Rfc3339(now + ttl)},
+              {"expires_unix", now + ttl}};
   MutexLock lock(&mu_);
   WARREN_RETURN_IF_ERROR(state_->PutDoc(kLeaseKind, doc["id"], doc));
   leases_[doc["id"]] = doc;
   return Public(doc);
 }
 
-Result<json> LeaseTable::Renew(const Principal& who, const std::string& id, const std::string& body) {
+Result<json> LeaseTable::Renew(const Principal& who, const std::string& id,
+                               const std::string& body) {
   MutexLock lock(&mu_);
   auto it = leases_.find(id);
   const double now = UnixNow();

@@ -27,7 +27,8 @@ class LeaseTable {
   void Load();
   // POST /v1/leases {"ttl_s"}; renew with an optional new ttl.
   Result<nlohmann::json> Create(const Principal& who, const std::string& body);
-  Result<nlohmann::json> Renew(const Principal& who, const std::string& id, const std::string& body);
+  Result<nlohmann::json> Renew(const Principal& who, const std::string& id,
+                               const std::string& body);
   // Forgets the lease; the caller then applies its sandboxes' expiry action.
   Status Release(const Principal& who, const std::string& id);
   // The live lease `id` if `who` owns it (not_found otherwise, also when expired).

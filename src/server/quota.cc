@@ -33,10 +33,12 @@ Status QuotaTracker::Reserve(const Principal& who, double cpu, int64_t memory_mb
   if (q.max_sandboxes > 0 && u.sandboxes + 1 > q.max_sandboxes)
     return refuse("quota of " + std::to_string(q.max_sandboxes) + " sandboxes reached");
   if (q.max_cpu > 0 && u.cpu + cpu > q.max_cpu + 1e-9)
-    return refuse("CPU quota " + Fmt(q.max_cpu) + " reached (" + Fmt(u.cpu) + " in use, asked " + Fmt(cpu) + ")");
+    return refuse("CPU quota " + Fmt(q.max_cpu) + " reached (" + Fmt(u.cpu) + " in use, asked " +
+                  Fmt(cpu) + ")");
   if (q.max_memory_mb > 0 && u.memory_mb + memory_mb > q.max_memory_mb)
     return refuse("memory quota " + std::to_string(q.max_memory_mb) + " MB reached (" +
-                  std::to_string(u.memory_mb) + " MB in use, asked " + std::to_string(memory_mb) + ")");
+                  std::to_string(u.memory_mb) + " MB in use, asked " + std::to_string(memory_mb) +
+                  ")");
   if (q.create_rate > 0) {
     const double burst = std::max(1.0, q.create_rate), now = Now();
     if (u.bucket < 0) u.bucket = burst;
@@ -56,14 +58,15 @@ Status QuotaTracker::Reserve(const Principal& who, double cpu, int64_t memory_mb
 Status QuotaTracker::ReserveCalls(const Principal& who, int64_t n) {
   const Quotas& q = who.quotas;
   if (q.max_calls > 0 && n > q.max_calls)
-    return Invalid("a batch of " + std::to_string(n) + " calls is more than this token's max_calls (" +
-                   std::to_string(q.max_calls) + ") would ever let run; split it");
+    return Invalid("a batch of " + std::to_string(n) +
+                   " calls is more than this token's max_calls (" + std::to_string(q.max_calls) +
+                   ") would ever let run; split it");
   MutexLock lock(&mu_);
   Use& u = use_[who.name];
   if (q.max_calls > 0 && u.calls + n > q.max_calls)
     return Status(Code::kQuota, "call", who.name,
-                  "quota of " + std::to_string(q.max_calls) + " calls at once reached (" + std::to_string(u.calls) +
-                      " running)")
+                  "quota of " + std::to_string(q.max_calls) + " calls at once reached (" +
+                      std::to_string(u.calls) + " running)")
         .WithRetryAfter(1);
   if (q.call_rate > 0) {
     const double burst = std::max(1.0, q.call_rate), now = Now();
@@ -71,7 +74,8 @@ Status QuotaTracker::ReserveCalls(const Principal& who, int64_t n) {
     u.call_bucket = std::min(burst, u.call_bucket + (now - u.call_refilled_at) * q.call_rate);
     u.call_refilled_at = now;
     if (u.call_bucket < 1)
-      return Status(Code::kQuota, "call", who.name, "call rate limit of " + Fmt(q.call_rate) + "/s reached")
+      return Status(Code::kQuota, "call", who.name,
+                    "call rate limit of " + Fmt(q.call_rate) + "/s reached")
           .WithRetryAfter(static_cast<int>(std::ceil((1 - u.call_bucket) / q.call_rate)));
     u.call_bucket -= static_cast<double>(n);
   }
@@ -105,7 +109,8 @@ void QuotaTracker::Hold(const std::string& id) {
   held_.insert(id);
 }
 
-void QuotaTracker::ReleaseHeld(const std::string& id, const std::string& owner, double cpu, int64_t memory_mb) {
+void QuotaTracker::ReleaseHeld(const std::string& id, const std::string& owner, double cpu,
+                               int64_t memory_mb) {
   {
     MutexLock lock(&mu_);
     if (!held_.erase(id)) return;

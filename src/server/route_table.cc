@@ -4,12 +4,18 @@ namespace warren::server {
 
 const char* MethodName(Method m) {
   switch (m) {
-    case Method::kGet: return "GET";
-    case Method::kHead: return "HEAD";
-    case Method::kPost: return "POST";
-    case Method::kPut: return "PUT";
-    case Method::kDelete: return "DELETE";
-    case Method::kOther: return "OTHER";
+    case Method::kGet:
+      return "GET";
+    case Method::kHead:
+      return "HEAD";
+    case Method::kPost:
+      return "POST";
+    case Method::kPut:
+      return "PUT";
+    case Method::kDelete:
+      return "DELETE";
+    case Method::kOther:
+      return "OTHER";
   }
   return "OTHER";
 }
@@ -25,7 +31,8 @@ RouteTable::RouteTable(std::vector<RouteSpec> routes) : routes_(std::move(routes
       if (j > i) p.segs.emplace_back(path.substr(i, j - i));
       i = j + 1;
     }
-    if (!p.segs.empty() && p.segs.back().size() > 3 && p.segs.back().substr(p.segs.back().size() - 2) == "*}") {
+    if (!p.segs.empty() && p.segs.back().size() > 3 &&
+        p.segs.back().substr(p.segs.back().size() - 2) == "*}") {
       p.rest = true;
       p.segs.back() = p.segs.back().substr(0, p.segs.back().size() - 2) + "}";
     }
@@ -33,7 +40,8 @@ RouteTable::RouteTable(std::vector<RouteSpec> routes) : routes_(std::move(routes
   }
 }
 
-bool RouteTable::Matches(const Pattern& p, const std::vector<std::string>& segs, PathParams* params) {
+bool RouteTable::Matches(const Pattern& p, const std::vector<std::string>& segs,
+                         PathParams* params) {
   if (p.rest ? segs.size() < p.segs.size() : segs.size() != p.segs.size()) return false;
   PathParams got;
   for (size_t i = 0; i < p.segs.size(); ++i) {
@@ -68,7 +76,8 @@ RouteMatch RouteTable::Match(Method method, const std::vector<std::string>& segs
   }
   // In one order whatever the table's: GET, HEAD, POST, PUT, DELETE.
   for (Method x : {Method::kGet, Method::kHead, Method::kPost, Method::kPut, Method::kDelete})
-    if (takes[static_cast<int>(x)]) m.allow += std::string(m.allow.empty() ? "" : ", ") + MethodName(x);
+    if (takes[static_cast<int>(x)])
+      m.allow += std::string(m.allow.empty() ? "" : ", ") + MethodName(x);
   return m;
 }
 

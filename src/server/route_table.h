@@ -52,7 +52,7 @@ class RouteTable {
  private:
   struct Pattern {
     std::vector<std::string> segs;  // "{name}" or a literal
-    bool rest = false;               // the last is "{name*}"
+    bool rest = false;              // the last is "{name*}"
   };
   static bool Matches(const Pattern& p, const std::vector<std::string>& segs, PathParams* params);
   std::vector<RouteSpec> routes_;

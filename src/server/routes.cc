@@ -1,12 +1,11 @@
 #include "server/routes.h"
 
 #include <signal.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
 #include <sstream>
-
-#include <spdlog/spdlog.h>
 
 #include "base/cleanup.h"
 #include "base/ids.h"
@@ -47,13 +46,20 @@ const Principal& System() {
 
 Api::Api(StateStore* state, StateStore* durable, node::NodeApi* node, image::LayerStore* layers,
          TokenRegistry* tokens)
-    : state_(state), sandboxes_(state), node_(node), layers_(layers), tokens_(tokens), leases_(state), traj_(durable) {
+    : state_(state),
+      sandboxes_(state),
+      node_(node),
+      layers_(layers),
+      tokens_(tokens),
+      leases_(state),
+      traj_(durable) {
   quota_.Count(sandboxes_.List());
   leases_.Load();
   node_->SetOnSandboxLost([this](const std::string& id) {
-    auto sb = sandboxes_.Transition(id, SandboxState::kFailed, {SandboxState::kRunning}, [](SandboxRecord& r) {
-      r.error = SandboxRecord::Error{"internal", "the sandbox's init process exited"};
-    });
+    auto sb = sandboxes_.Transition(
+        id, SandboxState::kFailed, {SandboxState::kRunning}, [](SandboxRecord& r) {
+          r.error = SandboxRecord::Error{"internal", "the sandbox's init process exited"};
+        });
     if (sb.ok()) ReleaseQuotaOf(*sb);
   });
 }
@@ -117,7 +123,8 @@ void Api::MarkAllStopped() {
   for (const SandboxRecord& sb : sandboxes_.List()) {
     if (sb.state == SandboxState::kFailed) continue;
     (void)sandboxes_.Transition(sb.id, SandboxState::kFailed, {}, [](SandboxRecord& r) {
-      r.error = SandboxRecord::Error{"unavailable", "warren serve was stopped; its sandboxes were deleted"};
+      r.error = SandboxRecord::Error{"unavailable",
+                                     "warren serve was stopped; its sandboxes were deleted"};
     });
   }
 }
@@ -154,7 +161,8 @@ void Api::ReconcileAfterRestart() {
     Status st = IsLive(sb.state)
                     ? (sb.spec.backend == "fncall" ? node_->CreateSandbox(FncallSpecOf(sb)).status()
                                                    : node_->AdoptSandbox(id))
-                    : Status(Code::kUnavailable, "adopt", id, "it was " + state + " when warren serve stopped");
+                    : Status(Code::kUnavailable, "adopt", id,
+                             "it was " + state + " when warren serve stopped");
     if (st.ok()) {
       spdlog::info("re-adopted sandbox {} ({})", id, state);
       // Its TTL runs from its creation, on the wall clock.
@@ -168,8 +176,9 @@ void Api::ReconcileAfterRestart() {
     }
     spdlog::warn("sandbox {} could not be re-adopted: {}", id, st.ToString());
     (void)sandboxes_.Transition(id, SandboxState::kFailed, {}, [&](SandboxRecord& r) {
-      r.error = SandboxRecord::Error{"unavailable",
-                                     "warren serve restarted and could not take the sandbox over: " + st.ToString()};
+      r.error = SandboxRecord::Error{
+          "unavailable",
+          "warren serve restarted and could not take the sandbox over: " + st.ToString()};
     });
     ReleaseQuotaOf(sb);
   }
@@ -184,7 +193,8 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   double t0 = NowSeconds();
   // The quota share: taken here, or already by the batch (in item order); given back unless a
   // sandbox ends up holding it.
-  Cleanup release([&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
+  Cleanup release(
+      [&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
   if (!reserved) release.Cancel();
   if (spec.backend == "fncall" && !calls_)
     return Status(Code::kUnavailable, "create sandbox", "fncall", "not enabled on this server");
@@ -222,7 +232,8 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
 
   if (!reserved) {
     WARREN_RETURN_IF_ERROR(quota_.Reserve(who, spec.cpu, static_cast<int64_t>(spec.memory_mb)));
-    release = Cleanup([&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
+    release =
+        Cleanup([&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
   }
   const std::string id = NewSandboxId();
   ns.backend = spec.backend;
@@ -315,7 +326,8 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
   SandboxSpec spec = WARREN_TRY(ParseSandboxSpec(j.value("spec", json::object())));
   json out = {{"sandboxes", json::array()}, {"errors", json::array()}};
   int64_t n = j["count"].get<int64_t>();
-  if (spec.trajectory && n > 1) return Invalid("a trajectory belongs to one sandbox: `count` must be 1");
+  if (spec.trajectory && n > 1)
+    return Invalid("a trajectory belongs to one sandbox: `count` must be 1");
   // A few creates at once: each spends much of its time waiting (clone, the agent's setup),
   // so the batch goes faster than one by one, without flooding the host.
   // Quotas are taken in item order first, so a batch beyond a quota gets its first items.
@@ -329,7 +341,8 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
   std::atomic<int64_t> next{0};
   auto work = [&] {
     for (int64_t i; (i = next.fetch_add(1)) < n;)
-      if (reserved[static_cast<size_t>(i)]) results[static_cast<size_t>(i)] = CreateOne(who, spec, true);
+      if (reserved[static_cast<size_t>(i)])
+        results[static_cast<size_t>(i)] = CreateOne(who, spec, true);
   };
   const int64_t workers = std::min<int64_t>(n, kBatchWorkers);
   std::vector<std::thread> pool;
@@ -342,9 +355,9 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
       out["sandboxes"].push_back(std::move(*r));
     } else {
       CountError(r.status().code());
-      out["errors"].push_back({{"index", i},
-                               {"error", {{"code", CodeName(r.status().code())},
-                                          {"message", r.status().ToString()}}}});
+      out["errors"].push_back(
+          {{"index", i},
+           {"error", {{"code", CodeName(r.status().code())}, {"message", r.status().ToString()}}}});
     }
   }
   return out;
@@ -360,7 +373,9 @@ Result<SandboxRecord> Api::Sandbox(const Principal& who, const std::string& id) 
   return sb;
 }
 
-Result<json> Api::GetSandbox(const Principal& who, const std::string& id) { return ToJson(WARREN_TRY(Sandbox(who, id))); }
+Result<json> Api::GetSandbox(const Principal& who, const std::string& id) {
+  return ToJson(WARREN_TRY(Sandbox(who, id)));
+}
 
 Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {
   std::optional<SandboxState> want_state;
@@ -389,7 +404,8 @@ Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {
     if (want_state && sb.state != *want_state) continue;
     bool match = true;
     for (auto& [k, v] : labels)
-      if (auto it = sb.spec.labels.find(k); it == sb.spec.labels.end() || it->second != v) match = false;
+      if (auto it = sb.spec.labels.find(k); it == sb.spec.labels.end() || it->second != v)
+        match = false;
     if (match) out.push_back(ToJson(sb));
   }
   return json{{"sandboxes", out}};
@@ -401,12 +417,14 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
   // next one finishes the deletion (ReconcileAfterRestart). A sandbox already stopping (a
   // delete under way, or one the earlier daemon left) is deleted again.
   if (sb.state == SandboxState::kCreating)
-    return Status(Code::kConflict, "delete sandbox", id, "sandbox is creating; delete it once its create returned");
+    return Status(Code::kConflict, "delete sandbox", id,
+                  "sandbox is creating; delete it once its create returned");
   std::optional<SandboxState> was;
   if (IsLive(sb.state)) {
-    WARREN_RETURN_IF_ERROR(sandboxes_.Transition(id, SandboxState::kStopping,
-                                                 {SandboxState::kRunning, SandboxState::kPaused},
-                                                 [&](const SandboxRecord& r) { was = r.state; })
+    WARREN_RETURN_IF_ERROR(sandboxes_
+                               .Transition(id, SandboxState::kStopping,
+                                           {SandboxState::kRunning, SandboxState::kPaused},
+                                           [&](const SandboxRecord& r) { was = r.state; })
                                .status());
   }
   Status st = node_->DeleteSandbox(id);
@@ -440,7 +458,8 @@ std::set<std::string> Api::DigestsInUse() {
   for (const json& sb : state_->ListSandboxes())
     if (sb.contains("layers") && sb["layers"].is_array())
       for (const auto& l : sb["layers"])
-        if (l.is_object() && l.contains("digest") && l["digest"].is_string()) used.insert(l["digest"].get<std::string>());
+        if (l.is_object() && l.contains("digest") && l["digest"].is_string())
+          used.insert(l["digest"].get<std::string>());
   return used;
 }
 
@@ -478,8 +497,10 @@ Result<json> Api::SetPaused(const Principal& who, const std::string& id, bool pa
   const SandboxState to = paused ? SandboxState::kPaused : SandboxState::kRunning;
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   if (sb.state == to) return ToJson(sb);  // already there: a no-op
-  if (sb.state != from) return Status(Code::kConflict, op, id, std::string("sandbox is ") + StateName(sb.state));
-  WARREN_RETURN_IF_ERROR(node::NodeFault(paused ? node_->PauseSandbox(id) : node_->ResumeSandbox(id)));
+  if (sb.state != from)
+    return Status(Code::kConflict, op, id, std::string("sandbox is ") + StateName(sb.state));
+  WARREN_RETURN_IF_ERROR(
+      node::NodeFault(paused ? node_->PauseSandbox(id) : node_->ResumeSandbox(id)));
   return ToJson(WARREN_TRY(sandboxes_.Transition(id, to, {from})));
 }
 
@@ -490,7 +511,8 @@ Result<json> Api::SetNetwork(const Principal& who, const std::string& id, const 
   SandboxSpec parsed = WARREN_TRY(ParseSandboxSpec(spec));
   net::Policy policy = WARREN_TRY(net::ParsePolicy(parsed.network.mode, parsed.network.allow));
   if (!IsLive(sb.state))
-    return Status(Code::kConflict, "set network", id, std::string("sandbox is ") + StateName(sb.state));
+    return Status(Code::kConflict, "set network", id,
+                  std::string("sandbox is ") + StateName(sb.state));
   WARREN_RETURN_IF_ERROR(node::NodeFault(node_->SetNetwork(id, policy)));
   return ToJson(WARREN_TRY(sandboxes_.Update(id, [&](SandboxRecord& r) {
     r.spec.network = parsed.network;
@@ -498,17 +520,21 @@ Result<json> Api::SetNetwork(const Principal& who, const std::string& id, const 
   })));
 }
 
-Result<json> Api::SetFilesystem(const Principal& who, const std::string& id, const std::string& body) {
+Result<json> Api::SetFilesystem(const Principal& who, const std::string& id,
+                                const std::string& body) {
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   const isolation::FsPolicy policy = WARREN_TRY(ParseFsPolicy(WARREN_TRY(ParseJsonBody(body))));
   if (!IsLive(sb.state))
-    return Status(Code::kConflict, "set filesystem policy", id, std::string("sandbox is ") + StateName(sb.state));
+    return Status(Code::kConflict, "set filesystem policy", id,
+                  std::string("sandbox is ") + StateName(sb.state));
   if (Status st = node::NodeFault(node_->SetFilesystem(id, policy)); !st.ok()) {
     // A refused policy changed nothing. Any other failure may have left the sandbox between
     // two policies: the one in force before is applied again.
     if (st.code() != Code::kInvalid) {
       Status back = node_->SetFilesystem(id, sb.spec.filesystem);
-      if (!back.ok()) spdlog::error("sandbox {}: its filesystem policy could not be restored: {}", id, back.ToString());
+      if (!back.ok())
+        spdlog::error("sandbox {}: its filesystem policy could not be restored: {}", id,
+                      back.ToString());
     }
     return st;
   }
@@ -528,8 +554,8 @@ Result<json> Api::Changes(const Principal& who, const std::string& id, const Que
       if (!p.ok()) return Invalid("`path` must be an absolute, normalized path");
       under = v;
     } else if (k == "limit") {
-      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos || std::stoul(v) == 0 ||
-          std::stoul(v) > 100000)
+      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoul(v) == 0 || std::stoul(v) > 100000)
         return Invalid("`limit` must be 1 to 100000");
       limit = std::stoul(v);
     } else {
@@ -537,7 +563,8 @@ Result<json> Api::Changes(const Principal& who, const std::string& id, const Que
     }
   }
   if (!IsLive(sb.state))
-    return Status(Code::kConflict, "read changes", id, std::string("sandbox is ") + StateName(sb.state));
+    return Status(Code::kConflict, "read changes", id,
+                  std::string("sandbox is ") + StateName(sb.state));
   auto changed = node_->Changes(id, under, limit);
   if (!changed.ok()) return node::NodeFault(changed.status());
   const isolation::ChangeReport& report = *changed;
@@ -609,9 +636,8 @@ Status Api::SignalExec(const Principal& who, const std::string& id, const std::s
   std::string name = j.value("signal", "TERM");
   if (name.rfind("SIG", 0) == 0) name = name.substr(3);
   static const std::map<std::string, int> kSignals = {
-      {"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},   {"HUP", SIGHUP},
-      {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP},
-      {"CONT", SIGCONT}};
+      {"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},   {"HUP", SIGHUP},  {"QUIT", SIGQUIT},
+      {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP}, {"CONT", SIGCONT}};
   auto it = kSignals.find(name);
   if (it == kSignals.end()) return Invalid("unknown signal `" + name + "`");
   WARREN_TRY(Sandbox(who, id));
@@ -634,7 +660,8 @@ constexpr uint64_t kMaxFileBytes = 64ull << 20;
 
 }  // namespace
 
-Status Api::PutFile(const Principal& who, const std::string& id, const Query& q, const std::string& body) {
+Status Api::PutFile(const Principal& who, const std::string& id, const Query& q,
+                    const std::string& body) {
   std::string path;
   WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
   uint32_t mode = 0644;
@@ -648,7 +675,8 @@ Status Api::PutFile(const Principal& who, const std::string& id, const Query& q,
     if (k != "path" && k != "mode") return Invalid("unknown query parameter `" + k + "`");
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   if (sb.state != SandboxState::kRunning)
-    return Status(Code::kConflict, "write file", id, std::string("sandbox is ") + StateName(sb.state));
+    return Status(Code::kConflict, "write file", id,
+                  std::string("sandbox is ") + StateName(sb.state));
   return node_->WriteFile(id, path, mode, body);
 }
 
@@ -657,8 +685,10 @@ namespace {
 // Runs argv in the sandbox (as its root, inside its namespaces: the host never resolves a
 // sandbox path) and waits; errors name `what`.
 Result<std::shared_ptr<node::ExecRecord>> RunTool(node::NodeApi* node, const std::string& id,
-                                                  const std::string& what, std::vector<std::string> argv,
-                                                  const std::string* stdin_data, uint64_t max_output) {
+                                                  const std::string& what,
+                                                  std::vector<std::string> argv,
+                                                  const std::string* stdin_data,
+                                                  uint64_t max_output) {
   node::ExecSpec es;
   es.argv = std::move(argv);
   es.timeout_ms = 300000;
@@ -671,15 +701,19 @@ Result<std::shared_ptr<node::ExecRecord>> RunTool(node::NodeApi* node, const std
   auto rec = WARREN_TRY(node->StartExec(id, NewExecId(), es));
   if (!rec->WaitDone(310000)) return Status(Code::kUnavailable, what, id, "timed out");
   json r = rec->ResultJson();
-  if (r.contains("error")) return Status(Code::kUnavailable, what, id, r["error"].get<std::string>());
+  if (r.contains("error"))
+    return Status(Code::kUnavailable, what, id, r["error"].get<std::string>());
   int code = r.value("exit_code", json(-1)).is_number() ? r["exit_code"].get<int>() : -1;
   if (code == 127) return Invalid("the sandbox's image has no `tar` (or `sh`) to do this with", id);
   if (code != 0) {
     std::string err = rec->RawOutput(2);
     if (err.size() > 2000) err.resize(2000);
-    Code c = err.find("No such file") != std::string::npos || err.find("not found") != std::string::npos
-                 ? Code::kNotFound : Code::kInvalid;
-    return Status(c, what, id, "tar failed (exit " + std::to_string(code) + "): " + SanitizeUtf8(err));
+    Code c =
+        err.find("No such file") != std::string::npos || err.find("not found") != std::string::npos
+            ? Code::kNotFound
+            : Code::kInvalid;
+    return Status(c, what, id,
+                  "tar failed (exit " + std::to_string(code) + "): " + SanitizeUtf8(err));
   }
   return rec;
 }
@@ -699,24 +733,29 @@ Result<std::string> Api::RunningPath(const Principal& who, const std::string& id
   if (sb.state != SandboxState::kRunning)
     return Status(Code::kConflict, op, id, std::string("sandbox is ") + StateName(sb.state));
   if (sb.spec.backend == "fncall")
-    return Status(Code::kConflict, op, id, "a fncall sandbox keeps no files between execs; use a container sandbox");
+    return Status(Code::kConflict, op, id,
+                  "a fncall sandbox keeps no files between execs; use a container sandbox");
   return path;
 }
 
-Status Api::PutArchive(const Principal& who, const std::string& id, const Query& q, const std::string& body) {
+Status Api::PutArchive(const Principal& who, const std::string& id, const Query& q,
+                       const std::string& body) {
   const std::string path = WARREN_TRY(RunningPath(who, id, q, "put archive"));
-  (void)WARREN_TRY(RunTool(node_, id, "unpack archive into " + path,
-                                {"/bin/sh", "-c", "mkdir -p -- \"$1\" && exec tar -x -f - -C \"$1\"", "sh", path},
-                                &body, 64 << 10));
+  (void)WARREN_TRY(
+      RunTool(node_, id, "unpack archive into " + path,
+              {"/bin/sh", "-c", "mkdir -p -- \"$1\" && exec tar -x -f - -C \"$1\"", "sh", path},
+              &body, 64 << 10));
   return Status::Ok();
 }
 
 Result<std::string> Api::GetArchive(const Principal& who, const std::string& id, const Query& q) {
   const std::string path = WARREN_TRY(RunningPath(who, id, q, "get archive"));
-  auto rec = WARREN_TRY(RunTool(node_, id, "archive " + path, {"tar", "-c", "-f", "-", "-C", path, "."}, nullptr,
-                                kMaxFileBytes));
+  auto rec = WARREN_TRY(RunTool(node_, id, "archive " + path,
+                                {"tar", "-c", "-f", "-", "-C", path, "."}, nullptr, kMaxFileBytes));
   if (rec->ResultJson().value("stdout_truncated", false))
-    return Invalid("the directory as tar is larger than " + std::to_string(kMaxFileBytes >> 20) + " MiB", path);
+    return Invalid(
+        "the directory as tar is larger than " + std::to_string(kMaxFileBytes >> 20) + " MiB",
+        path);
   return rec->RawOutput(1);
 }
 
@@ -745,7 +784,9 @@ Result<json> Api::UploadLayer(const Query& q, const std::string& body_path) {
   bool erofs = image::LayerStore::IsErofs(body_path);
   auto blob = erofs ? layers_->ImportErofs(body_path) : layers_->ImportTar(body_path);
   if (!blob.ok()) return blob.status().Context("build image " + name + ":" + tag);
-  LayerRecord rec{name, tag, blob->digest, kind, NowRfc3339(), !source.empty() ? source : erofs ? "erofs" : "tar", blob->size};
+  LayerRecord rec{name,      tag,          blob->digest,
+                  kind,      NowRfc3339(), !source.empty() ? source : erofs ? "erofs" : "tar",
+                  blob->size};
   // A moved tag may leave its old blob unreferenced.
   auto old = state_->GetLayer(name, tag);
   WARREN_RETURN_IF_ERROR(state_->PutLayer(rec));
@@ -774,7 +815,8 @@ void Api::ExpireLease(const std::string& lease) {
     if (sb.spec.lease != lease) continue;
     const std::string& id = sb.id;
     const bool pause = sb.spec.on_lease_expiry == "pause";
-    Status st = pause ? (sb.state == SandboxState::kRunning ? SetPaused(System(), id, true).status() : Status::Ok())
+    Status st = pause ? (sb.state == SandboxState::kRunning ? SetPaused(System(), id, true).status()
+                                                            : Status::Ok())
                       : DeleteSandbox(System(), id);
     if (!st.ok() && st.code() != Code::kNotFound)
       spdlog::warn("lease {} expired: sandbox {}: {}", lease, id, st.ToString());
@@ -820,7 +862,8 @@ Result<json> Api::CallBatch(const Principal& who, const std::string& body) {
   return RunCalls(who, n, [&] { return calls_->CallBatch(rq); });
 }
 
-Result<json> Api::RunCalls(const Principal& who, int64_t n, const std::function<Result<json>()>& run) {
+Result<json> Api::RunCalls(const Principal& who, int64_t n,
+                           const std::function<Result<json>()>& run) {
   if (Status st = quota_.ReserveCalls(who, n); !st.ok()) {
     MutexLock lock(&err_mu_);
     calls_refused_ += n;
@@ -833,7 +876,8 @@ Result<json> Api::RunCalls(const Principal& who, int64_t n, const std::function<
   }
   auto t0 = std::chrono::steady_clock::now();
   auto r = run();
-  call_seconds_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  call_seconds_.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return r;
 }
 
@@ -853,49 +897,60 @@ std::string Api::Metrics() {
   std::ostringstream o;
   o << "# TYPE warren_sandboxes gauge\n";
   for (auto& [k, n] : by_state)
-    o << "warren_sandboxes{backend=\"" << k.first << "\",state=\"" << StateName(k.second) << "\"} " << n << "\n";
+    o << "warren_sandboxes{backend=\"" << k.first << "\",state=\"" << StateName(k.second) << "\"} "
+      << n << "\n";
   o << create_seconds_.Render("warren_create_seconds");
   o << exec_seconds_.Render("warren_exec_seconds");
   o << call_seconds_.Render("warren_call_seconds");
   if (calls_) {
     json st = calls_->Stats();
     o << "# TYPE warren_calls_total counter\nwarren_calls_total " << st.value("calls", 0) << "\n";
-    o << "# TYPE warren_call_runs_total counter\nwarren_call_runs_total " << st.value("runs", 0) << "\n";
-    o << "# TYPE warren_fncall_runners gauge\nwarren_fncall_runners " << st["runners"].size() << "\n";
+    o << "# TYPE warren_call_runs_total counter\nwarren_call_runs_total " << st.value("runs", 0)
+      << "\n";
+    o << "# TYPE warren_fncall_runners gauge\nwarren_fncall_runners " << st["runners"].size()
+      << "\n";
     o << "# TYPE warren_fncall_runner_starts_total counter\nwarren_fncall_runner_starts_total "
       << st.value("runner_starts", 0) << "\n";
   }
   o << "# TYPE warren_calls_running gauge\nwarren_calls_running " << quota_.CallsRunning() << "\n";
   {
     MutexLock lock(&err_mu_);
-    o << "# TYPE warren_calls_admitted_total counter\nwarren_calls_admitted_total " << calls_started_ << "\n";
-    o << "# TYPE warren_calls_refused_total counter\nwarren_calls_refused_total " << calls_refused_ << "\n";
+    o << "# TYPE warren_calls_admitted_total counter\nwarren_calls_admitted_total "
+      << calls_started_ << "\n";
+    o << "# TYPE warren_calls_refused_total counter\nwarren_calls_refused_total " << calls_refused_
+      << "\n";
   }
   o << "# TYPE warren_api_errors_total counter\n";
   {
     MutexLock lock(&err_mu_);
     std::map<std::string, uint64_t> all;
-    for (const char* code : {"not_found", "invalid", "conflict", "quota", "unauthorized", "forbidden", "unavailable",
-                             "internal"})
+    for (const char* code : {"not_found", "invalid", "conflict", "quota", "unauthorized",
+                             "forbidden", "unavailable", "internal"})
       all[code] = 0;
     for (auto& [code, n] : errors_) all[code] = n;
-    for (auto& [code, n] : all) o << "warren_api_errors_total{code=\"" << code << "\"} " << n << "\n";
+    for (auto& [code, n] : all)
+      o << "warren_api_errors_total{code=\"" << code << "\"} " << n << "\n";
   }
   // Node capacity and usage.
   const json node = node_->Info();  // once: it walks the node's state
-  o << "# TYPE warren_node_sandboxes gauge\nwarren_node_sandboxes " << node.value("sandboxes", 0) << "\n";
-  o << "# TYPE warren_node_layer_mounts gauge\nwarren_node_layer_mounts " << node.value("layer_mounts", 0) << "\n";
+  o << "# TYPE warren_node_sandboxes gauge\nwarren_node_sandboxes " << node.value("sandboxes", 0)
+    << "\n";
+  o << "# TYPE warren_node_layer_mounts gauge\nwarren_node_layer_mounts "
+    << node.value("layer_mounts", 0) << "\n";
   o << "# TYPE warren_node_uid_slots gauge\n"
     << "warren_node_uid_slots{state=\"used\"} " << node.value("uid_slots_used", 0) << "\n"
     << "warren_node_uid_slots{state=\"total\"} " << node.value("uid_slots", 0) << "\n";
-  o << "# TYPE warren_node_cpus gauge\nwarren_node_cpus " << std::thread::hardware_concurrency() << "\n";
+  o << "# TYPE warren_node_cpus gauge\nwarren_node_cpus " << std::thread::hardware_concurrency()
+    << "\n";
   if (FILE* f = fopen("/proc/meminfo", "re")) {
     char key[64];
     unsigned long long kb;
     o << "# TYPE warren_node_memory_bytes gauge\n";
     while (fscanf(f, "%63s %llu kB\n", key, &kb) == 2) {
-      if (!strcmp(key, "MemTotal:")) o << "warren_node_memory_bytes{kind=\"total\"} " << kb * 1024 << "\n";
-      if (!strcmp(key, "MemAvailable:")) o << "warren_node_memory_bytes{kind=\"available\"} " << kb * 1024 << "\n";
+      if (!strcmp(key, "MemTotal:"))
+        o << "warren_node_memory_bytes{kind=\"total\"} " << kb * 1024 << "\n";
+      if (!strcmp(key, "MemAvailable:"))
+        o << "warren_node_memory_bytes{kind=\"available\"} " << kb * 1024 << "\n";
     }
     fclose(f);
   }
@@ -905,8 +960,10 @@ std::string Api::Metrics() {
   json proxy = net.value("proxy", json::object());
   if (!proxy.is_object()) proxy = json::object();
   o << "# TYPE warren_egress_bytes_total counter\n"
-    << "warren_egress_bytes_total{source=\"upstream\"} " << proxy.value("upstream_bytes", uint64_t{0}) << "\n"
-    << "warren_egress_bytes_total{source=\"cache\"} " << proxy.value("cache_bytes", uint64_t{0}) << "\n";
+    << "warren_egress_bytes_total{source=\"upstream\"} "
+    << proxy.value("upstream_bytes", uint64_t{0}) << "\n"
+    << "warren_egress_bytes_total{source=\"cache\"} " << proxy.value("cache_bytes", uint64_t{0})
+    << "\n";
   json per = proxy.value("sandboxes", json::object());
   o << "# TYPE warren_egress_sandbox_bytes_total counter\n";
   for (auto& [id, b] : per.items())
@@ -916,7 +973,8 @@ std::string Api::Metrics() {
       << b.value("cache_bytes", uint64_t{0}) << "\n";
   o << "# TYPE warren_egress_connections_total counter\n";
   for (auto& [id, b] : per.items())
-    o << "warren_egress_connections_total{sandbox=\"" << id << "\"} " << b.value("connections", uint64_t{0}) << "\n";
+    o << "warren_egress_connections_total{sandbox=\"" << id << "\"} "
+      << b.value("connections", uint64_t{0}) << "\n";
   o << "# TYPE warren_egress_refused_total counter\n"
     << "warren_egress_refused_total " << proxy.value("refused", uint64_t{0}) << "\n";
   o << "# TYPE warren_egress_cache_bytes gauge\n"

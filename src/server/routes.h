@@ -7,28 +7,28 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <thread>
 #include <map>
-#include <set>
-#include <shared_mutex>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <shared_mutex>
 #include <string>
+#include <thread>
 
 #include "base/thread_annotations.h"
 #include "base/work_queue.h"
 #include "image/layer_store.h"
 #include "node/node_api.h"
+#include "runtime/fncall/call_pool.h"
 #include "server/api_types.h"
 #include "server/auth.h"
 #include "server/leases.h"
-#include "runtime/fncall/call_pool.h"
-#include "server/trajectory.h"
 #include "server/quota.h"
 #include "server/sandbox_record.h"
 #include "server/sandbox_table.h"
 #include "server/state_store.h"
+#include "server/trajectory.h"
 
 namespace warren::server {
 
@@ -74,9 +74,11 @@ class Api {
   Status DeleteSandbox(const Principal& who, const std::string& id);
   // Freezes (true) or thaws (false) a sandbox; repeating the current state is a no-op.
   Result<nlohmann::json> SetPaused(const Principal& who, const std::string& id, bool paused);
-  Result<nlohmann::json> SetNetwork(const Principal& who, const std::string& id, const std::string& body);
+  Result<nlohmann::json> SetNetwork(const Principal& who, const std::string& id,
+                                    const std::string& body);
   // Changes the filesystem policy (read-only trees) of a running or paused sandbox.
-  Result<nlohmann::json> SetFilesystem(const Principal& who, const std::string& id, const std::string& body);
+  Result<nlohmann::json> SetFilesystem(const Principal& who, const std::string& id,
+                                       const std::string& body);
   // What the occupant changed relative to the sandbox's layers (?path=PREFIX&limit=N).
   Result<nlohmann::json> Changes(const Principal& who, const std::string& id, const Query& q);
 
@@ -91,9 +93,11 @@ class Api {
                     const std::string& body);
   void ObserveExec(double seconds) { exec_seconds_.Observe(seconds); }
 
-  Status PutFile(const Principal& who, const std::string& id, const Query& q, const std::string& body);
+  Status PutFile(const Principal& who, const std::string& id, const Query& q,
+                 const std::string& body);
   Result<std::string> GetFile(const Principal& who, const std::string& id, const Query& q);
-  Status PutArchive(const Principal& who, const std::string& id, const Query& q, const std::string& body);
+  Status PutArchive(const Principal& who, const std::string& id, const Query& q,
+                    const std::string& body);
   Result<std::string> GetArchive(const Principal& who, const std::string& id, const Query& q);
 
   Result<nlohmann::json> UploadLayer(const Query& q, const std::string& body_path);
@@ -110,7 +114,8 @@ class Api {
   Result<nlohmann::json> CreateLease(const Principal& who, const std::string& body) {
     return leases_.Create(who, body);
   }
-  Result<nlohmann::json> RenewLease(const Principal& who, const std::string& id, const std::string& body) {
+  Result<nlohmann::json> RenewLease(const Principal& who, const std::string& id,
+                                    const std::string& body) {
     return leases_.Renew(who, id, body);
   }
   Result<nlohmann::json> GetTrajectory(const Principal& who, const std::string& id);
@@ -124,7 +129,8 @@ class Api {
   Result<nlohmann::json> Call(const Principal& who, const std::string& body);
   Result<nlohmann::json> CallBatch(const Principal& who, const std::string& body);
   // Runs `n` calls' worth of work under the caller's call quotas, counting them in the metrics.
-  Result<nlohmann::json> RunCalls(const Principal& who, int64_t n, const std::function<Result<nlohmann::json>()>& run);
+  Result<nlohmann::json> RunCalls(const Principal& who, int64_t n,
+                                  const std::function<Result<nlohmann::json>()>& run);
 
   nlohmann::json Nodes();
   std::string Metrics();
@@ -133,9 +139,11 @@ class Api {
 
  private:
   // The absolute `path` of a file operation on running sandbox `id` (no other parameters).
-  Result<std::string> RunningPath(const Principal& who, const std::string& id, const Query& q, const char* op);
+  Result<std::string> RunningPath(const Principal& who, const std::string& id, const Query& q,
+                                  const char* op);
   // `reserved`: the caller already took the quota share (batches do, in item order).
-  Result<nlohmann::json> CreateOne(const Principal& who, const SandboxSpec& spec, bool reserved = false);
+  Result<nlohmann::json> CreateOne(const Principal& who, const SandboxSpec& spec,
+                                   bool reserved = false);
   // The sandbox record if `who` may see it; not_found otherwise (never forbidden: other
   // principals' sandboxes do not exist for them).
   Result<SandboxRecord> Sandbox(const Principal& who, const std::string& id);
@@ -144,17 +152,21 @@ class Api {
   std::set<std::string> DigestsInUse();
   Result<nlohmann::json> Reattach(const Principal& who, const SandboxSpec& spec, SandboxRecord sb);
   // Starts (or replays) an exec of a sandbox that records a trajectory (trajectory_exec.cc).
-  Result<ExecStart> StartTrajectoryExec(const SandboxRecord& sb, const ExecRequest& r, node::ExecSpec es);
+  Result<ExecStart> StartTrajectoryExec(const SandboxRecord& sb, const ExecRequest& r,
+                                        node::ExecSpec es);
   // Replays recorded step `step` in sandbox `id`, which does not hold its effects: runs it
   // there first, then answers the record (or, diverged with `stop_on_divergence`, the re-run).
-  Result<ExecStart> RerunStep(const std::string& id, const std::string& key, int64_t step, const nlohmann::json& doc,
-                              const ExecRequest& r, node::ExecSpec es, bool stop_on_divergence);
+  Result<ExecStart> RerunStep(const std::string& id, const std::string& key, int64_t step,
+                              const nlohmann::json& doc, const ExecRequest& r, node::ExecSpec es,
+                              bool stop_on_divergence);
   // On the recorder thread once the re-run ended (`rec` null: it is gone): completes `reply`.
-  void FinishRerun(const std::shared_ptr<node::ExecRecord>& rec, const std::shared_ptr<node::ExecRecord>& reply,
-                   const std::string& key, int64_t step, const nlohmann::json& doc, const std::string& id,
+  void FinishRerun(const std::shared_ptr<node::ExecRecord>& rec,
+                   const std::shared_ptr<node::ExecRecord>& reply, const std::string& key,
+                   int64_t step, const nlohmann::json& doc, const std::string& id,
                    bool stop_on_divergence);
   // GET of an exec of a trajectory sandbox: a replay answers as replayed, wherever it is held.
-  Result<std::shared_ptr<node::ExecRecord>> GetTrajectoryExec(const SandboxRecord& sb, const std::string& exec_id);
+  Result<std::shared_ptr<node::ExecRecord>> GetTrajectoryExec(const SandboxRecord& sb,
+                                                              const std::string& exec_id);
   // Keeps a replayed record for GET and stream of its exec id in this sandbox.
   void KeepReplay(const std::string& sandbox_id, const std::shared_ptr<node::ExecRecord>& rec);
   static std::string TrajectoryKeyOf(const SandboxRecord& sb);
@@ -177,7 +189,8 @@ class Api {
   std::condition_variable_any reap_cv_;
   bool reap_stop_ GUARDED_BY(reap_mu_) = false;
   std::thread reaper_;
-  std::map<std::string, double> deadlines_ GUARDED_BY(reap_mu_);  // sandbox id -> monotonic deadline
+  std::map<std::string, double> deadlines_
+      GUARDED_BY(reap_mu_);  // sandbox id -> monotonic deadline
   struct Idle {
     double timeout = 0, last = 0;  // seconds; monotonic time of the last use
   };

@@ -6,11 +6,16 @@ namespace warren::server {
 
 const char* StateName(SandboxState s) {
   switch (s) {
-    case SandboxState::kCreating: return "creating";
-    case SandboxState::kRunning: return "running";
-    case SandboxState::kPaused: return "paused";
-    case SandboxState::kStopping: return "stopping";
-    case SandboxState::kFailed: return "failed";
+    case SandboxState::kCreating:
+      return "creating";
+    case SandboxState::kRunning:
+      return "running";
+    case SandboxState::kPaused:
+      return "paused";
+    case SandboxState::kStopping:
+      return "stopping";
+    case SandboxState::kFailed:
+      return "failed";
   }
   return "failed";
 }
@@ -24,12 +29,17 @@ Result<SandboxState> ParseSandboxState(std::string_view name) {
 bool CanMove(SandboxState from, SandboxState to) {
   using S = SandboxState;
   switch (from) {
-    case S::kCreating: return to == S::kRunning || to == S::kFailed;
-    case S::kRunning: return to == S::kPaused || to == S::kStopping || to == S::kFailed;
-    case S::kPaused: return to == S::kRunning || to == S::kStopping || to == S::kFailed;
+    case S::kCreating:
+      return to == S::kRunning || to == S::kFailed;
+    case S::kRunning:
+      return to == S::kPaused || to == S::kStopping || to == S::kFailed;
+    case S::kPaused:
+      return to == S::kRunning || to == S::kStopping || to == S::kFailed;
     // Back where it was when the node could not delete it; failed when it never was live.
-    case S::kStopping: return to == S::kRunning || to == S::kPaused || to == S::kFailed;
-    case S::kFailed: return false;  // it is only removed
+    case S::kStopping:
+      return to == S::kRunning || to == S::kPaused || to == S::kFailed;
+    case S::kFailed:
+      return false;  // it is only removed
   }
   return false;
 }
@@ -37,8 +47,8 @@ bool CanMove(SandboxState from, SandboxState to) {
 namespace {
 
 // The record's own fields; every other field belongs to the spec.
-const std::set<std::string> kOwnFields = {"id", "owner", "node", "created_at", "state", "layers", "error",
-                                          "replay_stopped"};
+const std::set<std::string> kOwnFields = {"id",    "owner",  "node",  "created_at",
+                                          "state", "layers", "error", "replay_stopped"};
 
 Status RequireString(const json& j, const char* key, std::string* out) {
   if (!j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty())
@@ -65,12 +75,15 @@ Result<SandboxRecord> ParseSandboxRecord(const json& j) {
   auto parsed = ParseSandboxSpec(spec);
   if (!parsed.ok()) return parsed.status().Context("sandbox record " + r.id);
   r.spec = std::move(*parsed);
-  if (!j.contains("layers") || !j["layers"].is_array()) return Invalid("sandbox record: `layers` must be an array");
+  if (!j.contains("layers") || !j["layers"].is_array())
+    return Invalid("sandbox record: `layers` must be an array");
   for (const auto& l : j["layers"]) {
-    if (!l.is_object() || !l.contains("digest") || !l["digest"].is_string() || !l.contains("role") ||
-        !l["role"].is_string() || !l.contains("ref") || !l["ref"].is_string() || l.size() != 3)
+    if (!l.is_object() || !l.contains("digest") || !l["digest"].is_string() ||
+        !l.contains("role") || !l["role"].is_string() || !l.contains("ref") ||
+        !l["ref"].is_string() || l.size() != 3)
       return Invalid("sandbox record: each of `layers` is {ref, role, digest}");
-    r.layers.push_back({l["ref"].get<std::string>(), l["role"].get<std::string>(), l["digest"].get<std::string>()});
+    r.layers.push_back({l["ref"].get<std::string>(), l["role"].get<std::string>(),
+                        l["digest"].get<std::string>()});
   }
   if (!j.contains("error")) return Invalid("sandbox record: `error` is missing");
   if (!j["error"].is_null()) {
@@ -81,7 +94,8 @@ Result<SandboxRecord> ParseSandboxRecord(const json& j) {
     r.error = SandboxRecord::Error{e["code"].get<std::string>(), e["message"].get<std::string>()};
   }
   if (j.contains("replay_stopped")) {
-    if (!j["replay_stopped"].is_string()) return Invalid("sandbox record: `replay_stopped` must be a string");
+    if (!j["replay_stopped"].is_string())
+      return Invalid("sandbox record: `replay_stopped` must be a string");
     r.replay_stopped = j["replay_stopped"].get<std::string>();
   }
   return r;
@@ -95,9 +109,11 @@ json ToJson(const SandboxRecord& r) {
   j["created_at"] = r.created_at;
   j["state"] = StateName(r.state);
   json layers = json::array();
-  for (const auto& l : r.layers) layers.push_back({{"ref", l.ref}, {"role", l.role}, {"digest", l.digest}});
+  for (const auto& l : r.layers)
+    layers.push_back({{"ref", l.ref}, {"role", l.role}, {"digest", l.digest}});
   j["layers"] = std::move(layers);
-  j["error"] = r.error ? json{{"code", r.error->code}, {"message", r.error->message}} : json(nullptr);
+  j["error"] =
+      r.error ? json{{"code", r.error->code}, {"message", r.error->message}} : json(nullptr);
   if (r.replay_stopped) j["replay_stopped"] = *r.replay_stopped;
   return j;
 }

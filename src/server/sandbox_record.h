@@ -29,13 +29,15 @@ enum class SandboxState { kCreating, kRunning, kPaused, kStopping, kFailed };
 const char* StateName(SandboxState s);
 Result<SandboxState> ParseSandboxState(std::string_view name);
 // Every state, in the order metrics list them.
-inline constexpr SandboxState kAllSandboxStates[] = {SandboxState::kCreating, SandboxState::kRunning,
-                                                     SandboxState::kPaused, SandboxState::kStopping,
-                                                     SandboxState::kFailed};
+inline constexpr SandboxState kAllSandboxStates[] = {
+    SandboxState::kCreating, SandboxState::kRunning, SandboxState::kPaused, SandboxState::kStopping,
+    SandboxState::kFailed};
 // Whether a sandbox may move from `from` to `to` (see the diagram above).
 bool CanMove(SandboxState from, SandboxState to);
 // Running or paused: its processes exist and it can be changed (network, filesystem).
-inline bool IsLive(SandboxState s) { return s == SandboxState::kRunning || s == SandboxState::kPaused; }
+inline bool IsLive(SandboxState s) {
+  return s == SandboxState::kRunning || s == SandboxState::kPaused;
+}
 
 struct SandboxRecord {
   // One layer it was made from: the reference asked for, its role and the digest it resolved

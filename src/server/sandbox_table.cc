@@ -47,7 +47,8 @@ void SandboxTable::CountLocked(const SandboxRecord& rec, int64_t delta) {
 
 Status SandboxTable::Insert(const SandboxRecord& rec) {
   MutexLock lock(&mu_);
-  if (store_->GetSandbox(rec.id).ok()) return Status(Code::kConflict, "create sandbox", rec.id, "the id exists");
+  if (store_->GetSandbox(rec.id).ok())
+    return Status(Code::kConflict, "create sandbox", rec.id, "the id exists");
   WARREN_RETURN_IF_ERROR(PutLocked(rec));
   CountLocked(rec, +1);
   return Status::Ok();
@@ -73,7 +74,8 @@ Result<SandboxRecord> SandboxTable::Transition(const std::string& id, SandboxSta
   return rec;
 }
 
-Result<SandboxRecord> SandboxTable::Update(const std::string& id, const std::function<Status(SandboxRecord&)>& edit) {
+Result<SandboxRecord> SandboxTable::Update(const std::string& id,
+                                           const std::function<Status(SandboxRecord&)>& edit) {
   MutexLock lock(&mu_);
   SandboxRecord rec = WARREN_TRY(GetLocked(id));
   const SandboxState was = rec.state;

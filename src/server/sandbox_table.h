@@ -36,11 +36,13 @@ class SandboxTable {
   // state being left and must not change it). Refused
   // (conflict, "sandbox is STATE") when the sandbox is not in one of `from` (if given) or the
   // move is not legal (CanMove). Returns the record as written.
-  Result<SandboxRecord> Transition(const std::string& id, SandboxState to, std::initializer_list<SandboxState> from = {},
+  Result<SandboxRecord> Transition(const std::string& id, SandboxState to,
+                                   std::initializer_list<SandboxState> from = {},
                                    const std::function<void(SandboxRecord&)>& edit = nullptr);
   // Changes fields other than the state; `edit` may refuse (its status is returned, nothing
   // written) and must not change the state.
-  Result<SandboxRecord> Update(const std::string& id, const std::function<Status(SandboxRecord&)>& edit);
+  Result<SandboxRecord> Update(const std::string& id,
+                               const std::function<Status(SandboxRecord&)>& edit);
   Status Remove(const std::string& id);
 
   using Counts = std::map<std::pair<std::string, SandboxState>, int64_t>;  // (backend, state) -> n

@@ -20,7 +20,9 @@ class Stmt {
   int Step() { return sqlite3_step(s_); }
   std::string Text(int col) {
     auto* p = sqlite3_column_text(s_, col);
-    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s_, col))) : "";
+    return p ? std::string(reinterpret_cast<const char*>(p),
+                           static_cast<size_t>(sqlite3_column_bytes(s_, col)))
+             : "";
   }
   int64_t Int(int col) { return sqlite3_column_int64(s_, col); }
   bool IsNull(int col) { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
@@ -49,8 +51,8 @@ LayerRecord ReadLayer(Stmt& st) {
 }  // namespace
 
 nlohmann::json LayerRecord::ToJson() const {
-  return {{"name", name}, {"tag", tag},         {"ref", name + ":" + tag}, {"digest", digest},
-          {"kind", kind}, {"size", size},       {"created_at", created_at}, {"source", source}};
+  return {{"name", name}, {"tag", tag},   {"ref", name + ":" + tag},  {"digest", digest},
+          {"kind", kind}, {"size", size}, {"created_at", created_at}, {"source", source}};
 }
 
 Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path, bool durable) {
@@ -65,10 +67,11 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path, bo
   std::unique_ptr<StateStore> s(new StateStore(db));
   sqlite3_busy_timeout(db, 5000);
   WARREN_RETURN_IF_ERROR(s->Exec("PRAGMA journal_mode=WAL"));
-  WARREN_RETURN_IF_ERROR(s->Exec(durable ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
-  WARREN_RETURN_IF_ERROR(s->Exec(
-      "CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL,"
-      " created_at TEXT NOT NULL, doc TEXT NOT NULL)"));
+  WARREN_RETURN_IF_ERROR(
+      s->Exec(durable ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
+  WARREN_RETURN_IF_ERROR(
+      s->Exec("CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL,"
+              " created_at TEXT NOT NULL, doc TEXT NOT NULL)"));
   WARREN_RETURN_IF_ERROR(s->Exec(
       "CREATE TABLE IF NOT EXISTS layers (name TEXT NOT NULL, tag TEXT NOT NULL,"
       " digest TEXT NOT NULL, kind TEXT NOT NULL, size INTEGER NOT NULL, created_at TEXT NOT NULL,"
@@ -76,9 +79,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path, bo
   WARREN_RETURN_IF_ERROR(s->Exec(
       "CREATE TABLE IF NOT EXISTS docs (kind TEXT NOT NULL, id TEXT NOT NULL, doc TEXT NOT NULL,"
       " PRIMARY KEY (kind, id))"));
-  WARREN_RETURN_IF_ERROR(s->Exec(
-      "CREATE TABLE IF NOT EXISTS steps (traj TEXT NOT NULL, step INTEGER NOT NULL,"
-      " exec_id TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (traj, step))"));
+  WARREN_RETURN_IF_ERROR(
+      s->Exec("CREATE TABLE IF NOT EXISTS steps (traj TEXT NOT NULL, step INTEGER NOT NULL,"
+              " exec_id TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (traj, step))"));
   WARREN_RETURN_IF_ERROR(s->Exec("CREATE INDEX IF NOT EXISTS steps_by_exec ON steps (exec_id)"));
   return s;
 }
@@ -98,7 +101,9 @@ Status StateStore::Exec(const char* sql) {
 Status StateStore::PutSandbox(const nlohmann::json& sb) {
   MutexLock lock(&mu_);
   Stmt st(db_, "INSERT OR REPLACE INTO sandboxes (id, state, created_at, doc) VALUES (?,?,?,?)");
-  st.Bind(1, sb.value("id", "")).Bind(2, sb.value("state", "")).Bind(3, sb.value("created_at", ""))
+  st.Bind(1, sb.value("id", ""))
+      .Bind(2, sb.value("state", ""))
+      .Bind(3, sb.value("created_at", ""))
       .Bind(4, sb.dump());
   if (st.Step() != SQLITE_DONE) return DbError(db_, "put sandbox");
   return Status::Ok();
@@ -133,8 +138,13 @@ Status StateStore::PutLayer(const LayerRecord& r) {
   Stmt st(db_,
           "INSERT OR REPLACE INTO layers (name, tag, digest, kind, size, created_at, source)"
           " VALUES (?,?,?,?,?,?,?)");
-  st.Bind(1, r.name).Bind(2, r.tag).Bind(3, r.digest).Bind(4, r.kind)
-      .Bind(5, static_cast<int64_t>(r.size)).Bind(6, r.created_at).Bind(7, r.source);
+  st.Bind(1, r.name)
+      .Bind(2, r.tag)
+      .Bind(3, r.digest)
+      .Bind(4, r.kind)
+      .Bind(5, static_cast<int64_t>(r.size))
+      .Bind(6, r.created_at)
+      .Bind(7, r.source);
   layer_cache_.erase({r.name, r.tag});
   if (st.Step() != SQLITE_DONE) return DbError(db_, "put layer");
   return Status::Ok();
@@ -143,7 +153,9 @@ Status StateStore::PutLayer(const LayerRecord& r) {
 Result<LayerRecord> StateStore::GetLayer(const std::string& name, const std::string& tag) {
   MutexLock lock(&mu_);
   if (auto it = layer_cache_.find({name, tag}); it != layer_cache_.end()) return it->second;
-  Stmt st(db_, "SELECT name, tag, digest, kind, size, created_at, source FROM layers WHERE name = ? AND tag = ?");
+  Stmt st(db_,
+          "SELECT name, tag, digest, kind, size, created_at, source FROM layers WHERE name = ? AND "
+          "tag = ?");
   st.Bind(1, name).Bind(2, tag);
   if (st.Step() != SQLITE_ROW) return NotFound("image", name + ":" + tag);
   LayerRecord rec = ReadLayer(st);
@@ -153,7 +165,9 @@ Result<LayerRecord> StateStore::GetLayer(const std::string& name, const std::str
 
 std::vector<LayerRecord> StateStore::ListLayers() {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT name, tag, digest, kind, size, created_at, source FROM layers ORDER BY name, tag");
+  Stmt st(
+      db_,
+      "SELECT name, tag, digest, kind, size, created_at, source FROM layers ORDER BY name, tag");
   std::vector<LayerRecord> out;
   while (st.Step() == SQLITE_ROW) out.push_back(ReadLayer(st));
   return out;
@@ -176,7 +190,8 @@ int StateStore::LayerRefs(const std::string& digest) {
   return st.Step() == SQLITE_ROW ? static_cast<int>(st.Int(0)) : 0;
 }
 
-Status StateStore::PutDoc(const std::string& kind, const std::string& id, const nlohmann::json& doc) {
+Status StateStore::PutDoc(const std::string& kind, const std::string& id,
+                          const nlohmann::json& doc) {
   MutexLock lock(&mu_);
   Stmt st(db_, "INSERT OR REPLACE INTO docs (kind, id, doc) VALUES (?,?,?)");
   st.Bind(1, kind).Bind(2, id).Bind(3, doc.dump());
@@ -216,7 +231,8 @@ Status StateStore::InsertStep(const std::string& traj, int64_t step, const std::
   Stmt st(db_, "INSERT INTO steps (traj, step, exec_id, doc) VALUES (?,?,?,?)");
   st.Bind(1, traj).Bind(2, step).Bind(3, exec_id).Bind(4, doc.dump());
   int rc = st.Step();
-  if (rc == SQLITE_CONSTRAINT) return Status(Code::kConflict, "record step", traj, "step already recorded");
+  if (rc == SQLITE_CONSTRAINT)
+    return Status(Code::kConflict, "record step", traj, "step already recorded");
   if (rc != SQLITE_DONE) return DbError(db_, "record step");
   return Status::Ok();
 }

@@ -14,7 +14,8 @@ std::string StepDigest(const json& req) {
   return "sha256:" + Sha256Hex(j.dump());  // nlohmann orders keys: a canonical form
 }
 
-Result<TrajectoryLog::Decision> TrajectoryLog::Begin(const std::string& key, std::optional<int64_t> step,
+Result<TrajectoryLog::Decision> TrajectoryLog::Begin(const std::string& key,
+                                                     std::optional<int64_t> step,
                                                      const std::string& digest) {
   MutexLock lock(&mu_);
   auto next = next_.find(key);
@@ -22,15 +23,18 @@ Result<TrajectoryLog::Decision> TrajectoryLog::Begin(const std::string& key, std
   Decision d;
   d.step = step ? *step : next->second;
   if (d.step > 4294967295LL)
-    return Status(Code::kConflict, "exec", key, "the trajectory has no step number left (the last is 4294967295)");
+    return Status(Code::kConflict, "exec", key,
+                  "the trajectory has no step number left (the last is 4294967295)");
   auto& running = running_[key];
   if (running.count(d.step))
-    return Status(Code::kConflict, "exec step " + std::to_string(d.step), key, "this step is running now");
+    return Status(Code::kConflict, "exec step " + std::to_string(d.step), key,
+                  "this step is running now");
   auto rec = store_->GetStep(key, d.step);
   if (rec.ok()) {
     if (rec->value("request_digest", "") != digest)
       return Status(Code::kConflict, "exec step " + std::to_string(d.step), key,
-                    "the step was recorded with a different request (" + rec->value("request_digest", "") + ")");
+                    "the step was recorded with a different request (" +
+                        rec->value("request_digest", "") + ")");
     d.recorded = *rec;
   } else {
     running.insert(d.step);
@@ -46,8 +50,8 @@ Status TrajectoryLog::Record(const std::string& key, int64_t step, const json& d
   return st;
 }
 
-Status TrajectoryLog::MarkApplied(const std::string& key, int64_t step, const std::string& sandbox_id,
-                                  bool diverged) {
+Status TrajectoryLog::MarkApplied(const std::string& key, int64_t step,
+                                  const std::string& sandbox_id, bool diverged) {
   MutexLock lock(&mu_);  // one read-modify-write of a step's doc at a time
   json doc = WARREN_TRY(store_->GetStep(key, step));
   if (!doc.contains("reruns") || !doc["reruns"].is_array()) doc["reruns"] = json::array();

@@ -29,7 +29,9 @@ class TrajectoryLog {
  public:
   explicit TrajectoryLog(StateStore* durable) : store_(durable) {}
 
-  static std::string Key(const std::string& owner, const std::string& id) { return owner + "/" + id; }
+  static std::string Key(const std::string& owner, const std::string& id) {
+    return owner + "/" + id;
+  }
 
   struct Decision {
     int64_t step = 0;
@@ -37,7 +39,8 @@ class TrajectoryLog {
   };
   // What an exec at `step` (or the next unrecorded one) of trajectory `key` is: a replay of
   // the recorded step, or a run (the step is reserved until Record or Abandon).
-  Result<Decision> Begin(const std::string& key, std::optional<int64_t> step, const std::string& digest);
+  Result<Decision> Begin(const std::string& key, std::optional<int64_t> step,
+                         const std::string& digest);
   // Writes the finished step (durably) and frees its reservation.
   Status Record(const std::string& key, int64_t step, const nlohmann::json& doc);
   // A sandbox was created (or handed back to a returning trainer) for trajectory `key`: its
@@ -46,7 +49,8 @@ class TrajectoryLog {
   void Restart(const std::string& key);
   // Step `step` re-ran in sandbox `sandbox_id`, its output the same as recorded or not
   // (`diverged`): written durably, so a returning trainer does not re-run it there again.
-  Status MarkApplied(const std::string& key, int64_t step, const std::string& sandbox_id, bool diverged);
+  Status MarkApplied(const std::string& key, int64_t step, const std::string& sandbox_id,
+                     bool diverged);
   // Whether a recorded step's effects are in sandbox `sandbox_id`: it ran or re-ran there.
   static bool AppliedIn(const nlohmann::json& doc, const std::string& sandbox_id);
   // Frees a reservation whose exec never started.
@@ -60,8 +64,9 @@ class TrajectoryLog {
  private:
   StateStore* store_;
   Mutex mu_;
-  std::map<std::string, std::set<int64_t>> running_ GUARDED_BY(mu_);  // reserved steps per trajectory
-  std::map<std::string, int64_t> next_ GUARDED_BY(mu_);                // next auto-numbered step
+  std::map<std::string, std::set<int64_t>> running_
+      GUARDED_BY(mu_);                                   // reserved steps per trajectory
+  std::map<std::string, int64_t> next_ GUARDED_BY(mu_);  // next auto-numbered step
 };
 
 // The digest a step is matched by: the request as parsed (defaults filled in), without

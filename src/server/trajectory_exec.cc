@@ -34,7 +34,8 @@ std::string Raw(const json& doc, const char* key) {
 }
 
 // What of a re-run differs from the recorded step (empty: nothing).
-std::vector<std::string> Differences(const json& recorded_doc, const json& rerun, const node::ExecRecord& rec) {
+std::vector<std::string> Differences(const json& recorded_doc, const json& rerun,
+                                     const node::ExecRecord& rec) {
   const json& want = recorded_doc["result"];
   std::vector<std::string> out;
   for (const char* k : {"exit_code", "signal", "timed_out"})
@@ -47,15 +48,16 @@ std::vector<std::string> Differences(const json& recorded_doc, const json& rerun
 // The outcome and output of a result, for a divergence report.
 json Summary(const json& result) {
   json j = json::object();
-  for (const char* k : {"exit_code", "signal", "timed_out", "stdout", "stderr", "stdout_b64", "stderr_b64",
-                        "stdout_truncated", "stderr_truncated", "duration_ms"})
+  for (const char* k : {"exit_code", "signal", "timed_out", "stdout", "stderr", "stdout_b64",
+                        "stderr_b64", "stdout_truncated", "stderr_truncated", "duration_ms"})
     if (result.contains(k)) j[k] = result[k];
   return j;
 }
 
 Status RerunningConflict(const std::string& id) {
-  return Status(Code::kConflict, "exec", id,
-                "a recorded step is re-running in this sandbox to rebuild its state; wait for it to end");
+  return Status(
+      Code::kConflict, "exec", id,
+      "a recorded step is re-running in this sandbox to rebuild its state; wait for it to end");
 }
 
 }  // namespace
@@ -76,7 +78,8 @@ void Api::KeepReplay(const std::string& sandbox_id, const std::shared_ptr<node::
   }
 }
 
-Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const ExecRequest& r, node::ExecSpec es) {
+Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const ExecRequest& r,
+                                                node::ExecSpec es) {
   const std::string& id = sb.id;
   const std::string key = TrajectoryKeyOf(sb);
   {
@@ -86,19 +89,24 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const E
     if (rerunning_.count(id)) return RerunningConflict(id);
   }
   if (sb.replay_stopped) return Status(Code::kConflict, "exec", id, *sb.replay_stopped);
-  json request = {{"argv", r.argv}, {"env", r.env}, {"cwd", r.cwd}, {"timeout_s", r.timeout_s},
-                  {"max_output_bytes", r.max_output_bytes}, {"binary", r.binary}};
+  json request = {{"argv", r.argv},
+                  {"env", r.env},
+                  {"cwd", r.cwd},
+                  {"timeout_s", r.timeout_s},
+                  {"max_output_bytes", r.max_output_bytes},
+                  {"binary", r.binary}};
   if (r.stdin_data) request["stdin_b64"] = Base64Encode(*r.stdin_data);
   const std::string digest = StepDigest(request);
-  auto d = WARREN_TRY(traj_.Begin(key, r.step ? std::optional<int64_t>(static_cast<int64_t>(*r.step)) : std::nullopt,
-                                  digest));
+  auto d = WARREN_TRY(traj_.Begin(
+      key, r.step ? std::optional<int64_t>(static_cast<int64_t>(*r.step)) : std::nullopt, digest));
   if (d.recorded) {
     const json& doc = *d.recorded;
     if (!TrajectoryLog::AppliedIn(doc, id))
       return RerunStep(id, key, d.step, doc, r, std::move(es), sb.spec.on_divergence == "stop");
     // GET and stream of this exec id answer the replay from now on, even where the node
     // still holds the original run.
-    auto rec = node::ExecRecord::Replayed(doc["result"], id, Raw(doc, "stdout_raw_b64"), Raw(doc, "stderr_raw_b64"));
+    auto rec = node::ExecRecord::Replayed(doc["result"], id, Raw(doc, "stdout_raw_b64"),
+                                          Raw(doc, "stderr_raw_b64"));
     KeepReplay(id, rec);
     return ExecStart{rec, r.wait};
   }
@@ -106,7 +114,8 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const E
   const std::string started = NowRfc3339();
   // The step is written before its end is announced: the finisher runs on the mux thread when
   // the command ends and hands the write to the recorder thread, which then publishes.
-  es.on_record = [this, key, step = d.step, request, digest, id, started](const std::shared_ptr<node::ExecRecord>& rec) {
+  es.on_record = [this, key, step = d.step, request, digest, id,
+                  started](const std::shared_ptr<node::ExecRecord>& rec) {
     std::weak_ptr<node::ExecRecord> weak = rec;
     rec->SetFinisher([this, weak, key, step, request, digest, id, started] {
       recorder_.Post([this, weak, key, step, request, digest, id, started] {
@@ -119,10 +128,14 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const E
           traj_.Abandon(key, step);
           return rec->Publish();
         }
-        json doc = {{"step", step},           {"sandbox_id", id},
-                    {"exec_id", rec->id()},   {"request_digest", digest},
-                    {"request", request},     {"result", result},
-                    {"started_at", started},  {"finished_at", NowRfc3339()},
+        json doc = {{"step", step},
+                    {"sandbox_id", id},
+                    {"exec_id", rec->id()},
+                    {"request_digest", digest},
+                    {"request", request},
+                    {"result", result},
+                    {"started_at", started},
+                    {"finished_at", NowRfc3339()},
                     {"stdout_raw_b64", Base64Encode(rec->RawOutput(1))},
                     {"stderr_raw_b64", Base64Encode(rec->RawOutput(2))}};
         doc["result"]["replayed"] = false;
@@ -143,15 +156,17 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const E
 
 // One re-run at a time per sandbox: steps rebuild the state in order, so a second exec while
 // one re-runs (only possible with `wait: false`) is refused rather than run out of order.
-Result<Api::ExecStart> Api::RerunStep(const std::string& id, const std::string& key, int64_t step, const json& doc,
-                                      const ExecRequest& r, node::ExecSpec es, bool stop_on_divergence) {
+Result<Api::ExecStart> Api::RerunStep(const std::string& id, const std::string& key, int64_t step,
+                                      const json& doc, const ExecRequest& r, node::ExecSpec es,
+                                      bool stop_on_divergence) {
   auto reply = node::ExecRecord::Pending(doc.value("exec_id", ""), id, r.binary);
   {
     MutexLock lock(&replayed_mu_);
     if (!rerunning_.insert(id).second) return RerunningConflict(id);
   }
   KeepReplay(id, reply);
-  es.on_record = [this, reply, key, step, doc, id, stop_on_divergence](const std::shared_ptr<node::ExecRecord>& rec) {
+  es.on_record = [this, reply, key, step, doc, id,
+                  stop_on_divergence](const std::shared_ptr<node::ExecRecord>& rec) {
     std::weak_ptr<node::ExecRecord> weak = rec;
     rec->SetFinisher([this, weak, reply, key, step, doc, id, stop_on_divergence] {
       recorder_.Post([this, weak, reply, key, step, doc, id, stop_on_divergence] {
@@ -168,15 +183,17 @@ Result<Api::ExecStart> Api::RerunStep(const std::string& id, const std::string& 
   return ExecStart{reply, r.wait};
 }
 
-void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec, const std::shared_ptr<node::ExecRecord>& reply,
-                      const std::string& key, int64_t step, const json& doc, const std::string& id,
+void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec,
+                      const std::shared_ptr<node::ExecRecord>& reply, const std::string& key,
+                      int64_t step, const json& doc, const std::string& id,
                       bool stop_on_divergence) {
   auto done = [&] {
     MutexLock lock(&replayed_mu_);
     rerunning_.erase(id);
   };
   if (!rec) {
-    reply->Complete({{"exit_code", nullptr}, {"error", "the sandbox ended while the step re-ran"}}, "", "", false);
+    reply->Complete({{"exit_code", nullptr}, {"error", "the sandbox ended while the step re-ran"}},
+                    "", "", false);
     return done();
   }
   json rerun = rec->FinalResultJson();
@@ -191,7 +208,9 @@ void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec, const std::s
   const std::vector<std::string> differs = Differences(doc, rerun, *rec);
   const bool diverged = !differs.empty();
   Status st = traj_.MarkApplied(key, step, id, diverged);
-  if (!st.ok()) spdlog::error("trajectory {} step {}: noting the re-run in {}: {}", key, step, id, st.ToString());
+  if (!st.ok())
+    spdlog::error("trajectory {} step {}: noting the re-run in {}: {}", key, step, id,
+                  st.ToString());
   if (diverged && stop_on_divergence) {
     std::string what;
     for (const auto& d : differs) what += (what.empty() ? "" : ", ") + d;
@@ -208,13 +227,15 @@ void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec, const std::s
     });
     if (!put.ok() && put.status().code() != Code::kNotFound)
       spdlog::error("sandbox {}: recording the stopped replay: {}", id, put.status().ToString());
-    reply->Complete(rerun, rec->RawOutput(1), rec->RawOutput(2), false,
-                    {{"diverged", true}, {"differs", differs}, {"recorded", Summary(doc["result"])}});
+    reply->Complete(
+        rerun, rec->RawOutput(1), rec->RawOutput(2), false,
+        {{"diverged", true}, {"differs", differs}, {"recorded", Summary(doc["result"])}});
     return done();
   }
   json extra = nullptr;
   if (diverged) extra = {{"diverged", true}, {"differs", differs}, {"rerun", Summary(rerun)}};
-  reply->Complete(doc["result"], Raw(doc, "stdout_raw_b64"), Raw(doc, "stderr_raw_b64"), true, std::move(extra));
+  reply->Complete(doc["result"], Raw(doc, "stdout_raw_b64"), Raw(doc, "stderr_raw_b64"), true,
+                  std::move(extra));
   done();
 }
 
@@ -222,7 +243,8 @@ Result<json> Api::GetTrajectory(const Principal& who, const std::string& id) {
   return traj_.Get(TrajectoryLog::Key(who.name, id), id);
 }
 
-Result<std::shared_ptr<node::ExecRecord>> Api::GetTrajectoryExec(const SandboxRecord& sb, const std::string& exec_id) {
+Result<std::shared_ptr<node::ExecRecord>> Api::GetTrajectoryExec(const SandboxRecord& sb,
+                                                                 const std::string& exec_id) {
   const std::string& id = sb.id;
   const std::string key = ReplayKey(id, exec_id);
   auto rec = node_->GetExec(id, exec_id);
@@ -234,7 +256,8 @@ Result<std::shared_ptr<node::ExecRecord>> Api::GetTrajectoryExec(const SandboxRe
   // A replayed step's exec id, or one whose record the node no longer holds: the log has it.
   auto doc = traj_.FindExec(TrajectoryKeyOf(sb), exec_id);
   if (!doc.ok()) return rec;
-  return node::ExecRecord::Replayed((*doc)["result"], id, Raw(*doc, "stdout_raw_b64"), Raw(*doc, "stderr_raw_b64"));
+  return node::ExecRecord::Replayed((*doc)["result"], id, Raw(*doc, "stdout_raw_b64"),
+                                    Raw(*doc, "stderr_raw_b64"));
 }
 
 }  // namespace warren::server

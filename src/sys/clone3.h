@@ -15,10 +15,10 @@
 namespace warren::sys {
 
 struct CloneArgs {
-  uint64_t flags = 0;        // CLONE_NEW* | CLONE_PIDFD | CLONE_INTO_CGROUP
-  int* pidfd = nullptr;      // receives the pidfd with CLONE_PIDFD
-  int cgroup_fd = -1;        // with CLONE_INTO_CGROUP
-  int exit_signal = 17;      // SIGCHLD
+  uint64_t flags = 0;    // CLONE_NEW* | CLONE_PIDFD | CLONE_INTO_CGROUP
+  int* pidfd = nullptr;  // receives the pidfd with CLONE_PIDFD
+  int cgroup_fd = -1;    // with CLONE_INTO_CGROUP
+  int exit_signal = 17;  // SIGCHLD
 };
 
 // Like fork(): returns 0 in the child, the pid in the parent, -1 with errno on failure.

@@ -12,8 +12,7 @@ Result<UniqueFd> FsMount(const std::string& fstype, const std::string& source,
                          unsigned attrs) {
   UniqueFd fs(fsopen(fstype.c_str(), FSOPEN_CLOEXEC));
   if (!fs) return ErrnoStatus("fsopen", fstype);
-  if (!source.empty() &&
-      fsconfig(fs.get(), FSCONFIG_SET_STRING, "source", source.c_str(), 0) != 0)
+  if (!source.empty() && fsconfig(fs.get(), FSCONFIG_SET_STRING, "source", source.c_str(), 0) != 0)
     return ErrnoStatus("fsconfig source", source);
   for (const auto& [k, v] : options) {
     int rc = v.empty() ? fsconfig(fs.get(), FSCONFIG_SET_FLAG, k.c_str(), nullptr, 0)

@@ -20,7 +20,8 @@ Result<UniqueFd> ListenUnix(const std::string& path, int type, int backlog) {
   UniqueFd fd(socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
   if (!fd) return ErrnoStatus("socket", path);
   unlink(path.c_str());
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd.get(), backlog) != 0)
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(fd.get(), backlog) != 0)
     return ErrnoStatus("listen", path);
   return fd;
 }
@@ -29,7 +30,8 @@ Result<UniqueFd> ConnectUnix(const std::string& path, int type) {
   sockaddr_un addr = WARREN_TRY(UnixAddr(path));
   UniqueFd fd(socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
   if (!fd) return ErrnoStatus("socket", path);
-  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return ErrnoStatus("connect", path);
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return ErrnoStatus("connect", path);
   return fd;
 }
 

@@ -1,6 +1,9 @@
 // Cgroup::Enter: a running process (a warm microVM's QEMU) moves into another sandbox's
 // cgroup, in every hierarchy, and the one it left can be removed.
+#include "isolation/cgroup.h"
+
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -9,10 +12,6 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
-
-#include "isolation/cgroup.h"
 
 namespace warren::isolation {
 namespace {

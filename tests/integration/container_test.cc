@@ -1,11 +1,10 @@
 // Root integration tests of the container backend through LocalNode: real namespaces,
 // EROFS, overlayfs, cgroups and the real warren-agent.
-#include <gtest/gtest.h>
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
-
 #include <fstream>
 
 #include "base/ids.h"
@@ -154,7 +153,8 @@ TEST_F(ContainerTest, OutputIsCappedOnTheHost) {
 TEST_F(ContainerTest, MemoryLimitKillsTheHogNotTheSandbox) {
   auto spec = Spec(64ull << 20);
   ASSERT_TRUE(node_->CreateSandbox(spec).ok());
-  auto rec = Run(spec.config.id, {"sh", "-c", "x=$(head -c 268435456 /dev/zero | tr '\\0' a); echo survived"});
+  auto rec = Run(spec.config.id,
+                 {"sh", "-c", "x=$(head -c 268435456 /dev/zero | tr '\\0' a); echo survived"});
   auto j = rec->ResultJson();
   EXPECT_EQ(j["exit_code"], 137) << j.dump();
   // The sandbox itself is still usable.
@@ -216,7 +216,8 @@ class FailAt : public runtime::CreateFaults {
   Status Before(runtime::CreateStep step, const std::string& id) override {
     reached.push_back(step);
     if (step != fail) return Status::Ok();
-    return Internal("injected", id, std::string("failure before step ") + runtime::CreateStepName(step));
+    return Internal("injected", id,
+                    std::string("failure before step ") + runtime::CreateStepName(step));
   }
   runtime::CreateStep fail = runtime::CreateStep::kIdentity;
   std::vector<runtime::CreateStep> reached;
@@ -255,7 +256,8 @@ TEST_F(CreateFaultTest, EachStepFailingLeavesNothingBehind) {
   const std::vector<runtime::CreateStep> steps = fail_at_.reached;
   ASSERT_GE(steps.size(), 9u) << "the container backend's steps are not all seamed";
   const bool networked = std::count(steps.begin(), steps.end(), runtime::CreateStep::kNetwork) > 0;
-  EXPECT_EQ(networked, node_->Info()["network"].contains("bridge")) << node_->Info()["network"].dump();
+  EXPECT_EQ(networked, node_->Info()["network"].contains("bridge"))
+      << node_->Info()["network"].dump();
 
   const size_t mounts = CountLines("/proc/self/mountinfo"), fds = CountEntries("/proc/self/fd");
   const size_t run_files = CountEntries("/run/warren/warren-test");
@@ -266,7 +268,9 @@ TEST_F(CreateFaultTest, EachStepFailingLeavesNothingBehind) {
     auto spec = Spec();
     auto r = node_->CreateSandbox(spec);
     ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().ToString().find(std::string("before step ") + runtime::CreateStepName(step)), std::string::npos)
+    EXPECT_NE(
+        r.status().ToString().find(std::string("before step ") + runtime::CreateStepName(step)),
+        std::string::npos)
         << r.status().ToString();
     EXPECT_EQ(fail_at_.reached.back(), step);
     EXPECT_EQ(testing::CountCgroupDirs(spec.config.id), 0);
@@ -302,7 +306,8 @@ class WarmPoolTest : public ContainerTest {
     std::string line, path;
     const bool v1 = access(("/sys/fs/cgroup/" + controller).c_str(), F_OK) == 0;
     while (std::getline(in, line)) {
-      if (v1 && line.find(":" + controller + ":") != std::string::npos) path = "/sys/fs/cgroup/" + controller + line.substr(line.rfind(':') + 1);
+      if (v1 && line.find(":" + controller + ":") != std::string::npos)
+        path = "/sys/fs/cgroup/" + controller + line.substr(line.rfind(':') + 1);
       if (!v1 && line.rfind("0::", 0) == 0) path = "/sys/fs/cgroup" + line.substr(3);
     }
     std::ifstream f(path + "/" + file);
@@ -332,8 +337,9 @@ TEST_F(WarmPoolTest, CreateTakesAReadySandboxThatBecomesItsOwn) {
   EXPECT_EQ(rec->ResultJson()["stdout"], id + "\nbar\n") << rec->ResultJson().dump();
   EXPECT_EQ(CgroupFile(rt->host_pid, "pids", "pids.max"), "77");
   const bool v1 = access("/sys/fs/cgroup/memory", F_OK) == 0;
-  EXPECT_EQ(CgroupFile(rt->host_pid, "memory", v1 ? "memory.limit_in_bytes" : "memory.max"),
-            std::to_string(v1 ? (128ull + 32) << 20 : 128ull << 20));  // v1: the agent's headroom on top
+  EXPECT_EQ(
+      CgroupFile(rt->host_pid, "memory", v1 ? "memory.limit_in_bytes" : "memory.max"),
+      std::to_string(v1 ? (128ull + 32) << 20 : 128ull << 20));  // v1: the agent's headroom on top
   // What a restarted node finds it by is under its new name.
   EXPECT_EQ(access(("/run/warren/warren-test/" + id + ".sock").c_str(), F_OK), 0);
   EXPECT_EQ(access(("/run/warren/warren-test/" + id + ".json").c_str(), F_OK), 0);

@@ -1,4 +1,6 @@
 // Root integration test: tar -> EROFS with owners, modes and links preserved; bad input.
+#include "image/layer_store.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -7,7 +9,6 @@
 #include <fstream>
 
 #include "base/subprocess.h"
-#include "image/layer_store.h"
 #include "image/tar_extract.h"
 #include "test_env.h"
 
@@ -66,8 +67,9 @@ TEST(LayerStore, BadArchivesAreRefusedClearly) {
   auto e = store.ImportTar(dir + "/evil.tar");
   EXPECT_FALSE(e.ok());
   // A compression bomb stops at the limit instead of filling the host's disk.
-  auto bomb = RunProgram({"sh", "-c", "head -c 50000000 /dev/zero > " + dir + "/zeros && tar -C " +
-                                          dir + " -czf " + dir + "/bomb.tgz zeros && rm " + dir + "/zeros"});
+  auto bomb = RunProgram({"sh", "-c",
+                          "head -c 50000000 /dev/zero > " + dir + "/zeros && tar -C " + dir +
+                              " -czf " + dir + "/bomb.tgz zeros && rm " + dir + "/zeros"});
   ASSERT_TRUE(bomb.ok());
   std::filesystem::create_directories(dir + "/bomb-out");
   Status st = image::ExtractTar(dir + "/bomb.tgz", dir + "/bomb-out", {10 << 20, 100});

@@ -67,11 +67,12 @@ int CountMountinfo(const std::string& needle) {
 int CountCgroupDirs(const std::string& needle) {
   int n = 0;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator("/sys/fs/cgroup",
-                                                  fs::directory_options::skip_permission_denied, ec);
+  for (auto it = fs::recursive_directory_iterator(
+           "/sys/fs/cgroup", fs::directory_options::skip_permission_denied, ec);
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
-    if (it->is_directory(ec) && it->path().filename().string().find(needle) != std::string::npos) ++n;
+    if (it->is_directory(ec) && it->path().filename().string().find(needle) != std::string::npos)
+      ++n;
   }
   return n;
 }

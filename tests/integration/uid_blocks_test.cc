@@ -1,12 +1,11 @@
 // UidAllocator across daemons: a block whose lock is free but whose ids a process still runs
 // with (the sandboxes of a daemon that was killed) is not taken by another daemon.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include "isolation/uid_allocator.h"
 
@@ -26,7 +25,8 @@ TEST(UidBlocksTest, ABlockAnotherDaemonsSandboxesStillUseIsSkipped) {
   ASSERT_GE(left, 0);
   if (left == 0) {
     const long id = base + 12345;
-    if (syscall(SYS_setresgid, id, id, id) != 0 || syscall(SYS_setresuid, id, id, id) != 0) _exit(1);
+    if (syscall(SYS_setresgid, id, id, id) != 0 || syscall(SYS_setresuid, id, id, id) != 0)
+      _exit(1);
     (void)!write(ready[1], "x", 1);
     pause();
     _exit(0);
@@ -37,7 +37,8 @@ TEST(UidBlocksTest, ABlockAnotherDaemonsSandboxesStillUseIsSkipped) {
     UidAllocator other(base, 2 * UidAllocator::kBlockSlots, dir);
     auto slot = other.Allocate();
     ASSERT_TRUE(slot.has_value());
-    EXPECT_GE(*slot, UidAllocator::kBlockSlots) << "took a block whose ids a process still runs with";
+    EXPECT_GE(*slot, UidAllocator::kBlockSlots)
+        << "took a block whose ids a process still runs with";
   }
   kill(left, SIGKILL);
   waitpid(left, nullptr, 0);

@@ -46,32 +46,78 @@ static void jstr_raw(const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
     switch (c) {
-      case '"': fputs("\\\"", stdout); break;
-      case '\\': fputs("\\\\", stdout); break;
-      case '\n': fputs("\\n", stdout); break;
-      case '\r': fputs("\\r", stdout); break;
-      case '\t': fputs("\\t", stdout); break;
+      case '"':
+        fputs("\\\"", stdout);
+        break;
+      case '\\':
+        fputs("\\\\", stdout);
+        break;
+      case '\n':
+        fputs("\\n", stdout);
+        break;
+      case '\r':
+        fputs("\\r", stdout);
+        break;
+      case '\t':
+        fputs("\\t", stdout);
+        break;
       default:
-        if (c < 0x20 || c >= 0x7f) printf("\\u%04x", c);  /* bytes, not UTF-8: keep ASCII */
-        else putchar(c);
+        if (c < 0x20 || c >= 0x7f)
+          printf("\\u%04x", c); /* bytes, not UTF-8: keep ASCII */
+        else
+          putchar(c);
     }
   }
   putchar('"');
 }
 static void jstr(const char *s) {
-  if (!s) { fputs("null", stdout); return; }
+  if (!s) {
+    fputs("null", stdout);
+    return;
+  }
   jstr_raw(s, strlen(s));
 }
-static void key(const char *k) { sep(); jstr(k); putchar(':'); }
-static void obj_open(void) { putchar('{'); need_comma[++depth] = 0; }
-static void obj_close(void) { putchar('}'); depth--; }
-static void arr_open(void) { putchar('['); need_comma[++depth] = 0; }
-static void arr_close(void) { putchar(']'); depth--; }
-static void kv_str(const char *k, const char *v) { key(k); jstr(v); }
-static void kv_int(const char *k, long long v) { key(k); printf("%lld", v); }
-static void kv_null(const char *k) { key(k); fputs("null", stdout); }
-static void kv_bool(const char *k, int v) { key(k); fputs(v ? "true" : "false", stdout); }
-static void item_str(const char *v) { sep(); jstr(v); }
+static void key(const char *k) {
+  sep();
+  jstr(k);
+  putchar(':');
+}
+static void obj_open(void) {
+  putchar('{');
+  need_comma[++depth] = 0;
+}
+static void obj_close(void) {
+  putchar('}');
+  depth--;
+}
+static void arr_open(void) {
+  putchar('[');
+  need_comma[++depth] = 0;
+}
+static void arr_close(void) {
+  putchar(']');
+  depth--;
+}
+static void kv_str(const char *k, const char *v) {
+  key(k);
+  jstr(v);
+}
+static void kv_int(const char *k, long long v) {
+  key(k);
+  printf("%lld", v);
+}
+static void kv_null(const char *k) {
+  key(k);
+  fputs("null", stdout);
+}
+static void kv_bool(const char *k, int v) {
+  key(k);
+  fputs(v ? "true" : "false", stdout);
+}
+static void item_str(const char *v) {
+  sep();
+  jstr(v);
+}
 
 /* ---- helpers --------------------------------------------------------------------------- */
 
@@ -81,7 +127,10 @@ static char *slurp(const char *path, size_t max) {
   if (fd < 0) return NULL;
   size_t cap = 4096, len = 0;
   char *buf = malloc(cap + 1);
-  if (!buf) { close(fd); return NULL; }
+  if (!buf) {
+    close(fd);
+    return NULL;
+  }
   for (;;) {
     if (len == cap) {
       if (cap >= max) break;
@@ -167,14 +216,26 @@ static void status_section(void) {
   static const char *caps[] = {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"};
   for (size_t i = 0; i < sizeof caps / sizeof *caps; i++) {
     const char *v = status_field(st, caps[i]);
-    if (v) kv_str(caps[i], v); else kv_null(caps[i]);
+    if (v)
+      kv_str(caps[i], v);
+    else
+      kv_null(caps[i]);
   }
   const char *v = status_field(st, "NoNewPrivs");
-  if (v) kv_int("NoNewPrivs", atoll(v)); else kv_null("NoNewPrivs");
+  if (v)
+    kv_int("NoNewPrivs", atoll(v));
+  else
+    kv_null("NoNewPrivs");
   v = status_field(st, "Seccomp");
-  if (v) kv_int("Seccomp", atoll(v)); else kv_null("Seccomp");
+  if (v)
+    kv_int("Seccomp", atoll(v));
+  else
+    kv_null("Seccomp");
   v = status_field(st, "Seccomp_filters");
-  if (v) kv_int("Seccomp_filters", atoll(v)); else kv_null("Seccomp_filters");
+  if (v)
+    kv_int("Seccomp_filters", atoll(v));
+  else
+    kv_null("Seccomp_filters");
   free(st);
   kv_int("prctl_no_new_privs", prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0));
   kv_int("prctl_dumpable", prctl(PR_GET_DUMPABLE, 0, 0, 0, 0));
@@ -184,7 +245,10 @@ static void status_section(void) {
 
 static void host_section(void) {
   char h[256] = {0};
-  if (gethostname(h, sizeof h - 1) == 0) kv_str("hostname", h); else kv_null("hostname");
+  if (gethostname(h, sizeof h - 1) == 0)
+    kv_str("hostname", h);
+  else
+    kv_null("hostname");
   /* PID namespace view */
   DIR *d = opendir("/proc");
   long n = 0;
@@ -198,7 +262,10 @@ static void host_section(void) {
       while (isdigit((unsigned char)*p)) p++;
       if (*p) continue;
       n++;
-      if (n <= 256) { sep(); printf("%s", e->d_name); }
+      if (n <= 256) {
+        sep();
+        printf("%s", e->d_name);
+      }
     }
     closedir(d);
   }
@@ -209,7 +276,7 @@ static void host_section(void) {
   kv_str("proc1_comm", c);
   free(c);
   c = slurp("/proc/1/cmdline", 4096);
-  kv_str("proc1_cmdline0", c);  /* first NUL-terminated word */
+  kv_str("proc1_cmdline0", c); /* first NUL-terminated word */
   free(c);
 }
 
@@ -227,7 +294,8 @@ static void mounts_section(void) {
     if (!dash) continue;
     *dash = 0;
     char *post = dash + 3;
-    for (char *t = strtok_r(line, " ", &save); t && nf < 8; t = strtok_r(NULL, " ", &save)) f[nf++] = t;
+    for (char *t = strtok_r(line, " ", &save); t && nf < 8; t = strtok_r(NULL, " ", &save))
+      f[nf++] = t;
     if (nf < 6) continue;
     char *ps = NULL;
     char *fstype = strtok_r(post, " ", &ps);
@@ -250,19 +318,30 @@ static void mounts_section(void) {
 }
 
 static void rlimits_section(void) {
-  static const struct { const char *name; int res; } lims[] = {
-      {"NOFILE", RLIMIT_NOFILE}, {"NPROC", RLIMIT_NPROC}, {"FSIZE", RLIMIT_FSIZE},
-      {"AS", RLIMIT_AS}, {"CORE", RLIMIT_CORE}, {"MEMLOCK", RLIMIT_MEMLOCK},
-      {"STACK", RLIMIT_STACK}, {"CPU", RLIMIT_CPU}};
+  static const struct {
+    const char *name;
+    int res;
+  } lims[] = {{"NOFILE", RLIMIT_NOFILE}, {"NPROC", RLIMIT_NPROC}, {"FSIZE", RLIMIT_FSIZE},
+              {"AS", RLIMIT_AS},         {"CORE", RLIMIT_CORE},   {"MEMLOCK", RLIMIT_MEMLOCK},
+              {"STACK", RLIMIT_STACK},   {"CPU", RLIMIT_CPU}};
   key("rlimits");
   obj_open();
   for (size_t i = 0; i < sizeof lims / sizeof *lims; i++) {
     struct rlimit rl;
     key(lims[i].name);
-    if (getrlimit(lims[i].res, &rl) != 0) { fputs("null", stdout); continue; }
+    if (getrlimit(lims[i].res, &rl) != 0) {
+      fputs("null", stdout);
+      continue;
+    }
     obj_open();
-    if (rl.rlim_cur == RLIM_INFINITY) kv_int("soft", -1); else kv_int("soft", (long long)rl.rlim_cur);
-    if (rl.rlim_max == RLIM_INFINITY) kv_int("hard", -1); else kv_int("hard", (long long)rl.rlim_max);
+    if (rl.rlim_cur == RLIM_INFINITY)
+      kv_int("soft", -1);
+    else
+      kv_int("soft", (long long)rl.rlim_cur);
+    if (rl.rlim_max == RLIM_INFINITY)
+      kv_int("hard", -1);
+    else
+      kv_int("hard", (long long)rl.rlim_max);
     obj_close();
   }
   obj_close();
@@ -291,8 +370,13 @@ static void dev_dir(const char *dir, int recurse) {
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     struct stat sb;
     if (lstat(path, &sb) != 0) continue;
-    const char *type = S_ISCHR(sb.st_mode) ? "c" : S_ISBLK(sb.st_mode) ? "b" : S_ISDIR(sb.st_mode) ? "d"
-                     : S_ISLNK(sb.st_mode) ? "l" : S_ISFIFO(sb.st_mode) ? "p" : S_ISSOCK(sb.st_mode) ? "s" : "f";
+    const char *type = S_ISCHR(sb.st_mode)    ? "c"
+                       : S_ISBLK(sb.st_mode)  ? "b"
+                       : S_ISDIR(sb.st_mode)  ? "d"
+                       : S_ISLNK(sb.st_mode)  ? "l"
+                       : S_ISFIFO(sb.st_mode) ? "p"
+                       : S_ISSOCK(sb.st_mode) ? "s"
+                                              : "f";
     sep();
     obj_open();
     kv_str("name", path);
@@ -306,7 +390,10 @@ static void dev_dir(const char *dir, int recurse) {
     if (S_ISLNK(sb.st_mode)) {
       char t[512];
       ssize_t n = readlink(path, t, sizeof t - 1);
-      if (n >= 0) { t[n] = 0; kv_str("target", t); }
+      if (n >= 0) {
+        t[n] = 0;
+        kv_str("target", t);
+      }
     }
     obj_close();
     if (recurse && S_ISDIR(sb.st_mode)) dev_dir(path, recurse - 1);
@@ -354,7 +441,7 @@ static void net_section(void) {
   for (char *line = nd, *next; line && *line; line = next) {
     next = strchr(line, '\n');
     if (next) *next++ = 0;
-    if (++lineno <= 2) continue;  /* two header lines */
+    if (++lineno <= 2) continue; /* two header lines */
     char *colon = strchr(line, ':');
     if (!colon) continue;
     *colon = 0;
@@ -388,7 +475,7 @@ static void net_section(void) {
     if (next) *next++ = 0;
     char dst[40], dlen[3], ifn[64];
     if (sscanf(line, "%32s %2s %*s %*s %*s %*s %*s %*s %*s %63s", dst, dlen, ifn) == 3) {
-      if (!strcmp(ifn, "lo")) continue;  /* loopback's own local/multicast entries */
+      if (!strcmp(ifn, "lo")) continue; /* loopback's own local/multicast entries */
       routes6++;
       if (!strcmp(dlen, "00") && strspn(dst, "0") == 32) def6 = 1;
     }

@@ -105,8 +105,9 @@
 #define TIOCSTI 0x5412
 #endif
 
-#define XFS_IOC_SWAPEXT 0xC0C0586DUL        /* _IOWR('X', 109, struct xfs_swapext), 192 bytes */
-#define XFS_IOC_EXCHANGE_RANGE 0x40285881UL /* _IOW('X', 129, struct xfs_exchange_range), 40 bytes */
+#define XFS_IOC_SWAPEXT 0xC0C0586DUL /* _IOWR('X', 109, struct xfs_swapext), 192 bytes */
+#define XFS_IOC_EXCHANGE_RANGE \
+  0x40285881UL /* _IOW('X', 129, struct xfs_exchange_range), 40 bytes */
 
 /* ---- output ---------------------------------------------------------------------------- */
 
@@ -123,10 +124,15 @@ static void json_escape(FILE *f, const char *s) {
   fputc('"', f);
   for (; s && *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') { fputc('\\', f); fputc(c, f); }
-    else if (c == '\n') fputs("\\n", f);
-    else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
+    if (c == '"' || c == '\\') {
+      fputc('\\', f);
+      fputc(c, f);
+    } else if (c == '\n')
+      fputs("\\n", f);
+    else if (c < 0x20 || c >= 0x7f)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
   }
   fputc('"', f);
 }
@@ -161,14 +167,22 @@ static const char *js(const char *s) {
   return b;
 }
 
-#define TRY(name, expr) do { errno = 0; long r_ = (long)(expr); emit(name, r_, errno, NULL); } while (0)
+#define TRY(name, expr)          \
+  do {                           \
+    errno = 0;                   \
+    long r_ = (long)(expr);      \
+    emit(name, r_, errno, NULL); \
+  } while (0)
 
 /* Run fn in a child (so process-wide side effects stay there); the child's own output is the
  * report.  Returns the child's wait status.  A child killed by a signal is reported here. */
 static int in_child(const char *name, void (*fn)(void *), void *arg, int timeout_s) {
   fflush(stdout);
   pid_t p = fork();
-  if (p < 0) { emit(name, -1, errno, "\"stage\": \"fork\""); return -1; }
+  if (p < 0) {
+    emit(name, -1, errno, "\"stage\": \"fork\"");
+    return -1;
+  }
   if (p == 0) {
     alarm(timeout_s);
     fn(arg);
@@ -176,7 +190,8 @@ static int in_child(const char *name, void (*fn)(void *), void *arg, int timeout
     _exit(0);
   }
   int st = 0;
-  while (waitpid(p, &st, 0) < 0 && errno == EINTR) {}
+  while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
+  }
   if (WIFSIGNALED(st)) emit(name, -1, 0, "\"child_signal\": %d", WTERMSIG(st));
   return st;
 }
@@ -219,13 +234,16 @@ static void a_mount(void) {
   for (size_t i = 0; i < sizeof ro / sizeof *ro; i++) {
     errno = 0;
     r = mount(NULL, ro[i], NULL, MS_REMOUNT | MS_BIND, NULL);
-    emit("mount_remount_rw", r, errno, "\"path\": %s, \"mountpoint\": %d", js(ro[i]), is_mountpoint(ro[i]));
+    emit("mount_remount_rw", r, errno, "\"path\": %s, \"mountpoint\": %d", js(ro[i]),
+         is_mountpoint(ro[i]));
   }
 
   /* umount the masks over /proc to unmask it */
-  static const char *masks[] = {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sysrq-trigger",
-                                "/proc/sys", "/proc/acpi", "/proc/scsi", "/proc/latency_stats",
-                                "/proc/sched_debug", "/sys/firmware", "/proc/irq", "/proc/bus", "/proc/fs"};
+  static const char *masks[] = {
+      "/proc/kcore",       "/proc/keys",    "/proc/timer_list", "/proc/sysrq-trigger",
+      "/proc/sys",         "/proc/acpi",    "/proc/scsi",       "/proc/latency_stats",
+      "/proc/sched_debug", "/sys/firmware", "/proc/irq",        "/proc/bus",
+      "/proc/fs"};
   for (size_t i = 0; i < sizeof masks / sizeof *masks; i++) {
     int mp = is_mountpoint(masks[i]);
     errno = 0;
@@ -262,7 +280,8 @@ static void a_open_tree(void) {
   emit("open_tree", fd, errno, NULL);
   mkdir("/tmp/atk-mm", 0755);
   errno = 0;
-  long r = syscall(SYS_move_mount, fd >= 0 ? (int)fd : 1000, "", AT_FDCWD, "/tmp/atk-mm", MOVE_MOUNT_F_EMPTY_PATH);
+  long r = syscall(SYS_move_mount, fd >= 0 ? (int)fd : 1000, "", AT_FDCWD, "/tmp/atk-mm",
+                   MOVE_MOUNT_F_EMPTY_PATH);
   emit("move_mount", r, errno, "\"had_tree_fd\": %s", fd >= 0 ? "true" : "false");
   if (r == 0) umount2("/tmp/atk-mm", MNT_DETACH);
   if (fd >= 0) close((int)fd);
@@ -271,7 +290,9 @@ static void a_open_tree(void) {
   fd = syscall(467, AT_FDCWD, "/etc", OPEN_TREE_CLONE | AT_RECURSIVE, NULL, 0UL);
   emit("open_tree_attr", fd, errno, NULL);
   if (fd >= 0) close((int)fd);
-  struct { uint64_t attr_set, attr_clr, propagation, userns_fd; } attr = {0, MOUNT_ATTR_RDONLY, 0, 0};
+  struct {
+    uint64_t attr_set, attr_clr, propagation, userns_fd;
+  } attr = {0, MOUNT_ATTR_RDONLY, 0, 0};
   errno = 0;
   r = syscall(SYS_mount_setattr, AT_FDCWD, "/dev", 0, &attr, sizeof attr);
   emit("mount_setattr", r, errno, "\"path\": \"/dev\"");
@@ -304,8 +325,8 @@ static void a_unshare(void) {
 
 static void a_unshare_other(void) {
   /* Without CLONE_NEWUSER these need CAP_SYS_ADMIN in the sandbox's user namespace. */
-  static const long flags[] = {CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID,
-                               CLONE_NEWCGROUP, CLONE_NEWTIME};
+  static const long flags[] = {CLONE_NEWNS,  CLONE_NEWNET,    CLONE_NEWUTS, CLONE_NEWIPC,
+                               CLONE_NEWPID, CLONE_NEWCGROUP, CLONE_NEWTIME};
   for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
     in_child("unshare_ns", do_unshare, (void *)flags[i], 5);
 }
@@ -382,7 +403,7 @@ static void a_bpf(void) {
   a.prog_type = BPF_PROG_TYPE_SOCKET_FILTER;
   a.insns = (uint64_t)(uintptr_t)prog;
   a.insn_cnt = 2;
-  a.license = (uint64_t)(uintptr_t)"GPL";
+  a.license = (uint64_t)(uintptr_t) "GPL";
   errno = 0;
   r = syscall(SYS_bpf, BPF_PROG_LOAD, &a, sizeof a);
   emit("bpf_prog_load", r, errno, NULL);
@@ -428,7 +449,7 @@ static void a_perf(void) {
 }
 
 static void a_io_uring(void) {
-  unsigned char params[120];  /* struct io_uring_params */
+  unsigned char params[120]; /* struct io_uring_params */
   memset(params, 0, sizeof params);
   errno = 0;
   long r = syscall(SYS_io_uring_setup, 4, params);
@@ -473,7 +494,8 @@ static void a_swapon(void) {
   int fd = open("/tmp/atk-swap", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd >= 0) {
     static char page[4096];
-    for (int i = 0; i < 16; i++) if (write(fd, page, sizeof page) < 0) break;
+    for (int i = 0; i < 16; i++)
+      if (write(fd, page, sizeof page) < 0) break;
     close(fd);
   }
   errno = 0;
@@ -490,7 +512,8 @@ static void a_reboot(void) {
   /* CAD_OFF: with CAP_SYS_BOOT in the sandbox's namespace the kernel answers EINVAL (only
    * restart/halt mean something in a PID namespace); the filter answers EPERM. */
   errno = 0;
-  long r = syscall(SYS_reboot, LINUX_REBOOT_MAGIC1, LINUX_REBOOT_MAGIC2, LINUX_REBOOT_CMD_CAD_OFF, NULL);
+  long r =
+      syscall(SYS_reboot, LINUX_REBOOT_MAGIC1, LINUX_REBOOT_MAGIC2, LINUX_REBOOT_CMD_CAD_OFF, NULL);
   emit("reboot", r, errno, NULL);
 }
 
@@ -498,7 +521,7 @@ static void a_time(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   errno = 0;
-  long r = clock_settime(CLOCK_REALTIME, &ts);  /* the time it already is: harmless if allowed */
+  long r = clock_settime(CLOCK_REALTIME, &ts); /* the time it already is: harmless if allowed */
   emit("clock_settime", r, errno, NULL);
   struct timeval tv;
   gettimeofday(&tv, NULL);
@@ -506,7 +529,7 @@ static void a_time(void) {
   r = settimeofday(&tv, NULL);
   emit("settimeofday", r, errno, NULL);
   struct timex tx;
-  memset(&tx, 0, sizeof tx);  /* modes 0: a read-only query */
+  memset(&tx, 0, sizeof tx); /* modes 0: a read-only query */
   errno = 0;
   r = syscall(SYS_clock_adjtime, CLOCK_REALTIME, &tx);
   emit("clock_adjtime", r, errno, NULL);
@@ -526,7 +549,8 @@ static void a_misc(void) {
   r = syscall(SYS_syslog, 3 /* SYSLOG_ACTION_READ_ALL */, (char[256]){0}, 256);
   emit("syslog", r, errno, NULL);
   errno = 0;
-  r = syscall(SYS_quotactl, 0x80000100 /* QCMD(Q_SYNC, USRQUOTA): sync all, harmless */, NULL, 0, NULL);
+  r = syscall(SYS_quotactl, 0x80000100 /* QCMD(Q_SYNC, USRQUOTA): sync all, harmless */, NULL, 0,
+              NULL);
   emit("quotactl", r, errno, NULL);
   errno = 0;
   r = syscall(SYS_iopl, 3);
@@ -560,7 +584,11 @@ static void a_misc(void) {
 /* ---- B.3 #23: open_by_handle_at (Shocker) ---------------------------------------------- */
 
 static void a_open_by_handle(void) {
-  struct { unsigned int bytes; int type; unsigned char f[128]; } h;
+  struct {
+    unsigned int bytes;
+    int type;
+    unsigned char f[128];
+  } h;
   memset(&h, 0, sizeof h);
   h.bytes = 128;
   int mount_id = 0;
@@ -602,7 +630,8 @@ static void sock(const char *name, int fam, int type, int proto) {
 static void sock_hi(const char *name, long fam, int type, int proto) {
   errno = 0;
   long fd = syscall(SYS_socket, fam | (1L << 32), (long)type, (long)proto);
-  emit(name, fd, errno, "\"family\": %ld, \"type\": %d, \"proto\": %d, \"high_bits\": true", fam, type, proto);
+  emit(name, fd, errno, "\"family\": %ld, \"type\": %d, \"proto\": %d, \"high_bits\": true", fam,
+       type, proto);
   if (fd >= 0) close((int)fd);
 }
 
@@ -630,13 +659,20 @@ static void a_sockets(void) {
 static void a_ioctl_xfs(void) {
   int a = open("/tmp/atk-xfs-a", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   int b = open("/tmp/atk-xfs-b", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (a < 0 || b < 0) { emit("ioctl_xfs_setup", -1, errno, NULL); return; }
-  if (write(a, "protected", 9) < 0 || write(b, "attacker!", 9) < 0) {}
-  unsigned char sx[192];  /* struct xfs_swapext */
+  if (a < 0 || b < 0) {
+    emit("ioctl_xfs_setup", -1, errno, NULL);
+    return;
+  }
+  if (write(a, "protected", 9) < 0 || write(b, "attacker!", 9) < 0) {
+  }
+  unsigned char sx[192]; /* struct xfs_swapext */
   memset(sx, 0, sizeof sx);
   int64_t v[5] = {0 /* version */, a, b, 0, 9};
   memcpy(sx, v, sizeof v);
-  static const struct { const char *name; unsigned long cmd; } cmds[] = {
+  static const struct {
+    const char *name;
+    unsigned long cmd;
+  } cmds[] = {
       {"XFS_IOC_SWAPEXT", XFS_IOC_SWAPEXT},
       {"XFS_IOC_SWAPEXT|1<<32", XFS_IOC_SWAPEXT | (1UL << 32)},
       {"XFS_IOC_SWAPEXT|0xffffffff<<32", XFS_IOC_SWAPEXT | 0xffffffff00000000UL},
@@ -644,7 +680,7 @@ static void a_ioctl_xfs(void) {
       {"XFS_IOC_EXCHANGE_RANGE|0xdead<<32", XFS_IOC_EXCHANGE_RANGE | (0xdeadUL << 32)},
   };
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
-    unsigned char xr[40];  /* struct xfs_exchange_range: file1_fd, pad, offsets, length, flags */
+    unsigned char xr[40]; /* struct xfs_exchange_range: file1_fd, pad, offsets, length, flags */
     memset(xr, 0, sizeof xr);
     int32_t f1 = b;
     memcpy(xr, &f1, 4);
@@ -675,7 +711,10 @@ static void do_tiocsti(void *unused) {
   }
   setsid();
   int m = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (m < 0) { emit("tiocsti_setup", -1, errno, "\"stage\": \"open /dev/ptmx\""); return; }
+  if (m < 0) {
+    emit("tiocsti_setup", -1, errno, "\"stage\": \"open /dev/ptmx\"");
+    return;
+  }
   int unlock = 0, n = -1;
   if (ioctl(m, TIOCSPTLCK, &unlock) != 0 || ioctl(m, TIOCGPTN, &n) != 0) {
     emit("tiocsti_setup", -1, errno, "\"stage\": \"unlockpt\"");
@@ -683,11 +722,17 @@ static void do_tiocsti(void *unused) {
   }
   char path[64];
   snprintf(path, sizeof path, "/dev/pts/%d", n);
-  int s = open(path, O_RDWR | O_CLOEXEC);  /* no O_NOCTTY: becomes our controlling tty */
-  if (s < 0) { emit("tiocsti_setup", -1, errno, "\"stage\": \"open slave\""); return; }
-  static const struct { const char *name; unsigned long cmd; } cmds[] = {
-      {"TIOCSTI", TIOCSTI}, {"TIOCSTI|1<<32", TIOCSTI | (1UL << 32)},
-      {"TIOCSTI|0xffffffff<<32", TIOCSTI | 0xffffffff00000000UL}};
+  int s = open(path, O_RDWR | O_CLOEXEC); /* no O_NOCTTY: becomes our controlling tty */
+  if (s < 0) {
+    emit("tiocsti_setup", -1, errno, "\"stage\": \"open slave\"");
+    return;
+  }
+  static const struct {
+    const char *name;
+    unsigned long cmd;
+  } cmds[] = {{"TIOCSTI", TIOCSTI},
+              {"TIOCSTI|1<<32", TIOCSTI | (1UL << 32)},
+              {"TIOCSTI|0xffffffff<<32", TIOCSTI | 0xffffffff00000000UL}};
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
     errno = 0;
     long r = syscall(SYS_ioctl, s, cmds[i].cmd, "x");
@@ -751,7 +796,10 @@ static unsigned long first_readable_addr(pid_t pid) {
   while (fgets(line, sizeof line, f)) {
     unsigned long a, b;
     char perms[8];
-    if (sscanf(line, "%lx-%lx %7s", &a, &b, perms) == 3 && perms[0] == 'r') { lo = a; break; }
+    if (sscanf(line, "%lx-%lx %7s", &a, &b, perms) == 3 && perms[0] == 'r') {
+      lo = a;
+      break;
+    }
   }
   fclose(f);
   return lo;
@@ -760,7 +808,7 @@ static unsigned long first_readable_addr(pid_t pid) {
 static void a_process_vm(void) {
   unsigned long addr = first_readable_addr(1);
   int from_maps = addr != 0;
-  if (!addr) addr = 0x400000;  /* a static non-PIE agent's text; EFAULT if wrong, still not EPERM */
+  if (!addr) addr = 0x400000; /* a static non-PIE agent's text; EFAULT if wrong, still not EPERM */
   char buf[16];
   struct iovec l = {buf, sizeof buf}, rm = {(void *)addr, sizeof buf};
   errno = 0;
@@ -793,7 +841,10 @@ static void a_pidfd(void) {
   for (int fd = 0; fd < 16; fd++) {
     errno = 0;
     long r = syscall(SYS_pidfd_getfd, pfd >= 0 ? (int)pfd : 1000, fd, 0);
-    if (fd == 0) { first = r; first_err = errno; }
+    if (fd == 0) {
+      first = r;
+      first_err = errno;
+    }
     if (r >= 0) {
       got++;
       struct stat sb;
@@ -801,15 +852,23 @@ static void a_pidfd(void) {
       close((int)r);
     }
   }
-  emit("pidfd_getfd_1", got ? 0 : first, got ? 0 : first_err, "\"fds_stolen\": %d, \"sockets_stolen\": %d", got, sockets);
+  emit("pidfd_getfd_1", got ? 0 : first, got ? 0 : first_err,
+       "\"fds_stolen\": %d, \"sockets_stolen\": %d", got, sockets);
   if (pfd >= 0) close((int)pfd);
 }
 
 static void a_proc1(void) {
-  static const struct { const char *path; int flags; } files[] = {
-      {"/proc/1/mem", O_RDONLY}, {"/proc/1/mem", O_RDWR}, {"/proc/1/environ", O_RDONLY},
-      {"/proc/1/maps", O_RDONLY}, {"/proc/1/fd/3", O_RDWR}, {"/proc/1/root/.", O_RDONLY | O_DIRECTORY},
-      {"/proc/1/cwd/.", O_RDONLY | O_DIRECTORY}, {"/proc/1/fdinfo/3", O_RDONLY}};
+  static const struct {
+    const char *path;
+    int flags;
+  } files[] = {{"/proc/1/mem", O_RDONLY},
+               {"/proc/1/mem", O_RDWR},
+               {"/proc/1/environ", O_RDONLY},
+               {"/proc/1/maps", O_RDONLY},
+               {"/proc/1/fd/3", O_RDWR},
+               {"/proc/1/root/.", O_RDONLY | O_DIRECTORY},
+               {"/proc/1/cwd/.", O_RDONLY | O_DIRECTORY},
+               {"/proc/1/fdinfo/3", O_RDONLY}};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     errno = 0;
     int fd = open(files[i].path, files[i].flags | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -821,7 +880,8 @@ static void a_proc1(void) {
       n = read(fd, b, sizeof b);
       if (n < 0) n = -errno - 1000;
     }
-    emit("proc1_open", r, e, "\"path\": %s, \"flags\": %d, \"read\": %ld", js(files[i].path), files[i].flags, n);
+    emit("proc1_open", r, e, "\"path\": %s, \"flags\": %d, \"read\": %ld", js(files[i].path),
+         files[i].flags, n);
     if (fd >= 0) close(fd);
   }
   char t[256];
@@ -829,7 +889,10 @@ static void a_proc1(void) {
   for (size_t i = 0; i < sizeof links / sizeof *links; i++) {
     errno = 0;
     ssize_t n = readlink(links[i], t, sizeof t - 1);
-    if (n >= 0) t[n] = 0; else t[0] = 0;
+    if (n >= 0)
+      t[n] = 0;
+    else
+      t[0] = 0;
     emit("proc1_readlink", n, errno, "\"path\": %s, \"target\": %s", js(links[i]), js(t));
   }
 }
@@ -929,13 +992,15 @@ static void a_abi(void) {
 /* ---- B.4 #40: device nodes ------------------------------------------------------------- */
 
 static void a_mknod(void) {
-  static const struct { const char *path; mode_t type; unsigned maj, min; } nodes[] = {
-      {"/tmp/atk-vda", S_IFBLK, 253, 0},  /* virtio disk */
-      {"/tmp/atk-sda", S_IFBLK, 8, 0},
-      {"/tmp/atk-mem", S_IFCHR, 1, 1},    /* /dev/mem */
-      {"/tmp/atk-kmsg", S_IFCHR, 1, 11},  /* /dev/kmsg */
-      {"/tmp/atk-null", S_IFCHR, 1, 3},
-      {"/dev/atk-null", S_IFCHR, 1, 3},
+  static const struct {
+    const char *path;
+    mode_t type;
+    unsigned maj, min;
+  } nodes[] = {
+      {"/tmp/atk-vda", S_IFBLK, 253, 0},                                  /* virtio disk */
+      {"/tmp/atk-sda", S_IFBLK, 8, 0},   {"/tmp/atk-mem", S_IFCHR, 1, 1}, /* /dev/mem */
+      {"/tmp/atk-kmsg", S_IFCHR, 1, 11},                                  /* /dev/kmsg */
+      {"/tmp/atk-null", S_IFCHR, 1, 3},  {"/dev/atk-null", S_IFCHR, 1, 3},
   };
   for (size_t i = 0; i < sizeof nodes / sizeof *nodes; i++) {
     unlink(nodes[i].path);
@@ -947,7 +1012,8 @@ static void a_mknod(void) {
     if (r == 0) {
       /* "using it": one read (never a write) */
       int fd = open(nodes[i].path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-      if (fd < 0) oe = errno;
+      if (fd < 0)
+        oe = errno;
       else {
         char b[16];
         rd = read(fd, b, sizeof b);
@@ -956,7 +1022,8 @@ static void a_mknod(void) {
       }
       unlink(nodes[i].path);
     }
-    emit("mknod", r, e, "\"path\": %s, \"dev\": \"%u:%u\", \"use_read\": %ld, \"use_errno\": \"%s\"",
+    emit("mknod", r, e,
+         "\"path\": %s, \"dev\": \"%u:%u\", \"use_read\": %ld, \"use_errno\": \"%s\"",
          js(nodes[i].path), nodes[i].maj, nodes[i].min, rd, ename(oe));
   }
 }
@@ -965,7 +1032,10 @@ static void a_mknod(void) {
 
 static char *slurp(const char *path, size_t max, ssize_t *len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) { *len = -errno; return NULL; }
+  if (fd < 0) {
+    *len = -errno;
+    return NULL;
+  }
   char *b = malloc(max + 1);
   ssize_t t = 0;
   while ((size_t)t < max) {
@@ -993,14 +1063,18 @@ static void a_sysctl(void) {
     e = errno;
     close(fd);
   }
-  emit("core_pattern_write", fd < 0 ? -1 : w, e, "\"opened\": %s, \"value\": %s", fd >= 0 ? "true" : "false",
-       js(cur ? cur : ""));
+  emit("core_pattern_write", fd < 0 ? -1 : w, e, "\"opened\": %s, \"value\": %s",
+       fd >= 0 ? "true" : "false", js(cur ? cur : ""));
   free(cur);
   /* other global knobs: open for writing only, never write */
-  static const char *knobs[] = {"/proc/sys/kernel/modprobe", "/proc/sys/vm/drop_caches",
-                                "/proc/sys/kernel/panic", "/proc/sys/kernel/randomize_va_space",
-                                "/proc/sys/vm/overcommit_memory", "/proc/sys/kernel/io_uring_disabled",
-                                "/proc/sys/fs/binfmt_misc/register", "/proc/sys/kernel/poweroff_cmd"};
+  static const char *knobs[] = {"/proc/sys/kernel/modprobe",
+                                "/proc/sys/vm/drop_caches",
+                                "/proc/sys/kernel/panic",
+                                "/proc/sys/kernel/randomize_va_space",
+                                "/proc/sys/vm/overcommit_memory",
+                                "/proc/sys/kernel/io_uring_disabled",
+                                "/proc/sys/fs/binfmt_misc/register",
+                                "/proc/sys/kernel/poweroff_cmd"};
   for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++) {
     errno = 0;
     int k = open(knobs[i], O_WRONLY | O_CLOEXEC);
@@ -1018,14 +1092,18 @@ static void a_sysrq(void) {
   if (fd >= 0) {
     struct stat sb;
     if (fstat(fd, &sb) == 0)
-      snprintf(rdev, sizeof rdev, "%s%u:%u", S_ISCHR(sb.st_mode) ? "c" : S_ISREG(sb.st_mode) ? "f" : "?",
+      snprintf(rdev, sizeof rdev, "%s%u:%u",
+               S_ISCHR(sb.st_mode)   ? "c"
+               : S_ISREG(sb.st_mode) ? "f"
+                                     : "?",
                major(sb.st_rdev), minor(sb.st_rdev));
     errno = 0;
-    w = write(fd, "h", 1);  /* 'h' only prints the help text to the kernel log */
+    w = write(fd, "h", 1); /* 'h' only prints the help text to the kernel log */
     e = errno;
     close(fd);
   }
-  emit("sysrq_trigger", fd < 0 ? -1 : w, e, "\"opened\": %s, \"file\": %s", fd >= 0 ? "true" : "false", js(rdev));
+  emit("sysrq_trigger", fd < 0 ? -1 : w, e, "\"opened\": %s, \"file\": %s",
+       fd >= 0 ? "true" : "false", js(rdev));
 }
 
 static void a_kernel_info(void) {
@@ -1044,28 +1122,38 @@ static void a_kernel_info(void) {
       p = nl + 1;
     }
   }
-  emit("read_kallsyms", len < 0 ? -1 : len, len < 0 ? (int)-len : 0, "\"lines\": %ld, \"nonzero_addresses\": %ld",
-       lines, nonzero);
+  emit("read_kallsyms", len < 0 ? -1 : len, len < 0 ? (int)-len : 0,
+       "\"lines\": %ld, \"nonzero_addresses\": %ld", lines, nonzero);
   free(b);
-  static const char *files[] = {"/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/config.gz",
-                                "/sys/kernel/debug", "/proc/kmsg", "/sys/kernel/security", "/proc/1/stack"};
+  static const char *files[] = {"/proc/keys",           "/proc/timer_list",  "/proc/sched_debug",
+                                "/proc/config.gz",      "/sys/kernel/debug", "/proc/kmsg",
+                                "/sys/kernel/security", "/proc/1/stack"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     b = slurp(files[i], 4096, &len);
-    emit("read_kernel_file", len < 0 ? -1 : len, len < 0 ? (int)-len : 0, "\"path\": %s", js(files[i]));
+    emit("read_kernel_file", len < 0 ? -1 : len, len < 0 ? (int)-len : 0, "\"path\": %s",
+         js(files[i]));
     free(b);
   }
 }
 
 static void a_sys_write(void) {
-  static const char *paths[] = {
-      "/sys/kernel/mm/transparent_hugepage/enabled", "/sys/power/state", "/sys/kernel/uevent_helper",
-      "/sys/module/printk/parameters/time", "/sys/class/net/lo/mtu", "/sys/kernel/profiling",
-      "/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/pids/cgroup.procs", "/sys/fs/cgroup/pids/pids.max",
-      "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/unified/cgroup.procs",
-      "/sys/fs/cgroup/release_agent", "/sys/bus/pci/rescan", "/sys/block/vda/queue/scheduler"};
+  static const char *paths[] = {"/sys/kernel/mm/transparent_hugepage/enabled",
+                                "/sys/power/state",
+                                "/sys/kernel/uevent_helper",
+                                "/sys/module/printk/parameters/time",
+                                "/sys/class/net/lo/mtu",
+                                "/sys/kernel/profiling",
+                                "/sys/fs/cgroup/cgroup.procs",
+                                "/sys/fs/cgroup/pids/cgroup.procs",
+                                "/sys/fs/cgroup/pids/pids.max",
+                                "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                "/sys/fs/cgroup/unified/cgroup.procs",
+                                "/sys/fs/cgroup/release_agent",
+                                "/sys/bus/pci/rescan",
+                                "/sys/block/vda/queue/scheduler"};
   for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
     errno = 0;
-    int fd = open(paths[i], O_WRONLY | O_CLOEXEC | O_NONBLOCK);  /* opened, never written */
+    int fd = open(paths[i], O_WRONLY | O_CLOEXEC | O_NONBLOCK); /* opened, never written */
     emit("sys_open_write", fd, errno, "\"path\": %s", js(paths[i]));
     if (fd >= 0) close(fd);
   }
@@ -1087,23 +1175,26 @@ static void a_chroot(int argc, char **argv) {
   stat("/", &root0);
   mkdir("/tmp/atk-jail", 0755);
   mkdir("/tmp/atk-jail/inner", 0755);
-  int oldroot = open("/", O_RDONLY | O_DIRECTORY);  /* deliberately not O_CLOEXEC */
+  int oldroot = open("/", O_RDONLY | O_DIRECTORY); /* deliberately not O_CLOEXEC */
   errno = 0;
   int r = chroot("/tmp/atk-jail");
   emit("chroot_jail", r, errno, NULL);
   if (r != 0) return;
   /* 1. cwd is still outside the jail: walk up; 2. the fd to the old root */
-  for (int i = 0; i < 64; i++) if (chdir("..") != 0) break;
+  for (int i = 0; i < 64; i++)
+    if (chdir("..") != 0) break;
   r = chroot(".");
   if (oldroot >= 0 && fchdir(oldroot) == 0) {
-    for (int i = 0; i < 64; i++) if (chdir("..") != 0) break;
+    for (int i = 0; i < 64; i++)
+      if (chdir("..") != 0) break;
     r = chroot(".");
   }
   stat("/", &root1);
   struct stat hs;
   int host_visible = stat(host_path, &hs) == 0;
   int marker = access("/etc/marker", F_OK) == 0;
-  emit("chroot_escape", r, errno, "\"same_root_as_start\": %s, \"host_path_visible\": %s, \"sandbox_marker\": %s",
+  emit("chroot_escape", r, errno,
+       "\"same_root_as_start\": %s, \"host_path_visible\": %s, \"sandbox_marker\": %s",
        root0.st_dev == root1.st_dev && root0.st_ino == root1.st_ino ? "true" : "false",
        host_visible ? "true" : "false", marker ? "true" : "false");
 }
@@ -1114,8 +1205,11 @@ static void a_overwrite(int argc, char **argv) {
   const char *path = argc > 0 ? argv[0] : "/bin/sh";
   const char *data = argc > 1 ? argv[1] : "PWNED";
   errno = 0;
-  int fd = open(path, O_WRONLY | O_CLOEXEC);  /* follows symlinks, no truncation */
-  if (fd < 0) { emit("overwrite", -1, errno, "\"path\": %s", js(path)); return; }
+  int fd = open(path, O_WRONLY | O_CLOEXEC); /* follows symlinks, no truncation */
+  if (fd < 0) {
+    emit("overwrite", -1, errno, "\"path\": %s", js(path));
+    return;
+  }
   errno = 0;
   long r = pwrite(fd, data, strlen(data), 0);
   int e = errno;
@@ -1134,7 +1228,7 @@ static void a_kill1(int argc, char **argv) {
     usleep(200 * 1000);
   }
   errno = 0;
-  int r = kill(-1, SIGKILL);  /* everything we may signal, which includes ourselves: last */
+  int r = kill(-1, SIGKILL); /* everything we may signal, which includes ourselves: last */
   emit("kill_-1", r, errno, NULL);
 }
 
@@ -1150,15 +1244,21 @@ static void a_proc_scan(int argc, char **argv) {
   while (d && (e = readdir(d))) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     pids++;
-    if (atoi(e->d_name) == getpid()) continue;  /* our own argv holds the secret */
-    if (strlen(list) < sizeof list - 16) { strcat(list, e->d_name); strcat(list, " "); }
+    if (atoi(e->d_name) == getpid()) continue; /* our own argv holds the secret */
+    if (strlen(list) < sizeof list - 16) {
+      strcat(list, e->d_name);
+      strcat(list, " ");
+    }
     char p[512];
     static const char *sub[] = {"root", "cwd"};
     for (int s = 0; s < 2; s++) {
       snprintf(p, sizeof p, "/proc/%s/%s%s", e->d_name, sub[s], path);
       ssize_t len;
       char *b = slurp(p, 4096, &len);
-      if (b) { roots++; if (strstr(b, secret)) found++; }
+      if (b) {
+        roots++;
+        if (strstr(b, secret)) found++;
+      }
       free(b);
     }
     static const char *files[] = {"environ", "cmdline"};
@@ -1183,7 +1283,8 @@ static void a_proc_scan(int argc, char **argv) {
     free(b);
   }
   emit("proc_scan", found + guessed ? 0 : -1, found + guessed ? 0 : ENOENT,
-       "\"pids\": %d, \"pid_list\": %s, \"readable_roots\": %d, \"found\": %d, \"found_by_guess\": %d",
+       "\"pids\": %d, \"pid_list\": %s, \"readable_roots\": %d, \"found\": %d, \"found_by_guess\": "
+       "%d",
        pids, js(list), roots, found, guessed);
 }
 
@@ -1194,7 +1295,7 @@ static void a_net(int argc, char **argv) {
   const char *abstract = argc > 1 ? argv[1] : "warren-no-such-socket";
   int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  /* 127.0.0.1 only */
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK); /* 127.0.0.1 only */
   struct timeval tv = {2, 0};
   setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   errno = 0;
@@ -1207,7 +1308,8 @@ static void a_net(int argc, char **argv) {
   if (n > sizeof u.sun_path - 1) n = sizeof u.sun_path - 1;
   memcpy(u.sun_path + 1, abstract, n);
   errno = 0;
-  r = connect(s, (struct sockaddr *)&u, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n));
+  r = connect(s, (struct sockaddr *)&u,
+              (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n));
   emit("connect_abstract_unix", r, errno, "\"name\": %s", js(abstract));
   close(s);
 }
@@ -1216,15 +1318,20 @@ static void a_net(int argc, char **argv) {
 
 static void a_fork_bomb(int argc, char **argv) {
   int hold = argc > 0 ? atoi(argv[0]) : 5;
-  int escape = argc > 1 ? atoi(argv[1]) : 0;  /* children leave the process group */
+  int escape = argc > 1 ? atoi(argv[1]) : 0; /* children leave the process group */
   long cap = 100000, n = 0;
   int e = 0;
   for (; n < cap; n++) {
     pid_t p = fork();
-    if (p < 0) { e = errno; break; }
+    if (p < 0) {
+      e = errno;
+      break;
+    }
     if (p == 0) {
-      if (escape) setsid();
-      else prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (escape)
+        setsid();
+      else
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
       for (;;) pause();
     }
   }
@@ -1251,21 +1358,29 @@ static void a_disk_fill(int argc, char **argv) {
   long cap_mb = argc > 1 ? atol(argv[1]) : 4096;
   signal(SIGXFSZ, SIG_IGN);
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) { emit("disk_fill", -1, errno, "\"path\": %s, \"bytes\": 0", js(path)); return; }
+  if (fd < 0) {
+    emit("disk_fill", -1, errno, "\"path\": %s, \"bytes\": 0", js(path));
+    return;
+  }
   static char buf[1 << 20];
   memset(buf, 0x5a, sizeof buf);
   long long total = 0;
   int e = 0;
   while (total < (long long)cap_mb << 20) {
     ssize_t n = write(fd, buf, sizeof buf);
-    if (n < 0) { if (errno == EINTR) continue; e = errno; break; }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      e = errno;
+      break;
+    }
     if (n == 0) break;
     total += n;
   }
   int fe = 0;
   if (fsync(fd) != 0) fe = errno;
   close(fd);
-  emit("disk_fill", e ? -1 : 0, e, "\"path\": %s, \"bytes\": %lld, \"fsync_errno\": \"%s\"", js(path), total, ename(fe));
+  emit("disk_fill", e ? -1 : 0, e, "\"path\": %s, \"bytes\": %lld, \"fsync_errno\": \"%s\"",
+       js(path), total, ename(fe));
 }
 
 static void a_inode_fill(int argc, char **argv) {
@@ -1278,14 +1393,17 @@ static void a_inode_fill(int argc, char **argv) {
   for (; n < cap; n++) {
     snprintf(p, sizeof p, "%s/%ld", dir, n);
     int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) { e = errno; break; }
+    if (fd < 0) {
+      e = errno;
+      break;
+    }
     close(fd);
   }
   emit("inode_fill", e ? -1 : 0, e, "\"files\": %ld", n);
 }
 
 static void a_flood(int argc, char **argv) {
-  long long gib_x100 = argc > 0 ? (long long)(atof(argv[0]) * 100) : 400;  /* GiB, 2 decimals */
+  long long gib_x100 = argc > 0 ? (long long)(atof(argv[0]) * 100) : 400; /* GiB, 2 decimals */
   int both = argc > 1 ? atoi(argv[1]) : 0;
   long long total = gib_x100 * ((1LL << 30) / 100);
   static char buf[1 << 20];
@@ -1294,8 +1412,12 @@ static void a_flood(int argc, char **argv) {
   long long sent = 0;
   while (sent < total) {
     ssize_t n = write(1, buf, sizeof buf);
-    if (n < 0) { if (errno == EINTR) continue; break; }
-    if (both && write(2, buf, sizeof buf) < 0) {}
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (both && write(2, buf, sizeof buf) < 0) {
+    }
     sent += n;
   }
   fprintf(stderr, "\nflood done: %lld bytes\n", sent);
@@ -1303,32 +1425,58 @@ static void a_flood(int argc, char **argv) {
 
 /* ---- main -------------------------------------------------------------------------------- */
 
-struct cmd { const char *name; void (*fn0)(void); void (*fnv)(int, char **); };
+struct cmd {
+  const char *name;
+  void (*fn0)(void);
+  void (*fnv)(int, char **);
+};
 
 static const struct cmd cmds[] = {
-    {"mount", a_mount, NULL},           {"fsopen", a_fsopen, NULL},
-    {"open_tree", a_open_tree, NULL},   {"pivot_root", a_pivot_root, NULL},
-    {"unshare", a_unshare, NULL},       {"unshare_other", a_unshare_other, NULL},
-    {"clone_user", a_clone_user, NULL}, {"clone3", a_clone3, NULL},
-    {"setns", a_setns, NULL},           {"bpf", a_bpf, NULL},
-    {"keyctl", a_keyctl, NULL},         {"userfaultfd", a_userfaultfd, NULL},
-    {"perf", a_perf, NULL},             {"io_uring", a_io_uring, NULL},
-    {"kexec", a_kexec, NULL},           {"modules", a_modules, NULL},
-    {"swapon", a_swapon, NULL},         {"reboot", a_reboot, NULL},
-    {"time", a_time, NULL},             {"misc", a_misc, NULL},
+    {"mount", a_mount, NULL},
+    {"fsopen", a_fsopen, NULL},
+    {"open_tree", a_open_tree, NULL},
+    {"pivot_root", a_pivot_root, NULL},
+    {"unshare", a_unshare, NULL},
+    {"unshare_other", a_unshare_other, NULL},
+    {"clone_user", a_clone_user, NULL},
+    {"clone3", a_clone3, NULL},
+    {"setns", a_setns, NULL},
+    {"bpf", a_bpf, NULL},
+    {"keyctl", a_keyctl, NULL},
+    {"userfaultfd", a_userfaultfd, NULL},
+    {"perf", a_perf, NULL},
+    {"io_uring", a_io_uring, NULL},
+    {"kexec", a_kexec, NULL},
+    {"modules", a_modules, NULL},
+    {"swapon", a_swapon, NULL},
+    {"reboot", a_reboot, NULL},
+    {"time", a_time, NULL},
+    {"misc", a_misc, NULL},
     {"open_by_handle", a_open_by_handle, NULL},
-    {"sockets", a_sockets, NULL},       {"ioctl_xfs", a_ioctl_xfs, NULL},
-    {"tiocsti", a_tiocsti, NULL},       {"ptrace", a_ptrace, NULL},
-    {"process_vm", a_process_vm, NULL}, {"pidfd", a_pidfd, NULL},
-    {"proc1", a_proc1, NULL},           {"proc1_exe", a_proc1_exe, NULL},
-    {"abi", a_abi, NULL},               {"mknod", a_mknod, NULL},
-    {"sysctl", a_sysctl, NULL},         {"sysrq", a_sysrq, NULL},
-    {"kernel_info", a_kernel_info, NULL}, {"sys_write", a_sys_write, NULL},
-    {"chroot", NULL, a_chroot},         {"kill1", NULL, a_kill1},
-    {"proc_scan", NULL, a_proc_scan},   {"net", NULL, a_net},
-    {"fork_bomb", NULL, a_fork_bomb},   {"mem_bomb", NULL, a_mem_bomb},
-    {"disk_fill", NULL, a_disk_fill},   {"inode_fill", NULL, a_inode_fill},
-    {"flood", NULL, a_flood},           {"overwrite", NULL, a_overwrite},
+    {"sockets", a_sockets, NULL},
+    {"ioctl_xfs", a_ioctl_xfs, NULL},
+    {"tiocsti", a_tiocsti, NULL},
+    {"ptrace", a_ptrace, NULL},
+    {"process_vm", a_process_vm, NULL},
+    {"pidfd", a_pidfd, NULL},
+    {"proc1", a_proc1, NULL},
+    {"proc1_exe", a_proc1_exe, NULL},
+    {"abi", a_abi, NULL},
+    {"mknod", a_mknod, NULL},
+    {"sysctl", a_sysctl, NULL},
+    {"sysrq", a_sysrq, NULL},
+    {"kernel_info", a_kernel_info, NULL},
+    {"sys_write", a_sys_write, NULL},
+    {"chroot", NULL, a_chroot},
+    {"kill1", NULL, a_kill1},
+    {"proc_scan", NULL, a_proc_scan},
+    {"net", NULL, a_net},
+    {"fork_bomb", NULL, a_fork_bomb},
+    {"mem_bomb", NULL, a_mem_bomb},
+    {"disk_fill", NULL, a_disk_fill},
+    {"inode_fill", NULL, a_inode_fill},
+    {"flood", NULL, a_flood},
+    {"overwrite", NULL, a_overwrite},
 };
 
 int main(int argc, char **argv) {
@@ -1340,8 +1488,10 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
     if (strcmp(argv[1], cmds[i].name) != 0) continue;
-    if (cmds[i].fn0) cmds[i].fn0();
-    else cmds[i].fnv(argc - 2, argv + 2);
+    if (cmds[i].fn0)
+      cmds[i].fn0();
+    else
+      cmds[i].fnv(argc - 2, argv + 2);
     return 0;
   }
   fprintf(stderr, "attack: unknown subcommand %s\n", argv[1]);

@@ -99,10 +99,14 @@ static void jstr(const char *s) {
   putchar('"');
   for (; s && *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') printf("\\%c", c);
-    else if (c == '\n') fputs("\\n", stdout);
-    else if (c < 0x20 || c >= 0x7f) printf("\\u%04x", c);
-    else putchar(c);
+    if (c == '"' || c == '\\')
+      printf("\\%c", c);
+    else if (c == '\n')
+      fputs("\\n", stdout);
+    else if (c < 0x20 || c >= 0x7f)
+      printf("\\u%04x", c);
+    else
+      putchar(c);
   }
   putchar('"');
 }
@@ -117,8 +121,14 @@ static int g_failed_errno;
 static long step(const char *op, const char *path, const char *to, long ret, int err) {
   printf("{\"op\": ");
   jstr(op);
-  if (path) { printf(", \"path\": "); jstr(path); }
-  if (to) { printf(", \"to\": "); jstr(to); }
+  if (path) {
+    printf(", \"path\": ");
+    jstr(path);
+  }
+  if (to) {
+    printf(", \"to\": ");
+    jstr(to);
+  }
   printf(", \"ret\": %ld, \"errno\": \"%s\"}\n", ret, ret < 0 ? ename(err) : "");
   fflush(stdout);
   if (ret < 0 && g_ok) {
@@ -129,8 +139,12 @@ static long step(const char *op, const char *path, const char *to, long ret, int
   return ret;
 }
 
-#define STEP(op, path, to, expr) \
-  ({ errno = 0; long r_ = (long)(expr); step(op, path, to, r_, errno); })
+#define STEP(op, path, to, expr)   \
+  ({                               \
+    errno = 0;                     \
+    long r_ = (long)(expr);        \
+    step(op, path, to, r_, errno); \
+  })
 
 static void end_cmd(void) {
   printf("{\"op\": \"end\", \"cmd\": ");
@@ -216,7 +230,8 @@ static void c_mount_over(const char *path, const char *src) {
   any |= r >= 0;
   r = STEP("umount", path, NULL, umount2(path, MNT_DETACH));
   any |= r >= 0;
-  long t = STEP("open_tree", src, NULL, syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE | O_CLOEXEC));
+  long t = STEP("open_tree", src, NULL,
+                syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE | O_CLOEXEC));
   any |= t >= 0;
   if (t >= 0) {
     r = STEP("move_mount", src, path,
@@ -227,7 +242,10 @@ static void c_mount_over(const char *path, const char *src) {
   any |= r >= 0;
   /* "ok" here: some way to mount or unmount worked. */
   g_ok = any;
-  if (!any) { g_failed_op = "mount"; g_failed_errno = EPERM; }
+  if (!any) {
+    g_failed_op = "mount";
+    g_failed_errno = EPERM;
+  }
 }
 
 static int exists(const char *p) {
@@ -235,8 +253,8 @@ static int exists(const char *p) {
   return lstat(p, &st) == 0;
 }
 
-static void c_hold(const char *file, const char *dir, const char *ready, const char *go, const char *rofile,
-                   const char *mapfile) {
+static void c_hold(const char *file, const char *dir, const char *ready, const char *go,
+                   const char *rofile, const char *mapfile) {
   int rofd = -1;
   if (rofile) rofd = STEP("open_rdonly", rofile, NULL, open(rofile, O_RDONLY | O_CLOEXEC));
   /* A mapping alone: its descriptor is closed before the change. */
@@ -297,10 +315,12 @@ static void c_hold(const char *file, const char *dir, const char *ready, const c
   }
   if (rofd >= 0) STEP("ro_fchmod", rofile, NULL, fchmod(rofd, 0777));
   if (dfd >= 0) STEP("dirfd_fchmod", dir, NULL, fchmod(dfd, 0777));
-  int c = STEP("cwd_create", "cwd-new", NULL, open("cwd-new", O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+  int c =
+      STEP("cwd_create", "cwd-new", NULL, open("cwd-new", O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
   if (c >= 0) close(c);
   if (dfd >= 0) {
-    c = STEP("dirfd_create", "dirfd-new", NULL, openat(dfd, "dirfd-new", O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    c = STEP("dirfd_create", "dirfd-new", NULL,
+             openat(dfd, "dirfd-new", O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
     if (c >= 0) close(c);
     STEP("dirfd_mkdir", "dirfd-dir", NULL, mkdirat(dfd, "dirfd-dir", 0755));
     STEP("dirfd_rename", "victim", "victim2", renameat(dfd, "victim", dfd, "victim2"));
@@ -312,7 +332,9 @@ static void c_hold(const char *file, const char *dir, const char *ready, const c
 
 /* ---- reading commands ---------------------------------------------------------------------- */
 
-static int cmpstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmpstr(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static void c_stat(const char *path) {
   struct stat st;
@@ -320,18 +342,26 @@ static void c_stat(const char *path) {
     step("stat", path, NULL, -1, errno);
     return;
   }
-  const char *type = S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "dir" : S_ISLNK(st.st_mode) ? "symlink" : "other";
+  const char *type = S_ISREG(st.st_mode)   ? "file"
+                     : S_ISDIR(st.st_mode) ? "dir"
+                     : S_ISLNK(st.st_mode) ? "symlink"
+                                           : "other";
   printf("{\"op\": \"stat\", \"path\": ");
   jstr(path);
-  printf(", \"ret\": 0, \"errno\": \"\", \"type\": \"%s\", \"mode\": %u, \"uid\": %u, \"gid\": %u, \"size\": %lld, "
-         "\"mtime\": \"%lld.%09ld\", \"ino\": %llu, \"nlink\": %lu",
-         type, st.st_mode & 07777, st.st_uid, st.st_gid, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-         st.st_mtim.tv_nsec, (unsigned long long)st.st_ino, (unsigned long)st.st_nlink);
+  printf(
+      ", \"ret\": 0, \"errno\": \"\", \"type\": \"%s\", \"mode\": %u, \"uid\": %u, \"gid\": %u, "
+      "\"size\": %lld, "
+      "\"mtime\": \"%lld.%09ld\", \"ino\": %llu, \"nlink\": %lu",
+      type, st.st_mode & 07777, st.st_uid, st.st_gid, (long long)st.st_size,
+      (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (unsigned long long)st.st_ino,
+      (unsigned long)st.st_nlink);
   /* inode flags */
   int flags = 0, fd = -1;
   if (!S_ISLNK(st.st_mode)) fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
-  if (fd >= 0 && ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0) printf(", \"flags\": %d", flags);
-  else printf(", \"flags\": null");
+  if (fd >= 0 && ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0)
+    printf(", \"flags\": %d", flags);
+  else
+    printf(", \"flags\": null");
   /* xattr names, sorted */
   char names[8192];
   ssize_t n = llistxattr(path, names, sizeof names);
@@ -429,14 +459,17 @@ static void run(int argc, char **argv) {
   } else if (!strcmp(c, "truncate")) {
     if (need(argc, 3)) STEP("truncate", argv[1], NULL, truncate(argv[1], atol(argv[2])));
   } else if (!strcmp(c, "chmod")) {
-    if (need(argc, 3)) STEP("chmod", argv[1], NULL, chmod(argv[1], (mode_t)strtoul(argv[2], NULL, 8)));
+    if (need(argc, 3))
+      STEP("chmod", argv[1], NULL, chmod(argv[1], (mode_t)strtoul(argv[2], NULL, 8)));
   } else if (!strcmp(c, "chown")) {
     if (need(argc, 4)) STEP("chown", argv[1], NULL, lchown(argv[1], atoi(argv[2]), atoi(argv[3])));
   } else if (!strcmp(c, "setxattr")) {
-    if (need(argc, 4)) STEP("setxattr", argv[1], NULL, lsetxattr(argv[1], argv[2], argv[3], strlen(argv[3]), 0));
+    if (need(argc, 4))
+      STEP("setxattr", argv[1], NULL, lsetxattr(argv[1], argv[2], argv[3], strlen(argv[3]), 0));
   } else if (!strcmp(c, "utimes")) {
     struct timespec ts[2] = {{1000000000, 0}, {1000000000, 0}};
-    if (need(argc, 2)) STEP("utimes", argv[1], NULL, utimensat(AT_FDCWD, argv[1], ts, AT_SYMLINK_NOFOLLOW));
+    if (need(argc, 2))
+      STEP("utimes", argv[1], NULL, utimensat(AT_FDCWD, argv[1], ts, AT_SYMLINK_NOFOLLOW));
   } else if (!strcmp(c, "unlink")) {
     if (need(argc, 2)) STEP("unlink", argv[1], NULL, unlink(argv[1]));
   } else if (!strcmp(c, "rmdir")) {
@@ -449,18 +482,21 @@ static void run(int argc, char **argv) {
     if (need(argc, 3)) STEP("rename", argv[1], argv[2], rename(argv[1], argv[2]));
   } else if (!strcmp(c, "exchange")) {
     if (need(argc, 3))
-      STEP("exchange", argv[1], argv[2], syscall(SYS_renameat2, AT_FDCWD, argv[1], AT_FDCWD, argv[2], RENAME_EXCHANGE));
+      STEP("exchange", argv[1], argv[2],
+           syscall(SYS_renameat2, AT_FDCWD, argv[1], AT_FDCWD, argv[2], RENAME_EXCHANGE));
   } else if (!strcmp(c, "link")) {
     if (need(argc, 3)) STEP("link", argv[1], argv[2], link(argv[1], argv[2]));
   } else if (!strcmp(c, "linkover")) {
     if (need(argc, 3)) {
       char *tmp = cat2(argv[2], ".lnk");
-      if (STEP("link", argv[1], tmp, link(argv[1], tmp)) >= 0) STEP("rename", tmp, argv[2], rename(tmp, argv[2]));
+      if (STEP("link", argv[1], tmp, link(argv[1], tmp)) >= 0)
+        STEP("rename", tmp, argv[2], rename(tmp, argv[2]));
     }
   } else if (!strcmp(c, "symlinkover")) {
     if (need(argc, 3)) {
       char *tmp = cat2(argv[2], ".sl");
-      if (STEP("symlink", tmp, argv[1], symlink(argv[1], tmp)) >= 0) STEP("rename", tmp, argv[2], rename(tmp, argv[2]));
+      if (STEP("symlink", tmp, argv[1], symlink(argv[1], tmp)) >= 0)
+        STEP("rename", tmp, argv[2], rename(tmp, argv[2]));
     }
   } else if (!strcmp(c, "tmpfile")) {
     if (need(argc, 4)) c_tmpfile(argv[1], argv[2], argv[3]);
@@ -469,7 +505,9 @@ static void run(int argc, char **argv) {
   } else if (!strcmp(c, "mount-over")) {
     if (need(argc, 3)) c_mount_over(argv[1], argv[2]);
   } else if (!strcmp(c, "hold")) {
-    if (need(argc, 5)) c_hold(argv[1], argv[2], argv[3], argv[4], argc > 5 ? argv[5] : NULL, argc > 6 ? argv[6] : NULL);
+    if (need(argc, 5))
+      c_hold(argv[1], argv[2], argv[3], argv[4], argc > 5 ? argv[5] : NULL,
+             argc > 6 ? argv[6] : NULL);
   } else if (!strcmp(c, "stat")) {
     for (int i = 1; i < argc; i++) c_stat(argv[i]);
   } else if (!strcmp(c, "statvfs")) {

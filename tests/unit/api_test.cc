@@ -1,13 +1,12 @@
 // The API server's actions against a fake node (fake_node.h) and a real SQLite store: the
 // sandbox life cycle and its records, what a node failure leaves (nothing, and a 500), quotas
 // given back, metrics without reading records, and a trajectory replayed into a new sandbox.
-#include "server/routes.h"
-
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include "fake_node.h"
 #include "image/tar_extract.h"
+#include "server/routes.h"
 
 namespace warren::server {
 namespace {
@@ -22,9 +21,12 @@ class ApiTest : public ::testing::Test {
     durable_ = std::move(*StateStore::Open(std::string(dir_) + "/state.db", /*durable=*/true));
     layers_ = std::make_unique<image::LayerStore>(std::string(dir_) + "/store");
     ASSERT_TRUE(layers_->Init().ok());
-    ASSERT_TRUE(state_->PutLayer({"py", "1", "sha256:" + std::string(64, 'a'), "base", "t", "tar", 10}).ok());
+    ASSERT_TRUE(
+        state_->PutLayer({"py", "1", "sha256:" + std::string(64, 'a'), "base", "t", "tar", 10})
+            .ok());
     tokens_ = std::make_unique<TokenRegistry>(state_.get(), "secret");
-    api_ = std::make_unique<Api>(state_.get(), durable_.get(), &node_, layers_.get(), tokens_.get());
+    api_ =
+        std::make_unique<Api>(state_.get(), durable_.get(), &node_, layers_.get(), tokens_.get());
   }
   void TearDown() override {
     api_.reset();
@@ -40,7 +42,8 @@ class ApiTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : json();
   }
-  json Exec(const std::string& id, const std::vector<std::string>& argv, const Principal& who, int step = -1) {
+  json Exec(const std::string& id, const std::vector<std::string>& argv, const Principal& who,
+            int step = -1) {
     json req = {{"argv", argv}};
     if (step >= 0) req["step"] = step;
     auto r = api_->StartExec(who, id, req.dump());
@@ -69,12 +72,14 @@ TEST_F(ApiTest, ASandboxLivesAndGoesThroughItsRecord) {
   ASSERT_EQ(node_.sandboxes.count(id), 1u);
   EXPECT_EQ(node_.sandboxes[id].spec.config.memory_bytes, 512ull << 20);
   // Another principal does not see it.
-  EXPECT_EQ(api_->GetSandbox(Principal{"bob", {"sandbox:*"}, {}}, id).status().code(), Code::kNotFound);
+  EXPECT_EQ(api_->GetSandbox(Principal{"bob", {"sandbox:*"}, {}}, id).status().code(),
+            Code::kNotFound);
   // Pause, a repeated pause, an exec refused while paused, resume.
   EXPECT_EQ((*api_->SetPaused(alice_, id, true))["state"], "paused");
   EXPECT_EQ((*api_->SetPaused(alice_, id, true))["state"], "paused");
   EXPECT_TRUE(node_.sandboxes[id].paused);
-  EXPECT_EQ(api_->StartExec(alice_, id, R"({"argv": ["hostname"]})").status().code(), Code::kConflict);
+  EXPECT_EQ(api_->StartExec(alice_, id, R"({"argv": ["hostname"]})").status().code(),
+            Code::kConflict);
   EXPECT_EQ((*api_->SetPaused(alice_, id, false))["state"], "running");
   EXPECT_EQ(Exec(id, {"hostname"}, alice_)["stdout"], id + "\n");
   // Listing by label and by state.
@@ -119,12 +124,19 @@ TEST_F(ApiTest, ALostSandboxFailsAndMetricsCountWithoutReadingRecords) {
   EXPECT_EQ(api_->SetPaused(admin_, a, true).status().code(), Code::kConflict);
   // Records in the store that do not parse are not counted (nor read): the counts come from
   // the table, kept as records change.
-  ASSERT_TRUE(state_->PutSandbox({{"id", "sb-junk"}, {"state", "running"}, {"created_at", "x"}}).ok());
+  ASSERT_TRUE(
+      state_->PutSandbox({{"id", "sb-junk"}, {"state", "running"}, {"created_at", "x"}}).ok());
   const int info_before = node_.info_calls;
   const std::string m = api_->Metrics();
-  EXPECT_NE(m.find("warren_sandboxes{backend=\"container\",state=\"failed\"} 1\n"), std::string::npos) << m;
-  EXPECT_NE(m.find("warren_sandboxes{backend=\"container\",state=\"paused\"} 1\n"), std::string::npos) << m;
-  EXPECT_NE(m.find("warren_sandboxes{backend=\"container\",state=\"running\"} 0\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("warren_sandboxes{backend=\"container\",state=\"failed\"} 1\n"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("warren_sandboxes{backend=\"container\",state=\"paused\"} 1\n"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("warren_sandboxes{backend=\"container\",state=\"running\"} 0\n"),
+            std::string::npos)
+      << m;
   EXPECT_EQ(node_.info_calls - info_before, 1) << "a scrape asks the node once";
 }
 
@@ -170,7 +182,8 @@ TEST_F(ApiTest, StopOnDivergenceAnswersTheRerunAndRefusesMore) {
   EXPECT_EQ(r["recorded"]["stdout"], first + "\n");
   auto next = api_->StartExec(alice_, second, R"({"argv": ["exit", "0"]})");
   EXPECT_EQ(next.status().code(), Code::kConflict);
-  EXPECT_NE(next.status().ToString().find("stopped at step 0"), std::string::npos) << next.status().ToString();
+  EXPECT_NE(next.status().ToString().find("stopped at step 0"), std::string::npos)
+      << next.status().ToString();
   EXPECT_TRUE((*api_->GetSandbox(alice_, second)).contains("replay_stopped"));
 }
 

@@ -22,9 +22,10 @@ TEST(SandboxSpec, RejectsUnknownFieldsWrongTypesAndLimits) {
     EXPECT_FALSE(r.ok()) << j.dump();
     return r.ok() ? std::string() : r.status().message();
   };
-  EXPECT_NE(bad({{"image", "a:b"}, {"imagee", "x"}}).find("unknown field `imagee`"), std::string::npos);
+  EXPECT_NE(bad({{"image", "a:b"}, {"imagee", "x"}}).find("unknown field `imagee`"),
+            std::string::npos);
   bad({{"image", 5}});
-  bad(json::object());                              // image required
+  bad(json::object());  // image required
   bad({{"image", "no-tag"}});
   bad({{"image", "a:b"}, {"memory_mb", -1}});
   bad({{"image", "a:b"}, {"memory_mb", 1.5}});

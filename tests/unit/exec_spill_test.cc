@@ -24,7 +24,9 @@ class ExecJournalTest : public ::testing::Test {
     struct stat st;
     return stat(path_.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
   }
-  static nlohmann::json Meta(const std::string& id) { return {{"id", id}, {"binary", false}, {"started_unix", 1.0}}; }
+  static nlohmann::json Meta(const std::string& id) {
+    return {{"id", id}, {"binary", false}, {"started_unix", 1.0}};
+  }
   std::string dir_, path_;
 };
 

@@ -34,7 +34,8 @@ class FakeNode : public node::NodeApi {
   Result<node::SandboxRuntime> CreateSandbox(const node::NodeSandboxSpec& spec) override {
     std::lock_guard lock(mu);
     WARREN_RETURN_IF_ERROR(Fail("create"));
-    if (sandboxes.count(spec.config.id)) return Status(Code::kConflict, "create sandbox", spec.config.id, "exists");
+    if (sandboxes.count(spec.config.id))
+      return Status(Code::kConflict, "create sandbox", spec.config.id, "exists");
     sandboxes[spec.config.id].spec = spec;
     return node::SandboxRuntime{1000 + static_cast<int>(sandboxes.size()), 100000};
   }
@@ -51,9 +52,14 @@ class FakeNode : public node::NodeApi {
   }
   int RunningExecs(const std::string&) override { return 0; }
   int ReapUnadopted(const std::set<std::string>& = {}) override { return 0; }
-  Status SetNetwork(const std::string& id, const net::Policy&) override { return Op("network", id); }
-  Status SetFilesystem(const std::string& id, const isolation::FsPolicy&) override { return Op("filesystem", id); }
-  Result<isolation::ChangeReport> Changes(const std::string& id, const std::string&, size_t) override {
+  Status SetNetwork(const std::string& id, const net::Policy&) override {
+    return Op("network", id);
+  }
+  Status SetFilesystem(const std::string& id, const isolation::FsPolicy&) override {
+    return Op("filesystem", id);
+  }
+  Result<isolation::ChangeReport> Changes(const std::string& id, const std::string&,
+                                          size_t) override {
     WARREN_RETURN_IF_ERROR(Op("changes", id));
     return isolation::ChangeReport{};
   }
@@ -74,7 +80,8 @@ class FakeNode : public node::NodeApi {
     return Status::Ok();
   }
 
-  Result<std::shared_ptr<node::ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,
+  Result<std::shared_ptr<node::ExecRecord>> StartExec(const std::string& id,
+                                                      const std::string& exec_id,
                                                       const node::ExecSpec& spec) override {
     std::shared_ptr<node::ExecRecord> rec;
     std::string out;
@@ -91,8 +98,10 @@ class FakeNode : public node::NodeApi {
         sb.files[a[1]] += a[2];
         out = sb.files[a[1]];
       } else if (a.size() == 2 && a[0] == "cat") {
-        if (auto f = sb.files.find(a[1]); f != sb.files.end()) out = f->second;
-        else code = 1;
+        if (auto f = sb.files.find(a[1]); f != sb.files.end())
+          out = f->second;
+        else
+          code = 1;
       } else if (a.size() == 1 && a[0] == "hostname") {
         out = id + "\n";
       } else if (a.size() == 2 && a[0] == "exit") {
@@ -110,7 +119,8 @@ class FakeNode : public node::NodeApi {
     rec->Finish(o);
     return rec;
   }
-  Result<std::shared_ptr<node::ExecRecord>> GetExec(const std::string& id, const std::string& exec_id) override {
+  Result<std::shared_ptr<node::ExecRecord>> GetExec(const std::string& id,
+                                                    const std::string& exec_id) override {
     std::lock_guard lock(mu);
     auto it = sandboxes.find(id);
     if (it == sandboxes.end()) return NotFound("sandbox", id);
@@ -118,11 +128,15 @@ class FakeNode : public node::NodeApi {
     if (e == it->second.execs.end()) return NotFound("exec", exec_id);
     return e->second;
   }
-  Status SignalExec(const std::string& id, const std::string&, int) override { return Op("signal", id); }
-  Status WriteExecStdin(const std::string& id, const std::string&, std::string_view, bool) override {
+  Status SignalExec(const std::string& id, const std::string&, int) override {
+    return Op("signal", id);
+  }
+  Status WriteExecStdin(const std::string& id, const std::string&, std::string_view,
+                        bool) override {
     return Op("stdin", id);
   }
-  Status WriteFile(const std::string& id, const std::string& path, uint32_t, std::string_view data) override {
+  Status WriteFile(const std::string& id, const std::string& path, uint32_t,
+                   std::string_view data) override {
     std::lock_guard lock(mu);
     WARREN_RETURN_IF_ERROR(Fail("write"));
     auto it = sandboxes.find(id);
@@ -144,7 +158,9 @@ class FakeNode : public node::NodeApi {
     ++info_calls;
     return {{"name", "fake"}, {"sandboxes", sandboxes.size()}};
   }
-  void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override { on_lost = std::move(fn); }
+  void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override {
+    on_lost = std::move(fn);
+  }
 
   // Test controls.
   void Lose(const std::string& id) {

@@ -2,12 +2,11 @@
 // and the tamper report over plain directories (whiteouts and the kernel's flags are in the
 // root tiers: tests/security/test_integrity.py).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <fstream>
 #include <string>
@@ -53,12 +52,13 @@ TEST(FsPolicy, TheNearestListedTreeDecides) {
 TEST(FsPolicy, TheApiParsesStrictly) {
   using server::ParseFsPolicy;
   EXPECT_TRUE(ParseFsPolicy(nlohmann::json::object()).ok());
-  EXPECT_FALSE(ParseFsPolicy({{"read_only", "/usr"}}).ok());       // not a list
-  EXPECT_FALSE(ParseFsPolicy({{"read_only", {1}}}).ok());          // not strings
-  EXPECT_FALSE(ParseFsPolicy({{"readonly", {"/usr"}}}).ok());      // unknown key
+  EXPECT_FALSE(ParseFsPolicy({{"read_only", "/usr"}}).ok());   // not a list
+  EXPECT_FALSE(ParseFsPolicy({{"read_only", {1}}}).ok());      // not strings
+  EXPECT_FALSE(ParseFsPolicy({{"readonly", {"/usr"}}}).ok());  // unknown key
   auto p = ParseFsPolicy({{"read_only", {"/usr"}}, {"writable", nullptr}});
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(server::ToJson(*p), (nlohmann::json{{"read_only", {"/usr"}}, {"writable", nlohmann::json::array()}}));
+  EXPECT_EQ(server::ToJson(*p),
+            (nlohmann::json{{"read_only", {"/usr"}}, {"writable", nlohmann::json::array()}}));
 }
 
 TEST(FsPolicy, AWholeMachineTakesNeitherToolsNorAPolicy) {
@@ -92,7 +92,9 @@ class Tree {
     Dir(p.substr(0, p.rfind('/')));
     std::ofstream(root_ + p) << data;
   }
-  void Link(const std::string& target, const std::string& p) { ASSERT_EQ(symlink(target.c_str(), (root_ + p).c_str()), 0); }
+  void Link(const std::string& target, const std::string& p) {
+    ASSERT_EQ(symlink(target.c_str(), (root_ + p).c_str()), 0);
+  }
   int fd(const std::string& sub) {
     fds_.emplace_back(open((root_ + sub).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     return fds_.back().get();
@@ -108,15 +110,16 @@ TEST(ToolGuard, GuardsToolDirsWholeAndSharedFilesOneByOne) {
   Tree t;
   t.File("/tool/opt/tools/grader/bin/grade");
   t.File("/tool/opt/tools/grader/lib/a");
-  t.File("/tool/usr/bin/grade");               // beside the base's files
-  t.File("/tool/usr/lib/grader-data/x");       // a directory of its own under a shared one
+  t.File("/tool/usr/bin/grade");          // beside the base's files
+  t.File("/tool/usr/lib/grader-data/x");  // a directory of its own under a shared one
   t.Link("/opt/tools/grader/bin/grade", "/tool/usr/bin/grade-link");
-  t.Link("/x", "/tool/toplink");               // a symlink in /: not guarded
+  t.Link("/x", "/tool/toplink");  // a symlink in /: not guarded
   t.File("/base/usr/bin/sh");
   t.Dir("/base/usr/lib");
   auto plan = PlanToolGuard(t.fd("/tool"), {t.fd("/base")});
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->read_only, (std::vector<std::string>{"/opt/tools/grader", "/usr/bin", "/usr/lib/grader-data"}));
+  EXPECT_EQ(plan->read_only,
+            (std::vector<std::string>{"/opt/tools/grader", "/usr/bin", "/usr/lib/grader-data"}));
   EXPECT_EQ(plan->pins, (std::vector<std::string>{"/opt", "/opt/tools", "/usr", "/usr/lib"}));
 }
 
@@ -145,7 +148,8 @@ TEST(OverlayChanges, ListsAddedModifiedAndOpaqueDeletionsWithTheirLayer) {
   t.Dir("/upper/usr/bin");
   t.File("/upper/var/cache/c", "c");
   t.File("/upper/work/task", "changed");
-  for (const char* d : {"/l1/etc", "/l1/usr", "/l1/usr/bin", "/upper/etc", "/upper/usr", "/upper/usr/bin"})
+  for (const char* d :
+       {"/l1/etc", "/l1/usr", "/l1/usr/bin", "/upper/etc", "/upper/usr", "/upper/usr/bin"})
     chmod((t.root() + d).c_str(), 0755);
   if (setxattr((t.root() + "/upper/var/cache").c_str(), "user.overlay.opaque", "y", 1, 0) != 0)
     GTEST_FAIL() << "user xattrs are needed on /tmp for this test: " << strerror(errno);
@@ -155,11 +159,12 @@ TEST(OverlayChanges, ListsAddedModifiedAndOpaqueDeletionsWithTheirLayer) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   std::vector<std::string> got;
   for (const auto& c : r->changes)
-    got.push_back(std::string(ChangeKindName(c.kind)) + " " + c.path + " " + std::to_string(c.layer));
+    got.push_back(std::string(ChangeKindName(c.kind)) + " " + c.path + " " +
+                  std::to_string(c.layer));
   EXPECT_EQ(got, (std::vector<std::string>{
-                     "added /dev/shm/hidden -1", "modified /etc/passwd 1", "added /root -1", "added /root/new -1",
-                     "modified /var/cache 1", "deleted /var/cache/a 1", "deleted /var/cache/b 1", "added /var/cache/c -1",
-                     "modified /work/task 0"}));
+                     "added /dev/shm/hidden -1", "modified /etc/passwd 1", "added /root -1",
+                     "added /root/new -1", "modified /var/cache 1", "deleted /var/cache/a 1",
+                     "deleted /var/cache/b 1", "added /var/cache/c -1", "modified /work/task 0"}));
   EXPECT_FALSE(r->truncated);
 
   auto etc = ReadChanges(t.fd("/upper"), t.fd("/shm"), {t.fd("/l0"), t.fd("/l1")}, "/etc", 100);

@@ -20,18 +20,23 @@ using runtime::vm::ModuleLoadOrder;
 constexpr const char* kDep =
     "kernel/drivers/virtio/virtio_ring.ko:\n"
     "kernel/drivers/virtio/virtio.ko: kernel/drivers/virtio/virtio_ring.ko\n"
-    "kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko\n"
-    "kernel/drivers/char/hw_random/virtio-rng.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko\n"
+    "kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio.ko "
+    "kernel/drivers/virtio/virtio_ring.ko\n"
+    "kernel/drivers/char/hw_random/virtio-rng.ko: kernel/drivers/virtio/virtio.ko "
+    "kernel/drivers/virtio/virtio_ring.ko\n"
     "kernel/fs/erofs/erofs.ko: kernel/lib/libcrc32c.ko\n"
     "kernel/lib/libcrc32c.ko:\n";
-constexpr const char* kBuiltin = "kernel/lib/lz4/lz4_decompress.ko\nkernel/fs/overlayfs/overlay.ko\n";
+constexpr const char* kBuiltin =
+    "kernel/lib/lz4/lz4_decompress.ko\nkernel/fs/overlayfs/overlay.ko\n";
 
 TEST(GuestModules, DependenciesComeFirstAndOnce) {
   auto order = ModuleLoadOrder({"virtio_blk", "virtio-rng", "erofs"}, kDep, kBuiltin);
   ASSERT_TRUE(order.ok()) << order.status().ToString();
-  std::vector<std::string> want = {"kernel/drivers/virtio/virtio_ring.ko", "kernel/drivers/virtio/virtio.ko",
+  std::vector<std::string> want = {"kernel/drivers/virtio/virtio_ring.ko",
+                                   "kernel/drivers/virtio/virtio.ko",
                                    "kernel/drivers/block/virtio_blk.ko",
-                                   "kernel/drivers/char/hw_random/virtio-rng.ko", "kernel/lib/libcrc32c.ko",
+                                   "kernel/drivers/char/hw_random/virtio-rng.ko",
+                                   "kernel/lib/libcrc32c.ko",
                                    "kernel/fs/erofs/erofs.ko"};
   EXPECT_EQ(*order, want);
 }
@@ -55,8 +60,10 @@ struct RelayRig {
     int p[2], s[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, p), 0);
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, s), 0);
-    packet_user.Reset(p[0]), packet_relay.Reset(p[1]), stream_user.Reset(s[0]), stream_relay.Reset(s[1]);
-    thread = std::thread([this] { result = agent::RelayFrames(stream_relay.get(), packet_relay.get()); });
+    packet_user.Reset(p[0]), packet_relay.Reset(p[1]), stream_user.Reset(s[0]),
+        stream_relay.Reset(s[1]);
+    thread = std::thread(
+        [this] { result = agent::RelayFrames(stream_relay.get(), packet_relay.get()); });
   }
   std::string ReadStream(size_t n) {
     std::string out;
@@ -85,8 +92,9 @@ TEST(FrameRelay, PacketsBecomeFramesAndBack) {
   EXPECT_EQ(rig.ReadStream(a.size() + b.size()), a + b);
 
   // The other way, written one byte at a time: message boundaries come back whole.
-  const std::string wire = agent::FrameForStream(agent::Encode(agent::Message{{{"t", "setup"}}, "abc"})) +
-                           agent::FrameForStream(agent::Encode(big));
+  const std::string wire =
+      agent::FrameForStream(agent::Encode(agent::Message{{{"t", "setup"}}, "abc"})) +
+      agent::FrameForStream(agent::Encode(big));
   std::thread writer([&] {
     for (char c : wire) ASSERT_EQ(write(rig.stream_user.get(), &c, 1), 1);
   });
@@ -125,7 +133,8 @@ TEST(FrameRelay, ASyncBetweenFramesIsANoOp) {
                            agent::FrameForStream(agent::Encode(agent::Message{{{"t", "a"}}, ""})) +
                            std::string(agent::kSyncFrame) +
                            agent::FrameForStream(agent::Encode(agent::Message{{{"t", "b"}}, ""}));
-  ASSERT_EQ(write(rig.stream_user.get(), wire.data(), wire.size()), static_cast<ssize_t>(wire.size()));
+  ASSERT_EQ(write(rig.stream_user.get(), wire.data(), wire.size()),
+            static_cast<ssize_t>(wire.size()));
   auto a = agent::Recv(rig.packet_user.get());
   auto b = agent::Recv(rig.packet_user.get());
   ASSERT_TRUE(a.ok() && b.ok());
@@ -138,7 +147,8 @@ TEST(FrameRelay, AwaitSyncSkipsWhatAnEarlierSessionLeft) {
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, s), 0);
   UniqueFd a(s[0]), b(s[1]);
   // Half a frame of the old session, the sync split across two writes, then a new frame.
-  const std::string frame = agent::FrameForStream(agent::Encode(agent::Message{{{"t", "resumed"}}, ""}));
+  const std::string frame =
+      agent::FrameForStream(agent::Encode(agent::Message{{{"t", "resumed"}}, ""}));
   const std::string sync(agent::kSyncFrame);
   std::string first = frame.substr(3) + sync.substr(0, 7), second = sync.substr(7) + frame;
   ASSERT_EQ(write(b.get(), first.data(), first.size()), static_cast<ssize_t>(first.size()));

@@ -26,14 +26,16 @@ TEST(PackageCacheTest, StoresOnlyAVariantEveryClientTakes) {
   EXPECT_FALSE(OneVariantForAll("Accept", ""));
   EXPECT_FALSE(OneVariantForAll("Accept-Encoding, Accept", ""));
   EXPECT_FALSE(OneVariantForAll("*", ""));
-  for (const char* h : {"Authorization", "Cookie", "X-JFrog-Art-Api", "Private-Token", "X-Api-Key", "X-Auth-Token",
-                        "X-Auth-Key", "X-Amz-Security-Token", "X-Goog-Api-Key", "Job-Token"})
+  for (const char* h :
+       {"Authorization", "Cookie", "X-JFrog-Art-Api", "Private-Token", "X-Api-Key", "X-Auth-Token",
+        "X-Auth-Key", "X-Amz-Security-Token", "X-Goog-Api-Key", "Job-Token"})
     EXPECT_TRUE(MayCarryCredential(h)) << h;
   // What pip, apt and npm send with every download.
-  for (const char* h : {"User-Agent", "Accept", "Accept-Encoding", "Accept-Language", "Cache-Control", "Range",
-                        "If-Range", "If-None-Match", "If-Modified-Since", "Referer", "npm-auth-type", "npm-command",
-                        "npm-session", "npm-scope", "npm-in-ci", "pacote-version", "pacote-req-type",
-                        "pacote-pkg-id", "Connection", "Keep-Alive"})
+  for (const char* h : {"User-Agent",        "Accept",        "Accept-Encoding", "Accept-Language",
+                        "Cache-Control",     "Range",         "If-Range",        "If-None-Match",
+                        "If-Modified-Since", "Referer",       "npm-auth-type",   "npm-command",
+                        "npm-session",       "npm-scope",     "npm-in-ci",       "pacote-version",
+                        "pacote-req-type",   "pacote-pkg-id", "Connection",      "Keep-Alive"})
     EXPECT_FALSE(MayCarryCredential(h)) << h;
   EXPECT_TRUE(IdentityEncoded(""));
   EXPECT_TRUE(IdentityEncoded(" Identity "));
@@ -73,8 +75,9 @@ TEST(PolicyTest, ParsesRules) {
 }
 
 TEST(PolicyTest, RejectsBadRules) {
-  for (const char* bad : {"", "*.com", "exa mple.com", "10.0.0.0/33", "10.0.0.0/", "host:0", "host:70000",
-                          "host:20-10", "host:", "[2001:db8::1", "a..b", "*.", "-/tcp", "x/y"})
+  for (const char* bad :
+       {"", "*.com", "exa mple.com", "10.0.0.0/33", "10.0.0.0/", "host:0", "host:70000",
+        "host:20-10", "host:", "[2001:db8::1", "a..b", "*.", "-/tcp", "x/y"})
     EXPECT_FALSE(ParseRule(bad).ok()) << bad;
   EXPECT_FALSE(ParsePolicy("none", {"pypi.org"}).ok()) << "rules need egress";
   EXPECT_FALSE(ParsePolicy("open", {}).ok());
@@ -89,7 +92,8 @@ TEST(PolicyTest, MatchesNamesAddressesAndPorts) {
   EXPECT_FALSE(p->AllowsHost("pypi.org.evil.com", 443, Proto::kTcp));
   EXPECT_TRUE(p->AllowsHost("deb.debian.org", 80, Proto::kTcp));
   EXPECT_TRUE(p->AllowsHost("a.b.debian.org", 80, Proto::kTcp));
-  EXPECT_FALSE(p->AllowsHost("debian.org", 80, Proto::kTcp)) << "*. does not cover the domain itself";
+  EXPECT_FALSE(p->AllowsHost("debian.org", 80, Proto::kTcp))
+      << "*. does not cover the domain itself";
   EXPECT_FALSE(p->AllowsHost("deb.debian.org", 443, Proto::kTcp));
   EXPECT_FALSE(p->AllowsHost("deb.debian.org", 80, Proto::kUdp));
   EXPECT_TRUE(p->AllowsHost("10.9.8.7", 443, Proto::kTcp));
@@ -102,7 +106,8 @@ TEST(PolicyTest, MatchesNamesAddressesAndPorts) {
 }
 
 std::string Query(const std::string& name, uint16_t qtype, uint16_t id = 0x1234) {
-  std::string m = {static_cast<char>(id >> 8), static_cast<char>(id & 0xff), 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0};
+  std::string m = {
+      static_cast<char>(id >> 8), static_cast<char>(id & 0xff), 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0};
   size_t start = 0;
   while (start <= name.size()) {
     size_t dot = name.find('.', start);
@@ -128,7 +133,8 @@ TEST(DnsMessageTest, ParsesAQueryAndAnswersIt) {
   EXPECT_EQ(static_cast<uint8_t>(r[3]) & 0xf, 0);
   EXPECT_EQ(r[7], 2) << "two answers";
   EXPECT_EQ(r.size(), q.size() + 2 * 16);
-  EXPECT_EQ(r.substr(r.size() - 4), std::string("\xc0\x00\x02\x02", 4)) << "the last address, 192.0.2.2";
+  EXPECT_EQ(r.substr(r.size() - 4), std::string("\xc0\x00\x02\x02", 4))
+      << "the last address, 192.0.2.2";
   std::string nx = BuildDnsResponse(q, *parsed, kRcodeNxDomain);
   EXPECT_EQ(static_cast<uint8_t>(nx[3]) & 0xf, kRcodeNxDomain);
   EXPECT_EQ(nx[7], 0);
@@ -154,7 +160,9 @@ TEST(DnsMessageTest, RefusesMalformedQueries) {
 // A minimal TLS 1.2 ClientHello with the server_name extension.
 std::string ClientHello(const std::string& host) {
   std::string sni_ext;
-  auto u16 = [](std::string* s, size_t v) { s->push_back(static_cast<char>(v >> 8)), s->push_back(static_cast<char>(v)); };
+  auto u16 = [](std::string* s, size_t v) {
+    s->push_back(static_cast<char>(v >> 8)), s->push_back(static_cast<char>(v));
+  };
   u16(&sni_ext, 0);  // server_name
   u16(&sni_ext, host.size() + 5);
   u16(&sni_ext, host.size() + 3);
@@ -163,10 +171,10 @@ std::string ClientHello(const std::string& host) {
   sni_ext += host;
   std::string body = {3, 3};
   body += std::string(32, 'r');
-  body.push_back(0);      // session id
-  u16(&body, 2);          // cipher suites
+  body.push_back(0);  // session id
+  u16(&body, 2);      // cipher suites
   body += {0x13, 0x01};
-  body += {1, 0};         // compression: null
+  body += {1, 0};  // compression: null
   u16(&body, sni_ext.size());
   body += sni_ext;
   std::string hs = {1, 0, static_cast<char>(body.size() >> 8), static_cast<char>(body.size())};
@@ -189,12 +197,16 @@ TEST(TlsSniTest, FindsTheServerName) {
 }
 
 TEST(PackageCacheTest, ClassifiesPackageFiles) {
-  EXPECT_EQ(ClassifyForCache("/debian/pool/main/h/hello/hello_2.10-3_amd64.deb"), CacheKind::kImmutable);
-  EXPECT_EQ(ClassifyForCache("/debian/dists/bookworm/main/binary-amd64/by-hash/SHA256/ab12"), CacheKind::kImmutable);
-  EXPECT_EQ(ClassifyForCache("/packages/xx/requests-2.31.0-py3-none-any.whl"), CacheKind::kImmutable);
+  EXPECT_EQ(ClassifyForCache("/debian/pool/main/h/hello/hello_2.10-3_amd64.deb"),
+            CacheKind::kImmutable);
+  EXPECT_EQ(ClassifyForCache("/debian/dists/bookworm/main/binary-amd64/by-hash/SHA256/ab12"),
+            CacheKind::kImmutable);
+  EXPECT_EQ(ClassifyForCache("/packages/xx/requests-2.31.0-py3-none-any.whl"),
+            CacheKind::kImmutable);
   EXPECT_EQ(ClassifyForCache("/left-pad/-/left-pad-1.3.0.tgz"), CacheKind::kImmutable);
   EXPECT_EQ(ClassifyForCache("/debian/dists/bookworm/InRelease"), CacheKind::kIndex);
-  EXPECT_EQ(ClassifyForCache("/debian/dists/bookworm/main/binary-amd64/Packages.xz"), CacheKind::kIndex);
+  EXPECT_EQ(ClassifyForCache("/debian/dists/bookworm/main/binary-amd64/Packages.xz"),
+            CacheKind::kIndex);
   EXPECT_EQ(ClassifyForCache("/simple/requests/"), CacheKind::kIndex);
   EXPECT_EQ(ClassifyForCache("/index.html"), CacheKind::kNone);
   EXPECT_EQ(ClassifyForCache("/x.deb?token=1"), CacheKind::kNone);

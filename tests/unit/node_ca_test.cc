@@ -1,6 +1,8 @@
 // The node CA of the egress proxy's HTTPS cache: leaves verify for the hosts it may vouch for
 // and, by its name constraints, for no other; it survives a restart and keeps its key when
 // the host list changes.
+#include "net/node_ca.h"
+
 #include <gtest/gtest.h>
 #include <openssl/pem.h>
 #include <openssl/x509_vfy.h>
@@ -9,8 +11,6 @@
 #include <sys/stat.h>
 
 #include <filesystem>
-
-#include "net/node_ca.h"
 
 namespace warren::net {
 namespace {
@@ -63,7 +63,8 @@ TEST_F(NodeCaTest, LeavesVerifyOnlyForTheListedHosts) {
   for (const char* host : {"evil.com", "npm.test", "pypi.org.evil.com"}) {
     auto leaf = (*ca)->Leaf(host);
     ASSERT_TRUE(leaf.ok());
-    EXPECT_EQ(Verify((*ca)->cert(), leaf->first.get(), host), X509_V_ERR_PERMITTED_VIOLATION) << host;
+    EXPECT_EQ(Verify((*ca)->cert(), leaf->first.get(), host), X509_V_ERR_PERMITTED_VIOLATION)
+        << host;
   }
 }
 
@@ -105,7 +106,9 @@ TEST_F(NodeCaTest, SurvivesARestartAndKeepsItsKeyWhenTheListChanges) {
   auto leaf = (*ca)->Leaf("pypi.org");
   ASSERT_TRUE(leaf.ok());
   EXPECT_EQ(Verify(old.get(), leaf->first.get(), "pypi.org"), X509_V_OK);
-  EXPECT_EQ(Verify((*ca)->cert(), (*ca)->Leaf("registry.npmjs.org")->first.get(), "registry.npmjs.org"), X509_V_OK);
+  EXPECT_EQ(
+      Verify((*ca)->cert(), (*ca)->Leaf("registry.npmjs.org")->first.get(), "registry.npmjs.org"),
+      X509_V_OK);
 }
 
 }  // namespace

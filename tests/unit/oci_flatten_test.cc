@@ -20,7 +20,7 @@ namespace {
 
 struct Entry {
   std::string path;
-  char type = 'f';  // f file, d dir, l symlink, h hardlink, c char device
+  char type = 'f';   // f file, d dir, l symlink, h hardlink, c char device
   std::string data;  // file content, or link target
   mode_t mode = 0644;
 };
@@ -36,7 +36,8 @@ class FlattenTest : public ::testing::Test {
 
   std::string Layer(const std::vector<Entry>& entries, bool gzip = true) {
     std::string path = dir_ + "/layer" + std::to_string(n_++) + (gzip ? ".tar.gz" : ".tar");
-    std::unique_ptr<archive, decltype(&archive_write_free)> a(archive_write_new(), archive_write_free);
+    std::unique_ptr<archive, decltype(&archive_write_free)> a(archive_write_new(),
+                                                              archive_write_free);
     archive_write_set_format_pax_restricted(a.get());
     if (gzip) archive_write_add_filter_gzip(a.get());
     EXPECT_EQ(archive_write_open_filename(a.get(), path.c_str()), ARCHIVE_OK);
@@ -49,7 +50,9 @@ class FlattenTest : public ::testing::Test {
           archive_entry_set_filetype(ae, AE_IFREG);
           archive_entry_set_size(ae, static_cast<la_int64_t>(e.data.size()));
           break;
-        case 'd': archive_entry_set_filetype(ae, AE_IFDIR); break;
+        case 'd':
+          archive_entry_set_filetype(ae, AE_IFDIR);
+          break;
         case 'l':
           archive_entry_set_filetype(ae, AE_IFLNK);
           archive_entry_set_symlink(ae, e.data.c_str());
@@ -65,7 +68,8 @@ class FlattenTest : public ::testing::Test {
           break;
       }
       EXPECT_EQ(archive_write_header(a.get(), ae), ARCHIVE_OK);
-      if (e.type == 'f' && !e.data.empty()) archive_write_data(a.get(), e.data.data(), e.data.size());
+      if (e.type == 'f' && !e.data.empty())
+        archive_write_data(a.get(), e.data.data(), e.data.size());
       archive_entry_free(ae);
     }
     archive_write_close(a.get());
@@ -93,7 +97,8 @@ class FlattenTest : public ::testing::Test {
       } else if (archive_entry_filetype(e) == AE_IFLNK) {
         v = std::string("l:") + archive_entry_symlink(e);
       } else if (archive_entry_filetype(e) == AE_IFCHR) {
-        v = "c:" + std::to_string(archive_entry_rdevmajor(e)) + "," + std::to_string(archive_entry_rdevminor(e));
+        v = "c:" + std::to_string(archive_entry_rdevmajor(e)) + "," +
+            std::to_string(archive_entry_rdevminor(e));
       } else {
         std::string data(static_cast<size_t>(archive_entry_size(e)), '\0');
         if (!data.empty()) archive_read_data(a.get(), data.data(), data.size());
@@ -109,8 +114,12 @@ class FlattenTest : public ::testing::Test {
 };
 
 TEST_F(FlattenTest, UpperWinsAndWhiteoutsDelete) {
-  auto l1 = Layer({{"etc", 'd'}, {"etc/a", 'f', "a1"}, {"etc/b", 'f', "b1"}, {"etc/gone", 'f', "x"},
-                   {"var/d", 'd'}, {"var/d/x", 'f', "x"}});
+  auto l1 = Layer({{"etc", 'd'},
+                   {"etc/a", 'f', "a1"},
+                   {"etc/b", 'f', "b1"},
+                   {"etc/gone", 'f', "x"},
+                   {"var/d", 'd'},
+                   {"var/d/x", 'f', "x"}});
   auto l2 = Layer({{"etc/a", 'f', "a2"}, {"etc/.wh.gone", 'f'}, {"var/.wh.d", 'f'}});
   auto got = Flatten({l1, l2});
   EXPECT_EQ(got["etc/a"], "f:a2");
@@ -142,7 +151,8 @@ TEST_F(FlattenTest, FileReplacingDirHidesItsChildrenAndViceVersa) {
 }
 
 TEST_F(FlattenTest, HardLinkKeepsDataWhenUpperReplacesItsTarget) {
-  auto l1 = Layer({{"bin", 'd'}, {"bin/a", 'f', "old"}, {"bin/b", 'h', "bin/a"}, {"bin/c", 'h', "bin/a"}});
+  auto l1 = Layer(
+      {{"bin", 'd'}, {"bin/a", 'f', "old"}, {"bin/b", 'h', "bin/a"}, {"bin/c", 'h', "bin/a"}});
   auto l2 = Layer({{"bin/a", 'f', "new"}});
   auto got = Flatten({l1, l2});
   EXPECT_EQ(got["bin/a"], "f:new");
@@ -151,8 +161,11 @@ TEST_F(FlattenTest, HardLinkKeepsDataWhenUpperReplacesItsTarget) {
 }
 
 TEST_F(FlattenTest, LinksDevicesAndModesPassThrough) {
-  auto l1 = Layer({{"usr/bin/su", 'f', "su", 04755}, {"lib", 'l', "usr/lib"},
-                   {"dev/null", 'c'}, {"usr/bin/su2", 'h', "usr/bin/su"}}, /*gzip=*/false);
+  auto l1 = Layer({{"usr/bin/su", 'f', "su", 04755},
+                   {"lib", 'l', "usr/lib"},
+                   {"dev/null", 'c'},
+                   {"usr/bin/su2", 'h', "usr/bin/su"}},
+                  /*gzip=*/false);
   auto got = Flatten({l1});
   EXPECT_EQ(got["lib"], "l:usr/lib");
   EXPECT_EQ(got["dev/null"], "c:1,3");

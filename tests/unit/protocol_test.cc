@@ -19,8 +19,8 @@ TEST(Protocol, EncodesHeaderAndBinaryPayload) {
 
 TEST(Protocol, RejectsMalformedMessages) {
   EXPECT_FALSE(Decode("ab").ok());
-  EXPECT_FALSE(Decode(std::string("\xff\xff\x00\x00{}", 6)).ok());  // length beyond message
-  EXPECT_FALSE(Decode(std::string("\x02\x00\x00\x00{}", 6)).ok());  // no type
+  EXPECT_FALSE(Decode(std::string("\xff\xff\x00\x00{}", 6)).ok());   // length beyond message
+  EXPECT_FALSE(Decode(std::string("\x02\x00\x00\x00{}", 6)).ok());   // no type
   EXPECT_FALSE(Decode(std::string("\x03\x00\x00\x00{x}", 7)).ok());  // not JSON
 }
 

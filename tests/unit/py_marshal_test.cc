@@ -41,18 +41,19 @@ json PythonLoads(const std::string& blob) {
 }
 
 TEST(PyMarshal, PythonReadsEveryKindOfValueAsItWasSent) {
-  json v = {{"small", 7},
-            {"negative", -5},
-            {"int32_edges", {INT32_MAX, INT32_MIN}},
-            {"past_int32", {int64_t{1} << 31, -(int64_t{1} << 31) - 1, int64_t{1} << 40}},
-            {"int64_edges", {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}},
-            {"uint64_max", std::numeric_limits<uint64_t>::max()},
-            {"zero", 0},
-            {"float", 1.5},
-            {"text", "caf\xc3\xa9 \xe2\x88\x91 \xf0\x9f\x98\x80"},
-            {"empty", ""},
-            {"flags", {true, false, nullptr}},
-            {"nested", {{"list", json::array({1, "two", json::object()})}, {"none", json::array()}}}};
+  json v = {
+      {"small", 7},
+      {"negative", -5},
+      {"int32_edges", {INT32_MAX, INT32_MIN}},
+      {"past_int32", {int64_t{1} << 31, -(int64_t{1} << 31) - 1, int64_t{1} << 40}},
+      {"int64_edges", {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}},
+      {"uint64_max", std::numeric_limits<uint64_t>::max()},
+      {"zero", 0},
+      {"float", 1.5},
+      {"text", "caf\xc3\xa9 \xe2\x88\x91 \xf0\x9f\x98\x80"},
+      {"empty", ""},
+      {"flags", {true, false, nullptr}},
+      {"nested", {{"list", json::array({1, "two", json::object()})}, {"none", json::array()}}}};
   std::string blob;
   PutMarshal(v, &blob);
   EXPECT_EQ(PythonLoads(blob), v);
@@ -62,7 +63,9 @@ TEST(PyMarshal, ADictCarriesBytesBesideItsMembers) {
   const std::string raw("\0\x01\xff\n", 4);
   std::string blob;
   PutMarshalDict({{"mode", "python"}, {"files", json::array()}}, "data", raw, &blob);
-  EXPECT_EQ(PythonLoads(blob), json({{"mode", "python"}, {"files", json::array()}, {"data", {{"bytes", "0001ff0a"}}}}));
+  EXPECT_EQ(
+      PythonLoads(blob),
+      json({{"mode", "python"}, {"files", json::array()}, {"data", {{"bytes", "0001ff0a"}}}}));
   blob.clear();
   PutMarshalDict({{"mode", "python"}}, "", "", &blob);
   EXPECT_EQ(PythonLoads(blob), json({{"mode", "python"}}));

@@ -22,7 +22,8 @@ TEST(Quota, FailedRecordsFoundAtStartupDoNotCount) {
     r.spec.memory_mb = 512;
     return r;
   };
-  q.Count({rec("sb-1", SandboxState::kRunning), rec("sb-2", SandboxState::kFailed), rec("sb-3", SandboxState::kPaused)});
+  q.Count({rec("sb-1", SandboxState::kRunning), rec("sb-2", SandboxState::kFailed),
+           rec("sb-3", SandboxState::kPaused)});
   EXPECT_EQ(q.Usage("alice")["sandboxes"], 2);
   EXPECT_EQ(q.Usage("alice")["memory_mb"], 1024);
   EXPECT_TRUE(q.Reserve(Limited(3), 1, 512).ok());
@@ -59,7 +60,7 @@ TEST(Quota, CallsAtOnceAndPerSecond) {
 
   Principal r;
   r.name = "rated";
-  r.quotas.call_rate = 0.5;  // burst 1
+  r.quotas.call_rate = 0.5;                // burst 1
   ASSERT_TRUE(q.ReserveCalls(r, 5).ok());  // one token, and four more of debt
   q.ReleaseCalls("rated", 5);
   Status slow = q.ReserveCalls(r, 1);

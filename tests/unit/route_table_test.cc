@@ -25,7 +25,8 @@ RouteTable Table() {
 
 TEST(RouteTable, MatchesLiteralsAndParameters) {
   RouteTable t = Table();
-  RouteMatch m = t.Match(Method::kGet, Segs({"v1", "sandboxes", "sb-1", "execs", "ex-2", "stream"}));
+  RouteMatch m =
+      t.Match(Method::kGet, Segs({"v1", "sandboxes", "sb-1", "execs", "ex-2", "stream"}));
   ASSERT_GE(m.index, 0);
   EXPECT_EQ(t[m.index].scope, "exec");
   EXPECT_EQ(m.params, (PathParams{{"id", "sb-1"}, {"exec_id", "ex-2"}}));
@@ -68,7 +69,8 @@ TEST(RouteTable, AWrongMethodNamesTheOnesThePathTakesInOneOrder) {
 
 TEST(RouteTable, AnUnknownPathHasNoRouteAndNoAllow) {
   RouteTable t = Table();
-  for (auto segs : {Segs({}), Segs({"v1"}), Segs({"v2", "sandboxes"}), Segs({"v1", "sandboxes", "a", "b"})}) {
+  for (auto segs :
+       {Segs({}), Segs({"v1"}), Segs({"v2", "sandboxes"}), Segs({"v1", "sandboxes", "a", "b"})}) {
     RouteMatch m = t.Match(Method::kGet, segs);
     EXPECT_EQ(m.index, -1);
     EXPECT_EQ(m.allow, "");

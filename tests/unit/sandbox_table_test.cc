@@ -13,7 +13,8 @@ namespace {
 
 using S = SandboxState;
 
-SandboxRecord Record(const std::string& id, SandboxState state, const std::string& backend = "container") {
+SandboxRecord Record(const std::string& id, SandboxState state,
+                     const std::string& backend = "container") {
   SandboxRecord r;
   r.id = id;
   r.owner = "alice";
@@ -80,7 +81,8 @@ TEST(SandboxRecord, OnlyTheDrawnMovesAreLegal) {
       {S::kStopping, S::kPaused},  {S::kStopping, S::kFailed}};
   for (S from : kAllSandboxStates)
     for (S to : kAllSandboxStates)
-      EXPECT_EQ(CanMove(from, to), legal.count({from, to}) == 1) << StateName(from) << " -> " << StateName(to);
+      EXPECT_EQ(CanMove(from, to), legal.count({from, to}) == 1)
+          << StateName(from) << " -> " << StateName(to);
 }
 
 TEST_F(SandboxTableTest, TransitionRefusesIllegalAndUnexpectedMoves) {
@@ -90,7 +92,8 @@ TEST_F(SandboxTableTest, TransitionRefusesIllegalAndUnexpectedMoves) {
   // creating -> paused is not a move.
   auto bad = t.Transition("sb-1", S::kPaused);
   EXPECT_EQ(bad.status().code(), Code::kConflict);
-  EXPECT_NE(bad.status().ToString().find("sandbox is creating"), std::string::npos) << bad.status().ToString();
+  EXPECT_NE(bad.status().ToString().find("sandbox is creating"), std::string::npos)
+      << bad.status().ToString();
   ASSERT_TRUE(t.Transition("sb-1", S::kRunning, {S::kCreating}).ok());
   // Expected from paused, but it is running.
   EXPECT_EQ(t.Transition("sb-1", S::kStopping, {S::kPaused}).status().code(), Code::kConflict);
@@ -142,14 +145,17 @@ TEST_F(SandboxTableTest, CountsFollowEveryChangeAndSurviveReopen) {
     ASSERT_TRUE(t.Transition("sb-2", S::kRunning).ok());
     ASSERT_TRUE(t.Insert(Record("sb-3", S::kCreating)).ok());
     ASSERT_TRUE(t.Remove("sb-3").ok());
-    SandboxTable::Counts want = {{{"container", S::kPaused}, 1}, {{"fncall", S::kRunning}, 1},
-                                 {{"container", S::kCreating}, 0}, {{"fncall", S::kCreating}, 0},
+    SandboxTable::Counts want = {{{"container", S::kPaused}, 1},
+                                 {{"fncall", S::kRunning}, 1},
+                                 {{"container", S::kCreating}, 0},
+                                 {{"fncall", S::kCreating}, 0},
                                  {{"container", S::kRunning}, 0}};
     EXPECT_EQ(t.counts(), want);
   }
   // A new table (a restarted daemon) counts what the store holds; a record it cannot parse
   // is left out of lists and counts, and reading it by id is an internal error.
-  ASSERT_TRUE(store_->PutSandbox({{"id", "sb-bad"}, {"state", "running"}, {"created_at", "t"}}).ok());
+  ASSERT_TRUE(
+      store_->PutSandbox({{"id", "sb-bad"}, {"state", "running"}, {"created_at", "t"}}).ok());
   SandboxTable t(store_.get());
   SandboxTable::Counts want = {{{"container", S::kPaused}, 1}, {{"fncall", S::kRunning}, 1}};
   EXPECT_EQ(t.counts(), want);

@@ -4,10 +4,10 @@
 
 #include <gtest/gtest.h>
 #include <linux/sched.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -47,7 +47,8 @@ TEST(SeccompPolicy, ShippedPolicyCompilesAndEveryRuleSaysWhy) {
 TEST(SeccompPolicy, MalformedPoliciesAreRefused) {
   EXPECT_FALSE(CompileSeccompPolicy("{").ok());
   EXPECT_FALSE(CompileSeccompPolicy(R"({"default_action":"allow","bad_arch_action":"kill_process",
-      "rules":[{"names":["bpf"],"action":"errno","errno":"EPERM"}]})").ok());  // no why
+      "rules":[{"names":["bpf"],"action":"errno","errno":"EPERM"}]})")
+                   .ok());  // no why
   EXPECT_FALSE(CompileSeccompPolicy(R"({"default_action":"nope","rules":[]})").ok());
 }
 
@@ -63,28 +64,32 @@ TEST(SeccompPolicy, DeniesWhatItSaysAndAllowsTheRest) {
   EXPECT_EQ(InChild(p, [] { return Errno(socket(AF_PACKET, SOCK_RAW, 0)); }), EPERM);
   EXPECT_EQ(InChild(p, [] { return Errno(socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, 1)); }), EPERM);
   EXPECT_EQ(InChild(p, [] { return Errno(socket(AF_VSOCK, SOCK_STREAM, 0)); }), EPERM);
-  EXPECT_EQ(InChild(p, [] {
-              clone_args a{};
-              return Errno(syscall(SYS_clone3, &a, sizeof a));
-            }),
+  EXPECT_EQ(InChild(p,
+                    [] {
+                      clone_args a{};
+                      return Errno(syscall(SYS_clone3, &a, sizeof a));
+                    }),
             ENOSYS);
   // The kernel truncates ioctl requests to 32 bits: high garbage must not slip past.
-  EXPECT_EQ(InChild(p, [] { return Errno(syscall(SYS_ioctl, 0, 0xFFFFFFFFC0C0586Dull, 0)); }), EPERM);
+  EXPECT_EQ(InChild(p, [] { return Errno(syscall(SYS_ioctl, 0, 0xFFFFFFFFC0C0586Dull, 0)); }),
+            EPERM);
   EXPECT_EQ(InChild(p, [] { return Errno(syscall(SYS_ptrace, 16 /*ATTACH*/, 1, 0, 0)); }), EPERM);
   // Allowed: ordinary work, and namespaces other than user ones are not this layer's job.
   EXPECT_EQ(InChild(p, [] { return Errno(getpid() > 0 ? 0 : -1); }), 0);
-  EXPECT_EQ(InChild(p, [] {
-              int s = socket(AF_INET, SOCK_STREAM, 0);
-              return s >= 0 ? 0 : errno;
-            }),
+  EXPECT_EQ(InChild(p,
+                    [] {
+                      int s = socket(AF_INET, SOCK_STREAM, 0);
+                      return s >= 0 ? 0 : errno;
+                    }),
             0);
-  EXPECT_EQ(InChild(p, [] {
-              pid_t c = fork();  // glibc's fork uses clone without CLONE_NEWUSER
-              if (c == 0) _exit(7);
-              int st;
-              waitpid(c, &st, 0);
-              return WEXITSTATUS(st) == 7 ? 0 : 1;
-            }),
+  EXPECT_EQ(InChild(p,
+                    [] {
+                      pid_t c = fork();  // glibc's fork uses clone without CLONE_NEWUSER
+                      if (c == 0) _exit(7);
+                      int st;
+                      waitpid(c, &st, 0);
+                      return WEXITSTATUS(st) == 7 ? 0 : 1;
+                    }),
             0);
 }
 
@@ -99,25 +104,29 @@ TEST(SeccompPolicy, CallsGetFourSocketFamiliesAndNoMulticastJoins) {
       return s >= 0 ? 0 : errno;
     });
   };
-  for (long f : {long{AF_UNIX}, long{AF_INET}, long{AF_INET6}}) EXPECT_EQ(open_family(f, SOCK_DGRAM), 0) << f;
+  for (long f : {long{AF_UNIX}, long{AF_INET}, long{AF_INET6}})
+    EXPECT_EQ(open_family(f, SOCK_DGRAM), 0) << f;
   EXPECT_EQ(open_family(AF_NETLINK, SOCK_RAW), 0);
-  for (long f : {long{AF_KEY}, long{AF_BRIDGE}, long{AF_RDS}, long{AF_TIPC}, long{AF_ALG}, long{AF_KCM}, long{AF_SMC}, long{AF_XDP}, 63L})
+  for (long f : {long{AF_KEY}, long{AF_BRIDGE}, long{AF_RDS}, long{AF_TIPC}, long{AF_ALG},
+                 long{AF_KCM}, long{AF_SMC}, long{AF_XDP}, 63L})
     EXPECT_EQ(open_family(f, SOCK_DGRAM), EPERM) << f;
   // High garbage over an allowed family is refused, never let through.
   EXPECT_EQ(open_family(static_cast<long>(0x100000000ll | AF_INET), SOCK_DGRAM), EPERM);
-  EXPECT_EQ(InChild(p, [] {
-              int s = socket(AF_INET, SOCK_DGRAM, 0);
-              ip_mreq m{};
-              m.imr_multiaddr.s_addr = htonl(0xEF010203);
-              m.imr_interface.s_addr = htonl(INADDR_LOOPBACK);
-              return Errno(setsockopt(s, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m));
-            }),
+  EXPECT_EQ(InChild(p,
+                    [] {
+                      int s = socket(AF_INET, SOCK_DGRAM, 0);
+                      ip_mreq m{};
+                      m.imr_multiaddr.s_addr = htonl(0xEF010203);
+                      m.imr_interface.s_addr = htonl(INADDR_LOOPBACK);
+                      return Errno(setsockopt(s, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m));
+                    }),
             EPERM);
-  EXPECT_EQ(InChild(p, [] {
-              int s = socket(AF_INET, SOCK_DGRAM, 0);
-              int ttl = 2;  // other options stay allowed
-              return Errno(setsockopt(s, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof ttl));
-            }),
+  EXPECT_EQ(InChild(p,
+                    [] {
+                      int s = socket(AF_INET, SOCK_DGRAM, 0);
+                      int ttl = 2;  // other options stay allowed
+                      return Errno(setsockopt(s, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof ttl));
+                    }),
             0);
 }
 

@@ -36,7 +36,13 @@ TEST(SetupMessages, RoundTrip) {
 
   SetupMessage vm = Container();
   vm.sysfs = vm.commands_cgroup = vm.listen = false;
-  vm.vm = VmSetup{false, {"layer0", "layer1", "layer2"}, 512 << 20, 512, "abcd", 123, VmSetup::Net{"10.0.0.2", "10.0.0.1", "02:00:0a:00:00:02"}};
+  vm.vm = VmSetup{false,
+                  {"layer0", "layer1", "layer2"},
+                  512 << 20,
+                  512,
+                  "abcd",
+                  123,
+                  VmSetup::Net{"10.0.0.2", "10.0.0.1", "02:00:0a:00:00:02"}};
   auto vback = ParseSetup(ToJson(vm));
   ASSERT_TRUE(vback.ok()) << vback.status().ToString();
   EXPECT_EQ(ToJson(*vback), ToJson(vm));
@@ -80,7 +86,8 @@ TEST(SetupMessages, UnknownMissingAndMistypedKeysAreErrorsThatNameTheKey) {
   rel["files"][0]["path"] = "etc/resolv.conf";
   EXPECT_FALSE(ParseSetup(rel).ok());
   EXPECT_FALSE(ParseAssign({{"t", "assign"}, {"hostname", "x"}, {"env", json::object()}}).ok());
-  EXPECT_FALSE(ParseReady({{"t", "ready"}, {"setup_ms", {{"a", "slow"}}}, {"landlock_abi", 0}}).ok());
+  EXPECT_FALSE(
+      ParseReady({{"t", "ready"}, {"setup_ms", {{"a", "slow"}}}, {"landlock_abi", 0}}).ok());
 }
 
 TEST(SetupMessages, AVmSetupCarriesNoFdSlots) {
@@ -98,7 +105,8 @@ TEST(SetupMessages, FdSlotsGoInOrderAndComeBackByName) {
   int p[2];
   ASSERT_EQ(pipe(p), 0);
   std::vector<int> layers = {dup(p[0]), dup(p[0]), dup(p[0])};
-  const int sysfs = dup(p[1]), cg = open("/dev/null", O_RDONLY), listen = open("/dev/zero", O_RDONLY);
+  const int sysfs = dup(p[1]), cg = open("/dev/null", O_RDONLY),
+            listen = open("/dev/zero", O_RDONLY);
   auto order = SetupFdOrder(m, layers, sysfs, cg, listen);
   ASSERT_TRUE(order.ok()) << order.status().ToString();
   EXPECT_EQ(*order, (std::vector<int>{layers[0], layers[1], layers[2], sysfs, cg, listen}));

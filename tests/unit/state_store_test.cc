@@ -16,7 +16,8 @@ TEST(StateStore, SandboxesAndLayersSurviveReopen) {
   {
     auto s = StateStore::Open(db);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
-    ASSERT_TRUE((*s)->PutSandbox({{"id", "sb-1"}, {"state", "running"}, {"created_at", "t1"}}).ok());
+    ASSERT_TRUE(
+        (*s)->PutSandbox({{"id", "sb-1"}, {"state", "running"}, {"created_at", "t1"}}).ok());
     ASSERT_TRUE((*s)->PutLayer({"py", "1", "sha256:aa", "base", "t", "tar", 10}).ok());
     ASSERT_TRUE((*s)->PutLayer({"py", "2", "sha256:aa", "base", "t", "tar", 10}).ok());
     EXPECT_EQ((*s)->LayerRefs("sha256:aa"), 2);
@@ -43,7 +44,8 @@ TEST(StateStore, AResolvedTagFollowsItsMovesAndRemoval) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ((*s)->GetLayer("runner", "1").status().code(), Code::kNotFound);
   ASSERT_TRUE((*s)->PutLayer({"runner", "1", "sha256:aa", "base", "t", "tar", 10}).ok());
-  for (int i = 0; i < 2; i++) EXPECT_EQ((*s)->GetLayer("runner", "1")->digest, "sha256:aa");  // read, then remembered
+  for (int i = 0; i < 2; i++)
+    EXPECT_EQ((*s)->GetLayer("runner", "1")->digest, "sha256:aa");  // read, then remembered
   ASSERT_TRUE((*s)->PutLayer({"runner", "1", "sha256:bb", "base", "t", "tar", 10}).ok());
   EXPECT_EQ((*s)->GetLayer("runner", "1")->digest, "sha256:bb");
   ASSERT_TRUE((*s)->RemoveLayer("runner", "1").ok());

@@ -7,10 +7,12 @@ namespace {
 
 TEST(Utf8, InvalidBytesBecomeReplacementCharacters) {
   EXPECT_EQ(SanitizeUtf8("héllo"), "héllo");
-  EXPECT_EQ(SanitizeUtf8(std::string("a\xff") + "b"), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(SanitizeUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong '/'
+  EXPECT_EQ(SanitizeUtf8(std::string("a\xff") + "b"),
+            "a\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(SanitizeUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong '/'
   EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
-  EXPECT_EQ(SanitizeUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // truncated
+  EXPECT_EQ(SanitizeUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // truncated
 }
 
 TEST(Base64, RoundTripsEveryByte) {

@@ -59,7 +59,7 @@ TEST(WarmPoolTest, FirstCreateStartsThePoolAndLaterOnesTakeFromIt) {
   EXPECT_EQ(w->name.rfind("warm-", 0), 0u);
   EXPECT_EQ(pool.Info()["hits"], 1);
   ASSERT_TRUE(Eventually([&] { return pool.Info()["ready"] == 2; }));  // refilled
-  EXPECT_FALSE(pool.Take("other", Tmpl()));  // templates are separate
+  EXPECT_FALSE(pool.Take("other", Tmpl()));                            // templates are separate
 }
 
 TEST(WarmPoolTest, MissesGrowThePoolUpToItsCap) {

@@ -43,7 +43,9 @@ std::string NextToSelf(const char* env, const char* name, const char* fallback_d
 
 }  // namespace
 
-std::string DefaultAgentPath() { return NextToSelf("WARREN_AGENT", "warren-agent", "/usr/local/lib/warren"); }
+std::string DefaultAgentPath() {
+  return NextToSelf("WARREN_AGENT", "warren-agent", "/usr/local/lib/warren");
+}
 
 std::string DefaultZygoteLibPath() {
   return NextToSelf("WARREN_ZYGOTE_LIB", "warren-zygote.so", "/usr/local/bin");

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -12,8 +13,6 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <cstring>
 #include <mutex>
@@ -50,7 +49,8 @@ int PidfdSignal(int pidfd, int sig) {
 void KillAndReap(int pidfd) {
   PidfdSignal(pidfd, SIGKILL);
   siginfo_t info;
-  while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED | __WALL) != 0 &&
+  while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info,
+                WEXITED | __WALL) != 0 &&
          errno == EINTR) {
   }
 }
@@ -71,8 +71,8 @@ std::string RunDir(const std::string& cgroup_parent) { return "/run/warren/" + c
 
 // What a restarted node needs to find a sandbox again: RUN_DIR/ID.json, written whole or
 // not at all.
-Status WriteRuntimeFile(const std::string& run_base, const std::string& id, pid_t pid, uint32_t slot,
-                        const std::string& cgroup) {
+Status WriteRuntimeFile(const std::string& run_base, const std::string& id, pid_t pid,
+                        uint32_t slot, const std::string& cgroup) {
   nlohmann::json rt = {{"id", id}, {"pid", pid}, {"slot", slot}, {"cgroup", cgroup}};
   std::string tmp = run_base + ".json.tmp", s = rt.dump();
   UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
@@ -89,7 +89,8 @@ class ContainerInstance : public Instance {
  public:
   ContainerInstance(pid_t pid, UniqueFd pidfd, isolation::Cgroup cgroup, std::string cgroup_name,
                     isolation::UidSlot slot, std::vector<std::shared_ptr<image::LayerMount>> layers,
-                    UniqueFd control, std::string run_dir, std::string id, bool adopted, int agent_exe)
+                    UniqueFd control, std::string run_dir, std::string id, bool adopted,
+                    int agent_exe)
       : adopted_(adopted),
         agent_exe_(agent_exe),
         run_dir_(std::move(run_dir)),
@@ -114,7 +115,8 @@ class ContainerInstance : public Instance {
     WARREN_RETURN_IF_ERROR(
         cgroup_.SetLimits({spec.memory_bytes, spec.pids, spec.cpus}).Context("claim " + spec.id));
     // The agent (and so every command it starts) back at normal priority.
-    if (setpriority(PRIO_PROCESS, static_cast<id_t>(pid_), 0) != 0) return ErrnoStatus("setpriority", spec.id);
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(pid_), 0) != 0)
+      return ErrnoStatus("setpriority", spec.id);
     // Found by its new name after a restart: the runtime file first (it names the cgroup),
     // then the socket; the old runtime file goes last.
     const std::string base = run_dir_ + "/" + spec.id;
@@ -146,17 +148,19 @@ class ContainerInstance : public Instance {
     if (destroyed_) return Status(Code::kConflict, "set filesystem policy", "sandbox", "deleted");
     // Every process stops while the policy changes (a paused sandbox stays paused).
     auto frozen = WARREN_TRY(FreezeForNode());
-    if (!AgentAlive()) return Status(Code::kConflict, "set filesystem policy", "sandbox", "its init is gone");
+    if (!AgentAlive())
+      return Status(Code::kConflict, "set filesystem policy", "sandbox", "its init is gone");
     auto stats = ApplyFsPolicy(pid_, pidfd_.get(), agent_exe_, policy);
     if (!stats.ok()) {
       // The node's own failures (a host errno) are not the tenant's not-found or forbidden.
       const Code c = stats.status().code();
-      if (c == Code::kInvalid || c == Code::kQuota || c == Code::kConflict || c == Code::kUnavailable)
+      if (c == Code::kInvalid || c == Code::kQuota || c == Code::kConflict ||
+          c == Code::kUnavailable)
         return stats.status();
       return Internal("set filesystem policy", "sandbox", stats.status().ToString());
     }
-    spdlog::debug("filesystem policy of {}: {} flags changed, {} files severed", run_base_, stats->flags_changed,
-                  stats->severed);
+    spdlog::debug("filesystem policy of {}: {} flags changed, {} files severed", run_base_,
+                  stats->flags_changed, stats->severed);
     return Status::Ok();
   }
 
@@ -166,7 +170,9 @@ class ContainerInstance : public Instance {
     // Frozen while it is read: nothing can be renamed or swapped under the walk.
     auto frozen = WARREN_TRY(FreezeForNode());
     auto r = ReadFsChanges(pid_, under, limit);
-    if (!r.ok() || !AgentAlive()) return r.ok() ? Status(Code::kConflict, "read changes", "sandbox", "its init is gone") : r.status();
+    if (!r.ok() || !AgentAlive())
+      return r.ok() ? Status(Code::kConflict, "read changes", "sandbox", "its init is gone")
+                    : r.status();
     return r;
   }
 
@@ -182,7 +188,9 @@ class ContainerInstance : public Instance {
 
   // The agent is still the process pid_ names (its pidfd says so): what was read through
   // /proc/pid_ was its.
-  bool AgentAlive() const { return syscall(SYS_pidfd_send_signal, pidfd_.get(), 0, nullptr, 0) == 0; }
+  bool AgentAlive() const {
+    return syscall(SYS_pidfd_send_signal, pidfd_.get(), 0, nullptr, 0) == 0;
+  }
 
   Status Destroy() override {
     std::lock_guard lock(mu_);
@@ -194,8 +202,10 @@ class ContainerInstance : public Instance {
     // A frozen sandbox is thawed so its processes can die.
     (void)cgroup_.Kill();
     (void)cgroup_.Freeze(false);
-    if (adopted_) KillAndWait(pidfd_.get());
-    else KillAndReap(pidfd_.get());
+    if (adopted_)
+      KillAndWait(pidfd_.get());
+    else
+      KillAndReap(pidfd_.get());
     pidfd_.Reset();
     unlink((run_base_ + ".sock").c_str());
     unlink((run_base_ + ".json").c_str());
@@ -251,7 +261,8 @@ int SandboxInitChild(void* p) {
   // Held here until the parent has written our id maps and cgroups: exec without a uid
   // mapping would drop our capabilities in the new user namespace.
   char go;
-  if (RawSyscall(SYS_read, 4, reinterpret_cast<long>(&go), 1) != 1) return 122;  // the parent gave up
+  if (RawSyscall(SYS_read, 4, reinterpret_cast<long>(&go), 1) != 1)
+    return 122;  // the parent gave up
   RawSyscall(SYS_close, 4);
   // We still carry the parent's host-root credentials, which the new namespace cannot
   // map. Become the namespace's root (host uid range base) so that exec keeps a full
@@ -261,8 +272,8 @@ int SandboxInitChild(void* p) {
       RawSyscall(SYS_setresuid, 0, 0, 0) != 0)
     return 123;
   static char kEmpty[] = "";
-  RawSyscall(SYS_execveat, agent::kSelfMemfd, reinterpret_cast<long>(kEmpty), reinterpret_cast<long>(c.argv),
-             reinterpret_cast<long>(c.envp), AT_EMPTY_PATH);
+  RawSyscall(SYS_execveat, agent::kSelfMemfd, reinterpret_cast<long>(kEmpty),
+             reinterpret_cast<long>(c.argv), reinterpret_cast<long>(c.envp), AT_EMPTY_PATH);
   return 127;
 }
 
@@ -349,8 +360,10 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   sys::CloneArgs ca;
   ca.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_PIDFD;
   if (cfg.netns_fd >= 0 && !host_netns_) return ErrnoStatus("open", "/proc/self/ns/net", EBADF);
-  if (cfg.netns_fd < 0) ca.flags |= CLONE_NEWNET;
-  else if (setns(cfg.netns_fd, CLONE_NEWNET) != 0) return ErrnoStatus("setns", "network namespace of " + cfg.id);
+  if (cfg.netns_fd < 0)
+    ca.flags |= CLONE_NEWNET;
+  else if (setns(cfg.netns_fd, CLONE_NEWNET) != 0)
+    return ErrnoStatus("setns", "network namespace of " + cfg.id);
   ca.pidfd = &pidfd;
   if (cgroup.v2_fd() >= 0) {
     ca.flags |= CLONE_INTO_CGROUP;
@@ -408,7 +421,8 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   const std::string sock_path = run_base + ".sock";
   sockaddr_un addr = WARREN_TRY(sys::UnixAddr(sock_path));
   unlink(sock_path.c_str());
-  if (bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener.get(), 4) != 0)
+  if (bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(listener.get(), 4) != 0)
     return ErrnoStatus("bind agent socket", sock_path);
   Cleanup rm_sock([&] { unlink(sock_path.c_str()); });
 
@@ -420,7 +434,8 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   setup.hostname = cfg.hostname;
   setup.disk_bytes = cfg.disk_bytes;
   setup.layers = static_cast<uint32_t>(clones.size());
-  for (size_t i : ToolLayerIndexes(cfg.layers)) setup.tool_layers.push_back(static_cast<uint32_t>(i));
+  for (size_t i : ToolLayerIndexes(cfg.layers))
+    setup.tool_layers.push_back(static_cast<uint32_t>(i));
   setup.loopback = cfg.netns_fd < 0;
   for (const auto& [path, data] : cfg.files) setup.files.push_back({path, data, 0644});
   setup.nofile = cfg.open_files;
@@ -429,10 +444,12 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   setup.sysfs = cfg.sysfs_fd >= 0;
   setup.commands_cgroup = commands_procs.valid();
   setup.listen = true;
-  const std::vector<int> fds =
-      WARREN_TRY(agent::SetupFdOrder(setup, layer_fds, cfg.sysfs_fd, commands_procs.get(), listener.get()));
-  const agent::Message msg{agent::ToJson(setup), cfg.fncall_runner ? runner_seccomp_bpf_ : seccomp_bpf_};
-  WARREN_RETURN_IF_ERROR(sys::SendWithFds(node_end.get(), agent::Encode(msg), fds).Context("setup " + cfg.id));
+  const std::vector<int> fds = WARREN_TRY(
+      agent::SetupFdOrder(setup, layer_fds, cfg.sysfs_fd, commands_procs.get(), listener.get()));
+  const agent::Message msg{agent::ToJson(setup),
+                           cfg.fncall_runner ? runner_seccomp_bpf_ : seccomp_bpf_};
+  WARREN_RETURN_IF_ERROR(
+      sys::SendWithFds(node_end.get(), agent::Encode(msg), fds).Context("setup " + cfg.id));
   clones.clear();
 
   // 9. Handshake.
@@ -441,7 +458,8 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   if (!reply.ok()) return reply.status().Context("create " + cfg.id);
   std::string t = reply->header.value("t", "");
   if (t == "setup_failed")
-    return Internal("create sandbox", cfg.id, "agent setup failed: " + reply->header.value("error", ""));
+    return Internal("create sandbox", cfg.id,
+                    "agent setup failed: " + reply->header.value("error", ""));
   if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
   if (auto ready = agent::ParseReady(reply->header); !ready.ok())
     return Internal("create sandbox", cfg.id, ready.status().ToString());
@@ -456,10 +474,10 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   rm_sock.Cancel();
   kill_child.Cancel();
   cgroup.CloseCloneFd();
-  return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd_owner), std::move(cgroup),
-                                                         cfg.id, std::move(slot), std::move(layers),
-                                                         std::move(node_end), run_dir, cfg.id,
-                                                         /*adopted=*/false, agent_memfd_.get()));
+  return std::unique_ptr<Instance>(
+      new ContainerInstance(pid, std::move(pidfd_owner), std::move(cgroup), cfg.id, std::move(slot),
+                            std::move(layers), std::move(node_end), run_dir, cfg.id,
+                            /*adopted=*/false, agent_memfd_.get()));
 }
 
 Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id) {
@@ -474,7 +492,8 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id)
     doc.assign(buf, static_cast<size_t>(n));
   }
   nlohmann::json rt = nlohmann::json::parse(doc, nullptr, false);
-  if (!rt.is_object() || rt.value("id", "") != id) return Invalid("bad runtime file", run_base + ".json");
+  if (!rt.is_object() || rt.value("id", "") != id)
+    return Invalid("bad runtime file", run_base + ".json");
   const pid_t pid = rt.value("pid", 0);
   const uint32_t slot_no = rt.value("slot", 0u);
   // A sandbox taken from the warm pool keeps the cgroup of its pool name.
@@ -495,10 +514,9 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id)
   sockaddr_un addr = WARREN_TRY(sys::UnixAddr(sock_path));
   if (connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return ErrnoStatus("connect to agent", sock_path);
-  return std::unique_ptr<Instance>(new ContainerInstance(pid, std::move(pidfd), std::move(cgroup), cgroup_name,
-                                                         std::move(slot), {}, std::move(sock),
-                                                         RunDir(cgroup_parent_), id, /*adopted=*/true,
-                                                         agent_memfd_.get()));
+  return std::unique_ptr<Instance>(new ContainerInstance(
+      pid, std::move(pidfd), std::move(cgroup), cgroup_name, std::move(slot), {}, std::move(sock),
+      RunDir(cgroup_parent_), id, /*adopted=*/true, agent_memfd_.get()));
 }
 
 }  // namespace warren::runtime

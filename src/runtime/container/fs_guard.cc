@@ -68,7 +68,8 @@ class Helper {
   }
 
   Helper() = default;
-  Helper(Helper&& o) noexcept : pid_(std::exchange(o.pid_, -1)), to_(std::move(o.to_)), from_(std::move(o.from_)) {}
+  Helper(Helper&& o) noexcept
+      : pid_(std::exchange(o.pid_, -1)), to_(std::move(o.to_)), from_(std::move(o.from_)) {}
   ~Helper() {
     if (pid_ <= 0) return;
     to_.Reset();  // EOF: it exits
@@ -88,7 +89,8 @@ class Helper {
       if (n <= 0) return ErrnoStatus("write to", "fs helper");
       off += static_cast<size_t>(n);
     }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHelperTimeoutMs);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(kHelperTimeoutMs);
     for (;;) {
       size_t nl = buf_.find('\n');
       if (nl != std::string::npos) {
@@ -96,10 +98,12 @@ class Helper {
         buf_.erase(0, nl + 1);
         return reply;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return Internal("wait for", "fs helper", "no answer in 120 s");
       pollfd p{from_.get(), POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left.count())) < 0 && errno != EINTR) return ErrnoStatus("poll", "fs helper");
+      if (poll(&p, 1, static_cast<int>(left.count())) < 0 && errno != EINTR)
+        return ErrnoStatus("poll", "fs helper");
       char chunk[4096];
       ssize_t n = read(from_.get(), chunk, sizeof chunk);
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
@@ -139,13 +143,15 @@ Result<isolation::FsPolicyStats> ApplyFsPolicy(pid_t agent_pid, int agent_pidfd,
   }
 }
 
-Result<isolation::ChangeReport> ReadFsChanges(pid_t agent_pid, const std::string& under, size_t limit) {
+Result<isolation::ChangeReport> ReadFsChanges(pid_t agent_pid, const std::string& under,
+                                              size_t limit) {
   UniqueFd upper = WARREN_TRY(OpenKept(agent_pid, agent::kStagingDirFd, "upper"));
   auto shm = OpenKept(agent_pid, agent::kStagingDirFd, "shm");
   std::vector<UniqueFd> layers;
   std::vector<int> fds;
   for (int i = 0; i < agent::kMaxKeptLayers; ++i) {
-    const std::string p = "/proc/" + std::to_string(agent_pid) + "/fd/" + std::to_string(agent::kFirstLayerFd + i);
+    const std::string p =
+        "/proc/" + std::to_string(agent_pid) + "/fd/" + std::to_string(agent::kFirstLayerFd + i);
     UniqueFd kept(open(p.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!kept && errno == ENOENT) break;
     if (!kept) return ErrnoStatus("open kept layer", p);

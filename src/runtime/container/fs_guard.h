@@ -26,6 +26,7 @@ namespace warren::runtime {
 Result<isolation::FsPolicyStats> ApplyFsPolicy(pid_t agent_pid, int agent_pidfd, int agent_exe,
                                                const isolation::FsPolicy& policy);
 
-Result<isolation::ChangeReport> ReadFsChanges(pid_t agent_pid, const std::string& under, size_t limit);
+Result<isolation::ChangeReport> ReadFsChanges(pid_t agent_pid, const std::string& under,
+                                              size_t limit);
 
 }  // namespace warren::runtime

@@ -36,11 +36,16 @@ std::string StrField(const json& j, const char* key, const std::string& def, Sta
 
 json CaseJson(const RunResult& r, const std::string& verdict) {
   json sig = r.signal ? json(SignalName(r.signal)) : json(nullptr);
-  return {{"verdict", verdict},         {"exit_code", r.exit_code},
-          {"signal", sig},              {"stdout", r.stdout_data},
-          {"stderr", r.stderr_data},    {"timed_out", r.timed_out},
-          {"duration_ms", r.wall_ms},   {"cpu_ms", r.cpu_ms},
-          {"memory_peak_kb", r.maxrss_kb}, {"stdout_truncated", r.stdout_truncated},
+  return {{"verdict", verdict},
+          {"exit_code", r.exit_code},
+          {"signal", sig},
+          {"stdout", r.stdout_data},
+          {"stderr", r.stderr_data},
+          {"timed_out", r.timed_out},
+          {"duration_ms", r.wall_ms},
+          {"cpu_ms", r.cpu_ms},
+          {"memory_peak_kb", r.maxrss_kb},
+          {"stdout_truncated", r.stdout_truncated},
           {"stderr_truncated", r.stderr_truncated}};
 }
 
@@ -153,12 +158,13 @@ void CallService::Retire(const std::shared_ptr<Runner>& r) {
   }
 }
 
-Result<RunResult> CallService::RunLayers(const std::vector<std::string>& layers, const RunRequest& req) {
+Result<RunResult> CallService::RunLayers(const std::vector<std::string>& layers,
+                                         const RunRequest& req) {
   return RunOn(layers, layers.empty() ? "" : layers.front(), req);
 }
 
-Result<RunResult> CallService::RunOn(const std::vector<std::string>& layers, const std::string& image,
-                                     const RunRequest& req) {
+Result<RunResult> CallService::RunOn(const std::vector<std::string>& layers,
+                                     const std::string& image, const RunRequest& req) {
   Status last;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto runner = WARREN_TRY(Acquire(layers, image));
@@ -175,8 +181,9 @@ Result<RunResult> CallService::RunOn(const std::vector<std::string>& layers, con
 Result<json> CallService::Call(const json& rq) {
   if (!rq.is_object()) return Bad("the body must be a JSON object");
   static const std::set<std::string> kFields = {
-      "language", "code", "stdin", "args", "timeout_s", "memory_mb", "cases",
-      "compare", "image", "max_output_bytes", "env", "binary"};
+      "language",  "code",  "stdin",   "args",  "timeout_s",
+      "memory_mb", "cases", "compare", "image", "max_output_bytes",
+      "env",       "binary"};
   for (const auto& [k, v] : rq.items())
     if (!kFields.count(k)) return Bad("unknown field `" + k + "`");
   Status err;
@@ -215,10 +222,13 @@ Result<json> CallService::Call(const json& rq) {
   uint64_t max_output = 1 << 20;
   // `binary`: the raw output bytes too, as `stdout_b64`/`stderr_b64` (the strings replace
   // invalid UTF-8).
-  if (rq.contains("binary") && !rq["binary"].is_null() && !rq["binary"].is_boolean()) return Bad("`binary` must be a boolean");
-  const bool binary = rq.contains("binary") && rq["binary"].is_boolean() && rq["binary"].get<bool>();
+  if (rq.contains("binary") && !rq["binary"].is_null() && !rq["binary"].is_boolean())
+    return Bad("`binary` must be a boolean");
+  const bool binary =
+      rq.contains("binary") && rq["binary"].is_boolean() && rq["binary"].get<bool>();
   if (rq.contains("max_output_bytes") && !rq["max_output_bytes"].is_null()) {
-    if (!rq["max_output_bytes"].is_number_unsigned() || rq["max_output_bytes"].get<uint64_t>() > (64u << 20))
+    if (!rq["max_output_bytes"].is_number_unsigned() ||
+        rq["max_output_bytes"].get<uint64_t>() > (64u << 20))
       return Bad("`max_output_bytes` must be an integer up to 64 MiB");
     max_output = rq["max_output_bytes"].get<uint64_t>();
   }
@@ -278,15 +288,25 @@ Result<json> CallService::Call(const json& rq) {
     RunResult cr = WARREN_TRY(RunOn(layers, image, c));
     bool ok = cr.exit_code == 0 && cr.signal == 0 && !cr.timed_out && !cr.files.empty();
     std::string msg = cr.stderr_data + cr.stdout_data;
-    if (cr.timed_out) msg += "\nwarren: compilation ran out of time (30 s)";
-    else if (cr.output_limit) msg += "\nwarren: compiler output cut at 64 KiB";
-    else if (cr.signal) msg += "\nwarren: the compiler was killed by " + SignalName(cr.signal);
-    else if (cr.exit_code == 0 && cr.files.empty()) msg += "\nwarren: the compiler left no program";
+    if (cr.timed_out)
+      msg += "\nwarren: compilation ran out of time (30 s)";
+    else if (cr.output_limit)
+      msg += "\nwarren: compiler output cut at 64 KiB";
+    else if (cr.signal)
+      msg += "\nwarren: the compiler was killed by " + SignalName(cr.signal);
+    else if (cr.exit_code == 0 && cr.files.empty())
+      msg += "\nwarren: the compiler left no program";
     result["compile"] = {{"ok", ok}, {"stderr", msg}, {"duration_ms", cr.wall_ms}};
     if (!ok) {
-      result.update({{"verdict", "compile_error"}, {"exit_code", cr.exit_code},
-                     {"signal", nullptr}, {"stdout", ""}, {"stderr", msg}, {"timed_out", false},
-                     {"duration_ms", 0}, {"cpu_ms", 0}, {"memory_peak_kb", 0}});
+      result.update({{"verdict", "compile_error"},
+                     {"exit_code", cr.exit_code},
+                     {"signal", nullptr},
+                     {"stdout", ""},
+                     {"stderr", msg},
+                     {"timed_out", false},
+                     {"duration_ms", 0},
+                     {"cpu_ms", 0},
+                     {"memory_peak_kb", 0}});
       return result;  // cases stay null: none ran
     }
     run_files = std::move(cr.files);
@@ -332,7 +352,9 @@ Result<json> CallService::Call(const json& rq) {
                    {"duration_ms", r.wall_ms},
                    {"cpu_ms", r.cpu_ms},
                    {"memory_peak_kb", r.maxrss_kb}});
-    if (binary) result.update({{"stdout_b64", Base64Encode(r.stdout_data)}, {"stderr_b64", Base64Encode(r.stderr_data)}});
+    if (binary)
+      result.update({{"stdout_b64", Base64Encode(r.stdout_data)},
+                     {"stderr_b64", Base64Encode(r.stderr_data)}});
   };
   if (!judged) {
     run.stdin_data = stdin_data;
@@ -349,15 +371,20 @@ Result<json> CallService::Call(const json& rq) {
     RunResult r = WARREN_TRY(RunOn(layers, image, run));
     std::string v = judge(r);
     if (v != "ok" && !first_bad) first_bad = r, first_bad_verdict = v;
-    if (v == "ok") v = OutputMatches(r.stdout_data, cases[i].expected, compare) ? "passed" : "wrong_answer";
+    if (v == "ok")
+      v = OutputMatches(r.stdout_data, cases[i].expected, compare) ? "passed" : "wrong_answer";
     cs.push_back(CaseJson(r, v));
-    if (binary) cs.back().update({{"stdout_b64", Base64Encode(r.stdout_data)}, {"stderr_b64", Base64Encode(r.stderr_data)}});
+    if (binary)
+      cs.back().update({{"stdout_b64", Base64Encode(r.stdout_data)},
+                        {"stderr_b64", Base64Encode(r.stderr_data)}});
     if (i == 0) first = std::move(r);
   }
   // The call's own verdict says whether the program ran cleanly on every case (the cases
   // say whether it was right): the first case that did not, or else the first case.
-  if (first_bad) top(*first_bad, first_bad_verdict);
-  else top(first, "ok");
+  if (first_bad)
+    top(*first_bad, first_bad_verdict);
+  else
+    top(first, "ok");
   result["cases"] = cs;
   return result;
 }
@@ -372,15 +399,17 @@ Result<json> CallService::CallBatch(const json& rq) {
   std::vector<json> out(calls.size());
   std::atomic<size_t> next{0};
   // As many at once as the pool can run; each call blocks only its own thread.
-  size_t threads = std::min<size_t>(calls.size(),
-                                    static_cast<size_t>(opts_.max_runners * opts_.workers_per_runner));
+  size_t threads = std::min<size_t>(
+      calls.size(), static_cast<size_t>(opts_.max_runners * opts_.workers_per_runner));
   std::vector<std::thread> pool;
   for (size_t t = 0; t < threads; ++t)
     pool.emplace_back([&] {
       for (size_t i; (i = next++) < calls.size();) {
         auto r = Call(calls[i]);
-        out[i] = r.ok() ? *r : json{{"error", {{"code", CodeName(r.status().code())},
-                                                {"message", r.status().ToString()}}}};
+        out[i] = r.ok() ? *r
+                        : json{{"error",
+                                {{"code", CodeName(r.status().code())},
+                                 {"message", r.status().ToString()}}}};
       }
     });
   for (auto& t : pool) t.join();
@@ -392,8 +421,12 @@ json CallService::Stats() const {
   json runners = json::array();
   for (const auto& [key, pool] : pools_)
     for (const auto& r : pool.runners)
-      runners.push_back({{"id", r->id()}, {"image", pool.label}, {"inflight", r->inflight()},
-                         {"served", r->served()}, {"healthy", r->healthy()}, {"zygote", r->zygote()}});
+      runners.push_back({{"id", r->id()},
+                         {"image", pool.label},
+                         {"inflight", r->inflight()},
+                         {"served", r->served()},
+                         {"healthy", r->healthy()},
+                         {"zygote", r->zygote()}});
   return {{"runners", runners},
           {"calls", calls_.load()},
           {"runs", runs_.load()},
@@ -412,8 +445,9 @@ void CallService::Maintain() {
     // Runners that went bad leave the pool now; retired ones stop once they are idle.
     for (auto& [img, pool] : pools_) {
       for (auto it = pool.runners.begin(); it != pool.runners.end();) {
-        const bool idle_extra = pool.runners.size() > 1 && (*it)->inflight() == 0 &&
-                                Clock::now() - pool.last_used[it->get()] > std::chrono::seconds(opts_.idle_stop_s);
+        const bool idle_extra =
+            pool.runners.size() > 1 && (*it)->inflight() == 0 &&
+            Clock::now() - pool.last_used[it->get()] > std::chrono::seconds(opts_.idle_stop_s);
         if (!(*it)->healthy() || idle_extra) {
           pool.last_used.erase(it->get());
           retiring_.push_back(*it);
@@ -425,8 +459,10 @@ void CallService::Maintain() {
     }
     std::vector<std::shared_ptr<Runner>> done;
     for (auto it = retiring_.begin(); it != retiring_.end();) {
-      if ((*it)->inflight() == 0) done.push_back(*it), it = retiring_.erase(it);
-      else ++it;
+      if ((*it)->inflight() == 0)
+        done.push_back(*it), it = retiring_.erase(it);
+      else
+        ++it;
     }
     if (!done.empty() || !warmed) {
       lock.unlock();
@@ -437,7 +473,8 @@ void CallService::Maintain() {
         auto layers = resolve_(opts_.default_image);
         auto r = layers.ok() ? Acquire(*layers, opts_.default_image) : layers.status();
         if (!r.ok())
-          spdlog::info("fncall: no runner yet for {}: {}", opts_.default_image, r.status().ToString());
+          spdlog::info("fncall: no runner yet for {}: {}", opts_.default_image,
+                       r.status().ToString());
       }
       lock.lock();
     }

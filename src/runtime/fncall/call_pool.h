@@ -30,7 +30,7 @@ struct PoolOptions {
   int idle_stop_s = 300;          // a runner beyond the first idle this long is stopped
   uint64_t runner_memory_bytes = 4ull << 30;
   std::string call_seccomp_bpf;
-  std::shared_ptr<const std::string> zygote_lib;     // see RunnerConfig
+  std::shared_ptr<const std::string> zygote_lib;  // see RunnerConfig
 };
 
 // Resolves a runner image NAME:TAG to its layer digests, top first.
@@ -62,8 +62,10 @@ class CallService {
     int starting = 0;
   };
   // A healthy runner for `layers`, starting one if all are busy (or none exists).
-  Result<std::shared_ptr<Runner>> Acquire(const std::vector<std::string>& layers, const std::string& label);
-  Result<std::shared_ptr<Runner>> StartRunner(const std::vector<std::string>& layers, const std::string& label);
+  Result<std::shared_ptr<Runner>> Acquire(const std::vector<std::string>& layers,
+                                          const std::string& label);
+  Result<std::shared_ptr<Runner>> StartRunner(const std::vector<std::string>& layers,
+                                              const std::string& label);
   // Runs on some runner of `layers`; one retry on another runner if this one failed.
   Result<RunResult> RunOn(const std::vector<std::string>& layers, const std::string& label,
                           const RunRequest& req);

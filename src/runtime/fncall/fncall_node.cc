@@ -11,8 +11,8 @@
 namespace warren::fncall {
 namespace {
 
-constexpr size_t kMaxRunning = 64;      // execs running at once in one fncall sandbox
-constexpr size_t kKeepExecs = 256;      // finished exec records kept per sandbox
+constexpr size_t kMaxRunning = 64;  // execs running at once in one fncall sandbox
+constexpr size_t kKeepExecs = 256;  // finished exec records kept per sandbox
 constexpr int64_t kMaxWallMs = 3600 * 1000;
 
 Status NoState(const std::string& op, const std::string& id) {
@@ -43,7 +43,9 @@ Result<node::SandboxRuntime> FncallNode::CreateSandbox(const node::NodeSandboxSp
   if (spec.config.layers.size() != 1)
     return Invalid("a fncall sandbox runs in its runner image alone: no workspace or tools");
   if (spec.network.egress)
-    return Invalid("a fncall sandbox has no network (each call runs with loopback only); use a container sandbox");
+    return Invalid(
+        "a fncall sandbox has no network (each call runs with loopback only); use a container "
+        "sandbox");
   auto box = std::make_shared<Box>();
   for (const auto& l : spec.config.layers) box->layers.push_back(l.digest);
   box->config = spec.config;
@@ -65,7 +67,8 @@ Result<node::SandboxRuntime> FncallNode::CreateSandbox(const node::NodeSandboxSp
     }
   }
   std::lock_guard lock(mu_);
-  if (boxes_.count(spec.config.id)) return Status(Code::kConflict, "create sandbox", spec.config.id, "exists");
+  if (boxes_.count(spec.config.id))
+    return Status(Code::kConflict, "create sandbox", spec.config.id, "exists");
   boxes_[spec.config.id] = box;
   return node::SandboxRuntime{};
 }
@@ -82,7 +85,9 @@ int FncallNode::ReapUnadopted(const std::set<std::string>& also_keep) {
 Status FncallNode::SetNetwork(const std::string& id, const net::Policy& policy) {
   if (!Find(id)) return inner_->SetNetwork(id, policy);
   if (policy.egress)
-    return Invalid("a fncall sandbox has no network (each call runs with loopback only); use a container sandbox");
+    return Invalid(
+        "a fncall sandbox has no network (each call runs with loopback only); use a container "
+        "sandbox");
   return Status::Ok();
 }
 
@@ -93,7 +98,8 @@ Status FncallNode::SetFilesystem(const std::string& id, const isolation::FsPolic
   return Find(id) ? Status::Ok() : inner_->SetFilesystem(id, policy);
 }
 
-Result<isolation::ChangeReport> FncallNode::Changes(const std::string& id, const std::string& under, size_t limit) {
+Result<isolation::ChangeReport> FncallNode::Changes(const std::string& id, const std::string& under,
+                                                    size_t limit) {
   if (Find(id)) return isolation::ChangeReport{};
   return inner_->Changes(id, under, limit);
 }
@@ -131,7 +137,8 @@ Status FncallNode::SignalExec(const std::string& id, const std::string& exec_id,
 
 Status FncallNode::WriteExecStdin(const std::string& id, const std::string& exec_id,
                                   std::string_view data, bool eof) {
-  return Find(id) ? NoState("stdin " + exec_id, id) : inner_->WriteExecStdin(id, exec_id, data, eof);
+  return Find(id) ? NoState("stdin " + exec_id, id)
+                  : inner_->WriteExecStdin(id, exec_id, data, eof);
 }
 
 Status FncallNode::WriteFile(const std::string& id, const std::string& path, uint32_t mode,
@@ -139,7 +146,8 @@ Status FncallNode::WriteFile(const std::string& id, const std::string& path, uin
   return Find(id) ? NoState("write " + path, id) : inner_->WriteFile(id, path, mode, data);
 }
 
-Result<std::string> FncallNode::ReadFile(const std::string& id, const std::string& path, uint64_t max) {
+Result<std::string> FncallNode::ReadFile(const std::string& id, const std::string& path,
+                                         uint64_t max) {
   if (Find(id)) return NoState("read " + path, id);
   return inner_->ReadFile(id, path, max);
 }
@@ -184,23 +192,29 @@ Result<std::shared_ptr<node::ExecRecord>> FncallNode::StartExec(const std::strin
   auto box = Find(id);
   if (!box) return inner_->StartExec(id, exec_id, spec);
   JoinFinished();
-  auto rec = std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary, box->budget);
+  auto rec =
+      std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary, box->budget);
   if (box->journal) {
-    auto spill = box->journal->Begin(
-        {{"id", exec_id}, {"binary", spec.binary}, {"max_output", spec.max_output}, {"started_unix", UnixNow()}});
+    auto spill = box->journal->Begin({{"id", exec_id},
+                                      {"binary", spec.binary},
+                                      {"max_output", spec.max_output},
+                                      {"started_unix", UnixNow()}});
     // Without its spill the exec still runs; it just would not survive a daemon restart.
     if (spill.ok()) rec->AttachSpill(std::move(*spill));
   }
   {
     std::lock_guard lock(mu_);
-    WARREN_RETURN_IF_ERROR(node::AdmitExec(&box->execs, &box->order, rec, kMaxRunning, kKeepExecs, ~uint64_t{0}));
+    WARREN_RETURN_IF_ERROR(
+        node::AdmitExec(&box->execs, &box->order, rec, kMaxRunning, kKeepExecs, ~uint64_t{0}));
   }
   if (spec.on_record) spec.on_record(rec);
 
   RunRequest req;
   req.argv = spec.argv;
   req.env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-             {"HOME", "/tmp"}, {"TMPDIR", "/tmp"}, {"LANG", "C.UTF-8"}};
+             {"HOME", "/tmp"},
+             {"TMPDIR", "/tmp"},
+             {"LANG", "C.UTF-8"}};
   for (const auto& [k, v] : box->config.env) req.env[k] = v;
   for (const auto& [k, v] : spec.env) req.env[k] = v;
   req.cwd = spec.cwd.empty() || spec.cwd == "/" ? "/tmp" : spec.cwd;
@@ -224,7 +238,8 @@ Result<std::shared_ptr<node::ExecRecord>> FncallNode::StartExec(const std::strin
   return rec;
 }
 
-void FncallNode::Execute(std::shared_ptr<Box> box, std::shared_ptr<node::ExecRecord> rec, RunRequest req) {
+void FncallNode::Execute(std::shared_ptr<Box> box, std::shared_ptr<node::ExecRecord> rec,
+                         RunRequest req) {
   node::ExecOutcome o;
   auto r = calls_->RunLayers(box->layers, req);
   if (!r.ok()) {

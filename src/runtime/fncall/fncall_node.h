@@ -35,10 +35,12 @@ class FncallNode : public node::NodeApi {
   int ReapUnadopted(const std::set<std::string>& also_keep = {}) override;
   Status SetNetwork(const std::string& id, const net::Policy& policy) override;
   Status SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) override;
-  Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under, size_t limit) override;
+  Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under,
+                                          size_t limit) override;
   Status PauseSandbox(const std::string& id) override;
   Status ResumeSandbox(const std::string& id) override;
-  Result<std::shared_ptr<node::ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,
+  Result<std::shared_ptr<node::ExecRecord>> StartExec(const std::string& id,
+                                                      const std::string& exec_id,
                                                       const node::ExecSpec& spec) override;
   Result<std::shared_ptr<node::ExecRecord>> GetExec(const std::string& id,
                                                     const std::string& exec_id) override;
@@ -47,7 +49,8 @@ class FncallNode : public node::NodeApi {
                         bool eof) override;
   Status WriteFile(const std::string& id, const std::string& path, uint32_t mode,
                    std::string_view data) override;
-  Result<std::string> ReadFile(const std::string& id, const std::string& path, uint64_t max) override;
+  Result<std::string> ReadFile(const std::string& id, const std::string& path,
+                               uint64_t max) override;
   nlohmann::json Info() override;
   void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override {
     inner_->SetOnSandboxLost(std::move(fn));
@@ -59,7 +62,7 @@ class FncallNode : public node::NodeApi {
     runtime::SandboxConfig config;
     std::shared_ptr<node::OutputBudget> budget;
     node::ExecMap execs;
-    std::vector<std::string> order;  // for forgetting the oldest finished execs
+    std::vector<std::string> order;              // for forgetting the oldest finished execs
     std::shared_ptr<node::ExecJournal> journal;  // null without a spill dir
   };
   std::shared_ptr<Box> Find(const std::string& id);

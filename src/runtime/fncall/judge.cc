@@ -44,13 +44,15 @@ std::string RunVerdict(const RunResult& r, int64_t cpu_limit_ms, uint64_t memory
     const uint64_t peak = static_cast<uint64_t>(r.maxrss_kb) * 1024;
     // Over the limit; or failed close to it, which is how a C program that never checks
     // malloc ends under an address-space limit (a NULL it then writes to).
-    const bool over = rss_counts && (peak > memory_bytes || (failed && peak >= memory_bytes / 10 * 8));
+    const bool over =
+        rss_counts && (peak > memory_bytes || (failed && peak >= memory_bytes / 10 * 8));
     // An allocation refused under the address-space limit shows only as the runtime's own
     // complaint: Python's MemoryError, C++'s bad_alloc, glibc's and the JVM's messages.
     const std::string& e = r.stderr_data;
     const bool said_so = Contains(e, "MemoryError") || Contains(e, "std::bad_alloc") ||
                          Contains(e, "Cannot allocate memory") || Contains(e, "OutOfMemoryError") ||
-                         Contains(e, "out of memory") || Contains(e, "JavaScript heap out of memory");
+                         Contains(e, "out of memory") ||
+                         Contains(e, "JavaScript heap out of memory");
     if (over || (failed && said_so)) return "memory_limit";
   }
   return failed ? "runtime_error" : "ok";

@@ -9,13 +9,13 @@ namespace warren::fncall {
 
 struct Language {
   std::string name;
-  std::string source;                 // the file the code is written to
-  std::vector<std::string> compile;   // empty: nothing to compile
-  std::vector<std::string> artifacts; // what compile leaves for the runs ("*.class": by suffix)
-  std::vector<std::string> run;       // argv; "{memory_mb}" is replaced by the call's memory
-  bool in_process_python = false;     // run in the runner's warm interpreter (no exec)
-  bool address_space_limit = true;    // false for VMs that reserve far more than they use
-  uint64_t min_nproc = 0;             // JVMs count every thread as a process
+  std::string source;                  // the file the code is written to
+  std::vector<std::string> compile;    // empty: nothing to compile
+  std::vector<std::string> artifacts;  // what compile leaves for the runs ("*.class": by suffix)
+  std::vector<std::string> run;        // argv; "{memory_mb}" is replaced by the call's memory
+  bool in_process_python = false;      // run in the runner's warm interpreter (no exec)
+  bool address_space_limit = true;     // false for VMs that reserve far more than they use
+  uint64_t min_nproc = 0;              // JVMs count every thread as a process
 };
 
 // nullopt for an unknown language.

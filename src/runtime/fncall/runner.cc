@@ -22,18 +22,25 @@ constexpr int kReadyTimeoutMs = 60000;
 constexpr int64_t kRunSlackMs = 15000;
 
 json LimitsJson(const RunLimits& l) {
-  return {{"wall_ms", l.wall_ms},       {"cpu_s", l.cpu_s},   {"as_bytes", l.as_bytes},
-          {"stack_bytes", l.stack_bytes}, {"fsize_bytes", l.fsize_bytes}, {"nproc", l.nproc},
-          {"nofile", l.nofile},         {"max_output", l.max_output},
+  return {{"wall_ms", l.wall_ms},
+          {"cpu_s", l.cpu_s},
+          {"as_bytes", l.as_bytes},
+          {"stack_bytes", l.stack_bytes},
+          {"fsize_bytes", l.fsize_bytes},
+          {"nproc", l.nproc},
+          {"nofile", l.nofile},
+          {"max_output", l.max_output},
           {"kill_at_output_cap", l.kill_at_output_cap}};
 }
 
 }  // namespace
 
 const std::map<std::string, std::string>& DefaultCallEnv() {
-  static const std::map<std::string, std::string> env = {
-      {"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"HOME", "/tmp"}, {"TMPDIR", "/tmp"},
-      {"LANG", "C.UTF-8"}, {"PYTHONDONTWRITEBYTECODE", "1"}};
+  static const std::map<std::string, std::string> env = {{"PATH", "/usr/local/bin:/usr/bin:/bin"},
+                                                         {"HOME", "/tmp"},
+                                                         {"TMPDIR", "/tmp"},
+                                                         {"LANG", "C.UTF-8"},
+                                                         {"PYTHONDONTWRITEBYTECODE", "1"}};
   return env;
 }
 
@@ -67,7 +74,8 @@ Result<std::shared_ptr<Runner>> Runner::Start(node::NodeApi* node, const RunnerC
                {"script_len", script.size()},
                {"bpf_len", cfg.call_seccomp_bpf.size()},
                {"lib_len", cfg.zygote_lib ? cfg.zygote_lib->size() : 0}};
-  es.stdin_data = agent::EncodeFrame(init, script + cfg.call_seccomp_bpf + (cfg.zygote_lib ? *cfg.zygote_lib : ""));
+  es.stdin_data = agent::EncodeFrame(
+      init, script + cfg.call_seccomp_bpf + (cfg.zygote_lib ? *cfg.zygote_lib : ""));
   es.on_output = [weak](int stream, std::string_view data) {
     if (auto self = weak.lock()) self->OnOutput(stream, data);
   };
@@ -248,7 +256,8 @@ void Runner::OnFrame(const std::string& header, std::string_view payload) {
   const std::string t = h.value("t", "");
   if (t == "ready") {
     if (h.value("zygote", "") != "native" && cfg_.zygote_lib)
-      spdlog::warn("fncall runner {}: the zygote runs in Python ({})", cfg_.id, h.value("zygote_why", ""));
+      spdlog::warn("fncall runner {}: the zygote runs in Python ({})", cfg_.id,
+                   h.value("zygote_why", ""));
     std::lock_guard lock(mu_);
     zygote_ = h.value("zygote", "python");
     ready_ = true;
@@ -289,8 +298,8 @@ void Runner::OnFrame(const std::string& header, std::string_view payload) {
     for (const json& f : h.value("files", json::array())) {
       size_t len = f.value("len", size_t{0});
       if (len > payload.size() - pos) break;
-      r.files.push_back({f.value("name", ""), std::string(payload.substr(pos, len)),
-                         f.value("mode", 0644u)});
+      r.files.push_back(
+          {f.value("name", ""), std::string(payload.substr(pos, len)), f.value("mode", 0644u)});
       pos += len;
     }
   }

@@ -26,7 +26,7 @@ struct RunFile {
 
 struct RunLimits {
   int64_t wall_ms = 10000;
-  int64_t cpu_s = 10;          // RLIMIT_CPU (whole seconds; the wall limit is the precise one)
+  int64_t cpu_s = 10;  // RLIMIT_CPU (whole seconds; the wall limit is the precise one)
   uint64_t as_bytes = 256ull << 20;
   uint64_t stack_bytes = 64ull << 20;
   uint64_t fsize_bytes = 64ull << 20;
@@ -45,7 +45,7 @@ struct RunRequest {
   std::vector<std::string> args;
   std::vector<std::string> argv;  // exec
   std::map<std::string, std::string> env;
-  std::vector<RunFile> files;     // written into the run's fresh /tmp
+  std::vector<RunFile> files;  // written into the run's fresh /tmp
   std::string cwd = "/tmp";
   std::string stdin_data;
   RunLimits limits;
@@ -68,17 +68,17 @@ struct RunResult {
 };
 
 struct RunnerConfig {
-  std::string id;                       // the runner sandbox's id
+  std::string id;                          // the runner sandbox's id
   std::vector<std::string> layer_digests;  // the runner image, top first
-  std::string python = "python3";       // the interpreter that runs zygote.py
-  uint64_t memory_bytes = 2ull << 30;   // the whole runner (all its calls)
+  std::string python = "python3";          // the interpreter that runs zygote.py
+  uint64_t memory_bytes = 2ull << 30;      // the whole runner (all its calls)
   uint64_t disk_bytes = 1ull << 30;
   uint64_t pids = 2048;
   double cpus = 2.0;
-  int max_workers = 4;                  // calls running at once in this runner
-  int prefork = 2;                      // workers kept ready
-  uint64_t tmp_bytes = 256ull << 20;    // each call's /tmp
-  std::string call_seccomp_bpf;         // each call's own filter (policy/seccomp-call.json)
+  int max_workers = 4;                // calls running at once in this runner
+  int prefork = 2;                    // workers kept ready
+  uint64_t tmp_bytes = 256ull << 20;  // each call's /tmp
+  std::string call_seccomp_bpf;       // each call's own filter (policy/seccomp-call.json)
   // warren-zygote.so (zygote_lib.c): the zygote's loop and a Python worker's set-up in C;
   // empty, or if it does not load in the runner's python3: zygote.py's own, in Python.
   std::shared_ptr<const std::string> zygote_lib;

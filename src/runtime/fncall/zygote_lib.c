@@ -41,7 +41,8 @@
 #define WZ_HAS_SHM 2u      /* the image has /dev/shm: it gets a tmpfs of its own */
 #define WZ_ROOT_DONE 4u    /* the zygote's own mount namespace has / private and read-only */
 #define WZ_FDS 5           /* request, stdin, stdout, stderr, status */
-#define WZ_TMP_INODES 32768 /* files a call's /tmp and /dev/shm may hold: kernel memory no process owns */
+#define WZ_TMP_INODES \
+  32768 /* files a call's /tmp and /dev/shm may hold: kernel memory no process owns */
 
 /* Landlock (Debian 12's headers predate the newer ABIs). */
 #define LL_EXECUTE (1ull << 0)
@@ -101,7 +102,8 @@ static void write_all(int fd, const char* p, size_t n) {
 
 static void setup_failed(const char* what) {
   char body[512];
-  int hlen = snprintf(body + 8, sizeof body - 8, "{\"error\":\"worker setup: %s: %s\"}", what, strerror(errno));
+  int hlen = snprintf(body + 8, sizeof body - 8, "{\"error\":\"worker setup: %s: %s\"}", what,
+                      strerror(errno));
   if (hlen < 0 || hlen > (int)sizeof body - 9) hlen = (int)sizeof body - 9;
   uint32_t total = 4u + (uint32_t)hlen, h = (uint32_t)hlen;
   memcpy(body, &total, 4);
@@ -110,8 +112,8 @@ static void setup_failed(const char* what) {
   _exit(1);
 }
 
-static void mount_or_fail(const char* src, const char* target, const char* type, unsigned long flags,
-                          const char* data) {
+static void mount_or_fail(const char* src, const char* target, const char* type,
+                          unsigned long flags, const char* data) {
   if (mount(src, target, type, flags, data) != 0) setup_failed(target);
 }
 
@@ -136,7 +138,8 @@ static void landlock_allow(int ruleset, const char* path, uint64_t access) {
     setup_failed(path);
   }
   struct ll_path_beneath rule = {access, fd};
-  if (syscall(SYS_landlock_add_rule, ruleset, 1 /* path beneath */, &rule, 0) != 0) setup_failed("landlock_add_rule");
+  if (syscall(SYS_landlock_add_rule, ruleset, 1 /* path beneath */, &rule, 0) != 0)
+    setup_failed("landlock_add_rule");
   close(fd);
 }
 
@@ -176,30 +179,35 @@ static void place_fds(const int* fds) {
     if (dup2(high[i], target[i]) < 0) _exit(1);
   if (syscall(SYS_close_range, 5u, ~0u, 0u) != 0) { /* before Linux 5.9 */
     struct rlimit rl;
-    long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1048576 ? (long)rl.rlim_cur : 1048576;
+    long max =
+        getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1048576 ? (long)rl.rlim_cur : 1048576;
     for (long fd = 5; fd < max; fd++) close((int)fd);
   }
 }
 
 /* /dev/null over what a fresh /proc still shows an unprivileged reader and a call must not
  * see: as isolation::kCallProcMasks (proc_masks.h), which says why these. */
-static const char* const kProcMasks[] = {"/proc/interrupts", "/proc/softirqs",     "/proc/config.gz",
-                                         "/proc/kallsyms",   "/proc/sched_debug", "/proc/latency_stats"};
+static const char* const kProcMasks[] = {"/proc/interrupts",  "/proc/softirqs",
+                                         "/proc/config.gz",   "/proc/kallsyms",
+                                         "/proc/sched_debug", "/proc/latency_stats"};
 
-static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags, unsigned long root_flags,
-                         const void* bpf, size_t bpf_len) {
+static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags,
+                         unsigned long root_flags, const void* bpf, size_t bpf_len) {
   if ((flags & (WZ_MAKE_PRIVATE | WZ_ROOT_DONE)) == WZ_MAKE_PRIVATE)
     mount_or_fail(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
   mount_or_fail("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
   for (size_t i = 0; i < sizeof kProcMasks / sizeof kProcMasks[0]; i++)
-    if (mount("/dev/null", kProcMasks[i], NULL, MS_BIND, NULL) != 0 && !(errno == ENOENT && access(kProcMasks[i], F_OK) != 0))
+    if (mount("/dev/null", kProcMasks[i], NULL, MS_BIND, NULL) != 0 &&
+        !(errno == ENOENT && access(kProcMasks[i], F_OK) != 0))
       setup_failed(kProcMasks[i]); /* absent: nothing to hide (but never a missing /dev/null) */
   char opts[128];
-  snprintf(opts, sizeof opts, "size=%llu,nr_inodes=%d,mode=0700,uid=%u,gid=%u", tmp_bytes, WZ_TMP_INODES, (unsigned)uid,
-           (unsigned)uid);
+  snprintf(opts, sizeof opts, "size=%llu,nr_inodes=%d,mode=0700,uid=%u,gid=%u", tmp_bytes,
+           WZ_TMP_INODES, (unsigned)uid, (unsigned)uid);
   mount_or_fail("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts);
-  if (flags & WZ_HAS_SHM) mount_or_fail("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts);
-  if (!(flags & WZ_ROOT_DONE)) mount_or_fail(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL);
+  if (flags & WZ_HAS_SHM)
+    mount_or_fail("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts);
+  if (!(flags & WZ_ROOT_DONE))
+    mount_or_fail(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL);
   if (chdir("/tmp") != 0) setup_failed("chdir /tmp"); /* a call's usual cwd: its Python skips it */
   if (sethostname("sandbox", 7) != 0) setup_failed("sethostname");
   bring_up_lo(); /* a reused namespace has it up, unless its worker died before this */
@@ -257,7 +265,7 @@ static void send_msg(int sock, const char* msg, int fd) {
 
 #define WZ_POOL 8
 #define WZ_KIDS 256
-static int g_self_netns = -1;      /* the runner's, to come back to after a check */
+static int g_self_netns = -1; /* the runner's, to come back to after a check */
 static int g_pool[WZ_POOL], g_pool_n;
 static struct {
   pid_t pid;
@@ -292,7 +300,8 @@ static int all_zero_after(const char* text, const char* key) {
 
 /* The namespace's own settings among its SNMP figures (the same in every new namespace). */
 static int snmp_setting(const char* name) {
-  static const char* const settings[] = {"Forwarding", "DefaultTTL", "RtoAlgorithm", "RtoMin", "RtoMax", "MaxConn", "ifIndex"};
+  static const char* const settings[] = {"Forwarding", "DefaultTTL", "RtoAlgorithm", "RtoMin",
+                                         "RtoMax",     "MaxConn",    "ifIndex"};
   for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
     if (strcmp(name, settings[i]) == 0) return 1;
   return 0;
@@ -308,7 +317,8 @@ static int snmp_all_zero(const char* path, int paired) {
   char* save = NULL;
   char* names = NULL;
   for (char* line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-    if (!paired) { /* "name   value": the value is the line's last word (scanned from its end: ~90 lines) */
+    if (!paired) { /* "name   value": the value is the line's last word (scanned from its end: ~90
+                      lines) */
       char* end = line + strlen(line);
       while (end > line && (end[-1] == ' ' || end[-1] == '\t')) end--;
       char* v = end;
@@ -350,14 +360,18 @@ static int netns_pristine_here(void) {
     if (next == q || v != 0 || (end && next > end)) return 0;
     q = next;
   }
-  if (strchr(lo + 3, ':') || lo + 2 != strchr(buf, ':')) return 0; /* another device: never lo alone */
+  if (strchr(lo + 3, ':') || lo + 2 != strchr(buf, ':'))
+    return 0; /* another device: never lo alone */
   /* No socket of any family ("sockets: used" counts them all in this namespace), none of TCP,
    * UDP, raw or fragments (v4 and v6) in use or in time-wait, and no AF_UNIX one (a socket
    * kept alive by its own fds in flight outlives every process). */
-  if (read_small("/proc/self/net/sockstat", buf, sizeof buf) < 0 || !strstr(buf, "sockets: used ") ||
-      !all_zero_after(buf, "sockets: used ") || !all_zero_after(buf, " inuse ") || !all_zero_after(buf, " tw "))
+  if (read_small("/proc/self/net/sockstat", buf, sizeof buf) < 0 ||
+      !strstr(buf, "sockets: used ") || !all_zero_after(buf, "sockets: used ") ||
+      !all_zero_after(buf, " inuse ") || !all_zero_after(buf, " tw "))
     return 0;
-  if (read_small("/proc/self/net/sockstat6", buf, sizeof buf) >= 0 && !all_zero_after(buf, " inuse ")) return 0;
+  if (read_small("/proc/self/net/sockstat6", buf, sizeof buf) >= 0 &&
+      !all_zero_after(buf, " inuse "))
+    return 0;
   /* IPv6 flow labels outlive their socket (up to a linger the call chose) and carry 20 bits
    * and an address a later call can read. Without IPv6 there are none, and no sockstat6. */
   if (read_small("/proc/self/net/ip6_flowlabel", buf, sizeof buf) >= 0) {
@@ -367,7 +381,8 @@ static int netns_pristine_here(void) {
     return 0;
   }
   /* netstat's and lo's own IPv6 counters move only with packets, which lo's counters show. */
-  if (!snmp_all_zero("/proc/self/net/snmp", 1) || !snmp_all_zero("/proc/self/net/snmp6", 0)) return 0;
+  if (!snmp_all_zero("/proc/self/net/snmp", 1) || !snmp_all_zero("/proc/self/net/snmp6", 0))
+    return 0;
   int n = read_small("/proc/self/net/unix", buf, sizeof buf);
   if (n < 0) return 0;
   char* nl = strchr(buf, '\n');
@@ -393,8 +408,10 @@ static void kid_add(pid_t pid, int netns) {
 
 /* A call's namespace, the call over: back to the pool if it is as new, else away. */
 static void netns_recycle(int netns) {
-  if (g_pool_n < WZ_POOL && netns_pristine(netns)) g_pool[g_pool_n++] = netns;
-  else close(netns);
+  if (g_pool_n < WZ_POOL && netns_pristine(netns))
+    g_pool[g_pool_n++] = netns;
+  else
+    close(netns);
 }
 
 /* A call ended. */
@@ -446,11 +463,14 @@ static long recv_request(int sock, int* fds) {
   for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    for (int i = 0; i < k && nfds < 8; i++) memcpy(&got[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    for (int i = 0; i < k && nfds < 8; i++)
+      memcpy(&got[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
   }
   if (strstr(msg, "\"netns_back\":")) { /* a native worker's namespace, its call over */
-    if (nfds == 1 && !(mh.msg_flags & MSG_CTRUNC)) netns_recycle(got[0]);
-    else for (int i = 0; i < nfds; i++) close(got[i]);
+    if (nfds == 1 && !(mh.msg_flags & MSG_CTRUNC))
+      netns_recycle(got[0]);
+    else
+      for (int i = 0; i < nfds; i++) close(got[i]);
     return 0;
   }
   if (strstr(msg, "\"netns\":")) {
@@ -480,9 +500,10 @@ static void report_ends(int sock) {
     long cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000L +
                   (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000L;
     char msg[256];
-    snprintf(msg, sizeof msg, "{\"exited\":%d,\"exit_code\":%d,\"signal\":%d,\"cpu_ms\":%ld,\"maxrss_kb\":%ld}",
-             (int)pid, WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0,
-             cpu_ms, ru.ru_maxrss);
+    snprintf(msg, sizeof msg,
+             "{\"exited\":%d,\"exit_code\":%d,\"signal\":%d,\"cpu_ms\":%ld,\"maxrss_kb\":%ld}",
+             (int)pid, WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+             WIFSIGNALED(status) ? WTERMSIG(status) : 0, cpu_ms, ru.ru_maxrss);
     send_msg(sock, msg, -1);
   }
 }
@@ -493,8 +514,10 @@ static void report_ends(int sock) {
  * runner's. Where any step fails, the flags stay as they were and workers do it all. */
 static unsigned prepare_root(unsigned flags, unsigned long root_flags) {
   if (unshare(CLONE_NEWNS) != 0) return flags;
-  if ((flags & WZ_MAKE_PRIVATE) && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return flags;
-  if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL) != 0) return flags;
+  if ((flags & WZ_MAKE_PRIVATE) && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+    return flags;
+  if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL) != 0)
+    return flags;
   return flags | WZ_ROOT_DONE;
 }
 
@@ -520,7 +543,9 @@ static int exe_piece(const char* line, const char* exe, struct wz_piece* p) {
   char perms[8], path[512];
   unsigned long ino;
   path[0] = 0;
-  if (sscanf(line, "%lx-%lx %7s %lx %*s %lu %511s", &p->start, &p->end, perms, &p->offset, &ino, path) < 5) return 0;
+  if (sscanf(line, "%lx-%lx %7s %lx %*s %lu %511s", &p->start, &p->end, perms, &p->offset, &ino,
+             path) < 5)
+    return 0;
   if (strcmp(path, exe) != 0 || perms[1] == 'w' || perms[3] != 'p') return 0;
   p->prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[2] == 'x' ? PROT_EXEC : 0);
   return 1;
@@ -528,11 +553,13 @@ static int exe_piece(const char* line, const char* exe, struct wz_piece* p) {
 
 /* [at, at + WZ_HUGE): wholly read-only mappings of the executable (`pieces`, in order, no gap),
  * some of it code. Copies it into an anonymous huge page at the same address; 0 on success. */
-static int stretch_to_huge_page(unsigned long at, const struct wz_piece* pieces, int n, int exe_fd) {
+static int stretch_to_huge_page(unsigned long at, const struct wz_piece* pieces, int n,
+                                int exe_fd) {
   void* copy = mmap(NULL, WZ_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (copy == MAP_FAILED) return -1;
   memcpy(copy, (void*)at, WZ_HUGE);
-  int ok = mmap((void*)at, WZ_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED;
+  int ok = mmap((void*)at, WZ_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                -1, 0) != MAP_FAILED;
   if (ok) {
     madvise((void*)at, WZ_HUGE, MADV_HUGEPAGE);
     memcpy((void*)at, copy, WZ_HUGE); /* the first touch takes a huge page, where there is one */
@@ -591,7 +618,8 @@ static int code_to_huge_pages(void) {
         hi = k;
         covered = pieces[k].end;
       }
-      if (lo >= 0 && covered >= at + WZ_HUGE && stretch_to_huge_page(at, &pieces[lo], hi - lo + 1, exe_fd) == 0)
+      if (lo >= 0 && covered >= at + WZ_HUGE &&
+          stretch_to_huge_page(at, &pieces[lo], hi - lo + 1, exe_fd) == 0)
         done++;
     }
   }
@@ -601,8 +629,9 @@ static int code_to_huge_pages(void) {
 }
 
 /* Serves fork requests on `sock`; returns only in a new worker, set up (see above). */
-__attribute__((visibility("default"))) int warren_zygote(int sock, const void* bpf, size_t bpf_len, unsigned long long tmp_bytes, unsigned flags,
-                  unsigned long root_flags) {
+__attribute__((visibility("default"))) int warren_zygote(int sock, const void* bpf, size_t bpf_len,
+                                                         unsigned long long tmp_bytes,
+                                                         unsigned flags, unsigned long root_flags) {
   const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
   g_self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   flags = prepare_root(flags, root_flags);
@@ -632,7 +661,8 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
     long uid = recv_request(sock, fds);
     if (uid <= 0) continue;
     int netns = g_pool_n ? g_pool[--g_pool_n] : -1;
-    long pid = syscall(SYS_clone, clone_flags | (netns < 0 ? CLONE_NEWNET : 0) | SIGCHLD, 0, 0, 0, 0);
+    long pid =
+        syscall(SYS_clone, clone_flags | (netns < 0 ? CLONE_NEWNET : 0) | SIGCHLD, 0, 0, 0, 0);
     if (pid == 0) {
       sigprocmask(SIG_SETMASK, &old, NULL);
       if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) _exit(1); /* the zygote reports our end */

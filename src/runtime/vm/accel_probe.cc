@@ -47,13 +47,20 @@ int RunGuestLoop() {
   int vm = ioctl(kvm, KVM_CREATE_VM, 0);
   if (vm < 0) return 4;
   const size_t mem_size = 0x10000;
-  auto* mem = static_cast<uint8_t*>(mmap(nullptr, mem_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* mem = static_cast<uint8_t*>(
+      mmap(nullptr, mem_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   if (mem == MAP_FAILED) return 5;
-  const uint8_t code[] = {0x66, 0xB9, static_cast<uint8_t>(kLoops), static_cast<uint8_t>(kLoops >> 8),
-                          static_cast<uint8_t>(kLoops >> 16), static_cast<uint8_t>(kLoops >> 24),
-                          0x66, 0x49,  // dec ecx
-                          0x75, 0xFC,  // jnz -4
-                          0xF4};       // hlt
+  const uint8_t code[] = {0x66,
+                          0xB9,
+                          static_cast<uint8_t>(kLoops),
+                          static_cast<uint8_t>(kLoops >> 8),
+                          static_cast<uint8_t>(kLoops >> 16),
+                          static_cast<uint8_t>(kLoops >> 24),
+                          0x66,
+                          0x49,  // dec ecx
+                          0x75,
+                          0xFC,   // jnz -4
+                          0xF4};  // hlt
   memcpy(mem + 0x1000, code, sizeof code);
   kvm_userspace_memory_region region{};
   region.slot = 0;
@@ -64,7 +71,8 @@ int RunGuestLoop() {
   int vcpu = ioctl(vm, KVM_CREATE_VCPU, 0);
   if (vcpu < 0) return 7;
   int run_size = ioctl(kvm, KVM_GET_VCPU_MMAP_SIZE, 0);
-  auto* run = static_cast<kvm_run*>(mmap(nullptr, static_cast<size_t>(run_size), PROT_READ | PROT_WRITE, MAP_SHARED, vcpu, 0));
+  auto* run = static_cast<kvm_run*>(
+      mmap(nullptr, static_cast<size_t>(run_size), PROT_READ | PROT_WRITE, MAP_SHARED, vcpu, 0));
   if (run == MAP_FAILED) return 8;
   kvm_sregs sregs;
   if (ioctl(vcpu, KVM_GET_SREGS, &sregs) < 0) return 8;
@@ -129,13 +137,16 @@ AccelChoice ChooseAccel(const std::string& force) {
   const double elapsed = Ms(std::chrono::steady_clock::now() - t0);
   char buf[256];
   if (r <= 0) {
-    snprintf(buf, sizeof buf, "a KVM guest loop that takes %.1f ms natively did not finish in %d ms", c.native_loop_ms,
-             kDeadlineMs);
+    snprintf(buf, sizeof buf,
+             "a KVM guest loop that takes %.1f ms natively did not finish in %d ms",
+             c.native_loop_ms, kDeadlineMs);
   } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    snprintf(buf, sizeof buf, "the KVM probe guest failed (step %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    snprintf(buf, sizeof buf, "the KVM probe guest failed (step %d)",
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   } else {
     c.kvm_loop_ms = elapsed;
-    snprintf(buf, sizeof buf, "a guest loop took %.1f ms under KVM, %.1f ms natively", elapsed, c.native_loop_ms);
+    snprintf(buf, sizeof buf, "a guest loop took %.1f ms under KVM, %.1f ms natively", elapsed,
+             c.native_loop_ms);
   }
   c.reason = buf;
   const bool fast = c.kvm_loop_ms >= 0 && c.kvm_loop_ms <= kMaxSlowdown * c.native_loop_ms + 50;

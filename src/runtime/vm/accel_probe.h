@@ -12,8 +12,8 @@
 namespace warren::runtime::vm {
 
 struct AccelChoice {
-  std::string accel;   // "kvm" or "tcg"
-  std::string reason;  // what the probe saw
+  std::string accel;        // "kvm" or "tcg"
+  std::string reason;       // what the probe saw
   double kvm_loop_ms = -1;  // the guest loop under KVM (-1: did not finish)
   double native_loop_ms = -1;
 };

@@ -33,7 +33,8 @@ std::string Canonical(std::string name) {
 std::string ModuleName(const std::string& path) {
   std::string base = path.substr(path.rfind('/') + 1);
   for (const char* ext : {".ko.xz", ".ko.zst", ".ko.gz", ".ko"})
-    if (base.size() > strlen(ext) && base.compare(base.size() - strlen(ext), std::string::npos, ext) == 0) {
+    if (base.size() > strlen(ext) &&
+        base.compare(base.size() - strlen(ext), std::string::npos, ext) == 0) {
       base.resize(base.size() - strlen(ext));
       break;
     }
@@ -53,11 +54,13 @@ Result<std::string> FindKernel() {
   std::vector<std::string> found;
   if (DIR* d = opendir("/boot")) {
     while (dirent* e = readdir(d))
-      if (strncmp(e->d_name, "vmlinuz-", 8) == 0) found.push_back(std::string("/boot/") + e->d_name);
+      if (strncmp(e->d_name, "vmlinuz-", 8) == 0)
+        found.push_back(std::string("/boot/") + e->d_name);
     closedir(d);
   }
   if (found.empty())
-    return NotFound("guest kernel", "/boot/vmlinuz-* (install linux-image-amd64, or pass --vm-kernel)");
+    return NotFound("guest kernel",
+                    "/boot/vmlinuz-* (install linux-image-amd64, or pass --vm-kernel)");
   std::sort(found.begin(), found.end(), [](const std::string& a, const std::string& b) {
     return strverscmp(a.c_str(), b.c_str()) < 0;
   });
@@ -66,7 +69,8 @@ Result<std::string> FindKernel() {
 
 Status WriteEntry(archive* a, const std::string& path, mode_t mode, const std::string& data = "",
                   dev_t rdev = 0) {
-  std::unique_ptr<archive_entry, decltype(&archive_entry_free)> e(archive_entry_new(), archive_entry_free);
+  std::unique_ptr<archive_entry, decltype(&archive_entry_free)> e(archive_entry_new(),
+                                                                  archive_entry_free);
   archive_entry_set_pathname(e.get(), path.c_str());
   archive_entry_set_mode(e.get(), mode);
   archive_entry_set_uid(e.get(), 0);
@@ -84,12 +88,14 @@ Status WriteEntry(archive* a, const std::string& path, mode_t mode, const std::s
 
 Status BuildInitramfs(const std::string& out_path, const std::string& agent_path,
                       const std::string& module_dir, const std::vector<std::string>& order) {
-  std::unique_ptr<archive, decltype(&archive_write_free)> a(archive_write_new(), archive_write_free);
+  std::unique_ptr<archive, decltype(&archive_write_free)> a(archive_write_new(),
+                                                            archive_write_free);
   archive_write_set_format_cpio_newc(a.get());
   archive_write_add_filter_none(a.get());
   if (archive_write_open_filename(a.get(), out_path.c_str()) != ARCHIVE_OK)
     return Status(Code::kInternal, "create initramfs", out_path, archive_error_string(a.get()));
-  for (const char* d : {"dev", "proc", "sys", "run", "run/warren", "run/warren/staging", "lib", "lib/modules"})
+  for (const char* d :
+       {"dev", "proc", "sys", "run", "run/warren", "run/warren/staging", "lib", "lib/modules"})
     WARREN_RETURN_IF_ERROR(WriteEntry(a.get(), d, S_IFDIR | 0755));
   // The kernel opens /dev/console for init's stdio before init mounts devtmpfs.
   WARREN_RETURN_IF_ERROR(WriteEntry(a.get(), "dev/console", S_IFCHR | 0600, "", makedev(5, 1)));
@@ -122,7 +128,8 @@ const std::vector<std::string>& GuestModules() {
 Result<std::vector<std::string>> ModuleLoadOrder(const std::vector<std::string>& wanted,
                                                  const std::string& modules_dep,
                                                  const std::string& modules_builtin) {
-  std::map<std::string, std::pair<std::string, std::vector<std::string>>> dep;  // name -> (path, deps)
+  std::map<std::string, std::pair<std::string, std::vector<std::string>>>
+      dep;  // name -> (path, deps)
   std::istringstream in(modules_dep);
   for (std::string line; std::getline(in, line);) {
     size_t colon = line.find(':');
@@ -161,7 +168,8 @@ Status ExtractVmlinux(const std::string& bzimage, const std::string& out_path) {
   static const char kXzMagic[] = {'\xFD', '7', 'z', 'X', 'Z', '\0'};
   size_t at = in.find(std::string_view(kXzMagic, sizeof kXzMagic));
   if (at == std::string::npos)
-    return Status(Code::kInvalid, "extract vmlinux", bzimage, "no xz payload (only xz-compressed kernels are supported)");
+    return Status(Code::kInvalid, "extract vmlinux", bzimage,
+                  "no xz payload (only xz-compressed kernels are supported)");
   lzma_stream s = LZMA_STREAM_INIT;
   if (lzma_stream_decoder(&s, UINT64_MAX, 0) != LZMA_OK)
     return Status(Code::kInternal, "extract vmlinux", bzimage, "lzma_stream_decoder failed");
@@ -177,7 +185,8 @@ Status ExtractVmlinux(const std::string& bzimage, const std::string& out_path) {
     s.avail_out = buf.size();
     lzma_ret r = lzma_code(&s, LZMA_FINISH);
     size_t n = buf.size() - s.avail_out;
-    if (n && write(out.get(), buf.data(), n) != static_cast<ssize_t>(n)) return ErrnoStatus("write", tmp);
+    if (n && write(out.get(), buf.data(), n) != static_cast<ssize_t>(n))
+      return ErrnoStatus("write", tmp);
     if (r == LZMA_STREAM_END) break;
     if (r != LZMA_OK) {
       unlink(tmp.c_str());
@@ -190,26 +199,32 @@ Status ExtractVmlinux(const std::string& bzimage, const std::string& out_path) {
 }
 
 Result<GuestImage> PrepareGuestImage(const std::string& cache_dir, const std::string& kernel,
-                                     const std::string& agent_path, const std::string& modules_root) {
+                                     const std::string& agent_path,
+                                     const std::string& modules_root) {
   const std::string vmlinuz = kernel.empty() ? WARREN_TRY(FindKernel()) : kernel;
   const std::string base = vmlinuz.substr(vmlinuz.rfind('/') + 1);
   if (base.rfind("vmlinuz-", 0) != 0)
-    return Invalid("guest kernel must be named vmlinuz-<release> (its modules are found by release)", vmlinuz);
+    return Invalid(
+        "guest kernel must be named vmlinuz-<release> (its modules are found by release)", vmlinuz);
   GuestImage g;
   g.release = base.substr(8);
   g.bzimage_path = vmlinuz;
   const std::string mod_dir = modules_root + "/" + g.release;
-  if (mkdir(cache_dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", cache_dir);
+  if (mkdir(cache_dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return ErrnoStatus("mkdir", cache_dir);
 
   struct stat ks;
   if (stat(vmlinuz.c_str(), &ks) != 0) return ErrnoStatus("stat", vmlinuz);
   const std::string kernel_key = Sha256Hex(vmlinuz + ":" + std::to_string(ks.st_size) + ":" +
-                                           std::to_string(ks.st_mtim.tv_sec)).substr(0, 16);
+                                           std::to_string(ks.st_mtim.tv_sec))
+                                     .substr(0, 16);
   g.kernel_path = cache_dir + "/vmlinux-" + g.release + "-" + kernel_key;
-  if (access(g.kernel_path.c_str(), R_OK) != 0) WARREN_RETURN_IF_ERROR(ExtractVmlinux(vmlinuz, g.kernel_path));
+  if (access(g.kernel_path.c_str(), R_OK) != 0)
+    WARREN_RETURN_IF_ERROR(ExtractVmlinux(vmlinuz, g.kernel_path));
 
-  auto order = WARREN_TRY(ModuleLoadOrder(GuestModules(), WARREN_TRY(ReadFile(mod_dir + "/modules.dep")),
-                                          WARREN_TRY(ReadFile(mod_dir + "/modules.builtin"))));
+  auto order =
+      WARREN_TRY(ModuleLoadOrder(GuestModules(), WARREN_TRY(ReadFile(mod_dir + "/modules.dep")),
+                                 WARREN_TRY(ReadFile(mod_dir + "/modules.builtin"))));
   const std::string agent_sum = WARREN_TRY(Sha256File(agent_path));
   std::string recipe = "v1\n" + kernel_key + "\n" + agent_sum + "\n";
   for (const auto& m : order) recipe += m + "\n";
@@ -218,7 +233,8 @@ Result<GuestImage> PrepareGuestImage(const std::string& cache_dir, const std::st
   if (access(g.initramfs_path.c_str(), R_OK) != 0) {
     const std::string tmp = g.initramfs_path + ".tmp" + std::to_string(getpid());
     WARREN_RETURN_IF_ERROR(BuildInitramfs(tmp, agent_path, mod_dir, order));
-    if (rename(tmp.c_str(), g.initramfs_path.c_str()) != 0) return ErrnoStatus("rename", g.initramfs_path);
+    if (rename(tmp.c_str(), g.initramfs_path.c_str()) != 0)
+      return ErrnoStatus("rename", g.initramfs_path);
   }
   g.digest = Sha256Hex(g.kernel_path + "\n" + initrd_key).substr(0, 16);
   return g;

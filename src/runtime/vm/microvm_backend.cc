@@ -4,23 +4,22 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <cmath>
+#include <deque>
 #include <fstream>
 #include <thread>
 
@@ -45,8 +44,8 @@ using nlohmann::json;
 // slots point at the placeholder. A sandbox with more layers boots cold.
 constexpr size_t kLayerSlots = 8;
 // Fixed fd numbers inside QEMU (see QemuArgs).
-constexpr int kAgentFd = 3, kQmpFd = 4, kKernelFd = 5, kInitrdFd = 6, kStateFd = 7, kRamFd = 8, kTapFd = 9,
-              kFirstLayerFd = 10;
+constexpr int kAgentFd = 3, kQmpFd = 4, kKernelFd = 5, kInitrdFd = 6, kStateFd = 7, kRamFd = 8,
+              kTapFd = 9, kFirstLayerFd = 10;
 // Every VM's NIC has this MAC in QEMU's arguments (a template's arguments must match its
 // restores'); the guest agent then sets the sandbox's own (GuestMac).
 constexpr const char* kTemplateMac = "52:54:00:00:00:01";
@@ -57,7 +56,8 @@ constexpr int64_t kWarmIdleMs = 600000;  // warm VMs of a size not asked for in 
 constexpr size_t kConsoleTail = 8192;
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -65,7 +65,8 @@ int64_t NowMs() {
 uint64_t HostTscKhz() {
   std::ifstream f("/proc/cpuinfo");
   for (std::string line; std::getline(f, line);)
-    if (line.rfind("cpu MHz", 0) == 0) return static_cast<uint64_t>(std::stod(line.substr(line.find(':') + 1)) * 1000);
+    if (line.rfind("cpu MHz", 0) == 0)
+      return static_cast<uint64_t>(std::stod(line.substr(line.find(':') + 1)) * 1000);
   return 0;
 }
 
@@ -107,7 +108,8 @@ void PruneCache(const std::string& cache_dir, const std::vector<std::string>& ke
       const std::string path = dir + "/" + e->d_name;
       struct stat sb;
       if (e->d_name[0] == '.' || lstat(path.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
-      if (std::find(keep.begin(), keep.end(), path) != keep.end() || now - sb.st_mtime < kUnusedFor) continue;
+      if (std::find(keep.begin(), keep.end(), path) != keep.end() || now - sb.st_mtime < kUnusedFor)
+        continue;
       if (unlink(path.c_str()) == 0) spdlog::info("microvm: pruned {} (unused for a day)", path);
     }
     closedir(d);
@@ -136,13 +138,15 @@ Result<agent::Message> WaitMessage(int sock, int qemu_pidfd, int timeout_ms) {
   const int64_t deadline = NowMs() + timeout_ms;
   for (;;) {
     int64_t left = deadline - NowMs();
-    if (left <= 0) return Status(Code::kUnavailable, "wait for the guest agent", "microvm", "timed out");
+    if (left <= 0)
+      return Status(Code::kUnavailable, "wait for the guest agent", "microvm", "timed out");
     pollfd p[2] = {{sock, POLLIN, 0}, {qemu_pidfd, POLLIN, 0}};
     int r = poll(p, 2, static_cast<int>(left));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return ErrnoStatus("poll", "guest agent");
     if (p[0].revents) return agent::Recv(sock);
-    if (p[1].revents) return Status(Code::kUnavailable, "wait for the guest agent", "microvm", "QEMU exited");
+    if (p[1].revents)
+      return Status(Code::kUnavailable, "wait for the guest agent", "microvm", "QEMU exited");
   }
 }
 
@@ -150,16 +154,19 @@ Result<agent::Message> WaitMessage(int sock, int qemu_pidfd, int timeout_ms) {
 // runs the guest. A guest saved stopped stays paused after loading until `cont`.
 Status Restore(QmpClient& q) {
   WARREN_RETURN_IF_ERROR(
-      q.Execute("migrate-set-capabilities", {{"capabilities", {{{"capability", "x-ignore-shared"}, {"state", true}}}}})
+      q.Execute("migrate-set-capabilities",
+                {{"capabilities", {{{"capability", "x-ignore-shared"}, {"state", true}}}}})
           .status());
-  WARREN_RETURN_IF_ERROR(q.Execute("migrate-incoming", {{"uri", "fd:" + std::to_string(kStateFd)}}).status());
+  WARREN_RETURN_IF_ERROR(
+      q.Execute("migrate-incoming", {{"uri", "fd:" + std::to_string(kStateFd)}}).status());
   const int64_t deadline = NowMs() + 30000;
   for (;;) {
     json st = WARREN_TRY(q.Execute("query-status"));
     const std::string s = st.value("status", "");
     if (s == "paused") break;
     if (s != "inmigrate") return Internal("restore microvm", "qemu", "state after loading: " + s);
-    if (NowMs() > deadline) return Internal("restore microvm", "qemu", "loading the template did not finish");
+    if (NowMs() > deadline)
+      return Internal("restore microvm", "qemu", "loading the template did not finish");
     usleep(2000);
   }
   return q.Execute("cont").status();
@@ -216,7 +223,8 @@ struct MicrovmBoot {
     auto m = WaitMessage(control.get(), qemu.pidfd.get(), timeout_ms);
     if (!m.ok()) return m.status().Context(what + " (console: " + ConsoleTail() + ")");
     const std::string t = m->header.value("t", "");
-    if (!type.empty() && t != type) return Internal(what, "microvm", "unexpected agent message " + t);
+    if (!type.empty() && t != type)
+      return Internal(what, "microvm", "unexpected agent message " + t);
     return m;
   }
   void Shutdown() {
@@ -237,7 +245,7 @@ struct MicrovmBoot {
 };
 
 struct MicrovmBackend::Template {
-  std::mutex mu;  // held while the template is being made or loaded
+  std::mutex mu;           // held while the template is being made or loaded
   std::string state_path;  // device state (QEMU migration stream without RAM)
   std::string ram_path;    // guest RAM image, sparse, to load `ram` from after a restart
   UniqueFd ram;            // guest RAM: a sealed memfd every restored VM maps privately
@@ -261,8 +269,12 @@ namespace {
 class MicrovmInstance : public Instance {
  public:
   MicrovmInstance(std::unique_ptr<MicrovmBoot> boot, int pid, uint32_t uid, UniqueFd control,
-                           std::function<Status(bool)> freeze)
-      : boot_(std::move(boot)), pid_(pid), uid_(uid), control_(std::move(control)), freeze_(std::move(freeze)) {}
+                  std::function<Status(bool)> freeze)
+      : boot_(std::move(boot)),
+        pid_(pid),
+        uid_(uid),
+        control_(std::move(control)),
+        freeze_(std::move(freeze)) {}
   UniqueFd TakeControlSocket() override { return std::move(control_); }
   Status Destroy() override {
     std::lock_guard lock(mu_);
@@ -299,11 +311,13 @@ uint64_t MicrovmBackend::GuestRamMiB(uint64_t memory_bytes) {
   return std::max<uint64_t>(memory_bytes >> 20, 64) + 192;
 }
 
-Result<std::unique_ptr<MicrovmBackend>> MicrovmBackend::Start(const MicrovmOptions& opts, isolation::UidAllocator* uids) {
+Result<std::unique_ptr<MicrovmBackend>> MicrovmBackend::Start(const MicrovmOptions& opts,
+                                                              isolation::UidAllocator* uids) {
   std::unique_ptr<MicrovmBackend> b(new MicrovmBackend(opts, uids));
   if (access(opts.qemu.c_str(), X_OK) != 0)
     return ErrnoStatus("find QEMU (install qemu-system-x86)", opts.qemu);
-  if (mkdir(opts.cache_dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", opts.cache_dir);
+  if (mkdir(opts.cache_dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return ErrnoStatus("mkdir", opts.cache_dir);
   b->guest_ = WARREN_TRY(PrepareGuestImage(opts.cache_dir, opts.kernel, opts.agent_path));
   b->accel_ = ChooseAccel(opts.accel == "auto" ? "" : opts.accel);
   b->tsc_khz_ = HostTscKhz();
@@ -312,12 +326,14 @@ Result<std::unique_ptr<MicrovmBackend>> MicrovmBackend::Start(const MicrovmOptio
   // behind that slot after a restore is readable up to its end.
   // It starts with an empty EROFS image, which a warm VM mounts to rehearse its setup.
   b->placeholder_ = opts.cache_dir + "/placeholder-erofs.img";
-  if (access(b->placeholder_.c_str(), R_OK) != 0) WARREN_RETURN_IF_ERROR(MakePlaceholder(b->placeholder_));
+  if (access(b->placeholder_.c_str(), R_OK) != 0)
+    WARREN_RETURN_IF_ERROR(MakePlaceholder(b->placeholder_));
   b->placeholder_fd_ = WARREN_TRY(Hold(b->placeholder_));
   b->kernel_fd_ = WARREN_TRY(Hold(b->guest_.kernel_path));
   b->bzimage_fd_ = WARREN_TRY(Hold(b->guest_.bzimage_path));
   b->initrd_fd_ = WARREN_TRY(Hold(b->guest_.initramfs_path));
-  const std::vector<std::string> own = {b->placeholder_, b->guest_.kernel_path, b->guest_.initramfs_path};
+  const std::vector<std::string> own = {b->placeholder_, b->guest_.kernel_path,
+                                        b->guest_.initramfs_path};
   for (const auto& f : own) Touch(f);
   PruneCache(opts.cache_dir, own);
   mkdir((opts.cache_dir + "/templates").c_str(), 0700);
@@ -325,12 +341,15 @@ Result<std::unique_ptr<MicrovmBackend>> MicrovmBackend::Start(const MicrovmOptio
   if (DIR* d = opendir(b->RunDir().c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string n = e->d_name;
-      if (n.rfind("warm-", 0) == 0 || n.rfind("template-", 0) == 0) unlink((b->RunDir() + "/" + n).c_str());
+      if (n.rfind("warm-", 0) == 0 || n.rfind("template-", 0) == 0)
+        unlink((b->RunDir() + "/" + n).c_str());
     }
     closedir(d);
   }
-  if (opts.snapshots && opts.warm_pool > 0) b->filler_ = std::thread([raw = b.get()] { raw->FillLoop(); });
-  spdlog::info("microvm: accelerator {} ({}); guest kernel {}", b->accel_.accel, b->accel_.reason, b->guest_.release);
+  if (opts.snapshots && opts.warm_pool > 0)
+    b->filler_ = std::thread([raw = b.get()] { raw->FillLoop(); });
+  spdlog::info("microvm: accelerator {} ({}); guest kernel {}", b->accel_.accel, b->accel_.reason,
+               b->guest_.release);
   return b;
 }
 
@@ -347,8 +366,8 @@ json MicrovmBackend::Info() const {
           {"warm_ready", warm_ready_.load()}};
 }
 
-std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode,
-                                                  bool full_os) const {
+std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, size_t slots,
+                                                  Mode mode, bool full_os) const {
   const bool kvm = accel_.accel == "kvm";
   std::string append = "console=ttyS0 reboot=t panic=-1 quiet loglevel=3";
   if (!kvm && tsc_khz_) append += " tsc_early_khz=" + std::to_string(tsc_khz_);
@@ -359,44 +378,48 @@ std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, s
   // is loaded directly, nothing boots from the NIC).
   const std::string bus = full_os ? "-pci" : "-device";
   const std::string machine = full_os ? "q35" : "microvm";
-  std::vector<std::string> a = {"-M", mode == Mode::kCold ? machine : machine + ",memory-backend=ram"};
+  std::vector<std::string> a = {"-M",
+                                mode == Mode::kCold ? machine : machine + ",memory-backend=ram"};
   if (mode != Mode::kCold) {
     // The template writes its RAM into our memfd (share=on); a restored VM maps the sealed
     // memfd copy-on-write (share=off): it starts with the template's memory without copying
     // it, and shares every page it does not write with the template and the other VMs.
-    a.insert(a.end(), {"-object", "memory-backend-file,id=ram,size=" + ram + ",mem-path=/proc/self/fd/" +
-                                      std::to_string(kRamFd) + ",share=" + (mode == Mode::kTemplate ? "on" : "off")});
+    a.insert(a.end(), {"-object", "memory-backend-file,id=ram,size=" + ram +
+                                      ",mem-path=/proc/self/fd/" + std::to_string(kRamFd) +
+                                      ",share=" + (mode == Mode::kTemplate ? "on" : "off")});
   }
-  a.insert(a.end(), {
-      "-accel", kvm ? "kvm" : "tcg", "-cpu", kvm ? "host" : "max",
-      "-m", ram, "-smp", std::to_string(vcpus),
-      "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-      "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-      "-kernel", "/proc/self/fd/" + std::to_string(kKernelFd)});
+  a.insert(a.end(), {"-accel", kvm ? "kvm" : "tcg", "-cpu", kvm ? "host" : "max", "-m", ram, "-smp",
+                     std::to_string(vcpus), "-nodefaults", "-no-user-config", "-display", "none",
+                     "-no-reboot", "-sandbox",
+                     "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+                     "-kernel", "/proc/self/fd/" + std::to_string(kKernelFd)});
   // A restored VM never reads its kernel or initramfs again (its RAM is the template's): it
   // gets the small compressed kernel, only so QEMU can set the machine up, and no initramfs.
   if (mode != Mode::kRestore)
     a.insert(a.end(), {"-initrd", "/proc/self/fd/" + std::to_string(kInitrdFd)});
   const std::string rom = full_os ? ",romfile=" : "";
-  a.insert(a.end(), {
-      "-append", append,
-      "-serial", "stdio",
-      "-device", "virtio-serial" + bus + ",max_ports=2",
-      "-chardev", "socket,id=agent,server=on,wait=off,fd=" + std::to_string(kAgentFd),
-      "-device", std::string("virtserialport,chardev=agent,name=") + agent::kAgentPortName,
-      "-chardev", "socket,id=qmp,server=on,wait=off,fd=" + std::to_string(kQmpFd),
-      "-mon", "chardev=qmp,mode=control",
-      "-object", "rng-random,id=rng,filename=/dev/urandom",
-      "-device", "virtio-rng" + bus + ",rng=rng",
-      "-netdev", "tap,id=net0,fd=" + std::to_string(kTapFd),
-      "-device", "virtio-net" + bus + ",netdev=net0,mac=" + kTemplateMac + rom});
+  a.insert(a.end(),
+           {"-append",  append,
+            "-serial",  "stdio",
+            "-device",  "virtio-serial" + bus + ",max_ports=2",
+            "-chardev", "socket,id=agent,server=on,wait=off,fd=" + std::to_string(kAgentFd),
+            "-device",  std::string("virtserialport,chardev=agent,name=") + agent::kAgentPortName,
+            "-chardev", "socket,id=qmp,server=on,wait=off,fd=" + std::to_string(kQmpFd),
+            "-mon",     "chardev=qmp,mode=control",
+            "-object",  "rng-random,id=rng,filename=/dev/urandom",
+            "-device",  "virtio-rng" + bus + ",rng=rng",
+            "-netdev",  "tap,id=net0,fd=" + std::to_string(kTapFd),
+            "-device",  "virtio-net" + bus + ",netdev=net0,mac=" + kTemplateMac + rom});
   for (size_t i = 0; i < slots; ++i) {
     const std::string n = std::to_string(i), set = std::to_string(i + 1);
     // Named nodes (file, then raw on top) so a warm VM's slot can be given another file.
-    a.insert(a.end(), {"-add-fd", "fd=" + std::to_string(kFirstLayerFd + static_cast<int>(i)) + ",set=" + set,
-                       "-blockdev", "driver=file,node-name=file" + n + ",filename=/dev/fdset/" + set + ",read-only=on",
-                       "-blockdev", "driver=raw,node-name=layer" + n + ",file=file" + n + ",read-only=on",
-                       "-device", "virtio-blk" + bus + ",drive=layer" + n + ",serial=layer" + n});
+    a.insert(
+        a.end(),
+        {"-add-fd", "fd=" + std::to_string(kFirstLayerFd + static_cast<int>(i)) + ",set=" + set,
+         "-blockdev",
+         "driver=file,node-name=file" + n + ",filename=/dev/fdset/" + set + ",read-only=on",
+         "-blockdev", "driver=raw,node-name=layer" + n + ",file=file" + n + ",read-only=on",
+         "-device", "virtio-blk" + bus + ",drive=layer" + n + ",serial=layer" + n});
   }
   // The state comes in through QMP once x-ignore-shared is set on this side too.
   if (mode == Mode::kRestore) a.insert(a.end(), {"-incoming", "defer"});
@@ -412,7 +435,8 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   boot->slot = isolation::UidSlot(uids_, *slot);
   const uint32_t uid = boot->slot.range().host_base;
   boot->ram_mib = ram_mib;
-  boot->cgroup = WARREN_TRY(isolation::Cgroup::Create(opts_.cgroup_parent, spec.cgroup_name, QemuLimits(ram_mib, spec.cpus)));
+  boot->cgroup = WARREN_TRY(isolation::Cgroup::Create(opts_.cgroup_parent, spec.cgroup_name,
+                                                      QemuLimits(ram_mib, spec.cpus)));
 
   // QEMU listens for the agent channel and its monitor on sockets in our run directory, so a
   // node that restarted connects again (Adopt).
@@ -421,7 +445,8 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   UniqueFd agent_listen = WARREN_TRY(sys::ListenUnix(boot->run_base + ".agent", SOCK_STREAM, 2));
   UniqueFd qmp_listen = WARREN_TRY(sys::ListenUnix(boot->run_base + ".qmp", SOCK_STREAM, 2));
   const bool bz = spec.mode == Mode::kRestore;
-  UniqueFd kernel = WARREN_TRY(Reopen(bz ? bzimage_fd_ : kernel_fd_, bz ? guest_.bzimage_path : guest_.kernel_path));
+  UniqueFd kernel = WARREN_TRY(
+      Reopen(bz ? bzimage_fd_ : kernel_fd_, bz ? guest_.bzimage_path : guest_.kernel_path));
   UniqueFd initrd = WARREN_TRY(Reopen(initrd_fd_, guest_.initramfs_path));
   // Unused fixed slots get /dev/null, so the numbering never shifts.
   UniqueFd null_fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -429,8 +454,12 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   QemuLaunch l;
   l.binary = opts_.qemu;
   l.args = QemuArgs(ram_mib, spec.vcpus, spec.layer_fds.size(), spec.mode, spec.full_os);
-  l.fds = {agent_listen.get(), qmp_listen.get(), kernel.get(), initrd.get(),
-           spec.state_fd >= 0 ? spec.state_fd : null_fd.get(), spec.ram_fd >= 0 ? spec.ram_fd : null_fd.get(),
+  l.fds = {agent_listen.get(),
+           qmp_listen.get(),
+           kernel.get(),
+           initrd.get(),
+           spec.state_fd >= 0 ? spec.state_fd : null_fd.get(),
+           spec.ram_fd >= 0 ? spec.ram_fd : null_fd.get(),
            null_fd.get() /* the tap, made by the child */};
   l.tap_fd = kTapFd;
   l.bridge_eth0 = spec.bridge_eth0;
@@ -478,27 +507,32 @@ Status MicrovmBackend::Connect(MicrovmBoot& boot, bool adopting) {
   boot.stop.Reset(eventfd(0, EFD_CLOEXEC));
   if (!boot.stop) return ErrnoStatus("eventfd", "microvm relay");
   MicrovmBoot* raw = &boot;
-  boot.relay = std::thread([raw, adopting, stream = std::move(agent), packets = std::move(packet_relay)]() mutable {
-    agent::RelayOptions o;
-    o.stop_fd = raw->stop.get();
-    o.drain_fd = raw->qemu.console.get();
-    o.on_drain = [raw](std::string_view s) {
-      std::lock_guard lock(raw->console_mu);
-      raw->console.append(s);
-      if (raw->console.size() > kConsoleTail) raw->console.erase(0, raw->console.size() - kConsoleTail);
-    };
-    const std::string_view first = adopting ? agent::kAdoptFrame : agent::kSyncFrame;
-    Status st = send(stream.get(), first.data(), first.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(first.size())
-                    ? Status::Ok()
-                    : ErrnoStatus("send", "agent stream");
-    if (st.ok() && adopting) {
-      auto rest = agent::AwaitSync(stream.get(), raw->stop.get(), 30000);
-      if (rest.ok()) o.initial = std::move(*rest);
-      else st = rest.status();
-    }
-    if (st.ok()) st = agent::RelayFrames(stream.get(), packets.get(), o);
-    if (!st.ok()) spdlog::warn("microvm agent relay: {}", st.ToString());
-  });
+  boot.relay = std::thread(
+      [raw, adopting, stream = std::move(agent), packets = std::move(packet_relay)]() mutable {
+        agent::RelayOptions o;
+        o.stop_fd = raw->stop.get();
+        o.drain_fd = raw->qemu.console.get();
+        o.on_drain = [raw](std::string_view s) {
+          std::lock_guard lock(raw->console_mu);
+          raw->console.append(s);
+          if (raw->console.size() > kConsoleTail)
+            raw->console.erase(0, raw->console.size() - kConsoleTail);
+        };
+        const std::string_view first = adopting ? agent::kAdoptFrame : agent::kSyncFrame;
+        Status st = send(stream.get(), first.data(), first.size(), MSG_NOSIGNAL) ==
+                            static_cast<ssize_t>(first.size())
+                        ? Status::Ok()
+                        : ErrnoStatus("send", "agent stream");
+        if (st.ok() && adopting) {
+          auto rest = agent::AwaitSync(stream.get(), raw->stop.get(), 30000);
+          if (rest.ok())
+            o.initial = std::move(*rest);
+          else
+            st = rest.status();
+        }
+        if (st.ok()) st = agent::RelayFrames(stream.get(), packets.get(), o);
+        if (!st.ok()) spdlog::warn("microvm agent relay: {}", st.ToString());
+      });
   boot.qmp = std::make_unique<QmpClient>(std::move(qmp));
   Status st = boot.qmp->Handshake(30000);
   if (!st.ok()) return st.Context("console: " + boot.ConsoleTail());
@@ -517,7 +551,8 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Adopt(const std::string& id) {
   UniqueFd pidfd(pid > 0 ? static_cast<int>(syscall(SYS_pidfd_open, pid, 0)) : -1);
   if (!pidfd) return Status(Code::kNotFound, "adopt microvm", id, "its QEMU is gone");
   if (!boot->cgroup.Holds(pid))
-    return Status(Code::kNotFound, "adopt microvm", id, "pid " + std::to_string(pid) + " is not its QEMU");
+    return Status(Code::kNotFound, "adopt microvm", id,
+                  "pid " + std::to_string(pid) + " is not its QEMU");
   boot->qemu.pid = pid;
   boot->qemu.pidfd = std::move(pidfd);
   boot->qemu.adopted = true;
@@ -528,11 +563,14 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Adopt(const std::string& id) {
   const uint32_t uid = boot->slot.range().host_base;
   UniqueFd control = std::move(boot->control);
   isolation::Cgroup* cg = &boot->cgroup;
-  return std::unique_ptr<Instance>(std::make_unique<MicrovmInstance>(
-      std::move(boot), pid, uid, std::move(control), [cg](bool frozen) { return cg->Freeze(frozen); }));
+  return std::unique_ptr<Instance>(
+      std::make_unique<MicrovmInstance>(std::move(boot), pid, uid, std::move(control),
+                                        [cg](bool frozen) { return cg->Freeze(frozen); }));
 }
 
-bool MicrovmBackend::Owns(const std::string& id) const { return access((RunDir() + "/" + id + ".vm.json").c_str(), F_OK) == 0; }
+bool MicrovmBackend::Owns(const std::string& id) const {
+  return access((RunDir() + "/" + id + ".vm.json").c_str(), F_OK) == 0;
+}
 
 Result<json> MicrovmBackend::ReadRecord(const std::string& id) const {
   const std::string path = RunDir() + "/" + id + ".vm.json";
@@ -543,7 +581,8 @@ Result<json> MicrovmBackend::ReadRecord(const std::string& id) const {
   return j;
 }
 
-Result<std::shared_ptr<MicrovmBackend::Template>> MicrovmBackend::TemplateFor(uint64_t ram_mib, int vcpus) {
+Result<std::shared_ptr<MicrovmBackend::Template>> MicrovmBackend::TemplateFor(uint64_t ram_mib,
+                                                                              int vcpus) {
   // Everything the saved state depends on: a change to any of it makes a new template.
   std::string recipe = guest_.digest + "\n" + qemu_version_ + "\n" + accel_.accel + "\n";
   for (const auto& a : QemuArgs(ram_mib, vcpus, kLayerSlots, Mode::kRestore)) recipe += a + "\n";
@@ -566,18 +605,22 @@ Result<std::shared_ptr<MicrovmBackend::Template>> MicrovmBackend::TemplateFor(ui
   // until then sandboxes of this size boot cold.
   if (!t->ready && (t->error.ok() || NowMs() - t->failed_at_ms > kTemplateRetryMs)) {
     const int64_t t0 = NowMs();
-    const bool saved = access(t->state_path.c_str(), R_OK) == 0 && access(t->ram_path.c_str(), R_OK) == 0;
+    const bool saved =
+        access(t->state_path.c_str(), R_OK) == 0 && access(t->ram_path.c_str(), R_OK) == 0;
     t->error = saved ? LoadTemplate(*t, ram_mib) : MakeTemplate(*t, ram_mib, vcpus);
     if (t->error.ok()) {
       auto held = Hold(t->state_path);
-      if (held.ok()) t->state = std::move(*held);
-      else t->error = held.status();
+      if (held.ok())
+        t->state = std::move(*held);
+      else
+        t->error = held.status();
     }
     if (t->error.ok()) {
       Touch(t->state_path);
       Touch(t->ram_path);
       t->ready = true;
-      spdlog::info("microvm: template {} MiB x{} {} in {} ms", ram_mib, vcpus, saved ? "loaded" : "made", NowMs() - t0);
+      spdlog::info("microvm: template {} MiB x{} {} in {} ms", ram_mib, vcpus,
+                   saved ? "loaded" : "made", NowMs() - t0);
     } else {
       t->failed_at_ms = NowMs();
       spdlog::warn("microvm: no template for {} MiB x{}: {}", ram_mib, vcpus, t->error.ToString());
@@ -592,7 +635,8 @@ namespace {
 Result<UniqueFd> NewRamMemfd(uint64_t ram_mib) {
   UniqueFd fd(memfd_create("warren-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return ErrnoStatus("memfd_create", "template RAM");
-  if (ftruncate(fd.get(), static_cast<off_t>(ram_mib << 20)) != 0) return ErrnoStatus("ftruncate", "template RAM");
+  if (ftruncate(fd.get(), static_cast<off_t>(ram_mib << 20)) != 0)
+    return ErrnoStatus("ftruncate", "template RAM");
   return fd;
 }
 
@@ -614,9 +658,11 @@ Status CopySparse(int from, int to, const std::string& what) {
     off_t hole = lseek(from, data, SEEK_HOLE);
     if (hole < 0) return ErrnoStatus("seek", what);
     for (off_t off = data; off < hole;) {
-      ssize_t n = pread(from, buf.data(), std::min<off_t>(hole - off, static_cast<off_t>(buf.size())), off);
+      ssize_t n =
+          pread(from, buf.data(), std::min<off_t>(hole - off, static_cast<off_t>(buf.size())), off);
       if (n <= 0) return ErrnoStatus("read", what);
-      if (pwrite(to, buf.data(), static_cast<size_t>(n), off) != n) return ErrnoStatus("write", what);
+      if (pwrite(to, buf.data(), static_cast<size_t>(n), off) != n)
+        return ErrnoStatus("write", what);
       off += n;
     }
     pos = hole;
@@ -663,7 +709,8 @@ Status MicrovmBackend::MakeTemplate(Template& t, uint64_t ram_mib, int vcpus) {
   QmpClient& q = *boot->qmp;
   // The RAM is in our memfd already: the stream carries only the devices' state.
   WARREN_RETURN_IF_ERROR(
-      q.Execute("migrate-set-capabilities", {{"capabilities", {{{"capability", "x-ignore-shared"}, {"state", true}}}}})
+      q.Execute("migrate-set-capabilities",
+                {{"capabilities", {{{"capability", "x-ignore-shared"}, {"state", true}}}}})
           .status());
   WARREN_RETURN_IF_ERROR(q.Execute("stop").status());
   WARREN_RETURN_IF_ERROR(q.Execute("getfd", {{"fdname", "state"}}, 10000, out.get()).status());
@@ -674,8 +721,10 @@ Status MicrovmBackend::MakeTemplate(Template& t, uint64_t ram_mib, int vcpus) {
     const std::string st = m.value("status", "");
     if (st == "completed") break;
     if (st == "failed" || st == "cancelled")
-      return Internal("save template", t.state_path, "migration " + st + ": " + m.value("error-desc", ""));
-    if (NowMs() > deadline) return Internal("save template", t.state_path, "migration did not finish");
+      return Internal("save template", t.state_path,
+                      "migration " + st + ": " + m.value("error-desc", ""));
+    if (NowMs() > deadline)
+      return Internal("save template", t.state_path, "migration did not finish");
     usleep(10000);
   }
   boot.reset();  // QEMU gone: no writable shared mapping of the RAM is left, so it can be sealed
@@ -684,14 +733,16 @@ Status MicrovmBackend::MakeTemplate(Template& t, uint64_t ram_mib, int vcpus) {
   {
     UniqueFd rf(open(ram_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (!rf) return ErrnoStatus("create", ram_tmp);
-    if (ftruncate(rf.get(), static_cast<off_t>(ram_mib << 20)) != 0) return ErrnoStatus("ftruncate", ram_tmp);
+    if (ftruncate(rf.get(), static_cast<off_t>(ram_mib << 20)) != 0)
+      return ErrnoStatus("ftruncate", ram_tmp);
     WARREN_RETURN_IF_ERROR(CopySparse(ram.get(), rf.get(), ram_tmp));
     if (fsync(rf.get()) != 0) return ErrnoStatus("fsync", ram_tmp);
   }
   if (fsync(out.get()) != 0) return ErrnoStatus("fsync", state_tmp);
   // RAM first: a state file is only ever next to its complete RAM image.
   if (rename(ram_tmp.c_str(), t.ram_path.c_str()) != 0) return ErrnoStatus("rename", t.ram_path);
-  if (rename(state_tmp.c_str(), t.state_path.c_str()) != 0) return ErrnoStatus("rename", t.state_path);
+  if (rename(state_tmp.c_str(), t.state_path.c_str()) != 0)
+    return ErrnoStatus("rename", t.state_path);
   rm_tmp.Cancel();
   t.ram = std::move(ram);
   return Status::Ok();
@@ -710,7 +761,8 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::MakeWarm(Template& t) {
   ls.state_fd = state.get();
   ls.ram_fd = t.ram.get();
   auto boot = WARREN_TRY(Launch(ls));
-  WARREN_RETURN_IF_ERROR(Restore(*boot->qmp).Context("restore warm VM (console: " + boot->ConsoleTail() + ")"));
+  WARREN_RETURN_IF_ERROR(
+      Restore(*boot->qmp).Context("restore warm VM (console: " + boot->ConsoleTail() + ")"));
   // The rehearsal (agent/vm_init.h): the sandbox's setup then runs on translated code.
   WARREN_RETURN_IF_ERROR(agent::Send(boot->control.get(), agent::Message{{{"t", "warmup"}}, ""}));
   auto m = WARREN_TRY(boot->Await("warm", kSetupTimeoutMs, "warm up " + ls.name));
@@ -739,27 +791,34 @@ std::unique_ptr<MicrovmBoot> MicrovmBackend::TakeWarm(Template& t) {
   return b;
 }
 
-Status MicrovmBackend::HandOver(MicrovmBoot& boot, const SandboxConfig& cfg, const std::vector<int>& layer_fds) {
+Status MicrovmBackend::HandOver(MicrovmBoot& boot, const SandboxConfig& cfg,
+                                const std::vector<int>& layer_fds) {
   QmpClient& q = *boot.qmp;
   // Each layer behind its slot: the fd into a new fd set, a file node on it, and the slot's
   // raw node reopened onto that file (the guest drops its cache of the disk at setup).
   for (size_t i = 0; i < layer_fds.size(); ++i) {
     const std::string n = std::to_string(i);
-    json added = WARREN_TRY(q.Execute("add-fd", {{"fdset-id", 100 + static_cast<int>(i)}}, 10000, layer_fds[i]));
+    json added = WARREN_TRY(
+        q.Execute("add-fd", {{"fdset-id", 100 + static_cast<int>(i)}}, 10000, layer_fds[i]));
     const std::string file = "sandbox-file" + n;
-    WARREN_RETURN_IF_ERROR(q.Execute("blockdev-add", {{"driver", "file"},
-                                                      {"node-name", file},
-                                                      {"filename", "/dev/fdset/" + std::to_string(added.value("fdset-id", 0))},
-                                                      {"read-only", true}})
-                               .status());
     WARREN_RETURN_IF_ERROR(
-        q.Execute("blockdev-reopen",
-                  {{"options", {{{"driver", "raw"}, {"node-name", "layer" + n}, {"file", file}, {"read-only", true}}}}})
+        q.Execute("blockdev-add",
+                  {{"driver", "file"},
+                   {"node-name", file},
+                   {"filename", "/dev/fdset/" + std::to_string(added.value("fdset-id", 0))},
+                   {"read-only", true}})
             .status());
+    WARREN_RETURN_IF_ERROR(q.Execute("blockdev-reopen", {{"options",
+                                                          {{{"driver", "raw"},
+                                                            {"node-name", "layer" + n},
+                                                            {"file", file},
+                                                            {"read-only", true}}}}})
+                               .status());
   }
   // Into a cgroup of the sandbox's name and limits (cgroup2 cannot rename); the warm one,
   // empty then, is removed by the assignment.
-  auto cg = WARREN_TRY(isolation::Cgroup::Create(opts_.cgroup_parent, cfg.id, QemuLimits(boot.ram_mib, cfg.cpus)));
+  auto cg = WARREN_TRY(
+      isolation::Cgroup::Create(opts_.cgroup_parent, cfg.id, QemuLimits(boot.ram_mib, cfg.cpus)));
   cg.CloseCloneFd();
   if (Status st = cg.Enter(boot.qemu.pid); !st.ok()) {
     (void)boot.cgroup.Enter(boot.qemu.pid);  // back where it was, so both groups can go
@@ -784,7 +843,8 @@ void MicrovmBackend::FillLoop() {
     fill_cv_.wait_for(lock, std::chrono::seconds(10), [&] {
       if (stopping_) return true;
       for (auto& [key, t] : templates_)
-        if (t->ready && t->wanted && (t->warm_failures < 3 || NowMs() - t->warm_failed_at_ms > 60000) &&
+        if (t->ready && t->wanted &&
+            (t->warm_failures < 3 || NowMs() - t->warm_failed_at_ms > 60000) &&
             static_cast<int>(t->warm.size()) + t->warm_making < opts_.warm_pool) {
           need = t;
           return true;
@@ -824,7 +884,8 @@ void MicrovmBackend::FillLoop() {
     } else {
       ++need->warm_failures;
       need->warm_failed_at_ms = NowMs();
-      spdlog::warn("microvm: warm VM for {} MiB x{}: {}", need->ram_mib, need->vcpus, warm.status().ToString());
+      spdlog::warn("microvm: warm VM for {} MiB x{}: {}", need->ram_mib, need->vcpus,
+                   warm.status().ToString());
     }
   }
 }
@@ -848,8 +909,10 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
     auto t = TemplateFor(ram, vcpus);
     if (t.ok()) {
       auto st = Reopen((*t)->state, (*t)->state_path);
-      if (st.ok()) state = std::move(*st), tmpl = *t;
-      else spdlog::warn("microvm: {}", st.status().ToString());
+      if (st.ok())
+        state = std::move(*st), tmpl = *t;
+      else
+        spdlog::warn("microvm: {}", st.status().ToString());
     }
   }
   LaunchSpec ls;
@@ -894,7 +957,9 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   if (warm) {
     ++restores_;
   } else if (tmpl) {
-    WARREN_RETURN_IF_ERROR(Restore(*boot->qmp).Context("restore " + cfg.id + " (console: " + boot->ConsoleTail() + ")"));
+    WARREN_RETURN_IF_ERROR(
+        Restore(*boot->qmp)
+            .Context("restore " + cfg.id + " (console: " + boot->ConsoleTail() + ")"));
     ++restores_;
   } else {
     WARREN_RETURN_IF_ERROR(boot->Await("", kColdBootTimeoutMs, "boot " + cfg.id).status());
@@ -906,7 +971,8 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   setup.hostname = cfg.hostname;
   setup.disk_bytes = cfg.disk_bytes;
   setup.layers = static_cast<uint32_t>(cfg.layers.size());
-  for (size_t i : ToolLayerIndexes(cfg.layers)) setup.tool_layers.push_back(static_cast<uint32_t>(i));
+  for (size_t i : ToolLayerIndexes(cfg.layers))
+    setup.tool_layers.push_back(static_cast<uint32_t>(i));
   setup.loopback = false;  // up since the guest's init (vm_init.cc)
   for (const auto& [path, data] : cfg.files) setup.files.push_back({path, data, 0644});
   setup.nofile = cfg.open_files;
@@ -914,35 +980,49 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   setup.env = cfg.env;
   agent::VmSetup& vm = setup.vm.emplace();
   vm.full_os = cfg.full_os;
-  for (size_t i = 0; i < cfg.layers.size(); ++i) vm.layer_serials.push_back("layer" + std::to_string(i));
+  for (size_t i = 0; i < cfg.layers.size(); ++i)
+    vm.layer_serials.push_back("layer" + std::to_string(i));
   vm.memory_bytes = cfg.memory_bytes;
   vm.pids = cfg.pids;
   vm.seed = HexRandom(32);
   vm.now_ns = int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
-  if (cfg.net_ip) vm.net = agent::VmSetup::Net{Ip4(cfg.net_ip), Ip4(cfg.net_gateway), GuestMac(cfg.net_ip)};
+  if (cfg.net_ip)
+    vm.net = agent::VmSetup::Net{Ip4(cfg.net_ip), Ip4(cfg.net_gateway), GuestMac(cfg.net_ip)};
   const int64_t t_running = NowMs();
-  WARREN_RETURN_IF_ERROR(
-      agent::Send(boot->control.get(), agent::Message{agent::ToJson(setup), ""}).Context("setup " + cfg.id));
+  WARREN_RETURN_IF_ERROR(agent::Send(boot->control.get(), agent::Message{agent::ToJson(setup), ""})
+                             .Context("setup " + cfg.id));
   // A full OS answers once its init has started the agent's service: a boot, not a setup.
-  auto reply = boot->Await("", cfg.full_os ? kColdBootTimeoutMs : kSetupTimeoutMs, "create " + cfg.id);
+  auto reply =
+      boot->Await("", cfg.full_os ? kColdBootTimeoutMs : kSetupTimeoutMs, "create " + cfg.id);
   if (!reply.ok()) return reply.status();
   const std::string t = reply->header.value("t", "");
   if (t == "setup_failed")
-    return Internal("create sandbox", cfg.id, "guest agent setup failed: " + reply->header.value("error", ""));
+    return Internal("create sandbox", cfg.id,
+                    "guest agent setup failed: " + reply->header.value("error", ""));
   if (t != "ready") return Internal("create sandbox", cfg.id, "unexpected agent message " + t);
   if (auto ready = agent::ParseReady(reply->header); !ready.ok())
     return Internal("create sandbox", cfg.id, ready.status().ToString());
-  spdlog::info("{} {}: QEMU started in {} ms, guest {} in {} ms, agent setup {} ms {} (init: {})", cfg.full_os ? "vm" : "microvm", cfg.id, t_launched - t0,
-               warm ? "warm" : tmpl ? "restored" : "booted", t_running - t_launched, NowMs() - t_running,
-               reply->header.value("setup_ms", json::object()).dump(), reply->header.value("init", ""));
+  spdlog::info("{} {}: QEMU started in {} ms, guest {} in {} ms, agent setup {} ms {} (init: {})",
+               cfg.full_os ? "vm" : "microvm", cfg.id, t_launched - t0,
+               warm   ? "warm"
+               : tmpl ? "restored"
+                      : "booted",
+               t_running - t_launched, NowMs() - t_running,
+               reply->header.value("setup_ms", json::object()).dump(),
+               reply->header.value("init", ""));
 
   const int pid = boot->qemu.pid;
   const uint32_t uid = boot->slot.range().host_base;
   // What a restarted node needs to take this VM over (Adopt).
   {
     const std::string path = RunDir() + "/" + cfg.id + ".vm.json", tmp = path + ".tmp";
-    const std::string doc = json{{"id", cfg.id}, {"pid", pid}, {"slot", boot->slot.slot()}, {"wired", cfg.net_ip != 0},
-                                 {"full_os", cfg.full_os}}.dump();
+    const std::string doc = json{
+        {"id", cfg.id},
+        {"pid", pid},
+        {"slot", boot->slot.slot()},
+        {"wired", cfg.net_ip != 0},
+        {"full_os",
+         cfg.full_os}}.dump();
     UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (!f || write(f.get(), doc.data(), doc.size()) != static_cast<ssize_t>(doc.size()) ||
         rename(tmp.c_str(), path.c_str()) != 0)
@@ -951,8 +1031,9 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   }
   UniqueFd control = std::move(boot->control);
   isolation::Cgroup* cg = &boot->cgroup;
-  return std::unique_ptr<Instance>(std::make_unique<MicrovmInstance>(
-      std::move(boot), pid, uid, std::move(control), [cg](bool frozen) { return cg->Freeze(frozen); }));
+  return std::unique_ptr<Instance>(
+      std::make_unique<MicrovmInstance>(std::move(boot), pid, uid, std::move(control),
+                                        [cg](bool frozen) { return cg->Freeze(frozen); }));
 }
 
 }  // namespace warren::runtime::vm

@@ -40,7 +40,7 @@ struct MicrovmOptions {
   std::string kernel;     // a vmlinuz; "" = the newest in /boot
   std::string cache_dir;  // guest images and template snapshots
   std::string agent_path;
-  std::string accel;      // "", "auto", "kvm" or "tcg"
+  std::string accel;  // "", "auto", "kvm" or "tcg"
   std::string cgroup_parent;
   bool snapshots = true;  // restore from templates; false: every sandbox boots cold
   // Restored microVMs kept waiting per template size in use (network none only): a create
@@ -53,7 +53,8 @@ struct MicrovmBoot;  // one running QEMU and what it holds (microvm_backend.cc)
 class MicrovmBackend : public Backend {
  public:
   // Fails (with the reason) where microVMs cannot run: no QEMU, no guest kernel or modules.
-  static Result<std::unique_ptr<MicrovmBackend>> Start(const MicrovmOptions& opts, isolation::UidAllocator* uids);
+  static Result<std::unique_ptr<MicrovmBackend>> Start(const MicrovmOptions& opts,
+                                                       isolation::UidAllocator* uids);
   ~MicrovmBackend() override;
 
   std::string name() const override { return "microvm"; }
@@ -73,7 +74,8 @@ class MicrovmBackend : public Backend {
 
  private:
   struct Template;
-  MicrovmBackend(const MicrovmOptions& opts, isolation::UidAllocator* uids) : opts_(opts), uids_(uids) {}
+  MicrovmBackend(const MicrovmOptions& opts, isolation::UidAllocator* uids)
+      : opts_(opts), uids_(uids) {}
   Result<std::shared_ptr<Template>> TemplateFor(uint64_t ram_mib, int vcpus);
   Status MakeTemplate(Template& t, uint64_t ram_mib, int vcpus);
   Status LoadTemplate(Template& t, uint64_t ram_mib);
@@ -91,7 +93,8 @@ class MicrovmBackend : public Backend {
   // device state).
   enum class Mode { kCold, kTemplate, kRestore };
   // full_os: backend vm, a q35 PC with virtio over PCI booting the image's own init.
-  std::vector<std::string> QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode, bool full_os = false) const;
+  std::vector<std::string> QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode,
+                                    bool full_os = false) const;
   struct LaunchSpec {
     std::string name, cgroup_name;
     uint64_t ram_mib = 0;

@@ -2,19 +2,19 @@
 
 #include <fcntl.h>
 #include <grp.h>
-#include <sched.h>
-#include <signal.h>
 #include <linux/if_tun.h>
 #include <linux/sockios.h>
 #include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
-#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,7 +32,8 @@ namespace warren::runtime::vm {
 namespace {
 
 // Host directories QEMU has no business seeing (state of the node and of other users).
-constexpr const char* kHiddenDirs[] = {"/run", "/tmp", "/var", "/home", "/root", "/srv", "/mnt", "/media", "/boot"};
+constexpr const char* kHiddenDirs[] = {"/run", "/tmp", "/var",   "/home", "/root",
+                                       "/srv", "/mnt", "/media", "/boot"};
 
 // Child side: report the failing step and errno to the parent, then exit.
 [[noreturn]] void Fail(int report_fd, int step) {
@@ -76,7 +77,8 @@ int MakeTap(bool bridge_eth0) {
 
 }  // namespace
 
-Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Status(pid_t)>& before_exec) {
+Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l,
+                                    const std::function<Status(pid_t)>& before_exec) {
   if (l.uid == 0 || l.gid == 0) return Invalid("QEMU must not run as root", "qemu launch");
   std::vector<std::string> argv_s = {l.binary};
   argv_s.insert(argv_s.end(), l.args.begin(), l.args.end());
@@ -130,11 +132,13 @@ Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Sta
     for (const char* d : kHiddenDirs) {
       struct stat sb;
       if (lstat(d, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
-      if (mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,mode=0755") != 0) Fail(rep, 5);
+      if (mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,mode=0755") != 0)
+        Fail(rep, 5);
     }
     // A /proc of the new pid namespace: QEMU sees only itself (its fds stay reachable
     // through /proc/self/fd, which is how it opens the kernel and initramfs).
-    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) Fail(rep, 6);
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+      Fail(rep, 6);
     if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) Fail(rep, 7);
     if (l.tap_fd >= 0) {
       int tap = MakeTap(l.bridge_eth0);
@@ -146,11 +150,13 @@ Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Sta
     // Raw calls: glibc's setgroups/setres[ug]id would signal every thread of the daemon's
     // that glibc still lists here (clone3 is not fork: nothing reset that list) and wait for
     // each, forever.
-    if (sys::RawSyscall(SYS_setgroups, 0, 0) != 0 || sys::RawSyscall(SYS_setresgid, l.gid, l.gid, l.gid) != 0 ||
+    if (sys::RawSyscall(SYS_setgroups, 0, 0) != 0 ||
+        sys::RawSyscall(SYS_setresgid, l.gid, l.gid, l.gid) != 0 ||
         sys::RawSyscall(SYS_setresuid, l.uid, l.uid, l.uid) != 0)
       Fail(rep, 8);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(rep, 9);
-    syscall(SYS_close_range, static_cast<unsigned>(kFirstFd + l.fds.size()), ~0u, CLOSE_RANGE_CLOEXEC);
+    syscall(SYS_close_range, static_cast<unsigned>(kFirstFd + l.fds.size()), ~0u,
+            CLOSE_RANGE_CLOEXEC);
     execve(l.binary.c_str(), argv.data(), envp);
     Fail(rep, 11);
   }
@@ -172,8 +178,16 @@ Result<QemuProcess> SpawnJailedQemu(const QemuLaunch& l, const std::function<Sta
     n = read(rep_rd.get(), msg, sizeof msg);
   } while (n < 0 && errno == EINTR);
   if (n == sizeof msg) {
-    static const char* kSteps[] = {"", "dup fds", "stdio", "place fds", "private mounts", "hide host dirs",
-                                   "mount proc", "enter network namespace", "drop to uid", "no_new_privs",
+    static const char* kSteps[] = {"",
+                                   "dup fds",
+                                   "stdio",
+                                   "place fds",
+                                   "private mounts",
+                                   "hide host dirs",
+                                   "mount proc",
+                                   "enter network namespace",
+                                   "drop to uid",
+                                   "no_new_privs",
                                    "make the VM's tap device"};
     std::string step = msg[0] > 0 && msg[0] < 11 ? kSteps[msg[0]] : "exec";
     return ErrnoStatus("start qemu: " + step, l.binary, msg[1]);
@@ -193,7 +207,8 @@ void KillQemu(QemuProcess& p) {
     while (poll(&w, 1, 10000) < 0 && errno == EINTR) {
     }
   } else if (p.pidfd) {
-    while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(p.pidfd.get()), &info, WEXITED | __WALL) != 0 &&
+    while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(p.pidfd.get()), &info,
+                  WEXITED | __WALL) != 0 &&
            errno == EINTR) {
     }
   }

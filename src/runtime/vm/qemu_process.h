@@ -40,7 +40,7 @@ inline constexpr int kFirstFd = 3;
 struct QemuProcess {
   pid_t pid = -1;
   UniqueFd pidfd;
-  UniqueFd console;  // read end of QEMU's stdout+stderr (the guest's serial console)
+  UniqueFd console;      // read end of QEMU's stdout+stderr (the guest's serial console)
   bool adopted = false;  // started by an earlier run of the node: not our child
 };
 

@@ -24,7 +24,8 @@ Result<json> QmpClient::ReadMessage(int timeout_ms) {
     }
     if (buf_.size() > (1u << 20)) return Invalid("QMP message too long", "qemu");
     int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    deadline - std::chrono::steady_clock::now()).count());
+                                    deadline - std::chrono::steady_clock::now())
+                                    .count());
     if (left <= 0) return Status(Code::kUnavailable, "read QMP reply", "qemu", "no answer in time");
     pollfd p{sock_.get(), POLLIN, 0};
     int r = poll(&p, 1, left);
@@ -35,7 +36,8 @@ Result<json> QmpClient::ReadMessage(int timeout_ms) {
     ssize_t n = read(sock_.get(), tmp, sizeof tmp);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoStatus("read", "qemu monitor");
-    if (n == 0) return Status(Code::kUnavailable, "read QMP reply", "qemu", "monitor closed (QEMU exited)");
+    if (n == 0)
+      return Status(Code::kUnavailable, "read QMP reply", "qemu", "monitor closed (QEMU exited)");
     buf_.append(tmp, static_cast<size_t>(n));
   }
 }
@@ -46,7 +48,8 @@ Status QmpClient::Handshake(int timeout_ms) {
   return Execute("qmp_capabilities", nullptr, timeout_ms).status();
 }
 
-Result<json> QmpClient::Execute(const std::string& command, const json& args, int timeout_ms, int pass_fd) {
+Result<json> QmpClient::Execute(const std::string& command, const json& args, int timeout_ms,
+                                int pass_fd) {
   json req = {{"execute", command}};
   if (!args.is_null()) req["arguments"] = args;
   const std::string line = req.dump() + "\n";

@@ -116,18 +116,27 @@ Result<runtime::vm::MicrovmBackend*> LocalNode::Microvm() {
   return microvm_.get();
 }
 
-Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
-  runtime::Backend* backend = container_.get();
-  // microvm and vm (a full OS) are both QEMU guests of the one VM backend.
-  const bool is_vm = spec.backend == "microvm" || spec.backend == "vm";
-  if (is_vm) {
-    backend = WARREN_TRY(Microvm());
-  } else if (spec.backend != "container") {
-    return Status(Code::kInvalid, "create sandbox", spec.config.id,
-                  "backend `" + spec.backend + "` is not available on this node (yet)");
+Result<runtime::Backend*> LocalNode::BackendFor(runtime::BackendKind kind) {
+  switch (kind) {
+    case runtime::BackendKind::kContainer:
+      return container_.get();
+    // microvm and vm (a full OS) are both QEMU guests of the one VM backend.
+    case runtime::BackendKind::kMicrovm:
+    case runtime::BackendKind::kVm:
+      return WARREN_TRY(Microvm());
+    case runtime::BackendKind::kFncall:
+      break;  // a service in front of the node (FncallNode)
   }
+  return Status(Code::kInvalid, "create sandbox", runtime::BackendName(kind),
+                "this backend is not available on this node");
+}
+
+Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
+  runtime::Backend* backend = WARREN_TRY(BackendFor(spec.backend));
+  const runtime::BackendTraits traits = runtime::TraitsOf(spec.backend);
+  const bool is_vm = traits.is_vm;
   runtime::SandboxConfig cfg = spec.config;
-  cfg.full_os = spec.backend == "vm";
+  cfg.full_os = traits.full_os;
   for (auto& l : cfg.layers) {
     // The tenant named an image that exists; its blob missing is the node's fault.
     if (!store_->Has(l.digest))

@@ -145,6 +145,8 @@ class LocalNode : public NodeApi {
   // The microvm backend starts in the background (it probes KVM and may extract the guest
   // kernel): creates wait for it, /v1/nodes says "starting" meanwhile.
   Result<runtime::vm::MicrovmBackend*> Microvm();
+  // The backend that makes sandboxes of `kind` (waits for the VM backend's start).
+  Result<runtime::Backend*> BackendFor(runtime::BackendKind kind);
   std::thread vm_start_;
   std::mutex vm_mu_;
   std::condition_variable vm_cv_;

@@ -13,11 +13,12 @@
 #include "node/agent_conn.h"
 #include "node/exec_record.h"
 #include "runtime/backend.h"
+#include "runtime/backend_kind.h"
 
 namespace warren::node {
 
 struct NodeSandboxSpec {
-  std::string backend = "container";
+  runtime::BackendKind backend = runtime::BackendKind::kContainer;
   runtime::SandboxConfig config;  // layers carry digests; the node resolves blob paths
   net::Policy network;
 };

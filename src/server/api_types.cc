@@ -151,9 +151,11 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
                    "labels", "trajectory", "on_divergence", "lease", "on_lease_expiry"},
                   "sandbox spec"));
   SandboxSpec s;
-  WARREN_RETURN_IF_ERROR(GetString(j, "backend", &s.backend));
-  if (s.backend != "container" && s.backend != "fncall" && s.backend != "microvm" &&
-      s.backend != "vm")
+  std::string backend = runtime::BackendName(s.backend);
+  WARREN_RETURN_IF_ERROR(GetString(j, "backend", &backend));
+  if (auto kind = runtime::ParseBackendKind(backend))
+    s.backend = *kind;
+  else
     return Invalid("`backend` must be one of fncall, container, microvm, vm");
   WARREN_RETURN_IF_ERROR(GetString(j, "image", &s.image));
   if (s.image.empty()) return Invalid("`image` is required (NAME:TAG of a base layer)");
@@ -200,11 +202,12 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
     s.filesystem = WARREN_TRY(ParseFsPolicy(j["filesystem"]));
   // A whole machine's root keeps every capability: it could unmount a tool's guard or clear
   // an immutable flag, so neither integrity control can be promised there (SECURITY.md).
-  if (s.backend == "vm" && !s.tools.empty())
+  const runtime::BackendTraits traits = runtime::TraitsOf(s.backend);
+  if (!traits.guards_tools && traits.keeps_files && !s.tools.empty())
     return Invalid(
         "`tools` cannot be guarded in backend vm (its root keeps every capability and may unmount "
         "anything); use backend microvm, where tool layers are read-only");
-  if (s.backend == "vm" && !s.filesystem.empty())
+  if (!traits.guards_tools && traits.keeps_files && !s.filesystem.empty())
     return Invalid(
         "`filesystem` cannot be enforced in backend vm (its root keeps every capability); use "
         "backend microvm");
@@ -245,7 +248,7 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
 }
 
 json ToJson(const SandboxSpec& s) {
-  json j = {{"backend", s.backend},
+  json j = {{"backend", runtime::BackendName(s.backend)},
             {"image", s.image},
             {"workspace", s.workspace ? json(*s.workspace) : json(nullptr)},
             {"tools", s.tools},

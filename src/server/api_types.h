@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "isolation/fs_policy.h"
+#include "runtime/backend_kind.h"
 
 namespace warren::server {
 
@@ -22,7 +23,7 @@ struct NetworkPolicy {
 };
 
 struct SandboxSpec {
-  std::string backend = "container";
+  runtime::BackendKind backend = runtime::BackendKind::kContainer;
   std::string image;
   std::optional<std::string> workspace;
   std::vector<std::string> tools;

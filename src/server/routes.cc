@@ -132,7 +132,7 @@ void Api::MarkAllStopped() {
 // The node spec of a fncall sandbox from its record (a fncall sandbox is only its record).
 static node::NodeSandboxSpec FncallSpecOf(const SandboxRecord& sb) {
   node::NodeSandboxSpec ns;
-  ns.backend = "fncall";
+  ns.backend = runtime::BackendKind::kFncall;
   ns.config.id = sb.id;
   for (const auto& l : sb.layers) ns.config.layers.push_back({l.digest, ""});
   ns.config.memory_bytes = sb.spec.memory_mb << 20;
@@ -158,11 +158,11 @@ void Api::ReconcileAfterRestart() {
     }
     // Running and paused sandboxes kept running while we were away: take them over. A fncall
     // sandbox has no processes between execs: it is simply made again.
-    Status st = IsLive(sb.state)
-                    ? (sb.spec.backend == "fncall" ? node_->CreateSandbox(FncallSpecOf(sb)).status()
-                                                   : node_->AdoptSandbox(id))
-                    : Status(Code::kUnavailable, "adopt", id,
-                             "it was " + state + " when warren serve stopped");
+    Status st = IsLive(sb.state) ? (sb.spec.backend == runtime::BackendKind::kFncall
+                                        ? node_->CreateSandbox(FncallSpecOf(sb)).status()
+                                        : node_->AdoptSandbox(id))
+                                 : Status(Code::kUnavailable, "adopt", id,
+                                          "it was " + state + " when warren serve stopped");
     if (st.ok()) {
       spdlog::info("re-adopted sandbox {} ({})", id, state);
       // Its TTL runs from its creation, on the wall clock.
@@ -196,7 +196,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   Cleanup release(
       [&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
   if (!reserved) release.Cancel();
-  if (spec.backend == "fncall" && !calls_)
+  if (spec.backend == runtime::BackendKind::kFncall && !calls_)
     return Status(Code::kUnavailable, "create sandbox", "fncall", "not enabled on this server");
   if (spec.lease && !leases_.Get(who, *spec.lease).ok())
     return Invalid("unknown or expired lease `" + *spec.lease + "`");
@@ -732,7 +732,7 @@ Result<std::string> Api::RunningPath(const Principal& who, const std::string& id
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   if (sb.state != SandboxState::kRunning)
     return Status(Code::kConflict, op, id, std::string("sandbox is ") + StateName(sb.state));
-  if (sb.spec.backend == "fncall")
+  if (!runtime::TraitsOf(sb.spec.backend).keeps_files)
     return Status(Code::kConflict, op, id,
                   "a fncall sandbox keeps no files between execs; use a container sandbox");
   return path;
@@ -892,13 +892,13 @@ std::string Api::Metrics() {
   // test) finds the series before the first sandbox exists.
   // Counts kept as records change: no read of the records.
   SandboxTable::Counts by_state = sandboxes_.counts();
-  for (const char* backend : {"container", "fncall", "microvm", "vm"})
+  for (runtime::BackendKind backend : runtime::kAllBackendKinds)
     for (SandboxState st : kAllSandboxStates) by_state.try_emplace({backend, st}, 0);
   std::ostringstream o;
   o << "# TYPE warren_sandboxes gauge\n";
   for (auto& [k, n] : by_state)
-    o << "warren_sandboxes{backend=\"" << k.first << "\",state=\"" << StateName(k.second) << "\"} "
-      << n << "\n";
+    o << "warren_sandboxes{backend=\"" << runtime::BackendName(k.first) << "\",state=\""
+      << StateName(k.second) << "\"} " << n << "\n";
   o << create_seconds_.Render("warren_create_seconds");
   o << exec_seconds_.Render("warren_exec_seconds");
   o << call_seconds_.Render("warren_call_seconds");

@@ -45,7 +45,8 @@ class SandboxTable {
                                const std::function<Status(SandboxRecord&)>& edit);
   Status Remove(const std::string& id);
 
-  using Counts = std::map<std::pair<std::string, SandboxState>, int64_t>;  // (backend, state) -> n
+  // (backend, state) -> n
+  using Counts = std::map<std::pair<runtime::BackendKind, SandboxState>, int64_t>;
   Counts counts() const;
 
  private:

@@ -8,7 +8,7 @@ namespace {
 TEST(SandboxSpec, DefaultsAndRoundTrip) {
   auto s = ParseSandboxSpec({{"image", "py:3.11"}});
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_EQ(s->backend, "container");
+  EXPECT_EQ(s->backend, runtime::BackendKind::kContainer);
   EXPECT_EQ(s->memory_mb, 512u);
   EXPECT_EQ(s->network.mode, "none");
   auto again = ParseSandboxSpec(ToJson(*s));

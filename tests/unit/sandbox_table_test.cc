@@ -14,7 +14,7 @@ namespace {
 using S = SandboxState;
 
 SandboxRecord Record(const std::string& id, SandboxState state,
-                     const std::string& backend = "container") {
+                     runtime::BackendKind backend = runtime::BackendKind::kContainer) {
   SandboxRecord r;
   r.id = id;
   r.owner = "alice";
@@ -132,24 +132,24 @@ TEST_F(SandboxTableTest, UpdateKeepsTheStateAndARefusalWritesNothing) {
   });
   EXPECT_EQ(refused.status().code(), Code::kInvalid);
   EXPECT_EQ(t.Get("sb-1")->spec.network.mode, "egress");
-  EXPECT_EQ(t.counts().at({"container", S::kRunning}), 1);
+  EXPECT_EQ(t.counts().at({runtime::BackendKind::kContainer, S::kRunning}), 1);
 }
 
 TEST_F(SandboxTableTest, CountsFollowEveryChangeAndSurviveReopen) {
   {
     SandboxTable t(store_.get());
     ASSERT_TRUE(t.Insert(Record("sb-1", S::kCreating)).ok());
-    ASSERT_TRUE(t.Insert(Record("sb-2", S::kCreating, "fncall")).ok());
+    ASSERT_TRUE(t.Insert(Record("sb-2", S::kCreating, runtime::BackendKind::kFncall)).ok());
     ASSERT_TRUE(t.Transition("sb-1", S::kRunning).ok());
     ASSERT_TRUE(t.Transition("sb-1", S::kPaused).ok());
     ASSERT_TRUE(t.Transition("sb-2", S::kRunning).ok());
     ASSERT_TRUE(t.Insert(Record("sb-3", S::kCreating)).ok());
     ASSERT_TRUE(t.Remove("sb-3").ok());
-    SandboxTable::Counts want = {{{"container", S::kPaused}, 1},
-                                 {{"fncall", S::kRunning}, 1},
-                                 {{"container", S::kCreating}, 0},
-                                 {{"fncall", S::kCreating}, 0},
-                                 {{"container", S::kRunning}, 0}};
+    SandboxTable::Counts want = {{{runtime::BackendKind::kContainer, S::kPaused}, 1},
+                                 {{runtime::BackendKind::kFncall, S::kRunning}, 1},
+                                 {{runtime::BackendKind::kContainer, S::kCreating}, 0},
+                                 {{runtime::BackendKind::kFncall, S::kCreating}, 0},
+                                 {{runtime::BackendKind::kContainer, S::kRunning}, 0}};
     EXPECT_EQ(t.counts(), want);
   }
   // A new table (a restarted daemon) counts what the store holds; a record it cannot parse
@@ -157,7 +157,8 @@ TEST_F(SandboxTableTest, CountsFollowEveryChangeAndSurviveReopen) {
   ASSERT_TRUE(
       store_->PutSandbox({{"id", "sb-bad"}, {"state", "running"}, {"created_at", "t"}}).ok());
   SandboxTable t(store_.get());
-  SandboxTable::Counts want = {{{"container", S::kPaused}, 1}, {{"fncall", S::kRunning}, 1}};
+  SandboxTable::Counts want = {{{runtime::BackendKind::kContainer, S::kPaused}, 1},
+                               {{runtime::BackendKind::kFncall, S::kRunning}, 1}};
   EXPECT_EQ(t.counts(), want);
   EXPECT_EQ(t.List().size(), 2u);
   EXPECT_EQ(t.Get("sb-bad").status().code(), Code::kInternal);

@@ -39,7 +39,7 @@ std::shared_ptr<FncallNode::Box> FncallNode::Find(const std::string& id) {
 }
 
 Result<node::SandboxRuntime> FncallNode::CreateSandbox(const node::NodeSandboxSpec& spec) {
-  if (spec.backend != "fncall") return inner_->CreateSandbox(spec);
+  if (spec.backend != runtime::BackendKind::kFncall) return inner_->CreateSandbox(spec);
   if (spec.config.layers.size() != 1)
     return Invalid("a fncall sandbox runs in its runner image alone: no workspace or tools");
   if (spec.network.egress)

@@ -176,8 +176,12 @@ Result<Api::ExecStart> Api::RerunStep(const std::string& id, const std::string& 
   };
   auto rec = node_->StartExec(id, NewExecId(), es);
   if (!rec.ok()) {
+    // Nothing ran: no pending reply may stay behind for GET to find.
     MutexLock lock(&replayed_mu_);
     rerunning_.erase(id);
+    const std::string key = ReplayKey(id, reply->id());
+    replays_.erase(key);
+    replayed_ids_.erase(key);
     return rec.status();
   }
   return ExecStart{reply, r.wait};

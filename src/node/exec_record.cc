@@ -36,7 +36,7 @@ void ExecRecord::NotifyLocked(std::vector<std::function<void()>>* out) { out->sw
 void ExecRecord::AppendOutput(int stream, std::string_view data) {
   std::vector<std::function<void()>> wake;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (done_ || stream < 1 || stream > 2) return;
     const uint64_t received = data.size();
     received_[stream - 1] += received;
@@ -60,7 +60,7 @@ void ExecRecord::Finish(const ExecOutcome& outcome) {
   std::vector<std::function<void()>> wake;
   std::function<void()> finisher;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (done_) return;
     done_ = true;
     finished_ = NowSeconds();
@@ -84,19 +84,19 @@ void ExecRecord::Finish(const ExecOutcome& outcome) {
 }
 
 void ExecRecord::SetFinisher(std::function<void()> f) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   finisher_ = std::move(f);
 }
 
 double ExecRecord::run_seconds() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return done_ && finished_ > 0 ? finished_ - started_ : 0;
 }
 
 void ExecRecord::Publish() {
   std::vector<std::function<void()>> wake;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!done_ || published_) return;
     published_ = true;
     NotifyLocked(&wake);
@@ -121,7 +121,7 @@ void ExecRecord::Complete(const nlohmann::json& result, const std::string& out,
                           const std::string& err, bool replayed, nlohmann::json extra) {
   {
     // Set before the end is announced: whoever is woken reads them.
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     replayed_ = replayed;
     fixed_duration_ms_ = result.value("duration_ms", int64_t{0});
     extra_ = std::move(extra);
@@ -143,12 +143,12 @@ void ExecRecord::Complete(const nlohmann::json& result, const std::string& out,
 }
 
 void ExecRecord::AttachSpill(std::unique_ptr<ExecSpill> spill) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   spill_ = std::move(spill);
 }
 
 std::pair<uint64_t, uint64_t> ExecRecord::received() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return {received_[0], received_[1]};
 }
 
@@ -159,12 +159,12 @@ std::shared_ptr<ExecRecord> ExecRecord::Restore(ExecSpill::Loaded l, const std::
                                           m.value("max_output", uint64_t{1} << 20),
                                           m.value("binary", false), std::move(budget));
   {
-    std::lock_guard lock(rec->mu_);
+    MutexLock lock(&rec->mu_);
     // Started when the meta says, on our monotonic clock.
     rec->started_ = NowSeconds() - (UnixNow() - m.value("started_unix", UnixNow()));
   }
   for (auto& f : l.frames) {
-    std::lock_guard lock(rec->mu_);
+    MutexLock lock(&rec->mu_);
     int i = f.stream == 2 ? 1 : 0;
     rec->received_[i] += f.received;
     if (f.kept.size() < f.received) rec->host_truncated_[i] = true;
@@ -190,14 +190,14 @@ std::shared_ptr<ExecRecord> ExecRecord::Restore(ExecSpill::Loaded l, const std::
     }
     out.error = o.value("error", "");
     rec->Finish(out);
-    std::lock_guard lock(rec->mu_);
+    MutexLock lock(&rec->mu_);
     rec->fixed_duration_ms_ = o.value("duration_ms", int64_t{-1});
   }
   return rec;
 }
 
 std::string ExecRecord::RawOutput(int stream) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::string out;
   for (const auto& c : chunks_)
     if (c.stream == stream) out += c.data;
@@ -205,22 +205,22 @@ std::string ExecRecord::RawOutput(int stream) const {
 }
 
 bool ExecRecord::done() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return published_;
 }
 
 uint64_t ExecRecord::bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return bytes_[0] + bytes_[1];
 }
 
 uint64_t ExecRecord::last_seq() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return next_seq_ - 1;
 }
 
 ExecRecord::Snapshot ExecRecord::Poll(uint64_t after, std::function<void()> notify) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Snapshot s;
   s.done = published_;
   // Chunks are in seq order: find the first one after `after`.
@@ -236,7 +236,7 @@ bool ExecRecord::WaitDone(int timeout_ms) {
   auto flag = std::make_shared<bool>(false);
   for (;;) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (published_) return true;
       waiters_.push_back([state, flag] {
         std::lock_guard l(state->first);
@@ -252,12 +252,12 @@ bool ExecRecord::WaitDone(int timeout_ms) {
 }
 
 nlohmann::json ExecRecord::ResultJson() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return ResultJsonLocked(published_);
 }
 
 nlohmann::json ExecRecord::FinalResultJson() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return ResultJsonLocked(done_);
 }
 

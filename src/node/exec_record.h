@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "node/exec_spill.h"
 
 namespace warren::node {
@@ -109,30 +110,30 @@ class ExecRecord {
   bool WaitDone(int timeout_ms);
 
  private:
-  void NotifyLocked(std::vector<std::function<void()>>* out);
-  nlohmann::json ResultJsonLocked(bool done) const;
+  void NotifyLocked(std::vector<std::function<void()>>* out) REQUIRES(mu_);
+  nlohmann::json ResultJsonLocked(bool done) const REQUIRES(mu_);
 
   const std::string id_, sandbox_id_;
   const std::shared_ptr<OutputBudget> budget_;
   const uint64_t max_output_;
   const bool binary_;
-  double started_;  // monotonic; set back when restored from a spill
-  mutable std::mutex mu_;
-  std::vector<OutputChunk> chunks_;
-  uint64_t next_seq_ = 1;
-  uint64_t bytes_[2] = {0, 0};
-  bool host_truncated_[2] = {false, false};
-  std::unique_ptr<ExecSpill> spill_;
-  uint64_t received_[2] = {0, 0};
-  bool done_ = false;       // the command ended
-  bool published_ = false;  // ... and the end is announced
-  bool replayed_ = false;
-  int64_t fixed_duration_ms_ = -1;
-  nlohmann::json extra_;  // object or null: fields Complete() adds to the result
-  std::function<void()> finisher_;
-  double finished_ = 0;
-  ExecOutcome outcome_;
-  std::vector<std::function<void()>> waiters_;
+  double started_ GUARDED_BY(mu_);  // monotonic; set back when restored from a spill
+  mutable Mutex mu_;
+  std::vector<OutputChunk> chunks_ GUARDED_BY(mu_);
+  uint64_t next_seq_ GUARDED_BY(mu_) = 1;
+  uint64_t bytes_[2] GUARDED_BY(mu_) = {0, 0};
+  bool host_truncated_[2] GUARDED_BY(mu_) = {false, false};
+  std::unique_ptr<ExecSpill> spill_ GUARDED_BY(mu_);
+  uint64_t received_[2] GUARDED_BY(mu_) = {0, 0};
+  bool done_ GUARDED_BY(mu_) = false;       // the command ended
+  bool published_ GUARDED_BY(mu_) = false;  // ... and the end is announced
+  bool replayed_ GUARDED_BY(mu_) = false;
+  int64_t fixed_duration_ms_ GUARDED_BY(mu_) = -1;
+  nlohmann::json extra_ GUARDED_BY(mu_);  // object or null: fields Complete() adds to the result
+  std::function<void()> finisher_ GUARDED_BY(mu_);
+  double finished_ GUARDED_BY(mu_) = 0;
+  ExecOutcome outcome_ GUARDED_BY(mu_);
+  std::vector<std::function<void()>> waiters_ GUARDED_BY(mu_);
 };
 
 // The exec records of one sandbox, by id and in start order. Admits `rec` unless

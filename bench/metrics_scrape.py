@@ -24,13 +24,12 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from service import REPO, Api, log, start_server, stop_server, summary  # noqa: E402
+from service import Api, build_busybox_image, log, start_server, stop_server, summary  # noqa: E402
 
 IMAGE = "bench-metrics:1"
 
@@ -67,12 +66,7 @@ def main():
     rows = []
     try:
         proc, port, token = start_server(tmp, ["--no-microvm", "--no-network"])
-        root = os.path.join(tmp, "rootfs")
-        subprocess.run([os.path.join(REPO, "scripts", "make-busybox-rootfs.sh"), root], check=True,
-                       stdout=subprocess.DEVNULL)
-        env = dict(os.environ, WARREN_URL=f"http://127.0.0.1:{port}", WARREN_TOKEN=token)
-        subprocess.run([os.path.join(REPO, "build", "warren"), "image", "build", IMAGE, "--from-dir", root],
-                       check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        root = build_busybox_image(tmp, port, token, IMAGE)
         api = Api(port, token)
         alive = 0
         for count in counts:

@@ -92,6 +92,17 @@ def start_server(tmp, extra_args=(), build=None):
     return proc, port, token
 
 
+def build_busybox_image(tmp, port, token, name):
+    """A busybox root in TMP/rootfs, built into image NAME on the server at `port`; returns the root."""
+    root = os.path.join(tmp, "rootfs")
+    subprocess.run([os.path.join(REPO, "scripts", "make-busybox-rootfs.sh"), root], check=True,
+                   stdout=subprocess.DEVNULL)
+    env = dict(os.environ, WARREN_URL=f"http://127.0.0.1:{port}", WARREN_TOKEN=token)
+    subprocess.run([os.path.join(REPO, "build", "warren"), "image", "build", name, "--from-dir", root],
+                   check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return root
+
+
 def stop_server(proc, timeout=60):
     """SIGTERM (the server deletes its sandboxes), SIGKILL if it has not ended in `timeout`."""
     proc.send_signal(signal.SIGTERM)
@@ -166,12 +177,7 @@ def main():
     out = {}
     try:
         proc, port, token = start_server(tmp)
-        root = os.path.join(tmp, "rootfs")
-        subprocess.run([os.path.join(REPO, "scripts", "make-busybox-rootfs.sh"), root], check=True,
-                       stdout=subprocess.DEVNULL)
-        env = dict(os.environ, WARREN_URL=f"http://127.0.0.1:{port}", WARREN_TOKEN=token)
-        subprocess.run([os.path.join(REPO, "build", "warren"), "image", "build", "b:1", "--from-dir", root],
-                       check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        build_busybox_image(tmp, port, token, "b:1")
         api = Api(port, token)
         sb = api.call("POST", "/v1/sandboxes", {"image": "b:1"})
         sid = sb["id"]

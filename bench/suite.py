@@ -45,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from benchlib import log, percentile  # noqa: E402
-from service import Api, start_server  # noqa: E402
+from service import Api, build_busybox_image, start_server  # noqa: E402
 
 IMAGE = "bench:busybox"
 
@@ -422,12 +422,7 @@ def main():
         if args.warm_pool is not None:
             extra += ["--warm-pool", str(args.warm_pool)]
         proc, port, token = start_server(tmp, extra)
-        root = os.path.join(tmp, "rootfs")
-        subprocess.run([os.path.join(REPO, "scripts", "make-busybox-rootfs.sh"), root], check=True,
-                       stdout=subprocess.DEVNULL)
-        env = dict(os.environ, WARREN_URL=f"http://127.0.0.1:{port}", WARREN_TOKEN=token)
-        subprocess.run([os.path.join(REPO, "build", "warren"), "image", "build", IMAGE, "--from-dir", root],
-                       check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        root = build_busybox_image(tmp, port, token, IMAGE)
         res["cycle"] = run_cycle(port, token, args.iterations, os.path.join(tmp, "cycle.json"))
         log("exec round trip ...")
         res["exec"] = run_exec(port, token, os.path.join(root, "bin", "true"), args.exec_iterations)

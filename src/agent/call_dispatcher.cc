@@ -33,6 +33,7 @@
 #include "agent/protocol.h"
 #include "agent/py_marshal.h"
 #include "base/unique_fd.h"
+#include "isolation/call_setup.h"
 #include "sys/fd_io.h"
 #include "sys/fd_passing.h"
 
@@ -131,7 +132,7 @@ struct Config {
   int prefork = 2;
   uint64_t tmp_bytes = 256ull << 20;
   uint64_t artifact_limit = 64ull << 20;
-  unsigned setup_flags = 0;      // kCallMakePrivate, kCallHasShm (call_worker.h)
+  unsigned setup_flags = 0;      // WARREN_CALL_* (isolation/call_setup.h)
   unsigned long root_flags = 0;  // the flags / keeps when workers remount it read-only
   std::string python = "python3";
 };
@@ -159,10 +160,10 @@ unsigned SetupFlags() {
       all.append(chunk.data(), static_cast<size_t>(n));
     close(fd);
     if (all.find(" shared:") != std::string::npos)
-      flags |= kCallMakePrivate;  // / is shared: workers make it private
+      flags |= WARREN_CALL_MAKE_PRIVATE;  // / is shared: workers make it private
   }
   struct stat st;
-  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) flags |= kCallHasShm;
+  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) flags |= WARREN_CALL_HAS_SHM;
   return flags;
 }
 
@@ -966,10 +967,14 @@ std::pair<int, json> StartZygote(const Config& cfg, std::string_view script, std
   if (rc != 0) Die(ErrnoText("start the zygote (" + cfg.python + ")", rc));
   close(in[0]);
   close(sv[1]);
-  json zcfg = {{"tmp_bytes", cfg.tmp_bytes},
-               {"setup_flags", cfg.setup_flags},
-               {"root_flags", cfg.root_flags},
-               {"bpf_len", bpf.size()},
+  // zygote.py's own loop (where warren-zygote.so cannot load) follows call_setup.c's recipe
+  // with its constants, sent from here so that there is one copy of them.
+  json masks = json::array();
+  for (size_t i = 0; i < warren_call_proc_masks_count; ++i)
+    masks.push_back(warren_call_proc_masks[i]);
+  json zcfg = {{"tmp_bytes", cfg.tmp_bytes},   {"tmp_inodes", WARREN_CALL_TMP_INODES},
+               {"proc_masks", masks},          {"setup_flags", cfg.setup_flags},
+               {"root_flags", cfg.root_flags}, {"bpf_len", bpf.size()},
                {"lib_len", lib.size()}};
   std::string boot(4, '\0');
   const uint32_t script_len = static_cast<uint32_t>(script.size());

@@ -2,10 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -24,10 +22,7 @@
 #include <vector>
 
 #include "agent/protocol.h"
-#include "isolation/landlock.h"
-#include "isolation/net_loopback.h"
-#include "isolation/proc_masks.h"
-#include "isolation/seccomp_filter.h"
+#include "isolation/call_setup.h"
 #include "sys/fd_io.h"
 
 namespace warren::agent {
@@ -37,8 +32,6 @@ using nlohmann::json;
 
 constexpr int kStdin = 0, kRequest = 3, kReport = 4, kSeccomp = 5;
 constexpr uint64_t kArtifactLimit = 64ull << 20;
-// Files a call's /tmp (and /dev/shm) may hold: each inode is kernel memory no process owns.
-constexpr int kTmpInodes = 32768;
 
 volatile pid_t g_target = 0;  // who SIGUSR1 is passed on to (the worker, then the program)
 
@@ -53,11 +46,6 @@ void OnUsr1(int) {
 
 [[noreturn]] void SetupFailed(const char* what) {
   Report({{"error", std::string("worker setup: ") + what + ": " + strerror(errno)}}, "", 1);
-}
-
-void Mount(const char* src, const char* target, const char* type, unsigned long flags,
-           const char* data) {
-  if (mount(src, target, type, flags, data) != 0) SetupFailed(target);
 }
 
 void SetLimit(int resource, uint64_t value) {
@@ -127,22 +115,6 @@ std::string ReadArtifacts(const json& names, json* meta) {
 // Pid 1 of the call's namespaces.
 [[noreturn]] void Worker(uid_t uid, uint64_t tmp_bytes, unsigned flags, unsigned long root_flags) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // the spawned parent killed: the whole call goes
-  // As root of the runner: the call's own /proc, /tmp, /dev/shm, read-only /, loopback.
-  if (flags & kCallMakePrivate) Mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
-  Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
-  for (const char* p : isolation::kCallProcMasks)  // absent here: nothing to hide (never /dev/null)
-    if (mount("/dev/null", p, nullptr, MS_BIND, nullptr) != 0 &&
-        !(errno == ENOENT && access(p, F_OK) != 0))
-      SetupFailed(p);
-  std::string tmp = "size=" + std::to_string(tmp_bytes) +
-                    ",nr_inodes=" + std::to_string(kTmpInodes) +
-                    ",mode=0700,uid=" + std::to_string(uid) + ",gid=" + std::to_string(uid);
-  Mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp.c_str());
-  if (flags & kCallHasShm)
-    Mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp.c_str());
-  Mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, nullptr);
-  if (sethostname("sandbox", 7) != 0) SetupFailed("sethostname");
-  if (!isolation::BringUpLoopback().ok()) SetupFailed("loopback");
   std::string bpf;
   {
     // Every worker shares this memfd's file offset with the others: pread, never read.
@@ -157,12 +129,9 @@ std::string ReadArtifacts(const json& names, json* meta) {
     }
     close(kSeccomp);
   }
-  // The call's own uid: every capability goes with root.
-  if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0)
-    SetupFailed("drop to the call's uid");
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) SetupFailed("no_new_privs");
-  if (!isolation::ApplyCallLandlock({"/tmp", "/dev/shm"}).ok()) SetupFailed("landlock");
-  if (!bpf.empty() && !isolation::InstallSeccompFilter(bpf).ok()) SetupFailed("seccomp");
+  // The recipe every call's worker follows, Python or native (isolation/call_setup.h).
+  const warren_call_params setup{uid, tmp_bytes, flags, root_flags, bpf.data(), bpf.size()};
+  if (const char* failed = warren_call_setup(&setup)) SetupFailed(failed);
   prctl(PR_SET_DUMPABLE, 0);  // the program (same uid) cannot open our report fd
 
   // The request.

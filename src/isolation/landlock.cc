@@ -100,21 +100,4 @@ Result<int> ApplyLandlock(bool required) {
   return r.abi;
 }
 
-Result<int> ApplyCallLandlock(const std::vector<std::string>& writable) {
-  Ruleset r = WARREN_TRY(NewRuleset("call"));
-  if (r.abi <= 0) return 0;
-  WARREN_RETURN_IF_ERROR(AddPathRule(r.fd.get(), "/", kFsExecute | kFsReadFile | kFsReadDir));
-  // /dev/null, /dev/zero, /dev/tty...: read and write, no new nodes.
-  WARREN_RETURN_IF_ERROR(
-      AddPathRule(r.fd.get(), "/dev", (kFsReadFile | kFsWriteFile | kFsIoctlDev) & r.fs));
-  const uint64_t make = r.fs & ~(kFsMakeChar | kFsMakeBlock | kFsIoctlDev);
-  for (const auto& d : writable) {
-    if (access(d.c_str(), F_OK) != 0) continue;
-    WARREN_RETURN_IF_ERROR(AddPathRule(r.fd.get(), d.c_str(), make));
-  }
-  if (syscall(SYS_landlock_restrict_self, r.fd.get(), 0) != 0)
-    return ErrnoStatus("landlock_restrict_self", "call");
-  return r.abi;
-}
-
 }  // namespace warren::isolation

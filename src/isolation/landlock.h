@@ -18,9 +18,6 @@ int LandlockAbi();
 // Landlock is not an error (the other layers still hold); the returned ABI says what applied.
 Result<int> ApplyLandlock(bool required);
 
-// One fncall call: read and execute everywhere, write only beneath `writable` (its own
-// tmpfs), /dev files readable and writable; abstract sockets and signals scoped (ABI 6+).
-// 0 (nothing applied) on kernels without Landlock.
-Result<int> ApplyCallLandlock(const std::vector<std::string>& writable);
+// An fncall call's rules are isolation/call_setup.c's (C, shared with warren-zygote.so).
 
 }  // namespace warren::isolation

@@ -20,15 +20,6 @@ Status MountProc(const std::string& root, const std::string& scratch);
 // (/sys/firmware, /sys/devices/virtual/powercap) get the same empty directory as /proc's.
 Status MountSys(const std::string& root, int sysfs_fd, const std::string& scratch);
 
-// What an fncall call's own fresh /proc still shows an unprivileged reader and a call must not
-// see: per-interrupt counts (a side channel on whatever else runs on the host), the kernel's
-// config, its symbols (addresses where kptr_restrict is 0) and, on older kernels, scheduler
-// debug data and latency stats. Each gets /dev/null bound over it (absent ones are skipped). The
-// rest of runc's list is root-only to begin with, and every mount is paid again by every call.
-// Left readable: the `intr` and `softirq` totals of /proc/stat, which top, ps and psutil read.
-// The same list is in runtime/fncall/zygote_lib.c and zygote.py (Python workers' set-up).
-inline constexpr const char* kCallProcMasks[] = {"/proc/interrupts",  "/proc/softirqs",
-                                                 "/proc/config.gz",   "/proc/kallsyms",
-                                                 "/proc/sched_debug", "/proc/latency_stats"};
+// An fncall call's /proc masks are isolation/call_setup.h's (a fresh /proc of its own, and fewer).
 
 }  // namespace warren::isolation

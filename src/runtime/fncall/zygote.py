@@ -24,7 +24,7 @@
 #               the call and its namespaces.
 #   native      for programs that are exec'd (C, C++, shell): `warren-agent --call-worker`
 #               (src/agent/call_worker.cc), posix_spawn'd by the dispatcher, which makes the
-#               same namespaces, mounts, uid, Landlock and seccomp in C++, runs the program as
+#               same namespaces and applies the same recipe (isolation/call_setup.c), runs the program as
 #               pid 2 and reports its status, usage and the files asked for. The zygote lends
 #               them net namespaces ({"netns": 1}) and takes them back ({"netns_back": 1}).
 #
@@ -323,15 +323,6 @@ def run_python(main, code, args, filename):
     os._exit(status)
 
 
-# Files a call's /tmp (and /dev/shm) may hold: each inode is kernel memory no process owns.
-TMP_INODES = 32768
-
-# /dev/null over what a fresh /proc still shows an unprivileged reader and a call must not see:
-# as isolation::kCallProcMasks (proc_masks.h), which says why these.
-PROC_MASKS = ("/proc/interrupts", "/proc/softirqs", "/proc/config.gz", "/proc/kallsyms",
-              "/proc/sched_debug", "/proc/latency_stats")
-
-
 def lo_up():
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
@@ -343,18 +334,20 @@ def lo_up():
 
 
 def worker_setup(req, cfg):
-    """As root of the runner: the call's own mounts, hostname and loopback."""
+    """As root of the runner: the call's own mounts, hostname and loopback. The steps of
+    isolation/call_setup.c (warren_call_setup), for where warren-zygote.so cannot load, with its
+    constants (the masked /proc paths, the tmpfs inode limit) from the dispatcher's cfg."""
     uid = req["uid"]
     if cfg["make_private"]:
         mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for path in PROC_MASKS:
+    for path in cfg["proc_masks"]:
         try:
             mount("/dev/null", path, None, MS_BIND)
         except OSError as e:
             if e.errno != errno.ENOENT or os.path.exists(path):  # absent: nothing to hide
                 raise
-    tmp_opts = f"size={cfg['tmp_bytes']},nr_inodes={TMP_INODES},mode=0700,uid={uid},gid={uid}"
+    tmp_opts = f"size={cfg['tmp_bytes']},nr_inodes={cfg['tmp_inodes']},mode=0700,uid={uid},gid={uid}"
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp_opts)
     if cfg["has_shm"]:
         mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp_opts)

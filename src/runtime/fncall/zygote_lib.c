@@ -4,8 +4,9 @@
  * which never returns in the zygote: it serves the dispatcher's fork requests there. It
  * returns 0 only in a new worker W, cloned into fresh mount, pid, ipc, net and uts
  * namespaces, with the call's pipes on fds 0-4, its own /proc, /tmp and /dev/shm, a
- * read-only /, lo up, the call's uid, no capabilities, no_new_privs, Landlock and seccomp:
- * what zygote.py's worker_main does in Python, which stays as the fallback.
+ * read-only /, lo up, the call's uid, no capabilities, no_new_privs, Landlock and seccomp: the
+ * recipe of isolation/call_setup.c, which native workers (warren-agent --call-worker) apply too.
+ * zygote.py's worker_main follows the same steps in Python where this library cannot load.
  *
  * Why C: each clone write-protects every page of the zygote, and every page a process then
  * writes is copied. A Python loop writes a few hundred pages per clone in the zygote (refcounts,
@@ -17,8 +18,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <net/if.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -26,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -37,55 +35,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define WZ_MAKE_PRIVATE 1u /* the runner's / is a shared mount: make ours private first */
-#define WZ_HAS_SHM 2u      /* the image has /dev/shm: it gets a tmpfs of its own */
-#define WZ_ROOT_DONE 4u    /* the zygote's own mount namespace has / private and read-only */
-#define WZ_FDS 5           /* request, stdin, stdout, stderr, status */
-#define WZ_TMP_INODES \
-  32768 /* files a call's /tmp and /dev/shm may hold: kernel memory no process owns */
+#include "isolation/call_setup.h"
 
-/* Landlock (Debian 12's headers predate the newer ABIs). */
-#define LL_EXECUTE (1ull << 0)
-#define LL_WRITE_FILE (1ull << 1)
-#define LL_READ_FILE (1ull << 2)
-#define LL_READ_DIR (1ull << 3)
-#define LL_MAKE_CHAR (1ull << 6)
-#define LL_MAKE_BLOCK (1ull << 11)
-#define LL_REFER (1ull << 13)
-#define LL_TRUNCATE (1ull << 14)
-#define LL_IOCTL_DEV (1ull << 15)
-#define LL_SCOPE_ABSTRACT_UNIX (1ull << 0)
-#define LL_SCOPE_SIGNAL (1ull << 1)
-#ifndef SYS_landlock_create_ruleset
-#define SYS_landlock_create_ruleset 444
-#define SYS_landlock_add_rule 445
-#define SYS_landlock_restrict_self 446
-#endif
+#define WZ_FDS 5 /* request, stdin, stdout, stderr, status */
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
 #ifndef SYS_close_range
 #define SYS_close_range 436
 #endif
-
-struct ll_ruleset_attr {
-  uint64_t handled_access_fs;
-  uint64_t handled_access_net;
-  uint64_t scoped;
-};
-struct __attribute__((packed)) ll_path_beneath {
-  uint64_t allowed_access;
-  int32_t parent_fd;
-};
-struct bpf_insn_ {
-  uint16_t code;
-  uint8_t jt, jf;
-  uint32_t k;
-};
-struct bpf_prog_ {
-  unsigned short len;
-  const struct bpf_insn_* filter;
-};
 
 /* ---- W: the worker's set-up. Any failure is reported on its status pipe (fd 4) as a frame
  * {"error": "worker setup: WHAT: STRERROR"}, and W ends. */
@@ -112,59 +70,6 @@ static void setup_failed(const char* what) {
   _exit(1);
 }
 
-static void mount_or_fail(const char* src, const char* target, const char* type,
-                          unsigned long flags, const char* data) {
-  if (mount(src, target, type, flags, data) != 0) setup_failed(target);
-}
-
-static void bring_up_lo(void) {
-  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s < 0) setup_failed("socket for lo");
-  struct ifreq ifr;
-  memset(&ifr, 0, sizeof ifr);
-  strcpy(ifr.ifr_name, "lo");
-  if (ioctl(s, SIOCGIFFLAGS, &ifr) != 0) setup_failed("SIOCGIFFLAGS lo");
-  if ((ifr.ifr_flags & (IFF_UP | IFF_RUNNING)) != (IFF_UP | IFF_RUNNING)) {
-    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-    if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0) setup_failed("SIOCSIFFLAGS lo");
-  }
-  close(s);
-}
-
-static void landlock_allow(int ruleset, const char* path, uint64_t access) {
-  int fd = open(path, O_PATH | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return; /* the image has no such directory: nothing to allow */
-    setup_failed(path);
-  }
-  struct ll_path_beneath rule = {access, fd};
-  if (syscall(SYS_landlock_add_rule, ruleset, 1 /* path beneath */, &rule, 0) != 0)
-    setup_failed("landlock_add_rule");
-  close(fd);
-}
-
-/* Read and execute everywhere; write only in the call's tmpfs; no signals or abstract sockets
- * across the call's boundary (ABI 6+). The same rules as isolation::ApplyCallLandlock. */
-static void apply_landlock(void) {
-  long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1u /* version */);
-  if (abi <= 0) return;
-  uint64_t fs = (1ull << 13) - 1; /* execute .. make_sym */
-  if (abi >= 2) fs |= LL_REFER;
-  if (abi >= 3) fs |= LL_TRUNCATE;
-  if (abi >= 5) fs |= LL_IOCTL_DEV;
-  struct ll_ruleset_attr attr = {fs, 0, abi >= 6 ? (LL_SCOPE_ABSTRACT_UNIX | LL_SCOPE_SIGNAL) : 0};
-  size_t size = abi >= 6 ? sizeof attr : abi >= 4 ? 16 : 8; /* older kernels refuse larger */
-  int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
-  if (rs < 0) setup_failed("landlock_create_ruleset");
-  landlock_allow(rs, "/", LL_EXECUTE | LL_READ_FILE | LL_READ_DIR);
-  landlock_allow(rs, "/dev", (LL_READ_FILE | LL_WRITE_FILE | LL_IOCTL_DEV) & fs);
-  uint64_t make = fs & ~(LL_MAKE_CHAR | LL_MAKE_BLOCK | LL_IOCTL_DEV);
-  landlock_allow(rs, "/tmp", make);
-  landlock_allow(rs, "/dev/shm", make);
-  if (syscall(SYS_landlock_restrict_self, rs, 0) != 0) setup_failed("landlock_restrict_self");
-  close(rs);
-}
-
 /* Moves the five received fds to 0-4 (request on 3, status on 4, the program's stdio on 0-2)
  * and closes every other fd. They may arrive on any numbers, 3 and 4 included: first out of
  * the way, then into place. */
@@ -185,41 +90,11 @@ static void place_fds(const int* fds) {
   }
 }
 
-/* /dev/null over what a fresh /proc still shows an unprivileged reader and a call must not
- * see: as isolation::kCallProcMasks (proc_masks.h), which says why these. */
-static const char* const kProcMasks[] = {"/proc/interrupts",  "/proc/softirqs",
-                                         "/proc/config.gz",   "/proc/kallsyms",
-                                         "/proc/sched_debug", "/proc/latency_stats"};
-
 static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags,
                          unsigned long root_flags, const void* bpf, size_t bpf_len) {
-  if ((flags & (WZ_MAKE_PRIVATE | WZ_ROOT_DONE)) == WZ_MAKE_PRIVATE)
-    mount_or_fail(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
-  mount_or_fail("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-  for (size_t i = 0; i < sizeof kProcMasks / sizeof kProcMasks[0]; i++)
-    if (mount("/dev/null", kProcMasks[i], NULL, MS_BIND, NULL) != 0 &&
-        !(errno == ENOENT && access(kProcMasks[i], F_OK) != 0))
-      setup_failed(kProcMasks[i]); /* absent: nothing to hide (but never a missing /dev/null) */
-  char opts[128];
-  snprintf(opts, sizeof opts, "size=%llu,nr_inodes=%d,mode=0700,uid=%u,gid=%u", tmp_bytes,
-           WZ_TMP_INODES, (unsigned)uid, (unsigned)uid);
-  mount_or_fail("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts);
-  if (flags & WZ_HAS_SHM)
-    mount_or_fail("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts);
-  if (!(flags & WZ_ROOT_DONE))
-    mount_or_fail(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL);
-  if (chdir("/tmp") != 0) setup_failed("chdir /tmp"); /* a call's usual cwd: its Python skips it */
-  if (sethostname("sandbox", 7) != 0) setup_failed("sethostname");
-  bring_up_lo(); /* a reused namespace has it up, unless its worker died before this */
-  /* The call's own uid: every capability goes with root. */
-  if (setgroups(0, NULL) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0)
-    setup_failed("drop to the call's uid");
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) setup_failed("no_new_privs");
-  apply_landlock();
-  if (bpf_len) {
-    struct bpf_prog_ prog = {(unsigned short)(bpf_len / 8), (const struct bpf_insn_*)bpf};
-    if (prctl(PR_SET_SECCOMP, 2 /* filter */, &prog, 0, 0) != 0) setup_failed("seccomp");
-  }
+  const struct warren_call_params setup = {uid, tmp_bytes, flags, root_flags, bpf, bpf_len};
+  const char* failed = warren_call_setup(&setup);
+  if (failed) setup_failed(failed);
 }
 
 /* ---- The zygote. */
@@ -514,11 +389,11 @@ static void report_ends(int sock) {
  * runner's. Where any step fails, the flags stay as they were and workers do it all. */
 static unsigned prepare_root(unsigned flags, unsigned long root_flags) {
   if (unshare(CLONE_NEWNS) != 0) return flags;
-  if ((flags & WZ_MAKE_PRIVATE) && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+  if ((flags & WARREN_CALL_MAKE_PRIVATE) && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
     return flags;
   if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL) != 0)
     return flags;
-  return flags | WZ_ROOT_DONE;
+  return flags | WARREN_CALL_ROOT_DONE;
 }
 
 /* ---- The interpreter's code in huge pages.

@@ -18,10 +18,9 @@
 #include "image/layer_store.h"
 #include "isolation/cgroup.h"
 #include "isolation/seccomp_policy.h"
+#include "node/fncall/call_pool.h"
 #include "node/local_node.h"
 #include "runtime/container/agent_binary.h"
-#include "runtime/fncall/call_pool.h"
-#include "runtime/fncall/fncall_node.h"
 #include "server/api_types.h"
 #include "server/auth.h"
 #include "server/http_server.h"
@@ -146,8 +145,8 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   if (Status st = tokens.Load(); !st.ok()) return Fail(st.Context("load tokens"));
   auto durable = server::StateStore::Open(data_dir + "/state.db", /*durable=*/true);
   if (!durable.ok()) return Fail(durable.status());
-  // fncall: the runner pool (POST /v1/calls) and `backend: fncall` sandboxes, which the
-  // FncallNode answers for in front of the real node.
+  // fncall, a service of the node: the runner pool (POST /v1/calls) and `backend: fncall`
+  // sandboxes, whose execs run on it.
   fncall::PoolOptions fopts;
   fopts.default_image = fn.image;
   fopts.max_runners = fn.runners > 0
@@ -178,14 +177,13 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
       return Invalid("unknown runner image `" + ref + "` (build one with warren image build)");
     return std::vector<std::string>{rec->digest};
   };
-  fncall::CallService calls(node->get(), resolve, fopts);
-  fncall::FncallNode fnode(node->get(), &calls, nopts.spill_dir);
-  server::Api api(state->get(), durable->get(), &fnode, &layers, &tokens);
-  api.SetCalls(&calls);
+  if (Status st = (*node)->StartFncall(resolve, fopts); !st.ok()) return Fail(st);
+  server::Api api(state->get(), durable->get(), node->get(), &layers, &tokens);
+  api.SetCalls((*node)->calls());
   // Sandboxes of an earlier run that is gone (kill -9, crash) are taken over; whatever could
   // not be is killed and removed.
   api.ReconcileAfterRestart();
-  int stale = fnode.ReapUnadopted();
+  int stale = (*node)->ReapUnadopted();
   if (stale > 0) spdlog::warn("reaped {} sandbox cgroup(s) left by an earlier run", stale);
   api.SweepBlobs();
   api.StartReaper();

@@ -14,6 +14,7 @@
 #include "image/tar_extract.h"
 #include "isolation/cgroup.h"
 #include "isolation/seccomp_policy.h"
+#include "node/fncall/fncall_sandboxes.h"
 #include "runtime/container/agent_binary.h"
 #include "runtime/container/container_backend.h"
 
@@ -23,6 +24,9 @@ LocalNode::LocalNode(const LocalNodeOptions& opts, image::LayerStore* store)
     : opts_(opts), store_(store), uids_(opts.uid_base, opts.uid_slots, "/run/warren/uid-blocks") {}
 
 LocalNode::~LocalNode() {
+  // fncall first: its execs run on the runner pool, whose runners are sandboxes of this node.
+  fncall_.reset();
+  calls_.reset();
   if (vm_start_.joinable()) vm_start_.join();
   warm_.reset();  // its waiting sandboxes, before the directories they live in
   DeleteAll();
@@ -102,6 +106,15 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   return node;
 }
 
+Status LocalNode::StartFncall(fncall::ImageResolver resolve, fncall::PoolOptions opts) {
+  if (calls_) return Status(Code::kConflict, "start fncall", opts_.name, "started already");
+  calls_ = std::make_unique<fncall::CallService>(this, std::move(resolve), std::move(opts));
+  fncall_ = std::make_unique<fncall::FncallSandboxes>(calls_.get(), opts_.spill_dir);
+  return Status::Ok();
+}
+
+bool LocalNode::Fncall(const std::string& id) { return fncall_ && fncall_->Has(id); }
+
 void LocalNode::SetOnSandboxLost(std::function<void(const std::string& id)> fn) {
   std::lock_guard lock(mu_);
   on_lost_ = std::move(fn);
@@ -125,13 +138,18 @@ Result<runtime::Backend*> LocalNode::BackendFor(runtime::BackendKind kind) {
     case runtime::BackendKind::kVm:
       return WARREN_TRY(Microvm());
     case runtime::BackendKind::kFncall:
-      break;  // a service in front of the node (FncallNode)
+      break;  // no backend: the node's fncall service (node/fncall/fncall_sandboxes.h)
   }
   return Status(Code::kInvalid, "create sandbox", runtime::BackendName(kind),
                 "this backend is not available on this node");
 }
 
 Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
+  if (spec.backend == runtime::BackendKind::kFncall) {
+    if (!fncall_)
+      return Status(Code::kUnavailable, "create sandbox", "fncall", "not enabled on this node");
+    return fncall_->Create(spec);
+  }
   runtime::Backend* backend = WARREN_TRY(BackendFor(spec.backend));
   const runtime::BackendTraits traits = runtime::TraitsOf(spec.backend);
   const bool is_vm = traits.is_vm;
@@ -326,6 +344,7 @@ std::map<std::string, std::string> LocalNode::EgressEnvDefaults(const std::strin
 }
 
 Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
+  if (Fncall(id)) return fncall_->SetNetwork(id, policy);
   auto e = WARREN_TRY(Find(id));
   // A microVM's NIC is bridged to its namespace's link when it is made; one made without
   // egress has no link to bridge (and no hotplug on -M microvm).
@@ -367,6 +386,7 @@ void LocalNode::Register(const std::string& id, std::unique_ptr<runtime::Instanc
 }
 
 Status LocalNode::AdoptSandbox(const std::string& id) {
+  if (Fncall(id)) return Status::Ok();  // made again from its record: nothing runs to adopt
   {
     std::lock_guard lock(mu_);
     if (sandboxes_.count(id)) return Status(Code::kConflict, "adopt", id, "already running here");
@@ -416,11 +436,14 @@ Status LocalNode::AdoptSandbox(const std::string& id) {
 }
 
 int LocalNode::RunningExecs(const std::string& id) {
+  if (Fncall(id)) return fncall_->RunningExecs(id);
   auto conn = Conn(id);
   return conn.ok() ? (*conn)->Running() : 0;
 }
 
-int LocalNode::ReapUnadopted(const std::set<std::string>& also_keep) {
+int LocalNode::ReapUnadopted(const std::set<std::string>& also_keep_spills) {
+  std::set<std::string> also_keep = also_keep_spills;
+  if (fncall_) fncall_->AddIds(&also_keep);  // their exec journals stay
   std::set<std::string> keep;
   {
     std::lock_guard lock(mu_);
@@ -455,6 +478,7 @@ int LocalNode::ReapUnadopted(const std::set<std::string>& also_keep) {
 }
 
 Status LocalNode::DeleteSandbox(const std::string& id) {
+  if (Fncall(id)) return fncall_->Delete(id);
   std::shared_ptr<Entry> e;
   {
     std::lock_guard lock(mu_);
@@ -479,6 +503,10 @@ Result<std::shared_ptr<LocalNode::Entry>> LocalNode::Find(const std::string& id)
 }
 
 Status LocalNode::SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) {
+  // Every run of a fncall sandbox sees its image as built: `/` is read-only to it, root or not,
+  // and the one place it may write, its own /tmp, is gone when it ends. So any policy holds
+  // already, and nothing ever changes.
+  if (Fncall(id)) return Status::Ok();
   auto e = WARREN_TRY(Find(id));
   std::lock_guard lock(e->mu);
   // A microVM's agent is the guest's root and does it itself; a paused one answers nothing.
@@ -490,6 +518,7 @@ Status LocalNode::SetFilesystem(const std::string& id, const isolation::FsPolicy
 
 Result<isolation::ChangeReport> LocalNode::Changes(const std::string& id, const std::string& under,
                                                    size_t limit) {
+  if (Fncall(id)) return isolation::ChangeReport{};
   auto e = WARREN_TRY(Find(id));
   if (e->microvm && e->paused)
     return Status(Code::kConflict, "read changes", id,
@@ -498,6 +527,7 @@ Result<isolation::ChangeReport> LocalNode::Changes(const std::string& id, const 
 }
 
 Status LocalNode::PauseSandbox(const std::string& id) {
+  if (Fncall(id)) return fncall::FncallSandboxes::NoState("pause", id);
   auto e = WARREN_TRY(Find(id));
   std::lock_guard lock(e->mu);
   WARREN_RETURN_IF_ERROR(e->instance->Pause().Context("pause " + id));
@@ -506,6 +536,7 @@ Status LocalNode::PauseSandbox(const std::string& id) {
 }
 
 Status LocalNode::ResumeSandbox(const std::string& id) {
+  if (Fncall(id)) return fncall::FncallSandboxes::NoState("resume", id);
   auto e = WARREN_TRY(Find(id));
   bool files;
   {
@@ -535,6 +566,7 @@ Result<std::shared_ptr<AgentConn>> LocalNode::Conn(const std::string& id) {
 Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
                                                          const std::string& exec_id,
                                                          const ExecSpec& spec) {
+  if (Fncall(id)) return fncall_->StartExec(id, exec_id, spec);
   auto entry = WARREN_TRY(Find(id));
   const std::shared_ptr<AgentConn>& conn = entry->conn;
   auto rec =
@@ -565,6 +597,7 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
 
 Result<std::shared_ptr<ExecRecord>> LocalNode::GetExec(const std::string& id,
                                                        const std::string& exec_id) {
+  if (Fncall(id)) return fncall_->GetExec(id, exec_id);
   auto conn = WARREN_TRY(Conn(id));
   auto rec = conn->FindExec(exec_id);
   if (!rec) return NotFound("exec", exec_id);
@@ -572,24 +605,28 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::GetExec(const std::string& id,
 }
 
 Status LocalNode::SignalExec(const std::string& id, const std::string& exec_id, int sig) {
+  if (Fncall(id)) return fncall::FncallSandboxes::NoState("signal " + exec_id, id);
   auto conn = WARREN_TRY(Conn(id));
   return conn->Signal(exec_id, sig);
 }
 
 Status LocalNode::WriteExecStdin(const std::string& id, const std::string& exec_id,
                                  std::string_view data, bool eof) {
+  if (Fncall(id)) return fncall::FncallSandboxes::NoState("stdin " + exec_id, id);
   auto conn = WARREN_TRY(Conn(id));
   return conn->SendStdin(exec_id, data, eof);
 }
 
 Status LocalNode::WriteFile(const std::string& id, const std::string& path, uint32_t mode,
                             std::string_view data) {
+  if (Fncall(id)) return fncall::FncallSandboxes::NoState("write " + path, id);
   auto conn = WARREN_TRY(Conn(id));
   return conn->WriteFile(path, mode, data);
 }
 
 Result<std::string> LocalNode::ReadFile(const std::string& id, const std::string& path,
                                         uint64_t max) {
+  if (Fncall(id)) return fncall::FncallSandboxes::NoState("read " + path, id);
   auto conn = WARREN_TRY(Conn(id));
   return conn->ReadFile(path, max);
 }
@@ -608,18 +645,22 @@ nlohmann::json LocalNode::Info() {
     else
       vm = {{"error", vm_done_ ? vm_error_ : "starting"}};
   }
-  return {{"name", opts_.name},
-          {"backends", backends},
-          {"microvm", vm},
-          {"cgroups", isolation::CgroupLayoutName()},
-          {"cgroup_parent", opts_.cgroup_parent},
-          {"hardening", opts_.unsafe_no_seccomp_landlock ? "reduced (benchmark mode)" : "full"},
-          {"sandboxes", live_sandboxes()},
-          {"layer_mounts", mounts_.live()},
-          {"uid_slots_used", uids_.used()},
-          {"uid_slots", opts_.uid_slots},
-          {"warm_pool", WarmInfo()},
-          {"network", net_ ? net_->Info() : nlohmann::json{{"error", net_error_}}}};
+  if (fncall_) backends.push_back("fncall");
+  nlohmann::json j = {
+      {"name", opts_.name},
+      {"backends", backends},
+      {"microvm", vm},
+      {"cgroups", isolation::CgroupLayoutName()},
+      {"cgroup_parent", opts_.cgroup_parent},
+      {"hardening", opts_.unsafe_no_seccomp_landlock ? "reduced (benchmark mode)" : "full"},
+      {"sandboxes", live_sandboxes()},
+      {"layer_mounts", mounts_.live()},
+      {"uid_slots_used", uids_.used()},
+      {"uid_slots", opts_.uid_slots},
+      {"warm_pool", WarmInfo()},
+      {"network", net_ ? net_->Info() : nlohmann::json{{"error", net_error_}}}};
+  if (fncall_) j["fncall_sandboxes"] = fncall_->size();
+  return j;
 }
 
 }  // namespace warren::node

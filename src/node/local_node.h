@@ -16,10 +16,15 @@
 #include "isolation/uid_allocator.h"
 #include "net/network.h"
 #include "node/agent_mux.h"
+#include "node/fncall/call_pool.h"
 #include "node/node_api.h"
 #include "node/warm_pool.h"
 #include "runtime/create_faults.h"
 #include "runtime/vm/microvm_backend.h"
+
+namespace warren::fncall {
+class FncallSandboxes;
+}
 
 namespace warren::node {
 
@@ -57,6 +62,11 @@ class LocalNode : public NodeApi {
   ~LocalNode() override;
 
   std::string name() const override { return opts_.name; }
+  // fncall, a service of this node: the runner pool (POST /v1/calls) and `backend: fncall`
+  // sandboxes, whose execs run on it. Started once the node is (its runners are sandboxes of
+  // this node); until then fncall creates are refused.
+  Status StartFncall(fncall::ImageResolver resolve, fncall::PoolOptions opts);
+  fncall::CallService* calls() { return calls_.get(); }
   Result<SandboxRuntime> CreateSandbox(const NodeSandboxSpec& spec) override;
   Status DeleteSandbox(const std::string& id) override;
   Status AdoptSandbox(const std::string& id) override;
@@ -163,6 +173,10 @@ class LocalNode : public NodeApi {
   std::map<std::string, std::shared_ptr<Entry>> sandboxes_;
   std::set<std::string> adopted_;
   std::function<void(const std::string&)> on_lost_;
+  // Whether `id` is a fncall sandbox, which the fncall service answers for.
+  bool Fncall(const std::string& id);
+  std::unique_ptr<fncall::CallService> calls_;
+  std::unique_ptr<fncall::FncallSandboxes> fncall_;
 };
 
 }  // namespace warren::node

@@ -3,7 +3,7 @@
 // backend). A backend makes a sandbox with the warren-agent running inside and hands back its
 // control socket; everything after that (exec, files) speaks the agent protocol and is the
 // same for every backend. A `backend: fncall` sandbox is not made here at all: it is a record
-// of runtime/fncall/fncall_node.h.
+// of node/fncall/fncall_sandboxes.h.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +43,7 @@ struct SandboxConfig {
   double cpus = 1.0;
   uint64_t open_files = 4096;  // RLIMIT_NOFILE of every command
   std::map<std::string, std::string> env;
-  // A node-internal fncall runner (see runtime/fncall/runner.h): the runner seccomp profile
+  // A node-internal fncall runner (see node/fncall/runner.h): the runner seccomp profile
   // and no sandbox-wide Landlock, so its zygote can make each call's namespaces.
   bool fncall_runner = false;
   // A network namespace the node made (net/netns.h) to run the sandbox in, or -1 for a new

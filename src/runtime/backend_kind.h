@@ -9,7 +9,7 @@
 namespace warren::runtime {
 
 enum class BackendKind {
-  kFncall,     // stateless: each exec a fresh worker of a runner (runtime/fncall)
+  kFncall,     // stateless: each exec a fresh worker of a runner (node/fncall)
   kContainer,  // namespaces, idmapped EROFS layers, overlayfs, cgroups
   kMicrovm,    // a QEMU guest with the agent as its init
   kVm,         // a QEMU guest booting the image's own init (a whole machine)

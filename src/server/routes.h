@@ -20,7 +20,7 @@
 #include "base/work_queue.h"
 #include "image/layer_store.h"
 #include "node/node_api.h"
-#include "runtime/fncall/call_pool.h"
+#include "node/fncall/call_pool.h"
 #include "server/api_types.h"
 #include "server/auth.h"
 #include "server/leases.h"

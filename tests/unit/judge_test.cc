@@ -1,9 +1,9 @@
-#include "runtime/fncall/judge.h"
+#include "node/fncall/judge.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include "runtime/fncall/languages.h"
+#include "node/fncall/languages.h"
 
 namespace warren::fncall {
 namespace {

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/fncall/runner.h"
+#include "node/fncall/runner.h"
 
 namespace warren::fncall {
 

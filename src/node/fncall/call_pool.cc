@@ -1,4 +1,4 @@
-#include "runtime/fncall/call_pool.h"
+#include "node/fncall/call_pool.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,8 +8,8 @@
 
 #include "base/ids.h"
 #include "base/utf8.h"
-#include "runtime/fncall/judge.h"
-#include "runtime/fncall/languages.h"
+#include "node/fncall/judge.h"
+#include "node/fncall/languages.h"
 
 namespace warren::fncall {
 namespace {

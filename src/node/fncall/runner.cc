@@ -1,4 +1,4 @@
-#include "runtime/fncall/runner.h"
+#include "node/fncall/runner.h"
 
 #include <spdlog/spdlog.h>
 

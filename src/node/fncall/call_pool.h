@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "node/fncall/runner.h"
 #include "node/node_api.h"
-#include "runtime/fncall/runner.h"
 
 namespace warren::fncall {
 

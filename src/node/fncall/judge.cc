@@ -1,4 +1,4 @@
-#include "runtime/fncall/judge.h"
+#include "node/fncall/judge.h"
 
 #include <signal.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "runtime/fncall/languages.h"
+#include "node/fncall/languages.h"
 
 namespace warren::fncall {
 namespace {

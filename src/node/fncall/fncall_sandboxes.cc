@@ -1,4 +1,4 @@
-#include "runtime/fncall/fncall_node.h"
+#include "node/fncall/fncall_sandboxes.h"
 
 #include <signal.h>
 
@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "base/ids.h"
-#include "runtime/fncall/judge.h"
+#include "node/fncall/judge.h"
 
 namespace warren::fncall {
 namespace {
@@ -15,15 +15,15 @@ constexpr size_t kMaxRunning = 64;  // execs running at once in one fncall sandb
 constexpr size_t kKeepExecs = 256;  // finished exec records kept per sandbox
 constexpr int64_t kMaxWallMs = 3600 * 1000;
 
-Status NoState(const std::string& op, const std::string& id) {
+}  // namespace
+
+Status FncallSandboxes::NoState(const std::string& op, const std::string& id) {
   return Status(Code::kConflict, op, id,
                 "a fncall sandbox keeps nothing between execs (each runs in a fresh worker of its "
                 "runner image): use a container sandbox for files, pause and signals");
 }
 
-}  // namespace
-
-FncallNode::~FncallNode() {
+FncallSandboxes::~FncallSandboxes() {
   std::vector<Worker> all;
   {
     std::lock_guard lock(mu_);
@@ -32,14 +32,25 @@ FncallNode::~FncallNode() {
   for (auto& w : all) w.thread.join();
 }
 
-std::shared_ptr<FncallNode::Box> FncallNode::Find(const std::string& id) {
+std::shared_ptr<FncallSandboxes::Box> FncallSandboxes::Find(const std::string& id) {
   std::lock_guard lock(mu_);
   auto it = boxes_.find(id);
   return it == boxes_.end() ? nullptr : it->second;
 }
 
-Result<node::SandboxRuntime> FncallNode::CreateSandbox(const node::NodeSandboxSpec& spec) {
-  if (spec.backend != runtime::BackendKind::kFncall) return inner_->CreateSandbox(spec);
+bool FncallSandboxes::Has(const std::string& id) { return Find(id) != nullptr; }
+
+size_t FncallSandboxes::size() {
+  std::lock_guard lock(mu_);
+  return boxes_.size();
+}
+
+void FncallSandboxes::AddIds(std::set<std::string>* ids) {
+  std::lock_guard lock(mu_);
+  for (const auto& [id, box] : boxes_) ids->insert(id);
+}
+
+Result<node::SandboxRuntime> FncallSandboxes::Create(const node::NodeSandboxSpec& spec) {
   if (spec.config.layers.size() != 1)
     return Invalid("a fncall sandbox runs in its runner image alone: no workspace or tools");
   if (spec.network.egress)
@@ -73,17 +84,7 @@ Result<node::SandboxRuntime> FncallNode::CreateSandbox(const node::NodeSandboxSp
   return node::SandboxRuntime{};
 }
 
-int FncallNode::ReapUnadopted(const std::set<std::string>& also_keep) {
-  std::set<std::string> keep = also_keep;
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& [id, box] : boxes_) keep.insert(id);  // their exec journals stay
-  }
-  return inner_->ReapUnadopted(keep);
-}
-
-Status FncallNode::SetNetwork(const std::string& id, const net::Policy& policy) {
-  if (!Find(id)) return inner_->SetNetwork(id, policy);
+Status FncallSandboxes::SetNetwork(const std::string&, const net::Policy& policy) {
   if (policy.egress)
     return Invalid(
         "a fncall sandbox has no network (each call runs with loopback only); use a container "
@@ -91,86 +92,36 @@ Status FncallNode::SetNetwork(const std::string& id, const net::Policy& policy) 
   return Status::Ok();
 }
 
-// Every run of a fncall sandbox sees its image as built: `/` is read-only to it, root or not,
-// and the one place it may write, its own /tmp, is gone when it ends. So any policy holds
-// already, and nothing ever changes.
-Status FncallNode::SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) {
-  return Find(id) ? Status::Ok() : inner_->SetFilesystem(id, policy);
-}
-
-Result<isolation::ChangeReport> FncallNode::Changes(const std::string& id, const std::string& under,
-                                                    size_t limit) {
-  if (Find(id)) return isolation::ChangeReport{};
-  return inner_->Changes(id, under, limit);
-}
-
-Status FncallNode::DeleteSandbox(const std::string& id) {
+Status FncallSandboxes::Delete(const std::string& id) {
   std::lock_guard lock(mu_);
   if (auto it = boxes_.find(id); it != boxes_.end()) {
     if (it->second->journal) it->second->journal->Discard();
     boxes_.erase(it);
     return Status::Ok();  // running execs end at their own limits
   }
-  return inner_->DeleteSandbox(id);
+  return NotFound("sandbox", id);
 }
 
-int FncallNode::RunningExecs(const std::string& id) {
+int FncallSandboxes::RunningExecs(const std::string& id) {
   auto box = Find(id);
-  if (!box) return inner_->RunningExecs(id);
+  if (!box) return 0;
   std::lock_guard lock(mu_);
   int n = 0;
   for (auto& [eid, rec] : box->execs) n += !rec->done();
   return n;
 }
 
-Status FncallNode::PauseSandbox(const std::string& id) {
-  return Find(id) ? NoState("pause", id) : inner_->PauseSandbox(id);
-}
-
-Status FncallNode::ResumeSandbox(const std::string& id) {
-  return Find(id) ? NoState("resume", id) : inner_->ResumeSandbox(id);
-}
-
-Status FncallNode::SignalExec(const std::string& id, const std::string& exec_id, int sig) {
-  return Find(id) ? NoState("signal " + exec_id, id) : inner_->SignalExec(id, exec_id, sig);
-}
-
-Status FncallNode::WriteExecStdin(const std::string& id, const std::string& exec_id,
-                                  std::string_view data, bool eof) {
-  return Find(id) ? NoState("stdin " + exec_id, id)
-                  : inner_->WriteExecStdin(id, exec_id, data, eof);
-}
-
-Status FncallNode::WriteFile(const std::string& id, const std::string& path, uint32_t mode,
-                             std::string_view data) {
-  return Find(id) ? NoState("write " + path, id) : inner_->WriteFile(id, path, mode, data);
-}
-
-Result<std::string> FncallNode::ReadFile(const std::string& id, const std::string& path,
-                                         uint64_t max) {
-  if (Find(id)) return NoState("read " + path, id);
-  return inner_->ReadFile(id, path, max);
-}
-
-nlohmann::json FncallNode::Info() {
-  nlohmann::json j = inner_->Info();
-  j["backends"].push_back("fncall");
-  std::lock_guard lock(mu_);
-  j["fncall_sandboxes"] = boxes_.size();
-  return j;
-}
-
-Result<std::shared_ptr<node::ExecRecord>> FncallNode::GetExec(const std::string& id,
-                                                              const std::string& exec_id) {
+Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::GetExec(const std::string& id,
+                                                                   const std::string& exec_id) {
   auto box = Find(id);
-  if (!box) return inner_->GetExec(id, exec_id);
+  if (!box) return NotFound("sandbox", id);
   std::lock_guard lock(mu_);
   auto it = box->execs.find(exec_id);
   if (it == box->execs.end()) return NotFound("exec", exec_id);
   return it->second;
 }
 
-void FncallNode::JoinFinished() {
+void FncallSandboxes::JoinFinished() {
   std::vector<Worker> done;
   {
     std::lock_guard lock(mu_);
@@ -186,11 +137,11 @@ void FncallNode::JoinFinished() {
   for (auto& w : done) w.thread.join();
 }
 
-Result<std::shared_ptr<node::ExecRecord>> FncallNode::StartExec(const std::string& id,
-                                                                const std::string& exec_id,
-                                                                const node::ExecSpec& spec) {
+Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::StartExec(const std::string& id,
+                                                                     const std::string& exec_id,
+                                                                     const node::ExecSpec& spec) {
   auto box = Find(id);
-  if (!box) return inner_->StartExec(id, exec_id, spec);
+  if (!box) return NotFound("sandbox", id);
   JoinFinished();
   auto rec =
       std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary, box->budget);
@@ -238,8 +189,8 @@ Result<std::shared_ptr<node::ExecRecord>> FncallNode::StartExec(const std::strin
   return rec;
 }
 
-void FncallNode::Execute(std::shared_ptr<Box> box, std::shared_ptr<node::ExecRecord> rec,
-                         RunRequest req) {
+void FncallSandboxes::Execute(std::shared_ptr<Box> box, std::shared_ptr<node::ExecRecord> rec,
+                              RunRequest req) {
   node::ExecOutcome o;
   auto r = calls_->RunLayers(box->layers, req);
   if (!r.ok()) {

@@ -16,31 +16,17 @@ namespace warren::server {
 
 using nlohmann::json;
 
-void Histogram::Observe(double s) {
-  MutexLock lock(&mu_);
-  for (size_t i = 0; i < std::size(kBuckets); ++i)
-    if (s <= kBuckets[i]) ++counts_[i];
-  ++total_;
-  sum_ += s;
-}
-
-std::string Histogram::Render(const std::string& name) const {
-  MutexLock lock(&mu_);
-  std::ostringstream o;
-  o << "# TYPE " << name << " histogram\n";
-  for (size_t i = 0; i < std::size(kBuckets); ++i)
-    o << name << "_bucket{le=\"" << kBuckets[i] << "\"} " << counts_[i] << "\n";
-  o << name << "_bucket{le=\"+Inf\"} " << total_ << "\n";
-  o << name << "_sum " << sum_ << "\n" << name << "_count " << total_ << "\n";
-  return o.str();
-}
-
 namespace {
 constexpr int64_t kBatchWorkers = 4;
 // The daemon's own actions (TTL reaping) act with the admin's rights.
 const Principal& System() {
   static const Principal p{"admin", {"admin"}, {}};
   return p;
+}
+
+std::optional<double> IdleTimeoutOf(const SandboxSpec& spec) {
+  if (!spec.idle_timeout_s) return std::nullopt;
+  return static_cast<double>(*spec.idle_timeout_s);
 }
 }  // namespace
 
@@ -49,10 +35,20 @@ Api::Api(StateStore* state, StateStore* durable, node::NodeApi* node, image::Lay
     : state_(state),
       sandboxes_(state),
       node_(node),
-      layers_(layers),
+      layers_(state, layers),
       tokens_(tokens),
       leases_(state),
-      traj_(durable) {
+      calls_(&quota_),
+      reaper_({[this](const std::string& id) { return node_->RunningExecs(id); },
+               [this](const std::string& id) {
+                 Status st = DeleteSandbox(System(), id);
+                 if (!st.ok() && st.code() != Code::kNotFound) CountError(st.code());
+               },
+               [this] {
+                 for (const auto& lease : leases_.TakeExpired()) ExpireLease(lease);
+               }}),
+      trajectories_(durable, node, &sandboxes_,
+                    [this](double seconds) { exec_seconds_.Observe(seconds); }) {
   quota_.Count(sandboxes_.List());
   leases_.Load();
   node_->SetOnSandboxLost([this](const std::string& id) {
@@ -66,58 +62,15 @@ Api::Api(StateStore* state, StateStore* durable, node::NodeApi* node, image::Lay
 
 Api::~Api() { StopReaper(); }
 
-void Api::StartReaper() {
-  reaper_ = std::thread([this] {
-    MutexLock lock(&reap_mu_);
-    while (!reap_stop_) {
-      lock.WaitFor(reap_cv_, std::chrono::milliseconds(500));
-      double now = NowSeconds();
-      std::vector<std::string> due, idle;
-      for (auto& [id, deadline] : deadlines_)
-        if (deadline <= now) due.push_back(id);
-      for (auto& [id, i] : idle_)
-        if (now - i.last >= i.timeout) idle.push_back(id);
-      lock.Unlock();
-      // Idle: no API use for idle_timeout_s and no command running.
-      for (const auto& id : idle) {
-        if (node_->RunningExecs(id) > 0) {
-          Touch(id);
-          continue;
-        }
-        spdlog::info("sandbox {} idle for its idle_timeout_s: deleting", id);
-        if (!std::count(due.begin(), due.end(), id)) due.push_back(id);
-      }
-      for (const auto& lease : leases_.TakeExpired()) ExpireLease(lease);
-      for (const auto& id : due) {
-        Status st = DeleteSandbox(System(), id);
-        if (!st.ok() && st.code() != Code::kNotFound) CountError(st.code());
-        MutexLock l(&reap_mu_);
-        deadlines_.erase(id);
-        idle_.erase(id);
-      }
-      lock.Lock();
-    }
-  });
-}
+void Api::StartReaper() { reaper_.Start(); }
 
-void Api::StopReaper() {
-  {
-    MutexLock lock(&reap_mu_);
-    reap_stop_ = true;
-  }
-  reap_cv_.notify_all();
-  if (reaper_.joinable()) reaper_.join();
-}
+void Api::StopReaper() { reaper_.Stop(); }
 
 void Api::ReleaseQuotaOf(const SandboxRecord& sb) {
   quota_.ReleaseHeld(sb.id, sb.owner, sb.spec.cpu, static_cast<int64_t>(sb.spec.memory_mb));
 }
 
-void Api::Touch(const std::string& id) {
-  MutexLock lock(&reap_mu_);
-  auto it = idle_.find(id);
-  if (it != idle_.end()) it->second.last = NowSeconds();
-}
+void Api::Touch(const std::string& id) { reaper_.Touch(id); }
 
 void Api::MarkAllStopped() {
   for (const SandboxRecord& sb : sandboxes_.List()) {
@@ -144,7 +97,7 @@ static node::NodeSandboxSpec FncallSpecOf(const SandboxRecord& sb) {
 }
 
 void Api::ReconcileAfterRestart() {
-  const double wall = UnixNow(), mono = NowSeconds();
+  const double wall = UnixNow();
   for (const SandboxRecord& sb : sandboxes_.List()) {
     const std::string& id = sb.id;
     const std::string state = StateName(sb.state);
@@ -169,9 +122,7 @@ void Api::ReconcileAfterRestart() {
       double created = ParseRfc3339(sb.created_at);
       const double ttl = static_cast<double>(sb.spec.ttl_s);
       double left = created > 0 ? created + ttl - wall : ttl;
-      MutexLock lock(&reap_mu_);
-      deadlines_[id] = mono + std::max(0.0, left);
-      if (sb.spec.idle_timeout_s) idle_[id] = {static_cast<double>(*sb.spec.idle_timeout_s), mono};
+      reaper_.Track(id, left, IdleTimeoutOf(sb.spec));
       continue;
     }
     spdlog::warn("sandbox {} could not be re-adopted: {}", id, st.ToString());
@@ -184,10 +135,7 @@ void Api::ReconcileAfterRestart() {
   }
 }
 
-void Api::CountError(Code code) {
-  MutexLock lock(&err_mu_);
-  ++errors_[CodeName(code)];
-}
+void Api::CountError(Code code) { errors_.Count(code); }
 
 Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool reserved) {
   double t0 = NowSeconds();
@@ -196,7 +144,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   Cleanup release(
       [&] { quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb)); });
   if (!reserved) release.Cancel();
-  if (spec.backend == runtime::BackendKind::kFncall && !calls_)
+  if (spec.backend == runtime::BackendKind::kFncall && !calls_.enabled())
     return Status(Code::kUnavailable, "create sandbox", "fncall", "not enabled on this server");
   if (spec.lease && !leases_.Get(who, *spec.lease).ok())
     return Invalid("unknown or expired lease `" + *spec.lease + "`");
@@ -204,9 +152,9 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   // A trainer that comes back after preemption asks for its trajectory's sandbox again: it
   // gets the live one (with all the effects of the steps it will replay), not a new one.
   // Creates of one trajectory are serialized, so concurrent ones cannot make two sandboxes.
-  std::unique_lock traj_lock(traj_create_mu_, std::defer_lock);
+  std::unique_lock<std::mutex> traj_lock;
   if (spec.trajectory) {
-    traj_lock.lock();
+    traj_lock = trajectories_.LockCreates();
     for (SandboxRecord& sb : sandboxes_.List())
       if (sb.spec.trajectory == spec.trajectory && sb.owner == who.name && IsLive(sb.state))
         return Reattach(who, spec, std::move(sb));
@@ -214,7 +162,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
 
   // Resolve NAME:TAG to digests, top layer first: workspace, tools, base. The sandbox records
   // the digests: tags move, what it was made from does not.
-  std::shared_lock gc_lock(gc_mu_);
+  auto gc_lock = layers_.PinBlobs();
   node::NodeSandboxSpec ns;
   std::vector<SandboxRecord::Layer> made_from;
   auto resolve = [&](const std::string& ref, const char* role) -> Status {
@@ -283,12 +231,8 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   // The lease may have expired while we were creating: then this sandbox goes with it now.
   if (spec.lease && !leases_.Get(who, *spec.lease).ok()) ExpireLease(*spec.lease);
   create_seconds_.Observe(NowSeconds() - t0);
-  if (spec.trajectory) traj_.Restart(TrajectoryLog::Key(who.name, *spec.trajectory));
-  {
-    MutexLock lock(&reap_mu_);
-    deadlines_[id] = NowSeconds() + static_cast<double>(spec.ttl_s);
-    if (spec.idle_timeout_s) idle_[id] = {static_cast<double>(*spec.idle_timeout_s), NowSeconds()};
-  }
+  if (spec.trajectory) trajectories_.Restart(TrajectoryLog::Key(who.name, *spec.trajectory));
+  reaper_.Track(id, static_cast<double>(spec.ttl_s), IdleTimeoutOf(spec));
   return ToJson(sb);
 }
 
@@ -305,7 +249,7 @@ Result<json> Api::Reattach(const Principal& who, const SandboxSpec& spec, Sandbo
   }
   json out = ToJson(sb);
   if (sb.state == SandboxState::kPaused) out = WARREN_TRY(SetPaused(who, id, false));
-  traj_.Restart(TrajectoryLog::Key(sb.owner, *spec.trajectory));
+  trajectories_.Restart(TrajectoryLog::Key(sb.owner, *spec.trajectory));
   return out;
 }
 
@@ -433,62 +377,14 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
     if (was) (void)sandboxes_.Transition(id, *was, {SandboxState::kStopping});
     return node::NodeFault(st);
   }
-  {
-    MutexLock lock(&reap_mu_);
-    deadlines_.erase(id);
-    idle_.erase(id);
-  }
-  {
-    MutexLock lock(&replayed_mu_);
-    replay_stopped_.erase(id);
-  }
+  reaper_.Forget(id);
+  trajectories_.Forget(id);
   WARREN_RETURN_IF_ERROR(sandboxes_.Remove(id));
   ReleaseQuotaOf(sb);
   std::vector<std::string> digests;
   for (const auto& l : sb.layers) digests.push_back(l.digest);
-  CollectBlobs(digests);
+  layers_.Collect(digests);
   return Status::Ok();
-}
-
-std::set<std::string> Api::DigestsInUse() {
-  std::set<std::string> used;
-  for (const auto& l : state_->ListLayers()) used.insert(l.digest);
-  // From the stored JSON, not the typed records: a record this version cannot parse still
-  // keeps its blobs.
-  for (const json& sb : state_->ListSandboxes())
-    if (sb.contains("layers") && sb["layers"].is_array())
-      for (const auto& l : sb["layers"])
-        if (l.is_object() && l.contains("digest") && l["digest"].is_string())
-          used.insert(l["digest"].get<std::string>());
-  return used;
-}
-
-void Api::CollectBlobs(const std::vector<std::string>& digests) {
-  // The usual case is cheap: a digest some name still points at stays. Only the others need
-  // the scan of every sandbox record (a delete of each of 1,000 sandboxes must not scan
-  // 1,000 records each).
-  std::vector<std::string> candidates;
-  for (const auto& d : digests)
-    if (!d.empty() && state_->LayerRefs(d) == 0) candidates.push_back(d);
-  if (candidates.empty()) return;
-  std::unique_lock lock(gc_mu_);
-  std::set<std::string> used = DigestsInUse();
-  for (const auto& d : candidates)
-    if (!used.count(d)) {
-      Status st = layers_->Remove(d);
-      if (!st.ok()) spdlog::warn("garbage-collect blob: {}", st.ToString());
-    }
-}
-
-void Api::SweepBlobs() {
-  layers_->ClearTemp();
-  std::unique_lock lock(gc_mu_);
-  std::set<std::string> used = DigestsInUse();
-  for (const auto& d : layers_->ListDigests())
-    if (!used.count(d)) {
-      spdlog::info("removing unreferenced layer blob {}", d);
-      (void)layers_->Remove(d);
-    }
 }
 
 Result<json> Api::SetPaused(const Principal& who, const std::string& id, bool paused) {
@@ -605,7 +501,7 @@ Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& i
   es.timeout_ms = static_cast<int64_t>(r.timeout_s * 1000);
   es.max_output = r.max_output_bytes;
   es.binary = r.binary;
-  if (recorded) return StartTrajectoryExec(sb, r, std::move(es));
+  if (recorded) return trajectories_.StartExec(sb, r, std::move(es));
   // Every exec's run time goes into warren_exec_seconds, however its result is fetched.
   es.on_record = [this](const std::shared_ptr<node::ExecRecord>& rec) {
     std::weak_ptr<node::ExecRecord> weak = rec;
@@ -623,7 +519,7 @@ Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& i
 Result<std::shared_ptr<node::ExecRecord>> Api::GetExec(const Principal& who, const std::string& id,
                                                        const std::string& exec_id) {
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
-  if (sb.spec.trajectory) return GetTrajectoryExec(sb, exec_id);
+  if (sb.spec.trajectory) return trajectories_.GetExec(sb, exec_id);
   return node_->GetExec(id, exec_id);
 }
 
@@ -765,50 +661,14 @@ Result<std::string> Api::GetFile(const Principal& who, const std::string& id, co
 }
 
 Result<json> Api::UploadLayer(const Query& q, const std::string& body_path) {
-  for (auto& [k, v] : q)
-    if (k != "name" && k != "tag" && k != "kind" && k != "source")
-      return Invalid("unknown query parameter `" + k + "`");
-  auto get = [&](const char* k, const char* def) {
-    auto it = q.find(k);
-    return it == q.end() ? std::string(def) : it->second;
-  };
-  std::string name = get("name", ""), tag = get("tag", "latest"), kind = get("kind", "base");
-  // Where the builder got the content (free text, shown by `image ls`).
-  std::string source = get("source", "");
-  if (source.size() > 512) return Invalid("`source` is at most 512 bytes");
-  source = SanitizeUtf8(source);
-  std::string n, t;
-  WARREN_RETURN_IF_ERROR(ParseImageRef(name + ":" + tag, &n, &t));
-  if (kind != "base" && kind != "workspace" && kind != "tool")
-    return Invalid("`kind` must be base, workspace or tool");
-  bool erofs = image::LayerStore::IsErofs(body_path);
-  auto blob = erofs ? layers_->ImportErofs(body_path) : layers_->ImportTar(body_path);
-  if (!blob.ok()) return blob.status().Context("build image " + name + ":" + tag);
-  LayerRecord rec{name,      tag,          blob->digest,
-                  kind,      NowRfc3339(), !source.empty() ? source : erofs ? "erofs" : "tar",
-                  blob->size};
-  // A moved tag may leave its old blob unreferenced.
-  auto old = state_->GetLayer(name, tag);
-  WARREN_RETURN_IF_ERROR(state_->PutLayer(rec));
-  if (old.ok() && old->digest != rec.digest) CollectBlobs({old->digest});
-  return rec.ToJson();
+  return layers_.Upload(q, body_path);
 }
 
-Result<json> Api::ListLayers() {
-  json arr = json::array();
-  for (const auto& l : state_->ListLayers()) arr.push_back(l.ToJson());
-  return json{{"layers", arr}};
-}
+Result<json> Api::ListLayers() { return layers_.List(); }
 
-Status Api::DeleteLayer(const std::string& ref) {
-  std::string name, tag;
-  WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
-  auto rec = WARREN_TRY(state_->GetLayer(name, tag));
-  WARREN_RETURN_IF_ERROR(state_->RemoveLayer(name, tag));
-  // The blob stays while a sandbox made from it exists; new sandboxes cannot use the name.
-  CollectBlobs({rec.digest});
-  return Status::Ok();
-}
+Status Api::DeleteLayer(const std::string& ref) { return layers_.Delete(ref); }
+
+void Api::SweepBlobs() { layers_.Sweep(); }
 
 void Api::ExpireLease(const std::string& lease) {
   for (const SandboxRecord& sb : sandboxes_.List()) {
@@ -837,154 +697,32 @@ json Api::ListTokens() {
   return out;
 }
 
-void Api::SetCalls(fncall::CallService* calls) { calls_ = calls; }
+void Api::SetCalls(fncall::CallService* calls) { calls_.SetService(calls); }
 
-void Api::StopCalls() {
-  if (calls_) calls_->Shutdown();
-}
+void Api::StopCalls() { calls_.Stop(); }
 
-// Calls keep nothing, so there is nothing of one principal's for another to see; what a
-// principal may spend on them is its quota (max_calls at once, call_rate per second).
 Result<json> Api::Call(const Principal& who, const std::string& body) {
-  if (!calls_) return Status(Code::kUnavailable, "call", "fncall", "not enabled on this server");
-  json rq = json::parse(body, nullptr, false);
-  if (rq.is_discarded()) return Invalid("call: the body is not JSON");
-  return RunCalls(who, 1, [&] { return calls_->Call(rq); });
+  return calls_.Call(who, body);
 }
 
 Result<json> Api::CallBatch(const Principal& who, const std::string& body) {
-  if (!calls_) return Status(Code::kUnavailable, "call", "fncall", "not enabled on this server");
-  json rq = json::parse(body, nullptr, false);
-  if (rq.is_discarded()) return Invalid("call batch: the body is not JSON");
-  const int64_t n = rq.is_object() && rq.contains("calls") && rq["calls"].is_array()
-                        ? std::max<int64_t>(1, static_cast<int64_t>(rq["calls"].size()))
-                        : 1;
-  return RunCalls(who, n, [&] { return calls_->CallBatch(rq); });
-}
-
-Result<json> Api::RunCalls(const Principal& who, int64_t n,
-                           const std::function<Result<json>()>& run) {
-  if (Status st = quota_.ReserveCalls(who, n); !st.ok()) {
-    MutexLock lock(&err_mu_);
-    calls_refused_ += n;
-    return st;
-  }
-  Cleanup release([&] { quota_.ReleaseCalls(who.name, n); });
-  {
-    MutexLock lock(&err_mu_);
-    calls_started_ += n;
-  }
-  auto t0 = std::chrono::steady_clock::now();
-  auto r = run();
-  call_seconds_.Observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return r;
+  return calls_.CallBatch(who, body);
 }
 
 json Api::Nodes() {
   json n = node_->Info();
-  if (calls_) n["fncall"] = calls_->Stats();
+  if (calls_.enabled()) n["fncall"] = calls_.Stats();
   return {{"nodes", json::array({n})}};
 }
 
 std::string Api::Metrics() {
-  // Every backend and state the contract names has its sample, 0 included: a scraper (or a
-  // test) finds the series before the first sandbox exists.
-  // Counts kept as records change: no read of the records.
-  SandboxTable::Counts by_state = sandboxes_.counts();
-  for (runtime::BackendKind backend : runtime::kAllBackendKinds)
-    for (SandboxState st : kAllSandboxStates) by_state.try_emplace({backend, st}, 0);
   std::ostringstream o;
-  o << "# TYPE warren_sandboxes gauge\n";
-  for (auto& [k, n] : by_state)
-    o << "warren_sandboxes{backend=\"" << runtime::BackendName(k.first) << "\",state=\""
-      << StateName(k.second) << "\"} " << n << "\n";
+  o << RenderSandboxMetrics(sandboxes_.counts());
   o << create_seconds_.Render("warren_create_seconds");
   o << exec_seconds_.Render("warren_exec_seconds");
-  o << call_seconds_.Render("warren_call_seconds");
-  if (calls_) {
-    json st = calls_->Stats();
-    o << "# TYPE warren_calls_total counter\nwarren_calls_total " << st.value("calls", 0) << "\n";
-    o << "# TYPE warren_call_runs_total counter\nwarren_call_runs_total " << st.value("runs", 0)
-      << "\n";
-    o << "# TYPE warren_fncall_runners gauge\nwarren_fncall_runners " << st["runners"].size()
-      << "\n";
-    o << "# TYPE warren_fncall_runner_starts_total counter\nwarren_fncall_runner_starts_total "
-      << st.value("runner_starts", 0) << "\n";
-  }
-  o << "# TYPE warren_calls_running gauge\nwarren_calls_running " << quota_.CallsRunning() << "\n";
-  {
-    MutexLock lock(&err_mu_);
-    o << "# TYPE warren_calls_admitted_total counter\nwarren_calls_admitted_total "
-      << calls_started_ << "\n";
-    o << "# TYPE warren_calls_refused_total counter\nwarren_calls_refused_total " << calls_refused_
-      << "\n";
-  }
-  o << "# TYPE warren_api_errors_total counter\n";
-  {
-    MutexLock lock(&err_mu_);
-    std::map<std::string, uint64_t> all;
-    for (const char* code : {"not_found", "invalid", "conflict", "quota", "unauthorized",
-                             "forbidden", "unavailable", "internal"})
-      all[code] = 0;
-    for (auto& [code, n] : errors_) all[code] = n;
-    for (auto& [code, n] : all)
-      o << "warren_api_errors_total{code=\"" << code << "\"} " << n << "\n";
-  }
-  // Node capacity and usage.
-  const json node = node_->Info();  // once: it walks the node's state
-  o << "# TYPE warren_node_sandboxes gauge\nwarren_node_sandboxes " << node.value("sandboxes", 0)
-    << "\n";
-  o << "# TYPE warren_node_layer_mounts gauge\nwarren_node_layer_mounts "
-    << node.value("layer_mounts", 0) << "\n";
-  o << "# TYPE warren_node_uid_slots gauge\n"
-    << "warren_node_uid_slots{state=\"used\"} " << node.value("uid_slots_used", 0) << "\n"
-    << "warren_node_uid_slots{state=\"total\"} " << node.value("uid_slots", 0) << "\n";
-  o << "# TYPE warren_node_cpus gauge\nwarren_node_cpus " << std::thread::hardware_concurrency()
-    << "\n";
-  if (FILE* f = fopen("/proc/meminfo", "re")) {
-    char key[64];
-    unsigned long long kb;
-    o << "# TYPE warren_node_memory_bytes gauge\n";
-    while (fscanf(f, "%63s %llu kB\n", key, &kb) == 2) {
-      if (!strcmp(key, "MemTotal:"))
-        o << "warren_node_memory_bytes{kind=\"total\"} " << kb * 1024 << "\n";
-      if (!strcmp(key, "MemAvailable:"))
-        o << "warren_node_memory_bytes{kind=\"available\"} " << kb * 1024 << "\n";
-    }
-    fclose(f);
-  }
-  // Egress through the node's proxy: bytes fetched upstream and served from its package
-  // cache, in total and per sandbox, with connections and refusals.
-  json net = node.value("network", json::object());
-  json proxy = net.value("proxy", json::object());
-  if (!proxy.is_object()) proxy = json::object();
-  o << "# TYPE warren_egress_bytes_total counter\n"
-    << "warren_egress_bytes_total{source=\"upstream\"} "
-    << proxy.value("upstream_bytes", uint64_t{0}) << "\n"
-    << "warren_egress_bytes_total{source=\"cache\"} " << proxy.value("cache_bytes", uint64_t{0})
-    << "\n";
-  json per = proxy.value("sandboxes", json::object());
-  o << "# TYPE warren_egress_sandbox_bytes_total counter\n";
-  for (auto& [id, b] : per.items())
-    o << "warren_egress_sandbox_bytes_total{sandbox=\"" << id << "\",source=\"upstream\"} "
-      << b.value("upstream_bytes", uint64_t{0}) << "\n"
-      << "warren_egress_sandbox_bytes_total{sandbox=\"" << id << "\",source=\"cache\"} "
-      << b.value("cache_bytes", uint64_t{0}) << "\n";
-  o << "# TYPE warren_egress_connections_total counter\n";
-  for (auto& [id, b] : per.items())
-    o << "warren_egress_connections_total{sandbox=\"" << id << "\"} "
-      << b.value("connections", uint64_t{0}) << "\n";
-  o << "# TYPE warren_egress_refused_total counter\n"
-    << "warren_egress_refused_total " << proxy.value("refused", uint64_t{0}) << "\n";
-  o << "# TYPE warren_egress_cache_bytes gauge\n"
-    << "warren_egress_cache_bytes " << proxy.value("cache_size_bytes", uint64_t{0}) << "\n";
-  json dns = net.value("dns", json::object());
-  if (dns.is_object()) {
-    o << "# TYPE warren_dns_queries_total counter\n";
-    for (const char* k : {"answered", "refused", "failed"})
-      o << "warren_dns_queries_total{result=\"" << k << "\"} " << dns.value(k, uint64_t{0}) << "\n";
-  }
+  o << calls_.RenderMetrics();
+  o << errors_.Render();
+  o << RenderNodeMetrics(node_->Info());  // once: it walks the node's state
   return o.str();
 }
 

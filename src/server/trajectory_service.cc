@@ -8,11 +8,12 @@
 // differs (a clock, a download, randomness), the result says so (`diverged`, `rerun`), and a
 // sandbox created with `on_divergence: stop` answers the re-run's own result and refuses
 // further execs: the recorded path no longer describes it.
+#include "server/trajectory_service.h"
+
 #include <spdlog/spdlog.h>
 
 #include "base/ids.h"
 #include "base/utf8.h"
-#include "server/routes.h"
 
 namespace warren::server {
 
@@ -62,13 +63,14 @@ Status RerunningConflict(const std::string& id) {
 
 }  // namespace
 
-std::string Api::TrajectoryKeyOf(const SandboxRecord& sb) {
+std::string TrajectoryService::KeyOf(const SandboxRecord& sb) {
   return TrajectoryLog::Key(sb.owner, sb.spec.trajectory.value_or(""));
 }
 
-void Api::KeepReplay(const std::string& sandbox_id, const std::shared_ptr<node::ExecRecord>& rec) {
+void TrajectoryService::KeepReplay(const std::string& sandbox_id,
+                                   const std::shared_ptr<node::ExecRecord>& rec) {
   const std::string key = ReplayKey(sandbox_id, rec->id());
-  MutexLock lock(&replayed_mu_);
+  MutexLock lock(&mu_);
   if (replayed_ids_.size() > 100000) replayed_ids_.clear();
   replayed_ids_.insert(key);
   if (replays_.emplace(key, rec).second) replay_order_.push_back(key);
@@ -78,12 +80,12 @@ void Api::KeepReplay(const std::string& sandbox_id, const std::shared_ptr<node::
   }
 }
 
-Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const ExecRequest& r,
-                                                node::ExecSpec es) {
+Result<ExecStart> TrajectoryService::StartExec(const SandboxRecord& sb, const ExecRequest& r,
+                                               node::ExecSpec es) {
   const std::string& id = sb.id;
-  const std::string key = TrajectoryKeyOf(sb);
+  const std::string key = KeyOf(sb);
   {
-    MutexLock lock(&replayed_mu_);
+    MutexLock lock(&mu_);
     if (auto it = replay_stopped_.find(id); it != replay_stopped_.end())
       return Status(Code::kConflict, "exec", id, it->second);
     if (rerunning_.count(id)) return RerunningConflict(id);
@@ -97,7 +99,7 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const E
                   {"binary", r.binary}};
   if (r.stdin_data) request["stdin_b64"] = Base64Encode(*r.stdin_data);
   const std::string digest = StepDigest(request);
-  auto d = WARREN_TRY(traj_.Begin(
+  auto d = WARREN_TRY(log_.Begin(
       key, r.step ? std::optional<int64_t>(static_cast<int64_t>(*r.step)) : std::nullopt, digest));
   if (d.recorded) {
     const json& doc = *d.recorded;
@@ -120,12 +122,12 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const E
     rec->SetFinisher([this, weak, key, step, request, digest, id, started] {
       recorder_.Post([this, weak, key, step, request, digest, id, started] {
         auto rec = weak.lock();
-        if (!rec) return traj_.Abandon(key, step);
+        if (!rec) return log_.Abandon(key, step);
         json result = rec->FinalResultJson();
         // A step the infrastructure cut short (its sandbox deleted or lost) is not the
         // command's outcome: it is not recorded and runs again when repeated.
         if (result.contains("error")) {
-          traj_.Abandon(key, step);
+          log_.Abandon(key, step);
           return rec->Publish();
         }
         json doc = {{"step", step},
@@ -139,8 +141,8 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const E
                     {"stdout_raw_b64", Base64Encode(rec->RawOutput(1))},
                     {"stderr_raw_b64", Base64Encode(rec->RawOutput(2))}};
         doc["result"]["replayed"] = false;
-        ObserveExec(rec->run_seconds());
-        Status st = traj_.Record(key, step, doc);
+        observe_exec_(rec->run_seconds());
+        Status st = log_.Record(key, step, doc);
         if (!st.ok()) spdlog::error("trajectory {} step {}: {}", key, step, st.ToString());
         rec->Publish();
       });
@@ -148,7 +150,7 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const E
   };
   auto rec = node_->StartExec(id, NewExecId(), es);
   if (!rec.ok()) {
-    traj_.Abandon(key, d.step);
+    log_.Abandon(key, d.step);
     return rec.status();
   }
   return ExecStart{*rec, r.wait};
@@ -156,12 +158,12 @@ Result<Api::ExecStart> Api::StartTrajectoryExec(const SandboxRecord& sb, const E
 
 // One re-run at a time per sandbox: steps rebuild the state in order, so a second exec while
 // one re-runs (only possible with `wait: false`) is refused rather than run out of order.
-Result<Api::ExecStart> Api::RerunStep(const std::string& id, const std::string& key, int64_t step,
-                                      const json& doc, const ExecRequest& r, node::ExecSpec es,
-                                      bool stop_on_divergence) {
+Result<ExecStart> TrajectoryService::RerunStep(const std::string& id, const std::string& key,
+                                               int64_t step, const json& doc, const ExecRequest& r,
+                                               node::ExecSpec es, bool stop_on_divergence) {
   auto reply = node::ExecRecord::Pending(doc.value("exec_id", ""), id, r.binary);
   {
-    MutexLock lock(&replayed_mu_);
+    MutexLock lock(&mu_);
     if (!rerunning_.insert(id).second) return RerunningConflict(id);
   }
   KeepReplay(id, reply);
@@ -177,7 +179,7 @@ Result<Api::ExecStart> Api::RerunStep(const std::string& id, const std::string& 
   auto rec = node_->StartExec(id, NewExecId(), es);
   if (!rec.ok()) {
     // Nothing ran: no pending reply may stay behind for GET to find.
-    MutexLock lock(&replayed_mu_);
+    MutexLock lock(&mu_);
     rerunning_.erase(id);
     const std::string key = ReplayKey(id, reply->id());
     replays_.erase(key);
@@ -187,12 +189,12 @@ Result<Api::ExecStart> Api::RerunStep(const std::string& id, const std::string& 
   return ExecStart{reply, r.wait};
 }
 
-void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec,
-                      const std::shared_ptr<node::ExecRecord>& reply, const std::string& key,
-                      int64_t step, const json& doc, const std::string& id,
-                      bool stop_on_divergence) {
+void TrajectoryService::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec,
+                                    const std::shared_ptr<node::ExecRecord>& reply,
+                                    const std::string& key, int64_t step, const json& doc,
+                                    const std::string& id, bool stop_on_divergence) {
   auto done = [&] {
-    MutexLock lock(&replayed_mu_);
+    MutexLock lock(&mu_);
     rerunning_.erase(id);
   };
   if (!rec) {
@@ -202,7 +204,7 @@ void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec,
   }
   json rerun = rec->FinalResultJson();
   rec->Publish();
-  ObserveExec(rec->run_seconds());
+  observe_exec_(rec->run_seconds());
   // Cut short by the infrastructure (the sandbox deleted or lost): the step's effects are not
   // in this sandbox; the caller sees the error, and a repeat re-runs it.
   if (rerun.contains("error")) {
@@ -211,7 +213,7 @@ void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec,
   }
   const std::vector<std::string> differs = Differences(doc, rerun, *rec);
   const bool diverged = !differs.empty();
-  Status st = traj_.MarkApplied(key, step, id, diverged);
+  Status st = log_.MarkApplied(key, step, id, diverged);
   if (!st.ok())
     spdlog::error("trajectory {} step {}: noting the re-run in {}: {}", key, step, id,
                   st.ToString());
@@ -221,11 +223,11 @@ void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec,
     const std::string why = "the replay stopped at step " + std::to_string(step) +
                             ": its re-run in this sandbox differed from the record (" + what + ")";
     {
-      MutexLock lock(&replayed_mu_);
+      MutexLock lock(&mu_);
       replay_stopped_[id] = why;
     }
     // Durable too, so a restarted daemon refuses as well.
-    auto put = sandboxes_.Update(id, [&](SandboxRecord& r) {
+    auto put = sandboxes_->Update(id, [&](SandboxRecord& r) {
       r.replay_stopped = why;
       return Status::Ok();
     });
@@ -243,22 +245,27 @@ void Api::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec,
   done();
 }
 
-Result<json> Api::GetTrajectory(const Principal& who, const std::string& id) {
-  return traj_.Get(TrajectoryLog::Key(who.name, id), id);
+Result<json> TrajectoryService::Get(const Principal& who, const std::string& id) {
+  return log_.Get(TrajectoryLog::Key(who.name, id), id);
 }
 
-Result<std::shared_ptr<node::ExecRecord>> Api::GetTrajectoryExec(const SandboxRecord& sb,
-                                                                 const std::string& exec_id) {
+void TrajectoryService::Forget(const std::string& id) {
+  MutexLock lock(&mu_);
+  replay_stopped_.erase(id);
+}
+
+Result<std::shared_ptr<node::ExecRecord>> TrajectoryService::GetExec(const SandboxRecord& sb,
+                                                                     const std::string& exec_id) {
   const std::string& id = sb.id;
   const std::string key = ReplayKey(id, exec_id);
   auto rec = node_->GetExec(id, exec_id);
   {
-    MutexLock lock(&replayed_mu_);
+    MutexLock lock(&mu_);
     if (auto it = replays_.find(key); it != replays_.end()) return it->second;
     if (rec.ok() && !replayed_ids_.count(key)) return rec;
   }
   // A replayed step's exec id, or one whose record the node no longer holds: the log has it.
-  auto doc = traj_.FindExec(TrajectoryKeyOf(sb), exec_id);
+  auto doc = log_.FindExec(KeyOf(sb), exec_id);
   if (!doc.ok()) return rec;
   return node::ExecRecord::Replayed((*doc)["result"], id, Raw(*doc, "stdout_raw_b64"),
                                     Raw(*doc, "stderr_raw_b64"));

@@ -1,0 +1,50 @@
+// Layers (named images) and their blobs: upload, list, delete, and the garbage collection of
+// blobs no name and no sandbox refers to. One concern of the API (server::Api forwards to it).
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "image/layer_store.h"
+#include "server/state_store.h"
+
+namespace warren::server {
+
+class LayerService {
+ public:
+  LayerService(StateStore* state, image::LayerStore* store) : state_(state), store_(store) {}
+
+  // POST /v1/layers?name=&tag=&kind=&source=: the body (a tar or an EROFS image) is at
+  // `body_path`.
+  Result<nlohmann::json> Upload(const std::map<std::string, std::string>& query,
+                                const std::string& body_path);
+  Result<nlohmann::json> List();
+  // The name goes; the blob stays while a sandbox made from it exists.
+  Status Delete(const std::string& ref);
+
+  // A create holds this from resolving NAME:TAG to digests until its layers are mounted, so a
+  // blob is never removed in between (collection takes the lock exclusively).
+  std::shared_lock<std::shared_mutex> PinBlobs() { return std::shared_lock(gc_mu_); }
+  // Removes those of `digests` that no layer name and no sandbox refers to any more (a sandbox
+  // deleted, a tag moved).
+  void Collect(const std::vector<std::string>& digests);
+  // Removes every stored blob no layer name and no sandbox refers to, and build leftovers (at
+  // startup: a crash may have left either).
+  void Sweep();
+  // Where an upload's body is spooled.
+  std::string TempPath(const std::string& what) const { return store_->TempPath(what); }
+
+ private:
+  std::set<std::string> DigestsInUse();
+
+  StateStore* state_;
+  image::LayerStore* store_;
+  std::shared_mutex gc_mu_;  // guards no field: blobs on disk against a create in flight
+};
+
+}  // namespace warren::server

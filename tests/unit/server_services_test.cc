@@ -1,0 +1,152 @@
+// The API server's services, each alone: the call gate (quotas and counts in front of the
+// fncall service), the reaper (TTL, idle timeout) on a clock the test drives, and the metrics
+// parts.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/ids.h"
+#include "fake_node.h"
+#include "node/fncall/call_pool.h"
+#include "server/call_gate.h"
+#include "server/metrics.h"
+#include "server/reaper.h"
+
+namespace warren::server {
+namespace {
+
+Principal Caller(int64_t max_calls) {
+  Principal p{"caller", {"call"}, {}};
+  p.quotas.max_calls = max_calls;
+  return p;
+}
+
+bool Has(const std::string& text, const std::string& line) {
+  return text.find(line + "\n") != std::string::npos;
+}
+
+TEST(CallGate, OffUntilAServiceIsSet) {
+  QuotaTracker quota;
+  CallGate gate(&quota);
+  EXPECT_FALSE(gate.enabled());
+  EXPECT_EQ(gate.Call(Caller(4), R"({"language":"python","code":""})").status().code(),
+            Code::kUnavailable);
+  EXPECT_EQ(gate.CallBatch(Caller(4), R"({"calls":[]})").status().code(), Code::kUnavailable);
+  EXPECT_TRUE(gate.Stats().is_null());
+  EXPECT_TRUE(Has(gate.RenderMetrics(), "warren_calls_admitted_total 0"));
+}
+
+TEST(CallGate, ABatchCountsAsManyCallsAsItHolds) {
+  testing::FakeNode node;
+  // No runner image resolves: every admitted call fails there, never reaching the node.
+  fncall::CallService service(
+      &node, [](const std::string&) -> Result<std::vector<std::string>> { return Invalid("none"); },
+      {});
+  QuotaTracker quota;
+  CallGate gate(&quota);
+  gate.SetService(&service);
+  EXPECT_EQ(gate.Call(Caller(4), "not json").status().code(), Code::kInvalid);
+  // Admitted (then refused by the service: no image), and its quota share given back.
+  EXPECT_FALSE(gate.Call(Caller(4), R"j({"language":"python","code":"print(1)"})j").ok());
+  EXPECT_EQ(quota.CallsRunning(), 0);
+  // Five calls in one batch against max_calls 4: it could never run.
+  std::string five = R"({"calls":[{},{},{},{},{}]})";
+  EXPECT_EQ(gate.CallBatch(Caller(4), five).status().code(), Code::kInvalid);
+  const std::string m = gate.RenderMetrics();
+  EXPECT_TRUE(Has(m, "warren_calls_admitted_total 1")) << m;
+  EXPECT_TRUE(Has(m, "warren_calls_refused_total 5")) << m;
+  EXPECT_TRUE(Has(m, "warren_call_seconds_count 1")) << m;
+  EXPECT_TRUE(Has(m, "warren_calls_running 0")) << m;
+  service.Shutdown();
+}
+
+struct ReaperProbe {
+  std::map<std::string, int> running;
+  std::vector<std::string> removed;
+  int ticks = 0;
+  SandboxReaper::Hooks Hooks() {
+    return {[this](const std::string& id) { return running[id]; },
+            [this](const std::string& id) { removed.push_back(id); }, [this] { ++ticks; }};
+  }
+};
+
+TEST(SandboxReaper, ATtlEndsTheSandboxOnceAndForgetsIt) {
+  ReaperProbe probe;
+  SandboxReaper reaper(probe.Hooks());
+  const double t0 = NowSeconds();
+  reaper.Track("sb-a", 10, std::nullopt);
+  reaper.Track("sb-b", 100, std::nullopt);
+  reaper.Sweep(t0 + 9);
+  EXPECT_TRUE(probe.removed.empty());
+  reaper.Sweep(t0 + 11);
+  EXPECT_EQ(probe.removed, std::vector<std::string>{"sb-a"});
+  reaper.Sweep(t0 + 12);  // handed over once
+  EXPECT_EQ(probe.removed.size(), 1u);
+  reaper.Forget("sb-b");  // deleted by its owner
+  reaper.Sweep(t0 + 1000);
+  EXPECT_EQ(probe.removed.size(), 1u);
+  EXPECT_EQ(probe.ticks, 4);
+}
+
+TEST(SandboxReaper, IdleMeansUnusedAndNothingRunning) {
+  ReaperProbe probe;
+  SandboxReaper reaper(probe.Hooks());
+  const double t0 = NowSeconds();
+  reaper.Track("sb-idle", 3600, 5.0);
+  reaper.Track("sb-busy", 3600, 5.0);
+  probe.running["sb-busy"] = 1;
+  reaper.Sweep(t0 + 4);
+  EXPECT_TRUE(probe.removed.empty());
+  reaper.Sweep(t0 + 6);
+  EXPECT_EQ(probe.removed, std::vector<std::string>{"sb-idle"});
+  // The busy one was seen busy at t0+6: its idle time starts there, once its command ends.
+  probe.running["sb-busy"] = 0;
+  reaper.Sweep(t0 + 10);
+  EXPECT_EQ(probe.removed.size(), 1u);
+  reaper.Sweep(t0 + 11.5);
+  EXPECT_EQ(probe.removed.back(), "sb-busy");
+}
+
+TEST(Metrics, EveryBackendStateAndErrorCodeHasItsSample) {
+  SandboxTable::Counts counts;
+  counts[{runtime::BackendKind::kContainer, SandboxState::kRunning}] = 3;
+  const std::string s = RenderSandboxMetrics(counts);
+  EXPECT_TRUE(Has(s, R"(warren_sandboxes{backend="container",state="running"} 3)")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_sandboxes{backend="fncall",state="paused"} 0)")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_sandboxes{backend="vm",state="failed"} 0)")) << s;
+  ErrorCounts errors;
+  errors.Count(Code::kQuota);
+  errors.Count(Code::kQuota);
+  const std::string e = errors.Render();
+  EXPECT_TRUE(Has(e, R"(warren_api_errors_total{code="quota"} 2)")) << e;
+  EXPECT_TRUE(Has(e, R"(warren_api_errors_total{code="internal"} 0)")) << e;
+}
+
+TEST(Metrics, NodeSeriesComeFromItsInfo) {
+  nlohmann::json info = {
+      {"sandboxes", 7},
+      {"layer_mounts", 2},
+      {"uid_slots_used", 7},
+      {"uid_slots", 100},
+      {"network",
+       {{"proxy",
+         {{"upstream_bytes", 10},
+          {"cache_bytes", 20},
+          {"refused", 1},
+          {"sandboxes", {{"sb-x", {{"upstream_bytes", 4}, {"connections", 2}}}}}}},
+        {"dns", {{"answered", 5}}}}}};
+  const std::string s = RenderNodeMetrics(info);
+  EXPECT_TRUE(Has(s, "warren_node_sandboxes 7")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_node_uid_slots{state="total"} 100)")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_egress_bytes_total{source="cache"} 20)")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_egress_sandbox_bytes_total{sandbox="sb-x",source="upstream"} 4)"))
+      << s;
+  EXPECT_TRUE(Has(s, R"(warren_egress_connections_total{sandbox="sb-x"} 2)")) << s;
+  EXPECT_TRUE(Has(s, "warren_egress_refused_total 1")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_dns_queries_total{result="answered"} 5)")) << s;
+}
+
+}  // namespace
+}  // namespace warren::server

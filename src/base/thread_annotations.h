@@ -76,6 +76,9 @@ class SCOPED_CAPABILITY MutexLock {
     held_ = true;
   }
 
+  // Waits on `cv` (which releases and retakes the mutex) until notified (or spuriously woken:
+  // callers wait in a loop on their condition).
+  void Wait(std::condition_variable_any& cv) { cv.wait(*mu_); }
   // Waits on `cv` (which releases and retakes the mutex) until `pred` or `timeout` passes.
   template <typename Rep, typename Period, typename Pred>
   bool WaitFor(std::condition_variable_any& cv, std::chrono::duration<Rep, Period> timeout,
@@ -85,6 +88,12 @@ class SCOPED_CAPABILITY MutexLock {
   template <typename Rep, typename Period>
   void WaitFor(std::condition_variable_any& cv, std::chrono::duration<Rep, Period> timeout) {
     cv.wait_for(*mu_, timeout);
+  }
+  // Waits on `cv` until notified or `deadline`: std::cv_status::timeout once it passed.
+  template <typename Clock, typename Duration>
+  std::cv_status WaitUntil(std::condition_variable_any& cv,
+                           std::chrono::time_point<Clock, Duration> deadline) {
+    return cv.wait_until(*mu_, deadline);
   }
 
  private:

@@ -34,7 +34,7 @@ AgentConn::AgentConn(std::string sandbox_id, UniqueFd sock)
 AgentConn::~AgentConn() { OnClosed("sandbox deleted"); }
 
 bool AgentConn::closed() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return closed_;
 }
 
@@ -56,7 +56,7 @@ void AgentConn::OnMessage(agent::Message& m) {
       int stream = m.header.value("s", "") == "stderr" ? 2 : 1;
       std::function<void(int, std::string_view)> channel;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         auto it = channels_.find(id);
         if (it != channels_.end()) channel = it->second;
       }
@@ -87,7 +87,7 @@ void AgentConn::OnMessage(agent::Message& m) {
       known.insert(e.value("id", ""));
     std::vector<std::shared_ptr<ExecRecord>> lost;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       // Only those we asked about: an exec started after the resume (the agent answers it
       // later, e.g. once a paused sandbox is thawed) is not lost.
       for (auto& [eid, rec] : execs_)
@@ -101,7 +101,7 @@ void AgentConn::OnMessage(agent::Message& m) {
   }
   std::shared_ptr<PendingOp> op;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = ops_.find(id);
     if (it == ops_.end()) return;
     op = it->second;
@@ -132,7 +132,7 @@ void AgentConn::OnClosed(const std::string& why) {
   std::map<std::string, std::shared_ptr<ExecRecord>> execs;
   std::map<std::string, std::shared_ptr<PendingOp>> ops;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
     close_reason_ = why;
@@ -154,7 +154,7 @@ void AgentConn::OnClosed(const std::string& why) {
 
 Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSpec& spec) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (closed_) return Status(Code::kConflict, "exec", sandbox_id_, "sandbox is not running");
     WARREN_RETURN_IF_ERROR(
         AdmitExec(&execs_, &exec_order_, rec, kMaxRunningExecs, kKeepExecs, kKeepBytes));
@@ -205,7 +205,7 @@ Status AgentConn::SendStdin(const std::string& exec_id, std::string_view data, b
 }
 
 void AgentConn::AdoptExecs(std::vector<std::shared_ptr<ExecRecord>> recs) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& r : recs) {
     exec_order_.push_back(r->id());
     execs_[r->id()] = std::move(r);
@@ -215,7 +215,7 @@ void AgentConn::AdoptExecs(std::vector<std::shared_ptr<ExecRecord>> recs) {
 Status AgentConn::Resume() {
   nlohmann::json have = nlohmann::json::object();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     resume_asked_.clear();
     for (auto& [eid, rec] : execs_)
       if (!rec->done()) {
@@ -233,14 +233,14 @@ Status AgentConn::Signal(const std::string& exec_id, int sig) {
 }
 
 int AgentConn::Running() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   int n = 0;
   for (auto& [eid, r] : execs_) n += !r->done();
   return n;
 }
 
 std::shared_ptr<ExecRecord> AgentConn::FindExec(const std::string& exec_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = execs_.find(exec_id);
   return it == execs_.end() ? nullptr : it->second;
 }
@@ -252,7 +252,7 @@ bool AgentConn::OpDone(PendingOp& op) {
 }
 
 std::shared_ptr<AgentConn::PendingOp> AgentConn::NewOp(std::string* id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   *id = "op-" + std::to_string(next_op_++);
   auto op = std::make_shared<PendingOp>();
   if (closed_) {
@@ -270,7 +270,7 @@ Status AgentConn::WaitOp(const std::string& id, const std::shared_ptr<PendingOp>
   Status st =
       ok ? op->status : Status(Code::kUnavailable, "file operation", sandbox_id_, "timed out");
   l.unlock();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   ops_.erase(id);
   return st;
 }
@@ -292,7 +292,7 @@ Status AgentConn::WriteFile(const std::string& path, uint32_t mode, std::string_
     off += n;
   } while (st.ok() && off < data.size() && !OpDone(*op));
   if (!st.ok()) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     ops_.erase(id);
     return st;
   }
@@ -311,7 +311,7 @@ Result<std::string> AgentConn::Request(nlohmann::json header) {
   header["id"] = id;
   Status st = Send({std::move(header), ""});
   if (!st.ok()) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     ops_.erase(id);
     return st;
   }

@@ -13,6 +13,7 @@
 
 #include "agent/protocol.h"
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "isolation/fs_policy.h"
 #include "isolation/overlay_changes.h"
@@ -90,15 +91,15 @@ class AgentConn {
   UniqueFd sock_;
   std::mutex send_mu_;
   std::mutex stdin_mu_;  // keeps the pieces of one SendStdin together
-  mutable std::mutex mu_;
-  bool closed_ = false;
-  std::string close_reason_;
-  uint64_t next_op_ = 1;
-  ExecMap execs_;
-  std::set<std::string> resume_asked_;   // running execs named in our last `resume`
-  std::vector<std::string> exec_order_;  // for bounding how many finished execs we keep
-  std::map<std::string, std::shared_ptr<PendingOp>> ops_;
-  std::map<std::string, std::function<void(int, std::string_view)>> channels_;
+  mutable Mutex mu_;
+  bool closed_ GUARDED_BY(mu_) = false;
+  std::string close_reason_ GUARDED_BY(mu_);
+  uint64_t next_op_ GUARDED_BY(mu_) = 1;
+  ExecMap execs_ GUARDED_BY(mu_);
+  std::set<std::string> resume_asked_ GUARDED_BY(mu_);   // running execs named in our last `resume`
+  std::vector<std::string> exec_order_ GUARDED_BY(mu_);  // bounds the finished execs kept
+  std::map<std::string, std::shared_ptr<PendingOp>> ops_ GUARDED_BY(mu_);
+  std::map<std::string, std::function<void(int, std::string_view)>> channels_ GUARDED_BY(mu_);
   std::shared_ptr<OutputBudget> budget_;
 
  public:

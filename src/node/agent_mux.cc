@@ -11,7 +11,7 @@ AgentMux::AgentMux() = default;
 
 AgentMux::~AgentMux() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
   if (wake_) {
@@ -35,7 +35,7 @@ Status AgentMux::Start() {
 }
 
 void AgentMux::Add(const std::shared_ptr<AgentConn>& conn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t key = next_key_++;
   conns_[key] = conn;
   keys_[conn.get()] = key;
@@ -46,7 +46,7 @@ void AgentMux::Add(const std::shared_ptr<AgentConn>& conn) {
 }
 
 void AgentMux::Remove(const std::shared_ptr<AgentConn>& conn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = keys_.find(conn.get());
   if (it == keys_.end()) return;
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, conn->fd(), nullptr);
@@ -63,13 +63,13 @@ void AgentMux::Loop() {
     for (int i = 0; i < n; ++i) {
       uint64_t key = evs[i].data.u64;
       if (key == 0) {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         if (stop_) return;
         continue;
       }
       std::shared_ptr<AgentConn> conn;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         auto it = conns_.find(key);
         if (it == conns_.end()) continue;
         conn = it->second;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "node/agent_conn.h"
 
@@ -29,12 +30,12 @@ class AgentMux {
   void Loop();
   UniqueFd epoll_, wake_;
   std::thread thread_;
-  std::mutex mu_;
-  uint64_t next_key_ = 1;
-  std::map<uint64_t, std::shared_ptr<AgentConn>> conns_;
-  std::map<AgentConn*, uint64_t> keys_;
-  std::function<void(const std::string&)> on_closed_;
-  bool stop_ = false;
+  Mutex mu_;
+  uint64_t next_key_ GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, std::shared_ptr<AgentConn>> conns_ GUARDED_BY(mu_);
+  std::map<AgentConn*, uint64_t> keys_ GUARDED_BY(mu_);
+  std::function<void(const std::string&)> on_closed_;  // set before the first Add
+  bool stop_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace warren::node

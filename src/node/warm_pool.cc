@@ -15,7 +15,7 @@ WarmPool::WarmPool(WarmPoolOptions opts, Maker make, Discarder discard)
 
 WarmPool::~WarmPool() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -26,7 +26,7 @@ WarmPool::~WarmPool() {
 void WarmPool::Drain() {
   std::vector<WarmSandbox> gone;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [key, t] : templates_)
       while (!t.ready.empty()) gone.push_back(std::move(t.ready.front())), t.ready.pop_front();
   }
@@ -44,7 +44,7 @@ std::optional<WarmSandbox> WarmPool::Take(const std::string& key,
   if (opts_.initial == 0) return std::nullopt;
   std::optional<WarmSandbox> out;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     const auto now = Clock::now();
     auto [it, fresh] = templates_.try_emplace(key);
     Template& t = it->second;
@@ -80,7 +80,7 @@ void WarmPool::FillLoop() {
   // Filling is background work: this thread (the node's half of each create) at the lowest
   // priority too, besides the sandboxes' agents (SandboxConfig::background).
   (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (!stop_) {
     const auto now = Clock::now();
     std::vector<WarmSandbox> gone;
@@ -101,22 +101,22 @@ void WarmPool::FillLoop() {
       ++it;
     }
     if (!gone.empty()) {
-      lock.unlock();
+      lock.Unlock();
       for (auto& w : gone) discard_(w);
-      lock.lock();
+      lock.Lock();
       continue;
     }
     if (pick.empty()) {
       // Woken by every take; the timeout only paces the calm and unused checks above.
-      cv_.wait_for(lock, std::chrono::seconds(1));
+      lock.WaitFor(cv_, std::chrono::seconds(1));
       continue;
     }
     Template& t = templates_[pick];
     runtime::SandboxConfig cfg = t.cfg;
     ++t.making;
-    lock.unlock();
+    lock.Unlock();
     auto made = make_(cfg);
-    lock.lock();
+    lock.Lock();
     auto it = templates_.find(pick);  // still there: a template being made is never dropped
     Template& t2 = it->second;
     --t2.making;
@@ -124,9 +124,9 @@ void WarmPool::FillLoop() {
       ++made_;
       t2.failures = 0;
       if (stop_) {
-        lock.unlock();
+        lock.Unlock();
         discard_(*made);
-        lock.lock();
+        lock.Lock();
       } else {
         t2.ready.push_back(std::move(*made));
       }
@@ -142,7 +142,7 @@ void WarmPool::FillLoop() {
 }
 
 nlohmann::json WarmPool::Info() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   size_t ready = 0, making = 0, target = 0;
   for (const auto& [key, t] : templates_)
     ready += t.ready.size(), making += t.making, target += t.target;

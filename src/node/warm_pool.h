@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "runtime/backend.h"
 
@@ -67,16 +68,17 @@ class WarmPool {
     Clock::time_point rest_until;
   };
   void FillLoop();
-  size_t TotalTarget() const;
+  size_t TotalTarget() const REQUIRES(mu_);
 
   const WarmPoolOptions opts_;
   Maker make_;
   Discarder discard_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::map<std::string, Template> templates_;
-  uint64_t hits_ = 0, misses_ = 0, made_ = 0, failed_ = 0;
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::map<std::string, Template> templates_ GUARDED_BY(mu_);
+  uint64_t hits_ GUARDED_BY(mu_) = 0, misses_ GUARDED_BY(mu_) = 0;
+  uint64_t made_ GUARDED_BY(mu_) = 0, failed_ GUARDED_BY(mu_) = 0;
   std::thread filler_;
 };
 

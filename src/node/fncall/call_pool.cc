@@ -61,7 +61,7 @@ CallService::~CallService() { Shutdown(); }
 void CallService::Shutdown() {
   std::vector<std::shared_ptr<Runner>> all;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stop_) return;
     stop_ = true;
     for (auto& [img, pool] : pools_)
@@ -104,7 +104,7 @@ Result<std::shared_ptr<Runner>> CallService::StartRunner(const std::vector<std::
 Result<std::shared_ptr<Runner>> CallService::Acquire(const std::vector<std::string>& layers,
                                                      const std::string& image) {
   const std::string key = PoolKey(layers);
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   auto deadline = Clock::now() + std::chrono::seconds(90);
   while (true) {
     if (stop_) return Status(Code::kUnavailable, "call", image, "shutting down");
@@ -117,15 +117,15 @@ Result<std::shared_ptr<Runner>> CallService::Acquire(const std::vector<std::stri
     if (all_busy && static_cast<int>(pool.runners.size()) + pool.starting < opts_.max_runners &&
         (!best || pool.starting == 0)) {
       ++pool.starting;
-      lock.unlock();
+      lock.Unlock();
       auto r = StartRunner(layers, image);
-      lock.lock();
+      lock.Lock();
       Pool& p = pools_[key];
       --p.starting;
       cv_.notify_all();
       if (r.ok()) {
         if (stop_) {
-          lock.unlock();
+          lock.Unlock();
           (*r)->Stop();
           return Status(Code::kUnavailable, "call", image, "shutting down");
         }
@@ -142,13 +142,13 @@ Result<std::shared_ptr<Runner>> CallService::Acquire(const std::vector<std::stri
       return best;
     }
     if (pool.starting == 0) continue;  // nothing healthy, nothing coming: start one
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout)
+    if (lock.WaitUntil(cv_, deadline) == std::cv_status::timeout)
       return Status(Code::kUnavailable, "call", image, "no runner became ready in 90 s");
   }
 }
 
 void CallService::Retire(const std::shared_ptr<Runner>& r) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [img, pool] : pools_) {
     auto it = std::find(pool.runners.begin(), pool.runners.end(), r);
     if (it == pool.runners.end()) continue;
@@ -417,7 +417,7 @@ Result<json> CallService::CallBatch(const json& rq) {
 }
 
 json CallService::Stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   json runners = json::array();
   for (const auto& [key, pool] : pools_)
     for (const auto& r : pool.runners)
@@ -437,10 +437,10 @@ json CallService::Stats() const {
 }
 
 void CallService::Maintain() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   bool warmed = opts_.default_image.empty();
   while (!stop_) {
-    cv_.wait_for(lock, std::chrono::seconds(1));
+    lock.WaitFor(cv_, std::chrono::seconds(1));
     if (stop_) break;
     // Runners that went bad leave the pool now; retired ones stop once they are idle.
     for (auto& [img, pool] : pools_) {
@@ -465,7 +465,7 @@ void CallService::Maintain() {
         ++it;
     }
     if (!done.empty() || !warmed) {
-      lock.unlock();
+      lock.Unlock();
       for (auto& r : done) r->Stop();
       if (!warmed) {
         // A first runner for the default image, so the first call does not wait for it.
@@ -476,7 +476,7 @@ void CallService::Maintain() {
           spdlog::info("fncall: no runner yet for {}: {}", opts_.default_image,
                        r.status().ToString());
       }
-      lock.lock();
+      lock.Lock();
     }
   }
 }

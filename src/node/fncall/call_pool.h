@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "node/fncall/runner.h"
 #include "node/node_api.h"
 
@@ -75,11 +76,11 @@ class CallService {
   node::NodeApi* node_;
   ImageResolver resolve_;
   PoolOptions opts_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, Pool> pools_;
-  std::vector<std::shared_ptr<Runner>> retiring_;
-  bool stop_ = false;
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;
+  std::map<std::string, Pool> pools_ GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Runner>> retiring_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread maintainer_;
   std::atomic<uint64_t> calls_{0}, runs_{0}, runner_starts_{0}, runner_failures_{0};
 };

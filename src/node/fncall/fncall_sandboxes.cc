@@ -26,14 +26,14 @@ Status FncallSandboxes::NoState(const std::string& op, const std::string& id) {
 FncallSandboxes::~FncallSandboxes() {
   std::vector<Worker> all;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     all.swap(workers_);
   }
   for (auto& w : all) w.thread.join();
 }
 
 std::shared_ptr<FncallSandboxes::Box> FncallSandboxes::Find(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = boxes_.find(id);
   return it == boxes_.end() ? nullptr : it->second;
 }
@@ -41,12 +41,12 @@ std::shared_ptr<FncallSandboxes::Box> FncallSandboxes::Find(const std::string& i
 bool FncallSandboxes::Has(const std::string& id) { return Find(id) != nullptr; }
 
 size_t FncallSandboxes::size() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return boxes_.size();
 }
 
 void FncallSandboxes::AddIds(std::set<std::string>* ids) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [id, box] : boxes_) ids->insert(id);
 }
 
@@ -77,7 +77,7 @@ Result<node::SandboxRuntime> FncallSandboxes::Create(const node::NodeSandboxSpec
       box->execs[rec->id()] = std::move(rec);
     }
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (boxes_.count(spec.config.id))
     return Status(Code::kConflict, "create sandbox", spec.config.id, "exists");
   boxes_[spec.config.id] = box;
@@ -93,7 +93,7 @@ Status FncallSandboxes::SetNetwork(const std::string&, const net::Policy& policy
 }
 
 Status FncallSandboxes::Delete(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = boxes_.find(id); it != boxes_.end()) {
     if (it->second->journal) it->second->journal->Discard();
     boxes_.erase(it);
@@ -105,7 +105,7 @@ Status FncallSandboxes::Delete(const std::string& id) {
 int FncallSandboxes::RunningExecs(const std::string& id) {
   auto box = Find(id);
   if (!box) return 0;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   int n = 0;
   for (auto& [eid, rec] : box->execs) n += !rec->done();
   return n;
@@ -115,7 +115,7 @@ Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::GetExec(const std::st
                                                                    const std::string& exec_id) {
   auto box = Find(id);
   if (!box) return NotFound("sandbox", id);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = box->execs.find(exec_id);
   if (it == box->execs.end()) return NotFound("exec", exec_id);
   return it->second;
@@ -124,7 +124,7 @@ Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::GetExec(const std::st
 void FncallSandboxes::JoinFinished() {
   std::vector<Worker> done;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = workers_.begin(); it != workers_.end();) {
       if (it->done->load()) {
         done.push_back(std::move(*it));
@@ -154,7 +154,7 @@ Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::StartExec(const std::
     if (spill.ok()) rec->AttachSpill(std::move(*spill));
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     WARREN_RETURN_IF_ERROR(
         node::AdmitExec(&box->execs, &box->order, rec, kMaxRunning, kKeepExecs, ~uint64_t{0}));
   }
@@ -180,7 +180,7 @@ Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::StartExec(const std::
   req.limits.max_output = spec.max_output;
   req.limits.kill_at_output_cap = false;  // an exec keeps running; its output is cut
   auto done = std::make_shared<std::atomic<bool>>(false);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   workers_.push_back({std::thread([this, box, rec, req = std::move(req), done]() mutable {
                         Execute(box, rec, std::move(req));
                         done->store(true);

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "node/fncall/call_pool.h"
 #include "node/node_api.h"
 
@@ -61,13 +62,14 @@ class FncallSandboxes {
 
   CallService* calls_;
   const std::string spill_dir_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Box>> boxes_;
+  // Guards boxes_, workers_ and each Box's execs and order.
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<Box>> boxes_ GUARDED_BY(mu_);
   struct Worker {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
   };
-  std::vector<Worker> workers_;  // one per running exec
+  std::vector<Worker> workers_ GUARDED_BY(mu_);  // one per running exec
 };
 
 }  // namespace warren::fncall

@@ -41,6 +41,17 @@ LocalNode::~LocalNode() {
 Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts,
                                                     image::LayerStore* store) {
   std::unique_ptr<LocalNode> node(new LocalNode(opts, store));
+  if (opts.container_backend) {
+    node->container_ = WARREN_TRY(opts.container_backend());
+  } else {
+    WARREN_RETURN_IF_ERROR(node->StartContainerBackend());
+  }
+  WARREN_RETURN_IF_ERROR(node->StartServices());
+  return node;
+}
+
+Status LocalNode::StartContainerBackend() {
+  const LocalNodeOptions& opts = opts_;
   WARREN_RETURN_IF_ERROR(runtime::PrepareHostDirs());
   std::string agent = opts.agent_path.empty() ? runtime::DefaultAgentPath() : opts.agent_path;
   UniqueFd memfd = WARREN_TRY(runtime::LoadSealedAgent(agent));
@@ -49,40 +60,48 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
   std::string runner_bpf = WARREN_TRY(isolation::CompileSeccompPolicy(
       isolation::BuiltinSeccompPolicy(), isolation::kRunnerProfile));
   if (opts.unsafe_no_seccomp_landlock) bpf.clear(), runner_bpf.clear();
-  auto container = std::make_unique<runtime::ContainerBackend>(
-      std::move(memfd), &node->mounts_, &node->uids_, opts.cgroup_parent, std::move(bpf),
-      std::move(runner_bpf));
+  auto container = std::make_unique<runtime::ContainerBackend>(std::move(memfd), &mounts_, &uids_,
+                                                               opts.cgroup_parent, std::move(bpf),
+                                                               std::move(runner_bpf));
   container->SetFaults(opts.create_faults);
-  node->container_ = std::move(container);
+  container_ = std::move(container);
+  return Status::Ok();
+}
+
+// Networking, the agent mux, the warm pool and the VM backend's start, over whichever
+// container backend the node has.
+Status LocalNode::StartServices() {
+  const LocalNodeOptions& opts = opts_;
+  const std::string agent = opts.agent_path.empty() ? runtime::DefaultAgentPath() : opts.agent_path;
   // Where network records live, also read by ReapUnadopted when networking is off now.
-  if (node->opts_.net.state_dir.empty())
-    node->opts_.net.state_dir = "/run/warren/" + opts.cgroup_parent + "-net";
+  if (opts_.net.state_dir.empty())
+    opts_.net.state_dir = "/run/warren/" + opts.cgroup_parent + "-net";
   if (opts.network) {
-    auto n = net::Network::Start(node->opts_.net);
+    auto n = net::Network::Start(opts_.net);
     if (n.ok()) {
-      node->net_ = std::move(*n);
+      net_ = std::move(*n);
     } else {
-      node->net_error_ = n.status().ToString();
-      spdlog::warn("sandbox networking is off (egress will be refused): {}", node->net_error_);
+      net_error_ = n.status().ToString();
+      spdlog::warn("sandbox networking is off (egress will be refused): {}", net_error_);
     }
   } else {
-    node->net_error_ = "sandbox networking is disabled on this node";
+    net_error_ = "sandbox networking is disabled on this node";
   }
-  WARREN_RETURN_IF_ERROR(node->mux_.Start());
-  LocalNode* self = node.get();
+  WARREN_RETURN_IF_ERROR(mux_.Start());
+  LocalNode* self = this;
   WarmPoolOptions wo;
   wo.initial = opts.warm_pool;
   wo.max = std::min<size_t>(wo.total_max, 16 * opts.warm_pool);
-  node->warm_ = std::make_unique<WarmPool>(
+  warm_ = std::make_unique<WarmPool>(
       wo, [self](const runtime::SandboxConfig& tmpl) { return self->MakeWarm(tmpl); },
       [self](WarmSandbox& w) { self->DiscardWarm(w); });
   if (opts.microvm) {
     runtime::vm::MicrovmOptions vo = opts.vm;
     if (vo.agent_path.empty()) vo.agent_path = agent;
     if (vo.cgroup_parent.empty()) vo.cgroup_parent = opts.cgroup_parent;
-    node->vm_start_ = std::thread([self, vo] {
+    vm_start_ = std::thread([self, vo] {
       auto b = runtime::vm::MicrovmBackend::Start(vo, &self->uids_);
-      std::lock_guard lock(self->vm_mu_);
+      MutexLock lock(&self->vm_mu_);
       if (b.ok())
         self->microvm_ = std::move(*b);
       else
@@ -92,18 +111,19 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts
       self->vm_cv_.notify_all();
     });
   } else {
-    node->vm_error_ = "microVMs are disabled on this node";
-    node->vm_done_ = true;
+    MutexLock lock(&vm_mu_);
+    vm_error_ = "microVMs are disabled on this node";
+    vm_done_ = true;
   }
-  node->mux_.SetOnClosed([self](const std::string& id) {
+  mux_.SetOnClosed([self](const std::string& id) {
     std::function<void(const std::string&)> fn;
     {
-      std::lock_guard lock(self->mu_);
+      MutexLock lock(&self->mu_);
       fn = self->on_lost_;
     }
     if (fn) fn(id);
   });
-  return node;
+  return Status::Ok();
 }
 
 Status LocalNode::StartFncall(fncall::ImageResolver resolve, fncall::PoolOptions opts) {
@@ -116,13 +136,13 @@ Status LocalNode::StartFncall(fncall::ImageResolver resolve, fncall::PoolOptions
 bool LocalNode::Fncall(const std::string& id) { return fncall_ && fncall_->Has(id); }
 
 void LocalNode::SetOnSandboxLost(std::function<void(const std::string& id)> fn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   on_lost_ = std::move(fn);
 }
 
 Result<runtime::vm::MicrovmBackend*> LocalNode::Microvm() {
-  std::unique_lock lock(vm_mu_);
-  vm_cv_.wait(lock, [this] { return vm_done_; });
+  MutexLock lock(&vm_mu_);
+  while (!vm_done_) lock.Wait(vm_cv_);
   if (!microvm_)
     return Status(Code::kUnavailable, "create sandbox", "microvm",
                   "no microVMs on this node: " + vm_error_);
@@ -163,7 +183,7 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
     l.blob_path = store_->BlobPath(l.digest);
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (sandboxes_.count(cfg.id))
       return Status(Code::kConflict, "create sandbox", cfg.id, "exists");
   }
@@ -360,11 +380,12 @@ Status LocalNode::SetNetwork(const std::string& id, const net::Policy& policy) {
   }
   WARREN_RETURN_IF_ERROR(net_->SetPolicy(id, policy));
   if (policy.egress) {
+    bool paused;
     {
-      std::lock_guard lock(e->mu);
-      e->egress_files_pending = e->paused;
+      MutexLock lock(&e->mu);
+      paused = e->egress_files_pending = e->paused;
     }
-    if (!e->egress_files_pending) ConfigureEgress(id);
+    if (!paused) ConfigureEgress(id);
   }
   return Status::Ok();
 }
@@ -379,7 +400,7 @@ void LocalNode::Register(const std::string& id, std::unique_ptr<runtime::Instanc
   entry->instance = std::move(inst);
   entry->conn = std::move(conn);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     sandboxes_[id] = entry;
   }
   mux_.Add(entry->conn);
@@ -388,21 +409,23 @@ void LocalNode::Register(const std::string& id, std::unique_ptr<runtime::Instanc
 Status LocalNode::AdoptSandbox(const std::string& id) {
   if (Fncall(id)) return Status::Ok();  // made again from its record: nothing runs to adopt
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (sandboxes_.count(id)) return Status(Code::kConflict, "adopt", id, "already running here");
   }
   // A microVM leaves a record of its own; waiting for the backend's start is fine here (it
   // runs once, at the daemon's start).
   bool microvm = false, wired = false;
   std::unique_ptr<runtime::Instance> inst;
+  runtime::vm::MicrovmBackend* vm = nullptr;
   {
-    std::unique_lock lock(vm_mu_);
-    vm_cv_.wait(lock, [this] { return vm_done_; });
+    MutexLock lock(&vm_mu_);
+    while (!vm_done_) lock.Wait(vm_cv_);
+    vm = microvm_.get();  // set once, before vm_done_, and kept until the node goes
   }
-  if (microvm_ && microvm_->Owns(id)) {
+  if (vm && vm->Owns(id)) {
     microvm = true;
-    if (auto rec = microvm_->ReadRecord(id); rec.ok()) wired = rec->value("wired", false);
-    inst = WARREN_TRY(microvm_->Adopt(id));
+    if (auto rec = vm->ReadRecord(id); rec.ok()) wired = rec->value("wired", false);
+    inst = WARREN_TRY(vm->Adopt(id));
   } else {
     inst = WARREN_TRY(container_->Adopt(id));
   }
@@ -430,7 +453,7 @@ Status LocalNode::AdoptSandbox(const std::string& id) {
     (void)DeleteSandbox(id);
     return st.Context("adopt " + id);
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   adopted_.insert(id);
   return Status::Ok();
 }
@@ -446,7 +469,7 @@ int LocalNode::ReapUnadopted(const std::set<std::string>& also_keep_spills) {
   if (fncall_) fncall_->AddIds(&also_keep);  // their exec journals stay
   std::set<std::string> keep;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [id, e] : sandboxes_) {
       keep.insert(id);
       // A sandbox from the warm pool lives in the cgroup of its pool name.
@@ -481,7 +504,7 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
   if (Fncall(id)) return fncall_->Delete(id);
   std::shared_ptr<Entry> e;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end()) return NotFound("sandbox", id);
     e = it->second;
@@ -496,7 +519,7 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
 }
 
 Result<std::shared_ptr<LocalNode::Entry>> LocalNode::Find(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return NotFound("sandbox", id);
   return it->second;
@@ -508,7 +531,7 @@ Status LocalNode::SetFilesystem(const std::string& id, const isolation::FsPolicy
   // already, and nothing ever changes.
   if (Fncall(id)) return Status::Ok();
   auto e = WARREN_TRY(Find(id));
-  std::lock_guard lock(e->mu);
+  MutexLock lock(&e->mu);
   // A microVM's agent is the guest's root and does it itself; a paused one answers nothing.
   if (e->microvm && e->paused)
     return Status(Code::kConflict, "set filesystem policy", id,
@@ -520,6 +543,7 @@ Result<isolation::ChangeReport> LocalNode::Changes(const std::string& id, const 
                                                    size_t limit) {
   if (Fncall(id)) return isolation::ChangeReport{};
   auto e = WARREN_TRY(Find(id));
+  MutexLock lock(&e->mu);  // not paused meanwhile
   if (e->microvm && e->paused)
     return Status(Code::kConflict, "read changes", id,
                   "a paused microVM cannot answer; resume it first");
@@ -529,7 +553,7 @@ Result<isolation::ChangeReport> LocalNode::Changes(const std::string& id, const 
 Status LocalNode::PauseSandbox(const std::string& id) {
   if (Fncall(id)) return fncall::FncallSandboxes::NoState("pause", id);
   auto e = WARREN_TRY(Find(id));
-  std::lock_guard lock(e->mu);
+  MutexLock lock(&e->mu);
   WARREN_RETURN_IF_ERROR(e->instance->Pause().Context("pause " + id));
   e->paused = true;
   return Status::Ok();
@@ -540,7 +564,7 @@ Status LocalNode::ResumeSandbox(const std::string& id) {
   auto e = WARREN_TRY(Find(id));
   bool files;
   {
-    std::lock_guard lock(e->mu);
+    MutexLock lock(&e->mu);
     WARREN_RETURN_IF_ERROR(e->instance->Resume().Context("resume " + id));
     e->paused = false;
     files = std::exchange(e->egress_files_pending, false);
@@ -552,7 +576,7 @@ Status LocalNode::ResumeSandbox(const std::string& id) {
 void LocalNode::DeleteAll() {
   std::vector<std::string> ids;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [id, e] : sandboxes_) ids.push_back(id);
   }
   for (auto& id : ids) (void)DeleteSandbox(id);
@@ -632,14 +656,14 @@ Result<std::string> LocalNode::ReadFile(const std::string& id, const std::string
 }
 
 size_t LocalNode::live_sandboxes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return sandboxes_.size();
 }
 
 nlohmann::json LocalNode::Info() {
   nlohmann::json backends = {"container"}, vm;
   {
-    std::lock_guard lock(vm_mu_);
+    MutexLock lock(&vm_mu_);
     if (microvm_)
       backends.push_back("microvm"), backends.push_back("vm"), vm = microvm_->Info();
     else

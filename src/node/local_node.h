@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/thread_annotations.h"
 #include "image/erofs_mount_cache.h"
 #include "image/layer_store.h"
 #include "isolation/uid_allocator.h"
@@ -53,6 +54,9 @@ struct LocalNodeOptions {
   size_t warm_pool = 2;
   // Failure injection (tests only): asked before each step of a create (runtime/create_faults.h).
   runtime::CreateFaults* create_faults = nullptr;
+  // Unit tests only: the container backend to use instead of the real one (a fake, see
+  // tests/unit/fake_backend.h). The node then prepares nothing on the host for it.
+  std::function<Result<std::unique_ptr<runtime::Backend>>()> container_backend;
 };
 
 class LocalNode : public NodeApi {
@@ -102,9 +106,9 @@ class LocalNode : public NodeApi {
     std::shared_ptr<AgentConn> conn;
     std::shared_ptr<ExecJournal> journal;  // its exec records on disk (exec_spill.h)
     // A frozen agent answers nothing: egress files for a paused sandbox wait for its resume.
-    std::mutex mu;
-    bool paused = false;
-    bool egress_files_pending = false;
+    Mutex mu;
+    bool paused GUARDED_BY(mu) = false;
+    bool egress_files_pending GUARDED_BY(mu) = false;
     bool microvm = false;
     bool wired = false;  // has an egress link (a microVM without one cannot switch to egress)
     // Its kCaBundleFile: -1 not written by this daemon yet, 0 without the image's roots (none
@@ -112,6 +116,10 @@ class LocalNode : public NodeApi {
     std::atomic<int> ca_bundle{-1};
   };
   LocalNode(const LocalNodeOptions& opts, image::LayerStore* store);
+  // Start's two halves: the real container backend (host directories, the sealed agent, the
+  // seccomp programs), then everything over whichever container backend the node has.
+  Status StartContainerBackend();
+  Status StartServices();
   Result<std::shared_ptr<Entry>> Find(const std::string& id);
   Result<std::shared_ptr<AgentConn>> Conn(const std::string& id);
   std::string JournalPath(const std::string& id) const {
@@ -158,21 +166,21 @@ class LocalNode : public NodeApi {
   // The backend that makes sandboxes of `kind` (waits for the VM backend's start).
   Result<runtime::Backend*> BackendFor(runtime::BackendKind kind);
   std::thread vm_start_;
-  std::mutex vm_mu_;
-  std::condition_variable vm_cv_;
-  bool vm_done_ = false;
-  std::unique_ptr<runtime::vm::MicrovmBackend> microvm_;
-  std::string vm_error_;
+  Mutex vm_mu_;
+  std::condition_variable_any vm_cv_;
+  bool vm_done_ GUARDED_BY(vm_mu_) = false;
+  std::unique_ptr<runtime::vm::MicrovmBackend> microvm_ GUARDED_BY(vm_mu_);
+  std::string vm_error_ GUARDED_BY(vm_mu_);
   std::unique_ptr<net::Network> net_;
   std::string net_error_;  // why there is no sandbox networking, if there is none
   AgentMux mux_;
   std::unique_ptr<WarmPool> warm_;
   std::atomic<uint64_t> warm_claim_failures_{0};
   nlohmann::json WarmInfo();
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Entry>> sandboxes_;
-  std::set<std::string> adopted_;
-  std::function<void(const std::string&)> on_lost_;
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<Entry>> sandboxes_ GUARDED_BY(mu_);
+  std::set<std::string> adopted_ GUARDED_BY(mu_);
+  std::function<void(const std::string&)> on_lost_ GUARDED_BY(mu_);
   // Whether `id` is a fncall sandbox, which the fncall service answers for.
   bool Fncall(const std::string& id);
   std::unique_ptr<fncall::CallService> calls_;

@@ -24,6 +24,7 @@
 #include "isolation/cgroup.h"
 #include "isolation/rootfs.h"
 #include "isolation/userns.h"
+#include "runtime/container/container_setup.h"
 #include "runtime/container/fs_guard.h"
 #include "sys/clone3.h"
 #include "sys/fd_passing.h"
@@ -430,20 +431,8 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kSetup, cfg.id));
   if (write(sync_wr.get(), "g", 1) != 1) return ErrnoStatus("release child", cfg.id);
   sync_wr.Reset();
-  agent::SetupMessage setup;
-  setup.hostname = cfg.hostname;
-  setup.disk_bytes = cfg.disk_bytes;
-  setup.layers = static_cast<uint32_t>(clones.size());
-  for (size_t i : ToolLayerIndexes(cfg.layers))
-    setup.tool_layers.push_back(static_cast<uint32_t>(i));
-  setup.loopback = cfg.netns_fd < 0;
-  for (const auto& [path, data] : cfg.files) setup.files.push_back({path, data, 0644});
-  setup.nofile = cfg.open_files;
-  setup.landlock = !seccomp_bpf_.empty() && !cfg.fncall_runner;
-  setup.env = cfg.env;
-  setup.sysfs = cfg.sysfs_fd >= 0;
-  setup.commands_cgroup = commands_procs.valid();
-  setup.listen = true;
+  const agent::SetupMessage setup = ContainerSetupMessage(
+      cfg, {.hardened = !seccomp_bpf_.empty(), .commands_cgroup = commands_procs.valid()});
   const std::vector<int> fds = WARREN_TRY(
       agent::SetupFdOrder(setup, layer_fds, cfg.sysfs_fd, commands_procs.get(), listener.get()));
   const agent::Message msg{agent::ToJson(setup),

@@ -604,6 +604,8 @@ nlohmann::json Network::Info() {
           {"pool",
            {{"bare", bare_.size()},
             {"wired", wired_.size()},
+            {"bare_target", opts_.pool_bare},
+            {"wired_target", opts_.pool_wired},
             {"hits", pool_hits_},
             {"misses", pool_misses_},
             // What attaching a sandbox took, on average, from the pool and without it.

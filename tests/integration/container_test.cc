@@ -262,6 +262,19 @@ TEST_F(CreateFaultTest, EachStepFailingLeavesNothingBehind) {
   EXPECT_EQ(networked, node_->Info()["network"].contains("bridge"))
       << node_->Info()["network"].dump();
 
+  // The network keeps a pool of namespaces (each with its fds), refilled on a thread of its
+  // own after a create takes one: fds are counted once it is full again.
+  auto pool_full = [&] {
+    for (int i = 0; i < 200; ++i) {
+      const auto pool = node_->Info()["network"].value("pool", nlohmann::json::object());
+      if (pool.value("bare", 0) >= pool.value("bare_target", 0) &&
+          pool.value("wired", 0) >= pool.value("wired_target", 0))
+        return true;
+      usleep(50 * 1000);
+    }
+    return false;
+  };
+  ASSERT_TRUE(pool_full());
   const size_t mounts = CountLines("/proc/self/mountinfo"), fds = CountEntries("/proc/self/fd");
   const size_t run_files = CountEntries("/run/warren/warren-test");
   for (runtime::CreateStep step : steps) {
@@ -286,6 +299,7 @@ TEST_F(CreateFaultTest, EachStepFailingLeavesNothingBehind) {
       EXPECT_EQ(info["network"]["wired"], 0) << info["network"].dump();
     }
     EXPECT_EQ(CountLines("/proc/self/mountinfo"), mounts);
+    ASSERT_TRUE(pool_full());
     EXPECT_EQ(CountEntries("/proc/self/fd"), fds);
     EXPECT_EQ(CountEntries("/run/warren/warren-test"), run_files);
   }

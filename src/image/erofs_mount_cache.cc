@@ -16,7 +16,7 @@ Result<UniqueFd> MountErofsBlob(const std::string& blob_path) {
 
 Result<std::shared_ptr<LayerMount>> ErofsMountCache::Acquire(const std::string& digest,
                                                              const std::string& blob_path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = mounts_.find(digest); it != mounts_.end())
     if (auto sp = it->second.lock()) return sp;
   UniqueFd fd = WARREN_TRY(MountErofsBlob(blob_path));
@@ -29,7 +29,7 @@ Result<std::shared_ptr<LayerMount>> ErofsMountCache::Acquire(const std::string& 
 }
 
 size_t ErofsMountCache::live() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   size_t n = 0;
   for (auto& [d, w] : mounts_) n += !w.expired();
   return n;

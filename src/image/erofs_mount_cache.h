@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 
 namespace warren::image {
@@ -28,8 +29,8 @@ class ErofsMountCache {
   size_t live() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, std::weak_ptr<LayerMount>> mounts_;
+  mutable Mutex mu_;
+  std::map<std::string, std::weak_ptr<LayerMount>> mounts_ GUARDED_BY(mu_);
 };
 
 // Mounts one EROFS blob (file-backed) as a detached read-only mount.

@@ -61,7 +61,7 @@ bool UidAllocator::ClaimBlock(uint32_t block) {
 }
 
 std::optional<uint32_t> UidAllocator::Allocate() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   const uint32_t n = static_cast<uint32_t>(used_.size());
   for (uint32_t i = 0; i < n; ++i) {
     uint32_t s = (next_ + i) % n;
@@ -90,7 +90,7 @@ std::optional<uint32_t> UidAllocator::Allocate() {
 }
 
 bool UidAllocator::Claim(uint32_t slot) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (slot >= used_.size() || used_[slot]) return false;
   if (!Owned(slot) && !ClaimBlock(slot / kBlockSlots)) return false;
   used_[slot] = true;
@@ -99,7 +99,7 @@ bool UidAllocator::Claim(uint32_t slot) {
 }
 
 void UidAllocator::Release(uint32_t slot) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (slot < used_.size() && used_[slot]) {
     used_[slot] = false;
     --count_;
@@ -109,7 +109,7 @@ void UidAllocator::Release(uint32_t slot) {
 IdRange UidAllocator::RangeOf(uint32_t slot) const { return {base_ + slot * 65536u, 65536u}; }
 
 uint32_t UidAllocator::used() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return count_;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "isolation/userns.h"
 
@@ -30,16 +31,17 @@ class UidAllocator {
   uint32_t used() const;
 
  private:
-  bool Owned(uint32_t slot) const;
-  bool ClaimBlock(uint32_t block);
+  bool Owned(uint32_t slot) const REQUIRES(mu_);
+  bool ClaimBlock(uint32_t block) REQUIRES(mu_);
 
   const uint32_t base_;
-  mutable std::mutex mu_;
-  std::vector<bool> used_;
+  mutable Mutex mu_;
+  std::vector<bool> used_ GUARDED_BY(mu_);
   const std::string lock_dir_;
-  std::vector<UniqueFd> blocks_;  // held flocks, by block
-  uint32_t next_ = 0;             // round-robin, so a just-freed range is not reused at once
-  uint32_t count_ = 0;
+  std::vector<UniqueFd> blocks_ GUARDED_BY(mu_);  // held flocks, by block
+  // Round-robin, so a just-freed range is not reused at once.
+  uint32_t next_ GUARDED_BY(mu_) = 0;
+  uint32_t count_ GUARDED_BY(mu_) = 0;
 };
 
 // A slot owned by a sandbox: released on destruction.

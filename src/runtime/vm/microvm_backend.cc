@@ -31,6 +31,7 @@
 #include "base/sha256.h"
 #include "base/subprocess.h"
 #include "isolation/cgroup.h"
+#include "runtime/setup_message.h"
 #include "runtime/vm/qemu_process.h"
 #include "runtime/vm/qmp_client.h"
 #include "sys/unix_socket.h"
@@ -967,17 +968,9 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   }
   timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  agent::SetupMessage setup;
-  setup.hostname = cfg.hostname;
-  setup.disk_bytes = cfg.disk_bytes;
-  setup.layers = static_cast<uint32_t>(cfg.layers.size());
-  for (size_t i : ToolLayerIndexes(cfg.layers))
-    setup.tool_layers.push_back(static_cast<uint32_t>(i));
+  agent::SetupMessage setup = CommonSetup(cfg);
   setup.loopback = false;  // up since the guest's init (vm_init.cc)
-  for (const auto& [path, data] : cfg.files) setup.files.push_back({path, data, 0644});
-  setup.nofile = cfg.open_files;
   setup.landlock = false;
-  setup.env = cfg.env;
   agent::VmSetup& vm = setup.vm.emplace();
   vm.full_os = cfg.full_os;
   for (size_t i = 0; i < cfg.layers.size(); ++i)

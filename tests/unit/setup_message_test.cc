@@ -1,6 +1,6 @@
-// The container backend's setup message for a sandbox config: what the agent is told to do,
-// and that the agent's strict parser takes it back unchanged.
-#include "runtime/container/container_setup.h"
+// The setup message a backend sends for a sandbox config: what the agent is told to do, and
+// that the agent's strict parser takes it back unchanged.
+#include "runtime/setup_message.h"
 
 #include <gtest/gtest.h>
 
@@ -55,6 +55,17 @@ TEST(ContainerSetup, ANodeNamespaceBringsItsSysfsAndItsOwnLoopback) {
   auto fds = agent::SetupFdOrder(m, {10, 11, 12}, 8, -1, 14);
   ASSERT_TRUE(fds.ok()) << fds.status().ToString();
   EXPECT_EQ(*fds, (std::vector<int>{10, 11, 12, 8, 14}));
+}
+
+TEST(ContainerSetup, EveryBackendSaysTheCommonPartAlike) {
+  const auto common = CommonSetup(Config());
+  auto container = ContainerSetupMessage(Config(), {.hardened = true});
+  EXPECT_EQ(container.hostname, common.hostname);
+  EXPECT_EQ(container.tool_layers, common.tool_layers);
+  EXPECT_EQ(container.env, common.env);
+  EXPECT_EQ(container.files.size(), common.files.size());
+  EXPECT_FALSE(common.landlock);  // each backend decides it
+  EXPECT_FALSE(common.listen);
 }
 
 TEST(ContainerSetup, LandlockIsOffOnlyForRunnersAndBenchmarkNodes) {

@@ -4,8 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstring>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "base/cleanup.h"
 #include "base/ids.h"

@@ -4,20 +4,12 @@
 // error body.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <set>
-#include <shared_mutex>
 #include <string>
-#include <thread>
 
 #include "base/thread_annotations.h"
-#include "base/work_queue.h"
 #include "image/layer_store.h"
 #include "node/fncall/call_pool.h"
 #include "node/node_api.h"

@@ -11,6 +11,7 @@ PACKAGES=(
   python3-prometheus-client
   libmnl-dev libnftables-dev libnetfilter-conntrack-dev libc-ares-dev nftables iproute2 apt-utils
   qemu-system-x86 linux-image-amd64 liblzma-dev
+  etcd-server etcd-client
   clang clang-format
 )
 missing=()

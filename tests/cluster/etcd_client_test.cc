@@ -17,24 +17,8 @@ namespace {
 
 using warren::testing::EtcdProcess;
 
-// One single-member etcd for the whole conformance suite (each test has its own keys).
-EtcdProcess* SharedEtcd() {
-  static EtcdProcess* etcd = new EtcdProcess(1);
-  return etcd;
-}
-
-class EtcdEnvironment : public ::testing::Environment {
- public:
-  void TearDown() override { delete SharedEtcd(); }
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new EtcdEnvironment);
-
-std::unique_ptr<EtcdClient> ClientOf(const std::string& endpoints, int timeout_ms = 5000) {
-  auto o = ParseEtcdEndpoints(endpoints);
-  EXPECT_TRUE(o.ok());
-  o->request_timeout_ms = timeout_ms;
-  return std::make_unique<EtcdClient>(*o);
-}
+using warren::testing::ClientOf;
+using warren::testing::SharedEtcd;
 
 INSTANTIATE_TEST_SUITE_P(Etcd, KvConformance,
                          ::testing::Values(KvTarget{

@@ -3,19 +3,18 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "cluster/etcd_client.h"
-
-extern char** environ;
 
 namespace warren::testing {
 
@@ -77,9 +76,17 @@ void EtcdProcess::Start(int member) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawnp(&pid, "etcd", nullptr, nullptr, argv.data(), environ), 0)
-      << "etcd (Debian's etcd-server) must be installed";
+  // fork + exec rather than posix_spawn: the child asks to be killed with the test binary,
+  // so a crashed test leaves no etcd behind.
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    execvp("etcd", argv.data());
+    _exit(127);
+  }
   m.pid = pid;
 }
 
@@ -105,6 +112,35 @@ void EtcdProcess::WaitReady() const {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   FAIL() << "etcd did not become ready: " << last.ToString();
+}
+
+namespace {
+EtcdProcess*& Shared() {
+  static EtcdProcess* etcd = nullptr;
+  return etcd;
+}
+class SharedEtcdEnvironment : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    delete Shared();
+    Shared() = nullptr;
+  }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new SharedEtcdEnvironment);
+}  // namespace
+
+EtcdProcess* SharedEtcd() {
+  static std::mutex mu;  // tests call this from several threads
+  std::lock_guard lock(mu);
+  if (!Shared()) Shared() = new EtcdProcess(1);
+  return Shared();
+}
+
+std::unique_ptr<cluster::EtcdClient> ClientOf(const std::string& endpoints, int timeout_ms) {
+  auto o = cluster::ParseEtcdEndpoints(endpoints);
+  EXPECT_TRUE(o.ok());
+  o->request_timeout_ms = timeout_ms;
+  return std::make_unique<cluster::EtcdClient>(*o);
 }
 
 }  // namespace warren::testing

@@ -5,8 +5,11 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "cluster/etcd_client.h"
 
 namespace warren::testing {
 
@@ -33,5 +36,10 @@ class EtcdProcess {
   std::vector<Member> members_;
   std::string root_, initial_cluster_;
 };
+
+// One single-member etcd for the whole binary (tests keep to keys of their own); stopped
+// when the tests end.
+EtcdProcess* SharedEtcd();
+std::unique_ptr<cluster::EtcdClient> ClientOf(const std::string& endpoints, int timeout_ms = 5000);
 
 }  // namespace warren::testing

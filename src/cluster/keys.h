@@ -1,0 +1,48 @@
+// Where the cluster keeps what in etcd: every key the code writes is made here, so the layout
+// docs/design.md describes ("Cluster: the key layout") is this file.
+//
+//   /warren/node/NAME/record  NodeRecord, under the node's lease: gone when the node is
+//   /warren/node/NAME/admin   NodeAdmin: cordoned / draining, set by `warren node drain|cordon`
+//   /warren/node/NAME/alloc   Allocation: what placement reserved on the node (CAS counter)
+//   (one prefix per node, so that an API server lists and watches all of it as one range)
+//   /warren/sandboxes/ID      SandboxRecord (the contract's Sandbox object)
+//   /warren/quota/PRINCIPAL   the principal's usage (CAS counter)
+//   /warren/layers/NAME:TAG   LayerRecord (a tag -> a content digest)
+//   /warren/tokens/NAME       a token (its hash, scopes, quotas)
+//   /warren/leases/ID         a lease of sandboxes
+#pragma once
+
+#include <string>
+
+namespace warren::cluster::keys {
+
+inline const std::string kRoot = "/warren/";
+inline const std::string kNodes = kRoot + "node/";
+inline const std::string kSandboxes = kRoot + "sandboxes/";
+inline const std::string kQuota = kRoot + "quota/";
+inline const std::string kLayers = kRoot + "layers/";
+inline const std::string kTokens = kRoot + "tokens/";
+inline const std::string kLeases = kRoot + "leases/";
+
+inline std::string Node(const std::string& name) { return kNodes + name + "/record"; }
+inline std::string NodeAdmin(const std::string& name) { return kNodes + name + "/admin"; }
+inline std::string Alloc(const std::string& name) { return kNodes + name + "/alloc"; }
+// A key under kNodes split into the node's name and what it is ("record", "admin", "alloc");
+// false for any other key.
+inline bool SplitNodeKey(const std::string& key, std::string* name, std::string* what) {
+  if (key.compare(0, kNodes.size(), kNodes) != 0) return false;
+  const size_t slash = key.find('/', kNodes.size());
+  if (slash == std::string::npos || slash == kNodes.size()) return false;
+  *name = key.substr(kNodes.size(), slash - kNodes.size());
+  *what = key.substr(slash + 1);
+  return true;
+}
+inline std::string Sandbox(const std::string& id) { return kSandboxes + id; }
+inline std::string Quota(const std::string& principal) { return kQuota + principal; }
+
+// The name after a prefix ("/warren/sandboxes/sb-1" -> "sb-1").
+inline std::string NameOf(const std::string& key, const std::string& prefix) {
+  return key.substr(prefix.size());
+}
+
+}  // namespace warren::cluster::keys

@@ -1,0 +1,64 @@
+// Reservations: the binding half of placement. What placement reserved on a node lives at
+// /warren/alloc/NAME (an Allocation). Reserving adds to it in one etcd transaction that
+// compares the key's mod revision with the one the sum was checked against: two API servers
+// placing on one node at once cannot both succeed on a stale sum, so no node goes past its
+// overcommit ratio. The loser reads the new sum (in the same round trip: the transaction's
+// failure branch returns it) and tries again.
+//
+// The last value read per node is cached: a reservation on a node nobody else touched since
+// costs one transaction, not a read and a write.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "cluster/kv_store.h"
+#include "cluster/node_record.h"
+
+namespace warren::cluster {
+
+class Reservations {
+ public:
+  explicit Reservations(KvStore* kv) : kv_(kv) {}
+
+  // Writes to make in the same transaction as a reservation of `count` sandboxes (their
+  // records, so that a record exists if and only if its reservation does).
+  using ExtraOps = std::function<std::vector<TxnOp>(int64_t count)>;
+
+  // Reserves `each` for `count` sandboxes on `node` if the sum stays within `limit`; with
+  // `partial`, as many as fit (0 included). Returns how many were reserved; kQuota when none
+  // fit and !partial.
+  Result<int64_t> Reserve(const std::string& node, const Resources& each, int64_t count,
+                          const Resources& limit, bool partial, const ExtraOps& extra = nullptr);
+  // Gives back what `count` sandboxes of `each` reserved, with `extra` writes in the same
+  // transaction (the records' removal).
+  Status Release(const std::string& node, const Resources& each, int64_t count,
+                 const std::vector<TxnOp>& extra = {});
+  // The node's allocation as etcd has it now (and the cache updated).
+  Result<Allocation> Read(const std::string& node);
+  // Transactions that lost a race and were retried (bench/cluster.py reports it).
+  uint64_t conflicts() const { return conflicts_.load(); }
+
+ private:
+  struct Cached {
+    Allocation alloc;
+    int64_t mod_revision = 0;  // 0: the key does not exist
+  };
+  Result<Cached> Load(const std::string& node);
+  void Remember(const std::string& node, const RangeResult& got);
+  // Adds `delta_count` (may be negative) sandboxes of `each`, if `check` accepts the new sum.
+  // Returns the count applied.
+  Result<int64_t> Apply(const std::string& node, const Resources& each, int64_t count,
+                        const std::function<int64_t(const Allocation&)>& how_many, int64_t sign,
+                        const ExtraOps& extra);
+
+  KvStore* const kv_;
+  Mutex mu_;
+  std::map<std::string, Cached> cache_ GUARDED_BY(mu_);
+  std::atomic<uint64_t> conflicts_{0};
+};
+
+}  // namespace warren::cluster

@@ -3,7 +3,7 @@
 // sandbox record, next to a bare etcd put of the same record, in the same run. Driven by
 // bench/cluster.py, which starts etcd and formats the figures; prints one JSON object a phase.
 //
-//   bench_cluster_store --etcd URLS [--nodes 160] [--seconds 5] [--clients 1,2,4]
+//   bench_cluster_store --etcd URLS [--nodes 160] [--seconds 5] [--clients 1,2,4] [--workers 32]
 //                       [--batch 32000] [--live 380000]
 #include <spdlog/spdlog.h>
 
@@ -20,6 +20,7 @@
 #include "cluster/keys.h"
 #include "cluster/membership.h"
 #include "cluster/placement.h"
+#include "cluster/reservation_batcher.h"
 #include "cluster/reservations.h"
 
 using namespace warren;
@@ -36,6 +37,7 @@ struct Args {
   std::vector<int> clients = {1, 2, 4};
   int64_t batch = 32000;
   int64_t live = 380000;
+  int workers = 32;  // creates each replica serves at once
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -100,68 +102,86 @@ PlacementRequest Request() {
   return r;
 }
 
-// Phase: `clients` threads (each its own client, cache and view: an API server replica),
-// placing and reserving one sandbox at a time for `seconds`.
+// Phase: `clients` API server replicas (each its own etcd client, node view, reservation cache
+// and group committer), each serving `workers` creates at once, for `seconds`.
 json Creates(const Args& a, int clients, std::atomic<int64_t>* next_id) {
   std::vector<double> place_ms, reserve_ms, total_ms;
   std::mutex mu;
-  std::atomic<uint64_t> writes{0}, bytes{0}, conflicts{0}, full{0};
+  std::atomic<uint64_t> writes{0}, bytes{0}, conflicts{0}, full{0}, groups{0};
   std::atomic<int64_t> done{0};
+  const PlacementPolicy policy{.cpu_overcommit = 4.0, .memory_overcommit = 2.0};
+  const PlacementRequest req = Request();
+  struct Replica {
+    std::unique_ptr<EtcdClient> kv;
+    std::unique_ptr<NodeDirectory> dir;
+    std::unique_ptr<Reservations> res;
+    std::unique_ptr<ReservationBatcher> batcher;
+  };
+  std::vector<Replica> replicas(clients);
+  for (auto& r : replicas) {
+    r.kv = Client(a.etcd);
+    r.dir = std::make_unique<NodeDirectory>(r.kv.get());
+    if (!r.dir->Start().ok()) return {{"phase", "creates"}, {"error", "directory"}};
+    r.res = std::make_unique<Reservations>(r.kv.get());
+    r.batcher = std::make_unique<ReservationBatcher>(r.res.get());
+  }
   const auto t0 = Clock::now();
   const auto until = t0 + std::chrono::milliseconds(static_cast<int64_t>(a.seconds * 1000));
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] {
-      auto kv = Client(a.etcd);
-      NodeDirectory dir(kv.get());
-      if (!dir.Start().ok()) return;
-      Reservations res(kv.get());
-      const PlacementPolicy policy{.cpu_overcommit = 4.0, .memory_overcommit = 2.0};
-      const PlacementRequest req = Request();
-      std::vector<double> p, r, t;
-      std::mt19937_64 rng(c);
-      while (Clock::now() < until) {
-        const auto s0 = Clock::now();
-        auto ranked = Rank(dir.Ready(), req, policy, rng());
-        const auto s1 = Clock::now();
-        if (!ranked.ok()) {
-          ++full;
-          continue;
-        }
-        const std::string id = "sb-" + std::to_string(next_id->fetch_add(1));
-        bool ok = false;
-        for (const auto& node : *ranked) {
-          auto limit = LimitOf(dir.Get(node)->record, policy);
-          auto n = res.Reserve(node, req.resources, 1, limit, false, [&](int64_t) {
-            return std::vector<TxnOp>{TxnOp::Put(keys::Sandbox(id), RecordFor(id, node))};
-          });
-          if (n.ok()) {
-            ok = true;
-            break;
+    for (int w = 0; w < a.workers; ++w) {
+      threads.emplace_back([&, c, w] {
+        Replica& rep = replicas[c];
+        std::vector<double> p, r, t;
+        std::mt19937_64 rng(c * 1000 + w);
+        while (Clock::now() < until) {
+          const auto s0 = Clock::now();
+          auto ranked = Rank(rep.dir->Ready(), req, policy, rng());
+          const auto s1 = Clock::now();
+          if (!ranked.ok()) {
+            ++full;
+            continue;
           }
+          const std::string id = "sb-" + std::to_string(next_id->fetch_add(1));
+          bool ok = false;
+          for (const auto& node : *ranked) {
+            auto view = rep.dir->Get(node);
+            if (!view) continue;
+            Status st = rep.batcher->Reserve(node, req.resources, LimitOf(view->record, policy),
+                                             {TxnOp::Put(keys::Sandbox(id), RecordFor(id, node))});
+            if (st.ok()) {
+              ok = true;
+              break;
+            }
+            if (st.code() != Code::kQuota) break;
+          }
+          const auto s2 = Clock::now();
+          if (!ok) continue;
+          p.push_back(Ms(s1 - s0));
+          r.push_back(Ms(s2 - s1));
+          t.push_back(Ms(s2 - s0));
+          ++done;
         }
-        const auto s2 = Clock::now();
-        if (!ok) continue;
-        p.push_back(Ms(s1 - s0));
-        r.push_back(Ms(s2 - s1));
-        t.push_back(Ms(s2 - s0));
-        ++done;
-      }
-      auto cnt = kv->counters();
-      writes += cnt.writes;
-      bytes += cnt.request_bytes;
-      conflicts += res.conflicts();
-      std::lock_guard l(mu);
-      place_ms.insert(place_ms.end(), p.begin(), p.end());
-      reserve_ms.insert(reserve_ms.end(), r.begin(), r.end());
-      total_ms.insert(total_ms.end(), t.begin(), t.end());
-    });
+        std::lock_guard l(mu);
+        place_ms.insert(place_ms.end(), p.begin(), p.end());
+        reserve_ms.insert(reserve_ms.end(), r.begin(), r.end());
+        total_ms.insert(total_ms.end(), t.begin(), t.end());
+      });
+    }
   }
   for (auto& t : threads) t.join();
   const double secs = Ms(Clock::now() - t0) / 1000;
+  for (auto& r : replicas) {
+    auto cnt = r.kv->counters();
+    writes += cnt.writes;
+    bytes += cnt.request_bytes;
+    conflicts += r.res->conflicts();
+    groups += r.batcher->groups();
+  }
   const double n = static_cast<double>(std::max<int64_t>(done.load(), 1));
   return {{"phase", "creates"},
           {"clients", clients},
+          {"workers", a.workers},
           {"creates", done.load()},
           {"creates_per_s", static_cast<double>(done.load()) / secs},
           {"place_p50_ms", Pct(place_ms, 0.5)},
@@ -172,11 +192,13 @@ json Creates(const Args& a, int clients, std::atomic<int64_t>* next_id) {
           {"create_p99_ms", Pct(total_ms, 0.99)},
           {"etcd_writes_per_create", static_cast<double>(writes.load()) / n},
           {"etcd_request_bytes_per_create", static_cast<double>(bytes.load()) / n},
+          {"sandboxes_per_txn", n / static_cast<double>(std::max<uint64_t>(groups.load(), 1))},
           {"conflicts", conflicts.load()},
           {"full", full.load()}};
 }
 
-// Baseline: the same number of clients, each putting one record per "create", nothing else.
+// Baseline: as many concurrent clients as the creates phase has workers in all, each putting
+// one record per "create", nothing else.
 json BarePuts(const Args& a, int clients, std::atomic<int64_t>* next_id) {
   std::vector<double> all;
   std::mutex mu;
@@ -184,7 +206,7 @@ json BarePuts(const Args& a, int clients, std::atomic<int64_t>* next_id) {
   const auto t0 = Clock::now();
   const auto until = t0 + std::chrono::milliseconds(static_cast<int64_t>(a.seconds * 1000));
   std::vector<std::thread> threads;
-  for (int c = 0; c < clients; ++c) {
+  for (int c = 0; c < clients * a.workers; ++c) {
     threads.emplace_back([&] {
       auto kv = Client(a.etcd);
       std::vector<double> mine;

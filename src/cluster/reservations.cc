@@ -57,24 +57,16 @@ Result<Allocation> Reservations::Read(const std::string& node) {
   return cache_[node].alloc;
 }
 
-Result<int64_t> Reservations::Apply(const std::string& node, const Resources& each, int64_t count,
-                                    const std::function<int64_t(const Allocation&)>& how_many,
-                                    int64_t sign, const ExtraOps& extra) {
+Result<int64_t> Reservations::Apply(const std::string& node, const Plan& plan,
+                                    const ExtraOps& extra) {
   const std::string key = keys::Alloc(node);
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Cached cur = WARREN_TRY(Load(node));
     if (cur.mod_revision < 0)
       return Internal("reserve", node, "the node's allocation record cannot be read");
-    const int64_t n = std::min(count, how_many(cur.alloc));
-    if (n <= 0) return int64_t{0};
     Allocation next = cur.alloc;
-    next.reserved += each * (sign * n);
-    next.sandboxes += sign * n;
-    // A release never takes a sum below zero (a release repeated after a lost answer).
-    next.sandboxes = std::max<int64_t>(next.sandboxes, 0);
-    next.reserved.cpu_milli = std::max<int64_t>(next.reserved.cpu_milli, 0);
-    next.reserved.memory_mb = std::max<int64_t>(next.reserved.memory_mb, 0);
-    next.reserved.disk_mb = std::max<int64_t>(next.reserved.disk_mb, 0);
+    const int64_t n = plan(cur.alloc, &next);
+    if (n <= 0) return int64_t{0};
     Txn txn;
     txn.compare.push_back(Compare::ModIs(key, cur.mod_revision));
     txn.success.push_back(TxnOp::Put(key, ToJson(next).dump()));
@@ -104,22 +96,58 @@ Result<int64_t> Reservations::Apply(const std::string& node, const Resources& ea
 Result<int64_t> Reservations::Reserve(const std::string& node, const Resources& each, int64_t count,
                                       const Resources& limit, bool partial, const ExtraOps& extra) {
   auto n = Apply(
-      node, each, count,
-      [&](const Allocation& a) {
-        const int64_t room = RoomFor(a, each, limit);
-        return partial || room >= count ? room : 0;
+      node,
+      [&](const Allocation& cur, Allocation* next) {
+        const int64_t room = RoomFor(cur, each, limit);
+        const int64_t k = std::min(count, partial || room >= count ? room : 0);
+        next->reserved += each * k;
+        next->sandboxes += k;
+        return k;
       },
-      +1, extra);
+      extra);
   if (!n.ok()) return n;
   if (*n == 0 && !partial)
     return Status(Code::kQuota, "reserve", node, "the node has no room for the sandbox");
   return n;
 }
 
+Result<int64_t> Reservations::ReserveEach(const std::string& node,
+                                          const std::vector<Resources>& items,
+                                          const Resources& limit, const ExtraOps& extra) {
+  return Apply(
+      node,
+      [&](const Allocation& cur, Allocation* next) {
+        int64_t k = 0;
+        for (const Resources& r : items) {
+          Allocation more = *next;
+          more.reserved += r;
+          ++more.sandboxes;
+          if (more.reserved.cpu_milli > limit.cpu_milli ||
+              more.reserved.memory_mb > limit.memory_mb || more.reserved.disk_mb > limit.disk_mb)
+            break;
+          *next = more;
+          ++k;
+        }
+        (void)cur;
+        return k;
+      },
+      extra);
+}
+
 Status Reservations::Release(const std::string& node, const Resources& each, int64_t count,
                              const std::vector<TxnOp>& extra) {
   auto n = Apply(
-      node, each, count, [&](const Allocation&) { return count; }, -1,
+      node,
+      [&](const Allocation&, Allocation* next) {
+        next->reserved -= each * count;
+        next->sandboxes -= count;
+        // Never below zero (a release repeated after a lost answer).
+        next->sandboxes = std::max<int64_t>(next->sandboxes, 0);
+        next->reserved.cpu_milli = std::max<int64_t>(next->reserved.cpu_milli, 0);
+        next->reserved.memory_mb = std::max<int64_t>(next->reserved.memory_mb, 0);
+        next->reserved.disk_mb = std::max<int64_t>(next->reserved.disk_mb, 0);
+        return count;
+      },
       [&](int64_t) { return extra; });
   return n.status();
 }

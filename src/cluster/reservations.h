@@ -33,6 +33,10 @@ class Reservations {
   // fit and !partial.
   Result<int64_t> Reserve(const std::string& node, const Resources& each, int64_t count,
                           const Resources& limit, bool partial, const ExtraOps& extra = nullptr);
+  // Reserves the longest leading run of `items` (one sandbox each) that fits within `limit`;
+  // returns its length (0 when the first does not fit). `extra(n)` gets that length.
+  Result<int64_t> ReserveEach(const std::string& node, const std::vector<Resources>& items,
+                              const Resources& limit, const ExtraOps& extra = nullptr);
   // Gives back what `count` sandboxes of `each` reserved, with `extra` writes in the same
   // transaction (the records' removal).
   Status Release(const std::string& node, const Resources& each, int64_t count,
@@ -49,11 +53,12 @@ class Reservations {
   };
   Result<Cached> Load(const std::string& node);
   void Remember(const std::string& node, const RangeResult& got);
-  // Adds `delta_count` (may be negative) sandboxes of `each`, if `check` accepts the new sum.
-  // Returns the count applied.
-  Result<int64_t> Apply(const std::string& node, const Resources& each, int64_t count,
-                        const std::function<int64_t(const Allocation&)>& how_many, int64_t sign,
-                        const ExtraOps& extra);
+  // Looks at the current sum and fills in the new one; returns how many sandboxes the change
+  // covers (0: nothing to write).
+  using Plan = std::function<int64_t(const Allocation& cur, Allocation* next)>;
+  // Commits `plan`'s change by compare-and-swap, planning again on the fresh sum after a lost
+  // race. Returns the count planned.
+  Result<int64_t> Apply(const std::string& node, const Plan& plan, const ExtraOps& extra);
 
   KvStore* const kv_;
   Mutex mu_;

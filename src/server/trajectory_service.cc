@@ -193,14 +193,17 @@ void TrajectoryService::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec
                                     const std::shared_ptr<node::ExecRecord>& reply,
                                     const std::string& key, int64_t step, const json& doc,
                                     const std::string& id, bool stop_on_divergence) {
+  // The sandbox takes execs again before the reply is announced: a caller woken by the reply
+  // may send its next step at once.
   auto done = [&] {
     MutexLock lock(&mu_);
     rerunning_.erase(id);
   };
   if (!rec) {
+    done();
     reply->Complete({{"exit_code", nullptr}, {"error", "the sandbox ended while the step re-ran"}},
                     "", "", false);
-    return done();
+    return;
   }
   json rerun = rec->FinalResultJson();
   rec->Publish();
@@ -208,8 +211,9 @@ void TrajectoryService::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec
   // Cut short by the infrastructure (the sandbox deleted or lost): the step's effects are not
   // in this sandbox; the caller sees the error, and a repeat re-runs it.
   if (rerun.contains("error")) {
+    done();
     reply->Complete(rerun, rec->RawOutput(1), rec->RawOutput(2), false);
-    return done();
+    return;
   }
   const std::vector<std::string> differs = Differences(doc, rerun, *rec);
   const bool diverged = !differs.empty();
@@ -233,16 +237,17 @@ void TrajectoryService::FinishRerun(const std::shared_ptr<node::ExecRecord>& rec
     });
     if (!put.ok() && put.status().code() != Code::kNotFound)
       spdlog::error("sandbox {}: recording the stopped replay: {}", id, put.status().ToString());
+    done();
     reply->Complete(
         rerun, rec->RawOutput(1), rec->RawOutput(2), false,
         {{"diverged", true}, {"differs", differs}, {"recorded", Summary(doc["result"])}});
-    return done();
+    return;
   }
   json extra = nullptr;
   if (diverged) extra = {{"diverged", true}, {"differs", differs}, {"rerun", Summary(rerun)}};
+  done();
   reply->Complete(doc["result"], Raw(doc, "stdout_raw_b64"), Raw(doc, "stderr_raw_b64"), true,
                   std::move(extra));
-  done();
 }
 
 Result<json> TrajectoryService::Get(const Principal& who, const std::string& id) {

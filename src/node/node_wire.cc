@@ -1,0 +1,210 @@
+#include "node/node_wire.h"
+
+#include "base/json_fields.h"
+#include "base/utf8.h"
+
+namespace warren::node {
+
+using nlohmann::json;
+
+json ToWire(const net::Policy& policy) {
+  return {{"mode", policy.egress ? "egress" : "none"}, {"allow", policy.Texts()}};
+}
+
+Result<net::Policy> ParseWirePolicy(const json& j) {
+  JsonFields f(j, "network policy");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  std::string mode;
+  std::vector<std::string> allow;
+  WARREN_RETURN_IF_ERROR(f.String("mode", &mode));
+  WARREN_RETURN_IF_ERROR(f.Strings("allow", &allow, true));
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  return net::ParsePolicy(mode, allow);
+}
+
+json ToWire(const isolation::FsPolicy& policy) {
+  return {{"read_only", policy.read_only}, {"writable", policy.writable}};
+}
+
+Result<isolation::FsPolicy> ParseWireFsPolicy(const json& j) {
+  JsonFields f(j, "filesystem policy");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  isolation::FsPolicy p;
+  WARREN_RETURN_IF_ERROR(f.Strings("read_only", &p.read_only, true));
+  WARREN_RETURN_IF_ERROR(f.Strings("writable", &p.writable, true));
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  return isolation::NormalizeFsPolicy(std::move(p));
+}
+
+json ToWire(const NodeSandboxSpec& spec) {
+  const runtime::SandboxConfig& c = spec.config;
+  json layers = json::array();
+  for (const auto& l : c.layers) layers.push_back({{"digest", l.digest}, {"tool", l.tool}});
+  return {{"backend", runtime::BackendName(spec.backend)},
+          {"id", c.id},
+          {"hostname", c.hostname},
+          {"layers", layers},
+          {"memory_bytes", c.memory_bytes},
+          {"disk_bytes", c.disk_bytes},
+          {"pids", c.pids},
+          {"cpus", c.cpus},
+          {"open_files", c.open_files},
+          {"env", c.env},
+          {"network", ToWire(spec.network)}};
+}
+
+Result<NodeSandboxSpec> ParseWireSandboxSpec(const json& j) {
+  JsonFields f(j, "sandbox spec");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  NodeSandboxSpec s;
+  runtime::SandboxConfig& c = s.config;
+  std::string backend;
+  WARREN_RETURN_IF_ERROR(f.String("backend", &backend));
+  auto kind = runtime::ParseBackendKind(backend);
+  if (!kind) return Invalid("sandbox spec: unknown backend `" + backend + "`");
+  s.backend = *kind;
+  WARREN_RETURN_IF_ERROR(f.String("id", &c.id));
+  if (c.id.empty()) return Invalid("sandbox spec: `id` is empty");
+  WARREN_RETURN_IF_ERROR(f.String("hostname", &c.hostname));
+  const json* layers = nullptr;
+  WARREN_RETURN_IF_ERROR(f.Value("layers", &layers));
+  if (!layers->is_array() || layers->empty())
+    return Invalid("sandbox spec: `layers` must be a non-empty array");
+  for (const json& l : *layers) {
+    JsonFields lf(l, "sandbox spec layer");
+    WARREN_RETURN_IF_ERROR(lf.Object());
+    runtime::LayerRef ref;
+    WARREN_RETURN_IF_ERROR(lf.String("digest", &ref.digest));
+    WARREN_RETURN_IF_ERROR(lf.Bool("tool", &ref.tool, true));
+    WARREN_RETURN_IF_ERROR(lf.NoOthers());
+    // Only a content digest: the node finds the blob itself.
+    if (ref.digest.size() != 71 || ref.digest.rfind("sha256:", 0) != 0 ||
+        ref.digest.find_first_not_of("0123456789abcdef", 7) != std::string::npos)
+      return Invalid("sandbox spec: a layer is named by its sha256:HEX digest");
+    c.layers.push_back(std::move(ref));
+  }
+  WARREN_RETURN_IF_ERROR(f.UInt("memory_bytes", &c.memory_bytes));
+  WARREN_RETURN_IF_ERROR(f.UInt("disk_bytes", &c.disk_bytes));
+  WARREN_RETURN_IF_ERROR(f.UInt("pids", &c.pids));
+  WARREN_RETURN_IF_ERROR(f.Double("cpus", &c.cpus));
+  WARREN_RETURN_IF_ERROR(f.UInt("open_files", &c.open_files));
+  WARREN_RETURN_IF_ERROR(f.StringMap("env", &c.env, true));
+  const json* network = nullptr;
+  WARREN_RETURN_IF_ERROR(f.Value("network", &network));
+  s.network = WARREN_TRY(ParseWirePolicy(*network));
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  return s;
+}
+
+json ToWire(const ExecSpec& spec) {
+  json j = {{"argv", spec.argv},
+            {"env", spec.env},
+            {"env_defaults", spec.env_defaults},
+            {"cwd", spec.cwd},
+            {"timeout_ms", spec.timeout_ms},
+            {"max_output", spec.max_output},
+            {"binary", spec.binary}};
+  if (spec.has_stdin) j["stdin_b64"] = Base64Encode(spec.stdin_data);
+  return j;
+}
+
+Result<ExecSpec> ParseWireExecSpec(const json& j) {
+  JsonFields f(j, "exec spec");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  ExecSpec e;
+  WARREN_RETURN_IF_ERROR(f.Strings("argv", &e.argv, true));
+  if (e.argv.empty()) return Invalid("exec spec: `argv` is empty");
+  WARREN_RETURN_IF_ERROR(f.StringMap("env", &e.env, true));
+  WARREN_RETURN_IF_ERROR(f.StringMap("env_defaults", &e.env_defaults, true));
+  WARREN_RETURN_IF_ERROR(f.String("cwd", &e.cwd));
+  WARREN_RETURN_IF_ERROR(f.Int("timeout_ms", &e.timeout_ms));
+  WARREN_RETURN_IF_ERROR(f.UInt("max_output", &e.max_output));
+  WARREN_RETURN_IF_ERROR(f.Bool("binary", &e.binary, true));
+  std::string stdin_b64;
+  WARREN_RETURN_IF_ERROR(f.String("stdin_b64", &stdin_b64, false));
+  if (j.contains("stdin_b64")) {
+    if (!Base64Decode(stdin_b64, &e.stdin_data))
+      return Invalid("exec spec: `stdin_b64` is not base64");
+    e.has_stdin = true;
+  }
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  return e;
+}
+
+json ToWire(const SandboxRuntime& rt) {
+  return {{"host_pid", rt.host_pid}, {"host_uid", rt.host_uid}};
+}
+
+Result<SandboxRuntime> ParseWireRuntime(const json& j) {
+  JsonFields f(j, "sandbox runtime");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  int64_t pid = 0, uid = 0;
+  WARREN_RETURN_IF_ERROR(f.Int("host_pid", &pid));
+  WARREN_RETURN_IF_ERROR(f.Int("host_uid", &uid));
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  if (pid > INT32_MAX || uid > UINT32_MAX) return Invalid("sandbox runtime: out of range");
+  return SandboxRuntime{static_cast<int>(pid), static_cast<uint32_t>(uid)};
+}
+
+json ToWire(const isolation::ChangeReport& report) {
+  json changes = json::array();
+  for (const auto& c : report.changes)
+    changes.push_back({{"path_b64", Base64Encode(c.path)},
+                       {"kind", isolation::ChangeKindName(c.kind)},
+                       {"type", isolation::EntryTypeName(c.type)},
+                       {"layer", c.layer},
+                       {"size", c.size},
+                       {"mode", c.mode}});
+  return {{"changes", changes}, {"truncated", report.truncated}};
+}
+
+namespace {
+template <typename E, typename NameOf>
+Result<E> ByName(const std::string& name, std::initializer_list<E> all, NameOf name_of,
+                 const char* what) {
+  for (E e : all)
+    if (name == name_of(e)) return e;
+  return Invalid(std::string("change report: unknown ") + what + " `" + name + "`");
+}
+}  // namespace
+
+Result<isolation::ChangeReport> ParseWireChanges(const json& j) {
+  using isolation::ChangeKind;
+  using isolation::EntryType;
+  JsonFields f(j, "change report");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  isolation::ChangeReport r;
+  WARREN_RETURN_IF_ERROR(f.Bool("truncated", &r.truncated, true));
+  const json* changes = nullptr;
+  WARREN_RETURN_IF_ERROR(f.Value("changes", &changes));
+  if (!changes->is_array()) return Invalid("change report: `changes` must be an array");
+  for (const json& c : *changes) {
+    JsonFields cf(c, "change");
+    WARREN_RETURN_IF_ERROR(cf.Object());
+    isolation::FsChange ch;
+    std::string path_b64, kind, type;
+    int64_t layer = -1, mode = 0;
+    WARREN_RETURN_IF_ERROR(cf.String("path_b64", &path_b64));
+    if (!Base64Decode(path_b64, &ch.path)) return Invalid("change: `path_b64` is not base64");
+    WARREN_RETURN_IF_ERROR(cf.String("kind", &kind));
+    ch.kind =
+        WARREN_TRY(ByName(kind, {ChangeKind::kAdded, ChangeKind::kModified, ChangeKind::kDeleted},
+                          isolation::ChangeKindName, "kind"));
+    WARREN_RETURN_IF_ERROR(cf.String("type", &type));
+    ch.type = WARREN_TRY(
+        ByName(type, {EntryType::kFile, EntryType::kDir, EntryType::kSymlink, EntryType::kOther},
+               isolation::EntryTypeName, "type"));
+    WARREN_RETURN_IF_ERROR(cf.Int("layer", &layer, true, -1));
+    WARREN_RETURN_IF_ERROR(cf.UInt("size", &ch.size));
+    WARREN_RETURN_IF_ERROR(cf.Int("mode", &mode));
+    if (mode > 0xffffffffLL) return Invalid("change: `mode` out of range");
+    WARREN_RETURN_IF_ERROR(cf.NoOthers());
+    ch.layer = static_cast<int>(layer);
+    ch.mode = static_cast<uint32_t>(mode);
+    r.changes.push_back(std::move(ch));
+  }
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  return r;
+}
+
+}  // namespace warren::node

@@ -18,6 +18,7 @@
 #include "image/layer_store.h"
 #include "isolation/cgroup.h"
 #include "isolation/seccomp_policy.h"
+#include "node/fleet.h"
 #include "node/fncall/call_pool.h"
 #include "node/local_node.h"
 #include "runtime/container/agent_binary.h"
@@ -178,7 +179,8 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
     return std::vector<std::string>{rec->digest};
   };
   if (Status st = (*node)->StartFncall(resolve, fopts); !st.ok()) return Fail(st);
-  server::Api api(state->get(), durable->get(), node->get(), &layers, &tokens);
+  node::SingleNodeFleet fleet(node->get());
+  server::Api api(state->get(), durable->get(), &fleet, &layers, &tokens);
   api.SetCalls((*node)->calls());
   // Sandboxes of an earlier run that is gone (kill -9, crash) are taken over; whatever could
   // not be is killed and removed.

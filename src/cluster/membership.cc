@@ -136,7 +136,8 @@ void NodeDirectory::SetOnNodeGone(std::function<void(const std::string&)> gone) 
   gone_ = std::move(gone);
 }
 
-std::string NodeDirectory::ApplyLocked(const std::string& key, const std::string* value) {
+std::string NodeDirectory::ApplyLocked(const std::string& key, const std::string* value,
+                                       int64_t mod_revision) {
   std::string name, what;
   if (!keys::SplitNodeKey(key, &name, &what)) return "";
   json j = value ? json::parse(*value, nullptr, false) : json();
@@ -164,10 +165,16 @@ std::string NodeDirectory::ApplyLocked(const std::string& key, const std::string
       return "";
     }
     auto a = ParseAllocation(j);
-    if (a.ok())
-      alloc_[name] = *a;
-    else
+    if (!a.ok()) {
       spdlog::warn("node directory: {}: {}", key, a.status().ToString());
+      return "";
+    }
+    // This replica's own reservations may have been noted already (NoteAllocation).
+    auto& [alloc, rev] = alloc_[name];
+    if (mod_revision >= rev) {
+      alloc = *a;
+      rev = mod_revision;
+    }
   }
   return "";
 }
@@ -182,7 +189,7 @@ Status NodeDirectory::Load() {
     before.swap(nodes_);
     admin_.clear();
     alloc_.clear();
-    for (const KeyValue& kv : all->kvs) ApplyLocked(kv.key, &kv.value);
+    for (const KeyValue& kv : all->kvs) ApplyLocked(kv.key, &kv.value, kv.mod_revision);
     for (const auto& [name, rec] : before)
       if (!nodes_.count(name)) went.push_back(name);
   }
@@ -208,8 +215,8 @@ void NodeDirectory::OnEvents(const std::vector<WatchEvent>& events) {
   {
     MutexLock lock(&mu_);
     for (const WatchEvent& e : events) {
-      std::string gone =
-          ApplyLocked(e.kv.key, e.type == WatchEvent::Type::kPut ? &e.kv.value : nullptr);
+      std::string gone = ApplyLocked(
+          e.kv.key, e.type == WatchEvent::Type::kPut ? &e.kv.value : nullptr, e.kv.mod_revision);
       if (!gone.empty()) went.push_back(gone);
     }
   }
@@ -252,7 +259,7 @@ std::vector<NodeView> NodeDirectory::Ready() const {
   for (const auto& [name, rec] : nodes_) {
     NodeView v{rec, {}, {}};
     if (auto a = admin_.find(name); a != admin_.end()) v.admin = a->second;
-    if (auto a = alloc_.find(name); a != alloc_.end()) v.alloc = a->second;
+    if (auto a = alloc_.find(name); a != alloc_.end()) v.alloc = a->second.first;
     out.push_back(std::move(v));
   }
   return out;
@@ -264,8 +271,18 @@ std::optional<NodeView> NodeDirectory::Get(const std::string& name) const {
   if (it == nodes_.end()) return std::nullopt;
   NodeView v{it->second, {}, {}};
   if (auto a = admin_.find(name); a != admin_.end()) v.admin = a->second;
-  if (auto a = alloc_.find(name); a != alloc_.end()) v.alloc = a->second;
+  if (auto a = alloc_.find(name); a != alloc_.end()) v.alloc = a->second.first;
   return v;
+}
+
+void NodeDirectory::NoteAllocation(const std::string& name, const Allocation& alloc,
+                                   int64_t mod_revision) {
+  MutexLock lock(&mu_);
+  auto& [have, rev] = alloc_[name];
+  if (mod_revision > rev) {
+    have = alloc;
+    rev = mod_revision;
+  }
 }
 
 std::vector<std::string> NodeDirectory::Known() const {

@@ -75,6 +75,9 @@ class NodeDirectory {
   // Every node that is up, with its admin flags and reservations, for placement.
   std::vector<NodeView> Ready() const;
   std::optional<NodeView> Get(const std::string& name) const;
+  // An allocation this replica just wrote (at `mod_revision`), seen before the watch brings it:
+  // its next placement must not rank on the sum from before its own write.
+  void NoteAllocation(const std::string& name, const Allocation& alloc, int64_t mod_revision);
   // Nodes with admin flags but no live record (down, or never joined).
   std::vector<std::string> Known() const;
 
@@ -88,10 +91,12 @@ class NodeDirectory {
   mutable Mutex mu_;
   std::map<std::string, NodeRecord> nodes_ GUARDED_BY(mu_);
   std::map<std::string, NodeAdmin> admin_ GUARDED_BY(mu_);
-  std::map<std::string, Allocation> alloc_ GUARDED_BY(mu_);
+  // With the mod revision it was read at: the newer of the watch's and NoteAllocation's wins.
+  std::map<std::string, std::pair<Allocation, int64_t>> alloc_ GUARDED_BY(mu_);
   // Applies one key's value (or its deletion: `value` null) to the maps; the name of a node
   // whose record went, or "".
-  std::string ApplyLocked(const std::string& key, const std::string* value) REQUIRES(mu_);
+  std::string ApplyLocked(const std::string& key, const std::string* value, int64_t mod_revision)
+      REQUIRES(mu_);
   void Relister();
 
   Mutex watch_mu_;  // the watch is replaced by the relister's thread

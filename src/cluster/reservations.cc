@@ -49,6 +49,13 @@ void Reservations::Remember(const std::string& node, const RangeResult& got) {
   cache_[node] = c;
 }
 
+std::optional<std::pair<Allocation, int64_t>> Reservations::LastSeen(const std::string& node) {
+  MutexLock lock(&mu_);
+  auto it = cache_.find(node);
+  if (it == cache_.end() || it->second.mod_revision <= 0) return std::nullopt;
+  return std::make_pair(it->second.alloc, it->second.mod_revision);
+}
+
 Result<Allocation> Reservations::Read(const std::string& node) {
   auto got = kv_->Range({.key = keys::Alloc(node)});
   if (!got.ok()) return got.status();

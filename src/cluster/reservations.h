@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,8 @@ class Reservations {
                  const std::vector<TxnOp>& extra = {});
   // The node's allocation as etcd has it now (and the cache updated).
   Result<Allocation> Read(const std::string& node);
+  // The sum this replica last read or wrote for `node`, and its mod revision (none: unknown).
+  std::optional<std::pair<Allocation, int64_t>> LastSeen(const std::string& node);
   // Transactions that lost a race and were retried (bench/cluster.py reports it).
   uint64_t conflicts() const { return conflicts_.load(); }
 

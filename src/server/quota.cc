@@ -109,19 +109,21 @@ void QuotaTracker::Hold(const std::string& id) {
   held_.insert(id);
 }
 
-void QuotaTracker::ReleaseHeld(const std::string& id, const std::string& owner, double cpu,
+bool QuotaTracker::ReleaseHeld(const std::string& id, const std::string& owner, double cpu,
                                int64_t memory_mb) {
   {
     MutexLock lock(&mu_);
-    if (!held_.erase(id)) return;
+    if (!held_.erase(id)) return false;
   }
   Release(owner, cpu, memory_mb);
+  return true;
 }
 
 void QuotaTracker::Count(const std::vector<SandboxRecord>& sandboxes) {
   MutexLock lock(&mu_);
   for (const auto& sb : sandboxes) {
-    if (sb.state == SandboxState::kFailed) continue;
+    // Failed and lost sandboxes gave their share back when they failed or were lost.
+    if (sb.state == SandboxState::kFailed || sb.state == SandboxState::kLost) continue;
     held_.insert(sb.id);
     Use& u = use_[sb.owner];
     u.sandboxes += 1;

@@ -26,8 +26,9 @@ class QuotaTracker {
   // The sandbox `id` holds its share from now on (its create succeeded).
   void Hold(const std::string& id);
   // Gives back the share `id` holds, once: a sandbox that failed (it runs nothing and holds
-  // no resources any more) and is then deleted gives it back when it failed.
-  void ReleaseHeld(const std::string& id, const std::string& owner, double cpu, int64_t memory_mb);
+  // no resources any more) and is then deleted gives it back when it failed. True when it
+  // was held until now.
+  bool ReleaseHeld(const std::string& id, const std::string& owner, double cpu, int64_t memory_mb);
   // Room for `n` more fncall calls of `who` (a call, or a batch of n): its concurrency
   // (max_calls) and rate (call_rate: a token bucket of burst max(1, rate); a batch needs one
   // token and may leave the bucket in debt, so a batch larger than the burst is not refused

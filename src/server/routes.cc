@@ -31,16 +31,22 @@ std::optional<double> IdleTimeoutOf(const SandboxSpec& spec) {
 }
 }  // namespace
 
-Api::Api(StateStore* state, StateStore* durable, node::NodeApi* node, image::LayerStore* layers,
+Api::Api(StateStore* state, StateStore* durable, node::Fleet* fleet, image::LayerStore* layers,
          TokenRegistry* tokens)
     : state_(state),
       sandboxes_(state),
-      node_(node),
+      fleet_(fleet),
       layers_(state, layers),
       tokens_(tokens),
       leases_(state),
       calls_(&quota_),
-      reaper_({[this](const std::string& id) { return node_->RunningExecs(id); },
+      reaper_({[this](const std::string& id) {
+                 auto sb = sandboxes_.Get(id);
+                 if (!sb.ok()) return 0;
+                 auto node = NodeOf(*sb);
+                 // A node out of reach: its sandbox counts as busy, not idle.
+                 return node.ok() ? (*node)->RunningExecs(id) : 1;
+               },
                [this](const std::string& id) {
                  Status st = DeleteSandbox(System(), id);
                  if (!st.ok() && st.code() != Code::kNotFound) CountError(st.code());
@@ -48,17 +54,34 @@ Api::Api(StateStore* state, StateStore* durable, node::NodeApi* node, image::Lay
                [this] {
                  for (const auto& lease : leases_.TakeExpired()) ExpireLease(lease);
                }}),
-      trajectories_(durable, node, &sandboxes_,
+      trajectories_(durable, fleet, &sandboxes_,
                     [this](double seconds) { exec_seconds_.Observe(seconds); }) {
   quota_.Count(sandboxes_.List());
   leases_.Load();
-  node_->SetOnSandboxLost([this](const std::string& id) {
+  fleet_->SetOnSandboxLost([this](const std::string& id) {
     auto sb = sandboxes_.Transition(
         id, SandboxState::kFailed, {SandboxState::kRunning}, [](SandboxRecord& r) {
           r.error = SandboxRecord::Error{"internal", "the sandbox's init process exited"};
         });
     if (sb.ok()) ReleaseQuotaOf(*sb);
   });
+  fleet_->SetOnNodeLost(
+      [this](const std::string& node, const std::string& reason) { NodeLost(node, reason); });
+}
+
+void Api::NodeLost(const std::string& node, const std::string& reason) {
+  int n = 0;
+  for (const SandboxRecord& sb : sandboxes_.List()) {
+    if (sb.node != node) continue;
+    auto lost = sandboxes_.Transition(sb.id, SandboxState::kLost,
+                                      {SandboxState::kCreating, SandboxState::kRunning,
+                                       SandboxState::kPaused, SandboxState::kStopping},
+                                      [&](SandboxRecord& r) { r.reason = reason; });
+    if (!lost.ok()) continue;
+    ReleaseQuotaOf(sb);
+    ++n;
+  }
+  if (n > 0) spdlog::warn("node {} left: {} sandbox(es) lost ({})", node, n, reason);
 }
 
 Api::~Api() { StopReaper(); }
@@ -68,8 +91,23 @@ void Api::StartReaper() { reaper_.Start(); }
 void Api::StopReaper() { reaper_.Stop(); }
 
 void Api::ReleaseQuotaOf(const SandboxRecord& sb) {
-  quota_.ReleaseHeld(sb.id, sb.owner, sb.spec.cpu, static_cast<int64_t>(sb.spec.memory_mb));
+  // Once: a sandbox that failed gave both back then, not again when it is deleted.
+  if (quota_.ReleaseHeld(sb.id, sb.owner, sb.spec.cpu, static_cast<int64_t>(sb.spec.memory_mb)))
+    fleet_->Release(sb.node, AskOf(sb.spec, sb.layers));
 }
+
+node::PlacementAsk Api::AskOf(const SandboxSpec& spec,
+                              const std::vector<SandboxRecord::Layer>& layers) {
+  node::PlacementAsk ask;
+  ask.backend = spec.backend;
+  ask.cpu = spec.cpu;
+  ask.memory_mb = spec.memory_mb;
+  ask.disk_mb = spec.disk_mb;
+  for (const auto& l : layers) ask.layers.push_back(l.digest);
+  return ask;
+}
+
+Result<node::NodeApi*> Api::NodeOf(const SandboxRecord& sb) { return fleet_->Node(sb.node); }
 
 void Api::Touch(const std::string& id) { reaper_.Touch(id); }
 
@@ -112,11 +150,13 @@ void Api::ReconcileAfterRestart() {
     }
     // Running and paused sandboxes kept running while we were away: take them over. A fncall
     // sandbox has no processes between execs: it is simply made again.
-    Status st = IsLive(sb.state) ? (sb.spec.backend == runtime::BackendKind::kFncall
-                                        ? node_->CreateSandbox(FncallSpecOf(sb)).status()
-                                        : node_->AdoptSandbox(id))
-                                 : Status(Code::kUnavailable, "adopt", id,
-                                          "it was " + state + " when warren serve stopped");
+    auto node = NodeOf(sb);
+    Status st = !node.ok()         ? node.status()
+                : IsLive(sb.state) ? (sb.spec.backend == runtime::BackendKind::kFncall
+                                          ? (*node)->CreateSandbox(FncallSpecOf(sb)).status()
+                                          : (*node)->AdoptSandbox(id))
+                                   : Status(Code::kUnavailable, "adopt", id,
+                                            "it was " + state + " when warren serve stopped");
     if (st.ok()) {
       spdlog::info("re-adopted sandbox {} ({})", id, state);
       // Its TTL runs from its creation, on the wall clock.
@@ -196,16 +236,22 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   ns.config.env = spec.env;
   ns.network = WARREN_TRY(net::ParsePolicy(spec.network.mode, spec.network.allow));
 
+  // Where it goes: room held there until the sandbox is gone (or this create fails).
+  const node::PlacementAsk ask = AskOf(spec, made_from);
+  const std::string node_name = WARREN_TRY(fleet_->Place(ask));
+  Cleanup unplace([&] { fleet_->Release(node_name, ask); });
+  node::NodeApi* node = WARREN_TRY(fleet_->Node(node_name));
+
   SandboxRecord sb;
   sb.id = id;
   sb.owner = who.name;
-  sb.node = node_->name();
+  sb.node = node_name;
   sb.created_at = NowRfc3339();
   sb.state = SandboxState::kCreating;
   sb.spec = spec;
   sb.layers = std::move(made_from);
   WARREN_RETURN_IF_ERROR(sandboxes_.Insert(sb));
-  auto rt = node_->CreateSandbox(ns);
+  auto rt = node->CreateSandbox(ns);
   gc_lock.unlock();  // mounted: the kernel holds the blobs open now
   if (!rt.ok()) {
     (void)sandboxes_.Remove(id);
@@ -213,21 +259,22 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   }
   // The filesystem policy holds before anything of the occupant's runs.
   if (!spec.filesystem.empty()) {
-    Status fs = node::NodeFault(node_->SetFilesystem(id, spec.filesystem));
+    Status fs = node::NodeFault(node->SetFilesystem(id, spec.filesystem));
     if (!fs.ok()) {
-      (void)node_->DeleteSandbox(id);
+      (void)node->DeleteSandbox(id);
       (void)sandboxes_.Remove(id);
       return fs;
     }
   }
   auto running = sandboxes_.Transition(id, SandboxState::kRunning, {SandboxState::kCreating});
   if (!running.ok()) {
-    (void)node_->DeleteSandbox(id);
+    (void)node->DeleteSandbox(id);
     (void)sandboxes_.Remove(id);
     return running.status();
   }
   sb = std::move(*running);
-  release.Cancel();  // the sandbox holds its share until deleted (or failed)
+  release.Cancel();  // the sandbox holds its share and its room until deleted (or failed)
+  unplace.Cancel();
   quota_.Hold(id);
   // The lease may have expired while we were creating: then this sandbox goes with it now.
   if (spec.lease && !leases_.Get(who, *spec.lease).ok()) ExpireLease(*spec.lease);
@@ -364,6 +411,14 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
   if (sb.state == SandboxState::kCreating)
     return Status(Code::kConflict, "delete sandbox", id,
                   "sandbox is creating; delete it once its create returned");
+  if (sb.state == SandboxState::kLost) {
+    // Its node is gone: the record goes now. Should the node come back, it finds no record
+    // for what it still runs and kills it (ReapUnadopted).
+    if (auto node = NodeOf(sb); node.ok()) (void)(*node)->DeleteSandbox(id);
+    reaper_.Forget(id);
+    trajectories_.Forget(id);
+    return sandboxes_.Remove(id);
+  }
   std::optional<SandboxState> was;
   if (IsLive(sb.state)) {
     WARREN_RETURN_IF_ERROR(sandboxes_
@@ -372,7 +427,12 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
                                            [&](const SandboxRecord& r) { was = r.state; })
                                .status());
   }
-  Status st = node_->DeleteSandbox(id);
+  auto node = NodeOf(sb);
+  if (!node.ok()) {
+    if (was) (void)sandboxes_.Transition(id, *was, {SandboxState::kStopping});
+    return node.status();
+  }
+  Status st = (*node)->DeleteSandbox(id);
   // A sandbox the node does not know (failed at a restart) only needs its record removed.
   if (!st.ok() && st.code() != Code::kNotFound) {
     if (was) (void)sandboxes_.Transition(id, *was, {SandboxState::kStopping});
@@ -396,8 +456,9 @@ Result<json> Api::SetPaused(const Principal& who, const std::string& id, bool pa
   if (sb.state == to) return ToJson(sb);  // already there: a no-op
   if (sb.state != from)
     return Status(Code::kConflict, op, id, std::string("sandbox is ") + StateName(sb.state));
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
   WARREN_RETURN_IF_ERROR(
-      node::NodeFault(paused ? node_->PauseSandbox(id) : node_->ResumeSandbox(id)));
+      node::NodeFault(paused ? node->PauseSandbox(id) : node->ResumeSandbox(id)));
   return ToJson(WARREN_TRY(sandboxes_.Transition(id, to, {from})));
 }
 
@@ -410,7 +471,8 @@ Result<json> Api::SetNetwork(const Principal& who, const std::string& id, const 
   if (!IsLive(sb.state))
     return Status(Code::kConflict, "set network", id,
                   std::string("sandbox is ") + StateName(sb.state));
-  WARREN_RETURN_IF_ERROR(node::NodeFault(node_->SetNetwork(id, policy)));
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  WARREN_RETURN_IF_ERROR(node::NodeFault(node->SetNetwork(id, policy)));
   return ToJson(WARREN_TRY(sandboxes_.Update(id, [&](SandboxRecord& r) {
     r.spec.network = parsed.network;
     return Status::Ok();
@@ -424,11 +486,12 @@ Result<json> Api::SetFilesystem(const Principal& who, const std::string& id,
   if (!IsLive(sb.state))
     return Status(Code::kConflict, "set filesystem policy", id,
                   std::string("sandbox is ") + StateName(sb.state));
-  if (Status st = node::NodeFault(node_->SetFilesystem(id, policy)); !st.ok()) {
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  if (Status st = node::NodeFault(node->SetFilesystem(id, policy)); !st.ok()) {
     // A refused policy changed nothing. Any other failure may have left the sandbox between
     // two policies: the one in force before is applied again.
     if (st.code() != Code::kInvalid) {
-      Status back = node_->SetFilesystem(id, sb.spec.filesystem);
+      Status back = node->SetFilesystem(id, sb.spec.filesystem);
       if (!back.ok())
         spdlog::error("sandbox {}: its filesystem policy could not be restored: {}", id,
                       back.ToString());
@@ -462,7 +525,8 @@ Result<json> Api::Changes(const Principal& who, const std::string& id, const Que
   if (!IsLive(sb.state))
     return Status(Code::kConflict, "read changes", id,
                   std::string("sandbox is ") + StateName(sb.state));
-  auto changed = node_->Changes(id, under, limit);
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  auto changed = node->Changes(id, under, limit);
   if (!changed.ok()) return node::NodeFault(changed.status());
   const isolation::ChangeReport& report = *changed;
   const auto& layers = sb.layers;
@@ -513,7 +577,8 @@ Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& i
       }
     });
   };
-  auto rec = WARREN_TRY(node_->StartExec(id, NewExecId(), es));
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  auto rec = WARREN_TRY(node->StartExec(id, NewExecId(), es));
   return ExecStart{rec, r.wait};
 }
 
@@ -521,7 +586,8 @@ Result<std::shared_ptr<node::ExecRecord>> Api::GetExec(const Principal& who, con
                                                        const std::string& exec_id) {
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   if (sb.spec.trajectory) return trajectories_.GetExec(sb, exec_id);
-  return node_->GetExec(id, exec_id);
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  return node->GetExec(id, exec_id);
 }
 
 Status Api::SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,
@@ -537,8 +603,9 @@ Status Api::SignalExec(const Principal& who, const std::string& id, const std::s
       {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP}, {"CONT", SIGCONT}};
   auto it = kSignals.find(name);
   if (it == kSignals.end()) return Invalid("unknown signal `" + name + "`");
-  WARREN_TRY(Sandbox(who, id));
-  return node_->SignalExec(id, exec_id, it->second);
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  return node->SignalExec(id, exec_id, it->second);
 }
 
 namespace {
@@ -574,7 +641,8 @@ Status Api::PutFile(const Principal& who, const std::string& id, const Query& q,
   if (sb.state != SandboxState::kRunning)
     return Status(Code::kConflict, "write file", id,
                   std::string("sandbox is ") + StateName(sb.state));
-  return node_->WriteFile(id, path, mode, body);
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  return node->WriteFile(id, path, mode, body);
 }
 
 namespace {
@@ -620,8 +688,8 @@ Result<std::shared_ptr<node::ExecRecord>> RunTool(node::NodeApi* node, const std
 // Directories as tar go through the image's own `tar` inside the sandbox: the archive is
 // unpacked with the sandbox's credentials, in its mount namespace, under its Landlock rules,
 // so a hostile archive (or symlink in the sandbox) can only ever touch the sandbox.
-Result<std::string> Api::RunningPath(const Principal& who, const std::string& id, const Query& q,
-                                     const char* op) {
+Result<Api::RunningTarget> Api::RunningPath(const Principal& who, const std::string& id,
+                                            const Query& q, const char* op) {
   std::string path;
   WARREN_RETURN_IF_ERROR(AbsPath(q, &path));
   for (auto& [k, v] : q)
@@ -632,22 +700,24 @@ Result<std::string> Api::RunningPath(const Principal& who, const std::string& id
   if (!runtime::TraitsOf(sb.spec.backend).keeps_files)
     return Status(Code::kConflict, op, id,
                   "a fncall sandbox keeps no files between execs; use a container sandbox");
-  return path;
+  return RunningTarget{path, WARREN_TRY(NodeOf(sb))};
 }
 
 Status Api::PutArchive(const Principal& who, const std::string& id, const Query& q,
                        const std::string& body) {
-  const std::string path = WARREN_TRY(RunningPath(who, id, q, "put archive"));
+  const RunningTarget target = WARREN_TRY(RunningPath(who, id, q, "put archive"));
+  const std::string& path = target.path;
   (void)WARREN_TRY(
-      RunTool(node_, id, "unpack archive into " + path,
+      RunTool(target.node, id, "unpack archive into " + path,
               {"/bin/sh", "-c", "mkdir -p -- \"$1\" && exec tar -x -f - -C \"$1\"", "sh", path},
               &body, 64 << 10));
   return Status::Ok();
 }
 
 Result<std::string> Api::GetArchive(const Principal& who, const std::string& id, const Query& q) {
-  const std::string path = WARREN_TRY(RunningPath(who, id, q, "get archive"));
-  auto rec = WARREN_TRY(RunTool(node_, id, "archive " + path,
+  const RunningTarget target = WARREN_TRY(RunningPath(who, id, q, "get archive"));
+  const std::string& path = target.path;
+  auto rec = WARREN_TRY(RunTool(target.node, id, "archive " + path,
                                 {"tar", "-c", "-f", "-", "-C", path, "."}, nullptr, kMaxFileBytes));
   if (rec->ResultJson().value("stdout_truncated", false))
     return Invalid(
@@ -657,8 +727,8 @@ Result<std::string> Api::GetArchive(const Principal& who, const std::string& id,
 }
 
 Result<std::string> Api::GetFile(const Principal& who, const std::string& id, const Query& q) {
-  const std::string path = WARREN_TRY(RunningPath(who, id, q, "read file"));
-  return node_->ReadFile(id, path, kMaxFileBytes);
+  const RunningTarget target = WARREN_TRY(RunningPath(who, id, q, "read file"));
+  return target.node->ReadFile(id, target.path, kMaxFileBytes);
 }
 
 Result<json> Api::UploadLayer(const Query& q, const std::string& body_path) {
@@ -711,9 +781,11 @@ Result<json> Api::CallBatch(const Principal& who, const std::string& body) {
 }
 
 json Api::Nodes() {
-  json n = node_->Info();
-  if (calls_.enabled()) n["fncall"] = calls_.Stats();
-  return {{"nodes", json::array({n})}};
+  json nodes = json::array();
+  for (json& n : fleet_->Infos()) nodes.push_back(std::move(n));
+  // The fncall service's gate lives in this API server; its runners, on the node.
+  if (calls_.enabled() && nodes.size() == 1) nodes[0]["fncall"] = calls_.Stats();
+  return {{"nodes", nodes}};
 }
 
 std::string Api::Metrics() {
@@ -723,7 +795,8 @@ std::string Api::Metrics() {
   o << exec_seconds_.Render("warren_exec_seconds");
   o << calls_.RenderMetrics();
   o << errors_.Render();
-  o << RenderNodeMetrics(node_->Info());  // once: it walks the node's state
+  for (const json& n : fleet_->Infos())  // once each: it walks the node's state
+    o << RenderNodeMetrics(n);
   return o.str();
 }
 

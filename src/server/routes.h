@@ -11,6 +11,7 @@
 
 #include "base/thread_annotations.h"
 #include "image/layer_store.h"
+#include "node/fleet.h"
 #include "node/fncall/call_pool.h"
 #include "node/node_api.h"
 #include "server/api_types.h"
@@ -35,7 +36,8 @@ class Api {
  public:
   // `durable`: a second connection to the state database that fsyncs every commit, for the
   // trajectory log.
-  Api(StateStore* state, StateStore* durable, node::NodeApi* node, image::LayerStore* layers,
+  // `fleet`: the nodes sandboxes go to (warren serve: its one LocalNode).
+  Api(StateStore* state, StateStore* durable, node::Fleet* fleet, image::LayerStore* layers,
       TokenRegistry* tokens);
   ~Api();
 
@@ -116,9 +118,19 @@ class Api {
   std::string TempPath(const std::string& what) const { return layers_.TempPath(what); }
 
  private:
-  // The absolute `path` of a file operation on running sandbox `id` (no other parameters).
-  Result<std::string> RunningPath(const Principal& who, const std::string& id, const Query& q,
-                                  const char* op);
+  // The absolute `path` of a file operation on running sandbox `id` (no other parameters), and
+  // the node that holds the sandbox.
+  struct RunningTarget {
+    std::string path;
+    node::NodeApi* node;
+  };
+  Result<RunningTarget> RunningPath(const Principal& who, const std::string& id, const Query& q,
+                                    const char* op);
+  // The node sandbox `sb` lives on (kUnavailable while it cannot be reached).
+  Result<node::NodeApi*> NodeOf(const SandboxRecord& sb);
+  // What placement was asked for sandbox `sb` (to give its room back).
+  static node::PlacementAsk AskOf(const SandboxSpec& spec,
+                                  const std::vector<SandboxRecord::Layer>& layers);
   // `reserved`: the caller already took the quota share (batches do, in item order).
   Result<nlohmann::json> CreateOne(const Principal& who, const SandboxSpec& spec,
                                    bool reserved = false);
@@ -126,12 +138,15 @@ class Api {
   // principals' sandboxes do not exist for them).
   Result<SandboxRecord> Sandbox(const Principal& who, const std::string& id);
   Result<nlohmann::json> Reattach(const Principal& who, const SandboxSpec& spec, SandboxRecord sb);
+  // Node `node` left the cluster: its sandboxes become `lost` (with `reason`) and give back
+  // their quota shares.
+  void NodeLost(const std::string& node, const std::string& reason);
   // Deletes or pauses (on_lease_expiry) every sandbox tied to lease `id`.
   void ExpireLease(const std::string& id);
 
   StateStore* state_;
   SandboxTable sandboxes_;
-  node::NodeApi* node_;
+  node::Fleet* fleet_;
   LayerService layers_;
   TokenRegistry* tokens_;
   QuotaTracker quota_;
@@ -141,7 +156,7 @@ class Api {
   SandboxReaper reaper_;  // after what its hooks use
   // Marks sandbox `id` as used now (idle timeout).
   void Touch(const std::string& id);
-  // Gives back the quota share a sandbox record held.
+  // Gives back the quota share and the node room a sandbox record held (once).
   void ReleaseQuotaOf(const SandboxRecord& sb);
   ErrorCounts errors_;
   // Last: destroyed first, draining its recorder (which updates sandbox records).

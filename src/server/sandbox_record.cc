@@ -16,6 +16,8 @@ const char* StateName(SandboxState s) {
       return "stopping";
     case SandboxState::kFailed:
       return "failed";
+    case SandboxState::kLost:
+      return "lost";
   }
   return "failed";
 }
@@ -30,16 +32,19 @@ bool CanMove(SandboxState from, SandboxState to) {
   using S = SandboxState;
   switch (from) {
     case S::kCreating:
-      return to == S::kRunning || to == S::kFailed;
+      return to == S::kRunning || to == S::kFailed || to == S::kLost;
     case S::kRunning:
-      return to == S::kPaused || to == S::kStopping || to == S::kFailed;
+      return to == S::kPaused || to == S::kStopping || to == S::kFailed || to == S::kLost;
     case S::kPaused:
-      return to == S::kRunning || to == S::kStopping || to == S::kFailed;
+      return to == S::kRunning || to == S::kStopping || to == S::kFailed || to == S::kLost;
     // Back where it was when the node could not delete it; failed when it never was live.
     case S::kStopping:
-      return to == S::kRunning || to == S::kPaused || to == S::kFailed;
+      return to == S::kRunning || to == S::kPaused || to == S::kFailed || to == S::kLost;
     case S::kFailed:
       return false;  // it is only removed
+    // Its node came back and still runs it (running, paused), or does not (failed).
+    case S::kLost:
+      return to == S::kRunning || to == S::kPaused || to == S::kFailed;
   }
   return false;
 }
@@ -47,8 +52,8 @@ bool CanMove(SandboxState from, SandboxState to) {
 namespace {
 
 // The record's own fields; every other field belongs to the spec.
-const std::set<std::string> kOwnFields = {"id",    "owner",  "node",  "created_at",
-                                          "state", "layers", "error", "replay_stopped"};
+const std::set<std::string> kOwnFields = {
+    "id", "owner", "node", "created_at", "state", "layers", "error", "replay_stopped", "reason"};
 
 Status RequireString(const json& j, const char* key, std::string* out) {
   if (!j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty())
@@ -93,6 +98,12 @@ Result<SandboxRecord> ParseSandboxRecord(const json& j) {
       return Invalid("sandbox record: `error` is null or {code, message}");
     r.error = SandboxRecord::Error{e["code"].get<std::string>(), e["message"].get<std::string>()};
   }
+  if (j.contains("reason")) {
+    if (!j["reason"].is_string()) return Invalid("sandbox record: `reason` must be a string");
+    r.reason = j["reason"].get<std::string>();
+  }
+  if ((r.state == SandboxState::kLost) != r.reason.has_value())
+    return Invalid("sandbox record: `reason` goes with state `lost`, and only with it");
   if (j.contains("replay_stopped")) {
     if (!j["replay_stopped"].is_string())
       return Invalid("sandbox record: `replay_stopped` must be a string");
@@ -115,6 +126,7 @@ json ToJson(const SandboxRecord& r) {
   j["error"] =
       r.error ? json{{"code", r.error->code}, {"message", r.error->message}} : json(nullptr);
   if (r.replay_stopped) j["replay_stopped"] = *r.replay_stopped;
+  if (r.reason) j["reason"] = *r.reason;
   return j;
 }
 

@@ -8,7 +8,11 @@
 //   creating ──> running <──> paused
 //      │            │           │
 //      │            └──> stopping <┘      stopping ──> running | paused  (the delete failed)
-//      └──────────> failed <────────┘     running | paused ──> failed (lost, or not adopted)
+//      └──────────> failed <────────┘     running | paused ──> failed (its init exited, or
+//                                                                       not adopted)
+//   creating | running | paused | stopping ──> lost: its node left the cluster (stopped
+//   heartbeating); `reason` says why. lost ──> running | paused: the node came back and still
+//   runs it; lost ──> failed: it came back without it.
 //
 // `deleted` is the contract's name for a record that is gone: deletion removes it.
 #pragma once
@@ -24,14 +28,14 @@
 
 namespace warren::server {
 
-enum class SandboxState { kCreating, kRunning, kPaused, kStopping, kFailed };
+enum class SandboxState { kCreating, kRunning, kPaused, kStopping, kFailed, kLost };
 
 const char* StateName(SandboxState s);
 Result<SandboxState> ParseSandboxState(std::string_view name);
 // Every state, in the order metrics list them.
 inline constexpr SandboxState kAllSandboxStates[] = {
-    SandboxState::kCreating, SandboxState::kRunning, SandboxState::kPaused, SandboxState::kStopping,
-    SandboxState::kFailed};
+    SandboxState::kCreating, SandboxState::kRunning, SandboxState::kPaused,
+    SandboxState::kStopping, SandboxState::kFailed,  SandboxState::kLost};
 // Whether a sandbox may move from `from` to `to` (see the diagram above).
 bool CanMove(SandboxState from, SandboxState to);
 // Running or paused: its processes exist and it can be changed (network, filesystem).
@@ -60,6 +64,8 @@ struct SandboxRecord {
   // Set when a replayed trajectory step diverged under `on_divergence: stop`: why the
   // sandbox takes no more execs.
   std::optional<std::string> replay_stopped;
+  // State `lost` only: why (its node stopped heartbeating, ...).
+  std::optional<std::string> reason;
 };
 
 Result<SandboxRecord> ParseSandboxRecord(const nlohmann::json& j);

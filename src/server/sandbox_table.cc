@@ -66,6 +66,7 @@ Result<SandboxRecord> SandboxTable::Transition(const std::string& id, SandboxSta
                   std::string("sandbox is ") + StateName(was));
   if (edit) edit(rec);  // sees the state it leaves
   rec.state = to;
+  if (to != SandboxState::kLost) rec.reason.reset();  // why it was lost, once it is not
   WARREN_RETURN_IF_ERROR(PutLocked(rec));
   SandboxRecord old = rec;
   old.state = was;

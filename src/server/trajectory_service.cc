@@ -91,6 +91,7 @@ Result<ExecStart> TrajectoryService::StartExec(const SandboxRecord& sb, const Ex
     if (rerunning_.count(id)) return RerunningConflict(id);
   }
   if (sb.replay_stopped) return Status(Code::kConflict, "exec", id, *sb.replay_stopped);
+  node::NodeApi* node = WARREN_TRY(fleet_->Node(sb.node));
   json request = {{"argv", r.argv},
                   {"env", r.env},
                   {"cwd", r.cwd},
@@ -104,7 +105,8 @@ Result<ExecStart> TrajectoryService::StartExec(const SandboxRecord& sb, const Ex
   if (d.recorded) {
     const json& doc = *d.recorded;
     if (!TrajectoryLog::AppliedIn(doc, id))
-      return RerunStep(id, key, d.step, doc, r, std::move(es), sb.spec.on_divergence == "stop");
+      return RerunStep(node, id, key, d.step, doc, r, std::move(es),
+                       sb.spec.on_divergence == "stop");
     // GET and stream of this exec id answer the replay from now on, even where the node
     // still holds the original run.
     auto rec = node::ExecRecord::Replayed(doc["result"], id, Raw(doc, "stdout_raw_b64"),
@@ -148,7 +150,7 @@ Result<ExecStart> TrajectoryService::StartExec(const SandboxRecord& sb, const Ex
       });
     });
   };
-  auto rec = node_->StartExec(id, NewExecId(), es);
+  auto rec = node->StartExec(id, NewExecId(), es);
   if (!rec.ok()) {
     log_.Abandon(key, d.step);
     return rec.status();
@@ -158,8 +160,9 @@ Result<ExecStart> TrajectoryService::StartExec(const SandboxRecord& sb, const Ex
 
 // One re-run at a time per sandbox: steps rebuild the state in order, so a second exec while
 // one re-runs (only possible with `wait: false`) is refused rather than run out of order.
-Result<ExecStart> TrajectoryService::RerunStep(const std::string& id, const std::string& key,
-                                               int64_t step, const json& doc, const ExecRequest& r,
+Result<ExecStart> TrajectoryService::RerunStep(node::NodeApi* node, const std::string& id,
+                                               const std::string& key, int64_t step,
+                                               const json& doc, const ExecRequest& r,
                                                node::ExecSpec es, bool stop_on_divergence) {
   auto reply = node::ExecRecord::Pending(doc.value("exec_id", ""), id, r.binary);
   {
@@ -176,7 +179,7 @@ Result<ExecStart> TrajectoryService::RerunStep(const std::string& id, const std:
       });
     });
   };
-  auto rec = node_->StartExec(id, NewExecId(), es);
+  auto rec = node->StartExec(id, NewExecId(), es);
   if (!rec.ok()) {
     // Nothing ran: no pending reply may stay behind for GET to find.
     MutexLock lock(&mu_);
@@ -263,7 +266,8 @@ Result<std::shared_ptr<node::ExecRecord>> TrajectoryService::GetExec(const Sandb
                                                                      const std::string& exec_id) {
   const std::string& id = sb.id;
   const std::string key = ReplayKey(id, exec_id);
-  auto rec = node_->GetExec(id, exec_id);
+  node::NodeApi* node = WARREN_TRY(fleet_->Node(sb.node));
+  auto rec = node->GetExec(id, exec_id);
   {
     MutexLock lock(&mu_);
     if (auto it = replays_.find(key); it != replays_.end()) return it->second;

@@ -15,6 +15,7 @@
 
 #include "base/thread_annotations.h"
 #include "base/work_queue.h"
+#include "node/fleet.h"
 #include "node/node_api.h"
 #include "server/api_types.h"
 #include "server/auth.h"
@@ -33,9 +34,12 @@ class TrajectoryService {
  public:
   // `durable`: the state database's fsyncing connection. `observe_exec`: each recorded or
   // re-run command's run time, for the exec histogram.
-  TrajectoryService(StateStore* durable, node::NodeApi* node, SandboxTable* sandboxes,
+  TrajectoryService(StateStore* durable, node::Fleet* fleet, SandboxTable* sandboxes,
                     std::function<void(double seconds)> observe_exec)
-      : log_(durable), node_(node), sandboxes_(sandboxes), observe_exec_(std::move(observe_exec)) {}
+      : log_(durable),
+        fleet_(fleet),
+        sandboxes_(sandboxes),
+        observe_exec_(std::move(observe_exec)) {}
 
   // Creates of one trajectory are serialized (a returning trainer gets the live sandbox, and
   // concurrent creates cannot make two): held from the look-up to the record's insert.
@@ -58,9 +62,9 @@ class TrajectoryService {
  private:
   // Replays recorded step `step` in sandbox `id`, which does not hold its effects: runs it
   // there first, then answers the record (or, diverged with `stop_on_divergence`, the re-run).
-  Result<ExecStart> RerunStep(const std::string& id, const std::string& key, int64_t step,
-                              const nlohmann::json& doc, const ExecRequest& r, node::ExecSpec es,
-                              bool stop_on_divergence);
+  Result<ExecStart> RerunStep(node::NodeApi* node, const std::string& id, const std::string& key,
+                              int64_t step, const nlohmann::json& doc, const ExecRequest& r,
+                              node::ExecSpec es, bool stop_on_divergence);
   // On the recorder thread once the re-run ended (`rec` null: it is gone): completes `reply`.
   void FinishRerun(const std::shared_ptr<node::ExecRecord>& rec,
                    const std::shared_ptr<node::ExecRecord>& reply, const std::string& key,
@@ -70,7 +74,7 @@ class TrajectoryService {
   void KeepReplay(const std::string& sandbox_id, const std::shared_ptr<node::ExecRecord>& rec);
 
   TrajectoryLog log_;
-  node::NodeApi* node_;
+  node::Fleet* fleet_;
   SandboxTable* sandboxes_;
   const std::function<void(double)> observe_exec_;
   std::mutex create_mu_;  // serializes creates of trajectories; guards no field

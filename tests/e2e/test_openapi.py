@@ -121,7 +121,9 @@ ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResu
              # re-run's output differs, and the report of it.
              ("SandboxSpec", "on_divergence"), ("Sandbox", "on_divergence"), ("Sandbox", "replay_stopped"),
              ("ExecResult", "diverged"), ("ExecResult", "differs"), ("ExecResult", "rerun"),
-             ("ExecResult", "recorded")}
+             ("ExecResult", "recorded"),
+             # A cluster (issue 25): a sandbox whose node stopped heartbeating is `lost`, and why.
+             ("Sandbox", "reason")}
 
 ERROR_STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
                 "conflict": 409, "quota": 429, "internal": 500, "unavailable": 503}

@@ -26,7 +26,7 @@ class ApiTest : public ::testing::Test {
             .ok());
     tokens_ = std::make_unique<TokenRegistry>(state_.get(), "secret");
     api_ =
-        std::make_unique<Api>(state_.get(), durable_.get(), &node_, layers_.get(), tokens_.get());
+        std::make_unique<Api>(state_.get(), durable_.get(), &fleet_, layers_.get(), tokens_.get());
   }
   void TearDown() override {
     api_.reset();
@@ -55,6 +55,7 @@ class ApiTest : public ::testing::Test {
 
   char dir_[32] = "/tmp/warren-apitest-XXXXXX";
   testing::FakeNode node_;
+  node::SingleNodeFleet fleet_{&node_};
   std::unique_ptr<StateStore> state_, durable_;
   std::unique_ptr<image::LayerStore> layers_;
   std::unique_ptr<TokenRegistry> tokens_;
@@ -185,6 +186,158 @@ TEST_F(ApiTest, StopOnDivergenceAnswersTheRerunAndRefusesMore) {
   EXPECT_NE(next.status().ToString().find("stopped at step 0"), std::string::npos)
       << next.status().ToString();
   EXPECT_TRUE((*api_->GetSandbox(alice_, second)).contains("replay_stopped"));
+}
+
+}  // namespace
+}  // namespace warren::server
+
+namespace warren::server {
+namespace {
+
+// Two nodes behind the fleet seam, as a cluster API server has them: placement alternates,
+// every later operation goes to the node the record names, a node out of reach makes its
+// sandboxes unavailable (and only those), and room is given back when a sandbox goes or its
+// create fails.
+class TwoNodeFleet : public node::Fleet {
+ public:
+  Result<std::string> Place(const node::PlacementAsk& ask) override {
+    if (full) return Status(Code::kQuota, "place sandbox", "", "every node is full");
+    const std::string name = (placed++ % 2 == 0) ? "a" : "b";
+    held[name] += ask.memory_mb;
+    return name;
+  }
+  void Release(const std::string& name, const node::PlacementAsk& ask) override {
+    held[name] -= ask.memory_mb;
+  }
+  Result<node::NodeApi*> Node(const std::string& name) override {
+    if (down.count(name))
+      return Status(Code::kUnavailable, "reach node", name, "the sandbox's node is out of reach");
+    if (name == "a") return static_cast<node::NodeApi*>(&a);
+    if (name == "b") return static_cast<node::NodeApi*>(&b);
+    return Status(Code::kUnavailable, "reach node", name, "no such node");
+  }
+  std::vector<json> Infos() override { return {a.Info(), b.Info()}; }
+  void SetOnSandboxLost(std::function<void(const std::string&)> lost) override {
+    a.SetOnSandboxLost(lost);
+    b.SetOnSandboxLost(lost);
+  }
+  void SetOnNodeLost(std::function<void(const std::string&, const std::string&)> fn) override {
+    node_lost = std::move(fn);
+  }
+  // The node stops heartbeating: out of reach, and the fleet says so.
+  void LoseNode(const std::string& name) {
+    down.insert(name);
+    node_lost(name, "node " + name + " stopped heartbeating");
+  }
+  std::function<void(const std::string&, const std::string&)> node_lost;
+
+  testing::FakeNode a, b;
+  int placed = 0;
+  bool full = false;
+  std::set<std::string> down;
+  std::map<std::string, int64_t> held;
+};
+
+TEST_F(ApiTest, EachSandboxIsServedByTheNodeItsRecordNames) {
+  TwoNodeFleet fleet;
+  api_.reset();
+  api_ = std::make_unique<Api>(state_.get(), durable_.get(), &fleet, layers_.get(), tokens_.get());
+  const std::string on_a = Create({{"image", "py:1"}, {"memory_mb", 100}}, admin_)["id"];
+  json second = Create({{"image", "py:1"}, {"memory_mb", 100}}, admin_);
+  const std::string on_b = second["id"];
+  EXPECT_EQ(second["node"], "b");
+  EXPECT_TRUE(fleet.a.sandboxes.count(on_a));
+  EXPECT_TRUE(fleet.b.sandboxes.count(on_b));
+  EXPECT_FALSE(fleet.a.sandboxes.count(on_b));
+  EXPECT_EQ(fleet.held["a"], 100);
+
+  EXPECT_EQ(Exec(on_b, {"exit", "0"}, admin_)["exit_code"], 0);
+  EXPECT_EQ(fleet.b.execs_run, 1);
+  EXPECT_EQ(fleet.a.execs_run, 0);
+  EXPECT_EQ(api_->Nodes()["nodes"].size(), 2u);
+
+  // b out of reach: its sandbox is unavailable, a's is not.
+  fleet.down.insert("b");
+  EXPECT_EQ(api_->StartExec(admin_, on_b, R"({"argv": ["true"]})").status().code(),
+            Code::kUnavailable);
+  EXPECT_EQ(api_->DeleteSandbox(admin_, on_b).code(), Code::kUnavailable);
+  EXPECT_EQ((*api_->GetSandbox(admin_, on_b))["state"], "running");  // the delete changed nothing
+  EXPECT_EQ(Exec(on_a, {"exit", "0"}, admin_)["exit_code"], 0);
+  fleet.down.clear();
+
+  // Deletion gives the room back on the right node.
+  ASSERT_TRUE(api_->DeleteSandbox(admin_, on_a).ok());
+  EXPECT_FALSE(fleet.a.sandboxes.count(on_a));
+  EXPECT_EQ(fleet.held["a"], 0);
+  EXPECT_EQ(fleet.held["b"], 100);
+
+  // A sandbox whose agent died gives its room back when it fails, not again when deleted.
+  fleet.b.Lose(on_b);
+  EXPECT_EQ((*api_->GetSandbox(admin_, on_b))["state"], "failed");
+  EXPECT_EQ(fleet.held["b"], 0);
+  ASSERT_TRUE(api_->DeleteSandbox(admin_, on_b).ok());
+  EXPECT_EQ(fleet.held["b"], 0);
+
+  // A create the node refuses holds no room; a full fleet is a quota error.
+  fleet.a.fail_next["create"] = Status(Code::kInternal, "mount", "x", "boom");
+  EXPECT_FALSE(api_->CreateSandbox(admin_, R"({"image": "py:1", "memory_mb": 100})").ok());
+  EXPECT_EQ(fleet.held["a"], 0);
+  fleet.full = true;
+  EXPECT_EQ(api_->CreateSandbox(admin_, R"({"image": "py:1"})").status().code(), Code::kQuota);
+  api_.reset();
+}
+
+TEST_F(ApiTest, ASandboxOfANodeThatLeftIsLostWithAReason) {
+  TwoNodeFleet fleet;
+  api_.reset();
+  api_ = std::make_unique<Api>(state_.get(), durable_.get(), &fleet, layers_.get(), tokens_.get());
+  const std::string on_a = Create({{"image", "py:1"}, {"memory_mb", 100}}, alice_)["id"];
+  const std::string on_b = Create({{"image", "py:1"}, {"memory_mb", 100}}, alice_)["id"];
+  // alice's quota (2 sandboxes) is full.
+  EXPECT_EQ(api_->CreateSandbox(alice_, R"({"image": "py:1"})").status().code(), Code::kQuota);
+
+  fleet.LoseNode("b");
+  json lost = *api_->GetSandbox(alice_, on_b);
+  EXPECT_EQ(lost["state"], "lost");
+  EXPECT_EQ(lost["reason"], "node b stopped heartbeating");
+  EXPECT_EQ((*api_->GetSandbox(alice_, on_a))["state"], "running");
+  EXPECT_EQ(fleet.held["b"], 0);
+  EXPECT_NE(api_->Metrics().find("state=\"lost\"} 1"), std::string::npos);
+  // Its share is back: alice can make another (placement alternates: it goes to a).
+  fleet.placed = 0;
+  const std::string again = Create({{"image", "py:1"}, {"memory_mb", 100}}, alice_)["id"];
+  EXPECT_EQ(api_->StartExec(alice_, on_b, R"({"argv": ["exit", "0"]})").status().code(),
+            Code::kConflict);
+  // Deleted while its node is still gone: the record goes, nothing is given back twice.
+  ASSERT_TRUE(api_->DeleteSandbox(alice_, on_b).ok());
+  EXPECT_EQ(api_->GetSandbox(alice_, on_b).status().code(), Code::kNotFound);
+  EXPECT_EQ(fleet.held["b"], 0);
+  EXPECT_EQ(fleet.held["a"], 200);
+  // The stored record with `reason` reads back (a restarted API server).
+  ASSERT_TRUE(api_->DeleteSandbox(alice_, again).ok());
+  api_.reset();
+}
+
+TEST(SandboxRecord, ReasonGoesWithLostOnly) {
+  SandboxRecord r;
+  r.id = "sb-1";
+  r.owner = "o";
+  r.node = "n";
+  r.created_at = "2026-12-02T00:00:00Z";
+  r.state = SandboxState::kLost;
+  r.reason = "node n stopped heartbeating";
+  r.spec.image = "py:1";
+  auto back = ParseSandboxRecord(ToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->reason, r.reason);
+  json no_reason = ToJson(r);
+  no_reason.erase("reason");
+  EXPECT_FALSE(ParseSandboxRecord(no_reason).ok());
+  json running = ToJson(r);
+  running["state"] = "running";
+  EXPECT_FALSE(ParseSandboxRecord(running).ok());
+  EXPECT_TRUE(CanMove(SandboxState::kLost, SandboxState::kRunning));
+  EXPECT_FALSE(CanMove(SandboxState::kFailed, SandboxState::kLost));
 }
 
 }  // namespace

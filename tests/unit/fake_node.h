@@ -201,4 +201,64 @@ class FakeNode : public node::NodeApi {
   }
 };
 
+// A NodeApi that hands every call to another one: a fleet owns its connections, the test owns
+// the fake nodes behind them.
+class ForwardingNode : public node::NodeApi {
+ public:
+  explicit ForwardingNode(node::NodeApi* to) : to_(to) {}
+  std::string name() const override { return to_->name(); }
+  Result<node::SandboxRuntime> CreateSandbox(const node::NodeSandboxSpec& s) override {
+    return to_->CreateSandbox(s);
+  }
+  Status DeleteSandbox(const std::string& id) override { return to_->DeleteSandbox(id); }
+  Status AdoptSandbox(const std::string& id) override { return to_->AdoptSandbox(id); }
+  int RunningExecs(const std::string& id) override { return to_->RunningExecs(id); }
+  int ReapUnadopted(const std::set<std::string>& keep = {}) override {
+    return to_->ReapUnadopted(keep);
+  }
+  Status SetNetwork(const std::string& id, const net::Policy& p) override {
+    return to_->SetNetwork(id, p);
+  }
+  Status SetFilesystem(const std::string& id, const isolation::FsPolicy& p) override {
+    return to_->SetFilesystem(id, p);
+  }
+  Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under,
+                                          size_t limit) override {
+    return to_->Changes(id, under, limit);
+  }
+  Status PauseSandbox(const std::string& id) override { return to_->PauseSandbox(id); }
+  Status ResumeSandbox(const std::string& id) override { return to_->ResumeSandbox(id); }
+  Result<std::shared_ptr<node::ExecRecord>> StartExec(const std::string& id,
+                                                      const std::string& exec_id,
+                                                      const node::ExecSpec& spec) override {
+    return to_->StartExec(id, exec_id, spec);
+  }
+  Result<std::shared_ptr<node::ExecRecord>> GetExec(const std::string& id,
+                                                    const std::string& exec_id) override {
+    return to_->GetExec(id, exec_id);
+  }
+  Status SignalExec(const std::string& id, const std::string& exec_id, int sig) override {
+    return to_->SignalExec(id, exec_id, sig);
+  }
+  Status WriteExecStdin(const std::string& id, const std::string& exec_id, std::string_view data,
+                        bool eof) override {
+    return to_->WriteExecStdin(id, exec_id, data, eof);
+  }
+  Status WriteFile(const std::string& id, const std::string& path, uint32_t mode,
+                   std::string_view data) override {
+    return to_->WriteFile(id, path, mode, data);
+  }
+  Result<std::string> ReadFile(const std::string& id, const std::string& path,
+                               uint64_t max) override {
+    return to_->ReadFile(id, path, max);
+  }
+  nlohmann::json Info() override { return to_->Info(); }
+  void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override {
+    to_->SetOnSandboxLost(std::move(fn));
+  }
+
+ private:
+  node::NodeApi* const to_;
+};
+
 }  // namespace warren::testing

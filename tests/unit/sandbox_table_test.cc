@@ -75,10 +75,25 @@ TEST(SandboxRecord, AnUnknownOrMissingFieldIsAnError) {
 TEST(SandboxRecord, OnlyTheDrawnMovesAreLegal) {
   // Every (from, to) pair: exactly these are allowed.
   const std::set<std::pair<S, S>> legal = {
-      {S::kCreating, S::kRunning}, {S::kCreating, S::kFailed}, {S::kRunning, S::kPaused},
-      {S::kRunning, S::kStopping}, {S::kRunning, S::kFailed},  {S::kPaused, S::kRunning},
-      {S::kPaused, S::kStopping},  {S::kPaused, S::kFailed},   {S::kStopping, S::kRunning},
-      {S::kStopping, S::kPaused},  {S::kStopping, S::kFailed}};
+      {S::kCreating, S::kRunning},
+      {S::kCreating, S::kFailed},
+      {S::kRunning, S::kPaused},
+      {S::kRunning, S::kStopping},
+      {S::kRunning, S::kFailed},
+      {S::kPaused, S::kRunning},
+      {S::kPaused, S::kStopping},
+      {S::kPaused, S::kFailed},
+      {S::kStopping, S::kRunning},
+      {S::kStopping, S::kPaused},
+      {S::kStopping, S::kFailed},
+      // A node that left: its sandboxes are lost; back, or failed when it returns.
+      {S::kCreating, S::kLost},
+      {S::kRunning, S::kLost},
+      {S::kPaused, S::kLost},
+      {S::kStopping, S::kLost},
+      {S::kLost, S::kRunning},
+      {S::kLost, S::kPaused},
+      {S::kLost, S::kFailed}};
   for (S from : kAllSandboxStates)
     for (S to : kAllSandboxStates)
       EXPECT_EQ(CanMove(from, to), legal.count({from, to}) == 1)

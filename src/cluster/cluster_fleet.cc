@@ -1,0 +1,115 @@
+#include "cluster/cluster_fleet.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+namespace warren::cluster {
+
+using nlohmann::json;
+
+ClusterFleet::ClusterFleet(KvStore* kv, NodeDirectory* directory, Connect connect,
+                           PlacementPolicy policy)
+    : directory_(directory),
+      connect_(std::move(connect)),
+      policy_(policy),
+      reservations_(kv),
+      batcher_(&reservations_) {
+  directory_->SetOnNodeGone([this](const std::string& name) {
+    std::function<void(const std::string&, const std::string&)> lost;
+    {
+      MutexLock lock(&mu_);
+      lost = node_lost_;
+    }
+    if (lost) lost(name, "node " + name + " stopped heartbeating");
+  });
+}
+
+Resources ClusterFleet::ResourcesOf(const node::PlacementAsk& ask) {
+  return {static_cast<int64_t>(std::llround(ask.cpu * 1000)), static_cast<int64_t>(ask.memory_mb),
+          static_cast<int64_t>(ask.disk_mb)};
+}
+
+Result<std::string> ClusterFleet::Place(const node::PlacementAsk& ask) {
+  PlacementRequest req;
+  req.backend = ask.backend;
+  req.resources = ResourcesOf(ask);
+  req.node_selector = ask.node_selector;
+  req.layers = ask.layers;
+  const std::vector<NodeView> nodes = directory_->Ready();
+  uint64_t seed;
+  {
+    MutexLock lock(&mu_);
+    seed = rng_();
+  }
+  auto ranked = Rank(nodes, req, policy_, seed);
+  if (!ranked.ok()) return ranked.status();
+  for (const std::string& name : *ranked) {
+    auto view = directory_->Get(name);
+    if (!view) continue;  // gone since the ranking
+    Status st = batcher_.Reserve(name, req.resources, LimitOf(view->record, policy_), {});
+    NoteOwnWrite(name);
+    if (st.ok()) return name;
+    if (st.code() != Code::kQuota) return st;
+  }
+  return Status(Code::kQuota, "place sandbox", runtime::BackendName(ask.backend),
+                "every node that could take the sandbox is full")
+      .WithRetryAfter(1);
+}
+
+void ClusterFleet::Release(const std::string& node, const node::PlacementAsk& ask) {
+  Status st = reservations_.Release(node, ResourcesOf(ask), 1);
+  NoteOwnWrite(node);
+  if (!st.ok())
+    spdlog::error("node {}: giving back a sandbox's reservation: {}", node, st.ToString());
+}
+
+void ClusterFleet::NoteOwnWrite(const std::string& node) {
+  if (auto c = reservations_.LastSeen(node)) directory_->NoteAllocation(node, c->first, c->second);
+}
+
+Result<node::NodeApi*> ClusterFleet::Node(const std::string& name) {
+  auto view = directory_->Get(name);
+  if (!view)
+    return Status(Code::kUnavailable, "reach node", name,
+                  "the sandbox's node is not in the cluster now")
+        .WithRetryAfter(1);
+  MutexLock lock(&mu_);
+  Connection& c = connections_[name];
+  if (!c.api || c.started_at != view->record.started_at) {
+    if (c.api) retired_.push_back(std::move(c.api));
+    c.api = connect_(view->record);
+    c.started_at = view->record.started_at;
+    if (!c.api) return Status(Code::kUnavailable, "reach node", name, "cannot connect to it");
+    if (sandbox_lost_) c.api->SetOnSandboxLost(sandbox_lost_);
+  }
+  return c.api.get();
+}
+
+std::vector<json> ClusterFleet::Infos() {
+  std::vector<json> out;
+  for (const NodeView& v : directory_->Ready()) {
+    json n = ToJson(v.record);
+    n.erase("address");  // the API's nodes list is for tenants too
+    n["state"] = v.admin.draining ? "draining" : v.admin.cordoned ? "cordoned" : "ready";
+    n["reserved"] = ToJson(v.alloc)["reserved"];
+    out.push_back(std::move(n));
+  }
+  for (const std::string& name : directory_->Known())
+    out.push_back({{"name", name}, {"state", "down"}});
+  return out;
+}
+
+void ClusterFleet::SetOnSandboxLost(std::function<void(const std::string&)> lost) {
+  MutexLock lock(&mu_);
+  sandbox_lost_ = lost;
+  for (auto& [name, c] : connections_)
+    if (c.api) c.api->SetOnSandboxLost(lost);
+}
+
+void ClusterFleet::SetOnNodeLost(std::function<void(const std::string&, const std::string&)> gone) {
+  MutexLock lock(&mu_);
+  node_lost_ = std::move(gone);
+}
+
+}  // namespace warren::cluster

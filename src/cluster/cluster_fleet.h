@@ -1,0 +1,65 @@
+// ClusterFleet: the fleet of a cluster API server (node/fleet.h over etcd). A new sandbox goes
+// where placement ranks best (cluster/placement.h, over the NodeDirectory's view) and where its
+// reservation then succeeds (group-committed, cluster/reservation_batcher.h): a node that
+// filled up meanwhile answers quota and the next one is tried. Room goes back with
+// Reservations::Release. Nodes are reached through `connect` (a RemoteNode over the record's
+// address; fakes in tests), one connection per node start: a node that restarted is
+// reconnected. A node whose lease ends is reported lost.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "base/thread_annotations.h"
+#include "cluster/membership.h"
+#include "cluster/placement.h"
+#include "cluster/reservation_batcher.h"
+#include "cluster/reservations.h"
+#include "node/fleet.h"
+
+namespace warren::cluster {
+
+class ClusterFleet : public node::Fleet {
+ public:
+  using Connect = std::function<std::unique_ptr<node::NodeApi>(const NodeRecord& node)>;
+  // `directory` must not be started yet: the fleet listens for nodes that go.
+  ClusterFleet(KvStore* kv, NodeDirectory* directory, Connect connect, PlacementPolicy policy);
+
+  Result<std::string> Place(const node::PlacementAsk& ask) override;
+  void Release(const std::string& node, const node::PlacementAsk& ask) override;
+  Result<node::NodeApi*> Node(const std::string& name) override;
+  std::vector<nlohmann::json> Infos() override;
+  void SetOnSandboxLost(std::function<void(const std::string& id)> lost) override;
+  void SetOnNodeLost(
+      std::function<void(const std::string& node, const std::string& reason)> gone) override;
+
+  static Resources ResourcesOf(const node::PlacementAsk& ask);
+
+ private:
+  struct Connection {
+    std::string started_at;  // of the node run it talks to
+    std::unique_ptr<node::NodeApi> api;
+  };
+
+  // Shows the directory what this replica just wrote to a node's allocation (or read after a
+  // lost race), so that its next placement does not rank on an older sum.
+  void NoteOwnWrite(const std::string& node);
+
+  NodeDirectory* const directory_;
+  const Connect connect_;
+  const PlacementPolicy policy_;
+  Reservations reservations_;
+  ReservationBatcher batcher_;
+  Mutex mu_;
+  std::map<std::string, Connection> connections_ GUARDED_BY(mu_);
+  // Connections of node runs that are gone, kept: a caller may still hold the pointer.
+  std::vector<std::unique_ptr<node::NodeApi>> retired_ GUARDED_BY(mu_);
+  std::function<void(const std::string&)> sandbox_lost_ GUARDED_BY(mu_);
+  std::function<void(const std::string&, const std::string&)> node_lost_ GUARDED_BY(mu_);
+  std::mt19937_64 rng_ GUARDED_BY(mu_){std::random_device{}()};
+};
+
+}  // namespace warren::cluster

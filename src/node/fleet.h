@@ -1,0 +1,66 @@
+// Fleet: the nodes an API server places sandboxes on and reaches them through. `warren serve`
+// has one, its LocalNode (SingleNodeFleet); a cluster API server has every node of the cluster,
+// chosen by placement (cluster/placement.h) with room reserved in etcd, and reached over the
+// network. The API code (server/routes.cc) is the same for both: it asks the fleet where a new
+// sandbox goes and, for every later operation, for the node its record names.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "node/node_api.h"
+
+namespace warren::node {
+
+// What placement needs to know of a new sandbox.
+struct PlacementAsk {
+  runtime::BackendKind backend = runtime::BackendKind::kContainer;
+  double cpu = 1;
+  uint64_t memory_mb = 0, disk_mb = 0;
+  std::map<std::string, std::string> node_selector;
+  std::vector<std::string> layers;  // digests
+};
+
+class Fleet {
+ public:
+  virtual ~Fleet() = default;
+  // Picks the node for a new sandbox and holds room for it there until Release. kQuota when
+  // every node that could take it is full, kInvalid when none ever could.
+  virtual Result<std::string> Place(const PlacementAsk& ask) = 0;
+  // Gives back the room a sandbox held on `node` (deleted, failed, lost, or never made).
+  virtual void Release(const std::string& node, const PlacementAsk& ask) = 0;
+  // The node a sandbox record names. kUnavailable when that node cannot be reached now.
+  virtual Result<NodeApi*> Node(const std::string& name) = 0;
+  // Every node's Info(), for /v1/nodes and /metrics.
+  virtual std::vector<nlohmann::json> Infos() = 0;
+  // `lost(id)`: a sandbox's agent died by itself (its node saw it).
+  virtual void SetOnSandboxLost(std::function<void(const std::string& id)> lost) = 0;
+  // `gone(node, reason)`: a node left (it stopped heartbeating): its sandboxes are lost.
+  virtual void SetOnNodeLost(
+      std::function<void(const std::string& node, const std::string& reason)> gone) = 0;
+};
+
+// The fleet of `warren serve`: its own node, which takes every sandbox (the node's own limits
+// and the API's quotas bound them) and holds every record, whatever name an earlier run gave.
+class SingleNodeFleet : public Fleet {
+ public:
+  explicit SingleNodeFleet(NodeApi* node) : node_(node) {}
+  Result<std::string> Place(const PlacementAsk&) override { return node_->name(); }
+  void Release(const std::string&, const PlacementAsk&) override {}
+  Result<NodeApi*> Node(const std::string&) override { return node_; }
+  std::vector<nlohmann::json> Infos() override { return {node_->Info()}; }
+  void SetOnSandboxLost(std::function<void(const std::string& id)> lost) override {
+    node_->SetOnSandboxLost(std::move(lost));
+  }
+  // The node is this process: it cannot leave without the API going too.
+  void SetOnNodeLost(std::function<void(const std::string&, const std::string&)>) override {}
+
+ private:
+  NodeApi* const node_;
+};
+
+}  // namespace warren::node

@@ -122,7 +122,9 @@ json Creates(const Args& a, int clients, std::atomic<int64_t>* next_id) {
     r.kv = Client(a.etcd);
     r.dir = std::make_unique<NodeDirectory>(r.kv.get());
     if (!r.dir->Start().ok()) return {{"phase", "creates"}, {"error", "directory"}};
-    r.res = std::make_unique<Reservations>(r.kv.get());
+    NodeDirectory* dir = r.dir.get();
+    r.res = std::make_unique<Reservations>(
+        r.kv.get(), [dir](const std::string& node) { return dir->AllocationOf(node); });
     r.batcher = std::make_unique<ReservationBatcher>(r.res.get());
   }
   const auto t0 = Clock::now();

@@ -13,7 +13,8 @@ ClusterFleet::ClusterFleet(KvStore* kv, NodeDirectory* directory, Connect connec
     : directory_(directory),
       connect_(std::move(connect)),
       policy_(policy),
-      reservations_(kv),
+      reservations_(kv,
+                    [directory](const std::string& node) { return directory->AllocationOf(node); }),
       batcher_(&reservations_) {
   directory_->SetOnNodeGone([this](const std::string& name) {
     std::function<void(const std::string&, const std::string&)> lost;

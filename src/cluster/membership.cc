@@ -285,6 +285,14 @@ void NodeDirectory::NoteAllocation(const std::string& name, const Allocation& al
   }
 }
 
+std::optional<std::pair<Allocation, int64_t>> NodeDirectory::AllocationOf(
+    const std::string& name) const {
+  MutexLock lock(&mu_);
+  auto it = alloc_.find(name);
+  if (it == alloc_.end() || it->second.second <= 0) return std::nullopt;
+  return it->second;
+}
+
 std::vector<std::string> NodeDirectory::Known() const {
   MutexLock lock(&mu_);
   std::vector<std::string> out;

@@ -78,6 +78,8 @@ class NodeDirectory {
   // An allocation this replica just wrote (at `mod_revision`), seen before the watch brings it:
   // its next placement must not rank on the sum from before its own write.
   void NoteAllocation(const std::string& name, const Allocation& alloc, int64_t mod_revision);
+  // The node's allocation as last seen, with its mod revision (none: never seen).
+  std::optional<std::pair<Allocation, int64_t>> AllocationOf(const std::string& name) const;
   // Nodes with admin flags but no live record (down, or never joined).
   std::vector<std::string> Known() const;
 

@@ -24,10 +24,16 @@ int64_t RoomFor(const Allocation& alloc, const Resources& each, const Resources&
 }  // namespace
 
 Result<Reservations::Cached> Reservations::Load(const std::string& node) {
+  std::optional<std::pair<Allocation, int64_t>> seen;
+  if (watched_) seen = watched_(node);
   {
     MutexLock lock(&mu_);
     auto it = cache_.find(node);
-    if (it != cache_.end()) return it->second;
+    if (it != cache_.end() || seen) {
+      Cached& c = cache_[node];
+      if (seen && seen->second > c.mod_revision) c = {seen->first, seen->second};
+      if (c.mod_revision != 0 || it != cache_.end()) return c;
+    }
   }
   auto got = kv_->Range({.key = keys::Alloc(node)});
   if (!got.ok()) return got.status();

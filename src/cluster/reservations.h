@@ -23,7 +23,15 @@ namespace warren::cluster {
 
 class Reservations {
  public:
-  explicit Reservations(KvStore* kv) : kv_(kv) {}
+  // Another view of the sums, with the mod revision each was read at (an API server's
+  // NodeDirectory, fed by a watch: it sees other replicas' writes within milliseconds).
+  using Source = std::function<std::optional<std::pair<Allocation, int64_t>>(const std::string&)>;
+
+  // `watched`, if set, is consulted before each reservation: when it holds a newer sum than
+  // the one this replica last read or wrote, that sum is the base of the compare-and-swap,
+  // so another replica's write since costs no lost race.
+  explicit Reservations(KvStore* kv, Source watched = nullptr)
+      : kv_(kv), watched_(std::move(watched)) {}
 
   // Writes to make in the same transaction as a reservation of `count` sandboxes (their
   // records, so that a record exists if and only if its reservation does).
@@ -64,6 +72,7 @@ class Reservations {
   Result<int64_t> Apply(const std::string& node, const Plan& plan, const ExtraOps& extra);
 
   KvStore* const kv_;
+  const Source watched_;
   Mutex mu_;
   std::map<std::string, Cached> cache_ GUARDED_BY(mu_);
   std::atomic<uint64_t> conflicts_{0};

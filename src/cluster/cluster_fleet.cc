@@ -45,10 +45,11 @@ Result<std::string> ClusterFleet::Place(const node::PlacementAsk& ask) {
   }
   auto ranked = Rank(nodes, req, policy_, seed);
   if (!ranked.ok()) return ranked.status();
+  // The limits come from the view just ranked: no second look-up (and copy) per candidate.
+  std::map<std::string, const NodeRecord*> record_of;
+  for (const NodeView& v : nodes) record_of[v.record.name] = &v.record;
   for (const std::string& name : *ranked) {
-    auto view = directory_->Get(name);
-    if (!view) continue;  // gone since the ranking
-    Status st = batcher_.Reserve(name, req.resources, LimitOf(view->record, policy_), {});
+    Status st = batcher_.Reserve(name, req.resources, LimitOf(*record_of.at(name), policy_), {});
     NoteOwnWrite(name);
     if (st.ok()) return name;
     if (st.code() != Code::kQuota) return st;

@@ -106,17 +106,18 @@ int64_t MemKv::DeleteLocked(const std::string& key, const std::string& range_end
 }
 
 Result<int64_t> MemKv::Put(const std::string& key, const std::string& value, int64_t lease) {
+  int64_t rev;
   {
     MutexLock lock(&mu_);
     WARREN_RETURN_IF_ERROR(Check("put", key));
     if (lease != 0 && !leases_.count(lease))
       return Status(Code::kNotFound, "etcd put", key, "etcdserver: requested lease not found");
-    ++revision_;
+    rev = ++revision_;  // this write's, not whatever a later writer has made it since
     PutLocked(key, value, lease);
     writes_.fetch_add(1);
   }
   changed_.notify_all();
-  return revision();
+  return rev;
 }
 
 Result<int64_t> MemKv::Delete(const std::string& key, const std::string& range_end) {

@@ -28,6 +28,13 @@ const char* CodeName(Code code) {
   return "internal";
 }
 
+Code CodeFromName(std::string_view name) {
+  for (Code c : {Code::kInvalid, Code::kNotFound, Code::kConflict, Code::kQuota,
+                 Code::kUnauthorized, Code::kForbidden, Code::kUnavailable, Code::kInternal})
+    if (name == CodeName(c)) return c;
+  return Code::kInternal;
+}
+
 std::string Status::ToString() const {
   if (ok()) return "ok";
   std::string s = op_;

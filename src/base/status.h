@@ -26,6 +26,8 @@ enum class Code {
 
 // The contract's name for a code ("not_found", ...).
 const char* CodeName(Code code);
+// The code a name stands for (kInternal for a name no code has).
+Code CodeFromName(std::string_view name);
 
 // [[nodiscard]]: an error dropped on the floor is a bug; `(void)` says it is meant.
 class [[nodiscard]] Status {

@@ -22,6 +22,7 @@
 #include "node/fncall/call_pool.h"
 #include "node/local_node.h"
 #include "runtime/container/agent_binary.h"
+#include "server/api_service.h"
 #include "server/api_types.h"
 #include "server/auth.h"
 #include "server/http_server.h"
@@ -191,7 +192,8 @@ int Serve(const std::string& listen, const std::string& data_dir, bool unsafe_no
   api.StartReaper();
   server::ServerOptions sopts;
   sopts.listen = listen;
-  server::HttpServer http(&api, &tokens, sopts);
+  server::ApiService service(&api, &tokens);
+  server::HttpServer http(&service, sopts);
   if (Status st = http.Start(); !st.ok()) return Fail(st);
   spdlog::info(
       "warren serve: listening on {} (port {}), data in {}, admin token in {}/admin.token, cgroups "

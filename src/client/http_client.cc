@@ -1,8 +1,11 @@
 #include "client/http_client.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <sys/socket.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -11,6 +14,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <mutex>
 
 namespace warren::client {
 namespace {
@@ -19,13 +23,6 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
-
-Code CodeFromName(const std::string& n) {
-  for (Code c : {Code::kInvalid, Code::kNotFound, Code::kConflict, Code::kQuota,
-                 Code::kUnauthorized, Code::kForbidden, Code::kUnavailable, Code::kInternal})
-    if (n == CodeName(c)) return c;
-  return Code::kInternal;
-}
 
 }  // namespace
 
@@ -39,6 +36,40 @@ struct HttpClient::Impl {
   std::unique_ptr<beast::tcp_stream> plain;
   std::unique_ptr<beast::ssl_stream<beast::tcp_stream>> secure;
   beast::flat_buffer buf;
+  int dead_peer_s = 0;
+  // The connected socket, for Abort() from another thread; guarded so that Abort never shuts
+  // down an fd number the socket no longer owns.
+  std::mutex fd_mu;
+  int fd = -1;
+  bool aborted = false;
+
+  tcp::socket& Socket() {
+    return tls ? beast::get_lowest_layer(*secure).socket() : plain->socket();
+  }
+  // After connecting: detection of a dead peer, and the fd for Abort (which may have come
+  // while connecting).
+  Status Connected() {
+    if (dead_peer_s > 0) {
+      const int fd_now = Socket().native_handle();
+      const int on = 1, idle = std::max(1, dead_peer_s / 3), intvl = std::max(1, dead_peer_s / 6),
+                cnt = 3;
+      const unsigned user_ms = static_cast<unsigned>(dead_peer_s) * 1000;
+      (void)setsockopt(fd_now, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+      (void)setsockopt(fd_now, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+      (void)setsockopt(fd_now, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+      (void)setsockopt(fd_now, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+      (void)setsockopt(fd_now, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms);
+    }
+    std::lock_guard<std::mutex> lock(fd_mu);
+    if (aborted) {
+      aborted = false;
+      fd = -1;
+      Drop();
+      return Status(Code::kUnavailable, "connect to", host + ":" + port, "aborted");
+    }
+    fd = Socket().native_handle();
+    return Status::Ok();
+  }
 
   // Calls f with whichever stream is connected.
   template <typename F>
@@ -46,8 +77,15 @@ struct HttpClient::Impl {
     return tls ? f(*secure) : f(*plain);
   }
   void Drop() {
+    {
+      std::lock_guard<std::mutex> lock(fd_mu);
+      fd = -1;
+      aborted = false;
+    }
     plain.reset();
     secure.reset();
+    // Bytes of the dropped connection (a reply cut short) must not start the next one's.
+    buf.clear();
   }
 
   Status Connect() {
@@ -65,7 +103,7 @@ struct HttpClient::Impl {
       plain = std::make_unique<beast::tcp_stream>(ioc);
       plain->connect(results, ec);
       if (ec) return unreachable(ec.message() + " (is `warren serve` running?)");
-      return Status::Ok();
+      return Connected();
     }
     if (!ssl_ctx) {
       ssl_ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_client);
@@ -94,7 +132,7 @@ struct HttpClient::Impl {
       if (v != X509_V_OK) why += std::string(" (") + X509_verify_cert_error_string(v) + ")";
       return unreachable(why);
     }
-    return Status::Ok();
+    return Connected();
   }
 
   template <typename Req>
@@ -201,10 +239,12 @@ Status HttpClient::StreamLines(const std::string& target,
   std::string pending, whole;
   char tmp[65536];
   while (!p.is_done()) {
+    // read_some, not read: read waits until the buffer is full, holding back a live
+    // command's lines until 64 KiB of them came.
     p.get().body().data = tmp;
     p.get().body().size = sizeof tmp;
     impl_->With([&](auto& s) {
-      http::read(s, impl_->buf, p, ec);
+      http::read_some(s, impl_->buf, p, ec);
       return 0;
     });
     if (ec == http::error::need_buffer) ec = {};
@@ -246,6 +286,16 @@ Result<nlohmann::json> JsonOf(const Response& r, const std::string& what) {
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (j.is_discarded()) return Internal(what, "", "the server sent malformed JSON");
   return j;
+}
+
+void HttpClient::DetectDeadPeer(int seconds) { impl_->dead_peer_s = seconds; }
+
+void HttpClient::Abort() {
+  std::lock_guard<std::mutex> lock(impl_->fd_mu);
+  if (impl_->fd >= 0)
+    (void)::shutdown(impl_->fd, SHUT_RDWR);
+  else
+    impl_->aborted = true;  // connecting now: Connected() gives up
 }
 
 std::string UrlEncode(std::string_view s) {

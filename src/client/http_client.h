@@ -36,6 +36,15 @@ class HttpClient {
   Status StreamLines(const std::string& target,
                      const std::function<void(std::string_view)>& on_line);
 
+  // A connection to a peer whose machine went away (no FIN, no RST) fails after about
+  // `seconds` instead of blocking forever: TCP keepalive probes and a user timeout (for
+  // servers to servers; set before the first request).
+  void DetectDeadPeer(int seconds);
+  // From another thread: ends the request or stream in progress (it returns unavailable) by
+  // shutting the connection down; with none connected, the next connection attempt fails
+  // instead. Requests after that connect afresh.
+  void Abort();
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

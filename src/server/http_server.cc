@@ -5,12 +5,14 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "base/ids.h"
 #include "base/utf8.h"
 #include "server/auth.h"
+#include "server/http_service.h"
 #include "server/route_table.h"
 
 namespace warren::server {
@@ -22,30 +24,9 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 using nlohmann::json;
 
-constexpr size_t kJsonBodyLimit = 8ull << 20;
-constexpr size_t kFileBodyLimit = 64ull << 20;
-constexpr uint64_t kLayerBodyLimit = 64ull << 30;
+constexpr size_t kJsonBodyLimit = 8ull << 20;  // of a request no route takes
 
-http::status HttpStatus(Code c) {
-  switch (c) {
-    case Code::kInvalid:
-      return http::status::bad_request;
-    case Code::kNotFound:
-      return http::status::not_found;
-    case Code::kConflict:
-      return http::status::conflict;
-    case Code::kQuota:
-      return http::status::too_many_requests;
-    case Code::kUnauthorized:
-      return http::status::unauthorized;
-    case Code::kForbidden:
-      return http::status::forbidden;
-    case Code::kUnavailable:
-      return http::status::service_unavailable;
-    default:
-      return http::status::internal_server_error;
-  }
-}
+http::status HttpStatus(Code c) { return static_cast<http::status>(HttpStatusOf(c)); }
 
 struct Reply {
   http::status status = http::status::ok;
@@ -145,16 +126,20 @@ Method ToMethod(http::verb v) {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(Api* a, const TokenRegistry* t, ServerOptions o)
-      : api(a),
-        tokens(t),
+  Impl(HttpService* s, ServerOptions o)
+      : service(s),
         opts(std::move(o)),
         blocking(static_cast<size_t>(opts.blocking_threads)),
         acceptor(ioc) {}
 
-  Api* api;
-  const TokenRegistry* tokens;
+  // Open while the io_context lives: a record's notifier posts to it only through the gate.
+  struct PostGate {
+    std::mutex mu;
+    bool open = true;
+  };
+  HttpService* service;
   ServerOptions opts;
+  std::shared_ptr<PostGate> gate = std::make_shared<PostGate>();
   net::io_context ioc;
   net::thread_pool blocking;
   tcp::acceptor acceptor;
@@ -170,7 +155,7 @@ struct HttpServer::Impl {
   }
 
   Reply Error(const Status& st) {
-    api->CountError(st.code());
+    service->CountError(st.code());
     if (st.code() == Code::kInternal) {
       Reply r = JsonReply(HttpStatus(st.code()), json::object());
       r.internal_detail = st.ToString();
@@ -191,8 +176,18 @@ struct HttpServer::Impl {
     auto ex = co_await net::this_coro::executor;
     auto timer = std::make_shared<net::steady_timer>(ex, timeout);
     // The notifier runs on a node thread; cancelling through the session's strand means it
-    // cannot run before we are suspended in async_wait below.
-    auto snap = rec->Poll(after, [timer, ex] { net::post(ex, [timer] { timer->cancel(); }); });
+    // cannot run before we are suspended in async_wait below. A record may outlive the server
+    // (and its io_context): the notifier owns neither the timer nor the right to post once
+    // the server stopped (the gate).
+    std::weak_ptr<net::steady_timer> weak_timer = timer;
+    std::weak_ptr<PostGate> weak_gate = gate;
+    auto snap = rec->Poll(after, [weak_timer, weak_gate, ex] {
+      auto g = weak_gate.lock();
+      if (!g) return;
+      std::lock_guard<std::mutex> lock(g->mu);
+      if (!g->open) return;
+      if (auto t = weak_timer.lock()) net::post(ex, [t] { t->cancel(); });
+    });
     if (!snap.chunks.empty() || snap.done) co_return;
     boost::system::error_code ec;
     co_await timer->async_wait(net::redirect_error(net::use_awaitable, ec));
@@ -205,7 +200,7 @@ struct HttpServer::Impl {
 
   // NDJSON stream of an exec's output from seq `after`, ending with the result line.
   net::awaitable<void> Stream(beast::tcp_stream& stream, unsigned version,
-                              std::shared_ptr<node::ExecRecord> rec, uint64_t after) {
+                              std::shared_ptr<node::ExecRecord> rec, uint64_t after, bool exact) {
     http::response<http::empty_body> res{http::status::ok, version};
     res.set(http::field::server, "warren");
     res.set(http::field::content_type, "application/x-ndjson");
@@ -227,7 +222,7 @@ struct HttpServer::Impl {
         out = json{{"seq", after}, {"stream", "stdout"}, {"data", ""}, {"heartbeat", true}}.dump() +
               "\n";
       for (const auto& c : snap.chunks) {
-        out += node::ChunkJson(c, rec->binary()).dump() + "\n";
+        out += node::ChunkJson(c, rec->binary() || exact).dump() + "\n";
         after = c.seq;
       }
       bool finished = snap.done && snap.chunks.empty();
@@ -250,125 +245,13 @@ struct HttpServer::Impl {
   net::awaitable<Reply> Route(beast::tcp_stream& stream, beast::flat_buffer& buf,
                               http::request_parser<http::empty_body>& hp, bool* streamed);
 
-  // What a handler gets: the request as routed and read.
-  struct Ctx {
-    beast::tcp_stream& stream;
-    unsigned version;
-    const Principal& who;
-    const PathParams& p;
-    const Query& q;
-    std::string body;       // BodyTo::kMemory
-    std::string body_file;  // BodyTo::kFile: removed after the handler
-    bool* streamed;         // set by a handler that wrote its own response
-  };
-  using Handler = net::awaitable<Reply> (Impl::*)(Ctx&);
-  struct RouteEntry {
-    RouteSpec spec;
-    Handler handler;
-  };
-  static const std::vector<RouteEntry>& Routes();
-  static const RouteTable& Table();
-
-  // One handler per route (see Routes()).
-  net::awaitable<Reply> Health(Ctx&);
-  net::awaitable<Reply> Metrics(Ctx&);
-  net::awaitable<Reply> Nodes(Ctx&);
-  net::awaitable<Reply> GetTrajectory(Ctx&);
-  net::awaitable<Reply> CreateLease(Ctx&);
-  net::awaitable<Reply> RenewLease(Ctx&);
-  net::awaitable<Reply> ReleaseLease(Ctx&);
-  net::awaitable<Reply> CreateToken(Ctx&);
-  net::awaitable<Reply> ListTokens(Ctx&);
-  net::awaitable<Reply> DeleteToken(Ctx&);
-  net::awaitable<Reply> ListLayers(Ctx&);
-  net::awaitable<Reply> UploadLayer(Ctx&);
-  net::awaitable<Reply> DeleteLayer(Ctx&);
-  net::awaitable<Reply> Call(Ctx&);
-  net::awaitable<Reply> CallBatch(Ctx&);
-  net::awaitable<Reply> CreateBatch(Ctx&);
-  net::awaitable<Reply> CreateSandbox(Ctx&);
-  net::awaitable<Reply> ListSandboxes(Ctx&);
-  net::awaitable<Reply> GetSandbox(Ctx&);
-  net::awaitable<Reply> DeleteSandbox(Ctx&);
-  net::awaitable<Reply> StartExec(Ctx&);
-  net::awaitable<Reply> GetExec(Ctx&);
-  net::awaitable<Reply> StreamExec(Ctx&);
-  net::awaitable<Reply> SignalExec(Ctx&);
-  net::awaitable<Reply> PutFile(Ctx&);
-  net::awaitable<Reply> GetFile(Ctx&);
-  net::awaitable<Reply> PutArchive(Ctx&);
-  net::awaitable<Reply> GetArchive(Ctx&);
-  net::awaitable<Reply> SetNetwork(Ctx&);
-  net::awaitable<Reply> SetFilesystem(Ctx&);
-  net::awaitable<Reply> Changes(Ctx&);
-  net::awaitable<Reply> Pause(Ctx&);
-  net::awaitable<Reply> Resume(Ctx&);
-
-  // Replies of a handler's result: JSON with `ok` status, or the error.
-  Reply Answer(const Result<json>& r, http::status ok = http::status::ok) {
-    return r.ok() ? JsonReply(ok, *r) : Error(r.status());
-  }
-  Reply NoContent(const Status& st) {
-    return st.ok() ? Reply{http::status::no_content, "", ""} : Error(st);
-  }
+  // The front end's reply to a service's answer: long-lived ones (an exec's end or stream)
+  // are served here, on the event loop.
+  net::awaitable<Reply> Answer(beast::tcp_stream& stream, unsigned version, HttpReply r,
+                               bool* streamed);
   net::awaitable<void> Session(tcp::socket sock);
   net::awaitable<void> Listen();
 };
-
-const std::vector<HttpServer::Impl::RouteEntry>& HttpServer::Impl::Routes() {
-  using M = Method;
-  // Scopes: sandbox:read / sandbox:write for sandbox records, exec for what runs in or reads
-  // from inside a sandbox, image:* for layers, call for fncall, admin for tokens.
-  static const std::vector<RouteEntry> kRoutes = {
-      {{M::kGet, "/healthz", "", kJsonBodyLimit, BodyTo::kMemory, true}, &Impl::Health},
-      {{M::kHead, "/healthz", "", kJsonBodyLimit, BodyTo::kMemory, true}, &Impl::Health},
-      {{M::kGet, "/metrics", "", kJsonBodyLimit}, &Impl::Metrics},
-      {{M::kGet, "/v1/nodes", "", kJsonBodyLimit}, &Impl::Nodes},
-      {{M::kGet, "/v1/trajectories/{id}", "sandbox:read", kJsonBodyLimit}, &Impl::GetTrajectory},
-      {{M::kPost, "/v1/leases", "sandbox:write", kJsonBodyLimit}, &Impl::CreateLease},
-      {{M::kPost, "/v1/leases/{id}/renew", "sandbox:write", kJsonBodyLimit}, &Impl::RenewLease},
-      {{M::kDelete, "/v1/leases/{id}", "sandbox:write", kJsonBodyLimit}, &Impl::ReleaseLease},
-      {{M::kGet, "/v1/tokens", "admin", kJsonBodyLimit}, &Impl::ListTokens},
-      {{M::kPost, "/v1/tokens", "admin", kJsonBodyLimit}, &Impl::CreateToken},
-      {{M::kDelete, "/v1/tokens/{name}", "admin", kJsonBodyLimit}, &Impl::DeleteToken},
-      {{M::kGet, "/v1/layers", "image:read", kJsonBodyLimit}, &Impl::ListLayers},
-      {{M::kPost, "/v1/layers", "image:write", kLayerBodyLimit, BodyTo::kFile}, &Impl::UploadLayer},
-      {{M::kDelete, "/v1/layers/{ref*}", "image:write", kJsonBodyLimit}, &Impl::DeleteLayer},
-      {{M::kPost, "/v1/calls", "call", kJsonBodyLimit}, &Impl::Call},
-      {{M::kPost, "/v1/calls:batch", "call", kJsonBodyLimit}, &Impl::CallBatch},
-      {{M::kPost, "/v1/sandboxes:batch", "sandbox:write", kJsonBodyLimit}, &Impl::CreateBatch},
-      {{M::kGet, "/v1/sandboxes", "sandbox:read", kJsonBodyLimit}, &Impl::ListSandboxes},
-      {{M::kPost, "/v1/sandboxes", "sandbox:write", kJsonBodyLimit}, &Impl::CreateSandbox},
-      {{M::kGet, "/v1/sandboxes/{id}", "sandbox:read", kJsonBodyLimit}, &Impl::GetSandbox},
-      {{M::kDelete, "/v1/sandboxes/{id}", "sandbox:write", kJsonBodyLimit}, &Impl::DeleteSandbox},
-      {{M::kPost, "/v1/sandboxes/{id}/exec", "exec", kJsonBodyLimit}, &Impl::StartExec},
-      {{M::kGet, "/v1/sandboxes/{id}/execs/{exec_id}", "exec", kJsonBodyLimit}, &Impl::GetExec},
-      {{M::kGet, "/v1/sandboxes/{id}/execs/{exec_id}/stream", "exec", kJsonBodyLimit},
-       &Impl::StreamExec},
-      {{M::kPost, "/v1/sandboxes/{id}/execs/{exec_id}/signal", "exec", kJsonBodyLimit},
-       &Impl::SignalExec},
-      {{M::kGet, "/v1/sandboxes/{id}/files", "exec", kJsonBodyLimit}, &Impl::GetFile},
-      {{M::kPut, "/v1/sandboxes/{id}/files", "exec", kFileBodyLimit}, &Impl::PutFile},
-      {{M::kGet, "/v1/sandboxes/{id}/archive", "exec", kJsonBodyLimit}, &Impl::GetArchive},
-      {{M::kPut, "/v1/sandboxes/{id}/archive", "exec", kFileBodyLimit}, &Impl::PutArchive},
-      {{M::kPut, "/v1/sandboxes/{id}/network", "sandbox:write", kJsonBodyLimit}, &Impl::SetNetwork},
-      {{M::kPut, "/v1/sandboxes/{id}/filesystem", "sandbox:write", kJsonBodyLimit},
-       &Impl::SetFilesystem},
-      {{M::kGet, "/v1/sandboxes/{id}/changes", "sandbox:read", kJsonBodyLimit}, &Impl::Changes},
-      {{M::kPost, "/v1/sandboxes/{id}/pause", "sandbox:write", kJsonBodyLimit}, &Impl::Pause},
-      {{M::kPost, "/v1/sandboxes/{id}/resume", "sandbox:write", kJsonBodyLimit}, &Impl::Resume},
-  };
-  return kRoutes;
-}
-
-const RouteTable& HttpServer::Impl::Table() {
-  static const RouteTable kTable([] {
-    std::vector<RouteSpec> specs;
-    for (const auto& r : Routes()) specs.push_back(r.spec);
-    return specs;
-  }());
-  return kTable;
-}
 
 net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::flat_buffer& buf,
                                               http::request_parser<http::empty_body>& hp,
@@ -379,15 +262,16 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
   const std::string target_str(hreq.target());
   auto target = ParseTarget(target_str);
   if (!target.ok()) co_return Error(target.status());
-  const RouteMatch match = Table().Match(ToMethod(hreq.method()), target->segs);
-  const RouteSpec* spec = match.index >= 0 ? &Table()[match.index] : nullptr;
+  const RouteTable& table = service->routes();
+  const RouteMatch match = table.Match(ToMethod(hreq.method()), target->segs);
+  const RouteSpec* spec = match.index >= 0 ? &table[match.index] : nullptr;
 
   // Every path but the public ones needs a token, unknown paths included: a 404 says nothing
   // to whoever has none.
   static const Principal kAnonymous{"anonymous", {}, {}};
   std::optional<Principal> principal;
   if (!match.public_path) {
-    principal = tokens->Authenticate(hreq[http::field::authorization]);
+    principal = service->Authenticate(hreq[http::field::authorization]);
     if (!principal) {
       Reply r = Error(Status(Code::kUnauthorized, "", "", "missing or wrong bearer token"));
       r.close = true;  // the body (if any) was not read
@@ -414,22 +298,23 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     r.close = true;
     co_return r;
   }
-  Ctx ctx{stream, version, who, match.params, target->query, {}, {}, streamed};
+  HttpRequest req{who, match.params, target->query, {}, {}};
   if (spec && spec->body_to == BodyTo::kFile) {
-    ctx.body_file = api->TempPath("upload");
+    req.body_file = service->UploadPath();
+    if (req.body_file.empty()) co_return Error(Internal("read upload", "", "no upload path"));
     http::request_parser<http::file_body> fp{std::move(hp)};
     fp.body_limit(limit);
     // Beast reads as much as the buffer has room for: without room, a layer arrives 512
     // bytes per recvmsg and per write(2) (~30 MB/s instead of the socket's ~1 GB/s).
     buf.reserve(1 << 20);
     beast::error_code ec;
-    fp.get().body().open(ctx.body_file.c_str(), beast::file_mode::write, ec);
-    if (ec) co_return Error(Internal("open upload file", ctx.body_file, ec.message()));
+    fp.get().body().open(req.body_file.c_str(), beast::file_mode::write, ec);
+    if (ec) co_return Error(Internal("open upload file", req.body_file, ec.message()));
     stream.expires_after(std::chrono::minutes(30));
     co_await http::async_read(stream, buf, fp, net::redirect_error(net::use_awaitable, ec));
     fp.get().body().close();
     if (ec) {
-      unlink(ctx.body_file.c_str());
+      unlink(req.body_file.c_str());
       Reply r = Error(Invalid("reading the upload failed: " + ec.message()));
       r.close = true;
       co_return r;
@@ -448,14 +333,14 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
       r.close = true;
       co_return r;
     }
-    ctx.body = std::move(sp.get().body());
+    req.body = std::move(sp.get().body());
   }
   struct RemoveFile {
     std::string p;
     ~RemoveFile() {
       if (!p.empty()) unlink(p.c_str());
     }
-  } remove_upload{ctx.body_file};
+  } remove_upload{req.body_file};
 
   if (!spec) {
     if (match.allow.empty()) co_return Error(NotFound("path", target_str));
@@ -465,173 +350,26 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     r.allow = match.allow;
     co_return r;
   }
-  co_return co_await (this->*Routes()[static_cast<size_t>(match.index)].handler)(ctx);
+  HttpReply answer = co_await Blocking([&] { return service->Handle(match.index, req); });
+  co_return co_await Answer(stream, version, std::move(answer), streamed);
 }
 
-net::awaitable<Reply> HttpServer::Impl::Health(Ctx&) {
-  co_return JsonReply(http::status::ok, {{"ok", true}});
-}
-
-net::awaitable<Reply> HttpServer::Impl::Metrics(Ctx&) {
-  std::string m = co_await Blocking([&] { return api->Metrics(); });
-  co_return Reply{http::status::ok, "text/plain; version=0.0.4", m};
-}
-
-net::awaitable<Reply> HttpServer::Impl::Nodes(Ctx&) {
-  co_return JsonReply(http::status::ok, co_await Blocking([&] { return api->Nodes(); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::GetTrajectory(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->GetTrajectory(c.who, c.p.at("id")); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::CreateLease(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->CreateLease(c.who, c.body); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::RenewLease(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->RenewLease(c.who, c.p.at("id"), c.body); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::ReleaseLease(Ctx& c) {
-  co_return NoContent(co_await Blocking([&] { return api->ReleaseLease(c.who, c.p.at("id")); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::CreateToken(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->CreateToken(c.body); }),
-                   http::status::created);
-}
-
-net::awaitable<Reply> HttpServer::Impl::ListTokens(Ctx&) {
-  co_return JsonReply(http::status::ok, co_await Blocking([&] { return api->ListTokens(); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::DeleteToken(Ctx& c) {
-  co_return NoContent(co_await Blocking([&] { return api->DeleteToken(c.p.at("name")); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::ListLayers(Ctx&) {
-  co_return Answer(co_await Blocking([&] { return api->ListLayers(); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::UploadLayer(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->UploadLayer(c.q, c.body_file); }),
-                   http::status::created);
-}
-
-net::awaitable<Reply> HttpServer::Impl::DeleteLayer(Ctx& c) {
-  co_return NoContent(co_await Blocking([&] { return api->DeleteLayer(c.p.at("ref")); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::Call(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->Call(c.who, c.body); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::CallBatch(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->CallBatch(c.who, c.body); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::CreateBatch(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->CreateBatch(c.who, c.body); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::CreateSandbox(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->CreateSandbox(c.who, c.body); }),
-                   http::status::created);
-}
-
-net::awaitable<Reply> HttpServer::Impl::ListSandboxes(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->ListSandboxes(c.who, c.q); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::GetSandbox(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->GetSandbox(c.who, c.p.at("id")); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::DeleteSandbox(Ctx& c) {
-  co_return NoContent(co_await Blocking([&] { return api->DeleteSandbox(c.who, c.p.at("id")); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::StartExec(Ctx& c) {
-  auto r = co_await Blocking([&] { return api->StartExec(c.who, c.p.at("id"), c.body); });
-  if (!r.ok()) co_return Error(r.status());
-  if (!r->wait) co_return JsonReply(http::status::accepted, {{"exec_id", r->rec->id()}});
-  co_return co_await ExecWait(r->rec);
-}
-
-net::awaitable<Reply> HttpServer::Impl::GetExec(Ctx& c) {
-  auto rec =
-      co_await Blocking([&] { return api->GetExec(c.who, c.p.at("id"), c.p.at("exec_id")); });
-  if (!rec.ok()) co_return Error(rec.status());
-  co_return JsonReply(http::status::ok, (*rec)->ResultJson());
-}
-
-net::awaitable<Reply> HttpServer::Impl::StreamExec(Ctx& c) {
-  uint64_t after = 0;
-  if (auto it = c.q.find("after"); it != c.q.end()) {
-    const std::string& v = it->second;
-    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
-      co_return Error(Invalid("`after` must be a sequence number (0 or more)"));
-    after = std::stoull(v);
+net::awaitable<Reply> HttpServer::Impl::Answer(beast::tcp_stream& stream, unsigned version,
+                                               HttpReply r, bool* streamed) {
+  switch (r.kind) {
+    case HttpReply::kError:
+      co_return Error(r.error);
+    case HttpReply::kWaitExec:
+      co_return co_await ExecWait(std::move(r.exec));
+    case HttpReply::kStreamExec:
+      *streamed = true;
+      co_await Stream(stream, version, std::move(r.exec), r.after, r.exact);
+      co_return Reply{};
+    case HttpReply::kBody:
+      break;
   }
-  auto rec =
-      co_await Blocking([&] { return api->GetExec(c.who, c.p.at("id"), c.p.at("exec_id")); });
-  if (!rec.ok()) co_return Error(rec.status());
-  *c.streamed = true;
-  co_await Stream(c.stream, c.version, *rec, after);
-  co_return Reply{};
-}
-
-net::awaitable<Reply> HttpServer::Impl::SignalExec(Ctx& c) {
-  const std::string& id = c.p.at("id");
-  const std::string& exec_id = c.p.at("exec_id");
-  auto rec = co_await Blocking([&] { return api->GetExec(c.who, id, exec_id); });
-  if (!rec.ok()) co_return Error(rec.status());
-  Status st = co_await Blocking([&] { return api->SignalExec(c.who, id, exec_id, c.body); });
-  co_return st.ok() ? JsonReply(http::status::ok, (*rec)->ResultJson()) : Error(st);
-}
-
-net::awaitable<Reply> HttpServer::Impl::PutFile(Ctx& c) {
-  co_return NoContent(
-      co_await Blocking([&] { return api->PutFile(c.who, c.p.at("id"), c.q, c.body); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::GetFile(Ctx& c) {
-  auto r = co_await Blocking([&] { return api->GetFile(c.who, c.p.at("id"), c.q); });
-  if (!r.ok()) co_return Error(r.status());
-  co_return Reply{http::status::ok, "application/octet-stream", std::move(*r)};
-}
-
-net::awaitable<Reply> HttpServer::Impl::PutArchive(Ctx& c) {
-  co_return NoContent(
-      co_await Blocking([&] { return api->PutArchive(c.who, c.p.at("id"), c.q, c.body); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::GetArchive(Ctx& c) {
-  auto r = co_await Blocking([&] { return api->GetArchive(c.who, c.p.at("id"), c.q); });
-  if (!r.ok()) co_return Error(r.status());
-  co_return Reply{http::status::ok, "application/x-tar", std::move(*r)};
-}
-
-net::awaitable<Reply> HttpServer::Impl::SetNetwork(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->SetNetwork(c.who, c.p.at("id"), c.body); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::SetFilesystem(Ctx& c) {
-  co_return Answer(
-      co_await Blocking([&] { return api->SetFilesystem(c.who, c.p.at("id"), c.body); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::Changes(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->Changes(c.who, c.p.at("id"), c.q); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::Pause(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->SetPaused(c.who, c.p.at("id"), true); }));
-}
-
-net::awaitable<Reply> HttpServer::Impl::Resume(Ctx& c) {
-  co_return Answer(co_await Blocking([&] { return api->SetPaused(c.who, c.p.at("id"), false); }));
+  co_return Reply{static_cast<http::status>(r.status), std::move(r.content_type),
+                  std::move(r.body)};
 }
 
 net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
@@ -741,12 +479,13 @@ net::awaitable<void> HttpServer::Impl::Listen() {
   }
 }
 
-HttpServer::HttpServer(Api* api, const TokenRegistry* tokens, ServerOptions opts)
-    : impl_(std::make_unique<Impl>(api, tokens, std::move(opts))) {}
+HttpServer::HttpServer(HttpService* service, ServerOptions opts)
+    : impl_(std::make_unique<Impl>(service, std::move(opts))) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
 Status HttpServer::Start() {
+  if (!impl_) return Invalid("start HTTP server: it was stopped");
   const std::string& l = impl_->opts.listen;
   size_t colon = l.rfind(':');
   if (colon == std::string::npos) return Invalid("listen address must be ADDR:PORT", l);
@@ -768,19 +507,29 @@ Status HttpServer::Start() {
   net::co_spawn(impl_->ioc, impl_->Listen(), net::detached);
   for (int i = 0; i < impl_->opts.io_threads; ++i)
     impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+  port_ = acc.local_endpoint().port();
   return Status::Ok();
 }
 
-uint16_t HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+uint16_t HttpServer::port() const { return port_; }
 
 void HttpServer::Stop() {
   if (!impl_) return;
+  boost::system::error_code ignored;
+  impl_->acceptor.close(ignored);
   impl_->ioc.stop();
   for (auto& t : impl_->threads)
     if (t.joinable()) t.join();
   impl_->threads.clear();
   impl_->blocking.stop();
   impl_->blocking.join();
+  {
+    std::lock_guard<std::mutex> lock(impl_->gate->mu);
+    impl_->gate->open = false;
+  }
+  // Gone with the io_context: every connection still open (a stream, a keep-alive), so that
+  // clients see the server leave rather than wait on a socket no one reads.
+  impl_.reset();
 }
 
 }  // namespace warren::server

@@ -1,7 +1,8 @@
-// `warren serve`'s HTTP front end (Boost.Beast + Asio C++20 coroutines).
+// The HTTP front end (Boost.Beast + Asio C++20 coroutines) of a service (server/http_service.h):
+// the public API of `warren serve` and `warren apiserver`, and a cluster node's API.
 //
-// Parses requests, authenticates the bearer token and checks its scope, routes to Api (run on a
-// blocking thread pool so the event loop never waits on a sandbox), writes JSON, raw or
+// Parses requests, authenticates the bearer token and checks its scope, routes to the service
+// (run on a blocking thread pool so the event loop never waits on a sandbox), writes JSON, raw or
 // NDJSON-streamed replies. Beast is kept inside http_server.cc: it costs ~35 s of compile per
 // translation unit.
 #pragma once
@@ -11,7 +12,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "server/routes.h"
+#include "server/http_service.h"
 
 namespace warren::server {
 
@@ -23,17 +24,20 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  HttpServer(Api* api, const TokenRegistry* tokens, ServerOptions opts);
+  // `service` outlives the server.
+  HttpServer(HttpService* service, ServerOptions opts);
   ~HttpServer();
   // Binds and starts serving on background threads.
   Status Start();
   uint16_t port() const;
-  // Stops accepting and serving; returns when the threads are gone.
+  // Stops accepting and serving and closes every connection; returns when the threads are
+  // gone. The server cannot start again.
   void Stop();
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  uint16_t port_ = 0;
 };
 
 }  // namespace warren::server

@@ -1,0 +1,86 @@
+// HttpService: what an HTTP front end (server/http_server.h) serves, without HTTP or Asio. A
+// service names its routes (server/route_table.h), says who an Authorization header stands
+// for, and answers one routed request at a time on a blocking thread. The front end does the
+// rest the same way for every service: parsing, body limits, scopes, 404/405, error bodies,
+// request ids and logs, keep-alive, and the long-lived replies (waiting for an exec, or its
+// NDJSON stream), which it runs on its event loop rather than on a blocking thread.
+//
+// Two services use it: the public API (server/api_service.h) and a cluster node's API for
+// API servers (cluster/node_service.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "node/exec_record.h"
+#include "server/auth.h"
+#include "server/route_table.h"
+
+namespace warren::server {
+
+using Query = std::map<std::string, std::string>;
+
+// One request as routed and read.
+struct HttpRequest {
+  const Principal& who;
+  const PathParams& params;
+  const Query& query;
+  std::string body;       // BodyTo::kMemory
+  std::string body_file;  // BodyTo::kFile: removed after the handler
+};
+
+// One answer: a body, an error, or an exec whose end (kWaitExec) or stream (kStreamExec) the
+// front end serves.
+struct HttpReply {
+  enum Kind { kBody, kError, kWaitExec, kStreamExec };
+  Kind kind = kBody;
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  Status error;                            // kError
+  std::shared_ptr<node::ExecRecord> exec;  // kWaitExec, kStreamExec
+  uint64_t after = 0;                      // kStreamExec: output after this seq
+  // kStreamExec: every line carries `data_b64` too, the chunk's bytes exactly (a mirror of the
+  // exec elsewhere rebuilds its output from them; `data` is sanitized chunk by chunk).
+  bool exact = false;
+
+  static HttpReply Json(const nlohmann::json& j, int status = 200);
+  static HttpReply Raw(std::string body, std::string content_type, int status = 200);
+  static HttpReply NoContent() { return Raw("", "", 204); }
+  static HttpReply Error(Status st);
+  // `r`'s value as JSON with `status`, or its error.
+  static HttpReply Of(const Result<nlohmann::json>& r, int status = 200);
+  // 204, or the error.
+  static HttpReply Of(const Status& st);
+  static HttpReply WaitExec(std::shared_ptr<node::ExecRecord> rec);
+  static HttpReply StreamExec(std::shared_ptr<node::ExecRecord> rec, uint64_t after,
+                              bool exact = false);
+};
+
+// The HTTP status an error of `code` is answered with (400, 404, 409, 429, 401, 403, 503, 500).
+int HttpStatusOf(Code code);
+
+// The `after` query parameter of a stream (a sequence number, 0 when absent).
+Result<uint64_t> AfterSeq(const Query& q);
+
+class HttpService {
+ public:
+  virtual ~HttpService() = default;
+  virtual const RouteTable& routes() const = 0;
+  // The principal behind an Authorization header value, or nullopt (401).
+  virtual std::optional<Principal> Authenticate(std::string_view authorization) const = 0;
+  // Answers request `req` to route `route` (an index into routes()). Runs on a blocking
+  // thread; an exception becomes a 500.
+  virtual HttpReply Handle(int route, HttpRequest& req) = 0;
+  // A fresh path for a BodyTo::kFile upload ("": the service takes none).
+  virtual std::string UploadPath() const { return ""; }
+  // Every error answered, by code (metrics).
+  virtual void CountError(Code) {}
+};
+
+}  // namespace warren::server

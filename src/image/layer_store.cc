@@ -171,6 +171,44 @@ Result<BlobInfo> LayerStore::ImportTar(const std::string& tar_path) {
   return Commit(img);
 }
 
+Status LayerStore::Ensure(const std::string& digest) {
+  if (BlobPath(digest).empty()) return Invalid("bad digest", digest);
+  if (Has(digest)) return Status::Ok();
+  if (!source_) return NotFound("layer blob", digest);
+  {
+    // One fetch per blob: later askers wait for the first one's outcome.
+    MutexLock lock(&fetch_mu_);
+    while (fetching_.count(digest)) fetched_.wait(fetch_mu_);
+    if (Has(digest)) return Status::Ok();
+    fetching_.insert(digest);
+  }
+  Status st = Fetch(digest);
+  {
+    MutexLock lock(&fetch_mu_);
+    fetching_.erase(digest);
+  }
+  fetched_.notify_all();
+  return st;
+}
+
+Status LayerStore::Fetch(const std::string& digest) {
+  const std::string tmp = TempPath("fetch");
+  Cleanup rm([&] { unlink(tmp.c_str()); });
+  WARREN_RETURN_IF_ERROR(source_->Fetch(digest, tmp).Context("fetch layer"));
+  // The shared store is trusted to be reachable, not to be right: a blob is what its digest
+  // says or it is not used.
+  if (!IsErofs(tmp))
+    return Internal("fetch layer", digest, "the shared store's blob is not an EROFS image");
+  auto info = WARREN_TRY(Commit(tmp));
+  rm.Cancel();  // Commit moved or removed it
+  if (info.digest != digest) {
+    (void)Remove(info.digest);
+    return Internal("fetch layer", digest,
+                    "the shared store's blob has digest " + info.digest + " (corrupt or replaced)");
+  }
+  return Status::Ok();
+}
+
 Status LayerStore::Remove(const std::string& digest) {
   std::string p = BlobPath(digest);
   if (p.empty()) return Invalid("bad digest", digest);

@@ -5,11 +5,17 @@
 // caller (the API server's state store); this class only deals in digests and files.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
+#include "image/blob_source.h"
 
 namespace warren::image {
 
@@ -33,6 +39,13 @@ class LayerStore {
 
   std::string BlobPath(const std::string& digest) const;
   bool Has(const std::string& digest) const;
+  // A cluster node's shared store (image/blob_source.h), where missing blobs come from.
+  // Outlives the store; set before use.
+  void SetSource(BlobSource* source) { source_ = source; }
+  // Makes sure blob `digest` is here: fetched from the source when missing (once, however
+  // many creates ask at the same time), its sha256 checked and its EROFS superblock too
+  // before it is stored. Without a source a missing blob is kNotFound.
+  Status Ensure(const std::string& digest);
   // Every stored blob's digest.
   std::vector<std::string> ListDigests() const;
   // Removes scratch files left by an interrupted import.
@@ -43,7 +56,12 @@ class LayerStore {
 
  private:
   Result<BlobInfo> Commit(const std::string& tmp_file);
+  Status Fetch(const std::string& digest);
   std::string root_;
+  BlobSource* source_ = nullptr;
+  Mutex fetch_mu_;
+  std::condition_variable_any fetched_;
+  std::set<std::string> fetching_ GUARDED_BY(fetch_mu_);
 };
 
 }  // namespace warren::image

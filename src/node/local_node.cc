@@ -176,10 +176,11 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
   runtime::SandboxConfig cfg = spec.config;
   cfg.full_os = traits.full_os;
   for (auto& l : cfg.layers) {
-    // The tenant named an image that exists; its blob missing is the node's fault.
-    if (!store_->Has(l.digest))
+    // The tenant named an image that exists; its blob missing is the node's fault. A cluster
+    // node fetches it from the shared store first.
+    if (Status st = store_->Ensure(l.digest); !st.ok())
       return Internal("create sandbox", cfg.id,
-                      "layer blob " + l.digest + " is missing from the node's store");
+                      "layer blob " + l.digest + " is not in the node's store: " + st.ToString());
     l.blob_path = store_->BlobPath(l.digest);
   }
   {

@@ -1,0 +1,170 @@
+#include "image/blob_source.h"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/cleanup.h"
+#include "base/ids.h"
+#include "base/unique_fd.h"
+
+namespace warren::image {
+namespace {
+
+// "sha256:<64 hex>" -> "<hex>", or "" when it is not a digest.
+std::string HexOf(const std::string& digest) {
+  if (digest.rfind("sha256:", 0) != 0 || digest.size() != 7 + 64) return "";
+  const std::string hex = digest.substr(7);
+  if (hex.find_first_not_of("0123456789abcdef") != std::string::npos) return "";
+  return hex;
+}
+
+Status CopyFile(const std::string& from, const std::string& to) {
+  UniqueFd in(open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in) return ErrnoStatus("open blob", from);
+  struct stat st;
+  if (fstat(in.get(), &st) != 0) return ErrnoStatus("stat blob", from);
+  UniqueFd out(open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!out) return ErrnoStatus("create", to);
+  off_t off = 0;
+  while (off < st.st_size) {
+    // copy_file_range lets a shared filesystem copy server-side (NFS 4.2, CephFS).
+    ssize_t n = copy_file_range(in.get(), &off, out.get(), nullptr,
+                                static_cast<size_t>(st.st_size - off), 0);
+    if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL))
+      n = sendfile(out.get(), in.get(), &off, static_cast<size_t>(st.st_size - off));
+    if (n < 0) return ErrnoStatus("copy blob", from);
+    if (n == 0) return Internal("copy blob", from, "the file ended early");
+  }
+  if (fsync(out.get()) != 0) return ErrnoStatus("fsync", to);
+  return Status::Ok();
+}
+
+class DirBlobSource : public BlobSource {
+ public:
+  explicit DirBlobSource(std::string root) : root_(std::move(root)) {}
+
+  Status Fetch(const std::string& digest, const std::string& dest) override {
+    const std::string hex = HexOf(digest);
+    if (hex.empty()) return Invalid("fetch layer: not a digest", digest);
+    const std::string path = root_ + "/blobs/sha256/" + hex;
+    if (access(path.c_str(), F_OK) != 0) {
+      if (errno == ENOENT) return NotFound("layer blob in the shared store", digest);
+      return Status(Code::kUnavailable, "reach the shared layer store", root_, strerror(errno),
+                    errno);
+    }
+    return CopyFile(path, dest);
+  }
+
+  Status Publish(const std::string& digest, const std::string& path) override {
+    const std::string hex = HexOf(digest);
+    if (hex.empty()) return Invalid("publish layer: not a digest", digest);
+    const std::string dir = root_ + "/blobs/sha256";
+    const std::string dst = dir + "/" + hex;
+    if (access(dst.c_str(), F_OK) == 0) return Status::Ok();  // content-addressed: done
+    for (const std::string& d : {root_ + "/blobs", dir})
+      if (mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d);
+    // Written under a private name, then renamed: no node ever reads a partial blob.
+    const std::string tmp = dir + "/." + hex + "." + RandomHex(6) + ".tmp";
+    Cleanup rm([&] { unlink(tmp.c_str()); });
+    WARREN_RETURN_IF_ERROR(CopyFile(path, tmp));
+    chmod(tmp.c_str(), 0444);
+    if (rename(tmp.c_str(), dst.c_str()) != 0) return ErrnoStatus("rename blob", dst);
+    rm.Cancel();
+    return Status::Ok();
+  }
+
+  std::string Describe() const override { return root_; }
+
+ private:
+  const std::string root_;
+};
+
+class HttpBlobSource : public BlobSource {
+ public:
+  explicit HttpBlobSource(std::string base) : base_(std::move(base)) {
+    while (!base_.empty() && base_.back() == '/') base_.pop_back();
+  }
+
+  Status Fetch(const std::string& digest, const std::string& dest) override {
+    if (HexOf(digest).empty()) return Invalid("fetch layer: not a digest", digest);
+    const std::string url = base_ + "/blobs/" + digest;
+    UniqueFd out(open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!out) return ErrnoStatus("create", dest);
+    CURL* curl = curl_easy_init();
+    if (!curl) return Internal("fetch layer", url, "curl_easy_init failed");
+    Cleanup free_curl([&] { curl_easy_cleanup(curl); });
+    struct Sink {
+      int fd;
+      bool failed = false;
+    } sink{out.get()};
+    auto write = +[](char* data, size_t size, size_t n, void* user) -> size_t {
+      auto* s = static_cast<Sink*>(user);
+      size_t left = size * n;
+      while (left > 0) {
+        ssize_t w = ::write(s->fd, data, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+          s->failed = true;
+          return 0;
+        }
+        data += w;
+        left -= static_cast<size_t>(w);
+      }
+      return size * n;
+    };
+    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, write);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
+    // A stalled transfer (under 1 KiB/s for 30 s) fails rather than holding a create forever.
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 30L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    const CURLcode rc = curl_easy_perform(curl);
+    if (sink.failed) return ErrnoStatus("write", dest);
+    if (rc != CURLE_OK)
+      return Status(Code::kUnavailable, "fetch layer", url, curl_easy_strerror(rc));
+    long code = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+    if (code == 404) return NotFound("layer blob in the shared store", digest);
+    if (code / 100 != 2)
+      return Status(Code::kUnavailable, "fetch layer", url, "HTTP " + std::to_string(code));
+    if (fsync(out.get()) != 0) return ErrnoStatus("fsync", dest);
+    return Status::Ok();
+  }
+
+  Status Publish(const std::string& digest, const std::string&) override {
+    // An HTTP store is read-only to Warren: whoever serves it fills it (for example nginx over
+    // the directory API servers publish to).
+    return Invalid(
+        "publish layer: an HTTP layer store is read-only; give API servers the "
+        "directory it serves",
+        digest);
+  }
+
+  std::string Describe() const override { return base_; }
+
+ private:
+  std::string base_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<BlobSource>> OpenBlobSource(const std::string& spec) {
+  if (spec.rfind("http://", 0) == 0 || spec.rfind("https://", 0) == 0)
+    return std::unique_ptr<BlobSource>(std::make_unique<HttpBlobSource>(spec));
+  if (spec.empty() || spec[0] != '/')
+    return Invalid("--layer-store wants an absolute directory or an http(s):// URL", spec);
+  struct stat st;
+  if (stat(spec.c_str(), &st) != 0) return ErrnoStatus("open the layer store", spec);
+  if (!S_ISDIR(st.st_mode)) return Invalid("the layer store is not a directory", spec);
+  return std::unique_ptr<BlobSource>(std::make_unique<DirBlobSource>(spec));
+}
+
+}  // namespace warren::image

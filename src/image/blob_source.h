@@ -1,0 +1,34 @@
+// BlobSource: where a cluster node gets a layer blob it does not hold. A cluster keeps its
+// layers, content-addressed, in one shared store every node can reach (`--layer-store`):
+//   - a directory on a shared filesystem (NFS, CephFS, GlusterFS, 3FS: any POSIX mount),
+//     laid out as DIR/blobs/sha256/<hex>, as a node's own store is;
+//   - an HTTP endpoint serving GET /blobs/sha256:<hex> (for example nginx over that
+//     directory).
+// A fetch writes the whole blob to a local file; LayerStore::Ensure verifies its digest before
+// it is used. Loading only the blocks a sandbox reads (lazy layers) replaces this interface.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+
+namespace warren::image {
+
+class BlobSource {
+ public:
+  virtual ~BlobSource() = default;
+  // Writes blob `digest` ("sha256:<hex>") to `dest` (a new file). kNotFound when the store
+  // has no such blob, kUnavailable when it cannot be reached.
+  virtual Status Fetch(const std::string& digest, const std::string& dest) = 0;
+  // Adds the file at `path`, whose digest is `digest`, to the store (API servers publish
+  // built and uploaded layers). Atomic: readers never see a partial blob.
+  virtual Status Publish(const std::string& digest, const std::string& path) = 0;
+  // For logs and errors: the directory or URL.
+  virtual std::string Describe() const = 0;
+};
+
+// "/shared/warren-layers" (an absolute directory) or "http(s)://HOST[:PORT][/PREFIX]".
+Result<std::unique_ptr<BlobSource>> OpenBlobSource(const std::string& spec);
+
+}  // namespace warren::image

@@ -10,6 +10,7 @@
 //   /warren/layers/NAME:TAG   LayerRecord (a tag -> a content digest)
 //   /warren/tokens/NAME       a token (its hash, scopes, quotas)
 //   /warren/leases/ID         a lease of sandboxes
+//   /warren/cluster/secret    the cluster credential API servers present to nodes
 #pragma once
 
 #include <string>
@@ -23,6 +24,7 @@ inline const std::string kQuota = kRoot + "quota/";
 inline const std::string kLayers = kRoot + "layers/";
 inline const std::string kTokens = kRoot + "tokens/";
 inline const std::string kLeases = kRoot + "leases/";
+inline const std::string kSecret = kRoot + "cluster/secret";
 
 inline std::string Node(const std::string& name) { return kNodes + name + "/record"; }
 inline std::string NodeAdmin(const std::string& name) { return kNodes + name + "/admin"; }

@@ -128,6 +128,10 @@ void ExecRecord::Complete(const nlohmann::json& result, const std::string& out,
   }
   AppendOutput(1, out);
   AppendOutput(2, err);
+  Finish(OutcomeOf(result));
+}
+
+ExecOutcome ExecRecord::OutcomeOf(const nlohmann::json& result) {
   ExecOutcome o;
   o.exit_code = result.value("exit_code", nlohmann::json(-1)).is_number()
                     ? result["exit_code"].get<int>()
@@ -139,7 +143,31 @@ void ExecRecord::Complete(const nlohmann::json& result, const std::string& out,
   o.truncated[0] = result.value("stdout_truncated", false);
   o.truncated[1] = result.value("stderr_truncated", false);
   o.error = result.value("error", "");
-  Finish(o);
+  return o;
+}
+
+void ExecRecord::AppendChunk(uint64_t seq, int stream, std::string_view data) {
+  std::vector<std::function<void()>> wake;
+  {
+    MutexLock lock(&mu_);
+    if (done_ || stream < 1 || stream > 2 || seq < next_seq_) return;
+    received_[stream - 1] += data.size();
+    bytes_[stream - 1] += data.size();
+    chunks_.push_back({seq, stream, std::string(data)});
+    next_seq_ = seq + 1;
+    NotifyLocked(&wake);
+  }
+  for (auto& f : wake) f();
+}
+
+void ExecRecord::FinishWith(const nlohmann::json& result, uint64_t result_seq) {
+  {
+    MutexLock lock(&mu_);
+    if (done_) return;
+    fixed_duration_ms_ = result.value("duration_ms", int64_t{0});
+    next_seq_ = std::max(next_seq_, result_seq);
+  }
+  Finish(OutcomeOf(result));
 }
 
 void ExecRecord::AttachSpill(std::unique_ptr<ExecSpill> spill) {

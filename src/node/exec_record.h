@@ -79,6 +79,13 @@ class ExecRecord {
   // given, and `extra` fields added to its result (a re-run's divergence report).
   void Complete(const nlohmann::json& result, const std::string& stdout_raw,
                 const std::string& stderr_raw, bool replayed, nlohmann::json extra = nullptr);
+  // A copy of a record another process holds (an API server's mirror of a node's exec, fed
+  // by its stream): its chunks keep their sequence numbers, so that a client resuming with
+  // `?after=SEQ` at any API server reads on where it stopped. `seq` must grow.
+  void AppendChunk(uint64_t seq, int stream, std::string_view data);
+  // Ends such a copy with the holder's result (its outcome and duration) and the seq of its
+  // result line (one past its last chunk's, whatever this copy received).
+  void FinishWith(const nlohmann::json& result, uint64_t result_seq);
   // One stream's bytes as received (1 stdout, 2 stderr).
   std::string RawOutput(int stream) const;
   // Keeps a copy on disk from now on (see exec_spill.h); the files go with the record.
@@ -111,6 +118,7 @@ class ExecRecord {
 
  private:
   void NotifyLocked(std::vector<std::function<void()>>* out) REQUIRES(mu_);
+  static ExecOutcome OutcomeOf(const nlohmann::json& result);
   nlohmann::json ResultJsonLocked(bool done) const REQUIRES(mu_);
 
   const std::string id_, sandbox_id_;

@@ -207,4 +207,34 @@ Result<isolation::ChangeReport> ParseWireChanges(const json& j) {
   return r;
 }
 
+json ToWire(const Status& st) {
+  return {{"error",
+           {{"code", CodeName(st.code())},
+            {"op", st.op()},
+            {"object", SanitizeUtf8(st.object())},
+            {"message", SanitizeUtf8(st.message())},
+            {"errno", st.err()},
+            {"retry_after_s", st.retry_after_s()}}}};
+}
+
+Status ParseWireStatus(const json& j, const std::string& what) {
+  if (!j.is_object() || !j.contains("error") || !j["error"].is_object())
+    return Internal(what, "", "the node answered an error without an error body");
+  JsonFields f(j["error"], "node error");
+  std::string code, op, object, message;
+  int64_t err = 0, retry = 0;
+  // Only code and message when the node's front end answered (401, 404 of a path, 413).
+  Status parsed = f.String("code", &code);
+  if (parsed.ok()) parsed = f.String("op", &op, false);
+  if (parsed.ok()) parsed = f.String("object", &object, false);
+  if (parsed.ok()) parsed = f.String("message", &message);
+  if (parsed.ok()) parsed = f.Int("errno", &err, false);
+  if (parsed.ok()) parsed = f.Int("retry_after_s", &retry, false);
+  if (!parsed.ok()) return parsed.Context(what);
+  Code c = CodeFromName(code);
+  if (c == Code::kOk) c = Code::kInternal;
+  return Status(c, op, object, message, static_cast<int>(err))
+      .WithRetryAfter(static_cast<int>(retry));
+}
+
 }  // namespace warren::node

@@ -33,4 +33,10 @@ Result<SandboxRuntime> ParseWireRuntime(const nlohmann::json& j);
 nlohmann::json ToWire(const isolation::ChangeReport& report);
 Result<isolation::ChangeReport> ParseWireChanges(const nlohmann::json& j);
 
+// A node's failure, whole (code, operation, object, message, errno, retry-after), as
+// {"error": {...}}: the API server decides what of it a tenant sees (NodeFault), so nothing is
+// dropped on the way. Parsing never gives OK: a body that is no error is an internal one.
+nlohmann::json ToWire(const Status& st);
+Status ParseWireStatus(const nlohmann::json& j, const std::string& what);
+
 }  // namespace warren::node

@@ -8,6 +8,7 @@
 //   cat PATH            prints PATH (exit 1 if it does not exist)
 //   hostname            prints the sandbox id (differs between sandboxes)
 //   exit N              exits with N
+//   hold                keeps running: the test feeds and ends its record (GetExec)
 #pragma once
 
 #include <map>
@@ -106,11 +107,19 @@ class FakeNode : public node::NodeApi {
         out = id + "\n";
       } else if (a.size() == 2 && a[0] == "exit") {
         code = std::stoi(a[1]);
+      } else if (a.size() == 1 && a[0] == "hold") {
+        rec = std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary);
+        sb.execs[exec_id] = rec;
       } else {
         code = 127;
       }
-      rec = std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary);
-      sb.execs[exec_id] = rec;
+      if (!rec) {
+        rec = std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary);
+        sb.execs[exec_id] = rec;
+      } else {
+        if (spec.on_record) spec.on_record(rec);
+        return rec;  // held
+      }
     }
     if (spec.on_record) spec.on_record(rec);
     rec->AppendOutput(1, out);

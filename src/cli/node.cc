@@ -1,0 +1,199 @@
+// warren node --etcd URLS --listen ADDR:PORT --data-dir DIR --name NAME: one machine of a
+// cluster. It runs sandboxes (the same LocalNode as `warren serve`), serves the node API to
+// API servers only (cluster/node_service.h, behind the cluster credential), and holds its
+// membership in etcd (cluster/membership.h): a lease, and a record of its address, capacity,
+// use, backends, labels and cached layers that placement reads.
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "base/ids.h"
+#include "cli/common.h"
+#include "cli/node_flags.h"
+#include "cluster/cluster_secret.h"
+#include "cluster/etcd_client.h"
+#include "cluster/keys.h"
+#include "cluster/membership.h"
+#include "cluster/node_service.h"
+#include "image/blob_source.h"
+#include "image/layer_store.h"
+#include "isolation/cgroup.h"
+#include "node/local_node.h"
+#include "server/http_server.h"
+#include "server/sandbox_record.h"
+
+namespace warren::cli {
+namespace {
+
+struct ClusterNodeFlags {
+  std::string etcd = "http://127.0.0.1:2379";
+  std::string listen = "127.0.0.1:7071";
+  std::string advertise;  // ADDR:PORT API servers reach the node at (default: --listen)
+  std::string data_dir = "/var/lib/warren-node";
+  std::string name;
+  std::string layer_store;
+  std::vector<std::string> labels;
+  int ttl_s = 5;
+  NodeFlags node;
+};
+
+std::string Rfc3339Now() {
+  char buf[32];
+  const time_t now = time(nullptr);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// What the machine has for sandboxes: its CPUs, memory and the data dir's disk.
+cluster::Resources Capacity(const std::string& data_dir) {
+  cluster::Resources r;
+  r.cpu_milli = static_cast<int64_t>(std::thread::hardware_concurrency()) * 1000;
+  struct sysinfo si;
+  if (sysinfo(&si) == 0)
+    r.memory_mb = static_cast<int64_t>(static_cast<uint64_t>(si.totalram) * si.mem_unit >> 20);
+  struct statvfs fs;
+  if (statvfs(data_dir.c_str(), &fs) == 0)
+    r.disk_mb = static_cast<int64_t>(static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize >> 20);
+  return r;
+}
+
+// Sandboxes etcd says run here, taken over after a restart (kill -9, crash): their processes
+// kept running. Whatever else an earlier run left is reaped.
+void AdoptFromEtcd(cluster::KvStore* kv, node::LocalNode* node, const std::string& name) {
+  auto listed = kv->List(cluster::keys::kSandboxes);
+  if (!listed.ok()) {
+    spdlog::warn("node {}: cannot list sandboxes to adopt: {}", name, listed.status().ToString());
+    return;
+  }
+  int adopted = 0;
+  for (const auto& item : listed->kvs) {
+    auto j = nlohmann::json::parse(item.value, nullptr, false);
+    if (j.is_discarded()) continue;
+    auto rec = server::ParseSandboxRecord(j);
+    if (!rec.ok() || rec->node != name) continue;
+    using S = server::SandboxState;
+    if (rec->state != S::kRunning && rec->state != S::kPaused && rec->state != S::kLost) continue;
+    if (Status st = node->AdoptSandbox(rec->id); st.ok())
+      ++adopted;
+    else
+      spdlog::warn("node {}: cannot adopt {}: {}", name, rec->id, st.ToString());
+  }
+  int reaped = node->ReapUnadopted();
+  spdlog::info("node {}: adopted {} sandbox(es), reaped {} left by an earlier run", name, adopted,
+               reaped);
+}
+
+int RunNode(const ClusterNodeFlags& f) {
+  if (geteuid() != 0)
+    return Fail("node", "warren node must run as root (it makes namespaces, mounts and cgroups)");
+  if (!cluster::ValidNodeName(f.name))
+    return Fail(Invalid("--name wants 1-63 of [A-Za-z0-9._-]", f.name));
+  std::map<std::string, std::string> labels;
+  for (const auto& l : f.labels) {
+    const size_t eq = l.find('=');
+    if (eq == std::string::npos || !cluster::ValidNodeName(l.substr(0, eq)) ||
+        !cluster::ValidNodeName(l.substr(eq + 1)))
+      return Fail(Invalid("--label wants KEY=VALUE, each 1-63 of [A-Za-z0-9._-]", l));
+    labels[l.substr(0, eq)] = l.substr(eq + 1);
+  }
+  sigset_t sigs;
+  PrepareDaemonProcess(&sigs);
+
+  if (mkdir(f.data_dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return Fail(ErrnoStatus("mkdir", f.data_dir));
+  auto endpoints = cluster::ParseEtcdEndpoints(f.etcd);
+  if (!endpoints.ok()) return Fail(endpoints.status());
+  cluster::EtcdClient etcd(*endpoints);
+  auto secret = cluster::LoadOrCreateClusterSecret(&etcd);
+  if (!secret.ok()) return Fail(secret.status().Context("join the cluster"));
+
+  image::LayerStore layers(f.data_dir);
+  if (Status st = layers.Init(); !st.ok()) return Fail(st);
+  // Layers come from the cluster's shared store; without one, only what this node holds.
+  std::unique_ptr<image::BlobSource> shared;
+  if (!f.layer_store.empty()) {
+    auto source = image::OpenBlobSource(f.layer_store);
+    if (!source.ok()) return Fail(source.status());
+    shared = std::move(*source);
+    layers.SetSource(shared.get());
+  }
+  auto nopts = LocalNodeOptionsOf(f.node, f.data_dir);
+  if (!nopts.ok()) return Fail(nopts.status());
+  nopts->name = f.name;
+  auto node = node::LocalNode::Start(*nopts, &layers);
+  if (!node.ok()) return Fail(node.status().Context("start node"));
+  AdoptFromEtcd(&etcd, node->get(), f.name);
+
+  cluster::NodeService service(node->get(), *secret);
+  server::ServerOptions sopts;
+  sopts.listen = f.listen;
+  server::HttpServer http(&service, sopts);
+  if (Status st = http.Start(); !st.ok()) return Fail(st);
+  std::string advertise = f.advertise.empty() ? f.listen : f.advertise;
+  if (advertise.size() > 2 && advertise.substr(advertise.size() - 2) == ":0")
+    advertise = advertise.substr(0, advertise.size() - 1) + std::to_string(http.port());
+
+  const cluster::Resources capacity = Capacity(f.data_dir);
+  const std::string started_at = Rfc3339Now();
+  node::LocalNode* local = node->get();
+  auto snapshot = [&, local]() {
+    cluster::NodeRecord r;
+    r.name = f.name;
+    r.address = "http://" + advertise;
+    r.capacity = capacity;
+    r.labels = labels;
+    r.started_at = started_at;
+    nlohmann::json info = local->Info();
+    for (const auto& b : info.value("backends", nlohmann::json::array()))
+      if (b.is_string())
+        if (auto kind = runtime::ParseBackendKind(b.get<std::string>())) r.backends.insert(*kind);
+    r.sandboxes = info.value("sandboxes", int64_t{0});
+    r.layers = layers.ListDigests();
+    return r;
+  };
+  cluster::NodeHeartbeat heartbeat(&etcd, f.ttl_s, snapshot);
+  if (Status st = heartbeat.Start(); !st.ok()) return Fail(st.Context("join the cluster"));
+  spdlog::info("warren node {}: serving API servers on {} (port {}), data in {}, cgroups {}",
+               f.name, f.listen, http.port(), f.data_dir, isolation::CgroupLayoutName());
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  spdlog::info("warren node {}: signal {}, leaving the cluster", f.name, sig);
+  // Out of placement first, then no more requests; a clean stop deletes the sandboxes (only a
+  // crash or kill -9 leaves them for adoption), and the API servers mark them lost.
+  heartbeat.Stop(/*leave=*/true);
+  http.Stop();
+  (*node)->DeleteAll();
+  return 0;
+}
+
+}  // namespace
+
+void AddNode(CLI::App& app) {
+  auto* cmd =
+      app.add_subcommand("node", "run a cluster node on this machine (see `warren apiserver`)");
+  auto f = std::make_shared<ClusterNodeFlags>();
+  cmd->add_option("--etcd", f->etcd, "etcd endpoints, comma-separated (http://HOST:PORT)");
+  cmd->add_option("--listen", f->listen, "ADDR:PORT to serve API servers on");
+  cmd->add_option("--advertise", f->advertise,
+                  "ADDR:PORT API servers reach this node at (default: --listen)");
+  cmd->add_option("--data-dir", f->data_dir, "layers cache, exec journals (a real disk)");
+  cmd->add_option("--name", f->name, "the node's name in the cluster (unique)")->required();
+  cmd->add_option("--layer-store", f->layer_store,
+                  "the shared layer store (a directory every node mounts, or http(s)://...)");
+  Repeatable(cmd->add_option("--label", f->labels,
+                             "KEY=VALUE placement can select on (node_selector); repeatable"));
+  cmd->add_option("--ttl", f->ttl_s, "seconds without a heartbeat after which the node is down")
+      ->check(CLI::Range(2, 60));
+  AddNodeFlags(cmd, &f->node);
+  cmd->callback([f] { ExitCode() = RunNode(*f); });
+}
+
+}  // namespace warren::cli

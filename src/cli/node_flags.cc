@@ -1,0 +1,143 @@
+#include "cli/node_flags.h"
+
+#include <limits.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "base/sha256.h"
+#include "base/size.h"
+
+namespace warren::cli {
+
+void PrepareDaemonProcess(sigset_t* sigs) {
+  // Signals are taken by sigwait; block them before any thread starts.
+  sigemptyset(sigs);
+  sigaddset(sigs, SIGINT);
+  sigaddset(sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  // Every sandbox costs the daemon a few fds (agent socket, pidfd): take all we may have.
+  if (rlimit nofile; getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+}
+
+Result<node::LocalNodeOptions> LocalNodeOptionsOf(const NodeFlags& f, const std::string& data_dir) {
+  const NetFlags& net = f.net;
+  const VmFlags& vm = f.vm;
+  // One cgroup parent per data dir, so two daemons on a host (tests do that) never touch
+  // each other's sandboxes. Sandboxes of an earlier run of this daemon are killed now.
+  char real[PATH_MAX];
+  std::string key = realpath(data_dir.c_str(), real) ? real : data_dir;
+  node::LocalNodeOptions nopts;
+  nopts.cgroup_parent = "warren-" + Sha256Hex(key).substr(0, 8);
+  nopts.unsafe_no_seccomp_landlock = f.unsafe_no_hardening;
+  if (f.unsafe_no_hardening)
+    spdlog::warn("UNSAFE: sandboxes run without seccomp and Landlock (benchmark mode)");
+  nopts.spill_dir = data_dir + "/execs";
+  // Networking names per data dir too: the nftables table, the bridge (15 bytes at most).
+  nopts.network = !net.off;
+  nopts.net.table = nopts.cgroup_parent;
+  nopts.net.bridge = "wr" + Sha256Hex(key).substr(0, 8);
+  nopts.net.subnet = net.subnet;
+  nopts.net.pool_bare = net.pool;
+  nopts.net.pool_wired = net.pool == 0 ? 0 : std::max<size_t>(1, net.pool / 2);
+  nopts.net.dns_hosts = net.dns_hosts;
+  nopts.net.dns_upstream = net.dns_upstream;
+  nopts.net.cache_dir = data_dir + "/egress-cache";
+  if (!net.cache_size.empty()) {
+    auto bytes = ParseSize(net.cache_size);
+    if (!bytes) return Invalid("--proxy-cache-size wants a size like 10G", net.cache_size);
+    nopts.net.cache_bytes = *bytes;
+  }
+  for (size_t start = 0; start < net.intercept.size();) {
+    size_t comma = net.intercept.find(',', start);
+    if (comma == std::string::npos) comma = net.intercept.size();
+    std::string host = net.intercept.substr(start, comma - start);
+    host.erase(0, host.find_first_not_of(" \t"));
+    host.erase(host.find_last_not_of(" \t") + 1);
+    std::string name = host.rfind("*.", 0) == 0 ? host.substr(2) : host;
+    if (!host.empty() && host != "none") {
+      if (name.empty() ||
+          name.find_first_not_of(
+              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
+              std::string::npos ||
+          name.find('.') == std::string::npos)
+        return Invalid("--proxy-intercept wants host names (or *.domain) separated by commas",
+                       host);
+      nopts.net.intercept.push_back(host);
+    }
+    start = comma + 1;
+  }
+  nopts.net.ca_dir = data_dir + "/egress-ca";
+  nopts.net.upstream_ca = net.upstream_ca;
+  if (mkdir(nopts.spill_dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return ErrnoStatus("mkdir", nopts.spill_dir);
+  nopts.microvm = !vm.off;
+  nopts.vm.kernel = vm.kernel;
+  nopts.vm.accel = vm.accel;
+  nopts.vm.snapshots = !vm.no_snapshots;
+  nopts.vm.warm_pool = vm.warm_pool;
+  nopts.warm_pool = static_cast<size_t>(f.warm_pool);
+  nopts.vm.cache_dir = vm.cache;
+  if (vm.accel != "auto" && vm.accel != "kvm" && vm.accel != "tcg")
+    return Invalid("--vm-accel wants auto, kvm or tcg", vm.accel);
+  if (size_t slash = vm.cache.rfind('/'); slash != std::string::npos && slash > 0)
+    (void)mkdir(vm.cache.substr(0, slash).c_str(), 0755);
+  return nopts;
+}
+
+void AddNodeFlags(CLI::App* cmd, NodeFlags* f) {
+  cmd->add_flag("--unsafe-no-seccomp-landlock", f->unsafe_no_hardening,
+                "benchmarks only: sandboxes without seccomp and Landlock")
+      ->group("");  // hidden from --help
+  cmd->add_option("--warm-pool", f->warm_pool,
+                  "ready container sandboxes kept per template in use (its layers and disk size), "
+                  "for creates "
+                  "with network none; grows with demand up to 16x (default 2; 0: none)")
+      ->check(CLI::Range(0, 64));
+  NetFlags* net = &f->net;
+  cmd->add_option(
+      "--net-subnet", net->subnet,
+      "IPv4 subnet of sandbox addresses in egress mode; the node takes its first address");
+  cmd->add_option("--net-pool", net->pool, "network namespaces kept ready for new sandboxes");
+  cmd->add_option(
+      "--dns-hosts", net->dns_hosts,
+      "file of name overrides for sandboxes (/etc/hosts format), asked before upstream DNS");
+  cmd->add_option("--dns-upstream", net->dns_upstream,
+                  "DNS server (IP[:PORT]) to resolve allowed names with "
+                  "(default: the host's resolv.conf)");
+  cmd->add_option("--proxy-cache-size", net->cache_size,
+                  "size of the egress proxy's package cache (default 10G)");
+  cmd->add_option(
+      "--proxy-intercept", net->intercept,
+      "HTTPS hosts whose package downloads the proxy caches, answering sandboxes with a "
+      "certificate "
+      "of the node's CA (comma-separated, *.domain allowed; `none`: no interception; default: "
+      "pypi.org,files.pythonhosted.org,registry.npmjs.org)");
+  cmd->add_option(
+      "--proxy-upstream-ca", net->upstream_ca,
+      "CA bundle the proxy verifies intercepted upstream servers with (default: the system's)");
+  cmd->add_flag("--no-network", net->off,
+                "no sandbox networking: every sandbox gets loopback only");
+  VmFlags* vm = &f->vm;
+  cmd->add_option("--vm-kernel", vm->kernel,
+                  "guest kernel for microVMs (a vmlinuz; default: the newest in /boot)");
+  cmd->add_option("--vm-accel", vm->accel, "auto (probe KVM, else TCG), kvm or tcg");
+  cmd->add_option("--vm-cache", vm->cache,
+                  "guest images and template snapshots (content-addressed, shared by daemons)");
+  cmd->add_flag("--no-vm-snapshots", vm->no_snapshots,
+                "boot every microVM cold instead of restoring a template");
+  cmd->add_option("--vm-warm-pool", vm->warm_pool,
+                  "restored microVMs kept waiting per size in use, for creates with network none "
+                  "(default 2; 0: none)")
+      ->check(CLI::Range(0, 64));
+  cmd->add_flag("--no-microvm", vm->off, "no microvm backend on this node");
+}
+
+}  // namespace warren::cli

@@ -1,0 +1,145 @@
+"""Cluster pieces for end-to-end tests: a real etcd (Debian's etcd-server) on free loopback
+ports, and `warren node` processes. Each test that starts them stops them."""
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from typing import Dict, List, Optional
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+class Etcd:
+    """One etcd member on loopback; its data in a temporary directory removed at stop()."""
+
+    def __init__(self, scratch: str, log_path: str):
+        self.dir = tempfile.mkdtemp(prefix="warren-e2e-etcd-", dir=scratch)
+        self.client_port, self.peer_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            ["etcd", "--name", "e2e", "--data-dir", self.dir,
+             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+             "--listen-peer-urls", f"http://127.0.0.1:{self.peer_port}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_port}",
+             "--initial-cluster", f"e2e=http://127.0.0.1:{self.peer_port}"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                self.get("/health-probe")
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("etcd did not start")
+
+    def _post(self, path: str, body: dict) -> dict:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    def get(self, key: str) -> Optional[str]:
+        r = self._post("/v3/kv/range", {"key": _b64(key)})
+        kvs = r.get("kvs", [])
+        return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+
+    def keys(self, prefix: str) -> List[str]:
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        r = self._post("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(end),
+                                        "keys_only": True})
+        return [base64.b64decode(kv["key"]).decode() for kv in r.get("kvs", [])]
+
+    def put(self, key: str, value: str) -> None:
+        self._post("/v3/kv/put", {"key": _b64(key), "value": _b64(value)})
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        subprocess.run(["rm", "-rf", self.dir])
+
+
+class Node:
+    """A `warren node` process: its own data dir, port and name."""
+
+    def __init__(self, bin_path: str, etcd: Etcd, name: str, data_dir: str, log_path: str,
+                 extra: Optional[List[str]] = None):
+        self.bin, self.etcd, self.name, self.data_dir = bin_path, etcd, name, data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.extra = extra or []
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [self.bin, "node", "--etcd", self.etcd.url, "--listen", f"127.0.0.1:{self.port}",
+             "--data-dir", self.data_dir, "--name", self.name] + self.extra,
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"warren node {self.name} exited {self.proc.returncode}:\n"
+                                   + self.log_tail())
+            if self.record() is not None:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"warren node {self.name} did not join:\n" + self.log_tail())
+
+    def record(self) -> Optional[dict]:
+        v = self.etcd.get(f"/warren/node/{self.name}/record")
+        return json.loads(v) if v else None
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode if self.proc else 0
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"".join(f.readlines()[-n:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def request(self, method: str, path: str, body=None, token: Optional[str] = None,
+                timeout: float = 120):
+        """(status, bytes) of a request to the node's API."""
+        data = None if body is None else (body if isinstance(body, bytes)
+                                          else json.dumps(body).encode())
+        headers: Dict[str, str] = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()

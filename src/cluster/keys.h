@@ -8,8 +8,10 @@
 //   /warren/sandboxes/ID      SandboxRecord (the contract's Sandbox object)
 //   /warren/quota/PRINCIPAL   the principal's usage (CAS counter)
 //   /warren/layers/NAME:TAG   LayerRecord (a tag -> a content digest)
-//   /warren/tokens/NAME       a token (its hash, scopes, quotas)
-//   /warren/leases/ID         a lease of sandboxes
+//   /warren/docs/KIND/ID      small documents: tokens (their hash, scopes, quotas), leases
+//   /warren/steps/TRAJ/STEP   a trajectory step ({"exec_id", "doc"}); TRAJ escaped, STEP
+//                             zero-padded so that keys sort by step
+//   /warren/step-exec/EXEC    the step an exec recorded ({"traj", "step"})
 //   /warren/cluster/secret    the cluster credential API servers present to nodes
 #pragma once
 
@@ -22,8 +24,9 @@ inline const std::string kNodes = kRoot + "node/";
 inline const std::string kSandboxes = kRoot + "sandboxes/";
 inline const std::string kQuota = kRoot + "quota/";
 inline const std::string kLayers = kRoot + "layers/";
-inline const std::string kTokens = kRoot + "tokens/";
-inline const std::string kLeases = kRoot + "leases/";
+inline const std::string kDocs = kRoot + "docs/";
+inline const std::string kSteps = kRoot + "steps/";
+inline const std::string kStepByExec = kRoot + "step-exec/";
 inline const std::string kSecret = kRoot + "cluster/secret";
 
 inline std::string Node(const std::string& name) { return kNodes + name + "/record"; }
@@ -41,6 +44,30 @@ inline bool SplitNodeKey(const std::string& key, std::string* name, std::string*
 }
 inline std::string Sandbox(const std::string& id) { return kSandboxes + id; }
 inline std::string Quota(const std::string& principal) { return kQuota + principal; }
+inline std::string Layer(const std::string& name, const std::string& tag) {
+  return kLayers + name + ":" + tag;
+}
+inline std::string Docs(const std::string& kind) { return kDocs + kind + "/"; }
+inline std::string Doc(const std::string& kind, const std::string& id) { return Docs(kind) + id; }
+// A trajectory's key as one path segment: '/' and '%' escaped, so that no trajectory's
+// prefix holds another's steps.
+inline std::string Trajectory(const std::string& traj) {
+  std::string out;
+  for (char c : traj) {
+    if (c == '%')
+      out += "%25";
+    else if (c == '/')
+      out += "%2F";
+    else
+      out += c;
+  }
+  return kSteps + out + "/";
+}
+inline std::string Step(const std::string& traj, int64_t step) {
+  std::string n = std::to_string(step);
+  return Trajectory(traj) + std::string(n.size() < 20 ? 20 - n.size() : 0, '0') + n;
+}
+inline std::string StepByExec(const std::string& exec_id) { return kStepByExec + exec_id; }
 
 // The name after a prefix ("/warren/sandboxes/sb-1" -> "sb-1").
 inline std::string NameOf(const std::string& key, const std::string& prefix) {

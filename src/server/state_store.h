@@ -1,18 +1,14 @@
-// Durable state of the embedded `warren serve`: SQLite in WAL mode. Records are JSON
-// documents keyed by id, plus the columns we filter on. Thread-safe (one connection, a mutex).
+// The API server's durable state, behind one interface: `warren serve` keeps it in SQLite
+// (server/sqlite_state_store.h), a cluster's API servers in etcd (cluster/kv_state_store.h).
+// Records are JSON documents keyed by id, plus what callers look them up by. Thread-safe.
 #pragma once
 
-#include <sqlite3.h>
-
-#include <map>
-#include <mutex>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
-#include "base/thread_annotations.h"
 
 namespace warren::server {
 
@@ -24,52 +20,44 @@ struct LayerRecord {
 
 class StateStore {
  public:
-  // `durable`: every commit is fsynced (synchronous=FULL), for records that must survive a
-  // power loss, not only a crash of the daemon (WAL with synchronous=NORMAL).
+  virtual ~StateStore() = default;
+  // The SQLite store of `warren serve` (server/sqlite_state_store.h). `durable`: every commit
+  // is fsynced (synchronous=FULL), for records that must survive a power loss, not only a
+  // crash of the daemon (WAL with synchronous=NORMAL).
   static Result<std::unique_ptr<StateStore>> Open(const std::string& path, bool durable = false);
-  ~StateStore();
 
-  // Sandboxes: the full API object as JSON, with id and state pulled out.
-  Status PutSandbox(const nlohmann::json& sandbox);
-  Result<nlohmann::json> GetSandbox(const std::string& id);
-  std::vector<nlohmann::json> ListSandboxes();
-  Status RemoveSandbox(const std::string& id);
+  // Sandboxes: the full API object as JSON, with id and state pulled out. Listed by
+  // created_at, then id.
+  virtual Status PutSandbox(const nlohmann::json& sandbox) = 0;
+  virtual Result<nlohmann::json> GetSandbox(const std::string& id) = 0;
+  virtual std::vector<nlohmann::json> ListSandboxes() = 0;
+  virtual Status RemoveSandbox(const std::string& id) = 0;
 
-  Status PutLayer(const LayerRecord& rec);  // name:tag moves to the new digest
-  Result<LayerRecord> GetLayer(const std::string& name, const std::string& tag);
-  std::vector<LayerRecord> ListLayers();
-  Status RemoveLayer(const std::string& name, const std::string& tag);
+  virtual Status PutLayer(const LayerRecord& rec) = 0;  // name:tag moves to the new digest
+  virtual Result<LayerRecord> GetLayer(const std::string& name, const std::string& tag) = 0;
+  virtual std::vector<LayerRecord> ListLayers() = 0;  // by name, then tag
+  virtual Status RemoveLayer(const std::string& name, const std::string& tag) = 0;
   // How many name:tag records point at `digest` (garbage collection of blobs).
-  int LayerRefs(const std::string& digest);
+  virtual int LayerRefs(const std::string& digest) = 0;
 
-  // Small JSON documents by kind and id: tokens, leases.
-  Status PutDoc(const std::string& kind, const std::string& id, const nlohmann::json& doc);
-  Result<nlohmann::json> GetDoc(const std::string& kind, const std::string& id);
-  std::vector<nlohmann::json> ListDocs(const std::string& kind);
-  Status RemoveDoc(const std::string& kind, const std::string& id);  // not_found if absent
+  // Small JSON documents by kind and id: tokens, leases. Listed by id.
+  virtual Status PutDoc(const std::string& kind, const std::string& id,
+                        const nlohmann::json& doc) = 0;
+  virtual Result<nlohmann::json> GetDoc(const std::string& kind, const std::string& id) = 0;
+  virtual std::vector<nlohmann::json> ListDocs(const std::string& kind) = 0;
+  // not_found if absent
+  virtual Status RemoveDoc(const std::string& kind, const std::string& id) = 0;
 
   // Trajectory steps: (trajectory key, step) -> doc; conflict if the step exists.
-  Status InsertStep(const std::string& traj, int64_t step, const std::string& exec_id,
-                    const nlohmann::json& doc);
-  Result<nlohmann::json> GetStep(const std::string& traj, int64_t step);
+  virtual Status InsertStep(const std::string& traj, int64_t step, const std::string& exec_id,
+                            const nlohmann::json& doc) = 0;
+  virtual Result<nlohmann::json> GetStep(const std::string& traj, int64_t step) = 0;
   // Rewrites a recorded step's doc (a re-run adds to it); not_found if it is not recorded.
-  Status UpdateStep(const std::string& traj, int64_t step, const nlohmann::json& doc);
-  std::vector<nlohmann::json> ListSteps(const std::string& traj);
-  int64_t MaxStep(const std::string& traj);  // -1 when none
+  virtual Status UpdateStep(const std::string& traj, int64_t step, const nlohmann::json& doc) = 0;
+  virtual std::vector<nlohmann::json> ListSteps(const std::string& traj) = 0;  // by step
+  virtual int64_t MaxStep(const std::string& traj) = 0;                        // -1 when none
   // The step recorded for `exec_id`: {"traj", "doc"}.
-  Result<nlohmann::json> FindStepByExec(const std::string& exec_id);
-
- private:
-  explicit StateStore(sqlite3* db) : db_(db) {}
-  Status Exec(const char* sql);
-  // One statement at a time on the connection: a statement and the reading of its rows (and
-  // sqlite3_changes after it) must not interleave with another's.
-  Mutex mu_;
-  sqlite3* db_;
-  // name:tag -> record, for GetLayer: every fncall call resolves its runner image, and a query
-  // (parsed each time) was ~1.4% of all CPU at 300 calls/s. PutLayer and RemoveLayer keep it
-  // in step, so layers must be written through the StateStore that reads them (serve has one).
-  std::map<std::pair<std::string, std::string>, LayerRecord> layer_cache_ GUARDED_BY(mu_);
+  virtual Result<nlohmann::json> FindStepByExec(const std::string& exec_id) = 0;
 };
 
 }  // namespace warren::server

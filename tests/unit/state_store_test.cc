@@ -1,13 +1,42 @@
+// The StateStore suite on SQLite and on the etcd store over MemKv; SQLite's own reopening.
 #include "server/state_store.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "cluster/kv_state_store.h"
 #include "image/tar_extract.h"
+#include "mem_kv.h"
+#include "state_store_conformance.h"
 
 namespace warren::server {
 namespace {
+
+// A SQLite store in a directory removed with the store.
+std::shared_ptr<StateStore> TempSqlite() {
+  char tmpl[] = "/tmp/warren-state-XXXXXX";
+  if (!mkdtemp(tmpl)) return nullptr;
+  auto s = StateStore::Open(std::string(tmpl) + "/state.db");
+  if (!s.ok()) return nullptr;
+  std::string dir = tmpl;
+  return std::shared_ptr<StateStore>(s->release(), [dir](StateStore* p) {
+    delete p;
+    (void)image::RemoveTree(dir);
+  });
+}
+
+// The etcd store over a MemKv that lives as long as it.
+std::shared_ptr<StateStore> MemKvStore() {
+  auto kv = std::make_shared<cluster::MemKv>();
+  auto* store = new cluster::KvStateStore(kv.get());
+  return std::shared_ptr<StateStore>(store, [kv](StateStore* p) { delete p; });
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, StateStoreConformance,
+                         ::testing::Values(StateTarget{"Sqlite", TempSqlite},
+                                           StateTarget{"KvOverMemKv", MemKvStore}),
+                         [](const auto& info) { return info.param.name; });
 
 TEST(StateStore, SandboxesAndLayersSurviveReopen) {
   char tmpl[] = "/tmp/warren-state-XXXXXX";

@@ -1,4 +1,4 @@
-#include "server/state_store.h"
+#include "server/sqlite_state_store.h"
 
 namespace warren::server {
 namespace {
@@ -56,6 +56,12 @@ nlohmann::json LayerRecord::ToJson() const {
 }
 
 Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path, bool durable) {
+  auto s = WARREN_TRY(SqliteStateStore::Open(path, durable));
+  return std::unique_ptr<StateStore>(std::move(s));
+}
+
+Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::string& path,
+                                                                 bool durable) {
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
@@ -64,7 +70,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path, bo
     sqlite3_close(db);
     return st;
   }
-  std::unique_ptr<StateStore> s(new StateStore(db));
+  std::unique_ptr<SqliteStateStore> s(new SqliteStateStore(db));
   sqlite3_busy_timeout(db, 5000);
   WARREN_RETURN_IF_ERROR(s->Exec("PRAGMA journal_mode=WAL"));
   WARREN_RETURN_IF_ERROR(
@@ -86,9 +92,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path, bo
   return s;
 }
 
-StateStore::~StateStore() { sqlite3_close(db_); }
+SqliteStateStore::~SqliteStateStore() { sqlite3_close(db_); }
 
-Status StateStore::Exec(const char* sql) {
+Status SqliteStateStore::Exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
     Status st = Internal("sqlite exec", sql, err ? err : "");
@@ -98,7 +104,7 @@ Status StateStore::Exec(const char* sql) {
   return Status::Ok();
 }
 
-Status StateStore::PutSandbox(const nlohmann::json& sb) {
+Status SqliteStateStore::PutSandbox(const nlohmann::json& sb) {
   MutexLock lock(&mu_);
   Stmt st(db_, "INSERT OR REPLACE INTO sandboxes (id, state, created_at, doc) VALUES (?,?,?,?)");
   st.Bind(1, sb.value("id", ""))
@@ -109,7 +115,7 @@ Status StateStore::PutSandbox(const nlohmann::json& sb) {
   return Status::Ok();
 }
 
-Result<nlohmann::json> StateStore::GetSandbox(const std::string& id) {
+Result<nlohmann::json> SqliteStateStore::GetSandbox(const std::string& id) {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM sandboxes WHERE id = ?");
   st.Bind(1, id);
@@ -117,7 +123,7 @@ Result<nlohmann::json> StateStore::GetSandbox(const std::string& id) {
   return nlohmann::json::parse(st.Text(0));
 }
 
-std::vector<nlohmann::json> StateStore::ListSandboxes() {
+std::vector<nlohmann::json> SqliteStateStore::ListSandboxes() {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM sandboxes ORDER BY created_at, id");
   std::vector<nlohmann::json> out;
@@ -125,7 +131,7 @@ std::vector<nlohmann::json> StateStore::ListSandboxes() {
   return out;
 }
 
-Status StateStore::RemoveSandbox(const std::string& id) {
+Status SqliteStateStore::RemoveSandbox(const std::string& id) {
   MutexLock lock(&mu_);
   Stmt st(db_, "DELETE FROM sandboxes WHERE id = ?");
   st.Bind(1, id);
@@ -133,7 +139,7 @@ Status StateStore::RemoveSandbox(const std::string& id) {
   return Status::Ok();
 }
 
-Status StateStore::PutLayer(const LayerRecord& r) {
+Status SqliteStateStore::PutLayer(const LayerRecord& r) {
   MutexLock lock(&mu_);
   Stmt st(db_,
           "INSERT OR REPLACE INTO layers (name, tag, digest, kind, size, created_at, source)"
@@ -150,7 +156,7 @@ Status StateStore::PutLayer(const LayerRecord& r) {
   return Status::Ok();
 }
 
-Result<LayerRecord> StateStore::GetLayer(const std::string& name, const std::string& tag) {
+Result<LayerRecord> SqliteStateStore::GetLayer(const std::string& name, const std::string& tag) {
   MutexLock lock(&mu_);
   if (auto it = layer_cache_.find({name, tag}); it != layer_cache_.end()) return it->second;
   Stmt st(db_,
@@ -163,7 +169,7 @@ Result<LayerRecord> StateStore::GetLayer(const std::string& name, const std::str
   return rec;
 }
 
-std::vector<LayerRecord> StateStore::ListLayers() {
+std::vector<LayerRecord> SqliteStateStore::ListLayers() {
   MutexLock lock(&mu_);
   Stmt st(
       db_,
@@ -173,7 +179,7 @@ std::vector<LayerRecord> StateStore::ListLayers() {
   return out;
 }
 
-Status StateStore::RemoveLayer(const std::string& name, const std::string& tag) {
+Status SqliteStateStore::RemoveLayer(const std::string& name, const std::string& tag) {
   MutexLock lock(&mu_);
   layer_cache_.erase({name, tag});
   Stmt st(db_, "DELETE FROM layers WHERE name = ? AND tag = ?");
@@ -183,15 +189,15 @@ Status StateStore::RemoveLayer(const std::string& name, const std::string& tag) 
   return Status::Ok();
 }
 
-int StateStore::LayerRefs(const std::string& digest) {
+int SqliteStateStore::LayerRefs(const std::string& digest) {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT COUNT(*) FROM layers WHERE digest = ?");
   st.Bind(1, digest);
   return st.Step() == SQLITE_ROW ? static_cast<int>(st.Int(0)) : 0;
 }
 
-Status StateStore::PutDoc(const std::string& kind, const std::string& id,
-                          const nlohmann::json& doc) {
+Status SqliteStateStore::PutDoc(const std::string& kind, const std::string& id,
+                                const nlohmann::json& doc) {
   MutexLock lock(&mu_);
   Stmt st(db_, "INSERT OR REPLACE INTO docs (kind, id, doc) VALUES (?,?,?)");
   st.Bind(1, kind).Bind(2, id).Bind(3, doc.dump());
@@ -199,7 +205,7 @@ Status StateStore::PutDoc(const std::string& kind, const std::string& id,
   return Status::Ok();
 }
 
-Result<nlohmann::json> StateStore::GetDoc(const std::string& kind, const std::string& id) {
+Result<nlohmann::json> SqliteStateStore::GetDoc(const std::string& kind, const std::string& id) {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM docs WHERE kind = ? AND id = ?");
   st.Bind(1, kind).Bind(2, id);
@@ -207,7 +213,7 @@ Result<nlohmann::json> StateStore::GetDoc(const std::string& kind, const std::st
   return nlohmann::json::parse(st.Text(0));
 }
 
-std::vector<nlohmann::json> StateStore::ListDocs(const std::string& kind) {
+std::vector<nlohmann::json> SqliteStateStore::ListDocs(const std::string& kind) {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM docs WHERE kind = ? ORDER BY id");
   st.Bind(1, kind);
@@ -216,7 +222,7 @@ std::vector<nlohmann::json> StateStore::ListDocs(const std::string& kind) {
   return out;
 }
 
-Status StateStore::RemoveDoc(const std::string& kind, const std::string& id) {
+Status SqliteStateStore::RemoveDoc(const std::string& kind, const std::string& id) {
   MutexLock lock(&mu_);
   Stmt st(db_, "DELETE FROM docs WHERE kind = ? AND id = ?");
   st.Bind(1, kind).Bind(2, id);
@@ -225,8 +231,8 @@ Status StateStore::RemoveDoc(const std::string& kind, const std::string& id) {
   return Status::Ok();
 }
 
-Status StateStore::InsertStep(const std::string& traj, int64_t step, const std::string& exec_id,
-                              const nlohmann::json& doc) {
+Status SqliteStateStore::InsertStep(const std::string& traj, int64_t step,
+                                    const std::string& exec_id, const nlohmann::json& doc) {
   MutexLock lock(&mu_);
   Stmt st(db_, "INSERT INTO steps (traj, step, exec_id, doc) VALUES (?,?,?,?)");
   st.Bind(1, traj).Bind(2, step).Bind(3, exec_id).Bind(4, doc.dump());
@@ -237,7 +243,7 @@ Status StateStore::InsertStep(const std::string& traj, int64_t step, const std::
   return Status::Ok();
 }
 
-Result<nlohmann::json> StateStore::GetStep(const std::string& traj, int64_t step) {
+Result<nlohmann::json> SqliteStateStore::GetStep(const std::string& traj, int64_t step) {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM steps WHERE traj = ? AND step = ?");
   st.Bind(1, traj).Bind(2, step);
@@ -245,7 +251,8 @@ Result<nlohmann::json> StateStore::GetStep(const std::string& traj, int64_t step
   return nlohmann::json::parse(st.Text(0));
 }
 
-Status StateStore::UpdateStep(const std::string& traj, int64_t step, const nlohmann::json& doc) {
+Status SqliteStateStore::UpdateStep(const std::string& traj, int64_t step,
+                                    const nlohmann::json& doc) {
   MutexLock lock(&mu_);
   Stmt st(db_, "UPDATE steps SET doc = ? WHERE traj = ? AND step = ?");
   st.Bind(1, doc.dump()).Bind(2, traj).Bind(3, step);
@@ -254,7 +261,7 @@ Status StateStore::UpdateStep(const std::string& traj, int64_t step, const nlohm
   return Status::Ok();
 }
 
-std::vector<nlohmann::json> StateStore::ListSteps(const std::string& traj) {
+std::vector<nlohmann::json> SqliteStateStore::ListSteps(const std::string& traj) {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM steps WHERE traj = ? ORDER BY step");
   st.Bind(1, traj);
@@ -263,7 +270,7 @@ std::vector<nlohmann::json> StateStore::ListSteps(const std::string& traj) {
   return out;
 }
 
-int64_t StateStore::MaxStep(const std::string& traj) {
+int64_t SqliteStateStore::MaxStep(const std::string& traj) {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT MAX(step) FROM steps WHERE traj = ?");
   st.Bind(1, traj);
@@ -271,7 +278,7 @@ int64_t StateStore::MaxStep(const std::string& traj) {
   return st.Int(0);
 }
 
-Result<nlohmann::json> StateStore::FindStepByExec(const std::string& exec_id) {
+Result<nlohmann::json> SqliteStateStore::FindStepByExec(const std::string& exec_id) {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT traj, doc FROM steps WHERE exec_id = ? LIMIT 1");
   st.Bind(1, exec_id);

@@ -1,0 +1,234 @@
+#include "cluster/kv_state_store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "cluster/keys.h"
+
+namespace warren::cluster {
+namespace {
+
+using nlohmann::json;
+using server::LayerRecord;
+
+json LayerJson(const LayerRecord& r) {
+  return {{"name", r.name},    {"tag", r.tag},   {"digest", r.digest},
+          {"kind", r.kind},    {"size", r.size}, {"created_at", r.created_at},
+          {"source", r.source}};
+}
+
+Result<LayerRecord> ParseLayer(const json& j) {
+  if (!j.is_object()) return Internal("read layer record", "", "not an object");
+  LayerRecord r;
+  try {
+    r.name = j.at("name").get<std::string>();
+    r.tag = j.at("tag").get<std::string>();
+    r.digest = j.at("digest").get<std::string>();
+    r.kind = j.at("kind").get<std::string>();
+    r.size = j.at("size").get<uint64_t>();
+    r.created_at = j.at("created_at").get<std::string>();
+    r.source = j.at("source").get<std::string>();
+  } catch (const json::exception& e) {
+    return Internal("read layer record", "", e.what());
+  }
+  return r;
+}
+
+// etcd refuses a request over 1.5 MiB (--max-request-bytes): say so rather than pass on its
+// gateway's message.
+constexpr size_t kMaxValueBytes = 1'400'000;
+
+Status CheckSize(const std::string& value, const std::string& what, const std::string& id) {
+  if (value.size() <= kMaxValueBytes) return Status::Ok();
+  return Invalid(what + " is " + std::to_string(value.size()) +
+                     " bytes; the cluster store takes at most " + std::to_string(kMaxValueBytes),
+                 id);
+}
+
+}  // namespace
+
+std::vector<json> KvStateStore::ListJson(const std::string& prefix, const char* what) {
+  std::vector<json> out;
+  auto listed = kv_->List(prefix);
+  if (!listed.ok()) {
+    spdlog::error("list {}: {}", what, listed.status().ToString());
+    return out;
+  }
+  for (const auto& item : listed->kvs) {
+    auto j = json::parse(item.value, nullptr, false);
+    if (j.is_discarded()) {
+      spdlog::error("list {}: {} is not JSON; left out", what, item.key);
+      continue;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Result<json> KvStateStore::GetJson(const std::string& key, const std::string& kind,
+                                   const std::string& id) {
+  auto item = kv_->Get(key);
+  if (!item.ok()) {
+    if (item.status().code() == Code::kNotFound) return NotFound(kind, id);
+    return item.status();
+  }
+  auto j = json::parse(item->value, nullptr, false);
+  if (j.is_discarded()) return Internal("read " + kind, id, "the stored record is not JSON");
+  return j;
+}
+
+Status KvStateStore::PutSandbox(const json& sandbox) {
+  const std::string id = sandbox.value("id", "");
+  if (id.empty()) return Invalid("put sandbox: no id");
+  const std::string value = sandbox.dump();
+  WARREN_RETURN_IF_ERROR(CheckSize(value, "the sandbox record", id));
+  return kv_->Put(keys::Sandbox(id), value).status();
+}
+
+Result<json> KvStateStore::GetSandbox(const std::string& id) {
+  return GetJson(keys::Sandbox(id), "sandbox", id);
+}
+
+std::vector<json> KvStateStore::ListSandboxes() {
+  auto all = ListJson(keys::kSandboxes, "sandboxes");
+  std::stable_sort(all.begin(), all.end(), [](const json& a, const json& b) {
+    return std::make_pair(a.value("created_at", ""), a.value("id", "")) <
+           std::make_pair(b.value("created_at", ""), b.value("id", ""));
+  });
+  return all;
+}
+
+Status KvStateStore::RemoveSandbox(const std::string& id) {
+  return kv_->Delete(keys::Sandbox(id)).status();
+}
+
+Status KvStateStore::PutLayer(const LayerRecord& rec) {
+  return kv_->Put(keys::Layer(rec.name, rec.tag), LayerJson(rec).dump()).status();
+}
+
+Result<LayerRecord> KvStateStore::GetLayer(const std::string& name, const std::string& tag) {
+  auto j = WARREN_TRY(GetJson(keys::Layer(name, tag), "image", name + ":" + tag));
+  return ParseLayer(j);
+}
+
+std::vector<LayerRecord> KvStateStore::ListLayers() {
+  std::vector<LayerRecord> out;
+  for (const auto& j : ListJson(keys::kLayers, "layers")) {
+    auto rec = ParseLayer(j);
+    if (rec.ok()) out.push_back(std::move(*rec));
+  }
+  std::sort(out.begin(), out.end(), [](const LayerRecord& a, const LayerRecord& b) {
+    return std::tie(a.name, a.tag) < std::tie(b.name, b.tag);
+  });
+  return out;
+}
+
+Status KvStateStore::RemoveLayer(const std::string& name, const std::string& tag) {
+  const int64_t gone = WARREN_TRY(kv_->Delete(keys::Layer(name, tag)));
+  return gone > 0 ? Status::Ok() : NotFound("image", name + ":" + tag);
+}
+
+int KvStateStore::LayerRefs(const std::string& digest) {
+  int n = 0;
+  for (const auto& rec : ListLayers()) n += rec.digest == digest;
+  return n;
+}
+
+Status KvStateStore::PutDoc(const std::string& kind, const std::string& id, const json& doc) {
+  const std::string value = doc.dump();
+  WARREN_RETURN_IF_ERROR(CheckSize(value, "the " + kind, id));
+  return kv_->Put(keys::Doc(kind, id), value).status();
+}
+
+Result<json> KvStateStore::GetDoc(const std::string& kind, const std::string& id) {
+  return GetJson(keys::Doc(kind, id), kind, id);
+}
+
+std::vector<json> KvStateStore::ListDocs(const std::string& kind) {
+  return ListJson(keys::Docs(kind), kind.c_str());
+}
+
+Status KvStateStore::RemoveDoc(const std::string& kind, const std::string& id) {
+  const int64_t gone = WARREN_TRY(kv_->Delete(keys::Doc(kind, id)));
+  return gone > 0 ? Status::Ok() : NotFound(kind, id);
+}
+
+Status KvStateStore::InsertStep(const std::string& traj, int64_t step, const std::string& exec_id,
+                                const json& doc) {
+  const std::string key = keys::Step(traj, step);
+  const std::string value = json{{"exec_id", exec_id}, {"doc", doc}}.dump();
+  WARREN_RETURN_IF_ERROR(CheckSize(value, "the trajectory step", traj));
+  // The step and its exec's index in one transaction: both or neither.
+  Txn txn;
+  txn.compare.push_back(Compare::Missing(key));
+  txn.success.push_back(TxnOp::Put(key, value));
+  txn.success.push_back(
+      TxnOp::Put(keys::StepByExec(exec_id), json{{"traj", traj}, {"step", step}}.dump()));
+  auto r = WARREN_TRY(kv_->Commit(txn));
+  if (!r.succeeded) return Status(Code::kConflict, "record step", traj, "step already recorded");
+  return Status::Ok();
+}
+
+Result<json> KvStateStore::GetStep(const std::string& traj, int64_t step) {
+  auto j = WARREN_TRY(GetJson(keys::Step(traj, step), "step " + std::to_string(step), traj));
+  if (!j.contains("doc")) return Internal("read step", traj, "the stored step has no doc");
+  return j["doc"];
+}
+
+Status KvStateStore::UpdateStep(const std::string& traj, int64_t step, const json& doc) {
+  const std::string key = keys::Step(traj, step);
+  auto item = kv_->Get(key);
+  if (!item.ok()) {
+    if (item.status().code() == Code::kNotFound)
+      return NotFound("step " + std::to_string(step), traj);
+    return item.status();
+  }
+  auto stored = json::parse(item->value, nullptr, false);
+  if (stored.is_discarded()) return Internal("update step", traj, "the stored step is not JSON");
+  stored["doc"] = doc;
+  const std::string value = stored.dump();
+  WARREN_RETURN_IF_ERROR(CheckSize(value, "the trajectory step", traj));
+  // Unchanged since read: a concurrent update is not silently overwritten.
+  Txn txn;
+  txn.compare.push_back(Compare::ModIs(key, item->mod_revision));
+  txn.success.push_back(TxnOp::Put(key, value));
+  auto r = WARREN_TRY(kv_->Commit(txn));
+  if (!r.succeeded) return Status(Code::kConflict, "update step", traj, "changed meanwhile");
+  return Status::Ok();
+}
+
+std::vector<json> KvStateStore::ListSteps(const std::string& traj) {
+  std::vector<json> out;
+  for (auto& j : ListJson(keys::Trajectory(traj), "trajectory steps"))
+    if (j.contains("doc")) out.push_back(std::move(j["doc"]));
+  return out;
+}
+
+int64_t KvStateStore::MaxStep(const std::string& traj) {
+  const std::string prefix = keys::Trajectory(traj);
+  RangeRequest req;
+  req.key = prefix;
+  req.range_end = PrefixEnd(prefix);
+  req.keys_only = true;
+  auto listed = kv_->Range(req);
+  if (!listed.ok() || listed->kvs.empty()) return -1;
+  const std::string& last = listed->kvs.back().key;  // keys sort by their zero-padded step
+  return std::stoll(last.substr(prefix.size()));
+}
+
+Result<json> KvStateStore::FindStepByExec(const std::string& exec_id) {
+  auto index = WARREN_TRY(GetJson(keys::StepByExec(exec_id), "exec", exec_id));
+  if (!index.contains("traj") || !index["traj"].is_string() || !index.contains("step") ||
+      !index["step"].is_number_integer())
+    return Internal("find step", exec_id, "the stored index is malformed");
+  const std::string traj = index["traj"].get<std::string>();
+  auto doc = GetStep(traj, index["step"].get<int64_t>());
+  if (!doc.ok()) {
+    if (doc.status().code() == Code::kNotFound) return NotFound("exec", exec_id);
+    return doc.status();
+  }
+  return json{{"traj", traj}, {"doc", *doc}};
+}
+
+}  // namespace warren::cluster

@@ -63,6 +63,7 @@ int ExecAndStream(const std::string& id, const ExecFlags& f);
 // Subcommands: one file each.
 void AddServe(CLI::App& app);
 void AddNode(CLI::App& app);
+void AddApiServer(CLI::App& app);
 void AddImage(CLI::App& app);
 void AddCreate(CLI::App& app);
 void AddExec(CLI::App& app);

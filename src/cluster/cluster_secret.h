@@ -14,4 +14,8 @@ namespace warren::cluster {
 
 Result<std::string> LoadOrCreateClusterSecret(KvStore* kv);
 
+// The cluster's admin token (keys::kAdminToken), the same way: every API server of a cluster
+// accepts it, and each writes it to its DATA_DIR/admin.token as `warren serve` does.
+Result<std::string> LoadOrCreateClusterAdminToken(KvStore* kv);
+
 }  // namespace warren::cluster

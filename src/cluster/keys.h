@@ -13,6 +13,7 @@
 //                             zero-padded so that keys sort by step
 //   /warren/step-exec/EXEC    the step an exec recorded ({"traj", "step"})
 //   /warren/cluster/secret    the cluster credential API servers present to nodes
+//   /warren/cluster/admin-token  the admin token every API server accepts
 #pragma once
 
 #include <string>
@@ -28,6 +29,7 @@ inline const std::string kDocs = kRoot + "docs/";
 inline const std::string kSteps = kRoot + "steps/";
 inline const std::string kStepByExec = kRoot + "step-exec/";
 inline const std::string kSecret = kRoot + "cluster/secret";
+inline const std::string kAdminToken = kRoot + "cluster/admin-token";
 
 inline std::string Node(const std::string& name) { return kNodes + name + "/record"; }
 inline std::string NodeAdmin(const std::string& name) { return kNodes + name + "/admin"; }

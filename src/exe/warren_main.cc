@@ -7,6 +7,7 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all");
   warren::cli::AddServe(app);
   warren::cli::AddNode(app);
+  warren::cli::AddApiServer(app);
   warren::cli::AddImage(app);
   warren::cli::AddCreate(app);
   warren::cli::AddExec(app);

@@ -103,10 +103,19 @@ class Node:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"warren node {self.name} exited {self.proc.returncode}:\n"
                                    + self.log_tail())
-            if self.record() is not None:
+            # Serving (a record of a killed earlier run may linger until its lease expires)
+            # and joined.
+            if self._healthy() and self.record() is not None:
                 return
             time.sleep(0.1)
         raise RuntimeError(f"warren node {self.name} did not join:\n" + self.log_tail())
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
 
     def record(self) -> Optional[dict]:
         v = self.etcd.get(f"/warren/node/{self.name}/record")
@@ -143,3 +152,64 @@ class Node:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
+
+
+class ApiServer:
+    """A `warren apiserver` process; `env` runs the CLI and SDK against it."""
+
+    def __init__(self, bin_path: str, etcd: Etcd, data_dir: str, layer_store: str, log_path: str,
+                 home: str, extra: Optional[List[str]] = None):
+        self.bin, self.etcd, self.data_dir = bin_path, etcd, data_dir
+        self.layer_store, self.log_path, self.home = layer_store, log_path, home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra = extra or []
+        self.proc: Optional[subprocess.Popen] = None
+        self.token = ""
+        self.env: Dict[str, str] = {}
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [self.bin, "apiserver", "--etcd", self.etcd.url, "--listen",
+             f"127.0.0.1:{self.port}", "--data-dir", self.data_dir, "--layer-store",
+             self.layer_store] + self.extra, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"warren apiserver exited {self.proc.returncode}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        with open(os.path.join(self.data_dir, "admin.token")) as f:
+            self.token = f.read().strip()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WARREN_")}
+        env.update({"WARREN_URL": self.url, "WARREN_TOKEN": self.token, "WARREN_HOME": self.home})
+        self.env = env
+
+    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+        return subprocess.run([self.bin, *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def request(self, method: str, path: str, body=None, timeout: float = 120):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

@@ -1,0 +1,147 @@
+// warren apiserver --etcd URLS --listen ADDR:PORT --data-dir DIR --layer-store DIR: one API
+// server of a cluster. It serves the whole public API (the same Api and routes as `warren
+// serve`) over the cluster's state in etcd (cluster/kv_state_store.h), places sandboxes on
+// the cluster's nodes (cluster/cluster_fleet.h) and reaches them with the cluster credential
+// (cluster/remote_node.h). Its data dir keeps only the cluster's admin token.
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/ids.h"
+#include "base/unique_fd.h"
+#include "cli/common.h"
+#include "cli/node_flags.h"
+#include "cluster/cluster_fleet.h"
+#include "cluster/cluster_secret.h"
+#include "cluster/etcd_client.h"
+#include "cluster/kv_state_store.h"
+#include "cluster/membership.h"
+#include "cluster/remote_node.h"
+#include "image/layer_store.h"
+#include "server/api_service.h"
+#include "server/auth.h"
+#include "server/http_server.h"
+#include "server/routes.h"
+
+namespace warren::cli {
+namespace {
+
+struct ApiServerFlags {
+  std::string etcd = "http://127.0.0.1:2379";
+  std::string listen = "127.0.0.1:7070";
+  std::string data_dir = "/var/lib/warren-apiserver";
+  std::string layer_store;
+  double cpu_overcommit = 1.0, memory_overcommit = 1.0;
+  std::string placement = "spread";
+};
+
+// DATA_DIR/admin.token holds the cluster's admin token (0600), replaced atomically.
+Status WriteAdminToken(const std::string& data_dir, const std::string& token) {
+  const std::string path = data_dir + "/admin.token";
+  const std::string tmp = path + "." + RandomHex(4);
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return ErrnoStatus("create", tmp);
+  const std::string line = token + "\n";
+  if (write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    unlink(tmp.c_str());
+    return ErrnoStatus("write", tmp);
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return ErrnoStatus("rename", path);
+  }
+  return Status::Ok();
+}
+
+int RunApiServer(const ApiServerFlags& f) {
+  sigset_t sigs;
+  PrepareDaemonProcess(&sigs);
+  if (f.placement != "spread" && f.placement != "pack")
+    return Fail(Invalid("--placement wants spread or pack", f.placement));
+  if (f.cpu_overcommit < 1 || f.memory_overcommit < 1)
+    return Fail(Invalid("overcommit ratios are 1 or more"));
+  // An API server publishes built and uploaded layers: it needs the store as a directory (an
+  // HTTP store is filled by whoever serves it).
+  if (f.layer_store.empty() || f.layer_store[0] != '/')
+    return Fail(
+        Invalid("--layer-store wants the shared layer directory (absolute path)", f.layer_store));
+  if (mkdir(f.data_dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return Fail(ErrnoStatus("mkdir", f.data_dir));
+
+  auto endpoints = cluster::ParseEtcdEndpoints(f.etcd);
+  if (!endpoints.ok()) return Fail(endpoints.status());
+  cluster::EtcdClient etcd(*endpoints);
+  auto secret = cluster::LoadOrCreateClusterSecret(&etcd);
+  if (!secret.ok()) return Fail(secret.status().Context("join the cluster"));
+  auto admin = cluster::LoadOrCreateClusterAdminToken(&etcd);
+  if (!admin.ok()) return Fail(admin.status().Context("join the cluster"));
+  if (Status st = WriteAdminToken(f.data_dir, *admin); !st.ok()) return Fail(st);
+
+  // Layers are written straight into the shared directory (content-addressed, renamed into
+  // place): every node reads them from there.
+  image::LayerStore layers(f.layer_store);
+  if (Status st = layers.Init(); !st.ok()) return Fail(st.Context("open the layer store"));
+  cluster::KvStateStore state(&etcd);
+  server::TokenRegistry tokens(&state, *admin);
+  if (Status st = tokens.Load(); !st.ok()) return Fail(st.Context("load tokens"));
+
+  cluster::PlacementPolicy policy;
+  policy.cpu_overcommit = f.cpu_overcommit;
+  policy.memory_overcommit = f.memory_overcommit;
+  policy.strategy = f.placement == "pack" ? cluster::PlacementPolicy::Strategy::kPack
+                                          : cluster::PlacementPolicy::Strategy::kSpread;
+  cluster::NodeDirectory directory(&etcd);
+  const std::string credential = *secret;
+  cluster::ClusterFleet fleet(
+      &etcd, &directory,
+      [credential](const cluster::NodeRecord& node) -> std::unique_ptr<node::NodeApi> {
+        return std::make_unique<cluster::RemoteNode>(node.name, node.address, credential);
+      },
+      policy);
+  if (Status st = directory.Start(); !st.ok()) return Fail(st.Context("watch the nodes"));
+
+  server::Api api(&state, &state, &fleet, &layers, &tokens);
+  api.StartReaper();
+  server::ApiService service(&api, &tokens);
+  server::ServerOptions sopts;
+  sopts.listen = f.listen;
+  server::HttpServer http(&service, sopts);
+  if (Status st = http.Start(); !st.ok()) return Fail(st);
+  spdlog::info("warren apiserver: listening on {} (port {}), etcd {}, layers in {}", f.listen,
+               http.port(), f.etcd, f.layer_store);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  spdlog::info("warren apiserver: signal {}, stopping", sig);
+  // The sandboxes stay: they belong to the cluster, not to this replica.
+  http.Stop();
+  api.StopReaper();
+  // The directory's watch outlives the Api below: nothing may call into it any more.
+  fleet.SetOnNodeLost(nullptr);
+  fleet.SetOnSandboxLost(nullptr);
+  return 0;
+}
+
+}  // namespace
+
+void AddApiServer(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "apiserver", "run an API server of a cluster (stateless: etcd holds the state)");
+  auto f = std::make_shared<ApiServerFlags>();
+  cmd->add_option("--etcd", f->etcd, "etcd endpoints, comma-separated (http://HOST:PORT)");
+  cmd->add_option("--listen", f->listen, "ADDR:PORT to serve the API on");
+  cmd->add_option("--data-dir", f->data_dir, "where the cluster's admin token is written");
+  cmd->add_option("--layer-store", f->layer_store,
+                  "the shared layer directory every node reads (see `warren node`)")
+      ->required();
+  cmd->add_option("--cpu-overcommit", f->cpu_overcommit,
+                  "CPU placed per core a node has (default 1: none)");
+  cmd->add_option("--memory-overcommit", f->memory_overcommit,
+                  "memory placed per byte a node has (default 1: none)");
+  cmd->add_option("--placement", f->placement,
+                  "spread (least loaded node first) or pack (fullest node that fits)");
+  cmd->callback([f] { ExitCode() = RunApiServer(*f); });
+}
+
+}  // namespace warren::cli

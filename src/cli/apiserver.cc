@@ -8,6 +8,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
 #include "base/ids.h"
 #include "base/unique_fd.h"
 #include "cli/common.h"
@@ -26,6 +31,34 @@
 
 namespace warren::cli {
 namespace {
+
+// Runs `fn` every `period` on a thread of its own until destroyed.
+class Periodic {
+ public:
+  Periodic(std::chrono::milliseconds period, std::function<void()> fn)
+      : thread_([this, period, fn = std::move(fn)] {
+          std::unique_lock<std::mutex> lock(mu_);
+          while (!cv_.wait_for(lock, period, [this] { return stop_; })) {
+            lock.unlock();
+            fn();
+            lock.lock();
+          }
+        }) {}
+  ~Periodic() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 struct ApiServerFlags {
   std::string etcd = "http://127.0.0.1:2379";
@@ -85,6 +118,12 @@ int RunApiServer(const ApiServerFlags& f) {
   cluster::KvStateStore state(&etcd);
   server::TokenRegistry tokens(&state, *admin);
   if (Status st = tokens.Load(); !st.ok()) return Fail(st.Context("load tokens"));
+  // Tokens are made and removed through any replica: an unknown one is looked up again at
+  // once, and every replica rereads them every 2 s so that a removal reaches it.
+  tokens.SetReloadOnMiss(true);
+  Periodic token_refresh(std::chrono::seconds(2), [&tokens] {
+    if (Status st = tokens.Load(); !st.ok()) spdlog::warn("reload tokens: {}", st.ToString());
+  });
 
   cluster::PlacementPolicy policy;
   policy.cpu_overcommit = f.cpu_overcommit;

@@ -103,6 +103,38 @@ Status KvStateStore::RemoveSandbox(const std::string& id) {
   return kv_->Delete(keys::Sandbox(id)).status();
 }
 
+Result<server::StateStore::Stamped> KvStateStore::GetSandboxStamped(const std::string& id) {
+  auto item = kv_->Get(keys::Sandbox(id));
+  if (!item.ok()) {
+    if (item.status().code() == Code::kNotFound) return NotFound("sandbox", id);
+    return item.status();
+  }
+  auto j = json::parse(item->value, nullptr, false);
+  if (j.is_discarded()) return Internal("read sandbox", id, "the stored record is not JSON");
+  return Stamped{std::move(j), std::to_string(item->mod_revision)};
+}
+
+Status KvStateStore::PutSandboxIf(const json& sandbox, const std::string& stamp) {
+  const std::string id = sandbox.value("id", "");
+  if (id.empty()) return Invalid("put sandbox: no id");
+  int64_t rev = 0;
+  if (!stamp.empty()) {
+    char* end = nullptr;
+    rev = std::strtoll(stamp.c_str(), &end, 10);
+    if (!end || *end != '\0' || rev <= 0) return Invalid("put sandbox: a stamp of another store");
+  }
+  const std::string value = sandbox.dump();
+  WARREN_RETURN_IF_ERROR(CheckSize(value, "the sandbox record", id));
+  const std::string key = keys::Sandbox(id);
+  Txn txn;
+  txn.compare.push_back(rev == 0 ? Compare::Missing(key) : Compare::ModIs(key, rev));
+  txn.success.push_back(TxnOp::Put(key, value));
+  auto r = WARREN_TRY(kv_->Commit(txn));
+  if (!r.succeeded)
+    return Status(Code::kConflict, "put sandbox", id, rev == 0 ? "exists" : "changed meanwhile");
+  return Status::Ok();
+}
+
 Status KvStateStore::PutLayer(const LayerRecord& rec) {
   return kv_->Put(keys::Layer(rec.name, rec.tag), LayerJson(rec).dump()).status();
 }
@@ -145,8 +177,15 @@ Result<json> KvStateStore::GetDoc(const std::string& kind, const std::string& id
   return GetJson(keys::Doc(kind, id), kind, id);
 }
 
-std::vector<json> KvStateStore::ListDocs(const std::string& kind) {
-  return ListJson(keys::Docs(kind), kind.c_str());
+Result<std::vector<json>> KvStateStore::ListDocs(const std::string& kind) {
+  auto listed = WARREN_TRY(kv_->List(keys::Docs(kind)));
+  std::vector<json> out;
+  for (const auto& item : listed.kvs) {
+    auto j = json::parse(item.value, nullptr, false);
+    if (j.is_discarded()) return Internal("list " + kind, item.key, "a stored value is not JSON");
+    out.push_back(std::move(j));
+  }
+  return out;
 }
 
 Status KvStateStore::RemoveDoc(const std::string& kind, const std::string& id) {

@@ -19,6 +19,9 @@ class KvStateStore : public server::StateStore {
   Result<nlohmann::json> GetSandbox(const std::string& id) override;
   std::vector<nlohmann::json> ListSandboxes() override;
   Status RemoveSandbox(const std::string& id) override;
+  // The stamp is the key's mod revision; the write compares it in one transaction.
+  Result<Stamped> GetSandboxStamped(const std::string& id) override;
+  Status PutSandboxIf(const nlohmann::json& sandbox, const std::string& stamp) override;
 
   Status PutLayer(const server::LayerRecord& rec) override;
   Result<server::LayerRecord> GetLayer(const std::string& name, const std::string& tag) override;
@@ -28,7 +31,7 @@ class KvStateStore : public server::StateStore {
 
   Status PutDoc(const std::string& kind, const std::string& id, const nlohmann::json& doc) override;
   Result<nlohmann::json> GetDoc(const std::string& kind, const std::string& id) override;
-  std::vector<nlohmann::json> ListDocs(const std::string& kind) override;
+  Result<std::vector<nlohmann::json>> ListDocs(const std::string& kind) override;
   Status RemoveDoc(const std::string& kind, const std::string& id) override;
 
   Status InsertStep(const std::string& traj, int64_t step, const std::string& exec_id,

@@ -1,6 +1,7 @@
 #include "server/auth.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -108,14 +109,23 @@ bool ValidTokenName(const std::string& n) {
 TokenRegistry::TokenRegistry(StateStore* state, std::string admin_token)
     : state_(state), admin_token_(std::move(admin_token)) {}
 
-Status TokenRegistry::Load() {
-  MutexLock lock(&mu_);
-  for (const json& r : state_->ListDocs(kTokenKind)) {
-    by_hash_[r.value("sha256", "")] = FromRecord(r);
+Status TokenRegistry::Load() { return Reload(); }
+
+Status TokenRegistry::Reload() const {
+  // Read first, then swap in whole: a token removed meanwhile (by another API server of a
+  // cluster) goes, and a store that cannot be read changes nothing.
+  auto docs = WARREN_TRY(state_->ListDocs(kTokenKind));
+  std::map<std::string, Principal> by_hash;
+  std::map<std::string, json> records;
+  for (const json& r : docs) {
+    by_hash[r.value("sha256", "")] = FromRecord(r);
     json shown = r;
     shown.erase("sha256");
-    records_[r.value("name", "")] = shown;
+    records[r.value("name", "")] = shown;
   }
+  MutexLock lock(&mu_);
+  by_hash_.swap(by_hash);
+  records_.swap(records);
   return Status::Ok();
 }
 
@@ -124,6 +134,21 @@ std::optional<Principal> TokenRegistry::Authenticate(std::string_view header) co
   if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer)
     return std::nullopt;
   std::string hash = Sha256Hex(header.substr(kBearer.size()));
+  {
+    MutexLock lock(&mu_);
+    auto it = by_hash_.find(hash);
+    if (it != by_hash_.end()) return it->second;
+    // A token made through another API server a moment ago: read the store again, at most
+    // 20 times a second for misses (unknown tokens must not turn into a read per request).
+    const auto now = std::chrono::steady_clock::now();
+    if (!reload_on_miss_ || now - last_miss_reload_ < std::chrono::milliseconds(50))
+      return std::nullopt;
+    last_miss_reload_ = now;
+  }
+  if (Status st = Reload(); !st.ok()) {
+    spdlog::warn("reload tokens: {}", st.ToString());
+    return std::nullopt;
+  }
   MutexLock lock(&mu_);
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return std::nullopt;

@@ -7,6 +7,7 @@
 // (404) to other principals; the admin sees everything.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -59,8 +60,15 @@ bool BearerMatches(std::string_view header, std::string_view token);
 class TokenRegistry {
  public:
   TokenRegistry(StateStore* state, std::string admin_token);
-  // Loads the stored tokens.
+  // Loads the stored tokens (again: what was removed meanwhile goes).
   Status Load();
+  // Several API servers share the tokens (a cluster): an unknown token makes this one read
+  // the store again before refusing it (rate-limited), and the owner calls Load() every few
+  // seconds so that removals reach every replica.
+  void SetReloadOnMiss(bool on) {
+    MutexLock lock(&mu_);
+    reload_on_miss_ = on;
+  }
   // The principal behind an Authorization header, or nullopt.
   std::optional<Principal> Authenticate(std::string_view authorization) const;
   // POST /v1/tokens: {"name", "scopes", "max_sandboxes", "max_cpu", "max_memory_mb",
@@ -73,9 +81,15 @@ class TokenRegistry {
   StateStore* state_;
   std::string admin_token_;
   mutable Mutex mu_;
-  std::map<std::string, Principal> by_hash_ GUARDED_BY(mu_);  // sha256(token) hex -> principal
-  std::map<std::string, nlohmann::json> records_
+  // Reads the store and swaps the maps in (mutable: a cache of the store, refreshed by a
+  // const Authenticate too).
+  Status Reload() const;
+  mutable std::map<std::string, Principal> by_hash_
+      GUARDED_BY(mu_);  // sha256(token) hex -> principal
+  mutable std::map<std::string, nlohmann::json> records_
       GUARDED_BY(mu_);  // name -> stored record (no secret)
+  bool reload_on_miss_ GUARDED_BY(mu_) = false;
+  mutable std::chrono::steady_clock::time_point last_miss_reload_ GUARDED_BY(mu_);
 };
 
 }  // namespace warren::server

@@ -1,5 +1,7 @@
 #include "server/leases.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cmath>
 
 #include "base/ids.h"
@@ -23,7 +25,12 @@ json Public(const json& doc) {
 
 void LeaseTable::Load() {
   MutexLock lock(&mu_);
-  for (const json& d : state_->ListDocs(kLeaseKind)) leases_[d.value("id", "")] = d;
+  auto docs = state_->ListDocs(kLeaseKind);
+  if (!docs.ok()) {
+    spdlog::error("load leases: {}", docs.status().ToString());
+    return;
+  }
+  for (const json& d : *docs) leases_[d.value("id", "")] = d;
 }
 
 Result<double> LeaseTable::ParseTtl(const std::string& body, double fallback) {

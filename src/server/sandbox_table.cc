@@ -38,8 +38,6 @@ Result<SandboxRecord> SandboxTable::GetLocked(const std::string& id) {
   return rec;
 }
 
-Status SandboxTable::PutLocked(const SandboxRecord& rec) { return store_->PutSandbox(ToJson(rec)); }
-
 void SandboxTable::CountLocked(const SandboxRecord& rec, int64_t delta) {
   int64_t& n = counts_[{rec.spec.backend, rec.state}];
   n = std::max<int64_t>(0, n + delta);
@@ -47,43 +45,64 @@ void SandboxTable::CountLocked(const SandboxRecord& rec, int64_t delta) {
 
 Status SandboxTable::Insert(const SandboxRecord& rec) {
   MutexLock lock(&mu_);
-  if (store_->GetSandbox(rec.id).ok())
+  Status st = store_->PutSandboxIf(ToJson(rec), "");
+  if (st.code() == Code::kConflict)
     return Status(Code::kConflict, "create sandbox", rec.id, "the id exists");
-  WARREN_RETURN_IF_ERROR(PutLocked(rec));
+  WARREN_RETURN_IF_ERROR(st);
   CountLocked(rec, +1);
   return Status::Ok();
+}
+
+Result<SandboxRecord> SandboxTable::Modify(const std::string& id,
+                                           const std::function<Status(SandboxRecord&)>& change) {
+  // Another API server may change the record between our read and write: the write compares
+  // the version read and, when it lost, the change is made again on the newer record.
+  for (int attempt = 0;; ++attempt) {
+    auto stamped = WARREN_TRY(store_->GetSandboxStamped(id));
+    auto parsed = ParseSandboxRecord(stamped.doc);
+    // A stored record this version cannot read is the server's problem, not the caller's.
+    if (!parsed.ok()) return Internal("read sandbox record", id, parsed.status().ToString());
+    SandboxRecord rec = std::move(*parsed);
+    const SandboxRecord before = rec;
+    WARREN_RETURN_IF_ERROR(change(rec));
+    Status st = store_->PutSandboxIf(ToJson(rec), stamped.stamp);
+    if (st.ok()) {
+      CountLocked(before, -1);
+      CountLocked(rec, +1);
+      return rec;
+    }
+    if (st.code() != Code::kConflict || attempt >= 32) return st;
+  }
 }
 
 Result<SandboxRecord> SandboxTable::Transition(const std::string& id, SandboxState to,
                                                std::initializer_list<SandboxState> from,
                                                const std::function<void(SandboxRecord&)>& edit) {
+  const std::vector<SandboxState> allowed(from);
   MutexLock lock(&mu_);
-  SandboxRecord rec = WARREN_TRY(GetLocked(id));
-  const SandboxState was = rec.state;
-  const bool expected = from.size() == 0 || std::find(from.begin(), from.end(), was) != from.end();
-  if (!expected || !CanMove(was, to))
-    return Status(Code::kConflict, std::string("move sandbox to ") + StateName(to), id,
-                  std::string("sandbox is ") + StateName(was));
-  if (edit) edit(rec);  // sees the state it leaves
-  rec.state = to;
-  if (to != SandboxState::kLost) rec.reason.reset();  // why it was lost, once it is not
-  WARREN_RETURN_IF_ERROR(PutLocked(rec));
-  SandboxRecord old = rec;
-  old.state = was;
-  CountLocked(old, -1);
-  CountLocked(rec, +1);
-  return rec;
+  return Modify(id, [&](SandboxRecord& rec) -> Status {
+    const SandboxState was = rec.state;
+    const bool expected =
+        allowed.empty() || std::find(allowed.begin(), allowed.end(), was) != allowed.end();
+    if (!expected || !CanMove(was, to))
+      return Status(Code::kConflict, std::string("move sandbox to ") + StateName(to), id,
+                    std::string("sandbox is ") + StateName(was));
+    if (edit) edit(rec);  // sees the state it leaves
+    rec.state = to;
+    if (to != SandboxState::kLost) rec.reason.reset();  // why it was lost, once it is not
+    return Status::Ok();
+  });
 }
 
 Result<SandboxRecord> SandboxTable::Update(const std::string& id,
                                            const std::function<Status(SandboxRecord&)>& edit) {
   MutexLock lock(&mu_);
-  SandboxRecord rec = WARREN_TRY(GetLocked(id));
-  const SandboxState was = rec.state;
-  WARREN_RETURN_IF_ERROR(edit(rec));
-  rec.state = was;
-  WARREN_RETURN_IF_ERROR(PutLocked(rec));
-  return rec;
+  return Modify(id, [&](SandboxRecord& rec) -> Status {
+    const SandboxState was = rec.state;
+    WARREN_RETURN_IF_ERROR(edit(rec));
+    rec.state = was;
+    return Status::Ok();
+  });
 }
 
 Status SandboxTable::Remove(const std::string& id) {

@@ -2,8 +2,10 @@
 // state change through one Transition() that refuses illegal moves, and counts by backend and
 // state kept as records change (a metrics scrape costs the same at 5 sandboxes as at 5,000).
 //
-// One writer at a time: a read-modify-write of a record (Transition, Update) cannot lose a
-// concurrent change to the same record.
+// One writer at a time here, and every write compares the version it read: a
+// read-modify-write of a record (Transition, Update) cannot lose a concurrent change to the same
+// record, made in this process or by another API server of a cluster (it is made again on the
+// newer record).
 #pragma once
 
 #include <functional>
@@ -51,7 +53,10 @@ class SandboxTable {
 
  private:
   Result<SandboxRecord> GetLocked(const std::string& id) REQUIRES(mu_);
-  Status PutLocked(const SandboxRecord& rec) REQUIRES(mu_);
+  // Reads the record, applies `change` (which may refuse) and writes it if no one wrote it
+  // since; otherwise again, on the newer record.
+  Result<SandboxRecord> Modify(const std::string& id,
+                               const std::function<Status(SandboxRecord&)>& change) REQUIRES(mu_);
   void CountLocked(const SandboxRecord& rec, int64_t delta) REQUIRES(mu_);
 
   StateStore* const store_;

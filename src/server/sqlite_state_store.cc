@@ -139,6 +139,41 @@ Status SqliteStateStore::RemoveSandbox(const std::string& id) {
   return Status::Ok();
 }
 
+Result<StateStore::Stamped> SqliteStateStore::GetSandboxStamped(const std::string& id) {
+  MutexLock lock(&mu_);
+  Stmt st(db_, "SELECT doc FROM sandboxes WHERE id = ?");
+  st.Bind(1, id);
+  if (st.Step() != SQLITE_ROW) return NotFound("sandbox", id);
+  std::string text = st.Text(0);
+  return Stamped{nlohmann::json::parse(text), std::move(text)};
+}
+
+Status SqliteStateStore::PutSandboxIf(const nlohmann::json& sb, const std::string& stamp) {
+  MutexLock lock(&mu_);
+  const std::string id = sb.value("id", "");
+  if (stamp.empty()) {
+    Stmt st(db_, "INSERT INTO sandboxes (id, state, created_at, doc) VALUES (?,?,?,?)");
+    st.Bind(1, id)
+        .Bind(2, sb.value("state", ""))
+        .Bind(3, sb.value("created_at", ""))
+        .Bind(4, sb.dump());
+    const int rc = st.Step();
+    if (rc == SQLITE_CONSTRAINT) return Status(Code::kConflict, "put sandbox", id, "exists");
+    if (rc != SQLITE_DONE) return DbError(db_, "put sandbox");
+    return Status::Ok();
+  }
+  Stmt st(db_, "UPDATE sandboxes SET state = ?, created_at = ?, doc = ? WHERE id = ? AND doc = ?");
+  st.Bind(1, sb.value("state", ""))
+      .Bind(2, sb.value("created_at", ""))
+      .Bind(3, sb.dump())
+      .Bind(4, id)
+      .Bind(5, stamp);
+  if (st.Step() != SQLITE_DONE) return DbError(db_, "put sandbox");
+  if (sqlite3_changes(db_) == 0)
+    return Status(Code::kConflict, "put sandbox", id, "changed meanwhile");
+  return Status::Ok();
+}
+
 Status SqliteStateStore::PutLayer(const LayerRecord& r) {
   MutexLock lock(&mu_);
   Stmt st(db_,
@@ -213,7 +248,7 @@ Result<nlohmann::json> SqliteStateStore::GetDoc(const std::string& kind, const s
   return nlohmann::json::parse(st.Text(0));
 }
 
-std::vector<nlohmann::json> SqliteStateStore::ListDocs(const std::string& kind) {
+Result<std::vector<nlohmann::json>> SqliteStateStore::ListDocs(const std::string& kind) {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM docs WHERE kind = ? ORDER BY id");
   st.Bind(1, kind);

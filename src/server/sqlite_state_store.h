@@ -22,6 +22,9 @@ class SqliteStateStore : public StateStore {
   Result<nlohmann::json> GetSandbox(const std::string& id) override;
   std::vector<nlohmann::json> ListSandboxes() override;
   Status RemoveSandbox(const std::string& id) override;
+  // The stamp is the stored text itself: one process writes, so comparing it is enough.
+  Result<Stamped> GetSandboxStamped(const std::string& id) override;
+  Status PutSandboxIf(const nlohmann::json& sandbox, const std::string& stamp) override;
 
   Status PutLayer(const LayerRecord& rec) override;
   Result<LayerRecord> GetLayer(const std::string& name, const std::string& tag) override;
@@ -31,7 +34,7 @@ class SqliteStateStore : public StateStore {
 
   Status PutDoc(const std::string& kind, const std::string& id, const nlohmann::json& doc) override;
   Result<nlohmann::json> GetDoc(const std::string& kind, const std::string& id) override;
-  std::vector<nlohmann::json> ListDocs(const std::string& kind) override;
+  Result<std::vector<nlohmann::json>> ListDocs(const std::string& kind) override;
   Status RemoveDoc(const std::string& kind, const std::string& id) override;
 
   Status InsertStep(const std::string& traj, int64_t step, const std::string& exec_id,

@@ -32,6 +32,16 @@ class StateStore {
   virtual Result<nlohmann::json> GetSandbox(const std::string& id) = 0;
   virtual std::vector<nlohmann::json> ListSandboxes() = 0;
   virtual Status RemoveSandbox(const std::string& id) = 0;
+  // A sandbox record with the stamp of its version (opaque; it changes with every write).
+  struct Stamped {
+    nlohmann::json doc;
+    std::string stamp;
+  };
+  virtual Result<Stamped> GetSandboxStamped(const std::string& id) = 0;
+  // Writes the record only if it is still at `stamp` ("": only if there is none), else
+  // kConflict: a read-modify-write never overwrites a concurrent one (API servers of a
+  // cluster change the same records).
+  virtual Status PutSandboxIf(const nlohmann::json& sandbox, const std::string& stamp) = 0;
 
   virtual Status PutLayer(const LayerRecord& rec) = 0;  // name:tag moves to the new digest
   virtual Result<LayerRecord> GetLayer(const std::string& name, const std::string& tag) = 0;
@@ -44,7 +54,8 @@ class StateStore {
   virtual Status PutDoc(const std::string& kind, const std::string& id,
                         const nlohmann::json& doc) = 0;
   virtual Result<nlohmann::json> GetDoc(const std::string& kind, const std::string& id) = 0;
-  virtual std::vector<nlohmann::json> ListDocs(const std::string& kind) = 0;
+  // An error when the store cannot be read (a caller must not take "none" for "unknown").
+  virtual Result<std::vector<nlohmann::json>> ListDocs(const std::string& kind) = 0;
   // not_found if absent
   virtual Status RemoveDoc(const std::string& kind, const std::string& id) = 0;
 

@@ -39,6 +39,9 @@ TEST(KvStateStore, UnreachableEtcdIsUnavailable) {
   EXPECT_EQ(store.GetSandbox("x").status().code(), Code::kUnavailable);
   EXPECT_EQ(store.PutSandbox({{"id", "x"}}).code(), Code::kUnavailable);
   EXPECT_EQ(store.InsertStep("t", 0, "e", {}).code(), Code::kUnavailable);
+  // "Cannot read" is never "there are none" (a token list that came back empty would revoke
+  // every token).
+  EXPECT_EQ(store.ListDocs("token").status().code(), Code::kUnavailable);
 }
 
 }  // namespace

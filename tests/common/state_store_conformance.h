@@ -60,6 +60,30 @@ TEST_P(StateStoreConformance, SandboxesByIdListedByCreation) {
   EXPECT_EQ(Ours(s.ListSandboxes(), "id"), (std::vector<std::string>{"c", "a"}));
 }
 
+TEST_P(StateStoreConformance, SandboxWritesCompareTheVersionRead) {
+  StateStore& s = *store_;
+  const std::string id = u_ + "cas";
+  const nlohmann::json v1 = {{"id", id}, {"state", "creating"}, {"created_at", "t"}};
+  EXPECT_EQ(s.GetSandboxStamped(id).status().code(), Code::kNotFound);
+  ASSERT_TRUE(s.PutSandboxIf(v1, "").ok());
+  EXPECT_EQ(s.PutSandboxIf(v1, "").code(), Code::kConflict);  // exists
+  auto read = s.GetSandboxStamped(id);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->doc["state"], "creating");
+  nlohmann::json v2 = v1, v3 = v1;
+  v2["state"] = "running";
+  v3["state"] = "failed";
+  ASSERT_TRUE(s.PutSandboxIf(v2, read->stamp).ok());
+  // A second writer that read the same version loses, and nothing of it is written.
+  EXPECT_EQ(s.PutSandboxIf(v3, read->stamp).code(), Code::kConflict);
+  EXPECT_EQ((*s.GetSandbox(id))["state"], "running");
+  auto again = s.GetSandboxStamped(id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->stamp, read->stamp);
+  ASSERT_TRUE(s.RemoveSandbox(id).ok());
+  EXPECT_EQ(s.PutSandboxIf(v2, again->stamp).code(), Code::kConflict);  // gone meanwhile
+}
+
 TEST_P(StateStoreConformance, LayerTagsMoveAndCountTheirDigests) {
   StateStore& s = *store_;
   const std::string name = "lib/" + u_, d1 = "sha256:" + u_ + "1", d2 = "sha256:" + u_ + "2";
@@ -93,13 +117,14 @@ TEST_P(StateStoreConformance, DocsByKindAndId) {
   ASSERT_TRUE(s.PutDoc(kind, "b", {{"id", "b"}, {"n", 2}}).ok());
   EXPECT_EQ((*s.GetDoc(kind, "b"))["n"], 2);
   auto listed = s.ListDocs(kind);
-  ASSERT_EQ(listed.size(), 2u);
-  EXPECT_EQ(listed[0]["id"], "a");
-  EXPECT_EQ(listed[1]["id"], "b");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0]["id"], "a");
+  EXPECT_EQ((*listed)[1]["id"], "b");
   EXPECT_EQ(s.GetDoc(kind, "c").status().code(), Code::kNotFound);
   ASSERT_TRUE(s.RemoveDoc(kind, "a").ok());
   EXPECT_EQ(s.RemoveDoc(kind, "a").code(), Code::kNotFound);
-  EXPECT_EQ(s.ListDocs(kind).size(), 1u);
+  EXPECT_EQ(s.ListDocs(kind)->size(), 1u);
 }
 
 TEST_P(StateStoreConformance, TrajectoryStepsInOrderOncePerStep) {

@@ -46,6 +46,15 @@ class RemoteNodeTest : public ::testing::Test {
     s.config.layers = {layer};
     return s;
   }
+  // Sandbox sb-1 on `node` with a command that runs until the test ends it (the fake's
+  // `hold`): the API server's mirror of exec ex-1.
+  static std::shared_ptr<node::ExecRecord> StartHeld(RemoteNode* node) {
+    if (!node->CreateSandbox(Spec("sb-1")).ok()) return nullptr;
+    node::ExecSpec spec;
+    spec.argv = {"hold"};
+    auto mirror = node->StartExec("sb-1", "ex-1", spec);
+    return mirror.ok() ? *mirror : nullptr;
+  }
   // Waits until `pred` holds (a few seconds at most).
   template <typename P>
   static bool Eventually(P pred) {
@@ -219,26 +228,20 @@ TEST_F(RemoteNodeTest, MirrorOfAVanishedNodeEndsWithAnError) {
   RemoteNodeOptions opts;
   opts.give_up_s = 1;
   auto node = Connect(opts);
-  ASSERT_TRUE(node->CreateSandbox(Spec("sb-1")).ok());
-  node::ExecSpec spec;
-  spec.argv = {"hold"};
-  auto mirror = node->StartExec("sb-1", "ex-1", spec);
-  ASSERT_TRUE(mirror.ok());
+  auto mirror = StartHeld(node.get());
+  ASSERT_NE(mirror, nullptr);
   http_.reset();
-  ASSERT_TRUE((*mirror)->WaitDone(10000));
-  EXPECT_NE((*mirror)->ResultJson().value("error", "").find("unreachable"), std::string::npos);
+  ASSERT_TRUE(mirror->WaitDone(10000));
+  EXPECT_NE(mirror->ResultJson().value("error", "").find("unreachable"), std::string::npos);
 }
 
 TEST_F(RemoteNodeTest, StreamResumesAfterTheNodeComesBack) {
   auto node = Connect();
-  ASSERT_TRUE(node->CreateSandbox(Spec("sb-1")).ok());
-  node::ExecSpec spec;
-  spec.argv = {"hold"};
-  auto mirror = node->StartExec("sb-1", "ex-1", spec);
-  ASSERT_TRUE(mirror.ok());
+  auto mirror = StartHeld(node.get());
+  ASSERT_NE(mirror, nullptr);
   auto held = fake_.GetExec("sb-1", "ex-1");
   (*held)->AppendOutput(1, "one\n");
-  ASSERT_TRUE(Eventually([&] { return (*mirror)->last_seq() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return mirror->last_seq() == 1; }));
   // The node's API restarts on the same port (its sandboxes and records survive, as
   // adoption keeps them): the mirror reads on from seq 2, with nothing twice.
   const uint16_t port = port_;
@@ -249,21 +252,18 @@ TEST_F(RemoteNodeTest, StreamResumesAfterTheNodeComesBack) {
   node::ExecOutcome outcome;
   outcome.exit_code = 0;
   (*held)->Finish(outcome);
-  ASSERT_TRUE((*mirror)->WaitDone(10000));
-  EXPECT_EQ((*mirror)->ResultJson()["stdout"], "one\ntwo\n") << (*mirror)->ResultJson().dump();
-  EXPECT_EQ((*mirror)->last_seq(), 2u);
+  ASSERT_TRUE(mirror->WaitDone(10000));
+  EXPECT_EQ(mirror->ResultJson()["stdout"], "one\ntwo\n") << mirror->ResultJson().dump();
+  EXPECT_EQ(mirror->last_seq(), 2u);
 }
 
 TEST_F(RemoteNodeTest, ClosingWithCommandsRunningDoesNotHang) {
   auto node = Connect();
-  ASSERT_TRUE(node->CreateSandbox(Spec("sb-1")).ok());
-  node::ExecSpec spec;
-  spec.argv = {"hold"};
-  auto mirror = node->StartExec("sb-1", "ex-1", spec);
-  ASSERT_TRUE(mirror.ok());
+  auto mirror = StartHeld(node.get());
+  ASSERT_NE(mirror, nullptr);
   node.reset();
-  EXPECT_TRUE((*mirror)->done());
-  EXPECT_FALSE((*mirror)->ResultJson().value("error", "").empty());
+  EXPECT_TRUE(mirror->done());
+  EXPECT_FALSE(mirror->ResultJson().value("error", "").empty());
 }
 
 }  // namespace

@@ -1,11 +1,17 @@
 // The typed sandbox record (strict parse, round trip) and the table's one transition function
-// (illegal moves refused, counts kept without reading records).
+// (illegal moves refused, counts kept without reading records); two tables (and two token
+// registries) over one etcd store, as two API servers of a cluster share it.
 #include "server/sandbox_table.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <thread>
+
+#include "cluster/kv_state_store.h"
 #include "image/tar_extract.h"
+#include "mem_kv.h"
+#include "server/auth.h"
 #include "server/state_store.h"
 
 namespace warren::server {
@@ -177,6 +183,78 @@ TEST_F(SandboxTableTest, CountsFollowEveryChangeAndSurviveReopen) {
   EXPECT_EQ(t.counts(), want);
   EXPECT_EQ(t.List().size(), 2u);
   EXPECT_EQ(t.Get("sb-bad").status().code(), Code::kInternal);
+}
+
+// Two API servers of a cluster (two tables over one etcd store): concurrent changes to one
+// record all land, and of two racing transitions out of one state exactly one wins.
+TEST(SandboxTableReplicas, ConcurrentChangesAreNeverLost) {
+  cluster::MemKv kv;
+  cluster::KvStateStore store(&kv);
+  SandboxTable a(&store), b(&store);
+  ASSERT_TRUE(a.Insert(Record("sb-1", S::kCreating)).ok());
+  EXPECT_EQ(b.Insert(Record("sb-1", S::kCreating)).code(), Code::kConflict);
+  auto add_labels = [](SandboxTable* t, const std::string& prefix) {
+    for (int i = 0; i < 25; ++i)
+      ASSERT_TRUE(t->Update("sb-1", [&](SandboxRecord& r) {
+                     r.spec.labels[prefix + std::to_string(i)] = "x";
+                     return Status::Ok();
+                   }).ok());
+  };
+  std::thread ta(add_labels, &a, "a"), tb(add_labels, &b, "b");
+  ta.join();
+  tb.join();
+  auto rec = a.Get("sb-1");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->spec.labels.size(), 51u);  // "job" and 25 from each
+
+  std::atomic<int> won{0}, refused{0};
+  auto start = [&](SandboxTable* t) {
+    auto r = t->Transition("sb-1", S::kRunning, {S::kCreating});
+    (r.ok() ? won : refused)++;
+  };
+  std::thread sa(start, &a), sb(start, &b);
+  sa.join();
+  sb.join();
+  EXPECT_EQ(won.load(), 1);
+  EXPECT_EQ(refused.load(), 1);
+  EXPECT_EQ(b.Get("sb-1")->state, S::kRunning);
+}
+
+}  // namespace
+}  // namespace warren::server
+
+namespace warren::server {
+namespace {
+
+// Two API servers of a cluster share tokens: one made through A works at once through B, and
+// one removed through A stops working on B at B's next reload.
+TEST(TokenRegistryReplicas, TokensReachEveryReplica) {
+  cluster::MemKv kv;
+  cluster::KvStateStore store(&kv);
+  TokenRegistry a(&store, "wt_admin_token_of_the_cluster"),
+      b(&store, "wt_admin_token_of_the_cluster");
+  ASSERT_TRUE(a.Load().ok());
+  ASSERT_TRUE(b.Load().ok());
+  b.SetReloadOnMiss(true);
+  auto made = a.Create(R"({"name": "alice"})");
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const std::string header = "Bearer " + (*made)["token"].get<std::string>();
+  auto who = b.Authenticate(header);
+  ASSERT_TRUE(who.has_value());
+  EXPECT_EQ(who->name, "alice");
+  EXPECT_FALSE(b.Authenticate("Bearer " + std::string(40, 'x')).has_value());
+  ASSERT_TRUE(a.Remove("alice").ok());
+  EXPECT_TRUE(b.Authenticate(header).has_value());  // until B reads the store again
+  ASSERT_TRUE(b.Load().ok());
+  EXPECT_FALSE(b.Authenticate(header).has_value());
+  // A store that cannot be read changes nothing (it does not revoke every token).
+  auto again = a.Create(R"({"name": "bob"})");
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(b.Load().ok());
+  kv.SetAvailable(false);
+  EXPECT_FALSE(b.Load().ok());
+  EXPECT_TRUE(b.Authenticate("Bearer " + (*again)["token"].get<std::string>()).has_value());
+  kv.SetAvailable(true);
 }
 
 }  // namespace

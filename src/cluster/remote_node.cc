@@ -308,18 +308,15 @@ void RemoteNode::Feed(std::shared_ptr<node::ExecRecord> rec, std::string target,
 void RemoteNode::Retire(const std::string& key, const std::shared_ptr<node::ExecRecord>& rec) {
   auto it = mirrors_.find(key);
   if (it == mirrors_.end() || it->second != rec) return;
-  finished_.push_back(key);
+  finished_.emplace_back(key, rec->bytes());
+  finished_bytes_ += rec->bytes();
   // Finished mirrors are kept for later reads up to a count and a size; older ones are read
   // again from the node when asked for.
-  uint64_t bytes = 0;
-  for (const auto& k : finished_)
-    if (auto m = mirrors_.find(k); m != mirrors_.end()) bytes += m->second->bytes();
   while (!finished_.empty() &&
-         (finished_.size() > opts_.keep_finished || bytes > opts_.keep_finished_bytes)) {
-    if (auto m = mirrors_.find(finished_.front()); m != mirrors_.end()) {
-      bytes -= std::min(bytes, m->second->bytes());
-      if (m->second->done()) mirrors_.erase(m);
-    }
+         (finished_.size() > opts_.keep_finished || finished_bytes_ > opts_.keep_finished_bytes)) {
+    const auto& [oldest, bytes] = finished_.front();
+    if (auto m = mirrors_.find(oldest); m != mirrors_.end() && m->second->done()) mirrors_.erase(m);
+    finished_bytes_ -= std::min(finished_bytes_, bytes);
     finished_.pop_front();
   }
 }

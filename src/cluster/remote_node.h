@@ -106,7 +106,10 @@ class RemoteNode : public node::NodeApi {
   bool stop_ GUARDED_BY(mu_) = false;
   // "sandbox/exec" -> the mirror (running, or finished and kept)
   std::map<std::string, std::shared_ptr<node::ExecRecord>> mirrors_ GUARDED_BY(mu_);
-  std::deque<std::string> finished_ GUARDED_BY(mu_);  // oldest first
+  // Finished mirrors, oldest first, with the output each holds (fixed once finished), and
+  // their sum: retiring one costs O(1), not a walk over all that are kept.
+  std::deque<std::pair<std::string, uint64_t>> finished_ GUARDED_BY(mu_);
+  uint64_t finished_bytes_ GUARDED_BY(mu_) = 0;
   // The feeders' connections (for Abort at shutdown or when stalled), with when each last
   // received a line.
   struct Feeder {

@@ -11,6 +11,8 @@ import time
 import urllib.request
 from typing import Dict, List, Optional
 
+import e2e_util
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -85,7 +87,7 @@ class Node:
     def __init__(self, bin_path: str, etcd: Etcd, name: str, data_dir: str, log_path: str,
                  extra: Optional[List[str]] = None):
         self.bin, self.etcd, self.name, self.data_dir = bin_path, etcd, name, data_dir
-        self.port = free_port()
+        self.host, self.port = "127.0.0.1", free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.extra = extra or []
@@ -140,18 +142,10 @@ class Node:
 
     def request(self, method: str, path: str, body=None, token: Optional[str] = None,
                 timeout: float = 120):
-        """(status, bytes) of a request to the node's API."""
-        data = None if body is None else (body if isinstance(body, bytes)
-                                          else json.dumps(body).encode())
-        headers: Dict[str, str] = {"Content-Type": "application/json"}
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+        """(status, bytes) of a request to the node's API (no token: none is sent)."""
+        r = e2e_util.http_request(self, method, path, body, auth=token is not None, token=token,
+                                  timeout=timeout)
+        return r.status, r.body
 
 
 class ApiServer:
@@ -161,7 +155,7 @@ class ApiServer:
                  home: str, extra: Optional[List[str]] = None):
         self.bin, self.etcd, self.data_dir = bin_path, etcd, data_dir
         self.layer_store, self.log_path, self.home = layer_store, log_path, home
-        self.port = free_port()
+        self.host, self.port = "127.0.0.1", free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra = extra or []
         self.proc: Optional[subprocess.Popen] = None
@@ -195,15 +189,9 @@ class ApiServer:
                               timeout=timeout, stdin=subprocess.DEVNULL)
 
     def request(self, method: str, path: str, body=None, timeout: float = 120):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json",
-                                              "Authorization": f"Bearer {self.token}"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+        """(status, bytes) of a request with the admin token."""
+        r = e2e_util.http_request(self, method, path, body, timeout=timeout)
+        return r.status, r.body
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:

@@ -6,10 +6,11 @@ void ReservationBatcher::CommitGroup(const std::string& node, std::vector<Item*>
   std::vector<Resources> items;
   items.reserve(group.size());
   for (const Item* it : group) items.push_back(it->each);
+  // Copied, not moved: a transaction that lost a race is built again from them.
   auto n = res_->ReserveEach(node, items, group.front()->limit, [&](int64_t k) {
     std::vector<TxnOp> ops;
     for (int64_t i = 0; i < k; ++i)
-      for (TxnOp& op : group[i]->ops) ops.push_back(std::move(op));
+      for (const TxnOp& op : group[i]->ops) ops.push_back(op);
     return ops;
   });
   groups_.fetch_add(1, std::memory_order_relaxed);

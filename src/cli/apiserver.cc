@@ -22,6 +22,7 @@
 #include "cluster/etcd_client.h"
 #include "cluster/kv_state_store.h"
 #include "cluster/membership.h"
+#include "cluster/presence.h"
 #include "cluster/remote_node.h"
 #include "image/layer_store.h"
 #include "server/api_service.h"
@@ -44,13 +45,14 @@ class Periodic {
             lock.lock();
           }
         }) {}
-  ~Periodic() {
+  ~Periodic() { Stop(); }
+  void Stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
   }
 
  private:
@@ -115,7 +117,13 @@ int RunApiServer(const ApiServerFlags& f) {
   // place): every node reads them from there.
   image::LayerStore layers(f.layer_store);
   if (Status st = layers.Init(); !st.ok()) return Fail(st.Context("open the layer store"));
-  cluster::KvStateStore state(&etcd);
+  // This run's name among the API servers: a restarted replica is a new one, so the creates
+  // its earlier run left are orphans like any dead replica's.
+  char host[256] = "apiserver";
+  (void)gethostname(host, sizeof host - 1);
+  cluster::Presence presence(&etcd, std::string(host) + "-" + RandomHex(4));
+  if (Status st = presence.Start(); !st.ok()) return Fail(st.Context("join the cluster"));
+  cluster::KvStateStore state(&etcd, presence.name());
   server::TokenRegistry tokens(&state, *admin);
   if (Status st = tokens.Load(); !st.ok()) return Fail(st.Context("load tokens"));
   // Tokens are made and removed through any replica: an unknown one is looked up again at
@@ -137,11 +145,13 @@ int RunApiServer(const ApiServerFlags& f) {
       [credential](const cluster::NodeRecord& node) -> std::unique_ptr<node::NodeApi> {
         return std::make_unique<cluster::RemoteNode>(node.name, node.address, credential);
       },
-      policy);
+      policy, presence.name());
   if (Status st = directory.Start(); !st.ok()) return Fail(st.Context("watch the nodes"));
 
   server::Api api(&state, &state, &fleet, &layers, &tokens);
   api.StartReaper();
+  // Creates a dead replica left half-made: every replica looks, the first to remove one wins.
+  Periodic orphan_sweep(std::chrono::seconds(2), [&api] { api.CleanOrphanedCreates(); });
   server::ApiService service(&api, &tokens);
   server::ServerOptions sopts;
   sopts.listen = f.listen;
@@ -155,6 +165,7 @@ int RunApiServer(const ApiServerFlags& f) {
   spdlog::info("warren apiserver: signal {}, stopping", sig);
   // The sandboxes stay: they belong to the cluster, not to this replica.
   http.Stop();
+  orphan_sweep.Stop();
   api.StopReaper();
   // The directory's watch outlives the Api below: nothing may call into it any more.
   fleet.SetOnNodeLost(nullptr);

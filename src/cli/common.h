@@ -63,6 +63,8 @@ int ExecAndStream(const std::string& id, const ExecFlags& f);
 // Subcommands: one file each.
 void AddServe(CLI::App& app);
 void AddNode(CLI::App& app);
+// `warren node cordon|uncordon|drain NAME`, through the API (admin token).
+void AddNodeAdmin(CLI::App* node);
 void AddApiServer(CLI::App& app);
 void AddImage(CLI::App& app);
 void AddCreate(CLI::App& app);

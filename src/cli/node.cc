@@ -19,6 +19,7 @@
 #include "cluster/etcd_client.h"
 #include "cluster/keys.h"
 #include "cluster/membership.h"
+#include "cluster/node_reconcile.h"
 #include "cluster/node_service.h"
 #include "image/blob_source.h"
 #include "image/layer_store.h"
@@ -159,7 +160,17 @@ int RunNode(const ClusterNodeFlags& f) {
     return r;
   };
   cluster::NodeHeartbeat heartbeat(&etcd, f.ttl_s, snapshot);
+  // What runs here against the records: at the start (the API servers marked our sandboxes
+  // lost when this node went) and whenever the node joins again after its lease expired.
+  auto reconcile = [&etcd, local, &f] {
+    auto r = cluster::ReconcileNode(&etcd, local, f.name, local->SandboxIds());
+    if (r.readmitted || r.reaped)
+      spdlog::info("node {}: {} lost sandbox(es) running again, {} without a record deleted",
+                   f.name, r.readmitted, r.reaped);
+  };
+  heartbeat.SetOnRejoin(reconcile);
   if (Status st = heartbeat.Start(); !st.ok()) return Fail(st.Context("join the cluster"));
+  reconcile();
   spdlog::info("warren node {}: serving API servers on {} (port {}), data in {}, cgroups {}",
                f.name, f.listen, http.port(), f.data_dir, isolation::CgroupLayoutName());
 
@@ -185,7 +196,7 @@ void AddNode(CLI::App& app) {
   cmd->add_option("--advertise", f->advertise,
                   "ADDR:PORT API servers reach this node at (default: --listen)");
   cmd->add_option("--data-dir", f->data_dir, "layers cache, exec journals (a real disk)");
-  cmd->add_option("--name", f->name, "the node's name in the cluster (unique)")->required();
+  cmd->add_option("--name", f->name, "the node's name in the cluster (unique)");
   cmd->add_option("--layer-store", f->layer_store,
                   "the shared layer store (a directory every node mounts, or http(s)://...)");
   Repeatable(cmd->add_option("--label", f->labels,
@@ -193,7 +204,14 @@ void AddNode(CLI::App& app) {
   cmd->add_option("--ttl", f->ttl_s, "seconds without a heartbeat after which the node is down")
       ->check(CLI::Range(2, 60));
   AddNodeFlags(cmd, &f->node);
-  cmd->callback([f] { ExitCode() = RunNode(*f); });
+  AddNodeAdmin(cmd);
+  // `warren node` runs a node; `warren node cordon|uncordon|drain NAME` asks the API.
+  cmd->require_subcommand(0, 1);
+  cmd->callback([f, cmd] {
+    if (!cmd->get_subcommands().empty()) return;
+    if (f->name.empty()) return void(ExitCode() = Fail(Invalid("warren node wants --name")));
+    ExitCode() = RunNode(*f);
+  });
 }
 
 }  // namespace warren::cli

@@ -4,15 +4,19 @@
 
 #include <cmath>
 
+#include "cluster/keys.h"
+
 namespace warren::cluster {
 
 using nlohmann::json;
 
 ClusterFleet::ClusterFleet(KvStore* kv, NodeDirectory* directory, Connect connect,
-                           PlacementPolicy policy)
-    : directory_(directory),
+                           PlacementPolicy policy, std::string api_server)
+    : kv_(kv),
+      directory_(directory),
       connect_(std::move(connect)),
       policy_(policy),
+      api_server_(std::move(api_server)),
       reservations_(kv,
                     [directory](const std::string& node) { return directory->AllocationOf(node); }),
       batcher_(&reservations_) {
@@ -49,7 +53,12 @@ Result<std::string> ClusterFleet::Place(const node::PlacementAsk& ask) {
   std::map<std::string, const NodeRecord*> record_of;
   for (const NodeView& v : nodes) record_of[v.record.name] = &v.record;
   for (const std::string& name : *ranked) {
-    Status st = batcher_.Reserve(name, req.resources, LimitOf(*record_of.at(name), policy_), {});
+    std::vector<TxnOp> claim;
+    if (!ask.sandbox_id.empty())
+      claim.push_back(TxnOp::Put(keys::Creating(ask.sandbox_id),
+                                 ToJson(CreateClaim{api_server_, name, req.resources}).dump()));
+    Status st = batcher_.Reserve(name, req.resources, LimitOf(*record_of.at(name), policy_),
+                                 std::move(claim));
     NoteOwnWrite(name);
     if (st.ok()) return name;
     if (st.code() != Code::kQuota) return st;
@@ -60,10 +69,35 @@ Result<std::string> ClusterFleet::Place(const node::PlacementAsk& ask) {
 }
 
 void ClusterFleet::Release(const std::string& node, const node::PlacementAsk& ask) {
-  Status st = reservations_.Release(node, ResourcesOf(ask), 1);
+  // A create that failed after placement: its claim goes with the room.
+  std::vector<TxnOp> claim;
+  if (!ask.sandbox_id.empty()) claim.push_back(TxnOp::Delete(keys::Creating(ask.sandbox_id)));
+  Status st = reservations_.Release(node, ResourcesOf(ask), 1, claim);
   NoteOwnWrite(node);
   if (!st.ok())
     spdlog::error("node {}: giving back a sandbox's reservation: {}", node, st.ToString());
+}
+
+bool ClusterFleet::Abandon(const std::string& sandbox_id) {
+  const std::string key = keys::Creating(sandbox_id);
+  auto item = kv_->Get(key);
+  if (!item.ok()) return false;  // gone: someone gave it back (or it never reserved)
+  auto doc = json::parse(item->value, nullptr, false);
+  auto claim = ParseCreateClaim(doc);
+  if (doc.is_discarded() || !claim.ok()) {
+    spdlog::error("create claim {} does not parse; removed", key);
+    (void)kv_->Delete(key);
+    return false;
+  }
+  // The claim goes with the room, in one transaction that compares the claim as read: two
+  // replicas cleaning up at once give it back once.
+  Status st = reservations_.Release(claim->node, claim->each, 1, {TxnOp::Delete(key)},
+                                    {Compare::ModIs(key, item->mod_revision)});
+  NoteOwnWrite(claim->node);
+  if (st.ok()) return true;
+  if (st.code() != Code::kConflict)
+    spdlog::warn("give back the room of abandoned create {}: {}", sandbox_id, st.ToString());
+  return false;
 }
 
 void ClusterFleet::NoteOwnWrite(const std::string& node) {
@@ -86,6 +120,19 @@ Result<node::NodeApi*> ClusterFleet::Node(const std::string& name) {
     if (sandbox_lost_) c.api->SetOnSandboxLost(sandbox_lost_);
   }
   return c.api.get();
+}
+
+Status ClusterFleet::SetNodeAdmin(const std::string& node, bool cordoned, bool draining) {
+  bool known = directory_->Get(node).has_value();
+  for (const std::string& name : directory_->Known()) known = known || name == node;
+  if (!known) return NotFound("node", node);
+  NodeAdmin admin;
+  admin.cordoned = cordoned || draining;
+  admin.draining = draining;
+  WARREN_RETURN_IF_ERROR(kv_->Put(keys::NodeAdmin(node), ToJson(admin).dump()).status());
+  // This replica's own view at once (the watch brings it to the others within milliseconds).
+  directory_->NoteAdmin(node, admin);
+  return Status::Ok();
 }
 
 std::vector<json> ClusterFleet::Infos() {

@@ -26,11 +26,16 @@ class ClusterFleet : public node::Fleet {
  public:
   using Connect = std::function<std::unique_ptr<node::NodeApi>(const NodeRecord& node)>;
   // `directory` must not be started yet: the fleet listens for nodes that go.
-  ClusterFleet(KvStore* kv, NodeDirectory* directory, Connect connect, PlacementPolicy policy);
+  // `api_server`: this replica's name (cluster/presence.h), written into each create's claim.
+  ClusterFleet(KvStore* kv, NodeDirectory* directory, Connect connect, PlacementPolicy policy,
+               std::string api_server = "");
 
   Result<std::string> Place(const node::PlacementAsk& ask) override;
   void Release(const std::string& node, const node::PlacementAsk& ask) override;
+  bool Abandon(const std::string& sandbox_id) override;
   Result<node::NodeApi*> Node(const std::string& name) override;
+  // Writes /warren/node/NAME/admin; every replica's directory sees it by its watch.
+  Status SetNodeAdmin(const std::string& node, bool cordoned, bool draining) override;
   std::vector<nlohmann::json> Infos() override;
   void SetOnSandboxLost(std::function<void(const std::string& id)> lost) override;
   void SetOnNodeLost(
@@ -48,9 +53,11 @@ class ClusterFleet : public node::Fleet {
   // lost race), so that its next placement does not rank on an older sum.
   void NoteOwnWrite(const std::string& node);
 
+  KvStore* const kv_;
   NodeDirectory* const directory_;
   const Connect connect_;
   const PlacementPolicy policy_;
+  const std::string api_server_;
   Reservations reservations_;
   ReservationBatcher batcher_;
   Mutex mu_;

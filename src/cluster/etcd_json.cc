@@ -100,6 +100,7 @@ const char* OpName(Compare::Op op) {
 
 json CompareJson(const Compare& c) {
   json j = {{"key", B64(c.key)}, {"target", TargetName(c.target)}, {"result", OpName(c.op)}};
+  if (!c.range_end.empty()) j["range_end"] = B64(c.range_end);
   const std::string n = std::to_string(c.number);
   switch (c.target) {
     case Compare::Target::kVersion:

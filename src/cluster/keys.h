@@ -6,7 +6,10 @@
 //   /warren/node/NAME/alloc   Allocation: what placement reserved on the node (CAS counter)
 //   (one prefix per node, so that an API server lists and watches all of it as one range)
 //   /warren/sandboxes/ID      SandboxRecord (the contract's Sandbox object)
-//   /warren/quota/PRINCIPAL   the principal's usage (CAS counter)
+//   /warren/shares/OWNER/ID   {cpu, memory_mb} of each record that holds its owner's share
+//                             (written with the record; OWNER escaped): quotas count these
+//   /warren/creating/ID       {"api_server"}: a create under way, and which replica makes it
+//   /warren/apiservers/NAME   an API server, under its lease: gone when it is
 //   /warren/layers/NAME:TAG   LayerRecord (a tag -> a content digest)
 //   /warren/docs/KIND/ID      small documents: tokens (their hash, scopes, quotas), leases
 //   /warren/steps/TRAJ/STEP   a trajectory step ({"exec_id", "doc"}); TRAJ escaped, STEP
@@ -23,7 +26,9 @@ namespace warren::cluster::keys {
 inline const std::string kRoot = "/warren/";
 inline const std::string kNodes = kRoot + "node/";
 inline const std::string kSandboxes = kRoot + "sandboxes/";
-inline const std::string kQuota = kRoot + "quota/";
+inline const std::string kShares = kRoot + "shares/";
+inline const std::string kCreating = kRoot + "creating/";
+inline const std::string kApiServers = kRoot + "apiservers/";
 inline const std::string kLayers = kRoot + "layers/";
 inline const std::string kDocs = kRoot + "docs/";
 inline const std::string kSteps = kRoot + "steps/";
@@ -45,17 +50,16 @@ inline bool SplitNodeKey(const std::string& key, std::string* name, std::string*
   return true;
 }
 inline std::string Sandbox(const std::string& id) { return kSandboxes + id; }
-inline std::string Quota(const std::string& principal) { return kQuota + principal; }
 inline std::string Layer(const std::string& name, const std::string& tag) {
   return kLayers + name + ":" + tag;
 }
 inline std::string Docs(const std::string& kind) { return kDocs + kind + "/"; }
 inline std::string Doc(const std::string& kind, const std::string& id) { return Docs(kind) + id; }
-// A trajectory's key as one path segment: '/' and '%' escaped, so that no trajectory's
-// prefix holds another's steps.
-inline std::string Trajectory(const std::string& traj) {
+// A name as one path segment: '/' and '%' escaped, so that no name's prefix holds another's
+// keys.
+inline std::string Segment(const std::string& name) {
   std::string out;
-  for (char c : traj) {
+  for (char c : name) {
     if (c == '%')
       out += "%25";
     else if (c == '/')
@@ -63,8 +67,15 @@ inline std::string Trajectory(const std::string& traj) {
     else
       out += c;
   }
-  return kSteps + out + "/";
+  return out;
 }
+inline std::string Trajectory(const std::string& traj) { return kSteps + Segment(traj) + "/"; }
+inline std::string Shares(const std::string& owner) { return kShares + Segment(owner) + "/"; }
+inline std::string Share(const std::string& owner, const std::string& id) {
+  return Shares(owner) + id;
+}
+inline std::string Creating(const std::string& id) { return kCreating + id; }
+inline std::string ApiServer(const std::string& name) { return kApiServers + name; }
 inline std::string Step(const std::string& traj, int64_t step) {
   std::string n = std::to_string(step);
   return Trajectory(traj) + std::string(n.size() < 20 ? 20 - n.size() : 0, '0') + n;

@@ -3,8 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
+#include <set>
 
 #include "cluster/keys.h"
+#include "cluster/node_record.h"
+#include "server/shares.h"
 
 namespace warren::cluster {
 namespace {
@@ -78,12 +82,39 @@ Result<json> KvStateStore::GetJson(const std::string& key, const std::string& ki
   return j;
 }
 
+std::vector<TxnOp> KvStateStore::RecordOps(const json& sandbox, const std::string& value) {
+  const std::string id = sandbox.value("id", "");
+  const std::string owner = sandbox.value("owner", "");
+  const std::string state = sandbox.value("state", "");
+  std::vector<TxnOp> ops{TxnOp::Put(keys::Sandbox(id), value)};
+  if (server::HoldsShare(state))
+    ops.push_back(TxnOp::Put(keys::Share(owner, id),
+                             json{{"cpu", sandbox.value("cpu", 1.0)},
+                                  {"memory_mb", sandbox.value("memory_mb", int64_t{0})}}
+                                 .dump()));
+  else
+    ops.push_back(TxnOp::Delete(keys::Share(owner, id)));
+  if (state == "creating") {
+    // The same claim placement wrote with the reservation (cluster_fleet.cc).
+    const Resources each{std::llround(sandbox.value("cpu", 1.0) * 1000),
+                         sandbox.value("memory_mb", int64_t{0}),
+                         sandbox.value("disk_mb", int64_t{0})};
+    ops.push_back(
+        TxnOp::Put(keys::Creating(id),
+                   ToJson(CreateClaim{api_server_, sandbox.value("node", ""), each}).dump()));
+  } else
+    ops.push_back(TxnOp::Delete(keys::Creating(id)));
+  return ops;
+}
+
 Status KvStateStore::PutSandbox(const json& sandbox) {
   const std::string id = sandbox.value("id", "");
   if (id.empty()) return Invalid("put sandbox: no id");
   const std::string value = sandbox.dump();
   WARREN_RETURN_IF_ERROR(CheckSize(value, "the sandbox record", id));
-  return kv_->Put(keys::Sandbox(id), value).status();
+  Txn txn;
+  txn.success = RecordOps(sandbox, value);
+  return kv_->Commit(txn).status();
 }
 
 Result<json> KvStateStore::GetSandbox(const std::string& id) {
@@ -91,7 +122,25 @@ Result<json> KvStateStore::GetSandbox(const std::string& id) {
 }
 
 std::vector<json> KvStateStore::ListSandboxes() {
-  auto all = ListJson(keys::kSandboxes, "sandboxes");
+  auto all = ReadSandboxes();
+  if (!all.ok()) {
+    spdlog::error("list sandboxes: {}", all.status().ToString());
+    return {};
+  }
+  return std::move(*all);
+}
+
+Result<std::vector<json>> KvStateStore::ReadSandboxes() {
+  auto listed = WARREN_TRY(kv_->List(keys::kSandboxes));
+  std::vector<json> all;
+  for (const auto& item : listed.kvs) {
+    auto j = json::parse(item.value, nullptr, false);
+    if (j.is_discarded()) {
+      spdlog::error("list sandboxes: {} is not JSON; left out", item.key);
+      continue;
+    }
+    all.push_back(std::move(j));
+  }
   std::stable_sort(all.begin(), all.end(), [](const json& a, const json& b) {
     return std::make_pair(a.value("created_at", ""), a.value("id", "")) <
            std::make_pair(b.value("created_at", ""), b.value("id", ""));
@@ -99,8 +148,32 @@ std::vector<json> KvStateStore::ListSandboxes() {
   return all;
 }
 
-Status KvStateStore::RemoveSandbox(const std::string& id) {
-  return kv_->Delete(keys::Sandbox(id)).status();
+Status KvStateStore::RemoveWith(const std::string& id, const std::vector<Compare>& compare) {
+  auto item = kv_->Get(keys::Sandbox(id));
+  if (!item.ok() && item.status().code() == Code::kNotFound)  // removing what is gone
+    return compare.empty() ? Status::Ok()
+                           : Status(Code::kConflict, "remove sandbox", id, "gone meanwhile");
+  if (!item.ok()) return item.status();
+  auto doc = json::parse(item->value, nullptr, false);
+  const std::string owner = doc.is_object() ? doc.value("owner", "") : "";
+  Txn txn;
+  txn.compare = compare;
+  txn.success = {TxnOp::Delete(keys::Sandbox(id)), TxnOp::Delete(keys::Share(owner, id)),
+                 TxnOp::Delete(keys::Creating(id))};
+  auto r = WARREN_TRY(kv_->Commit(txn));
+  if (!r.succeeded)
+    return Status(Code::kConflict, "remove sandbox", id, "changed or gone meanwhile");
+  return Status::Ok();
+}
+
+Status KvStateStore::RemoveSandbox(const std::string& id) { return RemoveWith(id, {}); }
+
+Status KvStateStore::RemoveSandboxIf(const std::string& id, const std::string& stamp) {
+  char* end = nullptr;
+  const int64_t rev = std::strtoll(stamp.c_str(), &end, 10);
+  if (stamp.empty() || !end || *end != '\0' || rev <= 0)
+    return Invalid("remove sandbox: a stamp of another store");
+  return RemoveWith(id, {Compare::ModIs(keys::Sandbox(id), rev)});
 }
 
 Result<server::StateStore::Stamped> KvStateStore::GetSandboxStamped(const std::string& id) {
@@ -128,11 +201,74 @@ Status KvStateStore::PutSandboxIf(const json& sandbox, const std::string& stamp)
   const std::string key = keys::Sandbox(id);
   Txn txn;
   txn.compare.push_back(rev == 0 ? Compare::Missing(key) : Compare::ModIs(key, rev));
-  txn.success.push_back(TxnOp::Put(key, value));
+  txn.success = RecordOps(sandbox, value);
   auto r = WARREN_TRY(kv_->Commit(txn));
   if (!r.succeeded)
     return Status(Code::kConflict, "put sandbox", id, rev == 0 ? "exists" : "changed meanwhile");
   return Status::Ok();
+}
+
+Result<std::pair<server::Share, int64_t>> KvStateStore::ReadShare(const std::string& owner) {
+  auto listed = WARREN_TRY(kv_->List(keys::Shares(owner)));
+  server::Share share;
+  for (const auto& item : listed.kvs) {
+    auto j = json::parse(item.value, nullptr, false);
+    if (!j.is_object()) return Internal("read share", item.key, "not a JSON object");
+    share.sandboxes += 1;
+    share.cpu += j.value("cpu", 0.0);
+    share.memory_mb += j.value("memory_mb", int64_t{0});
+  }
+  return std::make_pair(share, listed.revision);
+}
+
+Result<server::Share> KvStateStore::ShareOf(const std::string& owner) {
+  return WARREN_TRY(ReadShare(owner)).first;
+}
+
+Status KvStateStore::InsertSandbox(const json& sandbox, const server::ShareLimits& limits) {
+  if (!limits.any()) return PutSandboxIf(sandbox, "");
+  const std::string id = sandbox.value("id", "");
+  const std::string owner = sandbox.value("owner", "");
+  if (id.empty()) return Invalid("put sandbox: no id");
+  const std::string value = sandbox.dump();
+  WARREN_RETURN_IF_ERROR(CheckSize(value, "the sandbox record", id));
+  // Sum, check, and insert only if no share of the owner was written since the sum: a create
+  // another replica granted meanwhile makes this one sum again.
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    auto [share, revision] = WARREN_TRY(ReadShare(owner));
+    WARREN_RETURN_IF_ERROR(server::AdmitShare(owner, limits, share, sandbox.value("cpu", 1.0),
+                                              sandbox.value("memory_mb", int64_t{0})));
+    Txn txn;
+    txn.compare = {Compare::Missing(keys::Sandbox(id)),
+                   Compare::NoneWrittenAfter(keys::Shares(owner), revision)};
+    txn.success = RecordOps(sandbox, value);
+    txn.failure = {TxnOp::Get(keys::Sandbox(id))};
+    auto r = WARREN_TRY(kv_->Commit(txn));
+    if (r.succeeded) return Status::Ok();
+    if (!r.gets.empty() && !r.gets[0].kvs.empty())
+      return Status(Code::kConflict, "put sandbox", id, "exists");
+  }
+  return Status(Code::kUnavailable, "create sandbox", owner,
+                "too many concurrent creates of this owner; retry")
+      .WithRetryAfter(1);
+}
+
+Result<std::vector<std::string>> KvStateStore::OrphanedCreates() {
+  // Both at one revision: a replica that registered after the list cannot be missed.
+  Txn txn;
+  txn.success = {TxnOp::Get(keys::kCreating, PrefixEnd(keys::kCreating)),
+                 TxnOp::Get(keys::kApiServers, PrefixEnd(keys::kApiServers))};
+  auto r = WARREN_TRY(kv_->Commit(txn));
+  if (r.gets.size() != 2) return Internal("list creates", "", "the store answered no ranges");
+  std::set<std::string> alive;
+  for (const auto& item : r.gets[1].kvs) alive.insert(keys::NameOf(item.key, keys::kApiServers));
+  std::vector<std::string> out;
+  for (const auto& item : r.gets[0].kvs) {
+    auto j = json::parse(item.value, nullptr, false);
+    const std::string maker = j.is_object() ? j.value("api_server", "") : "";
+    if (!alive.count(maker)) out.push_back(keys::NameOf(item.key, keys::kCreating));
+  }
+  return out;
 }
 
 Status KvStateStore::PutLayer(const LayerRecord& rec) {

@@ -47,6 +47,9 @@ struct Compare {
   Op op = Op::kEqual;
   int64_t number = 0;  // version, revision or lease
   std::string value;   // for kValue
+  // With a range_end, every key of [key, range_end) must hold (an empty range compares as a
+  // missing key): "no key under a prefix changed since revision R" is one comparison.
+  std::string range_end;
 
   static Compare Missing(std::string key) { return {std::move(key), Target::kVersion}; }
   static Compare Exists(std::string key) {
@@ -55,6 +58,12 @@ struct Compare {
   // Unchanged since it was read at `mod_revision` (0: still missing).
   static Compare ModIs(std::string key, int64_t mod_revision) {
     return {std::move(key), Target::kMod, Op::kEqual, mod_revision};
+  }
+  // No key under `prefix` was written after `revision` (deletions do not count).
+  static Compare NoneWrittenAfter(const std::string& prefix, int64_t revision) {
+    Compare c{prefix, Target::kMod, Op::kLess, revision + 1};
+    c.range_end = PrefixEnd(prefix);
+    return c;
   }
   static Compare ValueIs(std::string key, std::string value) {
     return {std::move(key), Target::kValue, Op::kEqual, 0, std::move(value)};

@@ -88,6 +88,7 @@ void NodeHeartbeat::Loop() {
         spdlog::warn("node heartbeat: rejoining: {}", st.ToString());
       else
         spdlog::info("node heartbeat: joined again with lease {}", lease_.load());
+      if (st.ok() && on_rejoin_) on_rejoin_();
       next_keepalive = now + keepalive_every;
       next_publish = now + publish_every;
       continue;
@@ -273,6 +274,11 @@ std::optional<NodeView> NodeDirectory::Get(const std::string& name) const {
   if (auto a = admin_.find(name); a != admin_.end()) v.admin = a->second;
   if (auto a = alloc_.find(name); a != alloc_.end()) v.alloc = a->second.first;
   return v;
+}
+
+void NodeDirectory::NoteAdmin(const std::string& name, const NodeAdmin& admin) {
+  MutexLock lock(&mu_);
+  admin_[name] = admin;
 }
 
 void NodeDirectory::NoteAllocation(const std::string& name, const Allocation& alloc,

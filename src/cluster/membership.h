@@ -38,6 +38,9 @@ class NodeHeartbeat {
   void Stop(bool leave);
   // Publishes now (a change placement should see soon, such as a new cached layer).
   void Poke();
+  // `rejoined()` runs on the heartbeat's thread each time the node joins again after its
+  // lease expired (the API servers took its sandboxes for lost meanwhile). Set before Start.
+  void SetOnRejoin(std::function<void()> rejoined) { on_rejoin_ = std::move(rejoined); }
   // True while the lease is known to be alive.
   bool registered() const { return registered_.load(); }
   int64_t lease() const { return lease_.load(); }
@@ -58,6 +61,7 @@ class NodeHeartbeat {
   bool stop_ GUARDED_BY(mu_) = false;
   bool poked_ GUARDED_BY(mu_) = false;
   std::string published_;  // the record's JSON as last written; the loop's thread only
+  std::function<void()> on_rejoin_;
   std::thread thread_;
 };
 
@@ -78,6 +82,8 @@ class NodeDirectory {
   // An allocation this replica just wrote (at `mod_revision`), seen before the watch brings it:
   // its next placement must not rank on the sum from before its own write.
   void NoteAllocation(const std::string& name, const Allocation& alloc, int64_t mod_revision);
+  // Admin flags this replica just wrote, seen before the watch brings them.
+  void NoteAdmin(const std::string& name, const NodeAdmin& admin);
   // The node's allocation as last seen, with its mod revision (none: never seen).
   std::optional<std::pair<Allocation, int64_t>> AllocationOf(const std::string& name) const;
   // Nodes with admin flags but no live record (down, or never joined).

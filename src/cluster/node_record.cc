@@ -114,4 +114,19 @@ json ToJson(const Allocation& a) {
   return {{"reserved", ResourcesJson(a.reserved)}, {"sandboxes", a.sandboxes}};
 }
 
+Result<CreateClaim> ParseCreateClaim(const json& j) {
+  JsonFields f(j, "create claim");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  CreateClaim c;
+  WARREN_RETURN_IF_ERROR(f.String("api_server", &c.api_server));
+  WARREN_RETURN_IF_ERROR(f.String("node", &c.node));
+  WARREN_RETURN_IF_ERROR(ReadResources(f, "each", &c.each));
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  return c;
+}
+
+json ToJson(const CreateClaim& c) {
+  return {{"api_server", c.api_server}, {"node", c.node}, {"each", ResourcesJson(c.each)}};
+}
+
 }  // namespace warren::cluster

@@ -55,6 +55,17 @@ struct Allocation {
 Result<Allocation> ParseAllocation(const nlohmann::json& j);
 nlohmann::json ToJson(const Allocation& a);
 
+// A create under way (/warren/creating/ID): which API server makes it, on which node, and the
+// room it reserved there. Written with the reservation and again with the record, deleted
+// when the record leaves `creating`: a claim whose API server is gone is an orphan, and the
+// room it names goes back exactly once (the release compares the claim's revision).
+struct CreateClaim {
+  std::string api_server, node;
+  Resources each;
+};
+Result<CreateClaim> ParseCreateClaim(const nlohmann::json& j);
+nlohmann::json ToJson(const CreateClaim& c);
+
 // A name for a node, a label key or value: [A-Za-z0-9._-], 1..63 characters.
 bool ValidNodeName(const std::string& name);
 

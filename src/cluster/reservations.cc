@@ -71,7 +71,7 @@ Result<Allocation> Reservations::Read(const std::string& node) {
 }
 
 Result<int64_t> Reservations::Apply(const std::string& node, const Plan& plan,
-                                    const ExtraOps& extra) {
+                                    const ExtraOps& extra, const std::vector<Compare>& also) {
   const std::string key = keys::Alloc(node);
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Cached cur = WARREN_TRY(Load(node));
@@ -82,6 +82,7 @@ Result<int64_t> Reservations::Apply(const std::string& node, const Plan& plan,
     if (n <= 0) return int64_t{0};
     Txn txn;
     txn.compare.push_back(Compare::ModIs(key, cur.mod_revision));
+    for (const Compare& c : also) txn.compare.push_back(c);
     txn.success.push_back(TxnOp::Put(key, ToJson(next).dump()));
     if (extra)
       for (TxnOp& op : extra(n)) txn.success.push_back(std::move(op));
@@ -100,6 +101,13 @@ Result<int64_t> Reservations::Apply(const std::string& node, const Plan& plan,
     }
     conflicts_.fetch_add(1, std::memory_order_relaxed);
     if (!r->gets.empty()) Remember(node, r->gets[0]);
+    if (!also.empty()) {
+      // Which comparison failed? An unchanged allocation means one of `also`.
+      const int64_t now =
+          !r->gets.empty() && !r->gets[0].kvs.empty() ? r->gets[0].kvs[0].mod_revision : 0;
+      if (now == cur.mod_revision)
+        return Status(Code::kConflict, "release", node, "what it depends on changed meanwhile");
+    }
   }
   return Status(Code::kUnavailable, "reserve", node,
                 "the node's reservations kept changing; try again")
@@ -148,7 +156,7 @@ Result<int64_t> Reservations::ReserveEach(const std::string& node,
 }
 
 Status Reservations::Release(const std::string& node, const Resources& each, int64_t count,
-                             const std::vector<TxnOp>& extra) {
+                             const std::vector<TxnOp>& extra, const std::vector<Compare>& also) {
   auto n = Apply(
       node,
       [&](const Allocation&, Allocation* next) {
@@ -161,7 +169,7 @@ Status Reservations::Release(const std::string& node, const Resources& each, int
         next->reserved.disk_mb = std::max<int64_t>(next->reserved.disk_mb, 0);
         return count;
       },
-      [&](int64_t) { return extra; });
+      [&](int64_t) { return extra; }, also);
   return n.status();
 }
 

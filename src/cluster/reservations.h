@@ -48,8 +48,9 @@ class Reservations {
                               const Resources& limit, const ExtraOps& extra = nullptr);
   // Gives back what `count` sandboxes of `each` reserved, with `extra` writes in the same
   // transaction (the records' removal).
+  // With `also`, only if those hold too: kConflict (nothing written) when one does not.
   Status Release(const std::string& node, const Resources& each, int64_t count,
-                 const std::vector<TxnOp>& extra = {});
+                 const std::vector<TxnOp>& extra = {}, const std::vector<Compare>& also = {});
   // The node's allocation as etcd has it now (and the cache updated).
   Result<Allocation> Read(const std::string& node);
   // The sum this replica last read or wrote for `node`, and its mod revision (none: unknown).
@@ -69,7 +70,9 @@ class Reservations {
   using Plan = std::function<int64_t(const Allocation& cur, Allocation* next)>;
   // Commits `plan`'s change by compare-and-swap, planning again on the fresh sum after a lost
   // race. Returns the count planned.
-  Result<int64_t> Apply(const std::string& node, const Plan& plan, const ExtraOps& extra);
+  // `also`: further comparisons; when one fails (the allocation itself unchanged), kConflict.
+  Result<int64_t> Apply(const std::string& node, const Plan& plan, const ExtraOps& extra,
+                        const std::vector<Compare>& also = {});
 
   KvStore* const kv_;
   const Source watched_;

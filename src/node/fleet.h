@@ -23,6 +23,9 @@ struct PlacementAsk {
   uint64_t memory_mb = 0, disk_mb = 0;
   std::map<std::string, std::string> node_selector;
   std::vector<std::string> layers;  // digests
+  // The sandbox being placed: a cluster records its claim with the reservation, so that the
+  // room goes back even if the API server dies before the sandbox's record is written.
+  std::string sandbox_id;
 };
 
 class Fleet {
@@ -33,8 +36,16 @@ class Fleet {
   virtual Result<std::string> Place(const PlacementAsk& ask) = 0;
   // Gives back the room a sandbox held on `node` (deleted, failed, lost, or never made).
   virtual void Release(const std::string& node, const PlacementAsk& ask) = 0;
+  // Gives back the room of a sandbox placed by an API server that died before it wrote the
+  // sandbox's record (nothing else names that room). Once, whoever calls it; true if this call
+  // gave it back.
+  virtual bool Abandon(const std::string& sandbox_id) = 0;
   // The node a sandbox record names. kUnavailable when that node cannot be reached now.
   virtual Result<NodeApi*> Node(const std::string& name) = 0;
+  // Takes a node out of placement (cordoned: no new sandboxes; draining: and its sandboxes
+  // are being deleted) or puts it back (both false). kNotFound for a node the fleet does not
+  // know; kInvalid where there is nothing to place elsewhere (warren serve's one node).
+  virtual Status SetNodeAdmin(const std::string& node, bool cordoned, bool draining) = 0;
   // Every node's Info(), for /v1/nodes and /metrics.
   virtual std::vector<nlohmann::json> Infos() = 0;
   // `lost(id)`: a sandbox's agent died by itself (its node saw it).
@@ -51,7 +62,13 @@ class SingleNodeFleet : public Fleet {
   explicit SingleNodeFleet(NodeApi* node) : node_(node) {}
   Result<std::string> Place(const PlacementAsk&) override { return node_->name(); }
   void Release(const std::string&, const PlacementAsk&) override {}
+  bool Abandon(const std::string&) override { return false; }  // one process: no such thing
   Result<NodeApi*> Node(const std::string&) override { return node_; }
+  Status SetNodeAdmin(const std::string& node, bool, bool) override {
+    return Status(Code::kInvalid, "cordon node", node,
+                  "warren serve has one node and nowhere else to place sandboxes; cordon and "
+                  "drain are for the nodes of a cluster");
+  }
   std::vector<nlohmann::json> Infos() override { return {node_->Info()}; }
   void SetOnSandboxLost(std::function<void(const std::string& id)> lost) override {
     node_->SetOnSandboxLost(std::move(lost));

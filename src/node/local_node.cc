@@ -165,6 +165,26 @@ Result<runtime::Backend*> LocalNode::BackendFor(runtime::BackendKind kind) {
 }
 
 Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
+  const std::string id = spec.config.id;
+  if (spec.backend != runtime::BackendKind::kFncall) {
+    MutexLock lock(&mu_);
+    if (sandboxes_.count(id) || !creating_.insert(id).second)
+      return Status(Code::kConflict, "create sandbox", id, "exists");
+  }
+  auto made = CreateSandboxNow(spec);
+  if (spec.backend == runtime::BackendKind::kFncall) return made;
+  bool doomed;
+  {
+    MutexLock lock(&mu_);
+    creating_.erase(id);
+    doomed = doomed_.erase(id) > 0;
+  }
+  if (!doomed || !made.ok()) return made;
+  (void)DeleteSandbox(id);
+  return Status(Code::kConflict, "create sandbox", id, "deleted while it was being created");
+}
+
+Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) {
   if (spec.backend == runtime::BackendKind::kFncall) {
     if (!fncall_)
       return Status(Code::kUnavailable, "create sandbox", "fncall", "not enabled on this node");
@@ -182,11 +202,6 @@ Result<SandboxRuntime> LocalNode::CreateSandbox(const NodeSandboxSpec& spec) {
       return Internal("create sandbox", cfg.id,
                       "layer blob " + l.digest + " is not in the node's store: " + st.ToString());
     l.blob_path = store_->BlobPath(l.digest);
-  }
-  {
-    MutexLock lock(&mu_);
-    if (sandboxes_.count(cfg.id))
-      return Status(Code::kConflict, "create sandbox", cfg.id, "exists");
   }
   if (spec.network.egress && !net_)
     return Status(Code::kUnavailable, "create sandbox", cfg.id, "no egress here: " + net_error_);
@@ -507,7 +522,11 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
   {
     MutexLock lock(&mu_);
     auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return NotFound("sandbox", id);
+    if (it == sandboxes_.end()) {
+      if (!creating_.count(id)) return NotFound("sandbox", id);
+      doomed_.insert(id);  // its create destroys it when done
+      return Status::Ok();
+    }
     e = it->second;
     sandboxes_.erase(it);
   }
@@ -517,6 +536,13 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
   if (net_) net_->Detach(id);
   if (!opts_.spill_dir.empty()) e->journal->Discard();
   return st;
+}
+
+std::vector<std::string> LocalNode::SandboxIds() const {
+  MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [id, e] : sandboxes_) out.push_back(id);
+  return out;
 }
 
 Result<std::shared_ptr<LocalNode::Entry>> LocalNode::Find(const std::string& id) {

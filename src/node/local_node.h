@@ -97,6 +97,8 @@ class LocalNode : public NodeApi {
   void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override;
 
   size_t live_sandboxes() const;
+  // The sandboxes this node holds (made, adopted), by id; not fncall ones (records only).
+  std::vector<std::string> SandboxIds() const;
   // Deletes every sandbox (daemon shutdown).
   void DeleteAll();
 
@@ -180,6 +182,12 @@ class LocalNode : public NodeApi {
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> sandboxes_ GUARDED_BY(mu_);
   std::set<std::string> adopted_ GUARDED_BY(mu_);
+  // Creates under way, and those of them deleted meanwhile (a cluster API server that died
+  // mid-create is cleaned up by another, whose delete can overtake the create): a doomed one
+  // is destroyed as soon as it is made, never left running without a record.
+  std::set<std::string> creating_ GUARDED_BY(mu_);
+  std::set<std::string> doomed_ GUARDED_BY(mu_);
+  Result<SandboxRuntime> CreateSandboxNow(const NodeSandboxSpec& spec);
   std::function<void(const std::string&)> on_lost_ GUARDED_BY(mu_);
   // Whether `id` is a fncall sandbox, which the fncall service answers for.
   bool Fncall(const std::string& id);

@@ -19,6 +19,9 @@ const std::vector<ApiService::RouteEntry>& ApiService::Entries() {
       {{M::kHead, "/healthz", "", kJsonBodyLimit, BodyTo::kMemory, true}, &S::Health},
       {{M::kGet, "/metrics", "", kJsonBodyLimit}, &S::Metrics},
       {{M::kGet, "/v1/nodes", "", kJsonBodyLimit}, &S::Nodes},
+      {{M::kPost, "/v1/nodes/{name}/cordon", "admin", kJsonBodyLimit}, &S::CordonNode},
+      {{M::kPost, "/v1/nodes/{name}/uncordon", "admin", kJsonBodyLimit}, &S::UncordonNode},
+      {{M::kPost, "/v1/nodes/{name}/drain", "admin", kJsonBodyLimit}, &S::DrainNode},
       {{M::kGet, "/v1/trajectories/{id}", "sandbox:read", kJsonBodyLimit}, &S::GetTrajectory},
       {{M::kPost, "/v1/leases", "sandbox:write", kJsonBodyLimit}, &S::CreateLease},
       {{M::kPost, "/v1/leases/{id}/renew", "sandbox:write", kJsonBodyLimit}, &S::RenewLease},
@@ -76,6 +79,18 @@ HttpReply ApiService::Metrics(HttpRequest&) {
 }
 
 HttpReply ApiService::Nodes(HttpRequest&) { return HttpReply::Json(api_->Nodes()); }
+
+HttpReply ApiService::CordonNode(HttpRequest& r) {
+  return HttpReply::Of(api_->SetNodeAdmin(r.params.at("name"), Api::NodeAdmin::kCordon));
+}
+
+HttpReply ApiService::UncordonNode(HttpRequest& r) {
+  return HttpReply::Of(api_->SetNodeAdmin(r.params.at("name"), Api::NodeAdmin::kUncordon));
+}
+
+HttpReply ApiService::DrainNode(HttpRequest& r) {
+  return HttpReply::Of(api_->SetNodeAdmin(r.params.at("name"), Api::NodeAdmin::kDrain));
+}
 
 HttpReply ApiService::GetTrajectory(HttpRequest& r) {
   return HttpReply::Of(api_->GetTrajectory(r.who, r.params.at("id")));

@@ -33,6 +33,9 @@ class ApiService : public HttpService {
   HttpReply Health(HttpRequest&);
   HttpReply Metrics(HttpRequest&);
   HttpReply Nodes(HttpRequest&);
+  HttpReply CordonNode(HttpRequest&);
+  HttpReply UncordonNode(HttpRequest&);
+  HttpReply DrainNode(HttpRequest&);
   HttpReply GetTrajectory(HttpRequest&);
   HttpReply CreateLease(HttpRequest&);
   HttpReply RenewLease(HttpRequest&);

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "base/ids.h"
 #include "base/sha256.h"
@@ -138,16 +140,22 @@ std::optional<Principal> TokenRegistry::Authenticate(std::string_view header) co
     MutexLock lock(&mu_);
     auto it = by_hash_.find(hash);
     if (it != by_hash_.end()) return it->second;
-    // A token made through another API server a moment ago: read the store again, at most
-    // 20 times a second for misses (unknown tokens must not turn into a read per request).
-    const auto now = std::chrono::steady_clock::now();
-    if (!reload_on_miss_ || now - last_miss_reload_ < std::chrono::milliseconds(50))
-      return std::nullopt;
-    last_miss_reload_ = now;
+    if (!reload_on_miss_) return std::nullopt;
   }
-  if (Status st = Reload(); !st.ok()) {
-    spdlog::warn("reload tokens: {}", st.ToString());
-    return std::nullopt;
+  // A token made through another API server a moment ago: read the store again, unless a
+  // reading began after this request arrived (concurrent misses share one); at most 20 a
+  // second (unknown tokens must not turn into a read per request: they wait instead).
+  const auto arrived = std::chrono::steady_clock::now();
+  {
+    MutexLock queue(&miss_mu_);
+    if (last_miss_reload_ < arrived) {
+      std::this_thread::sleep_until(last_miss_reload_ + std::chrono::milliseconds(50));
+      last_miss_reload_ = std::chrono::steady_clock::now();
+      if (Status st = Reload(); !st.ok()) {
+        spdlog::warn("reload tokens: {}", st.ToString());
+        return std::nullopt;
+      }
+    }
   }
   MutexLock lock(&mu_);
   auto it = by_hash_.find(hash);

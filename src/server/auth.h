@@ -63,8 +63,9 @@ class TokenRegistry {
   // Loads the stored tokens (again: what was removed meanwhile goes).
   Status Load();
   // Several API servers share the tokens (a cluster): an unknown token makes this one read
-  // the store again before refusing it (rate-limited), and the owner calls Load() every few
-  // seconds so that removals reach every replica.
+  // the store again before refusing it (every request that misses sees a reading begun after
+  // it arrived, and readings are at most 20 a second: misses wait up to 50 ms for the next),
+  // and the owner calls Load() every few seconds so that removals reach every replica.
   void SetReloadOnMiss(bool on) {
     MutexLock lock(&mu_);
     reload_on_miss_ = on;
@@ -89,7 +90,9 @@ class TokenRegistry {
   mutable std::map<std::string, nlohmann::json> records_
       GUARDED_BY(mu_);  // name -> stored record (no secret)
   bool reload_on_miss_ GUARDED_BY(mu_) = false;
-  mutable std::chrono::steady_clock::time_point last_miss_reload_ GUARDED_BY(mu_);
+  // Misses queue here for one reading at a time; when the last one began.
+  mutable Mutex miss_mu_;  // taken before mu_, never after
+  mutable std::chrono::steady_clock::time_point last_miss_reload_ GUARDED_BY(miss_mu_);
 };
 
 }  // namespace warren::server

@@ -61,9 +61,24 @@ Result<json> LeaseTable::Create(const Principal& who, const std::string& body) {
   return Public(doc);
 }
 
+void LeaseTable::SetShared(bool shared) {
+  MutexLock lock(&mu_);
+  shared_ = shared;
+}
+
+void LeaseTable::Refresh(const std::string& id) {
+  if (!shared_) return;
+  auto doc = state_->GetDoc(kLeaseKind, id);
+  if (doc.ok())
+    leases_[id] = *doc;
+  else if (doc.status().code() == Code::kNotFound)
+    leases_.erase(id);  // released or expired through another replica
+}
+
 Result<json> LeaseTable::Renew(const Principal& who, const std::string& id,
                                const std::string& body) {
   MutexLock lock(&mu_);
+  Refresh(id);
   auto it = leases_.find(id);
   const double now = UnixNow();
   if (it == leases_.end() || !who.Owns(it->second.value("owner", "")) ||
@@ -81,6 +96,7 @@ Result<json> LeaseTable::Renew(const Principal& who, const std::string& id,
 
 Status LeaseTable::Release(const Principal& who, const std::string& id) {
   MutexLock lock(&mu_);
+  Refresh(id);
   auto it = leases_.find(id);
   if (it == leases_.end() || !who.Owns(it->second.value("owner", "")) ||
       it->second.value("expires_unix", 0.0) <= UnixNow())
@@ -92,6 +108,7 @@ Status LeaseTable::Release(const Principal& who, const std::string& id) {
 
 Result<json> LeaseTable::Get(const Principal& who, const std::string& id) {
   MutexLock lock(&mu_);
+  Refresh(id);
   auto it = leases_.find(id);
   if (it == leases_.end() || !who.Owns(it->second.value("owner", "")) ||
       it->second.value("expires_unix", 0.0) <= UnixNow())
@@ -103,10 +120,19 @@ std::vector<std::string> LeaseTable::TakeExpired() {
   MutexLock lock(&mu_);
   std::vector<std::string> out;
   const double now = UnixNow();
+  if (shared_) {
+    // Every replica's leases, as stored: one renewed through another replica has a later
+    // expiry there than here, one made there is not here at all.
+    auto docs = state_->ListDocs(kLeaseKind);
+    if (!docs.ok()) return out;  // unreadable: expire nothing rather than on stale expiries
+    leases_.clear();
+    for (const json& d : *docs) leases_[d.value("id", "")] = d;
+  }
   for (auto it = leases_.begin(); it != leases_.end();) {
     if (it->second.value("expires_unix", 0.0) <= now) {
-      out.push_back(it->first);
-      (void)state_->RemoveDoc(kLeaseKind, it->first);
+      // Whoever removes the stored lease applies its expiry: once, across replicas.
+      Status removed = state_->RemoveDoc(kLeaseKind, it->first);
+      if (removed.ok() || !shared_) out.push_back(it->first);
       it = leases_.erase(it);
     } else {
       ++it;

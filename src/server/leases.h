@@ -35,12 +35,20 @@ class LeaseTable {
   Result<nlohmann::json> Get(const Principal& who, const std::string& id);
   // Removes and returns the ids of leases whose expiry has passed.
   std::vector<std::string> TakeExpired();
+  // Several API servers share the leases (a cluster): each lookup reads the stored lease (it
+  // may have been made, renewed or released through another replica), and TakeExpired reads
+  // them all and returns a lease only to the replica whose removal of it succeeded, so its
+  // sandboxes' expiry action runs once.
+  void SetShared(bool shared);
 
  private:
+  // The stored lease `id` into the table (shared: another replica may have changed it).
+  void Refresh(const std::string& id) REQUIRES(mu_);
   Result<double> ParseTtl(const std::string& body, double fallback);
   StateStore* state_;
   Mutex mu_;
   std::map<std::string, nlohmann::json> leases_ GUARDED_BY(mu_);  // id -> doc (with "expires_unix")
+  bool shared_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace warren::server

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "server/state_store.h"
+
 namespace warren::server {
 namespace {
 
@@ -23,32 +25,32 @@ std::string Fmt(double v) {
 
 }  // namespace
 
+ShareLimits LimitsOf(const Quotas& q) { return {q.max_sandboxes, q.max_cpu, q.max_memory_mb}; }
+
+void QuotaTracker::CountSharesIn(StateStore* store) {
+  MutexLock lock(&mu_);
+  counted_by_ = store;
+}
+
 Status QuotaTracker::Reserve(const Principal& who, double cpu, int64_t memory_mb) {
   const Quotas& q = who.quotas;
   MutexLock lock(&mu_);
   Use& u = use_[who.name];
-  auto refuse = [&](const std::string& what) {
-    return Status(Code::kQuota, "create sandbox", who.name, what);
-  };
-  if (q.max_sandboxes > 0 && u.sandboxes + 1 > q.max_sandboxes)
-    return refuse("quota of " + std::to_string(q.max_sandboxes) + " sandboxes reached");
-  if (q.max_cpu > 0 && u.cpu + cpu > q.max_cpu + 1e-9)
-    return refuse("CPU quota " + Fmt(q.max_cpu) + " reached (" + Fmt(u.cpu) + " in use, asked " +
-                  Fmt(cpu) + ")");
-  if (q.max_memory_mb > 0 && u.memory_mb + memory_mb > q.max_memory_mb)
-    return refuse("memory quota " + std::to_string(q.max_memory_mb) + " MB reached (" +
-                  std::to_string(u.memory_mb) + " MB in use, asked " + std::to_string(memory_mb) +
-                  ")");
+  if (!counted_by_)
+    WARREN_RETURN_IF_ERROR(
+        AdmitShare(who.name, LimitsOf(q), {u.sandboxes, u.cpu, u.memory_mb}, cpu, memory_mb));
   if (q.create_rate > 0) {
     const double burst = std::max(1.0, q.create_rate), now = Now();
     if (u.bucket < 0) u.bucket = burst;
     u.bucket = std::min(burst, u.bucket + (now - u.refilled_at) * q.create_rate);
     u.refilled_at = now;
     if (u.bucket < 1)
-      return refuse("create rate limit of " + Fmt(q.create_rate) + "/s reached; retry shortly")
+      return Status(Code::kQuota, "create sandbox", who.name,
+                    "create rate limit of " + Fmt(q.create_rate) + "/s reached; retry shortly")
           .WithRetryAfter(static_cast<int>(std::ceil((1 - u.bucket) / q.create_rate)));
     u.bucket -= 1;
   }
+  if (counted_by_) return Status::Ok();
   u.sandboxes += 1;
   u.cpu += cpu;
   u.memory_mb += memory_mb;
@@ -98,33 +100,18 @@ int64_t QuotaTracker::CallsRunning() {
 
 void QuotaTracker::Release(const std::string& owner, double cpu, int64_t memory_mb) {
   MutexLock lock(&mu_);
+  if (counted_by_) return;  // the record's removal or failure gave it back in the store
   Use& u = use_[owner];
   u.sandboxes = std::max<int64_t>(0, u.sandboxes - 1);
   u.cpu = std::max(0.0, u.cpu - cpu);
   u.memory_mb = std::max<int64_t>(0, u.memory_mb - memory_mb);
 }
 
-void QuotaTracker::Hold(const std::string& id) {
-  MutexLock lock(&mu_);
-  held_.insert(id);
-}
-
-bool QuotaTracker::ReleaseHeld(const std::string& id, const std::string& owner, double cpu,
-                               int64_t memory_mb) {
-  {
-    MutexLock lock(&mu_);
-    if (!held_.erase(id)) return false;
-  }
-  Release(owner, cpu, memory_mb);
-  return true;
-}
-
 void QuotaTracker::Count(const std::vector<SandboxRecord>& sandboxes) {
   MutexLock lock(&mu_);
+  if (counted_by_) return;
   for (const auto& sb : sandboxes) {
-    // Failed and lost sandboxes gave their share back when they failed or were lost.
-    if (sb.state == SandboxState::kFailed || sb.state == SandboxState::kLost) continue;
-    held_.insert(sb.id);
+    if (!HoldsShare(StateName(sb.state))) continue;
     Use& u = use_[sb.owner];
     u.sandboxes += 1;
     u.cpu += sb.spec.cpu;
@@ -133,6 +120,16 @@ void QuotaTracker::Count(const std::vector<SandboxRecord>& sandboxes) {
 }
 
 nlohmann::json QuotaTracker::Usage(const std::string& owner) {
+  StateStore* store;
+  {
+    MutexLock lock(&mu_);
+    store = counted_by_;
+  }
+  if (store) {
+    auto share = store->ShareOf(owner);
+    if (!share.ok()) return {{"error", share.status().ToString()}};
+    return {{"sandboxes", share->sandboxes}, {"cpu", share->cpu}, {"memory_mb", share->memory_mb}};
+  }
   MutexLock lock(&mu_);
   const Use& u = use_[owner];
   return {{"sandboxes", u.sandboxes}, {"cpu", u.cpu}, {"memory_mb", u.memory_mb}};

@@ -1,12 +1,17 @@
 // Per-principal quotas: live sandboxes, their CPU and memory, and a create-rate token bucket.
 // A create reserves before it starts and releases if it fails, so concurrent creates can never
-// together overshoot a limit.
+// together overshoot a limit. A sandbox gives its share back once: when it fails or is lost,
+// or when a record that still held it is removed (the caller releases only after the write
+// that made it so succeeded, so the record decides, not a set kept here).
+//
+// In a cluster the store counts shares (StateStore::CountsShares): the limits on live
+// sandboxes are checked where the record is inserted, across every API server, and this
+// tracker keeps only what is per replica (the rate buckets and fncall calls).
 #pragma once
 
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -14,21 +19,23 @@
 #include "base/thread_annotations.h"
 #include "server/auth.h"
 #include "server/sandbox_record.h"
+#include "server/shares.h"
 
 namespace warren::server {
 
+class StateStore;
+
+ShareLimits LimitsOf(const Quotas& q);
+
 class QuotaTracker {
  public:
+  // Shares are counted by `store` from now on (a cluster's): Reserve checks only the rate,
+  // Release does nothing, Usage asks the store.
+  void CountSharesIn(StateStore* store);
   // Room for one more sandbox of (cpu, memory_mb) owned by `who`, or a `quota` error naming
   // the limit.
   Status Reserve(const Principal& who, double cpu, int64_t memory_mb);
   void Release(const std::string& owner, double cpu, int64_t memory_mb);
-  // The sandbox `id` holds its share from now on (its create succeeded).
-  void Hold(const std::string& id);
-  // Gives back the share `id` holds, once: a sandbox that failed (it runs nothing and holds
-  // no resources any more) and is then deleted gives it back when it failed. True when it
-  // was held until now.
-  bool ReleaseHeld(const std::string& id, const std::string& owner, double cpu, int64_t memory_mb);
   // Room for `n` more fncall calls of `who` (a call, or a batch of n): its concurrency
   // (max_calls) and rate (call_rate: a token bucket of burst max(1, rate); a batch needs one
   // token and may leave the bucket in debt, so a batch larger than the burst is not refused
@@ -37,7 +44,7 @@ class QuotaTracker {
   Status ReserveCalls(const Principal& who, int64_t n);
   void ReleaseCalls(const std::string& owner, int64_t n);
   int64_t CallsRunning();
-  // Counts the sandboxes that already exist (at startup): every record but failed ones.
+  // Counts the sandboxes that already exist (at startup): every record that holds a share.
   void Count(const std::vector<SandboxRecord>& sandboxes);
   nlohmann::json Usage(const std::string& owner);
 
@@ -54,7 +61,7 @@ class QuotaTracker {
   };
   Mutex mu_;
   std::map<std::string, Use> use_ GUARDED_BY(mu_);
-  std::set<std::string> held_ GUARDED_BY(mu_);  // sandboxes holding a share
+  StateStore* counted_by_ GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace warren::server

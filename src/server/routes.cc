@@ -56,7 +56,14 @@ Api::Api(StateStore* state, StateStore* durable, node::Fleet* fleet, image::Laye
                }}),
       trajectories_(durable, fleet, &sandboxes_,
                     [this](double seconds) { exec_seconds_.Observe(seconds); }) {
-  quota_.Count(sandboxes_.List());
+  // A store that counts shares is a cluster's, shared by API server replicas: quotas are
+  // checked in it and leases read from it, never from one replica's memory.
+  if (state_->CountsShares()) {
+    quota_.CountSharesIn(state_);
+    leases_.SetShared(true);
+  } else {
+    quota_.Count(sandboxes_.List());
+  }
   leases_.Load();
   fleet_->SetOnSandboxLost([this](const std::string& id) {
     auto sb = sandboxes_.Transition(
@@ -91,9 +98,12 @@ void Api::StartReaper() { reaper_.Start(); }
 void Api::StopReaper() { reaper_.Stop(); }
 
 void Api::ReleaseQuotaOf(const SandboxRecord& sb) {
-  // Once: a sandbox that failed gave both back then, not again when it is deleted.
-  if (quota_.ReleaseHeld(sb.id, sb.owner, sb.spec.cpu, static_cast<int64_t>(sb.spec.memory_mb)))
-    fleet_->Release(sb.node, AskOf(sb.spec, sb.layers));
+  // Once: a sandbox that failed gave both back then, not again when it is deleted. Callers
+  // call this only after the write that took the share away succeeded (a transition out of a
+  // state that held it, or the removal only one caller gets), so two API servers never both
+  // give it back.
+  quota_.Release(sb.owner, sb.spec.cpu, static_cast<int64_t>(sb.spec.memory_mb));
+  fleet_->Release(sb.node, AskOf(sb.spec, sb.layers));
 }
 
 node::PlacementAsk Api::AskOf(const SandboxSpec& spec,
@@ -144,8 +154,8 @@ void Api::ReconcileAfterRestart() {
     if (sb.state == SandboxState::kStopping) {
       // A delete the earlier daemon did not finish: its processes go with the unadopted
       // ones (ReapUnadopted), its record goes now.
-      (void)sandboxes_.Remove(id);
-      ReleaseQuotaOf(sb);
+      if (auto gone = sandboxes_.Remove(id); gone.ok() && HoldsShare(StateName(gone->state)))
+        ReleaseQuotaOf(*gone);
       continue;
     }
     // Running and paused sandboxes kept running while we were away: take them over. A fncall
@@ -167,13 +177,50 @@ void Api::ReconcileAfterRestart() {
       continue;
     }
     spdlog::warn("sandbox {} could not be re-adopted: {}", id, st.ToString());
-    (void)sandboxes_.Transition(id, SandboxState::kFailed, {}, [&](SandboxRecord& r) {
+    auto failed = sandboxes_.Transition(id, SandboxState::kFailed, {}, [&](SandboxRecord& r) {
       r.error = SandboxRecord::Error{
           "unavailable",
           "warren serve restarted and could not take the sandbox over: " + st.ToString()};
     });
-    ReleaseQuotaOf(sb);
+    if (failed.ok() && HoldsShare(StateName(sb.state))) ReleaseQuotaOf(sb);
   }
+}
+
+int Api::CleanOrphanedCreates() {
+  auto orphans = state_->OrphanedCreates();
+  if (!orphans.ok()) {
+    spdlog::warn("look for creates left by a dead API server: {}", orphans.status().ToString());
+    return 0;
+  }
+  int n = 0;
+  for (const std::string& id : *orphans) {
+    auto sb = sandboxes_.Get(id);
+    if (!sb.ok() && sb.status().code() == Code::kNotFound) {
+      // Placed, and its maker died before the record was written: only the claim holds room.
+      if (fleet_->Abandon(id)) {
+        spdlog::warn("sandbox {}: its API server died while placing it; room given back", id);
+        ++n;
+      }
+      continue;
+    }
+    if (!sb.ok() || sb->state != SandboxState::kCreating) continue;
+    if (!sb->node.empty()) {
+      auto node = NodeOf(*sb);
+      // Its node out of reach: when it is lost, the record is too; else try again next time.
+      if (!node.ok()) continue;
+      Status st = (*node)->DeleteSandbox(id);
+      if (!st.ok() && st.code() != Code::kNotFound) {
+        spdlog::warn("clean up half-made sandbox {}: {}", id, st.ToString());
+        continue;
+      }
+    }
+    auto gone = sandboxes_.Remove(id);
+    if (!gone.ok()) continue;  // another replica cleaned it up first
+    ReleaseQuotaOf(*gone);
+    spdlog::warn("sandbox {}: its API server died during the create; cleaned up", id);
+    ++n;
+  }
+  return n;
 }
 
 void Api::CountError(Code code) { errors_.Count(code); }
@@ -210,6 +257,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
     std::string name, tag;
     WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
     auto rec = state_->GetLayer(name, tag);
+    if (!rec.ok() && rec.status().code() != Code::kNotFound) return rec.status();
     if (!rec.ok()) return Invalid(std::string("unknown ") + role + " image `" + ref + "`");
     ns.config.layers.push_back({rec->digest, "", std::string(role) == "tool"});
     made_from.push_back({ref, role, rec->digest});
@@ -237,7 +285,8 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   ns.network = WARREN_TRY(net::ParsePolicy(spec.network.mode, spec.network.allow));
 
   // Where it goes: room held there until the sandbox is gone (or this create fails).
-  const node::PlacementAsk ask = AskOf(spec, made_from);
+  node::PlacementAsk ask = AskOf(spec, made_from);
+  ask.sandbox_id = id;
   const std::string node_name = WARREN_TRY(fleet_->Place(ask));
   Cleanup unplace([&] { fleet_->Release(node_name, ask); });
   node::NodeApi* node = WARREN_TRY(fleet_->Node(node_name));
@@ -250,7 +299,8 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   sb.state = SandboxState::kCreating;
   sb.spec = spec;
   sb.layers = std::move(made_from);
-  WARREN_RETURN_IF_ERROR(sandboxes_.Insert(sb));
+  // A cluster's store checks the owner's share here, against every API server's inserts.
+  WARREN_RETURN_IF_ERROR(sandboxes_.Insert(sb, LimitsOf(who.quotas)));
   auto rt = node->CreateSandbox(ns);
   gc_lock.unlock();  // mounted: the kernel holds the blobs open now
   if (!rt.ok()) {
@@ -275,7 +325,6 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   sb = std::move(*running);
   release.Cancel();  // the sandbox holds its share and its room until deleted (or failed)
   unplace.Cancel();
-  quota_.Hold(id);
   // The lease may have expired while we were creating: then this sandbox goes with it now.
   if (spec.lease && !leases_.Get(who, *spec.lease).ok()) ExpireLease(*spec.lease);
   create_seconds_.Observe(NowSeconds() - t0);
@@ -391,7 +440,8 @@ Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {
     }
   }
   json out = json::array();
-  for (const SandboxRecord& sb : sandboxes_.List()) {
+  // An unreadable store is an error, never "you have no sandboxes".
+  for (const SandboxRecord& sb : WARREN_TRY(sandboxes_.ListOrError())) {
     if (!who.Owns(sb.owner)) continue;
     if (want_state && sb.state != *want_state) continue;
     bool match = true;
@@ -417,7 +467,7 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
     if (auto node = NodeOf(sb); node.ok()) (void)(*node)->DeleteSandbox(id);
     reaper_.Forget(id);
     trajectories_.Forget(id);
-    return sandboxes_.Remove(id);
+    return sandboxes_.Remove(id).status();
   }
   std::optional<SandboxState> was;
   if (IsLive(sb.state)) {
@@ -440,8 +490,8 @@ Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
   }
   reaper_.Forget(id);
   trajectories_.Forget(id);
-  WARREN_RETURN_IF_ERROR(sandboxes_.Remove(id));
-  ReleaseQuotaOf(sb);
+  const SandboxRecord gone = WARREN_TRY(sandboxes_.Remove(id));
+  if (HoldsShare(StateName(gone.state))) ReleaseQuotaOf(gone);
   std::vector<std::string> digests;
   for (const auto& l : sb.layers) digests.push_back(l.digest);
   layers_.Collect(digests);
@@ -786,6 +836,29 @@ json Api::Nodes() {
   // The fncall service's gate lives in this API server; its runners, on the node.
   if (calls_.enabled() && nodes.size() == 1) nodes[0]["fncall"] = calls_.Stats();
   return {{"nodes", nodes}};
+}
+
+Result<json> Api::SetNodeAdmin(const std::string& node, NodeAdmin action) {
+  const bool drain = action == NodeAdmin::kDrain;
+  WARREN_RETURN_IF_ERROR(fleet_->SetNodeAdmin(node, action != NodeAdmin::kUncordon, drain));
+  json out = {{"node", node},
+              {"state", drain                          ? "draining"
+                        : action == NodeAdmin::kCordon ? "cordoned"
+                                                       : "ready"},
+              {"deleted", 0},
+              {"errors", json::array()}};
+  if (!drain) return out;
+  int deleted = 0;
+  for (const SandboxRecord& sb : sandboxes_.List()) {
+    if (sb.node != node || sb.state == SandboxState::kCreating) continue;
+    Status st = DeleteSandbox(System(), sb.id);
+    if (st.ok() || st.code() == Code::kNotFound)
+      ++deleted;
+    else
+      out["errors"].push_back({{"id", sb.id}, {"error", st.ToString()}});
+  }
+  out["deleted"] = deleted;
+  return out;
 }
 
 std::string Api::Metrics() {

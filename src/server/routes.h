@@ -50,6 +50,10 @@ class Api {
   void ReconcileAfterRestart();
   // After a clean shutdown deleted every sandbox: their records say so.
   void MarkAllStopped();
+  // Cleans up the creates an API server of the cluster left half-made when it died: each
+  // record still `creating` whose maker is gone is deleted on its node (a node that is still
+  // making it destroys it when done) and removed, giving back what it held. Returns how many.
+  int CleanOrphanedCreates();
 
   Result<nlohmann::json> CreateSandbox(const Principal& who, const std::string& body);
   Result<nlohmann::json> CreateBatch(const Principal& who, const std::string& body);
@@ -113,6 +117,11 @@ class Api {
   Result<nlohmann::json> CallBatch(const Principal& who, const std::string& body);
 
   nlohmann::json Nodes();
+  // Cordon: the node takes no new sandboxes. Drain: that, and every sandbox on it is deleted
+  // (as by its owner: quota and room given back, lease holders' sandboxes gone). Uncordon:
+  // back in placement. Answers {"node", "state", "deleted", "errors"}.
+  enum class NodeAdmin { kCordon, kUncordon, kDrain };
+  Result<nlohmann::json> SetNodeAdmin(const std::string& node, NodeAdmin action);
   std::string Metrics();
   void CountError(Code code);
   std::string TempPath(const std::string& what) const { return layers_.TempPath(what); }

@@ -13,8 +13,17 @@ SandboxTable::SandboxTable(StateStore* store) : store_(store) {
 }
 
 std::vector<SandboxRecord> SandboxTable::List() {
+  auto all = ListOrError();
+  if (!all.ok()) {
+    spdlog::error("list sandboxes: {}", all.status().ToString());
+    return {};
+  }
+  return std::move(*all);
+}
+
+Result<std::vector<SandboxRecord>> SandboxTable::ListOrError() {
   std::vector<SandboxRecord> out;
-  for (const auto& j : store_->ListSandboxes()) {
+  for (const auto& j : WARREN_TRY(store_->ReadSandboxes())) {
     auto rec = ParseSandboxRecord(j);
     if (!rec.ok()) {
       spdlog::error("skipping a sandbox record that does not parse: {}", rec.status().ToString());
@@ -43,9 +52,9 @@ void SandboxTable::CountLocked(const SandboxRecord& rec, int64_t delta) {
   n = std::max<int64_t>(0, n + delta);
 }
 
-Status SandboxTable::Insert(const SandboxRecord& rec) {
+Status SandboxTable::Insert(const SandboxRecord& rec, const ShareLimits& limits) {
   MutexLock lock(&mu_);
-  Status st = store_->PutSandboxIf(ToJson(rec), "");
+  Status st = store_->InsertSandbox(ToJson(rec), limits);
   if (st.code() == Code::kConflict)
     return Status(Code::kConflict, "create sandbox", rec.id, "the id exists");
   WARREN_RETURN_IF_ERROR(st);
@@ -105,12 +114,18 @@ Result<SandboxRecord> SandboxTable::Update(const std::string& id,
   });
 }
 
-Status SandboxTable::Remove(const std::string& id) {
+Result<SandboxRecord> SandboxTable::Remove(const std::string& id) {
   MutexLock lock(&mu_);
-  auto rec = GetLocked(id);
-  WARREN_RETURN_IF_ERROR(store_->RemoveSandbox(id));
-  if (rec.ok()) CountLocked(*rec, -1);
-  return Status::Ok();
+  for (int attempt = 0;; ++attempt) {
+    auto stamped = WARREN_TRY(store_->GetSandboxStamped(id));
+    Status st = store_->RemoveSandboxIf(id, stamped.stamp);
+    if (st.code() == Code::kConflict && attempt < 32) continue;  // changed: read it again
+    WARREN_RETURN_IF_ERROR(st);
+    auto rec = ParseSandboxRecord(stamped.doc);
+    if (!rec.ok()) return Internal("read sandbox record", id, rec.status().ToString());
+    CountLocked(*rec, -1);
+    return rec;
+  }
 }
 
 SandboxTable::Counts SandboxTable::counts() const {

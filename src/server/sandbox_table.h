@@ -19,6 +19,7 @@
 #include "base/status.h"
 #include "base/thread_annotations.h"
 #include "server/sandbox_record.h"
+#include "server/shares.h"
 
 namespace warren::server {
 
@@ -29,11 +30,13 @@ class SandboxTable {
   // Counts what `store` holds (records that do not parse are logged and left out).
   explicit SandboxTable(StateStore* store);
 
-  // Every record that parses, in id order.
+  // Every record that parses, in id order (none, logged, when the store cannot be read).
   std::vector<SandboxRecord> List();
+  Result<std::vector<SandboxRecord>> ListOrError();
   Result<SandboxRecord> Get(const std::string& id);
-  // A new record (its state as given, normally creating); conflict if the id exists.
-  Status Insert(const SandboxRecord& rec);
+  // A new record (its state as given, normally creating); conflict if the id exists. A store
+  // that counts shares refuses it (quota) when its owner would go past `limits`.
+  Status Insert(const SandboxRecord& rec, const ShareLimits& limits = {});
   // Moves sandbox `id` to `to`, applying `edit` to the record in the same write (it sees the
   // state being left and must not change it). Refused
   // (conflict, "sandbox is STATE") when the sandbox is not in one of `from` (if given) or the
@@ -45,7 +48,10 @@ class SandboxTable {
   // written) and must not change the state.
   Result<SandboxRecord> Update(const std::string& id,
                                const std::function<Status(SandboxRecord&)>& edit);
-  Status Remove(const std::string& id);
+  // Removes the record as it is now (a change made meanwhile is read again first) and returns
+  // what was removed; kNotFound when another removal came first, so exactly one caller gets
+  // the record (and gives back what it held).
+  Result<SandboxRecord> Remove(const std::string& id);
 
   // (backend, state) -> n
   using Counts = std::map<std::pair<runtime::BackendKind, SandboxState>, int64_t>;

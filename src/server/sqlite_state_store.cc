@@ -139,6 +139,16 @@ Status SqliteStateStore::RemoveSandbox(const std::string& id) {
   return Status::Ok();
 }
 
+Status SqliteStateStore::RemoveSandboxIf(const std::string& id, const std::string& stamp) {
+  MutexLock lock(&mu_);
+  Stmt st(db_, "DELETE FROM sandboxes WHERE id = ? AND doc = ?");
+  st.Bind(1, id).Bind(2, stamp);
+  if (st.Step() != SQLITE_DONE) return DbError(db_, "remove sandbox");
+  if (sqlite3_changes(db_) == 0)
+    return Status(Code::kConflict, "remove sandbox", id, "changed or gone meanwhile");
+  return Status::Ok();
+}
+
 Result<StateStore::Stamped> SqliteStateStore::GetSandboxStamped(const std::string& id) {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM sandboxes WHERE id = ?");

@@ -22,6 +22,7 @@ class SqliteStateStore : public StateStore {
   Result<nlohmann::json> GetSandbox(const std::string& id) override;
   std::vector<nlohmann::json> ListSandboxes() override;
   Status RemoveSandbox(const std::string& id) override;
+  Status RemoveSandboxIf(const std::string& id, const std::string& stamp) override;
   // The stamp is the stored text itself: one process writes, so comparing it is enough.
   Result<Stamped> GetSandboxStamped(const std::string& id) override;
   Status PutSandboxIf(const nlohmann::json& sandbox, const std::string& stamp) override;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "server/shares.h"
 
 namespace warren::server {
 
@@ -31,6 +32,9 @@ class StateStore {
   virtual Status PutSandbox(const nlohmann::json& sandbox) = 0;
   virtual Result<nlohmann::json> GetSandbox(const std::string& id) = 0;
   virtual std::vector<nlohmann::json> ListSandboxes() = 0;
+  // The same, or the store's error (a caller that answers a tenant must not take an
+  // unreadable store for an empty one).
+  virtual Result<std::vector<nlohmann::json>> ReadSandboxes() { return ListSandboxes(); }
   virtual Status RemoveSandbox(const std::string& id) = 0;
   // A sandbox record with the stamp of its version (opaque; it changes with every write).
   struct Stamped {
@@ -42,6 +46,25 @@ class StateStore {
   // kConflict: a read-modify-write never overwrites a concurrent one (API servers of a
   // cluster change the same records).
   virtual Status PutSandboxIf(const nlohmann::json& sandbox, const std::string& stamp) = 0;
+  // Removes the record only if it is still at `stamp`, else kConflict (kNotFound if gone).
+  virtual Status RemoveSandboxIf(const std::string& id, const std::string& stamp) = 0;
+
+  // Shares (server/shares.h). A store that counts them (a cluster's) inserts a new record only
+  // if its owner's records that hold a share, this one included, stay within `limits`, checked
+  // and written in one step against every writer; one that does not (warren serve's, whose
+  // one process counts them in QuotaTracker) ignores `limits`. kConflict if the id exists.
+  virtual Status InsertSandbox(const nlohmann::json& sandbox, const ShareLimits& limits) {
+    (void)limits;
+    return PutSandboxIf(sandbox, "");
+  }
+  virtual bool CountsShares() const { return false; }
+  // What `owner`'s records hold now (only a store that counts shares knows).
+  virtual Result<Share> ShareOf(const std::string& owner) {
+    return Status(Code::kUnavailable, "read share", owner, "this store does not count shares");
+  }
+  // Records left `creating` by an API server that is gone (it died mid-create): another
+  // cleans them up. None in a store one process owns.
+  virtual Result<std::vector<std::string>> OrphanedCreates() { return std::vector<std::string>{}; }
 
   virtual Status PutLayer(const LayerRecord& rec) = 0;  // name:tag moves to the new digest
   virtual Result<LayerRecord> GetLayer(const std::string& name, const std::string& tag) = 0;

@@ -156,6 +156,32 @@ TEST_P(KvConformance, CreateIfMissingHappensOnce) {
   EXPECT_EQ(kv_->Get(K("only")).status().code(), Code::kNotFound);
 }
 
+// A comparison over a range (the quota pattern: sum a prefix, write only if no key under it was
+// written since): an empty range holds, a write under the prefix breaks it, a deletion does not.
+TEST_P(KvConformance, RangeComparisonSeesWritesUnderThePrefix) {
+  auto guarded = [&](int64_t rev, const std::string& key) {
+    auto t = kv_->Commit({.compare = {Compare::NoneWrittenAfter(K("owner/"), rev)},
+                          .success = {TxnOp::Put(K(key), "x")}});
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return t.ok() && t->succeeded;
+  };
+  auto empty = kv_->List(K("owner/"));
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(guarded(empty->revision, "owner/a"));   // nothing under it yet
+  EXPECT_FALSE(guarded(empty->revision, "owner/b"));  // owner/a was written since
+  auto now = kv_->List(K("owner/"));
+  ASSERT_TRUE(now.ok());
+  EXPECT_TRUE(guarded(now->revision, "owner/b"));
+  auto later = kv_->List(K("owner/"));
+  ASSERT_TRUE(later.ok());
+  ASSERT_TRUE(kv_->Delete(K("owner/a")).ok());
+  EXPECT_TRUE(guarded(later->revision, "owner/c"));  // a deletion only frees room
+  ASSERT_TRUE(kv_->Put(K("ownerz"), "x").ok());      // next to the prefix, not under it
+  auto last = kv_->List(K("owner/"));
+  ASSERT_TRUE(last.ok());
+  EXPECT_TRUE(guarded(last->revision, "elsewhere"));
+}
+
 // The reservation pattern: read, compute, write if unchanged (mod revision), else read again.
 // Concurrent writers lose no update.
 TEST_P(KvConformance, CompareAndSwapLosesNoUpdate) {

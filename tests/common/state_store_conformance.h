@@ -7,10 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "server/state_store.h"
 
@@ -82,6 +85,84 @@ TEST_P(StateStoreConformance, SandboxWritesCompareTheVersionRead) {
   EXPECT_NE(again->stamp, read->stamp);
   ASSERT_TRUE(s.RemoveSandbox(id).ok());
   EXPECT_EQ(s.PutSandboxIf(v2, again->stamp).code(), Code::kConflict);  // gone meanwhile
+}
+
+TEST_P(StateStoreConformance, RemovalComparesTheVersionRead) {
+  StateStore& s = *store_;
+  const std::string id = u_ + "rm";
+  ASSERT_TRUE(s.PutSandboxIf({{"id", id}, {"state", "running"}, {"created_at", "t"}}, "").ok());
+  auto read = s.GetSandboxStamped(id);
+  ASSERT_TRUE(read.ok());
+  ASSERT_TRUE(
+      s.PutSandboxIf({{"id", id}, {"state", "stopping"}, {"created_at", "t"}}, read->stamp).ok());
+  EXPECT_EQ(s.RemoveSandboxIf(id, read->stamp).code(), Code::kConflict);  // changed since
+  auto now = s.GetSandboxStamped(id);
+  ASSERT_TRUE(now.ok());
+  ASSERT_TRUE(s.RemoveSandboxIf(id, now->stamp).ok());
+  EXPECT_EQ(s.GetSandbox(id).status().code(), Code::kNotFound);
+  // A second remover that read the same version gets nothing: exactly one gives back what
+  // the record held.
+  EXPECT_EQ(s.RemoveSandboxIf(id, now->stamp).code(), Code::kConflict);
+}
+
+// A store that counts shares grants an owner's last slot once, whoever asks, and a record
+// gives its share back when it fails or goes; one that does not (SQLite: warren serve counts
+// in process) inserts whatever the limits.
+TEST_P(StateStoreConformance, SharesAreCheckedWhereRecordsAreInserted) {
+  StateStore& s = *store_;
+  const std::string owner = u_ + "owner";
+  auto rec = [&](const std::string& id, const char* state) {
+    return nlohmann::json{{"id", u_ + id},     {"owner", owner}, {"state", state},
+                          {"created_at", "t"}, {"cpu", 1.5},     {"memory_mb", 256}};
+  };
+  const ShareLimits two{2, 0, 0};
+  ASSERT_TRUE(s.InsertSandbox(rec("a", "creating"), two).ok());
+  ASSERT_TRUE(s.InsertSandbox(rec("b", "running"), two).ok());
+  Status third = s.InsertSandbox(rec("c", "creating"), two);
+  if (!s.CountsShares()) {
+    EXPECT_TRUE(third.ok()) << third.ToString();
+    return;
+  }
+  EXPECT_EQ(third.code(), Code::kQuota);
+  EXPECT_NE(third.ToString().find("quota of 2 sandboxes"), std::string::npos) << third.ToString();
+  EXPECT_EQ(s.GetSandbox(u_ + "c").status().code(), Code::kNotFound);
+  auto share = s.ShareOf(owner);
+  ASSERT_TRUE(share.ok()) << share.status().ToString();
+  EXPECT_EQ(share->sandboxes, 2);
+  EXPECT_DOUBLE_EQ(share->cpu, 3.0);
+  EXPECT_EQ(share->memory_mb, 512);
+  // b fails: its share is back.
+  auto b = s.GetSandboxStamped(u_ + "b");
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(s.PutSandboxIf(rec("b", "failed"), b->stamp).ok());
+  EXPECT_EQ(s.ShareOf(owner)->sandboxes, 1);
+  ASSERT_TRUE(s.InsertSandbox(rec("c", "creating"), two).ok());
+  EXPECT_EQ(s.InsertSandbox(rec("d", "creating"), two).code(), Code::kQuota);
+  ASSERT_TRUE(s.RemoveSandbox(u_ + "a").ok());
+  EXPECT_EQ(s.ShareOf(owner)->sandboxes, 1);
+  // An id that exists is a conflict, not a quota.
+  EXPECT_EQ(s.InsertSandbox(rec("c", "creating"), {5, 0, 0}).code(), Code::kConflict);
+
+  // Many writers at once for the last slots: exactly as many win as there are slots.
+  const std::string many = u_ + "many";
+  std::atomic<int> granted{0}, refused{0};
+  std::vector<std::thread> writers;
+  for (int i = 0; i < 8; ++i)
+    writers.emplace_back([&, i] {
+      nlohmann::json r = {{"id", many + std::to_string(i)},
+                          {"owner", many},
+                          {"state", "creating"},
+                          {"created_at", "t"},
+                          {"cpu", 1.0},
+                          {"memory_mb", 0}};
+      Status st = s.InsertSandbox(r, {3, 0, 0});
+      (st.ok() ? granted : refused)++;
+      EXPECT_TRUE(st.ok() || st.code() == Code::kQuota) << st.ToString();
+    });
+  for (auto& t : writers) t.join();
+  EXPECT_EQ(granted.load(), 3);
+  EXPECT_EQ(refused.load(), 5);
+  EXPECT_EQ(s.ShareOf(many)->sandboxes, 3);
 }
 
 TEST_P(StateStoreConformance, LayerTagsMoveAndCountTheirDigests) {

@@ -81,6 +81,99 @@ class Etcd:
         subprocess.run(["rm", "-rf", self.dir])
 
 
+class EtcdCluster:
+    """`n` etcd members on loopback, each of which can be stopped and started again on its
+    data (a member down, quorum lost, the cluster back). `url` names every member, as the
+    roles take it (--etcd URL,URL,...)."""
+
+    def __init__(self, scratch: str, log_dir: str, n: int = 3):
+        self.n = n
+        self.dirs = [tempfile.mkdtemp(prefix=f"warren-e2e-etcd{i}-", dir=scratch)
+                     for i in range(n)]
+        self.client_ports = [free_port() for _ in range(n)]
+        self.peer_ports = [free_port() for _ in range(n)]
+        self.urls = [f"http://127.0.0.1:{p}" for p in self.client_ports]
+        self.url = ",".join(self.urls)
+        self.initial = ",".join(f"m{i}=http://127.0.0.1:{self.peer_ports[i]}" for i in range(n))
+        self.log_dir = log_dir
+        self.procs: List[Optional[subprocess.Popen]] = [None] * n
+        self.started_once = [False] * n
+        for i in range(n):
+            self.start(i, wait=False)
+        if not e2e_util.wait_until(self.healthy, timeout=60):
+            self.close()
+            raise RuntimeError("etcd cluster did not start")
+
+    def start(self, i: int, wait: bool = True) -> None:
+        log = open(os.path.join(self.log_dir, f"etcd{i}.log"), "ab")
+        args = ["etcd", "--name", f"m{i}", "--data-dir", self.dirs[i],
+                "--listen-client-urls", self.urls[i], "--advertise-client-urls", self.urls[i],
+                "--listen-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
+                "--initial-cluster", self.initial, "--initial-cluster-state",
+                "existing" if self.started_once[i] else "new",
+                "--heartbeat-interval", "100", "--election-timeout", "1000"]
+        self.procs[i] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.started_once[i] = True
+        if wait and not e2e_util.wait_until(lambda: self._member_ok(i), timeout=60):
+            raise RuntimeError(f"etcd member {i} did not come back")
+
+    def stop(self, i: int) -> None:
+        p = self.procs[i]
+        if p and p.poll() is None:
+            p.kill()  # a member that dies, not one that leaves
+            p.wait()
+        self.procs[i] = None
+
+    def _member_ok(self, i: int) -> bool:
+        try:
+            with urllib.request.urlopen(self.urls[i] + "/health", timeout=2) as r:
+                return json.loads(r.read()).get("health") == "true"
+        except (OSError, ValueError):
+            return False
+
+    def healthy(self) -> bool:
+        return any(self._member_ok(i) for i in range(self.n) if self.procs[i])
+
+    def _post(self, path: str, body: dict) -> dict:
+        for i in range(self.n):
+            if not self.procs[i]:
+                continue
+            req = urllib.request.Request(self.urls[i] + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return json.loads(r.read())
+            except OSError:
+                continue
+        raise OSError("no etcd member answered")
+
+    def get(self, key: str) -> Optional[str]:
+        r = self._post("/v3/kv/range", {"key": _b64(key)})
+        kvs = r.get("kvs", [])
+        return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+
+    def keys(self, prefix: str) -> List[str]:
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        r = self._post("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(end),
+                                        "keys_only": True})
+        return [base64.b64decode(kv["key"]).decode() for kv in r.get("kvs", [])]
+
+    def close(self) -> None:
+        for i in range(self.n):
+            p = self.procs[i]
+            if p and p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        for d in self.dirs:
+            subprocess.run(["rm", "-rf", d])
+
+
 class Node:
     """A `warren node` process: its own data dir, port and name."""
 

@@ -73,6 +73,11 @@ CONTRACT_ROUTES = [
     # as the network policy is, and the tamper report a grader reads before trusting a run.
     ("put", "/v1/sandboxes/{id}/filesystem"),
     ("get", "/v1/sandboxes/{id}/changes"),
+    # Additions for the cluster (issue 25): `warren node cordon|uncordon|drain NAME` needs an
+    # API; `warren serve` answers invalid (x-warren-status: cluster).
+    ("post", "/v1/nodes/{name}/cordon"),
+    ("post", "/v1/nodes/{name}/uncordon"),
+    ("post", "/v1/nodes/{name}/drain"),
 ]
 
 # The contract's schemas and their fields; fields beyond these must be marked x-warren-addition.
@@ -160,6 +165,11 @@ def operations(spec: dict = None) -> List[Tuple[str, str, dict, dict]]:
 
 def is_planned(op: dict) -> bool:
     return op.get("x-warren-status") == "planned"
+
+
+def is_cluster_only(op: dict) -> bool:
+    """Served by a cluster's API servers; `warren serve` answers what x-warren-today says."""
+    return op.get("x-warren-status") == "cluster"
 
 
 def resolve(ref: str, spec: dict = None) -> Any:
@@ -512,7 +522,7 @@ def test_contract_surface_is_covered():
 def test_planned_markings_are_complete():
     for path, method, op, _ in operations():
         today = op.get("x-warren-today")
-        if is_planned(op):
+        if is_planned(op) or is_cluster_only(op):
             assert isinstance(today, dict), f"{method} {path}: planned without x-warren-today"
             assert str(today["status"]) in op["responses"], f"{method} {path}: today's status undocumented"
             assert ERROR_STATUS[today["code"]] == today["status"]
@@ -777,7 +787,7 @@ def test_operation_against_server(server, ctx, sandboxes, path, method, request)
     if oid == "createSandbox" and r.status == 201:
         sandboxes.append(r.json["id"])
 
-    if is_planned(op):
+    if is_planned(op) or is_cluster_only(op):
         today = op["x-warren-today"]
         err = u.assert_error(r, today["status"], today["code"])
         assert today["message"] in err["message"], f"{oid}: today's message {err['message']!r}"

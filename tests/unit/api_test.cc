@@ -209,6 +209,7 @@ class TwoNodeFleet : public node::Fleet {
   void Release(const std::string& name, const node::PlacementAsk& ask) override {
     held[name] -= ask.memory_mb;
   }
+  bool Abandon(const std::string&) override { return false; }
   Result<node::NodeApi*> Node(const std::string& name) override {
     if (down.count(name))
       return Status(Code::kUnavailable, "reach node", name, "the sandbox's node is out of reach");
@@ -216,6 +217,12 @@ class TwoNodeFleet : public node::Fleet {
     if (name == "b") return static_cast<node::NodeApi*>(&b);
     return Status(Code::kUnavailable, "reach node", name, "no such node");
   }
+  Status SetNodeAdmin(const std::string& name, bool cordoned, bool draining) override {
+    if (name != "a" && name != "b") return NotFound("node", name);
+    admin[name] = {cordoned || draining, draining};
+    return Status::Ok();
+  }
+  std::map<std::string, std::pair<bool, bool>> admin;
   std::vector<json> Infos() override { return {a.Info(), b.Info()}; }
   void SetOnSandboxLost(std::function<void(const std::string&)> lost) override {
     a.SetOnSandboxLost(lost);
@@ -316,6 +323,41 @@ TEST_F(ApiTest, ASandboxOfANodeThatLeftIsLostWithAReason) {
   // The stored record with `reason` reads back (a restarted API server).
   ASSERT_TRUE(api_->DeleteSandbox(alice_, again).ok());
   api_.reset();
+}
+
+TEST_F(ApiTest, DrainDeletesANodesSandboxesAndCordonKeepsThem) {
+  TwoNodeFleet fleet;
+  api_.reset();
+  api_ = std::make_unique<Api>(state_.get(), durable_.get(), &fleet, layers_.get(), tokens_.get());
+  const std::string on_a = Create({{"image", "py:1"}, {"memory_mb", 100}}, alice_)["id"];
+  const std::string on_b = Create({{"image", "py:1"}, {"memory_mb", 100}}, alice_)["id"];
+  auto cordoned = api_->SetNodeAdmin("a", Api::NodeAdmin::kCordon);
+  ASSERT_TRUE(cordoned.ok()) << cordoned.status().ToString();
+  EXPECT_EQ((*cordoned)["state"], "cordoned");
+  EXPECT_EQ(fleet.admin["a"], std::make_pair(true, false));
+  EXPECT_EQ((*api_->GetSandbox(alice_, on_a))["state"], "running");  // cordon deletes nothing
+
+  auto drained = api_->SetNodeAdmin("b", Api::NodeAdmin::kDrain);
+  ASSERT_TRUE(drained.ok()) << drained.status().ToString();
+  EXPECT_EQ((*drained)["deleted"], 1);
+  EXPECT_TRUE((*drained)["errors"].empty());
+  EXPECT_EQ(fleet.admin["b"], std::make_pair(true, true));
+  EXPECT_EQ(api_->GetSandbox(alice_, on_b).status().code(), Code::kNotFound);
+  EXPECT_FALSE(fleet.b.sandboxes.count(on_b));
+  EXPECT_EQ(fleet.held["b"], 0);  // its room, and alice's share, are back
+  EXPECT_EQ((*api_->GetSandbox(alice_, on_a))["state"], "running");
+
+  ASSERT_TRUE(api_->SetNodeAdmin("b", Api::NodeAdmin::kUncordon).ok());
+  EXPECT_EQ(fleet.admin["b"], std::make_pair(false, false));
+  EXPECT_EQ(api_->SetNodeAdmin("zz", Api::NodeAdmin::kCordon).status().code(), Code::kNotFound);
+  ASSERT_TRUE(api_->DeleteSandbox(alice_, on_a).ok());
+  api_.reset();
+}
+
+TEST_F(ApiTest, WarrenServeHasNoNodeToCordon) {
+  auto st = api_->SetNodeAdmin("local", Api::NodeAdmin::kDrain);
+  EXPECT_EQ(st.status().code(), Code::kInvalid);
+  EXPECT_NE(st.status().ToString().find("cluster"), std::string::npos);
 }
 
 TEST(SandboxRecord, ReasonGoesWithLostOnly) {

@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <thread>
 
 #include "cluster/keys.h"
+#include "cluster/kv_state_store.h"
+#include "cluster/presence.h"
 #include "fake_node.h"
 #include "image/tar_extract.h"
 #include "mem_kv.h"
@@ -147,6 +150,166 @@ TEST_F(ClusterFleetTest, ANodeThatStopsHeartbeatingLosesItsSandboxes) {
   }
   ASSERT_TRUE(api_->DeleteSandbox(admin_, on["n2"][0]).ok());
   EXPECT_EQ(Reserved("n2"), 0);
+}
+
+// Replicas of the API server over one store (MemKv): each with its own KvStateStore, fleet and
+// presence, as `warren apiserver` runs them. Quotas hold across them, and what a replica that
+// died left half-made is cleaned up once by the others.
+class ClusterReplicasTest : public ::testing::Test {
+ protected:
+  struct Replica {
+    std::unique_ptr<Presence> presence;
+    std::unique_ptr<KvStateStore> state;
+    std::unique_ptr<NodeDirectory> directory;
+    std::unique_ptr<ClusterFleet> fleet;
+    std::unique_ptr<server::TokenRegistry> tokens;
+    std::unique_ptr<Api> api;
+  };
+  void SetUp() override {
+    ASSERT_NE(mkdtemp(dir_), nullptr);
+    layers_ = std::make_unique<image::LayerStore>(std::string(dir_) + "/store");
+    ASSERT_TRUE(layers_->Init().ok());
+    for (const char* name : {"n1", "n2"}) {
+      NodeRecord r;
+      r.name = name;
+      r.address = "http://127.0.0.1:1";
+      r.capacity = {8000, 8192, 100000};
+      r.backends = {runtime::BackendKind::kContainer};
+      r.started_at = "2026-12-02T00:00:00Z";
+      beats_[name] = std::make_unique<NodeHeartbeat>(
+          &kv_, 3, [r] { return r; }, 20);
+      ASSERT_TRUE(beats_[name]->Start().ok());
+      (void)nodes_[name];  // made now: replicas connect from several threads
+    }
+    for (const char* name : {"api-1", "api-2", "api-3"}) replicas_[name] = MakeReplica(name);
+    ASSERT_TRUE(
+        replicas_["api-1"]
+            ->state->PutLayer({"py", "1", "sha256:" + std::string(64, 'a'), "base", "t", "tar", 10})
+            .ok());
+  }
+  std::unique_ptr<Replica> MakeReplica(const std::string& name) {
+    auto r = std::make_unique<Replica>();
+    r->presence = std::make_unique<Presence>(&kv_, name);
+    EXPECT_TRUE(r->presence->Start().ok());
+    r->state = std::make_unique<KvStateStore>(&kv_, name);
+    r->directory = std::make_unique<NodeDirectory>(&kv_);
+    r->fleet = std::make_unique<ClusterFleet>(
+        &kv_, r->directory.get(),
+        [this](const NodeRecord& n) -> std::unique_ptr<node::NodeApi> {
+          return std::make_unique<testing::ForwardingNode>(&nodes_[n.name]);
+        },
+        PlacementPolicy{}, name);
+    EXPECT_TRUE(r->directory->Start().ok());
+    EXPECT_TRUE(WaitFor([&] { return r->directory->Ready().size() == 2; }));
+    r->tokens = std::make_unique<server::TokenRegistry>(r->state.get(), "secret");
+    r->api = std::make_unique<Api>(r->state.get(), r->state.get(), r->fleet.get(), layers_.get(),
+                                   r->tokens.get());
+    return r;
+  }
+  void TearDown() override {
+    replicas_.clear();
+    beats_.clear();
+    (void)image::RemoveTree(dir_);
+  }
+  int64_t Reserved(const std::string& node) {
+    Reservations r(&kv_);
+    return r.Read(node)->sandboxes;
+  }
+  int64_t Keys(const std::string& prefix) {
+    return static_cast<int64_t>(kv_.List(prefix)->kvs.size());
+  }
+
+  char dir_[32] = "/tmp/warren-replicas-XXXXXX";
+  MemKv kv_;
+  std::map<std::string, testing::FakeNode> nodes_;
+  std::map<std::string, std::unique_ptr<NodeHeartbeat>> beats_;
+  std::unique_ptr<image::LayerStore> layers_;
+  std::map<std::string, std::unique_ptr<Replica>> replicas_;
+  const Principal admin_{"admin", {"admin"}, {}};
+};
+
+TEST_F(ClusterReplicasTest, TwoReplicasNeverBothGrantTheLastSlot) {
+  Principal alice{"alice", {"sandbox:*", "exec"}, {}};
+  alice.quotas.max_sandboxes = 3;
+  alice.quotas.max_memory_mb = 1000;
+  std::atomic<int> made{0}, refused{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 10; ++i)
+    clients.emplace_back([&, i] {
+      Api* api = replicas_[i % 2 ? "api-1" : "api-2"]->api.get();
+      auto r = api->CreateSandbox(alice, R"({"image": "py:1", "memory_mb": 200})");
+      if (r.ok())
+        ++made;
+      else if (r.status().code() == Code::kQuota)
+        ++refused;
+      else
+        ADD_FAILURE() << r.status().ToString();
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(made.load(), 3);
+  EXPECT_EQ(refused.load(), 7);
+  auto share = replicas_["api-1"]->state->ShareOf("alice");
+  ASSERT_TRUE(share.ok());
+  EXPECT_EQ(share->sandboxes, 3);
+  EXPECT_EQ(share->memory_mb, 600);
+  EXPECT_EQ(Reserved("n1") + Reserved("n2"), 3);  // the refused ones gave their room back
+  EXPECT_EQ(Keys(keys::kCreating), 0);
+  // The memory quota too: 600 of 1000 used, 500 more does not fit, whichever replica asks.
+  auto big =
+      replicas_["api-2"]->api->CreateSandbox(alice, R"({"image": "py:1", "memory_mb": 500})");
+  EXPECT_EQ(big.status().code(), Code::kQuota);
+  // A sandbox deleted through one replica frees the slot for the other.
+  auto listed = (*replicas_["api-1"]->api->ListSandboxes(alice, {}))["sandboxes"];
+  ASSERT_EQ(listed.size(), 3u);
+  ASSERT_TRUE(replicas_["api-2"]->api->DeleteSandbox(alice, listed[0]["id"]).ok());
+  EXPECT_TRUE(replicas_["api-1"]->api->CreateSandbox(alice, R"({"image": "py:1"})").ok());
+  EXPECT_EQ(replicas_["api-1"]->api->CreateSandbox(alice, R"({"image": "py:1"})").status().code(),
+            Code::kQuota);
+}
+
+TEST_F(ClusterReplicasTest, WhatADeadReplicaLeftHalfMadeIsCleanedUpOnce) {
+  Replica& dead = *replicas_["api-3"];
+  // Placed, then died before the record: only its claim names the room.
+  node::PlacementAsk ask;
+  ask.cpu = 1;
+  ask.memory_mb = 100;
+  ask.sandbox_id = "sb-placed";
+  auto placed = dead.fleet->Place(ask);
+  ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+  // Recorded `creating`, and its node made it: then died.
+  ask.sandbox_id = "sb-made";
+  auto made_on = dead.fleet->Place(ask);
+  ASSERT_TRUE(made_on.ok());
+  server::SandboxRecord rec;
+  rec.id = "sb-made";
+  rec.owner = "alice";
+  rec.node = *made_on;
+  rec.created_at = "2026-12-02T00:00:00Z";
+  rec.state = server::SandboxState::kCreating;
+  rec.spec.image = "py:1";
+  rec.spec.cpu = 1;
+  rec.spec.memory_mb = 100;
+  ASSERT_TRUE(dead.state->InsertSandbox(server::ToJson(rec), {}).ok());
+  node::NodeSandboxSpec ns;
+  ns.config.id = "sb-made";
+  ASSERT_TRUE(nodes_[*made_on].CreateSandbox(ns).ok());
+  EXPECT_EQ(Reserved("n1") + Reserved("n2"), 2);
+  EXPECT_EQ(replicas_["api-1"]->api->CleanOrphanedCreates(), 0);  // its maker still lives
+
+  dead.api.reset();
+  dead.fleet.reset();
+  dead.presence.reset();  // gone from the cluster (a killed one: when its lease expires)
+  std::atomic<int> cleaned{0};
+  std::thread other([&] { cleaned += replicas_["api-2"]->api->CleanOrphanedCreates(); });
+  cleaned += replicas_["api-1"]->api->CleanOrphanedCreates();
+  other.join();
+  EXPECT_EQ(cleaned.load(), 2);
+  EXPECT_EQ(Reserved("n1") + Reserved("n2"), 0);
+  EXPECT_EQ(replicas_["api-1"]->state->GetSandbox("sb-made").status().code(), Code::kNotFound);
+  EXPECT_FALSE(nodes_[*made_on].sandboxes.count("sb-made"));
+  EXPECT_EQ(Keys(keys::kCreating), 0);
+  EXPECT_EQ(Keys(keys::kShares), 0);
+  EXPECT_EQ(replicas_["api-1"]->api->CleanOrphanedCreates(), 0);
 }
 
 }  // namespace

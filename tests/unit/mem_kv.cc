@@ -135,11 +135,24 @@ Result<int64_t> MemKv::Delete(const std::string& key, const std::string& range_e
 }
 
 bool MemKv::Holds(const Compare& c) {
+  if (!c.range_end.empty()) {
+    // etcd: every key of the range must hold; an empty range compares as one missing key.
+    auto first = kvs_.lower_bound(c.key);
+    auto last = c.range_end == std::string(1, '\0') ? kvs_.end() : kvs_.lower_bound(c.range_end);
+    if (first == last) return HoldsFor(c, nullptr);
+    for (auto it = first; it != last; ++it)
+      if (!HoldsFor(c, &it->second)) return false;
+    return true;
+  }
   auto it = kvs_.find(c.key);
+  return HoldsFor(c, it == kvs_.end() ? nullptr : &it->second);
+}
+
+bool MemKv::HoldsFor(const Compare& c, const KeyValue* found) {
   const KeyValue missing;
-  const KeyValue& kv = it == kvs_.end() ? missing : it->second;
+  const KeyValue& kv = found ? *found : missing;
   if (c.target == Compare::Target::kValue) {
-    if (it == kvs_.end()) return false;  // etcd: a value comparison on a missing key fails
+    if (!found) return false;  // etcd: a value comparison on a missing key fails
     int cmp = kv.value.compare(c.value);
     switch (c.op) {
       case Compare::Op::kEqual:

@@ -56,6 +56,7 @@ class MemKv : public KvStore {
 
   Status Check(const std::string& op, const std::string& key) REQUIRES(mu_);
   bool Holds(const Compare& c) REQUIRES(mu_);
+  bool HoldsFor(const Compare& c, const KeyValue* found) REQUIRES(mu_);  // null: missing
   RangeResult RangeLocked(const RangeRequest& req) REQUIRES(mu_);
   void PutLocked(const std::string& key, const std::string& value, int64_t lease) REQUIRES(mu_);
   int64_t DeleteLocked(const std::string& key, const std::string& range_end) REQUIRES(mu_);

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "cluster/kv_state_store.h"
+#include "mem_kv.h"
+
 namespace warren::server {
 namespace {
 
@@ -30,17 +33,38 @@ TEST(Quota, FailedRecordsFoundAtStartupDoNotCount) {
   EXPECT_EQ(q.Reserve(Limited(3), 1, 512).code(), Code::kQuota);
 }
 
-TEST(Quota, AHeldShareIsGivenBackOnce) {
+// (That a share is given back once, when its sandbox fails and not again when it is deleted,
+// is the record's rule: api_test.cc, EachSandboxIsServedByTheNodeItsRecordNames.)
+
+// A cluster's store counts shares: the tracker then keeps only the rate, and reports the
+// store's use.
+TEST(Quota, AStoreThatCountsSharesHoldsTheLimits) {
+  cluster::MemKv kv;
+  cluster::KvStateStore store(&kv);
   QuotaTracker q;
-  ASSERT_TRUE(q.Reserve(Limited(1), 1, 256).ok());
-  q.Hold("sb-1");
-  EXPECT_EQ(q.Reserve(Limited(1), 1, 256).code(), Code::kQuota);
-  q.ReleaseHeld("sb-1", "alice", 1, 256);  // it failed
-  q.ReleaseHeld("sb-1", "alice", 1, 256);  // then it is deleted: nothing more
-  EXPECT_EQ(q.Usage("alice")["sandboxes"], 0);
-  ASSERT_TRUE(q.Reserve(Limited(1), 1, 256).ok());
-  q.ReleaseHeld("sb-never-held", "alice", 1, 256);
+  q.CountSharesIn(&store);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(q.Reserve(Limited(1), 1, 256).ok());  // checked at insert
+  ASSERT_TRUE(store
+                  .InsertSandbox({{"id", "sb-1"},
+                                  {"owner", "alice"},
+                                  {"state", "running"},
+                                  {"cpu", 2.0},
+                                  {"memory_mb", 256}},
+                                 LimitsOf(Limited(1).quotas))
+                  .ok());
+  EXPECT_EQ(store
+                .InsertSandbox({{"id", "sb-2"}, {"owner", "alice"}, {"state", "creating"}},
+                               LimitsOf(Limited(1).quotas))
+                .code(),
+            Code::kQuota);
+  q.Release("alice", 2, 256);  // the store's record decides, not this
   EXPECT_EQ(q.Usage("alice")["sandboxes"], 1);
+  EXPECT_EQ(q.Usage("alice")["cpu"], 2.0);
+  // The rate is still the tracker's.
+  Principal rated = Limited(0);
+  rated.quotas.create_rate = 1;
+  EXPECT_TRUE(q.Reserve(rated, 1, 0).ok());
+  EXPECT_EQ(q.Reserve(rated, 1, 0).code(), Code::kQuota);
 }
 
 TEST(Quota, CallsAtOnceAndPerSecond) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <thread>
 
 #include "cluster/kv_state_store.h"
@@ -255,6 +256,28 @@ TEST(TokenRegistryReplicas, TokensReachEveryReplica) {
   EXPECT_FALSE(b.Load().ok());
   EXPECT_TRUE(b.Authenticate("Bearer " + (*again)["token"].get<std::string>()).has_value());
   kv.SetAvailable(true);
+}
+
+// Many requests with a token made a moment ago through another replica, at once: every one
+// is let in (each sees a reading of the store begun after it arrived), and they share readings.
+TEST(TokenRegistryReplicas, ConcurrentMissesOfANewTokenAllSucceed) {
+  cluster::MemKv kv;
+  cluster::KvStateStore store(&kv);
+  TokenRegistry a(&store, "wt_admin_token_of_the_cluster"),
+      b(&store, "wt_admin_token_of_the_cluster");
+  ASSERT_TRUE(b.Load().ok());
+  b.SetReloadOnMiss(true);
+  for (int round = 0; round < 3; ++round) {
+    auto made = a.Create(nlohmann::json{{"name", "t" + std::to_string(round)}}.dump());
+    ASSERT_TRUE(made.ok());
+    const std::string header = "Bearer " + (*made)["token"].get<std::string>();
+    std::atomic<int> in{0};
+    std::vector<std::thread> clients;
+    for (int i = 0; i < 8; ++i)
+      clients.emplace_back([&] { in += b.Authenticate(header).has_value(); });
+    for (auto& t : clients) t.join();
+    EXPECT_EQ(in.load(), 8) << "round " << round;
+  }
 }
 
 }  // namespace

@@ -82,5 +82,35 @@ TEST(StateStore, AResolvedTagFollowsItsMovesAndRemoval) {
   (void)image::RemoveTree(tmpl);
 }
 
+// A create whose API server is gone (its /warren/apiservers key went with its lease) is an
+// orphan; one whose maker lives, or that finished, is not.
+TEST(KvStateStore, CreatesOfAGoneApiServerAreOrphans) {
+  cluster::MemKv kv;
+  cluster::KvStateStore store(&kv, "api-1");
+  auto rec = [](const std::string& id, const char* state) {
+    return nlohmann::json{{"id", id},          {"owner", "o"}, {"state", state},
+                          {"created_at", "t"}, {"cpu", 1.0},   {"memory_mb", 0}};
+  };
+  ASSERT_TRUE(store.InsertSandbox(rec("sb-1", "creating"), {}).ok());
+  ASSERT_TRUE(store.InsertSandbox(rec("sb-2", "creating"), {}).ok());
+  auto lease = kv.GrantLease(5);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(kv.Put("/warren/apiservers/api-1", "{}", *lease).ok());
+  auto none = store.OrphanedCreates();
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  // sb-2's create finished: it is no one's to clean up any more.
+  auto read = store.GetSandboxStamped("sb-2");
+  ASSERT_TRUE(read.ok());
+  ASSERT_TRUE(store.PutSandboxIf(rec("sb-2", "running"), read->stamp).ok());
+  kv.Advance(6);  // api-1 stops heartbeating
+  auto orphans = store.OrphanedCreates();
+  ASSERT_TRUE(orphans.ok());
+  EXPECT_EQ(*orphans, std::vector<std::string>{"sb-1"});
+  ASSERT_TRUE(store.RemoveSandbox("sb-1").ok());
+  EXPECT_TRUE(store.OrphanedCreates()->empty());
+  EXPECT_EQ(kv.Get("/warren/creating/sb-1").status().code(), Code::kNotFound);
+}
+
 }  // namespace
 }  // namespace warren::server

@@ -84,7 +84,7 @@ def rollout(client, args, k):
     name = NAMES[k % len(NAMES)]
     t0 = time.monotonic()
     with client.sandbox(image=args.base, workspace=args.workspace, tools=[args.tool],
-                        memory_mb=512, labels={"demo": "rollouts"}) as sb:
+                        memory_mb=512, labels={"demo": args.label}) as sb:
         t_created = time.monotonic()
         sb.write_file("/work/repo/textstats/solution.py", CANDIDATES[name])
         r = sb.run(["/opt/tools/grader/bin/grade", "/work/repo"], timeout=args.test_timeout)
@@ -96,7 +96,8 @@ def rollout(client, args, k):
             except (ValueError, IndexError):
                 pass
         return {
-            "k": k, "id": sb.id, "candidate": name, "timed_out": r.timed_out,
+            "k": k, "id": sb.id, "node": sb.to_dict().get("node", ""), "candidate": name,
+            "timed_out": r.timed_out,
             "passed": grade.get("passed", 0), "total": grade.get("total", 0),
             "reward": grade["passed"] / grade["total"] if grade.get("total") else 0.0,
             "create_ms": (t_created - t0) * 1000, "test_ms": (t_done - t_created) * 1000,
@@ -212,6 +213,10 @@ def main():
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--test-timeout", type=float, default=5)
     ap.add_argument("--no-network", action="store_true", help="skip the network stages")
+    ap.add_argument("--label", default="rollouts",
+                    help="the `demo` label of this batch's sandboxes (its leak check lists them)")
+    ap.add_argument("--rollouts-only", action="store_true",
+                    help="only the rollouts (a cluster: no fncall, microVM or network stages)")
     args = ap.parse_args()
 
     client = warren.Client()
@@ -227,12 +232,17 @@ def main():
     wall = time.monotonic() - t0
     results.sort(key=lambda r: r["k"])
 
-    print(f"{'#':>3}  {'sandbox':<20} {'candidate':<15} {'tests':>7} {'reward':>6} "
+    print(f"{'#':>3}  {'sandbox':<20} {'node':<10} {'candidate':<15} {'tests':>7} {'reward':>6} "
           f"{'create':>8} {'tests ran':>9}")
     for r in results:
         tests = "timeout" if r["timed_out"] else f"{r['passed']}/{r['total']}"
-        print(f"{r['k']:>3}  {r['id']:<20} {r['candidate']:<15} {tests:>7} {r['reward']:>6.2f} "
-              f"{r['create_ms']:>6.1f}ms {r['test_ms']:>7.0f}ms")
+        print(f"{r['k']:>3}  {r['id']:<20} {r['node']:<10} {r['candidate']:<15} {tests:>7} "
+              f"{r['reward']:>6.2f} {r['create_ms']:>6.1f}ms {r['test_ms']:>7.0f}ms")
+    by_node = {}
+    for r in results:
+        by_node[r["node"]] = by_node.get(r["node"], 0) + 1
+    if len(by_node) > 1:
+        print("\nrollouts by node: " + ", ".join(f"{n} {c}" for n, c in sorted(by_node.items())))
     print("\nmean reward by candidate:")
     for name in NAMES:
         rs = [r["reward"] for r in results if r["candidate"] == name]
@@ -244,16 +254,18 @@ def main():
           f"p95 {pct(creates, 0.95):.1f} ms")
     for e in errors:
         print(f"error: {e}")
-    left = client.list(labels={"demo": "rollouts"})
+    left = client.list(labels={"demo": args.label})
     if left:
         print(f"leaked sandboxes: {[s.id for s in left]}")
         return 1
     # The same candidates judged by the fncall backend: no sandbox of their own, each test case
     # run in a fresh isolated worker of a runner made from the same Debian base.
-    judged = judge_with_calls(client, args.base)
-    judged &= microvm_stage(client, args)
-    if not args.no_network:
-        network_stages(client, args.base)
+    judged = True
+    if not args.rollouts_only:
+        judged = judge_with_calls(client, args.base)
+        judged &= microvm_stage(client, args)
+        if not args.no_network:
+            network_stages(client, args.base)
     right = all(r["reward"] == 1.0 for r in results if r["candidate"] == "correct")
     wrong = all(r["reward"] < 1.0 for r in results if r["candidate"] != "correct")
     if errors or not right or not wrong or not judged:

@@ -152,6 +152,10 @@ int RunApiServer(const ApiServerFlags& f) {
   api.StartReaper();
   // Creates a dead replica left half-made: every replica looks, the first to remove one wins.
   Periodic orphan_sweep(std::chrono::seconds(2), [&api] { api.CleanOrphanedCreates(); });
+  // Every sandbox's TTL, whichever replica made it (a stopgap for a leader's TTL index: it
+  // lists every record each time).
+  api.TrackEveryTtl();
+  Periodic ttl_sweep(std::chrono::seconds(10), [&api] { api.TrackEveryTtl(); });
   server::ApiService service(&api, &tokens);
   server::ServerOptions sopts;
   sopts.listen = f.listen;
@@ -166,6 +170,7 @@ int RunApiServer(const ApiServerFlags& f) {
   // The sandboxes stay: they belong to the cluster, not to this replica.
   http.Stop();
   orphan_sweep.Stop();
+  ttl_sweep.Stop();
   api.StopReaper();
   // The directory's watch outlives the Api below: nothing may call into it any more.
   fleet.SetOnNodeLost(nullptr);

@@ -37,6 +37,11 @@ void SandboxReaper::Forget(const std::string& id) {
   idle_.erase(id);
 }
 
+bool SandboxReaper::Tracked(const std::string& id) {
+  MutexLock lock(&mu_);
+  return deadlines_.count(id) > 0;
+}
+
 void SandboxReaper::Touch(const std::string& id) {
   MutexLock lock(&mu_);
   auto it = idle_.find(id);

@@ -31,6 +31,7 @@ class SandboxReaper {
   // Sandbox `id` ends `ttl_s` seconds from now, or once unused for `idle_timeout_s`.
   void Track(const std::string& id, double ttl_s, std::optional<double> idle_timeout_s);
   void Forget(const std::string& id);
+  bool Tracked(const std::string& id);
   // Sandbox `id` was used now (its idle timeout starts again).
   void Touch(const std::string& id);
 

@@ -223,6 +223,21 @@ int Api::CleanOrphanedCreates() {
   return n;
 }
 
+int Api::TrackEveryTtl() {
+  auto all = sandboxes_.ListOrError();
+  if (!all.ok()) return 0;
+  const double wall = UnixNow();
+  int n = 0;
+  for (const SandboxRecord& sb : *all) {
+    if (!IsLive(sb.state) || reaper_.Tracked(sb.id)) continue;
+    const double created = ParseRfc3339(sb.created_at);
+    const double ttl = static_cast<double>(sb.spec.ttl_s);
+    reaper_.Track(sb.id, created > 0 ? created + ttl - wall : ttl, std::nullopt);
+    ++n;
+  }
+  return n;
+}
+
 void Api::CountError(Code code) { errors_.Count(code); }
 
 Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool reserved) {
@@ -378,6 +393,25 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
     Status st = quota_.Reserve(who, spec.cpu, static_cast<int64_t>(spec.memory_mb));
     reserved[static_cast<size_t>(i)] = st.ok();
     if (!st.ok()) results[static_cast<size_t>(i)] = st;
+  }
+  // A cluster's store checks shares at each insert, in whatever order the workers reach it:
+  // the items beyond what the owner's share has room for now are refused here, in item
+  // order, as above (the inserts still check: another request may take room meanwhile).
+  if (const ShareLimits limits = LimitsOf(who.quotas); state_->CountsShares() && limits.any()) {
+    Share used = WARREN_TRY(state_->ShareOf(who.name));
+    for (int64_t i = 0; i < n; ++i) {
+      if (!reserved[static_cast<size_t>(i)]) continue;
+      const auto memory_mb = static_cast<int64_t>(spec.memory_mb);
+      Status st = AdmitShare(who.name, limits, used, spec.cpu, memory_mb);
+      if (!st.ok()) {
+        reserved[static_cast<size_t>(i)] = false;
+        results[static_cast<size_t>(i)] = st;
+        continue;
+      }
+      used.sandboxes += 1;
+      used.cpu += spec.cpu;
+      used.memory_mb += memory_mb;
+    }
   }
   std::atomic<int64_t> next{0};
   auto work = [&] {

@@ -54,6 +54,12 @@ class Api {
   // record still `creating` whose maker is gone is deleted on its node (a node that is still
   // making it destroys it when done) and removed, giving back what it held. Returns how many.
   int CleanOrphanedCreates();
+  // A cluster's API servers each reap the sandboxes they made; this takes on the TTL of every
+  // live record this one does not track yet (made by another replica, perhaps one that died),
+  // so that no sandbox outlives its ttl_s for want of its maker. Deleting twice is harmless
+  // (one replica's delete wins). Idle timeouts stay with the maker, which sees the sandbox's
+  // use. Returns how many it took on.
+  int TrackEveryTtl();
 
   Result<nlohmann::json> CreateSandbox(const Principal& who, const std::string& body);
   Result<nlohmann::json> CreateBatch(const Principal& who, const std::string& body);

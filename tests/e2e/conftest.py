@@ -3,6 +3,10 @@
 Run as root:  /usr/bin/python3 -m pytest -q tests/e2e
 WARREN_BIN    the warren binary (default: build/warren under the repository root)
 WARREN_E2E_TMP  where data dirs and rootfs trees go (default /var/tmp; must not be tmpfs)
+WARREN_E2E_TARGET  `serve` (default) or `cluster`: the same tests against a cluster on this
+                machine (etcd, 3 `warren node`s, 2 `warren apiserver`s; the tests talk to the
+                first API server, the CLI and SDK too). scripts/test.sh runs the contract's
+                modules both ways.
 """
 
 from __future__ import annotations
@@ -250,6 +254,73 @@ class Server:
             print(f"\nwarning: could not clean up sandboxes: {e}", file=sys.stderr)
 
 
+class ClusterServer(Server):
+    """A cluster on this machine behind the same interface as Server: a single-member etcd,
+    three `warren node`s (own data dir, port, sandbox subnet; the serve flags the tests need)
+    and two `warren apiserver`s over one shared layer directory. `url`, `token`, `proc` and
+    the log are the first API server's (the one the tests talk to); `data_dir` is its data
+    dir. A restart (ensure_running) starts that API server again, as a replica coming back."""
+
+    def __init__(self, bin_path: Path, base: str, logs: Path, home: str):
+        import cluster_util
+        self.cu = cluster_util
+        self.base, self.logs = base, logs
+        self.etcd = None
+        self.nodes: list = []
+        self.apis: list = []
+        self.shared = tempfile.mkdtemp(prefix="warren-e2e-layers-", dir=base)
+        self.dirs = [self.shared]
+        data_dir = tempfile.mkdtemp(prefix="warren-e2e-api0-", dir=base)
+        super().__init__(bin_path, data_dir, 0, str(logs / "apiserver0.log"), home)
+
+    def start(self) -> None:
+        if self.etcd is None:
+            self.etcd = self.cu.Etcd(self.base, str(self.logs / "etcd.log"))
+            for i in range(3):
+                d = tempfile.mkdtemp(prefix=f"warren-e2e-node{i}-", dir=self.base)
+                self.dirs.append(d)
+                n = self.cu.Node(self.bin, self.etcd, f"e2e-n{i}", d,
+                                 str(self.logs / f"node{i}.log"),
+                                 ["--layer-store", self.shared, "--no-microvm",
+                                  "--net-subnet", f"10.{240 + i}.0.0/16", *self.extra_args])
+                n.start()
+                self.nodes.append(n)
+            second = tempfile.mkdtemp(prefix="warren-e2e-api1-", dir=self.base)
+            self.dirs.append(second)
+            for i, d in enumerate((self.data_dir, second)):
+                a = self.cu.ApiServer(self.bin, self.etcd, d, self.shared,
+                                      str(self.logs / f"apiserver{i}.log"), self.home)
+                self.apis.append(a)
+        first = self.apis[0]
+        for a in self.apis:
+            if a.proc is None or a.proc.poll() is not None:
+                a.start()
+        self.proc, self.port, self.url = first.proc, first.port, first.url
+        self.token = first.token
+        self.token_mode = stat.S_IMODE(os.stat(os.path.join(self.data_dir, "admin.token")).st_mode)
+        env = dict(first.env)
+        env["PYTHONPATH"] = str(SDK) + (os.pathsep + os.environ["PYTHONPATH"]
+                                        if os.environ.get("PYTHONPATH") else "")
+        self.env = env
+
+    def stop(self) -> None:
+        for a in self.apis:
+            a.stop()
+        for n in self.nodes:
+            n.stop()
+        if self.etcd is not None:
+            self.etcd.stop()
+        for d in self.dirs:
+            safe_rmtree(d)
+
+
+def _target() -> str:
+    t = os.environ.get("WARREN_E2E_TARGET", "serve")
+    if t not in ("serve", "cluster"):
+        pytest.fail(f"WARREN_E2E_TARGET={t!r}: want serve or cluster")
+    return t
+
+
 _SERVER: "Server | None" = None
 # The fncall runner image (built by test_calls.py's fixture; the server names it at start).
 RUNNER_IMAGE = "e2e-runner:1"
@@ -264,10 +335,14 @@ def server(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.fail("the end-to-end tests must run as root")
     base = _scratch_base()
-    data_dir = tempfile.mkdtemp(prefix="warren-e2e-data-", dir=base)
     logs = tmp_path_factory.mktemp("warren-server")
     home = str(tmp_path_factory.mktemp("warren-home"))
-    srv = Server(b, data_dir, _free_port(), str(logs / "server.log"), home)
+    if _target() == "cluster":
+        srv = ClusterServer(b, base, logs, home)
+        data_dir = srv.data_dir
+    else:
+        data_dir = tempfile.mkdtemp(prefix="warren-e2e-data-", dir=base)
+        srv = Server(b, data_dir, _free_port(), str(logs / "server.log"), home)
     hosts = os.path.join(data_dir, "e2e-hosts")
     with open(hosts, "w") as f:
         f.writelines(f"{ip} {name}\n" for name, ip in NET_HOSTS.items())
@@ -398,6 +473,31 @@ def tokens(server):
     yield make
     for name in made:
         server.http("DELETE", "/v1/tokens/" + name)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "serve_only(why): checks what only `warren serve` has (its data dir, its "
+        "SQLite, its node's details) or a feature a cluster does not serve yet; not run against "
+        "a cluster (WARREN_E2E_TARGET=cluster), which lists each one with `why`")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Against a cluster, the serve_only tests are deselected (and listed), not skipped: they
+    run against `warren serve` in the same suite."""
+    if os.environ.get("WARREN_E2E_TARGET", "serve") != "cluster":
+        return
+    keep, gone = [], []
+    for it in items:
+        m = it.get_closest_marker("serve_only")
+        if m:
+            gone.append(it)
+            print(f"\nserve only: {it.nodeid}: {m.args[0] if m.args else ''}", file=sys.stderr)
+        else:
+            keep.append(it)
+    if gone:
+        config.hook.pytest_deselected(items=gone)
+        items[:] = keep
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -511,6 +511,7 @@ def test_server_survived_everything(server):
     u.assert_alive(server)
 
 
+@pytest.mark.serve_only("breaks a blob in warren serve's data dir")
 def test_a_node_fault_is_500_with_a_request_id_and_no_host_path(server, image, tmp_path):
     """A failure of the node's own (here: an image whose blob vanished from the node's store) is
     not the tenant's `not_found`: 500 `internal`, naming the operation and the request id that

@@ -169,6 +169,7 @@ def test_revoked_token_stops_working_and_sandboxes_stay(server, image, tokens):
         _cleanup(server, [sid])
 
 
+@pytest.mark.serve_only("reads warren serve's SQLite")
 def test_tokens_are_stored_hashed_and_listed_without_secrets(server, tokens):
     name, t = tokens(scopes=["sandbox:read"])
     listed = {x["name"]: x for x in server.http("GET", "/v1/tokens").json["tokens"]}
@@ -227,6 +228,7 @@ def test_cli_token_create_ls_rm(server, image):
     assert r.returncode != 0 and "bearer token" in r.stderr, r.stderr
 
 
+@pytest.mark.serve_only("kills an init found through warren serve's /run files")
 def test_a_failed_sandbox_gives_its_quota_back_once(server, image, tokens):
     """A sandbox whose init died is `failed`: it runs nothing, so its share of the quota comes
     back at once (the record stays until deleted, and deleting it gives nothing back twice)."""

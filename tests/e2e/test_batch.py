@@ -7,6 +7,8 @@ import hashlib
 import os
 import time
 
+import pytest
+
 ROOTS = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu")
 
 
@@ -33,6 +35,7 @@ def _usage(server) -> tuple[int, int, int]:
     raise AssertionError(f"the node's warm pool never settled: {last}")
 
 
+@pytest.mark.serve_only("reads one node's uid slots from /v1/nodes")
 def test_batch_of_1000_and_clean_up(server, image):
     before = _usage(server)
     r = server.http("POST", "/v1/sandboxes:batch",

@@ -312,5 +312,21 @@ TEST_F(ClusterReplicasTest, WhatADeadReplicaLeftHalfMadeIsCleanedUpOnce) {
   EXPECT_EQ(replicas_["api-1"]->api->CleanOrphanedCreates(), 0);
 }
 
+// A sandbox's TTL holds whichever replica made it: another takes it on (its maker may die).
+TEST_F(ClusterReplicasTest, AnotherReplicaEnforcesTheTtl) {
+  auto made = replicas_["api-1"]->api->CreateSandbox(admin_, R"({"image": "py:1", "ttl_s": 1})");
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const std::string id = (*made)["id"];
+  EXPECT_EQ(replicas_["api-1"]->api->TrackEveryTtl(), 0);  // its own: tracked already
+  EXPECT_EQ(replicas_["api-2"]->api->TrackEveryTtl(), 1);
+  EXPECT_EQ(replicas_["api-2"]->api->TrackEveryTtl(), 0);
+  replicas_["api-1"]->api.reset();  // its maker is gone
+  replicas_["api-2"]->api->StartReaper();
+  EXPECT_TRUE(WaitFor([&] {
+    return replicas_["api-2"]->api->GetSandbox(admin_, id).status().code() == Code::kNotFound;
+  }));
+  EXPECT_EQ(Reserved("n1") + Reserved("n2"), 0);
+}
+
 }  // namespace
 }  // namespace warren::cluster

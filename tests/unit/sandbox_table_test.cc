@@ -13,6 +13,7 @@
 #include "image/tar_extract.h"
 #include "mem_kv.h"
 #include "server/auth.h"
+#include "server/leases.h"
 #include "server/state_store.h"
 
 namespace warren::server {
@@ -278,6 +279,42 @@ TEST(TokenRegistryReplicas, ConcurrentMissesOfANewTokenAllSucceed) {
     for (auto& t : clients) t.join();
     EXPECT_EQ(in.load(), 8) << "round " << round;
   }
+}
+
+// Leases shared by two API servers: made through one, renewed through the other, seen by
+// both; when it expires, exactly one replica applies its expiry.
+TEST(LeaseTableReplicas, LeasesAreTheStoresAndExpireOnce) {
+  cluster::MemKv kv;
+  cluster::KvStateStore store(&kv);
+  LeaseTable a(&store), b(&store);
+  a.SetShared(true);
+  b.SetShared(true);
+  const Principal alice{"alice", {"sandbox:*"}, {}}, bob{"bob", {"sandbox:*"}, {}};
+  auto made = a.Create(alice, R"({"ttl_s": 1})");
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const std::string id = (*made)["id"];
+  EXPECT_TRUE(b.Get(alice, id).ok());  // made through a, known to b
+  EXPECT_EQ(b.Get(bob, id).status().code(), Code::kNotFound);
+  auto renewed = b.Renew(alice, id, R"({"ttl_s": 60})");
+  ASSERT_TRUE(renewed.ok()) << renewed.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  // a made it with 1 s, b renewed it for 60: a must not expire it on its old expiry.
+  EXPECT_TRUE(a.TakeExpired().empty());
+  EXPECT_EQ((*a.Get(alice, id))["ttl_s"], 60);
+  ASSERT_TRUE(a.Renew(alice, id, R"({"ttl_s": 1})").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  std::vector<std::string> from_a, from_b;
+  std::thread t([&] { from_b = b.TakeExpired(); });
+  from_a = a.TakeExpired();
+  t.join();
+  EXPECT_EQ(from_a.size() + from_b.size(), 1u);
+  EXPECT_EQ(a.Get(alice, id).status().code(), Code::kNotFound);
+  EXPECT_EQ(b.Get(alice, id).status().code(), Code::kNotFound);
+  // Released through one: gone on the other.
+  auto second = b.Create(alice, "");
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(a.Release(alice, (*second)["id"]).ok());
+  EXPECT_EQ(b.Get(alice, (*second)["id"]).status().code(), Code::kNotFound);
 }
 
 }  // namespace

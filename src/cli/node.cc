@@ -38,6 +38,7 @@ struct ClusterNodeFlags {
   std::string data_dir = "/var/lib/warren-node";
   std::string name;
   std::string layer_store;
+  std::string layer_cache_size;  // default: half the data dir's filesystem
   std::vector<std::string> labels;
   int ttl_s = 5;
   NodeFlags node;
@@ -124,6 +125,16 @@ int RunNode(const ClusterNodeFlags& f) {
     if (!source.ok()) return Fail(source.status());
     shared = std::move(*source);
     layers.SetSource(shared.get());
+    // What this node holds is a cache of the shared store: bounded.
+    uint64_t cache_mb = static_cast<uint64_t>(Capacity(f.data_dir).disk_mb) / 2;
+    if (!f.layer_cache_size.empty()) {
+      auto mb = SizeMb(f.layer_cache_size, "--layer-cache-size");
+      if (!mb.ok()) return Fail(mb.status());
+      cache_mb = *mb;
+    }
+    layers.SetCacheLimit(cache_mb << 20);
+    spdlog::info("node {}: layers from {}, cached here up to {} MB", f.name, f.layer_store,
+                 cache_mb);
   }
   auto nopts = LocalNodeOptionsOf(f.node, f.data_dir);
   if (!nopts.ok()) return Fail(nopts.status());
@@ -199,6 +210,9 @@ void AddNode(CLI::App& app) {
   cmd->add_option("--name", f->name, "the node's name in the cluster (unique)");
   cmd->add_option("--layer-store", f->layer_store,
                   "the shared layer store (a directory every node mounts, or http(s)://...)");
+  cmd->add_option("--layer-cache-size", f->layer_cache_size,
+                  "bound on the layers kept here from the shared store, least recently used "
+                  "removed first (e.g. 200G; default: half the data dir's filesystem)");
   Repeatable(cmd->add_option("--label", f->labels,
                              "KEY=VALUE placement can select on (node_selector); repeatable"));
   cmd->add_option("--ttl", f->ttl_s, "seconds without a heartbeat after which the node is down")

@@ -2,9 +2,12 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/cleanup.h"
@@ -171,8 +174,71 @@ Result<BlobInfo> LayerStore::ImportTar(const std::string& tar_path) {
   return Commit(img);
 }
 
+namespace {
+double MonotonicNow() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+}  // namespace
+
+void LayerStore::SetCacheLimit(uint64_t bytes, double min_age_s) {
+  MutexLock lock(&fetch_mu_);
+  cache_limit_ = bytes;
+  cache_min_age_s_ = min_age_s;
+}
+
+void LayerStore::NoteUse(const std::string& digest) {
+  MutexLock lock(&fetch_mu_);
+  if (cache_limit_ > 0) last_used_[digest] = MonotonicNow();
+}
+
+uint64_t LayerStore::CachedBytes() const {
+  uint64_t total = 0;
+  for (const auto& d : ListDigests()) {
+    struct stat st;
+    if (stat(BlobPath(d).c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_size);
+  }
+  return total;
+}
+
+void LayerStore::Trim(const std::string& keep) {
+  struct Held {
+    double used;
+    std::string digest;
+    uint64_t size;
+  };
+  std::vector<Held> held;
+  uint64_t total = 0;
+  const double now = MonotonicNow();
+  const double wall = static_cast<double>(time(nullptr));
+  MutexLock lock(&fetch_mu_);
+  if (cache_limit_ == 0) return;
+  for (const auto& d : ListDigests()) {
+    struct stat st;
+    if (stat(BlobPath(d).c_str(), &st) != 0) continue;
+    total += static_cast<uint64_t>(st.st_size);
+    auto it = last_used_.find(d);
+    // Not ensured since this process started: as old as its file.
+    const double used =
+        it != last_used_.end() ? it->second : now - (wall - static_cast<double>(st.st_mtime));
+    held.push_back({used, d, static_cast<uint64_t>(st.st_size)});
+  }
+  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) { return a.used < b.used; });
+  for (const Held& h : held) {
+    if (total <= cache_limit_) break;
+    if (h.digest == keep || fetching_.count(h.digest) || now - h.used < cache_min_age_s_) continue;
+    if (unlink(BlobPath(h.digest).c_str()) != 0) continue;
+    total -= h.size;
+    last_used_.erase(h.digest);
+    spdlog::info("layer cache: removed {} ({} MB, unused for {:.0f} s) to stay within {} MB",
+                 h.digest, h.size >> 20, now - h.used, cache_limit_ >> 20);
+  }
+}
+
 Status LayerStore::Ensure(const std::string& digest) {
   if (BlobPath(digest).empty()) return Invalid("bad digest", digest);
+  NoteUse(digest);
   if (Has(digest)) return Status::Ok();
   if (!source_) return NotFound("layer blob", digest);
   {
@@ -188,6 +254,7 @@ Status LayerStore::Ensure(const std::string& digest) {
     fetching_.erase(digest);
   }
   fetched_.notify_all();
+  if (st.ok()) Trim(digest);
   return st;
 }
 

@@ -42,6 +42,14 @@ class LayerStore {
   // A cluster node's shared store (image/blob_source.h), where missing blobs come from.
   // Outlives the store; set before use.
   void SetSource(BlobSource* source) { source_ = source; }
+  // A node's store is a cache of the shared one: after each fetch, blobs are removed, least
+  // recently ensured first, until their total is within `bytes` (0: no bound). A blob ensured
+  // in the last `min_age_s` seconds is never removed (a create between its Ensure and its
+  // mount must find it), so the bound is soft under a burst of new layers; a removed blob
+  // still mounted keeps its space until unmounted, and is fetched again when next needed.
+  void SetCacheLimit(uint64_t bytes, double min_age_s = 300);
+  // Bytes of blobs held now (the bounded cache's use; walks the directory).
+  uint64_t CachedBytes() const;
   // Makes sure blob `digest` is here: fetched from the source when missing (once, however
   // many creates ask at the same time), its sha256 checked and its EROFS superblock too
   // before it is stored. Without a source a missing blob is kNotFound.
@@ -57,11 +65,18 @@ class LayerStore {
  private:
   Result<BlobInfo> Commit(const std::string& tmp_file);
   Status Fetch(const std::string& digest);
+  // Removes least recently used blobs beyond the cache limit (never `keep`).
+  void Trim(const std::string& keep);
+  void NoteUse(const std::string& digest);
   std::string root_;
   BlobSource* source_ = nullptr;
   Mutex fetch_mu_;
   std::condition_variable_any fetched_;
   std::set<std::string> fetching_ GUARDED_BY(fetch_mu_);
+  uint64_t cache_limit_ GUARDED_BY(fetch_mu_) = 0;
+  double cache_min_age_s_ GUARDED_BY(fetch_mu_) = 300;
+  // digest -> monotonic seconds of its last Ensure (blobs found at start: their mtime's age).
+  std::map<std::string, double> last_used_ GUARDED_BY(fetch_mu_);
 };
 
 }  // namespace warren::image

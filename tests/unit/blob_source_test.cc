@@ -72,6 +72,40 @@ TEST_F(BlobSourceTest, PublishedBlobIsFetchedVerifiedAndKept) {
   EXPECT_EQ(node.ListDigests(), std::vector<std::string>{digest});
 }
 
+// The node's copy is a bounded cache: past the bound, the least recently used blob goes
+// (never one used within the minimum age), and comes back from the shared store when needed.
+TEST_F(BlobSourceTest, TheNodesCacheStaysWithinItsBound) {
+  auto shared = OpenBlobSource(dir_ + "/shared");
+  ASSERT_TRUE(shared.ok());
+  std::vector<std::string> digests;
+  for (const char* tag : {"a", "b", "c"}) {
+    const std::string data = FakeErofs(tag);
+    digests.push_back("sha256:" + Sha256Hex(data));
+    ASSERT_TRUE((*shared)->Publish(digests.back(), Write(dir_ + "/blob-" + tag, data)).ok());
+  }
+  LayerStore node(dir_ + "/node");
+  ASSERT_TRUE(node.Init().ok());
+  node.SetSource(shared->get());
+  node.SetCacheLimit(2 * 4096, /*min_age_s=*/0);  // room for two
+  ASSERT_TRUE(node.Ensure(digests[0]).ok());
+  ASSERT_TRUE(node.Ensure(digests[1]).ok());
+  ASSERT_TRUE(node.Ensure(digests[0]).ok());  // a used again: b is now the oldest
+  ASSERT_TRUE(node.Ensure(digests[2]).ok());
+  EXPECT_TRUE(node.Has(digests[0]));
+  EXPECT_FALSE(node.Has(digests[1]));
+  EXPECT_TRUE(node.Has(digests[2]));
+  EXPECT_LE(node.CachedBytes(), 2u * 4096);
+  ASSERT_TRUE(node.Ensure(digests[1]).ok());  // fetched again
+  EXPECT_TRUE(node.Has(digests[1]));
+  EXPECT_FALSE(node.Has(digests[0]));
+
+  // Blobs used within the minimum age stay even past the bound (a create may be about to
+  // mount them).
+  node.SetCacheLimit(4096, /*min_age_s=*/600);
+  ASSERT_TRUE(node.Ensure(digests[0]).ok());
+  EXPECT_EQ(node.ListDigests().size(), 3u);
+}
+
 TEST_F(BlobSourceTest, CorruptOrMissingBlobsAreRefused) {
   auto shared = OpenBlobSource(dir_ + "/shared");
   ASSERT_TRUE(shared.ok());

@@ -75,6 +75,28 @@ void LeaseTable::Refresh(const std::string& id) {
     leases_.erase(id);  // released or expired through another replica
 }
 
+void LeaseTable::NoteLost(const std::string& id, const std::string& sandbox_id) {
+  MutexLock lock(&mu_);
+  // Another replica may note another sandbox of the same lease at once (a whole node is lost
+  // at a time): write, read back, and write again until the id is there.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    Refresh(id);
+    auto it = leases_.find(id);
+    if (it == leases_.end()) return;  // released or expired: no holder to tell
+    json& lost = it->second["lost"];
+    if (!lost.is_array()) lost = json::array();
+    for (const auto& s : lost)
+      if (s == sandbox_id) return;
+    lost.push_back(sandbox_id);
+    if (lost.size() > 1000) lost.erase(lost.begin());
+    if (Status st = state_->PutDoc(kLeaseKind, id, it->second); !st.ok()) {
+      spdlog::warn("lease {}: noting lost sandbox {}: {}", id, sandbox_id, st.ToString());
+      return;
+    }
+    if (!shared_) return;
+  }
+}
+
 Result<json> LeaseTable::Renew(const Principal& who, const std::string& id,
                                const std::string& body) {
   MutexLock lock(&mu_);

@@ -40,6 +40,9 @@ class LeaseTable {
   // them all and returns a lease only to the replica whose removal of it succeeded, so its
   // sandboxes' expiry action runs once.
   void SetShared(bool shared);
+  // Sandbox `sandbox_id` of lease `id` was lost (its node went): the lease's `lost` list
+  // says so (at most 1,000, newest last), which its holder reads in the renewal's answer.
+  void NoteLost(const std::string& id, const std::string& sandbox_id);
 
  private:
   // The stored lease `id` into the table (shared: another replica may have changed it).

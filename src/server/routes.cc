@@ -86,6 +86,7 @@ void Api::NodeLost(const std::string& node, const std::string& reason) {
                                       [&](SandboxRecord& r) { r.reason = reason; });
     if (!lost.ok()) continue;
     ReleaseQuotaOf(sb);
+    if (sb.spec.lease) leases_.NoteLost(*sb.spec.lease, sb.id);  // its holder is told
     ++n;
   }
   if (n > 0) spdlog::warn("node {} left: {} sandbox(es) lost ({})", node, n, reason);

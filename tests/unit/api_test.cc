@@ -322,6 +322,21 @@ TEST_F(ApiTest, ASandboxOfANodeThatLeftIsLostWithAReason) {
   EXPECT_EQ(fleet.held["a"], 200);
   // The stored record with `reason` reads back (a restarted API server).
   ASSERT_TRUE(api_->DeleteSandbox(alice_, again).ok());
+  // A lease holder is told: the renewal's answer lists its sandboxes that were lost.
+  auto lease = api_->CreateLease(alice_, R"({"ttl_s": 60})");
+  ASSERT_TRUE(lease.ok());
+  const std::string lid = (*lease)["id"];
+  EXPECT_FALSE(lease->contains("lost"));
+  fleet.down.clear();
+  fleet.placed = 1;  // the next goes to b
+  const std::string leased =
+      Create({{"image", "py:1"}, {"memory_mb", 100}, {"lease", lid}}, alice_)["id"];
+  EXPECT_EQ((*api_->GetSandbox(alice_, leased))["node"], "b");
+  fleet.LoseNode("b");
+  auto renewed = api_->RenewLease(alice_, lid, "");
+  ASSERT_TRUE(renewed.ok());
+  EXPECT_EQ((*renewed)["lost"], json::array({leased}));
+  ASSERT_TRUE(api_->DeleteSandbox(alice_, leased).ok());
   api_.reset();
 }
 

@@ -453,6 +453,9 @@ class Lease:
         self.expires_at = data.get("expires_at")
         self.raw = dict(data)
         self.error: Optional[BaseException] = None
+        # Sandboxes of this lease the server reported lost (their node went), as of the last
+        # renewal.
+        self.lost: List[str] = list(data.get("lost") or [])
         self._stop = threading.Event()
         self._closed = False
         interval = renew_every if renew_every is not None else max(ttl / 3.0, 0.5)
@@ -482,6 +485,7 @@ class Lease:
                                    body={"ttl_s": self.ttl})
         if isinstance(doc, Mapping) and "expires_at" in doc:
             self.expires_at = doc["expires_at"]
+            self.lost = list(doc.get("lost") or [])
 
     def close(self) -> None:
         """Stop renewing and release the lease (its sandboxes are then reaped)."""

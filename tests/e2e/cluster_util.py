@@ -24,6 +24,32 @@ def _b64(s: str) -> str:
     return base64.b64encode(s.encode()).decode()
 
 
+def _get(post, key: str) -> Optional[str]:
+    """The value of `key` through etcd's JSON gateway (`post(path, body)`), or None."""
+    r = post("/v3/kv/range", {"key": _b64(key)})
+    kvs = r.get("kvs", [])
+    return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+
+
+def _keys(post, prefix: str) -> List[str]:
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    r = post("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(end), "keys_only": True})
+    return [base64.b64decode(kv["key"]).decode() for kv in r.get("kvs", [])]
+
+
+def build_test_image(api, ref: str = "c:1") -> None:
+    """The busybox test image `ref`, built through `api`'s CLI into the cluster's layers."""
+    from conftest import _build_rootfs, _scratch_base, safe_rmtree
+    from pathlib import Path
+    root = Path(tempfile.mkdtemp(prefix="warren-e2e-rootfs-", dir=_scratch_base()))
+    try:
+        _build_rootfs(root)
+        r = api.cli("image", "build", ref, "--from-dir", str(root), timeout=300)
+        assert r.returncode == 0, r.stderr
+    finally:
+        safe_rmtree(str(root))
+
+
 class Etcd:
     """One etcd member on loopback; its data in a temporary directory removed at stop()."""
 
@@ -56,15 +82,10 @@ class Etcd:
             return json.loads(r.read())
 
     def get(self, key: str) -> Optional[str]:
-        r = self._post("/v3/kv/range", {"key": _b64(key)})
-        kvs = r.get("kvs", [])
-        return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+        return _get(self._post, key)
 
     def keys(self, prefix: str) -> List[str]:
-        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        r = self._post("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(end),
-                                        "keys_only": True})
-        return [base64.b64decode(kv["key"]).decode() for kv in r.get("kvs", [])]
+        return _keys(self._post, prefix)
 
     def put(self, key: str, value: str) -> None:
         self._post("/v3/kv/put", {"key": _b64(key), "value": _b64(value)})
@@ -150,15 +171,10 @@ class EtcdCluster:
         raise OSError("no etcd member answered")
 
     def get(self, key: str) -> Optional[str]:
-        r = self._post("/v3/kv/range", {"key": _b64(key)})
-        kvs = r.get("kvs", [])
-        return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+        return _get(self._post, key)
 
     def keys(self, prefix: str) -> List[str]:
-        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        r = self._post("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(end),
-                                        "keys_only": True})
-        return [base64.b64decode(kv["key"]).decode() for kv in r.get("kvs", [])]
+        return _keys(self._post, prefix)
 
     def close(self) -> None:
         for i in range(self.n):

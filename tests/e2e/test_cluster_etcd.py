@@ -4,13 +4,12 @@ returns everything works again with nothing half-written."""
 import json
 import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
 import cluster_util
 import e2e_util
-from conftest import _build_rootfs, _scratch_base, _warren_bin, safe_rmtree
+from conftest import _scratch_base, _warren_bin, safe_rmtree
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +33,7 @@ def cluster(tmp_path_factory):
         api = cluster_util.ApiServer(str(_warren_bin()), etcd, api_dir, shared,
                                      str(logs / "apiserver.log"), home)
         api.start()
-        root = Path(tempfile.mkdtemp(prefix="warren-e2e-rootfs-", dir=scratch))
-        _build_rootfs(root)
-        r = api.cli("image", "build", "c:1", "--from-dir", str(root), timeout=300)
-        safe_rmtree(str(root))
-        assert r.returncode == 0, r.stderr
+        cluster_util.build_test_image(api)
         yield {"etcd": etcd, "node": node, "api": api}
     finally:
         if api:

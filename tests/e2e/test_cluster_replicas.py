@@ -9,13 +9,12 @@ import signal
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import cluster_util
 import e2e_util
-from conftest import _build_rootfs, _scratch_base, _warren_bin, safe_rmtree
+from conftest import _scratch_base, _warren_bin, safe_rmtree
 
 NODE_FLAGS = ["--no-network", "--no-microvm", "--warm-pool", "0", "--ttl", "3"]
 
@@ -43,11 +42,7 @@ def cluster(tmp_path_factory):
                                        str(logs / f"apiserver{i}.log"), home)
             a.start()
             apis.append(a)
-        root = Path(tempfile.mkdtemp(prefix="warren-e2e-rootfs-", dir=scratch))
-        _build_rootfs(root)
-        r = apis[0].cli("image", "build", "c:1", "--from-dir", str(root), timeout=300)
-        safe_rmtree(str(root))
-        assert r.returncode == 0, r.stderr
+        cluster_util.build_test_image(apis[0])
         yield {"etcd": etcd, "nodes": nodes, "apis": apis, "shared": shared, "scratch": scratch,
                "logs": logs}
     finally:

@@ -115,7 +115,7 @@ ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResu
              ("ExecResult", "error"), ("StreamOutputLine", "data_b64"), ("Layer", "ref"),
              ("Layer", "source"), ("SandboxSpec", "open_files"), ("Sandbox", "open_files"),
              ("Sandbox", "layers"), ("Sandbox", "owner"), ("Lease", "owner"), ("Lease", "ttl_s"),
-             ("Lease", "created_at"), ("CallRequest", "max_output_bytes"), ("CallRequest", "env"),
+             ("Lease", "created_at"), ("Lease", "lost"), ("CallRequest", "max_output_bytes"), ("CallRequest", "env"),
              ("CallResult", "stdout_truncated"), ("CallResult", "stderr_truncated"),
              ("CallCaseResult", "signal"), ("CallCaseResult", "stderr"), ("CallCaseResult", "timed_out"),
              ("CallCaseResult", "stdout_truncated"), ("CallCaseResult", "stderr_truncated"),

@@ -187,7 +187,7 @@ Result<server::StateStore::Stamped> KvStateStore::GetSandboxStamped(const std::s
   return Stamped{std::move(j), std::to_string(item->mod_revision)};
 }
 
-Status KvStateStore::PutSandboxIf(const json& sandbox, const std::string& stamp) {
+Result<std::string> KvStateStore::PutSandboxIf(const json& sandbox, const std::string& stamp) {
   const std::string id = sandbox.value("id", "");
   if (id.empty()) return Invalid("put sandbox: no id");
   int64_t rev = 0;
@@ -205,7 +205,7 @@ Status KvStateStore::PutSandboxIf(const json& sandbox, const std::string& stamp)
   auto r = WARREN_TRY(kv_->Commit(txn));
   if (!r.succeeded)
     return Status(Code::kConflict, "put sandbox", id, rev == 0 ? "exists" : "changed meanwhile");
-  return Status::Ok();
+  return std::to_string(r.revision);  // the record's mod revision: it was written at it
 }
 
 Result<std::pair<server::Share, int64_t>> KvStateStore::ReadShare(const std::string& owner) {
@@ -225,7 +225,8 @@ Result<server::Share> KvStateStore::ShareOf(const std::string& owner) {
   return WARREN_TRY(ReadShare(owner)).first;
 }
 
-Status KvStateStore::InsertSandbox(const json& sandbox, const server::ShareLimits& limits) {
+Result<std::string> KvStateStore::InsertSandbox(const json& sandbox,
+                                                const server::ShareLimits& limits) {
   if (!limits.any()) return PutSandboxIf(sandbox, "");
   const std::string id = sandbox.value("id", "");
   const std::string owner = sandbox.value("owner", "");
@@ -244,7 +245,7 @@ Status KvStateStore::InsertSandbox(const json& sandbox, const server::ShareLimit
     txn.success = RecordOps(sandbox, value);
     txn.failure = {TxnOp::Get(keys::Sandbox(id))};
     auto r = WARREN_TRY(kv_->Commit(txn));
-    if (r.succeeded) return Status::Ok();
+    if (r.succeeded) return std::to_string(r.revision);
     if (!r.gets.empty() && !r.gets[0].kvs.empty())
       return Status(Code::kConflict, "put sandbox", id, "exists");
   }

@@ -36,9 +36,11 @@ class KvStateStore : public server::StateStore {
   Status RemoveSandbox(const std::string& id) override;
   // The stamp is the key's mod revision; the write compares it in one transaction.
   Result<Stamped> GetSandboxStamped(const std::string& id) override;
-  Status PutSandboxIf(const nlohmann::json& sandbox, const std::string& stamp) override;
+  Result<std::string> PutSandboxIf(const nlohmann::json& sandbox,
+                                   const std::string& stamp) override;
   Status RemoveSandboxIf(const std::string& id, const std::string& stamp) override;
-  Status InsertSandbox(const nlohmann::json& sandbox, const server::ShareLimits& limits) override;
+  Result<std::string> InsertSandbox(const nlohmann::json& sandbox,
+                                    const server::ShareLimits& limits) override;
   bool CountsShares() const override { return true; }
   Result<server::Share> ShareOf(const std::string& owner) override;
   Result<std::vector<std::string>> OrphanedCreates() override;

@@ -316,7 +316,8 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   sb.spec = spec;
   sb.layers = std::move(made_from);
   // A cluster's store checks the owner's share here, against every API server's inserts.
-  WARREN_RETURN_IF_ERROR(sandboxes_.Insert(sb, LimitsOf(who.quotas)));
+  SandboxTable::Version written;
+  WARREN_RETURN_IF_ERROR(sandboxes_.Insert(sb, LimitsOf(who.quotas), &written));
   auto rt = node->CreateSandbox(ns);
   gc_lock.unlock();  // mounted: the kernel holds the blobs open now
   if (!rt.ok()) {
@@ -332,7 +333,9 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
       return fs;
     }
   }
-  auto running = sandboxes_.Transition(id, SandboxState::kRunning, {SandboxState::kCreating});
+  // From the version inserted: no read unless someone (a delete) wrote the record since.
+  auto running = sandboxes_.Transition(id, SandboxState::kRunning, {SandboxState::kCreating},
+                                       nullptr, &written);
   if (!running.ok()) {
     (void)node->DeleteSandbox(id);
     (void)sandboxes_.Remove(id);

@@ -9,6 +9,7 @@
 namespace warren::server {
 
 SandboxTable::SandboxTable(StateStore* store) : store_(store) {
+  MutexLock lock(&mu_);
   for (const auto& rec : List()) CountLocked(rec, +1);
 }
 
@@ -35,11 +36,6 @@ Result<std::vector<SandboxRecord>> SandboxTable::ListOrError() {
 }
 
 Result<SandboxRecord> SandboxTable::Get(const std::string& id) {
-  MutexLock lock(&mu_);
-  return GetLocked(id);
-}
-
-Result<SandboxRecord> SandboxTable::GetLocked(const std::string& id) {
   json j = WARREN_TRY(store_->GetSandbox(id));
   auto rec = ParseSandboxRecord(j);
   // A stored record this version cannot read is the server's problem, not the caller's.
@@ -52,30 +48,41 @@ void SandboxTable::CountLocked(const SandboxRecord& rec, int64_t delta) {
   n = std::max<int64_t>(0, n + delta);
 }
 
-Status SandboxTable::Insert(const SandboxRecord& rec, const ShareLimits& limits) {
-  MutexLock lock(&mu_);
-  Status st = store_->InsertSandbox(ToJson(rec), limits);
-  if (st.code() == Code::kConflict)
+Status SandboxTable::Insert(const SandboxRecord& rec, const ShareLimits& limits, Version* written) {
+  auto stamp = store_->InsertSandbox(ToJson(rec), limits);
+  if (stamp.status().code() == Code::kConflict)
     return Status(Code::kConflict, "create sandbox", rec.id, "the id exists");
-  WARREN_RETURN_IF_ERROR(st);
+  WARREN_RETURN_IF_ERROR(stamp.status());
+  if (written) *written = Version{rec, *stamp};
+  MutexLock lock(&mu_);
   CountLocked(rec, +1);
   return Status::Ok();
 }
 
 Result<SandboxRecord> SandboxTable::Modify(const std::string& id,
-                                           const std::function<Status(SandboxRecord&)>& change) {
+                                           const std::function<Status(SandboxRecord&)>& change,
+                                           const Version* known) {
   // Another API server may change the record between our read and write: the write compares
   // the version read and, when it lost, the change is made again on the newer record.
   for (int attempt = 0;; ++attempt) {
-    auto stamped = WARREN_TRY(store_->GetSandboxStamped(id));
-    auto parsed = ParseSandboxRecord(stamped.doc);
-    // A stored record this version cannot read is the server's problem, not the caller's.
-    if (!parsed.ok()) return Internal("read sandbox record", id, parsed.status().ToString());
-    SandboxRecord rec = std::move(*parsed);
+    SandboxRecord rec;
+    std::string stamp;
+    if (attempt == 0 && known) {
+      rec = known->rec;
+      stamp = known->stamp;
+    } else {
+      auto stamped = WARREN_TRY(store_->GetSandboxStamped(id));
+      auto parsed = ParseSandboxRecord(stamped.doc);
+      // A stored record this version cannot read is the server's problem, not the caller's.
+      if (!parsed.ok()) return Internal("read sandbox record", id, parsed.status().ToString());
+      rec = std::move(*parsed);
+      stamp = std::move(stamped.stamp);
+    }
     const SandboxRecord before = rec;
     WARREN_RETURN_IF_ERROR(change(rec));
-    Status st = store_->PutSandboxIf(ToJson(rec), stamped.stamp);
+    Status st = store_->PutSandboxIf(ToJson(rec), stamp).status();
     if (st.ok()) {
+      MutexLock lock(&mu_);
       CountLocked(before, -1);
       CountLocked(rec, +1);
       return rec;
@@ -86,26 +93,28 @@ Result<SandboxRecord> SandboxTable::Modify(const std::string& id,
 
 Result<SandboxRecord> SandboxTable::Transition(const std::string& id, SandboxState to,
                                                std::initializer_list<SandboxState> from,
-                                               const std::function<void(SandboxRecord&)>& edit) {
+                                               const std::function<void(SandboxRecord&)>& edit,
+                                               const Version* known) {
   const std::vector<SandboxState> allowed(from);
-  MutexLock lock(&mu_);
-  return Modify(id, [&](SandboxRecord& rec) -> Status {
-    const SandboxState was = rec.state;
-    const bool expected =
-        allowed.empty() || std::find(allowed.begin(), allowed.end(), was) != allowed.end();
-    if (!expected || !CanMove(was, to))
-      return Status(Code::kConflict, std::string("move sandbox to ") + StateName(to), id,
-                    std::string("sandbox is ") + StateName(was));
-    if (edit) edit(rec);  // sees the state it leaves
-    rec.state = to;
-    if (to != SandboxState::kLost) rec.reason.reset();  // why it was lost, once it is not
-    return Status::Ok();
-  });
+  return Modify(
+      id,
+      [&](SandboxRecord& rec) -> Status {
+        const SandboxState was = rec.state;
+        const bool expected =
+            allowed.empty() || std::find(allowed.begin(), allowed.end(), was) != allowed.end();
+        if (!expected || !CanMove(was, to))
+          return Status(Code::kConflict, std::string("move sandbox to ") + StateName(to), id,
+                        std::string("sandbox is ") + StateName(was));
+        if (edit) edit(rec);  // sees the state it leaves
+        rec.state = to;
+        if (to != SandboxState::kLost) rec.reason.reset();  // why it was lost, once it is not
+        return Status::Ok();
+      },
+      known);
 }
 
 Result<SandboxRecord> SandboxTable::Update(const std::string& id,
                                            const std::function<Status(SandboxRecord&)>& edit) {
-  MutexLock lock(&mu_);
   return Modify(id, [&](SandboxRecord& rec) -> Status {
     const SandboxState was = rec.state;
     WARREN_RETURN_IF_ERROR(edit(rec));
@@ -115,7 +124,6 @@ Result<SandboxRecord> SandboxTable::Update(const std::string& id,
 }
 
 Result<SandboxRecord> SandboxTable::Remove(const std::string& id) {
-  MutexLock lock(&mu_);
   for (int attempt = 0;; ++attempt) {
     auto stamped = WARREN_TRY(store_->GetSandboxStamped(id));
     Status st = store_->RemoveSandboxIf(id, stamped.stamp);
@@ -123,6 +131,7 @@ Result<SandboxRecord> SandboxTable::Remove(const std::string& id) {
     WARREN_RETURN_IF_ERROR(st);
     auto rec = ParseSandboxRecord(stamped.doc);
     if (!rec.ok()) return Internal("read sandbox record", id, rec.status().ToString());
+    MutexLock lock(&mu_);
     CountLocked(*rec, -1);
     return rec;
   }

@@ -2,10 +2,11 @@
 // state change through one Transition() that refuses illegal moves, and counts by backend and
 // state kept as records change (a metrics scrape costs the same at 5 sandboxes as at 5,000).
 //
-// One writer at a time here, and every write compares the version it read: a
-// read-modify-write of a record (Transition, Update) cannot lose a concurrent change to the same
-// record, made in this process or by another API server of a cluster (it is made again on the
-// newer record).
+// Every write compares the version it read: a read-modify-write of a record (Transition,
+// Update) cannot lose a concurrent change to the same record, made by another thread or by
+// another API server of a cluster (it is made again on the newer record). So no lock is held
+// across the store's round trips: creates of different sandboxes write at once (a lock here
+// made one API server write one record at a time, ~3 etcd round trips a create).
 #pragma once
 
 #include <functional>
@@ -34,16 +35,27 @@ class SandboxTable {
   std::vector<SandboxRecord> List();
   Result<std::vector<SandboxRecord>> ListOrError();
   Result<SandboxRecord> Get(const std::string& id);
+  // A record as this table wrote it, with the store's stamp of that version: a change made
+  // next by the same writer starts from it rather than reading the record again (and reads
+  // it again only if someone else wrote it since).
+  struct Version {
+    SandboxRecord rec;
+    std::string stamp;
+  };
   // A new record (its state as given, normally creating); conflict if the id exists. A store
-  // that counts shares refuses it (quota) when its owner would go past `limits`.
-  Status Insert(const SandboxRecord& rec, const ShareLimits& limits = {});
+  // that counts shares refuses it (quota) when its owner would go past `limits`. `written`:
+  // the version written.
+  Status Insert(const SandboxRecord& rec, const ShareLimits& limits = {},
+                Version* written = nullptr);
   // Moves sandbox `id` to `to`, applying `edit` to the record in the same write (it sees the
   // state being left and must not change it). Refused
   // (conflict, "sandbox is STATE") when the sandbox is not in one of `from` (if given) or the
   // move is not legal (CanMove). Returns the record as written.
+  // `known`: the version this writer last wrote (see Version).
   Result<SandboxRecord> Transition(const std::string& id, SandboxState to,
                                    std::initializer_list<SandboxState> from = {},
-                                   const std::function<void(SandboxRecord&)>& edit = nullptr);
+                                   const std::function<void(SandboxRecord&)>& edit = nullptr,
+                                   const Version* known = nullptr);
   // Changes fields other than the state; `edit` may refuse (its status is returned, nothing
   // written) and must not change the state.
   Result<SandboxRecord> Update(const std::string& id,
@@ -58,15 +70,15 @@ class SandboxTable {
   Counts counts() const;
 
  private:
-  Result<SandboxRecord> GetLocked(const std::string& id) REQUIRES(mu_);
   // Reads the record, applies `change` (which may refuse) and writes it if no one wrote it
   // since; otherwise again, on the newer record.
   Result<SandboxRecord> Modify(const std::string& id,
-                               const std::function<Status(SandboxRecord&)>& change) REQUIRES(mu_);
+                               const std::function<Status(SandboxRecord&)>& change,
+                               const Version* known = nullptr);
   void CountLocked(const SandboxRecord& rec, int64_t delta) REQUIRES(mu_);
 
   StateStore* const store_;
-  mutable Mutex mu_;
+  mutable Mutex mu_;  // counts_ only
   Counts counts_ GUARDED_BY(mu_);
 };
 

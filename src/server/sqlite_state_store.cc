@@ -158,30 +158,30 @@ Result<StateStore::Stamped> SqliteStateStore::GetSandboxStamped(const std::strin
   return Stamped{nlohmann::json::parse(text), std::move(text)};
 }
 
-Status SqliteStateStore::PutSandboxIf(const nlohmann::json& sb, const std::string& stamp) {
+Result<std::string> SqliteStateStore::PutSandboxIf(const nlohmann::json& sb,
+                                                   const std::string& stamp) {
   MutexLock lock(&mu_);
   const std::string id = sb.value("id", "");
+  // The stamp of a version is its text.
+  std::string doc = sb.dump();
   if (stamp.empty()) {
     Stmt st(db_, "INSERT INTO sandboxes (id, state, created_at, doc) VALUES (?,?,?,?)");
-    st.Bind(1, id)
-        .Bind(2, sb.value("state", ""))
-        .Bind(3, sb.value("created_at", ""))
-        .Bind(4, sb.dump());
+    st.Bind(1, id).Bind(2, sb.value("state", "")).Bind(3, sb.value("created_at", "")).Bind(4, doc);
     const int rc = st.Step();
     if (rc == SQLITE_CONSTRAINT) return Status(Code::kConflict, "put sandbox", id, "exists");
     if (rc != SQLITE_DONE) return DbError(db_, "put sandbox");
-    return Status::Ok();
+    return doc;
   }
   Stmt st(db_, "UPDATE sandboxes SET state = ?, created_at = ?, doc = ? WHERE id = ? AND doc = ?");
   st.Bind(1, sb.value("state", ""))
       .Bind(2, sb.value("created_at", ""))
-      .Bind(3, sb.dump())
+      .Bind(3, doc)
       .Bind(4, id)
       .Bind(5, stamp);
   if (st.Step() != SQLITE_DONE) return DbError(db_, "put sandbox");
   if (sqlite3_changes(db_) == 0)
     return Status(Code::kConflict, "put sandbox", id, "changed meanwhile");
-  return Status::Ok();
+  return doc;
 }
 
 Status SqliteStateStore::PutLayer(const LayerRecord& r) {

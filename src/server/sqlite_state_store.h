@@ -25,7 +25,8 @@ class SqliteStateStore : public StateStore {
   Status RemoveSandboxIf(const std::string& id, const std::string& stamp) override;
   // The stamp is the stored text itself: one process writes, so comparing it is enough.
   Result<Stamped> GetSandboxStamped(const std::string& id) override;
-  Status PutSandboxIf(const nlohmann::json& sandbox, const std::string& stamp) override;
+  Result<std::string> PutSandboxIf(const nlohmann::json& sandbox,
+                                   const std::string& stamp) override;
 
   Status PutLayer(const LayerRecord& rec) override;
   Result<LayerRecord> GetLayer(const std::string& name, const std::string& tag) override;

@@ -44,8 +44,10 @@ class StateStore {
   virtual Result<Stamped> GetSandboxStamped(const std::string& id) = 0;
   // Writes the record only if it is still at `stamp` ("": only if there is none), else
   // kConflict: a read-modify-write never overwrites a concurrent one (API servers of a
-  // cluster change the same records).
-  virtual Status PutSandboxIf(const nlohmann::json& sandbox, const std::string& stamp) = 0;
+  // cluster change the same records). Returns the stamp of the version written, so that the
+  // writer's next change need not read it again.
+  virtual Result<std::string> PutSandboxIf(const nlohmann::json& sandbox,
+                                           const std::string& stamp) = 0;
   // Removes the record only if it is still at `stamp`, else kConflict (kNotFound if gone).
   virtual Status RemoveSandboxIf(const std::string& id, const std::string& stamp) = 0;
 
@@ -53,7 +55,9 @@ class StateStore {
   // if its owner's records that hold a share, this one included, stay within `limits`, checked
   // and written in one step against every writer; one that does not (warren serve's, whose
   // one process counts them in QuotaTracker) ignores `limits`. kConflict if the id exists.
-  virtual Status InsertSandbox(const nlohmann::json& sandbox, const ShareLimits& limits) {
+  // Returns the stamp of the version written.
+  virtual Result<std::string> InsertSandbox(const nlohmann::json& sandbox,
+                                            const ShareLimits& limits) {
     (void)limits;
     return PutSandboxIf(sandbox, "");
   }

@@ -68,23 +68,26 @@ TEST_P(StateStoreConformance, SandboxWritesCompareTheVersionRead) {
   const std::string id = u_ + "cas";
   const nlohmann::json v1 = {{"id", id}, {"state", "creating"}, {"created_at", "t"}};
   EXPECT_EQ(s.GetSandboxStamped(id).status().code(), Code::kNotFound);
-  ASSERT_TRUE(s.PutSandboxIf(v1, "").ok());
-  EXPECT_EQ(s.PutSandboxIf(v1, "").code(), Code::kConflict);  // exists
+  auto written = s.PutSandboxIf(v1, "");
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(s.PutSandboxIf(v1, "").status().code(), Code::kConflict);  // exists
   auto read = s.GetSandboxStamped(id);
   ASSERT_TRUE(read.ok());
+  // The stamp a write returns is the version's: the writer may change it next without a read.
+  EXPECT_EQ(*written, read->stamp);
   EXPECT_EQ(read->doc["state"], "creating");
   nlohmann::json v2 = v1, v3 = v1;
   v2["state"] = "running";
   v3["state"] = "failed";
   ASSERT_TRUE(s.PutSandboxIf(v2, read->stamp).ok());
   // A second writer that read the same version loses, and nothing of it is written.
-  EXPECT_EQ(s.PutSandboxIf(v3, read->stamp).code(), Code::kConflict);
+  EXPECT_EQ(s.PutSandboxIf(v3, read->stamp).status().code(), Code::kConflict);
   EXPECT_EQ((*s.GetSandbox(id))["state"], "running");
   auto again = s.GetSandboxStamped(id);
   ASSERT_TRUE(again.ok());
   EXPECT_NE(again->stamp, read->stamp);
   ASSERT_TRUE(s.RemoveSandbox(id).ok());
-  EXPECT_EQ(s.PutSandboxIf(v2, again->stamp).code(), Code::kConflict);  // gone meanwhile
+  EXPECT_EQ(s.PutSandboxIf(v2, again->stamp).status().code(), Code::kConflict);  // gone meanwhile
 }
 
 TEST_P(StateStoreConformance, RemovalComparesTheVersionRead) {
@@ -118,7 +121,7 @@ TEST_P(StateStoreConformance, SharesAreCheckedWhereRecordsAreInserted) {
   const ShareLimits two{2, 0, 0};
   ASSERT_TRUE(s.InsertSandbox(rec("a", "creating"), two).ok());
   ASSERT_TRUE(s.InsertSandbox(rec("b", "running"), two).ok());
-  Status third = s.InsertSandbox(rec("c", "creating"), two);
+  Status third = s.InsertSandbox(rec("c", "creating"), two).status();
   if (!s.CountsShares()) {
     EXPECT_TRUE(third.ok()) << third.ToString();
     return;
@@ -137,11 +140,11 @@ TEST_P(StateStoreConformance, SharesAreCheckedWhereRecordsAreInserted) {
   ASSERT_TRUE(s.PutSandboxIf(rec("b", "failed"), b->stamp).ok());
   EXPECT_EQ(s.ShareOf(owner)->sandboxes, 1);
   ASSERT_TRUE(s.InsertSandbox(rec("c", "creating"), two).ok());
-  EXPECT_EQ(s.InsertSandbox(rec("d", "creating"), two).code(), Code::kQuota);
+  EXPECT_EQ(s.InsertSandbox(rec("d", "creating"), two).status().code(), Code::kQuota);
   ASSERT_TRUE(s.RemoveSandbox(u_ + "a").ok());
   EXPECT_EQ(s.ShareOf(owner)->sandboxes, 1);
   // An id that exists is a conflict, not a quota.
-  EXPECT_EQ(s.InsertSandbox(rec("c", "creating"), {5, 0, 0}).code(), Code::kConflict);
+  EXPECT_EQ(s.InsertSandbox(rec("c", "creating"), {5, 0, 0}).status().code(), Code::kConflict);
 
   // Many writers at once for the last slots: exactly as many win as there are slots.
   const std::string many = u_ + "many";
@@ -155,7 +158,7 @@ TEST_P(StateStoreConformance, SharesAreCheckedWhereRecordsAreInserted) {
                           {"created_at", "t"},
                           {"cpu", 1.0},
                           {"memory_mb", 0}};
-      Status st = s.InsertSandbox(r, {3, 0, 0});
+      Status st = s.InsertSandbox(r, {3, 0, 0}).status();
       (st.ok() ? granted : refused)++;
       EXPECT_TRUE(st.ok() || st.code() == Code::kQuota) << st.ToString();
     });

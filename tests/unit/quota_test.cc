@@ -55,6 +55,7 @@ TEST(Quota, AStoreThatCountsSharesHoldsTheLimits) {
   EXPECT_EQ(store
                 .InsertSandbox({{"id", "sb-2"}, {"owner", "alice"}, {"state", "creating"}},
                                LimitsOf(Limited(1).quotas))
+                .status()
                 .code(),
             Code::kQuota);
   q.Release("alice", 2, 256);  // the store's record decides, not this

@@ -20,6 +20,7 @@
 #include "cluster/cluster_fleet.h"
 #include "cluster/cluster_secret.h"
 #include "cluster/etcd_client.h"
+#include "cluster/expiry_sweeper.h"
 #include "cluster/kv_state_store.h"
 #include "cluster/membership.h"
 #include "cluster/presence.h"
@@ -152,10 +153,12 @@ int RunApiServer(const ApiServerFlags& f) {
   api.StartReaper();
   // Creates a dead replica left half-made: every replica looks, the first to remove one wins.
   Periodic orphan_sweep(std::chrono::seconds(2), [&api] { api.CleanOrphanedCreates(); });
-  // Every sandbox's TTL, whichever replica made it (a stopgap for a leader's TTL index: it
-  // lists every record each time).
-  api.TrackEveryTtl();
-  Periodic ttl_sweep(std::chrono::seconds(10), [&api] { api.TrackEveryTtl(); });
+  // Every sandbox's TTL, whichever replica made it: one replica at a time sweeps the TTL index.
+  cluster::ExpirySweeper expiry(
+      &etcd, presence.name(), [&presence] { return presence.lease(); },
+      [&api](const std::string& id) { return api.ExpireSandbox(id); });
+  Periodic ttl_sweep(std::chrono::seconds(1),
+                     [&expiry] { (void)expiry.Sweep(static_cast<int64_t>(UnixNow() * 1000)); });
   server::ApiService service(&api, &tokens);
   server::ServerOptions sopts;
   sopts.listen = f.listen;

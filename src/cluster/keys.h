@@ -35,6 +35,8 @@ inline const std::string kSteps = kRoot + "steps/";
 inline const std::string kStepByExec = kRoot + "step-exec/";
 inline const std::string kSecret = kRoot + "cluster/secret";
 inline const std::string kAdminToken = kRoot + "cluster/admin-token";
+inline const std::string kExpiry = kRoot + "expiry/";
+inline const std::string kExpiryLeader = kRoot + "leaders/expiry";
 
 inline std::string Node(const std::string& name) { return kNodes + name + "/record"; }
 inline std::string NodeAdmin(const std::string& name) { return kNodes + name + "/admin"; }
@@ -81,6 +83,18 @@ inline std::string Step(const std::string& traj, int64_t step) {
   return Trajectory(traj) + std::string(n.size() < 20 ? 20 - n.size() : 0, '0') + n;
 }
 inline std::string StepByExec(const std::string& exec_id) { return kStepByExec + exec_id; }
+
+// A sandbox's deadline in the TTL index: zero-padded Unix milliseconds, so keys sort by time.
+inline std::string ExpiryMs(int64_t ms) {
+  std::string n = std::to_string(ms < 0 ? 0 : ms);
+  return std::string(n.size() < 15 ? 15 - n.size() : 0, '0') + n;
+}
+inline std::string Expiry(int64_t deadline_ms, const std::string& id) {
+  return kExpiry + ExpiryMs(deadline_ms) + "/" + id;
+}
+// The end of the range of every deadline at or before `now_ms`.
+inline std::string ExpiryUpTo(int64_t now_ms) { return kExpiry + ExpiryMs(now_ms + 1); }
+inline std::string ExpiryId(const std::string& key) { return key.substr(key.rfind('/') + 1); }
 
 // The name after a prefix ("/warren/sandboxes/sb-1" -> "sb-1").
 inline std::string NameOf(const std::string& key, const std::string& prefix) {

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
+#include "base/ids.h"
 #include "cluster/keys.h"
 #include "cluster/node_record.h"
 #include "server/shares.h"
@@ -50,6 +52,14 @@ Status CheckSize(const std::string& value, const std::string& what, const std::s
                  id);
 }
 
+// When the sandbox's ttl_s ends (Unix ms), from fields that never change after the insert.
+std::optional<int64_t> DeadlineMs(const json& sandbox) {
+  const double created = ParseRfc3339(sandbox.value("created_at", ""));
+  const int64_t ttl_s = sandbox.value("ttl_s", int64_t{0});
+  if (created <= 0 || ttl_s <= 0) return std::nullopt;
+  return std::llround(created * 1000) + ttl_s * 1000;
+}
+
 }  // namespace
 
 std::vector<json> KvStateStore::ListJson(const std::string& prefix, const char* what) {
@@ -82,11 +92,14 @@ Result<json> KvStateStore::GetJson(const std::string& key, const std::string& ki
   return j;
 }
 
-std::vector<TxnOp> KvStateStore::RecordOps(const json& sandbox, const std::string& value) {
+std::vector<TxnOp> KvStateStore::RecordOps(const json& sandbox, const std::string& value,
+                                           bool inserting) {
   const std::string id = sandbox.value("id", "");
   const std::string owner = sandbox.value("owner", "");
   const std::string state = sandbox.value("state", "");
   std::vector<TxnOp> ops{TxnOp::Put(keys::Sandbox(id), value)};
+  if (auto deadline = DeadlineMs(sandbox); inserting && deadline)
+    ops.push_back(TxnOp::Put(keys::Expiry(*deadline, id), ""));
   if (server::HoldsShare(state))
     ops.push_back(TxnOp::Put(keys::Share(owner, id),
                              json{{"cpu", sandbox.value("cpu", 1.0)},
@@ -113,7 +126,7 @@ Status KvStateStore::PutSandbox(const json& sandbox) {
   const std::string value = sandbox.dump();
   WARREN_RETURN_IF_ERROR(CheckSize(value, "the sandbox record", id));
   Txn txn;
-  txn.success = RecordOps(sandbox, value);
+  txn.success = RecordOps(sandbox, value, /*inserting=*/true);  // idempotent: same key
   return kv_->Commit(txn).status();
 }
 
@@ -160,6 +173,8 @@ Status KvStateStore::RemoveWith(const std::string& id, const std::vector<Compare
   txn.compare = compare;
   txn.success = {TxnOp::Delete(keys::Sandbox(id)), TxnOp::Delete(keys::Share(owner, id)),
                  TxnOp::Delete(keys::Creating(id))};
+  if (auto deadline = doc.is_object() ? DeadlineMs(doc) : std::nullopt)
+    txn.success.push_back(TxnOp::Delete(keys::Expiry(*deadline, id)));
   auto r = WARREN_TRY(kv_->Commit(txn));
   if (!r.succeeded)
     return Status(Code::kConflict, "remove sandbox", id, "changed or gone meanwhile");
@@ -201,7 +216,7 @@ Result<std::string> KvStateStore::PutSandboxIf(const json& sandbox, const std::s
   const std::string key = keys::Sandbox(id);
   Txn txn;
   txn.compare.push_back(rev == 0 ? Compare::Missing(key) : Compare::ModIs(key, rev));
-  txn.success = RecordOps(sandbox, value);
+  txn.success = RecordOps(sandbox, value, /*inserting=*/rev == 0);
   auto r = WARREN_TRY(kv_->Commit(txn));
   if (!r.succeeded)
     return Status(Code::kConflict, "put sandbox", id, rev == 0 ? "exists" : "changed meanwhile");
@@ -242,7 +257,7 @@ Result<std::string> KvStateStore::InsertSandbox(const json& sandbox,
     Txn txn;
     txn.compare = {Compare::Missing(keys::Sandbox(id)),
                    Compare::NoneWrittenAfter(keys::Shares(owner), revision)};
-    txn.success = RecordOps(sandbox, value);
+    txn.success = RecordOps(sandbox, value, /*inserting=*/true);
     txn.failure = {TxnOp::Get(keys::Sandbox(id))};
     auto r = WARREN_TRY(kv_->Commit(txn));
     if (r.succeeded) return std::to_string(r.revision);

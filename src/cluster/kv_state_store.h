@@ -72,7 +72,10 @@ class KvStateStore : public server::StateStore {
                                  const std::string& id);
 
   // The writes that go with the record `sandbox` (its share and creating keys), after it.
-  std::vector<TxnOp> RecordOps(const nlohmann::json& sandbox, const std::string& value);
+  // `inserting`: the record is new, and its deadline goes into the TTL index
+  // (cluster/expiry_sweeper.h); it never changes, so later writes leave the index alone.
+  std::vector<TxnOp> RecordOps(const nlohmann::json& sandbox, const std::string& value,
+                               bool inserting);
   // The owner's share as of the range's revision.
   Result<std::pair<server::Share, int64_t>> ReadShare(const std::string& owner);
   // The record's keys beside its own, by id alone: found from the stored record's owner.

@@ -23,6 +23,8 @@ class Presence {
   // Grants the lease and puts the key (fails if etcd cannot be reached), then keeps it alive.
   Status Start();
   const std::string& name() const { return name_; }
+  // The lease the replica's key lives under now (granted again after one expired).
+  int64_t lease() const { return lease_.load(); }
 
  private:
   Status Register();

@@ -224,19 +224,10 @@ int Api::CleanOrphanedCreates() {
   return n;
 }
 
-int Api::TrackEveryTtl() {
-  auto all = sandboxes_.ListOrError();
-  if (!all.ok()) return 0;
-  const double wall = UnixNow();
-  int n = 0;
-  for (const SandboxRecord& sb : *all) {
-    if (!IsLive(sb.state) || reaper_.Tracked(sb.id)) continue;
-    const double created = ParseRfc3339(sb.created_at);
-    const double ttl = static_cast<double>(sb.spec.ttl_s);
-    reaper_.Track(sb.id, created > 0 ? created + ttl - wall : ttl, std::nullopt);
-    ++n;
-  }
-  return n;
+Status Api::ExpireSandbox(const std::string& id) {
+  Status st = DeleteSandbox(System(), id);
+  if (!st.ok() && st.code() != Code::kNotFound) CountError(st.code());
+  return st;
 }
 
 void Api::CountError(Code code) { errors_.Count(code); }

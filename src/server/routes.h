@@ -54,12 +54,11 @@ class Api {
   // record still `creating` whose maker is gone is deleted on its node (a node that is still
   // making it destroys it when done) and removed, giving back what it held. Returns how many.
   int CleanOrphanedCreates();
-  // A cluster's API servers each reap the sandboxes they made; this takes on the TTL of every
-  // live record this one does not track yet (made by another replica, perhaps one that died),
-  // so that no sandbox outlives its ttl_s for want of its maker. Deleting twice is harmless
-  // (one replica's delete wins). Idle timeouts stay with the maker, which sees the sandbox's
-  // use. Returns how many it took on.
-  int TrackEveryTtl();
+  // A cluster's API servers each reap the sandboxes they made (TTL and idle timeout: the maker
+  // sees their use); the replica sweeping the cluster's TTL index (cluster/expiry_sweeper.h)
+  // calls this for every sandbox whose ttl_s passed, whoever made it. Deleting twice is
+  // harmless (one delete wins).
+  Status ExpireSandbox(const std::string& id);
 
   Result<nlohmann::json> CreateSandbox(const Principal& who, const std::string& body);
   Result<nlohmann::json> CreateBatch(const Principal& who, const std::string& body);
@@ -166,7 +165,8 @@ class Api {
   TokenRegistry* tokens_;
   QuotaTracker quota_;
   LeaseTable leases_;
-  Histogram create_seconds_, exec_seconds_;
+  // placement_seconds_: choosing a node and holding room there (a cluster's reservation).
+  Histogram create_seconds_, exec_seconds_, placement_seconds_;
   CallGate calls_;        // after quota_, whose tracker it shares
   SandboxReaper reaper_;  // after what its hooks use
   // Marks sandbox `id` as used now (idle timeout).

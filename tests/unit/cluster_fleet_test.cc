@@ -9,6 +9,8 @@
 #include <atomic>
 #include <thread>
 
+#include "base/ids.h"
+#include "cluster/expiry_sweeper.h"
 #include "cluster/keys.h"
 #include "cluster/kv_state_store.h"
 #include "cluster/presence.h"
@@ -312,20 +314,29 @@ TEST_F(ClusterReplicasTest, WhatADeadReplicaLeftHalfMadeIsCleanedUpOnce) {
   EXPECT_EQ(replicas_["api-1"]->api->CleanOrphanedCreates(), 0);
 }
 
-// A sandbox's TTL holds whichever replica made it: another takes it on (its maker may die).
-TEST_F(ClusterReplicasTest, AnotherReplicaEnforcesTheTtl) {
+// A sandbox's TTL holds whichever replica made it: the replica sweeping the TTL index ends it
+// through the real API (room and record go), even after its maker died.
+TEST_F(ClusterReplicasTest, TheSweepingReplicaEnforcesEveryTtl) {
   auto made = replicas_["api-1"]->api->CreateSandbox(admin_, R"({"image": "py:1", "ttl_s": 1})");
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   const std::string id = (*made)["id"];
-  EXPECT_EQ(replicas_["api-1"]->api->TrackEveryTtl(), 0);  // its own: tracked already
-  EXPECT_EQ(replicas_["api-2"]->api->TrackEveryTtl(), 1);
-  EXPECT_EQ(replicas_["api-2"]->api->TrackEveryTtl(), 0);
-  replicas_["api-1"]->api.reset();  // its maker is gone
-  replicas_["api-2"]->api->StartReaper();
-  EXPECT_TRUE(WaitFor([&] {
-    return replicas_["api-2"]->api->GetSandbox(admin_, id).status().code() == Code::kNotFound;
-  }));
+  EXPECT_EQ(Keys(keys::kExpiry), 1);
+  auto sweeper = [&](const std::string& name) {
+    Replica* r = replicas_[name].get();
+    return std::make_unique<ExpirySweeper>(
+        &kv_, name, [r] { return r->presence->lease(); },
+        [r](const std::string& sb) { return r->api->ExpireSandbox(sb); });
+  };
+  auto by_1 = sweeper("api-1"), by_2 = sweeper("api-2");
+  const int64_t now_ms = static_cast<int64_t>(UnixNow() * 1000);
+  EXPECT_EQ(by_1->Sweep(now_ms), 0);     // api-1 leads; nothing is due yet
+  replicas_["api-1"]->api.reset();       // its maker is gone...
+  replicas_["api-1"]->presence.reset();  // ...and so is its lease
+  EXPECT_EQ(by_2->Sweep(now_ms + 2000), 1);
+  EXPECT_TRUE(by_2->leading());
+  EXPECT_EQ(replicas_["api-2"]->api->GetSandbox(admin_, id).status().code(), Code::kNotFound);
   EXPECT_EQ(Reserved("n1") + Reserved("n2"), 0);
+  EXPECT_EQ(Keys(keys::kExpiry), 0);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "cluster/membership.h"
 #include "cluster/presence.h"
 #include "cluster/remote_node.h"
+#include "cluster/txn_combiner.h"
 #include "image/layer_store.h"
 #include "server/api_service.h"
 #include "server/auth.h"
@@ -124,7 +125,9 @@ int RunApiServer(const ApiServerFlags& f) {
   (void)gethostname(host, sizeof host - 1);
   cluster::Presence presence(&etcd, std::string(host) + "-" + RandomHex(4));
   if (Status st = presence.Start(); !st.ok()) return Fail(st.Context("join the cluster"));
-  cluster::KvStateStore state(&etcd, presence.name());
+  // The records' writes of concurrent requests share transactions (cluster/txn_combiner.h).
+  cluster::TxnCombiner combined(&etcd);
+  cluster::KvStateStore state(&combined, presence.name());
   server::TokenRegistry tokens(&state, *admin);
   if (Status st = tokens.Load(); !st.ok()) return Fail(st.Context("load tokens"));
   // Tokens are made and removed through any replica: an unknown one is looked up again at

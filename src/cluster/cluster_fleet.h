@@ -32,6 +32,9 @@ class ClusterFleet : public node::Fleet {
 
   Result<std::string> Place(const node::PlacementAsk& ask) override;
   void Release(const std::string& node, const node::PlacementAsk& ask) override;
+  // A cluster's create waits on round trips (etcd, the node) while the nodes do the work:
+  // many at once, and those for one node share a reservation transaction.
+  int CreatesAtOnce() const override { return 64; }
   bool Abandon(const std::string& sandbox_id) override;
   Result<node::NodeApi*> Node(const std::string& name) override;
   // Writes /warren/node/NAME/admin; every replica's directory sees it by its watch.

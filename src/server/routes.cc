@@ -18,7 +18,8 @@ namespace warren::server {
 using nlohmann::json;
 
 namespace {
-constexpr int64_t kBatchWorkers = 4;
+// One training job's sandboxes in one call (the unit's largest job is 32,000).
+constexpr int64_t kMaxBatch = 50000;
 // The daemon's own actions (TTL reaping) act with the admin's rights.
 const Principal& System() {
   static const Principal p{"admin", {"admin"}, {}};
@@ -372,15 +373,14 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
   for (auto& [k, v] : j.items())
     if (k != "count" && k != "spec") return Invalid("unknown field `" + k + "` in batch request");
   if (!j.contains("count") || !j["count"].is_number_integer() || j["count"].get<int64_t>() < 1 ||
-      j["count"].get<int64_t>() > 10000)
-    return Invalid("`count` must be an integer from 1 to 10000");
+      j["count"].get<int64_t>() > kMaxBatch)
+    return Invalid("`count` must be an integer from 1 to " + std::to_string(kMaxBatch));
   SandboxSpec spec = WARREN_TRY(ParseSandboxSpec(j.value("spec", json::object())));
   json out = {{"sandboxes", json::array()}, {"errors", json::array()}};
   int64_t n = j["count"].get<int64_t>();
   if (spec.trajectory && n > 1)
     return Invalid("a trajectory belongs to one sandbox: `count` must be 1");
-  // A few creates at once: each spends much of its time waiting (clone, the agent's setup),
-  // so the batch goes faster than one by one, without flooding the host.
+  // Several creates at once, as many as the fleet says (Fleet::CreatesAtOnce).
   // Quotas are taken in item order first, so a batch beyond a quota gets its first items.
   std::vector<Result<json>> results(static_cast<size_t>(n));
   std::vector<bool> reserved(static_cast<size_t>(n));
@@ -414,7 +414,7 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
       if (reserved[static_cast<size_t>(i)])
         results[static_cast<size_t>(i)] = CreateOne(who, spec, true);
   };
-  const int64_t workers = std::min<int64_t>(n, kBatchWorkers);
+  const int64_t workers = std::min<int64_t>(n, fleet_->CreatesAtOnce());
   std::vector<std::thread> pool;
   for (int64_t w = 1; w < workers; ++w) pool.emplace_back(work);
   work();

@@ -200,6 +200,7 @@ namespace {
 // create fails.
 class TwoNodeFleet : public node::Fleet {
  public:
+  int CreatesAtOnce() const override { return 4; }
   Result<std::string> Place(const node::PlacementAsk& ask) override {
     if (full) return Status(Code::kQuota, "place sandbox", "", "every node is full");
     const std::string name = (placed++ % 2 == 0) ? "a" : "b";

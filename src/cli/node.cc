@@ -15,6 +15,7 @@
 #include "base/ids.h"
 #include "cli/common.h"
 #include "cli/node_flags.h"
+#include "cli/node_simulate.h"
 #include "cluster/cluster_secret.h"
 #include "cluster/etcd_client.h"
 #include "cluster/keys.h"
@@ -42,16 +43,10 @@ struct ClusterNodeFlags {
   std::vector<std::string> labels;
   int ttl_s = 5;
   NodeFlags node;
+  // --simulate N: N simulated nodes of this capacity each (cli/node_simulate.h).
+  int simulate = 0;
+  std::string sim_cpus = "192", sim_memory = "1536G", sim_disk = "4T";
 };
-
-std::string Rfc3339Now() {
-  char buf[32];
-  const time_t now = time(nullptr);
-  struct tm tm;
-  gmtime_r(&now, &tm);
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 // What the machine has for sandboxes: its CPUs, memory and the data dir's disk.
 cluster::Resources Capacity(const std::string& data_dir) {
@@ -92,8 +87,31 @@ void AdoptFromEtcd(cluster::KvStore* kv, node::LocalNode* node, const std::strin
                reaped);
 }
 
+// --simulate: the labels parsed as for a real node, the capacity from the --simulate-* flags.
+int RunSimulated(const ClusterNodeFlags& f, std::map<std::string, std::string> labels) {
+  SimulatedNodesOptions o;
+  o.etcd = f.etcd;
+  o.listen = f.listen;
+  o.name = f.name;
+  o.labels = std::move(labels);
+  o.ttl_s = f.ttl_s;
+  o.count = f.simulate;
+  char* end = nullptr;
+  const double cpus = strtod(f.sim_cpus.c_str(), &end);
+  if (end == f.sim_cpus.c_str() || *end || cpus <= 0 || cpus > 1e6)
+    return Fail(Invalid("--simulate-cpus wants a positive number", f.sim_cpus));
+  o.capacity.cpu_milli = static_cast<int64_t>(cpus * 1000);
+  auto memory = SizeMb(f.sim_memory, "--simulate-memory");
+  if (!memory.ok()) return Fail(memory.status());
+  auto disk = SizeMb(f.sim_disk, "--simulate-disk");
+  if (!disk.ok()) return Fail(disk.status());
+  o.capacity.memory_mb = static_cast<int64_t>(*memory);
+  o.capacity.disk_mb = static_cast<int64_t>(*disk);
+  return RunSimulatedNodes(o);
+}
+
 int RunNode(const ClusterNodeFlags& f) {
-  if (geteuid() != 0)
+  if (f.simulate == 0 && geteuid() != 0)
     return Fail("node", "warren node must run as root (it makes namespaces, mounts and cgroups)");
   if (!cluster::ValidNodeName(f.name))
     return Fail(Invalid("--name wants 1-63 of [A-Za-z0-9._-]", f.name));
@@ -105,6 +123,7 @@ int RunNode(const ClusterNodeFlags& f) {
       return Fail(Invalid("--label wants KEY=VALUE, each 1-63 of [A-Za-z0-9._-]", l));
     labels[l.substr(0, eq)] = l.substr(eq + 1);
   }
+  if (f.simulate > 0) return RunSimulated(f, std::move(labels));
   sigset_t sigs;
   PrepareDaemonProcess(&sigs);
 
@@ -153,7 +172,7 @@ int RunNode(const ClusterNodeFlags& f) {
     advertise = advertise.substr(0, advertise.size() - 1) + std::to_string(http.port());
 
   const cluster::Resources capacity = Capacity(f.data_dir);
-  const std::string started_at = Rfc3339Now();
+  const std::string started_at = NowRfc3339();
   node::LocalNode* local = node->get();
   auto snapshot = [&, local]() {
     cluster::NodeRecord r;
@@ -217,6 +236,14 @@ void AddNode(CLI::App& app) {
                              "KEY=VALUE placement can select on (node_selector); repeatable"));
   cmd->add_option("--ttl", f->ttl_s, "seconds without a heartbeat after which the node is down")
       ->check(CLI::Range(2, 60));
+  cmd->add_option("--simulate", f->simulate,
+                  "run N simulated nodes (NAME-000...) that accept sandboxes without making "
+                  "them, to measure API servers and placement at scale (no root needed)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--simulate-cpus", f->sim_cpus, "each simulated node's CPUs (default 192)");
+  cmd->add_option("--simulate-memory", f->sim_memory,
+                  "each simulated node's memory (default 1536G)");
+  cmd->add_option("--simulate-disk", f->sim_disk, "each simulated node's disk (default 4T)");
   AddNodeFlags(cmd, &f->node);
   AddNodeAdmin(cmd);
   // `warren node` runs a node; `warren node cordon|uncordon|drain NAME` asks the API.

@@ -295,7 +295,9 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   // Where it goes: room held there until the sandbox is gone (or this create fails).
   node::PlacementAsk ask = AskOf(spec, made_from);
   ask.sandbox_id = id;
+  const double placing = NowSeconds();
   const std::string node_name = WARREN_TRY(fleet_->Place(ask));
+  placement_seconds_.Observe(NowSeconds() - placing);
   Cleanup unplace([&] { fleet_->Release(node_name, ask); });
   node::NodeApi* node = WARREN_TRY(fleet_->Node(node_name));
 
@@ -895,10 +897,10 @@ std::string Api::Metrics() {
   o << RenderSandboxMetrics(sandboxes_.counts());
   o << create_seconds_.Render("warren_create_seconds");
   o << exec_seconds_.Render("warren_exec_seconds");
+  o << placement_seconds_.Render("warren_placement_seconds");
   o << calls_.RenderMetrics();
   o << errors_.Render();
-  for (const json& n : fleet_->Infos())  // once each: it walks the node's state
-    o << RenderNodeMetrics(n);
+  o << RenderNodeMetrics(fleet_->Infos());  // once: it walks each node's state
   return o.str();
 }
 

@@ -2,8 +2,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 namespace warren::server {
 
@@ -40,62 +42,124 @@ std::string RenderSandboxMetrics(SandboxTable::Counts counts) {
   return o.str();
 }
 
-std::string RenderNodeMetrics(const json& node) {
-  std::ostringstream o;
-  o << "# TYPE warren_node_sandboxes gauge\nwarren_node_sandboxes " << node.value("sandboxes", 0)
-    << "\n";
-  o << "# TYPE warren_node_layer_mounts gauge\nwarren_node_layer_mounts "
-    << node.value("layer_mounts", 0) << "\n";
-  o << "# TYPE warren_node_uid_slots gauge\n"
-    << "warren_node_uid_slots{state=\"used\"} " << node.value("uid_slots_used", 0) << "\n"
-    << "warren_node_uid_slots{state=\"total\"} " << node.value("uid_slots", 0) << "\n";
-  o << "# TYPE warren_node_cpus gauge\nwarren_node_cpus " << std::thread::hardware_concurrency()
-    << "\n";
-  if (FILE* f = fopen("/proc/meminfo", "re")) {
-    char key[64];
-    unsigned long long kb;
-    o << "# TYPE warren_node_memory_bytes gauge\n";
-    while (fscanf(f, "%63s %llu kB\n", key, &kb) == 2) {
-      if (!strcmp(key, "MemTotal:"))
-        o << "warren_node_memory_bytes{kind=\"total\"} " << kb * 1024 << "\n";
-      if (!strcmp(key, "MemAvailable:"))
-        o << "warren_node_memory_bytes{kind=\"available\"} " << kb * 1024 << "\n";
+namespace {
+
+// Samples gathered family by family, so that each family's TYPE line is written once however
+// many nodes contribute (a repeated TYPE line makes Prometheus reject the whole scrape).
+class Families {
+ public:
+  // `labels`: the sample's own labels, without braces ("" for none).
+  void Add(const std::string& name, const char* type, const std::string& labels,
+           const std::string& value) {
+    auto [it, fresh] = index_.try_emplace(name, order_.size());
+    if (fresh) order_.push_back({name, type, {}});
+    order_[it->second].samples.push_back(labels.empty() ? name + " " + value
+                                                        : name + "{" + labels + "} " + value);
+  }
+  std::string Render() const {
+    std::ostringstream o;
+    for (const auto& f : order_) {
+      o << "# TYPE " << f.name << " " << f.type << "\n";
+      for (const auto& line : f.samples) o << line << "\n";
     }
-    fclose(f);
+    return o.str();
+  }
+
+ private:
+  struct Family {
+    std::string name, type;
+    std::vector<std::string> samples;
+  };
+  std::vector<Family> order_;
+  std::map<std::string, size_t> index_;
+};
+
+std::string Join(const std::string& a, const std::string& b) {
+  return a.empty() ? b : b.empty() ? a : a + "," + b;
+}
+
+template <typename T>
+std::string Num(T v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+// One node's samples; `node` is its label ("" for warren serve's one node).
+void AddNode(Families& f, const json& info, const std::string& node) {
+  const auto g = [&](const std::string& name, const std::string& labels, const std::string& v) {
+    f.Add(name, "gauge", Join(node, labels), v);
+  };
+  const auto c = [&](const std::string& name, const std::string& labels, const std::string& v) {
+    f.Add(name, "counter", Join(node, labels), v);
+  };
+  g("warren_node_sandboxes", "", Num(info.value("sandboxes", 0)));
+  if (info.contains("layer_mounts"))
+    g("warren_node_layer_mounts", "", Num(info.value("layer_mounts", 0)));
+  if (info.contains("uid_slots")) {
+    g("warren_node_uid_slots", "state=\"used\"", Num(info.value("uid_slots_used", 0)));
+    g("warren_node_uid_slots", "state=\"total\"", Num(info.value("uid_slots", 0)));
+  }
+  // A cluster node's record carries its capacity and what placement reserved there; warren
+  // serve's node is this machine.
+  if (info.contains("capacity")) {
+    const json cap = info["capacity"], res = info.value("reserved", json::object());
+    const int64_t total_mb = cap.value("memory_mb", int64_t{0});
+    const int64_t free_mb = std::max<int64_t>(0, total_mb - res.value("memory_mb", int64_t{0}));
+    g("warren_node_cpus", "", Num(cap.value("cpu_milli", int64_t{0}) / 1000.0));
+    g("warren_node_memory_bytes", "kind=\"total\"", Num(total_mb << 20));
+    g("warren_node_memory_bytes", "kind=\"available\"", Num(free_mb << 20));
+    g("warren_node_reserved_cpus", "", Num(res.value("cpu_milli", int64_t{0}) / 1000.0));
+  } else {
+    g("warren_node_cpus", "", Num(std::thread::hardware_concurrency()));
+    if (FILE* file = fopen("/proc/meminfo", "re")) {
+      char key[64];
+      unsigned long long kb;
+      while (fscanf(file, "%63s %llu kB\n", key, &kb) == 2) {
+        if (!strcmp(key, "MemTotal:"))
+          g("warren_node_memory_bytes", "kind=\"total\"", Num(kb * 1024));
+        if (!strcmp(key, "MemAvailable:"))
+          g("warren_node_memory_bytes", "kind=\"available\"", Num(kb * 1024));
+      }
+      fclose(file);
+    }
   }
   // Egress through the node's proxy: bytes fetched upstream and served from its package
   // cache, in total and per sandbox, with connections and refusals.
-  json net = node.value("network", json::object());
-  json proxy = net.value("proxy", json::object());
+  json net = info.value("network", json::object());
+  json proxy = net.is_object() ? net.value("proxy", json::object()) : json::object();
   if (!proxy.is_object()) proxy = json::object();
-  o << "# TYPE warren_egress_bytes_total counter\n"
-    << "warren_egress_bytes_total{source=\"upstream\"} "
-    << proxy.value("upstream_bytes", uint64_t{0}) << "\n"
-    << "warren_egress_bytes_total{source=\"cache\"} " << proxy.value("cache_bytes", uint64_t{0})
-    << "\n";
+  c("warren_egress_bytes_total", "source=\"upstream\"",
+    Num(proxy.value("upstream_bytes", uint64_t{0})));
+  c("warren_egress_bytes_total", "source=\"cache\"", Num(proxy.value("cache_bytes", uint64_t{0})));
   json per = proxy.value("sandboxes", json::object());
-  o << "# TYPE warren_egress_sandbox_bytes_total counter\n";
-  for (auto& [id, b] : per.items())
-    o << "warren_egress_sandbox_bytes_total{sandbox=\"" << id << "\",source=\"upstream\"} "
-      << b.value("upstream_bytes", uint64_t{0}) << "\n"
-      << "warren_egress_sandbox_bytes_total{sandbox=\"" << id << "\",source=\"cache\"} "
-      << b.value("cache_bytes", uint64_t{0}) << "\n";
-  o << "# TYPE warren_egress_connections_total counter\n";
-  for (auto& [id, b] : per.items())
-    o << "warren_egress_connections_total{sandbox=\"" << id << "\"} "
-      << b.value("connections", uint64_t{0}) << "\n";
-  o << "# TYPE warren_egress_refused_total counter\n"
-    << "warren_egress_refused_total " << proxy.value("refused", uint64_t{0}) << "\n";
-  o << "# TYPE warren_egress_cache_bytes gauge\n"
-    << "warren_egress_cache_bytes " << proxy.value("cache_size_bytes", uint64_t{0}) << "\n";
-  json dns = net.value("dns", json::object());
-  if (dns.is_object()) {
-    o << "# TYPE warren_dns_queries_total counter\n";
-    for (const char* k : {"answered", "refused", "failed"})
-      o << "warren_dns_queries_total{result=\"" << k << "\"} " << dns.value(k, uint64_t{0}) << "\n";
+  if (!per.is_object()) per = json::object();
+  for (auto& [id, b] : per.items()) {
+    const std::string sb = "sandbox=\"" + id + "\"";
+    c("warren_egress_sandbox_bytes_total", Join(sb, "source=\"upstream\""),
+      Num(b.value("upstream_bytes", uint64_t{0})));
+    c("warren_egress_sandbox_bytes_total", Join(sb, "source=\"cache\""),
+      Num(b.value("cache_bytes", uint64_t{0})));
+    c("warren_egress_connections_total", sb, Num(b.value("connections", uint64_t{0})));
   }
+  c("warren_egress_refused_total", "", Num(proxy.value("refused", uint64_t{0})));
+  g("warren_egress_cache_bytes", "", Num(proxy.value("cache_size_bytes", uint64_t{0})));
+  json dns = net.is_object() ? net.value("dns", json::object()) : json::object();
+  if (dns.is_object())
+    for (const char* k : {"answered", "refused", "failed"})
+      c("warren_dns_queries_total", std::string("result=\"") + k + "\"",
+        Num(dns.value(k, uint64_t{0})));
+}
 
-  return o.str();
+}  // namespace
+
+std::string RenderNodeMetrics(const std::vector<json>& nodes) {
+  Families f;
+  // warren serve's one node is the server itself: no label. A cluster's are told apart.
+  const bool label = nodes.size() > 1 || (nodes.size() == 1 && nodes[0].contains("capacity"));
+  for (const json& n : nodes)
+    AddNode(f, n, label ? "node=\"" + n.value("name", std::string("?")) + "\"" : "");
+  return f.Render();
 }
 
 }  // namespace warren::server

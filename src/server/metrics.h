@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "base/thread_annotations.h"
@@ -29,7 +30,8 @@ class ErrorCounts {
 // 0 included, so a scraper (or a test) finds the series before the first sandbox exists.
 std::string RenderSandboxMetrics(SandboxTable::Counts counts);
 
-// The node's capacity and usage, and egress through its proxy (from NodeApi::Info()).
-std::string RenderNodeMetrics(const nlohmann::json& node);
+// The nodes' capacity and usage, and egress through their proxies (from Fleet::Infos()):
+// each family once, a cluster's samples labelled with their node.
+std::string RenderNodeMetrics(const std::vector<nlohmann::json>& nodes);
 
 }  // namespace warren::server

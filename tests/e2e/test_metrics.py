@@ -7,6 +7,8 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import _target
+
 
 def _families(server):
     r = server.http("GET", "/metrics")
@@ -20,10 +22,16 @@ def test_metrics_parse_and_cover_the_contract(server, image, sandboxes):
     assert server.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["true"]}).status == 200
     server.http("GET", "/v1/sandboxes/sb-doesnotexist00")   # one not_found error
     fams = _families(server)
+    # One machine's node is the server itself; a cluster's nodes are told apart by a label and
+    # report what placement reserved on them (their uid blocks are their own business).
+    per_node = ("warren_node_uid_slots",) if _target() == "serve" else \
+        ("warren_node_reserved_cpus",)
     for name in ("warren_sandboxes", "warren_create_seconds", "warren_exec_seconds",
                  "warren_api_errors", "warren_egress_bytes", "warren_node_sandboxes",
-                 "warren_node_memory_bytes", "warren_node_uid_slots", "warren_node_cpus"):
+                 "warren_node_memory_bytes", "warren_node_cpus") + per_node:
         assert name in fams, (name, sorted(fams))
+    if _target() == "cluster":
+        assert all("node" in s.labels for s in fams["warren_node_sandboxes"].samples)
     assert fams["warren_create_seconds"].type == "histogram"
     assert fams["warren_exec_seconds"].type == "histogram"
     running = [s for s in fams["warren_sandboxes"].samples
@@ -33,7 +41,9 @@ def test_metrics_parse_and_cover_the_contract(server, image, sandboxes):
     assert counts.get("warren_create_seconds_count", 0) >= 1
     errs = {s.labels.get("code"): s.value for s in fams["warren_api_errors"].samples}
     assert errs.get("not_found", 0) >= 1, errs
-    mem = {s.labels["kind"]: s.value for s in fams["warren_node_memory_bytes"].samples}
+    mem = {}
+    for s in fams["warren_node_memory_bytes"].samples:  # summed over a cluster's nodes
+        mem[s.labels["kind"]] = mem.get(s.labels["kind"], 0) + s.value
     assert mem["total"] > mem["available"] > 0
     sources = {s.labels["source"] for s in fams["warren_egress_bytes"].samples}
     assert sources == {"upstream", "cache"}

@@ -137,7 +137,7 @@ TEST(Metrics, NodeSeriesComeFromItsInfo) {
           {"refused", 1},
           {"sandboxes", {{"sb-x", {{"upstream_bytes", 4}, {"connections", 2}}}}}}},
         {"dns", {{"answered", 5}}}}}};
-  const std::string s = RenderNodeMetrics(info);
+  const std::string s = RenderNodeMetrics({info});
   EXPECT_TRUE(Has(s, "warren_node_sandboxes 7")) << s;
   EXPECT_TRUE(Has(s, R"(warren_node_uid_slots{state="total"} 100)")) << s;
   EXPECT_TRUE(Has(s, R"(warren_egress_bytes_total{source="cache"} 20)")) << s;
@@ -146,6 +146,29 @@ TEST(Metrics, NodeSeriesComeFromItsInfo) {
   EXPECT_TRUE(Has(s, R"(warren_egress_connections_total{sandbox="sb-x"} 2)")) << s;
   EXPECT_TRUE(Has(s, "warren_egress_refused_total 1")) << s;
   EXPECT_TRUE(Has(s, R"(warren_dns_queries_total{result="answered"} 5)")) << s;
+}
+
+// A cluster's nodes (their records: capacity, reserved): every family once, each sample
+// labelled with its node, memory available being what placement has not reserved.
+TEST(Metrics, ClusterNodesAreLabelledAndEachFamilyTypedOnce) {
+  auto node = [](const char* name, int64_t reserved_mb) {
+    return nlohmann::json{{"name", name},
+                          {"state", "ready"},
+                          {"sandboxes", 3},
+                          {"capacity", {{"cpu_milli", 192000}, {"memory_mb", 1024}}},
+                          {"reserved", {{"cpu_milli", 500}, {"memory_mb", reserved_mb}}}};
+  };
+  const std::string s = RenderNodeMetrics({node("n1", 256), node("n2", 0)});
+  size_t types = 0;
+  for (size_t at = 0; (at = s.find("# TYPE warren_node_memory_bytes ", at)) != std::string::npos;
+       ++at)
+    ++types;
+  EXPECT_EQ(types, 1u) << s;
+  EXPECT_TRUE(Has(s, R"(warren_node_sandboxes{node="n1"} 3)")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_node_cpus{node="n2"} 192)")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_node_memory_bytes{node="n1",kind="available"} 805306368)")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_node_memory_bytes{node="n2",kind="total"} 1073741824)")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_node_reserved_cpus{node="n1"} 0.5)")) << s;
 }
 
 }  // namespace

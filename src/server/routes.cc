@@ -312,10 +312,20 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   // A cluster's store checks the owner's share here, against every API server's inserts.
   SandboxTable::Version written;
   WARREN_RETURN_IF_ERROR(sandboxes_.Insert(sb, LimitsOf(who.quotas), &written));
+  // A create that fails from here removes its record, and gives back its share and room only
+  // if the record still held them: one that went `lost` meanwhile (its node left: Api::
+  // NodeLost) or that another replica removed (CleanOrphanedCreates) gave them back then.
+  auto drop_record = [&] {
+    auto gone = sandboxes_.Remove(id);
+    if (!gone.ok() || gone->state != SandboxState::kCreating) {
+      unplace.Cancel();
+      release.Cancel();
+    }
+  };
   auto rt = node->CreateSandbox(ns);
   gc_lock.unlock();  // mounted: the kernel holds the blobs open now
   if (!rt.ok()) {
-    (void)sandboxes_.Remove(id);
+    drop_record();
     return node::NodeFault(rt.status());
   }
   // The filesystem policy holds before anything of the occupant's runs.
@@ -323,7 +333,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
     Status fs = node::NodeFault(node->SetFilesystem(id, spec.filesystem));
     if (!fs.ok()) {
       (void)node->DeleteSandbox(id);
-      (void)sandboxes_.Remove(id);
+      drop_record();
       return fs;
     }
   }
@@ -332,7 +342,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
                                        nullptr, &written);
   if (!running.ok()) {
     (void)node->DeleteSandbox(id);
-    (void)sandboxes_.Remove(id);
+    drop_record();
     return running.status();
   }
   sb = std::move(*running);

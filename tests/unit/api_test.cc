@@ -295,6 +295,40 @@ TEST_F(ApiTest, EachSandboxIsServedByTheNodeItsRecordNames) {
   api_.reset();
 }
 
+// A node that leaves while a sandbox is being made on it: the sandbox is lost (its room given
+// back then), and the create that then fails gives nothing back a second time, whether the
+// node's create failed or succeeded.
+TEST_F(ApiTest, ANodeLostMidCreateGivesTheRoomBackOnce) {
+  TwoNodeFleet fleet;
+  api_.reset();
+  api_ = std::make_unique<Api>(state_.get(), durable_.get(), &fleet, layers_.get(), tokens_.get());
+  const std::string keep = Create({{"image", "py:1"}, {"memory_mb", 100}}, admin_)["id"];  // on a
+  Create({{"image", "py:1"}, {"memory_mb", 100}}, admin_);                                 // on b
+  EXPECT_EQ(fleet.held["a"], 100);
+
+  // a's next create: the node leaves meanwhile, and then the create fails there.
+  fleet.a.during_create = [&](const std::string&) {
+    fleet.a.during_create = nullptr;
+    fleet.LoseNode("a");
+    fleet.a.fail_next["create"] = Status(Code::kUnavailable, "reach node", "a", "gone");
+  };
+  EXPECT_FALSE(api_->CreateSandbox(admin_, R"({"image": "py:1", "memory_mb": 100})").ok());
+  // Both of a's sandboxes were lost and gave their room back, once each.
+  EXPECT_EQ(fleet.held["a"], 0);
+  EXPECT_EQ((*api_->GetSandbox(admin_, keep))["state"], "lost");
+
+  // b's next: it leaves while the create succeeds there; the move to running is refused.
+  fleet.b.during_create = [&](const std::string&) {
+    fleet.b.during_create = nullptr;
+    fleet.LoseNode("b");
+  };
+  fleet.placed = 1;  // the next goes to b
+  auto made = api_->CreateSandbox(admin_, R"({"image": "py:1", "memory_mb": 100})");
+  EXPECT_FALSE(made.ok());
+  EXPECT_EQ(fleet.held["b"], 0);
+  api_.reset();
+}
+
 TEST_F(ApiTest, ASandboxOfANodeThatLeftIsLostWithAReason) {
   TwoNodeFleet fleet;
   api_.reset();

@@ -33,6 +33,7 @@ class FakeNode : public node::NodeApi {
   std::string name() const override { return "fake"; }
 
   Result<node::SandboxRuntime> CreateSandbox(const node::NodeSandboxSpec& spec) override {
+    if (during_create) during_create(spec.config.id);  // what happens while it is made
     std::lock_guard lock(mu);
     WARREN_RETURN_IF_ERROR(Fail("create"));
     if (sandboxes.count(spec.config.id))
@@ -194,6 +195,8 @@ class FakeNode : public node::NodeApi {
   int execs_run = 0;
   int info_calls = 0;
   std::function<void(const std::string&)> on_lost;
+  // Runs at the start of each create, before the fake decides (tests: a node lost mid-create).
+  std::function<void(const std::string& id)> during_create;
 
  private:
   Status Fail(const std::string& op) {

@@ -42,11 +42,10 @@ Result<std::string> ClusterFleet::Place(const node::PlacementAsk& ask) {
   req.node_selector = ask.node_selector;
   req.layers = ask.layers;
   const std::vector<NodeView> nodes = directory_->Ready();
-  uint64_t seed;
-  {
-    MutexLock lock(&mu_);
-    seed = rng_();
-  }
+  // One seed for this replica's whole run: among nodes with about as much room, each replica
+  // keeps preferring its own (so replicas rarely race on one node's reservation) and its
+  // concurrent creates meet on the same node (and share a reservation transaction).
+  const uint64_t seed = seed_;
   auto ranked = Rank(nodes, req, policy_, seed);
   if (!ranked.ok()) return ranked.status();
   // The limits come from the view just ranked: no second look-up (and copy) per candidate.

@@ -69,7 +69,7 @@ class ClusterFleet : public node::Fleet {
   std::vector<std::unique_ptr<node::NodeApi>> retired_ GUARDED_BY(mu_);
   std::function<void(const std::string&)> sandbox_lost_ GUARDED_BY(mu_);
   std::function<void(const std::string&, const std::string&)> node_lost_ GUARDED_BY(mu_);
-  std::mt19937_64 rng_ GUARDED_BY(mu_){std::random_device{}()};
+  const uint64_t seed_ = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
 };
 
 }  // namespace warren::cluster

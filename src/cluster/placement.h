@@ -8,7 +8,7 @@
 // Score: the room left after placing (spread prefers more, pack less), plus `layer_weight`
 // times the share of the request's layers the node already caches, plus a little seeded
 // jitter so that API servers placing at once do not all pick the same node and collide on
-// its reservation.
+// its reservation (ClusterFleet seeds it once per run: each replica keeps its preference).
 #pragma once
 
 #include <cstdint>

@@ -119,6 +119,22 @@ Firewall::~Firewall() {
   if (ctx_) nft_ctx_free(ctx_);
 }
 
+Status Firewall::DropTable(const std::string& name) {
+  nft_ctx* ctx = nft_ctx_new(NFT_CTX_DEFAULT);
+  if (!ctx) return Internal("delete nftables table", name, "nft_ctx_new failed");
+  nft_ctx_buffer_output(ctx);
+  nft_ctx_buffer_error(ctx);
+  // Added first so that the delete always has a target.
+  const std::string t = "inet " + name;
+  const int rc =
+      nft_run_cmd_from_buffer(ctx, ("add table " + t + "\ndelete table " + t + "\n").c_str());
+  std::string err = nft_ctx_get_error_buffer(ctx);
+  nft_ctx_free(ctx);
+  if (rc == 0) return Status::Ok();
+  if (err.size() > 400) err = err.substr(0, 400) + "...";
+  return Internal("delete nftables table", name, "nftables refused: " + err);
+}
+
 void Firewall::Loop() {
   std::unique_lock lock(mu_);
   for (;;) {

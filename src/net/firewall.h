@@ -44,6 +44,8 @@ class Firewall {
   // Replaces any table of the same name (a restarted node rebuilds its state).
   static Result<std::unique_ptr<Firewall>> Create(const FirewallConfig& cfg);
   ~Firewall();  // deletes the table
+  // Deletes the table `name` (inet) if there is one: what a node that died left behind.
+  static Status DropTable(const std::string& name);
 
   // A sandbox's chain and sets, filled from `policy`.
   Status AddSandbox(uint32_t ip, const Policy& policy);

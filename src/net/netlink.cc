@@ -126,6 +126,14 @@ Status RtNetlink::SetMac(int ifindex, const uint8_t mac[6]) {
   return Talk(nlh, "set link address", std::to_string(ifindex));
 }
 
+Status RtNetlink::SetAlias(int ifindex, const std::string& alias) {
+  char buf[MNL_SOCKET_BUFFER_SIZE];
+  nlmsghdr* nlh = LinkMsg(buf, RTM_NEWLINK, 0, AF_UNSPEC, ifindex, nullptr);
+  // Without the NUL, as ip(8) sends it: the kernel keeps the length it is given.
+  mnl_attr_put(nlh, IFLA_IFALIAS, alias.size(), alias.data());
+  return Talk(nlh, "set link alias", std::to_string(ifindex));
+}
+
 Status RtNetlink::DeleteLink(int ifindex) {
   char buf[MNL_SOCKET_BUFFER_SIZE];
   nlmsghdr* nlh = LinkMsg(buf, RTM_DELLINK, 0, AF_UNSPEC, ifindex, nullptr);

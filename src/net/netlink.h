@@ -29,6 +29,8 @@ class RtNetlink {
   Status SetBridgePortIsolated(int ifindex);
   Status SetUp(int ifindex, bool up);
   Status SetMac(int ifindex, const uint8_t mac[6]);
+  // The link's alias (IFLA_IFALIAS): a note for whoever looks at it later.
+  Status SetAlias(int ifindex, const std::string& alias);
   Status DeleteLink(int ifindex);
   // Adds `addr`/`prefix` (IPv4, network byte order) to the link.
   Status AddAddress4(int ifindex, uint32_t addr, int prefix);

@@ -54,17 +54,52 @@ Status Network::CheckSubnetFree() {
   // sandboxes ambiguous: refuse rather than misroute.
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return ErrnoStatus("getifaddrs", opts_.subnet);
-  std::string clash;
+  std::vector<std::pair<std::string, uint32_t>> clashes;
   const uint32_t mask = htonl(~0u << (32 - prefix_));
   for (ifaddrs* a = list; a; a = a->ifa_next) {
     if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || opts_.bridge == a->ifa_name) continue;
     uint32_t addr = reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr;
-    if ((addr & mask) == subnet_) clash = std::string(a->ifa_name) + " has " + Ip4String(addr);
+    if ((addr & mask) == subnet_) clashes.emplace_back(a->ifa_name, addr);
   }
   freeifaddrs(list);
-  if (!clash.empty())
+  for (const auto& [link, addr] : clashes) {
+    BridgeInspection found = InspectBridge(link);
+    // The veths of a dead node's pooled namespaces go when the kernel gets round to tearing
+    // the namespaces down (a second or so); a sandbox's stays as long as the sandbox.
+    for (int i = 0; i < 30 && found.owner == BridgeInspection::Owner::kDead && found.ports > 0;
+         ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      found = InspectBridge(link);
+    }
+    const std::string clash = link + " has " + Ip4String(addr);
+    if (found.owner == BridgeInspection::Owner::kDead && found.ports == 0) {
+      WARREN_RETURN_IF_ERROR(ReclaimDeadBridge(link, found));
+      continue;
+    }
+    if (found.owner == BridgeInspection::Owner::kDead)
+      return Status(Code::kConflict, "claim sandbox subnet", opts_.subnet,
+                    clash + ", the bridge of a warren daemon that stopped while " +
+                        std::to_string(found.ports) +
+                        " of its sandboxes still use it (start it again on its data dir, "
+                        "or pick another subnet with --net-subnet)");
     return Status(Code::kConflict, "claim sandbox subnet", opts_.subnet,
                   clash + " (another node or network uses it; pick another with --net-subnet)");
+  }
+  return Status::Ok();
+}
+
+Status Network::ReclaimDeadBridge(const std::string& link, const BridgeInspection& found) {
+  spdlog::warn(
+      "taking back subnet {} from {}, the idle bridge of a warren daemon that died "
+      "(nftables table {})",
+      opts_.subnet, link, found.table);
+  if (const int index = host_nl_->Index(link); index != 0) {
+    Status st = host_nl_->DeleteLink(index);
+    if (!st.ok() && host_nl_->Index(link) != 0) return st.Context("claim sandbox subnet");
+  }
+  // Its table would keep masquerading and filtering for a subnet that is ours now.
+  WARREN_RETURN_IF_ERROR(Firewall::DropTable(found.table));
+  unlink(found.lock_path.c_str());
   return Status::Ok();
 }
 
@@ -80,6 +115,9 @@ Status Network::Init() {
   gateway_ = htonl(ntohl(subnet_) + 1);
   if (opts_.bridge.empty() || opts_.bridge.size() > 15)
     return Invalid("bad bridge name", opts_.bridge);
+  host_nl_ = std::make_unique<RtNetlink>(WARREN_TRY(RtNetlink::Open()));
+  if (!opts_.state_dir.empty())
+    owner_.emplace(WARREN_TRY(BridgeOwnerLock::Acquire(opts_.state_dir + ".lock")));
   WARREN_RETURN_IF_ERROR(CheckSubnetFree());
   // NAT out needs forwarding; sandboxes are the only thing routed through here that the
   // firewall does not refuse.
@@ -90,7 +128,6 @@ Status Network::Init() {
     forwarding_was_off_ = v == "0";
   }
   WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv4/ip_forward", "1"));
-  host_nl_ = std::make_unique<RtNetlink>(WARREN_TRY(RtNetlink::Open()));
   bridge_index_ = host_nl_->Index(opts_.bridge);
   if (bridge_index_ == 0) {
     WARREN_RETURN_IF_ERROR(host_nl_->CreateBridge(opts_.bridge));
@@ -111,6 +148,9 @@ Status Network::Init() {
           static_cast<uint8_t>(std::stoi(h.substr(static_cast<size_t>(2 * i), 2), nullptr, 16));
     WARREN_RETURN_IF_ERROR(host_nl_->SetMac(bridge_index_, mac));
   }
+  if (owner_)
+    WARREN_RETURN_IF_ERROR(
+        host_nl_->SetAlias(bridge_index_, BridgeOwnerAlias(owner_->path(), opts_.table)));
   WARREN_RETURN_IF_ERROR(host_nl_->AddAddress4(bridge_index_, gateway_, prefix_));
   WARREN_RETURN_IF_ERROR(host_nl_->SetUp(bridge_index_, true));
   (void)WriteNetSysctl("net/ipv4/conf/" + opts_.bridge + "/send_redirects", "0");

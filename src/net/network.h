@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "net/bridge_owner.h"
 #include "net/dns_server.h"
 #include "net/egress_proxy.h"
 #include "net/firewall.h"
@@ -119,7 +121,10 @@ class Network {
   };
   explicit Network(const NetworkOptions& opts) : opts_(opts) {}
   Status Init();
+  // Refuses a subnet another link has an address in, after taking back the bridges of dead
+  // nodes that no sandbox uses (net/bridge_owner.h).
   Status CheckSubnetFree();
+  Status ReclaimDeadBridge(const std::string& link, const BridgeInspection& found);
   Result<Pooled> MakeNamespace(bool wired);
   Status Wire(int netns_fd, uint32_t ip);
   Status SetLink(int netns_fd, bool egress);
@@ -132,6 +137,8 @@ class Network {
   bool Keeps(const Sandbox& sb, uint32_t dst, uint16_t port, Proto p) const;
 
   NetworkOptions opts_;
+  // Held for the network's whole life (first in, last out): the bridge's alias names it.
+  std::optional<BridgeOwnerLock> owner_;
   uint32_t subnet_ = 0, gateway_ = 0;  // network byte order
   int prefix_ = 16;
   std::unique_ptr<RtNetlink> host_nl_;

@@ -586,6 +586,81 @@ def test_policy_survives_kill9_of_the_daemon(tmp_path, upstream):
     assert parent not in table, table  # a clean stop takes the node's table along
 
 
+def test_a_dead_daemons_idle_bridge_is_taken_back_a_used_one_is_not(tmp_path):
+    """A daemon killed with -9 whose data dir is never used again leaves its bridge (with the
+    subnet's gateway address) and its nftables table. Another daemon on that subnet takes
+    them back if no sandbox hangs on the bridge; while one does, it refuses with the reason.
+    The bridge's alias names its owner file, which a live daemon holds."""
+    from conftest import Server, _build_rootfs, _free_port, _scratch_base, _warren_bin, safe_rmtree
+    base = _scratch_base()
+    root = Path(tempfile.mkdtemp(prefix="warren-e2e-deadnet-root-", dir=base))
+    _build_rootfs(root)
+    servers, dirs = [], [str(root)]
+    for name in ("a", "b"):
+        d = tempfile.mkdtemp(prefix=f"warren-e2e-deadnet-{name}-", dir=base)
+        dirs.append(d)
+        srv = Server(_warren_bin(), d, _free_port(), str(tmp_path / f"{name}.log"), str(tmp_path / f"home-{name}"))
+        srv.extra_args = ["--net-subnet", "10.93.0.0/16", "--warm-pool", "0"]
+        servers.append(srv)
+    a, b = servers
+
+    def bridge_of(srv):
+        return "wr" + __import__("hashlib").sha256(os.path.realpath(srv.data_dir).encode()).hexdigest()[:8]
+
+    def start_with_image(srv):
+        srv.start()
+        if srv.http("GET", "/v1/layers").json["layers"] == []:
+            assert srv.cli("image", "build", "dn:1", "--from-dir", str(root), timeout=300).returncode == 0
+
+    def kill(srv):
+        os.kill(srv.proc.pid, signal.SIGKILL)
+        srv.proc.wait(timeout=20)
+
+    egress = {"image": "dn:1", "network": {"mode": "egress", "allow": ["10.0.0.1/32"]}}
+    try:
+        start_with_image(a)
+        alias = Path(f"/sys/class/net/{bridge_of(a)}/ifalias").read_text()
+        assert alias.startswith("warren-net table=warren-") and " owner=/run/warren/" in alias, alias
+        r = a.http("POST", "/v1/sandboxes", egress)
+        assert r.status == 201, r
+        sid = r.json["id"]
+        kill(a)
+
+        # A sandbox of the dead daemon still uses the bridge: not ours to take.
+        start_with_image(b)
+        r = b.http("POST", "/v1/sandboxes", egress)
+        assert r.status == 503, r
+        msg = r.json["error"]["message"]
+        assert "stopped while 1 of its sandboxes still use it" in msg and "/run/" not in msg, msg
+        b.stop()
+
+        # Its owner comes back, adopts it and ends it, then dies again: the bridge is idle.
+        start_with_image(a)
+        assert a.http("DELETE", f"/v1/sandboxes/{sid}").status == 204
+        kill(a)
+        assert bridge_of(a) in _sh("ip", "-o", "link").stdout
+
+        start_with_image(b)
+        r = b.http("POST", "/v1/sandboxes", egress)
+        assert r.status == 201, r
+        assert "taking back subnet 10.93.0.0/16 from " + bridge_of(a) in b.log_tail(400)
+        assert bridge_of(a) not in _sh("ip", "-o", "link").stdout
+        assert "warren-" + bridge_of(a)[2:] not in _sh("nft", "list", "tables").stdout
+        assert b.http("DELETE", f"/v1/sandboxes/{r.json['id']}").status == 204
+    finally:
+        for srv in (b, a):
+            if srv.proc is not None and srv.proc.poll() is None:
+                srv.delete_all_sandboxes()
+                srv.stop()
+        # What the killed daemon left (cgroups, run files) goes with a clean stop of it.
+        a.start()
+        a.stop()
+        for d in dirs:
+            safe_rmtree(d)
+    assert bridge_of(a) not in _sh("ip", "-o", "link").stdout
+    assert bridge_of(b) not in _sh("ip", "-o", "link").stdout
+
+
 def test_stage_change_cuts_connections_through_the_proxy(server, runner, sandboxes, upstream):
     sb = make(server, runner, sandboxes, allow=[f"pkg.test:{ECHO_PORT}/tcp"])
     connect = f"""

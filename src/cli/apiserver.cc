@@ -17,6 +17,7 @@
 #include "base/unique_fd.h"
 #include "cli/common.h"
 #include "cli/node_flags.h"
+#include "cluster/cluster_calls.h"
 #include "cluster/cluster_fleet.h"
 #include "cluster/cluster_secret.h"
 #include "cluster/etcd_client.h"
@@ -153,6 +154,10 @@ int RunApiServer(const ApiServerFlags& f) {
   if (Status st = directory.Start(); !st.ok()) return Fail(st.Context("watch the nodes"));
 
   server::Api api(&state, &state, &fleet, &layers, &tokens);
+  // POST /v1/calls: each call, or each share of a batch, on a node that runs fncall.
+  cluster::ClusterCalls calls([&directory] { return directory.Ready(); },
+                              [&fleet](const std::string& node) { return fleet.Node(node); });
+  api.SetCalls(&calls);
   api.StartReaper();
   // Creates a dead replica left half-made: every replica looks, the first to remove one wins.
   Periodic orphan_sweep(std::chrono::seconds(2), [&api] { api.CleanOrphanedCreates(); });
@@ -175,6 +180,7 @@ int RunApiServer(const ApiServerFlags& f) {
   spdlog::info("warren apiserver: signal {}, stopping", sig);
   // The sandboxes stay: they belong to the cluster, not to this replica.
   http.Stop();
+  api.StopCalls();
   orphan_sweep.Stop();
   ttl_sweep.Stop();
   api.StopReaper();

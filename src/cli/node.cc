@@ -14,11 +14,13 @@
 
 #include "base/ids.h"
 #include "cli/common.h"
+#include "cli/fncall_flags.h"
 #include "cli/node_flags.h"
 #include "cli/node_simulate.h"
 #include "cluster/cluster_secret.h"
 #include "cluster/etcd_client.h"
 #include "cluster/keys.h"
+#include "cluster/kv_state_store.h"
 #include "cluster/membership.h"
 #include "cluster/node_reconcile.h"
 #include "cluster/node_service.h"
@@ -43,6 +45,7 @@ struct ClusterNodeFlags {
   std::vector<std::string> labels;
   int ttl_s = 5;
   NodeFlags node;
+  FncallFlags fncall;
   // --simulate N: N simulated nodes of this capacity each (cli/node_simulate.h).
   int simulate = 0;
   std::string sim_cpus = "192", sim_memory = "1536G", sim_disk = "4T";
@@ -132,6 +135,7 @@ int RunNode(const ClusterNodeFlags& f) {
   auto endpoints = cluster::ParseEtcdEndpoints(f.etcd);
   if (!endpoints.ok()) return Fail(endpoints.status());
   cluster::EtcdClient etcd(*endpoints);
+  cluster::KvStateStore images(&etcd);  // runner images' records, for fncall (below)
   auto secret = cluster::LoadOrCreateClusterSecret(&etcd);
   if (!secret.ok()) return Fail(secret.status().Context("join the cluster"));
 
@@ -160,6 +164,13 @@ int RunNode(const ClusterNodeFlags& f) {
   nopts->name = f.name;
   auto node = node::LocalNode::Start(*nopts, &layers);
   if (!node.ok()) return Fail(node.status().Context("start node"));
+  // fncall, as in serve: the runner pool (calls the API servers send) and `backend: fncall`
+  // sandboxes. Runner images are the cluster's: their records are in etcd, their layers in
+  // the shared store. A name's answer is kept a second (calls come by the thousand).
+  auto fopts = FncallPoolOptionsOf(f.fncall, !f.node.unsafe_no_hardening);
+  if (!fopts.ok()) return Fail(fopts.status());
+  if (Status st = (*node)->StartFncall(RunnerImageResolver(&images, 1), *fopts); !st.ok())
+    return Fail(st);
   AdoptFromEtcd(&etcd, node->get(), f.name);
 
   cluster::NodeService service(node->get(), *secret);
@@ -211,6 +222,7 @@ int RunNode(const ClusterNodeFlags& f) {
   // crash or kill -9 leaves them for adoption), and the API servers mark them lost.
   heartbeat.Stop(/*leave=*/true);
   http.Stop();
+  (*node)->calls()->Shutdown();  // its runners, before every sandbox goes
   (*node)->DeleteAll();
   return 0;
 }
@@ -245,6 +257,7 @@ void AddNode(CLI::App& app) {
                   "each simulated node's memory (default 1536G)");
   cmd->add_option("--simulate-disk", f->sim_disk, "each simulated node's disk (default 4T)");
   AddNodeFlags(cmd, &f->node);
+  AddFncallFlags(cmd, &f->fncall);
   AddNodeAdmin(cmd);
   // `warren node` runs a node; `warren node cordon|uncordon|drain NAME` asks the API.
   cmd->require_subcommand(0, 1);

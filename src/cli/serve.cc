@@ -15,6 +15,7 @@
 #include "base/sha256.h"
 #include "base/size.h"
 #include "cli/common.h"
+#include "cli/fncall_flags.h"
 #include "cli/node_flags.h"
 #include "image/layer_store.h"
 #include "isolation/cgroup.h"
@@ -32,12 +33,6 @@
 
 namespace warren::cli {
 namespace {
-
-struct FncallFlags {
-  std::string image;
-  int runners = 0;  // 0: one per CPU
-  int workers = 4;
-};
 
 int Serve(const std::string& listen, const std::string& data_dir, const NodeFlags& nf,
           const FncallFlags& fn) {
@@ -65,37 +60,10 @@ int Serve(const std::string& listen, const std::string& data_dir, const NodeFlag
   if (!durable.ok()) return Fail(durable.status());
   // fncall, a service of the node: the runner pool (POST /v1/calls) and `backend: fncall`
   // sandboxes, whose execs run on it.
-  fncall::PoolOptions fopts;
-  fopts.default_image = fn.image;
-  fopts.max_runners = fn.runners > 0
-                          ? fn.runners
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  fopts.workers_per_runner = fn.workers;
-  if (!nf.unsafe_no_hardening) {
-    auto bpf = isolation::CompileSeccompPolicy(isolation::CallSeccompPolicy());
-    if (!bpf.ok()) return Fail(bpf.status().Context("call seccomp policy"));
-    fopts.call_seccomp_bpf = *bpf;
-  }
-  {
-    const std::string lib_path = runtime::DefaultZygoteLibPath();
-    std::ifstream lib_file(lib_path, std::ios::binary);
-    std::ostringstream lib;
-    lib << lib_file.rdbuf();
-    if (lib_file && !lib.str().empty())
-      fopts.zygote_lib = std::make_shared<const std::string>(lib.str());
-    else
-      spdlog::warn("fncall: cannot read {}: the zygote runs in Python", lib_path);
-  }
-  server::StateStore* st = state->get();
-  auto resolve = [st](const std::string& ref) -> Result<std::vector<std::string>> {
-    std::string name, tag;
-    WARREN_RETURN_IF_ERROR(server::ParseImageRef(ref, &name, &tag));
-    auto rec = st->GetLayer(name, tag);
-    if (!rec.ok())
-      return Invalid("unknown runner image `" + ref + "` (build one with warren image build)");
-    return std::vector<std::string>{rec->digest};
-  };
-  if (Status st = (*node)->StartFncall(resolve, fopts); !st.ok()) return Fail(st);
+  auto fopts = FncallPoolOptionsOf(fn, !nf.unsafe_no_hardening);
+  if (!fopts.ok()) return Fail(fopts.status());
+  if (Status st = (*node)->StartFncall(RunnerImageResolver(state->get()), *fopts); !st.ok())
+    return Fail(st);
   node::SingleNodeFleet fleet(node->get());
   server::Api api(state->get(), durable->get(), &fleet, &layers, &tokens);
   api.SetCalls((*node)->calls());
@@ -140,12 +108,7 @@ void AddServe(CLI::App& app) {
   auto nf = std::make_shared<NodeFlags>();
   AddNodeFlags(cmd, nf.get());
   auto fn = std::make_shared<FncallFlags>();
-  cmd->add_option(
-      "--fncall-image", fn->image,
-      "runner image (NAME:TAG) of calls that name none; it needs python3 and the toolchains");
-  cmd->add_option("--fncall-runners", fn->runners,
-                  "runner sandboxes per runner image at most (default: one per CPU)");
-  cmd->add_option("--fncall-workers", fn->workers, "calls running at once in one runner");
+  AddFncallFlags(cmd, fn.get());
   cmd->callback([listen, data_dir, nf, fn] { ExitCode() = Serve(*listen, *data_dir, *nf, *fn); });
 }
 

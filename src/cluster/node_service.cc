@@ -65,6 +65,8 @@ const std::vector<NodeService::RouteEntry>& NodeService::Entries() {
       {{M::kGet, "/node/v1/lost", kScope, kJsonBodyLimit}, &S::Lost},
       {{M::kPost, "/node/v1/reap", kScope, kJsonBodyLimit}, &S::Reap},
       {{M::kPost, "/node/v1/sandboxes", kScope, kJsonBodyLimit}, &S::Create},
+      {{M::kPost, "/node/v1/calls", kScope, kJsonBodyLimit}, &S::Call},
+      {{M::kPost, "/node/v1/calls:batch", kScope, kJsonBodyLimit}, &S::CallBatch},
       {{M::kDelete, "/node/v1/sandboxes/{id}", kScope, kJsonBodyLimit}, &S::Delete},
       {{M::kPost, "/node/v1/sandboxes/{id}/adopt", kScope, kJsonBodyLimit}, &S::Adopt},
       {{M::kGet, "/node/v1/sandboxes/{id}/running", kScope, kJsonBodyLimit}, &S::Running},
@@ -134,6 +136,22 @@ HttpReply NodeService::Reap(HttpRequest& r) {
     }
   }
   return HttpReply::Json({{"reaped", node_->ReapUnadopted(keep)}});
+}
+
+// A call's request and result are the contract's documents: the node's fncall service checks
+// the request, and the API server passes the result on as it is.
+HttpReply NodeService::Call(HttpRequest& r) {
+  auto body = BodyJson(r, "call");
+  if (!body.ok()) return Fail(body.status());
+  auto result = node_->RunCall(*body, /*batch=*/false);
+  return result.ok() ? HttpReply::Json(*result) : Fail(result.status());
+}
+
+HttpReply NodeService::CallBatch(HttpRequest& r) {
+  auto body = BodyJson(r, "call batch");
+  if (!body.ok()) return Fail(body.status());
+  auto result = node_->RunCall(*body, /*batch=*/true);
+  return result.ok() ? HttpReply::Json(*result) : Fail(result.status());
 }
 
 HttpReply NodeService::Create(HttpRequest& r) {

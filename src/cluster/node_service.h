@@ -40,6 +40,8 @@ class NodeService : public server::HttpService {
   server::HttpReply Lost(server::HttpRequest&);
   server::HttpReply Reap(server::HttpRequest&);
   server::HttpReply Create(server::HttpRequest&);
+  server::HttpReply Call(server::HttpRequest&);
+  server::HttpReply CallBatch(server::HttpRequest&);
   server::HttpReply Delete(server::HttpRequest&);
   server::HttpReply Adopt(server::HttpRequest&);
   server::HttpReply Running(server::HttpRequest&);

@@ -85,6 +85,11 @@ Result<client::Response> RemoteNode::Call(const std::string& what, const std::st
   return node::ParseWireStatus(json::parse(r->body, nullptr, false), what);
 }
 
+Result<json> RemoteNode::RunCall(const json& request, bool batch) {
+  return CallJson(batch ? "call batch" : "call", "POST",
+                  batch ? "/node/v1/calls:batch" : "/node/v1/calls", request);
+}
+
 Result<json> RemoteNode::CallJson(const std::string& what, const std::string& method,
                                   const std::string& target, const json& body) {
   auto r = WARREN_TRY(Call(what, method, target, body.is_null() ? "" : body.dump()));

@@ -71,6 +71,7 @@ class RemoteNode : public node::NodeApi {
                                uint64_t max) override;
   nlohmann::json Info() override;
   void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override;
+  Result<nlohmann::json> RunCall(const nlohmann::json& request, bool batch) override;
 
  private:
   // A request on a pooled keep-alive connection. An answer that is not 2xx becomes the node's

@@ -133,6 +133,11 @@ Status LocalNode::StartFncall(fncall::ImageResolver resolve, fncall::PoolOptions
   return Status::Ok();
 }
 
+Result<nlohmann::json> LocalNode::RunCall(const nlohmann::json& request, bool batch) {
+  if (!calls_) return NodeApi::RunCall(request, batch);
+  return batch ? calls_->CallBatch(request) : calls_->Call(request);
+}
+
 bool LocalNode::Fncall(const std::string& id) { return fncall_ && fncall_->Has(id); }
 
 void LocalNode::SetOnSandboxLost(std::function<void(const std::string& id)> fn) {
@@ -711,6 +716,7 @@ nlohmann::json LocalNode::Info() {
       {"warm_pool", WarmInfo()},
       {"network", net_ ? net_->Info() : nlohmann::json{{"error", net_error_}}}};
   if (fncall_) j["fncall_sandboxes"] = fncall_->size();
+  if (calls_) j["fncall"] = calls_->Stats();  // its runners
   return j;
 }
 

@@ -71,6 +71,7 @@ class LocalNode : public NodeApi {
   // this node); until then fncall creates are refused.
   Status StartFncall(fncall::ImageResolver resolve, fncall::PoolOptions opts);
   fncall::CallService* calls() { return calls_.get(); }
+  Result<nlohmann::json> RunCall(const nlohmann::json& request, bool batch) override;
   Result<SandboxRuntime> CreateSandbox(const NodeSandboxSpec& spec) override;
   Status DeleteSandbox(const std::string& id) override;
   Status AdoptSandbox(const std::string& id) override;

@@ -83,6 +83,13 @@ class NodeApi {
   // Sandboxes whose agent died by itself (OOM of the agent, crash): the server marks them
   // failed. Called from a node thread.
   virtual void SetOnSandboxLost(std::function<void(const std::string& id)> fn) = 0;
+  // The node's fncall service (node/fncall/calls.h): a CallRequest -> its CallResult, or with
+  // `batch` {"calls": [...]} -> {"results": [...]}. Unavailable on a node without one.
+  virtual Result<nlohmann::json> RunCall(const nlohmann::json& request, bool batch) {
+    (void)request;
+    return Status(Code::kUnavailable, batch ? "call batch" : "call", name(),
+                  "this node runs no fncall service");
+  }
 };
 
 }  // namespace warren::node

@@ -56,13 +56,10 @@ Result<json> CallGate::Admit(const Principal& who, int64_t n,
   return r;
 }
 
-json CallGate::Stats() const { return calls_ ? calls_->Stats() : json(); }
-
 std::string CallGate::RenderMetrics() const {
   std::ostringstream o;
   o << seconds_.Render("warren_call_seconds");
-  if (calls_) {
-    json st = calls_->Stats();
+  if (json st = calls_ ? calls_->Stats() : json(); st.contains("runners")) {
     o << "# TYPE warren_calls_total counter\nwarren_calls_total " << st.value("calls", 0) << "\n";
     o << "# TYPE warren_call_runs_total counter\nwarren_call_runs_total " << st.value("runs", 0)
       << "\n";

@@ -11,7 +11,7 @@
 
 #include "base/status.h"
 #include "base/thread_annotations.h"
-#include "node/fncall/call_pool.h"
+#include "node/fncall/calls.h"
 #include "server/auth.h"
 #include "server/histogram.h"
 #include "server/quota.h"
@@ -23,7 +23,7 @@ class CallGate {
   explicit CallGate(QuotaTracker* quota) : quota_(quota) {}
 
   // Off (every call 503) until set; the service outlives the gate.
-  void SetService(fncall::CallService* calls) { calls_ = calls; }
+  void SetService(fncall::Calls* calls) { calls_ = calls; }
   bool enabled() const { return calls_ != nullptr; }
   // Stops the service's runners, before the node deletes every sandbox.
   void Stop();
@@ -31,8 +31,6 @@ class CallGate {
   Result<nlohmann::json> Call(const Principal& who, const std::string& body);
   Result<nlohmann::json> CallBatch(const Principal& who, const std::string& body);
 
-  // The service's runners and counts for /v1/nodes; null when off.
-  nlohmann::json Stats() const;
   // The calls' lines of /metrics.
   std::string RenderMetrics() const;
 
@@ -42,7 +40,7 @@ class CallGate {
                                const std::function<Result<nlohmann::json>()>& run);
 
   QuotaTracker* quota_;
-  fncall::CallService* calls_ = nullptr;
+  fncall::Calls* calls_ = nullptr;
   Histogram seconds_;
   mutable Mutex mu_;
   uint64_t admitted_ GUARDED_BY(mu_) = 0;

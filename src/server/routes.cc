@@ -859,7 +859,7 @@ json Api::ListTokens() {
   return out;
 }
 
-void Api::SetCalls(fncall::CallService* calls) { calls_.SetService(calls); }
+void Api::SetCalls(fncall::Calls* calls) { calls_.SetService(calls); }
 
 void Api::StopCalls() { calls_.Stop(); }
 
@@ -874,8 +874,6 @@ Result<json> Api::CallBatch(const Principal& who, const std::string& body) {
 json Api::Nodes() {
   json nodes = json::array();
   for (json& n : fleet_->Infos()) nodes.push_back(std::move(n));
-  // The fncall service's gate lives in this API server; its runners, on the node.
-  if (calls_.enabled() && nodes.size() == 1) nodes[0]["fncall"] = calls_.Stats();
   return {{"nodes", nodes}};
 }
 

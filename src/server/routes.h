@@ -12,7 +12,7 @@
 #include "base/thread_annotations.h"
 #include "image/layer_store.h"
 #include "node/fleet.h"
-#include "node/fncall/call_pool.h"
+#include "node/fncall/calls.h"
 #include "node/node_api.h"
 #include "server/api_types.h"
 #include "server/auth.h"
@@ -116,7 +116,7 @@ class Api {
 
   // fncall (POST /v1/calls and fncall sandboxes): off until set; stopped before the node
   // deletes everything. The service outlives the Api.
-  void SetCalls(fncall::CallService* calls);
+  void SetCalls(fncall::Calls* calls);
   void StopCalls();
   Result<nlohmann::json> Call(const Principal& who, const std::string& body);
   Result<nlohmann::json> CallBatch(const Principal& who, const std::string& body);

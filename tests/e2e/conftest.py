@@ -282,6 +282,7 @@ class ClusterServer(Server):
                 n = self.cu.Node(self.bin, self.etcd, f"e2e-n{i}", d,
                                  str(self.logs / f"node{i}.log"),
                                  ["--layer-store", self.shared, "--no-microvm",
+                                  "--fncall-image", RUNNER_IMAGE,
                                   "--net-subnet", f"10.{240 + i}.0.0/16", *self.extra_args])
                 n.start()
                 self.nodes.append(n)

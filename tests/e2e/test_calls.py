@@ -264,23 +264,31 @@ print(repr(found))
 """
 
 
-def test_calls_see_nothing_of_each_other(server, runner):
-    def spy(mark, sleep):
-        code = SPY.replace("MARK", repr(mark)).replace("PORT", str(server.port)).replace("SLEEP", str(sleep))
-        res = call(server, language="python", code=code)
-        assert res["verdict"] == "ok", res
-        return eval(res["stdout"])
+def _spy(server, mark, sleep):
+    code = SPY.replace("MARK", repr(mark)).replace("PORT", str(server.port)).replace("SLEEP", str(sleep))
+    res = call(server, language="python", code=code)
+    assert res["verdict"] == "ok", res
+    return eval(res["stdout"])
 
+
+def test_calls_see_nothing_of_each_other(server, runner):
     with cf.ThreadPoolExecutor(4) as ex:
-        found = list(ex.map(lambda i: spy(f"c{i}", 1.0), range(4)))
-    later = spy("later", 0)
+        found = list(ex.map(lambda i: _spy(server, f"c{i}", 1.0), range(4)))
+    later = _spy(server, "later", 0)
     for f in found + [later]:
         assert f["tmp"] == ["main.py"], f          # no other call's files, before or after
         assert f["pids"] == [1], f                  # only itself in its pid namespace
         assert "wrote" not in f, f                  # nothing writable outside its own /tmp
         assert f["reached_host"] is False, f        # no network to the host
         assert f["uid"] != 0 and f["hostname"] == "sandbox"
-    assert len({f["uid"] for f in found}) == 4      # concurrent calls: each its own uid
+
+
+@pytest.mark.serve_only("4 calls at once on one node: a cluster spreads them over nodes, each "
+                        "with uids of its own that may look alike from inside")
+def test_calls_at_once_on_one_node_each_get_their_own_uid(server, runner):
+    with cf.ThreadPoolExecutor(4) as ex:
+        found = list(ex.map(lambda i: _spy(server, f"u{i}", 1.0), range(4)))
+    assert len({f["uid"] for f in found}) == 4
 
 
 def test_a_call_cannot_make_namespaces_or_mount(server, runner):
@@ -347,6 +355,7 @@ def test_sdk_call_result_reads_as_attributes(server, runner):
     assert [k.verdict for k in res.cases] == ["passed", "wrong_answer"], res
 
 
+@pytest.mark.serve_only("reads the runners of warren serve's one node in /v1/nodes")
 def test_pool_stays_healthy_across_many_calls(server, runner):
     bad = ["while True: pass", "import os\nos.kill(os.getpid(), 9)", "x = bytearray(10**10)",
            "print('z' * 3000000)", "import os\nos.close(1)\nprint(1)"]
@@ -441,6 +450,7 @@ def _zygotes(server):
     return {r["zygote"] for r in server.http("GET", "/v1/nodes").json["nodes"][0]["fncall"]["runners"]}
 
 
+@pytest.mark.serve_only("reads the runners of warren serve's one node in /v1/nodes")
 def test_workers_come_from_the_c_zygote_and_hold_only_their_pipes(server, runner):
     res = call(server, language="python", code=FDS)
     # stdin, stdout, stderr, the status pipe (4) and the fd listdir itself opened (3)
@@ -691,6 +701,7 @@ def _fncall_stats(server):
     return server.http("GET", "/v1/nodes").json["nodes"][0]["fncall"]
 
 
+@pytest.mark.serve_only("reads the runners of warren serve's one node in /v1/nodes")
 def test_a_forged_report_of_any_shape_ends_only_its_own_call(server, runner):
     """Whatever a Python program writes as its own report, its call ends with a result made of
     an exit code (the report's, if it is an integer: the program could choose that anyway) and
@@ -714,6 +725,7 @@ def test_a_forged_report_of_any_shape_ends_only_its_own_call(server, runner):
     assert after["runner_failures"] == before["runner_failures"], (before, after)
 
 
+@pytest.mark.serve_only("restarts warren serve with another zygote library")
 def test_the_python_zygote_serves_where_the_c_one_cannot_load(server, runner):
     """zygote.py's own loop, which runs where warren-zygote.so does not load (a python3 not
     built on glibc), judges, limits and isolates the same way. Here the library is not an ELF

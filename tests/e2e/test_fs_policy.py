@@ -95,7 +95,6 @@ def test_paused_sandbox_takes_a_policy_and_stays_paused(server, image, sandboxes
         assert sb.run("echo x > /etc/marker").exit_code != 0
 
 
-@pytest.mark.serve_only("fncall: a cluster's API servers do not run the call service yet")
 def test_fncall_sandbox_accepts_a_policy_and_never_changes(server, runner, sandboxes):
     with server.client() as client:
         sb = client.create(image=runner, backend="fncall", filesystem={"read_only": ["/usr"]})

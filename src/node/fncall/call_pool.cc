@@ -202,7 +202,9 @@ Result<json> CallService::Call(const json& rq) {
   if (!rq.contains("code") || !rq["code"].is_string()) return Bad("`code` is required");
   if (code.size() > kMaxCode) return Bad("`code` is larger than 1 MiB");
   if (image.empty())
-    return Bad("no runner image: pass `image` or start warren serve with --fncall-image NAME:TAG");
+    return Bad(
+        "no runner image: pass `image`, or start warren serve or warren node with --fncall-image "
+        "NAME:TAG");
   if (compare_s != "exact" && compare_s != "whitespace")
     return Bad("`compare` must be exact or whitespace");
   const Compare compare = compare_s == "exact" ? Compare::kExact : Compare::kWhitespace;
@@ -395,7 +397,8 @@ Result<json> CallService::CallBatch(const json& rq) {
   for (const auto& [k, v] : rq.items())
     if (k != "calls") return Bad("unknown field `" + k + "`");
   const json& calls = rq["calls"];
-  if (calls.size() > 10000) return Bad("at most 10000 calls per batch");
+  if (calls.size() > kMaxBatchCalls)
+    return Bad("at most " + std::to_string(kMaxBatchCalls) + " calls per batch");
   std::vector<json> out(calls.size());
   std::atomic<size_t> next{0};
   // As many at once as the pool can run; each call blocks only its own thread.

@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "base/thread_annotations.h"
+#include "node/fncall/calls.h"
 #include "node/fncall/runner.h"
 #include "node/node_api.h"
 
@@ -37,21 +38,18 @@ struct PoolOptions {
 // Resolves a runner image NAME:TAG to its layer digests, top first.
 using ImageResolver = std::function<Result<std::vector<std::string>>(const std::string& image)>;
 
-class CallService {
+class CallService : public Calls {
  public:
   CallService(node::NodeApi* node, ImageResolver resolve, PoolOptions opts);
-  ~CallService();
+  ~CallService() override;
 
-  // The contract's CallRequest -> CallResult.
-  Result<nlohmann::json> Call(const nlohmann::json& request);
-  // {"calls": [...]} -> {"results": [CallResult | {"error": {...}}]}
-  Result<nlohmann::json> CallBatch(const nlohmann::json& request);
+  Result<nlohmann::json> Call(const nlohmann::json& request) override;
+  Result<nlohmann::json> CallBatch(const nlohmann::json& request) override;
   // One program on a runner of the image made of `layers` (top first): the exec of a fncall
   // sandbox. An error means no runner could run it.
   Result<RunResult> RunLayers(const std::vector<std::string>& layers, const RunRequest& req);
-  // Runners and counts, for GET /v1/nodes and /metrics.
-  nlohmann::json Stats() const;
-  void Shutdown();
+  nlohmann::json Stats() const override;
+  void Shutdown() override;
 
  private:
   // One pool per runner image, keyed by its layer digests.

@@ -22,6 +22,7 @@
 #include "cluster/cluster_secret.h"
 #include "cluster/etcd_client.h"
 #include "cluster/expiry_sweeper.h"
+#include "cluster/idle_refresher.h"
 #include "cluster/kv_state_store.h"
 #include "cluster/membership.h"
 #include "cluster/presence.h"
@@ -165,6 +166,12 @@ int RunApiServer(const ApiServerFlags& f) {
   cluster::ExpirySweeper expiry(
       &etcd, presence.name(), [&presence] { return presence.lease(); },
       [&api](const std::string& id) { return api.ExpireSandbox(id); });
+  // Idle timeouts: every replica writes the uses it serves; the sweeping one ends what is idle.
+  cluster::IdleRefresher uses(&etcd, [] { return static_cast<int64_t>(UnixNow() * 1000); });
+  uses.Start();
+  api.SetUseRecorder(
+      [&uses](const std::string& id, double timeout_s) { uses.Touch(id, timeout_s); });
+  expiry.SetIdle([&api](const std::string& id) { return api.EndIfIdle(id); });
   Periodic ttl_sweep(std::chrono::seconds(1),
                      [&expiry] { (void)expiry.Sweep(static_cast<int64_t>(UnixNow() * 1000)); });
   server::ApiService service(&api, &tokens);
@@ -180,6 +187,7 @@ int RunApiServer(const ApiServerFlags& f) {
   spdlog::info("warren apiserver: signal {}, stopping", sig);
   // The sandboxes stay: they belong to the cluster, not to this replica.
   http.Stop();
+  uses.Stop();  // after a last write of what the last requests used
   api.StopCalls();
   orphan_sweep.Stop();
   ttl_sweep.Stop();

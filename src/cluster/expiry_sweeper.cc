@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
+#include "cluster/idle_index.h"
 #include "cluster/keys.h"
 
 namespace warren::cluster {
@@ -59,6 +62,59 @@ int ExpirySweeper::Sweep(int64_t now_ms) {
       // The sandbox's node out of reach, etcd away: tried again next pass.
       spdlog::warn("expiry sweeper {}: expire {}: {}", me_, id, st.ToString());
     }
+  }
+  return n + (end_if_idle_ ? SweepIdle(now_ms) : 0);
+}
+
+int ExpirySweeper::SweepIdle(int64_t now_ms) {
+  RangeRequest req;
+  req.key = keys::kIdle;
+  req.range_end = keys::IdleUpTo(now_ms);
+  req.limit = kPerPass;
+  auto due = kv_->Range(req);
+  if (!due.ok()) {
+    spdlog::warn("expiry sweeper {}: list idle deadlines: {}", me_, due.status().ToString());
+    return 0;
+  }
+  if (due->kvs.empty()) return 0;
+  // Each entry's sandbox's current deadline, in one read.
+  Txn read;
+  for (const KeyValue& item : due->kvs)
+    read.success.push_back(TxnOp::Get(keys::IdleAt(keys::ExpiryId(item.key))));
+  auto current = kv_->Commit(read);
+  if (!current.ok() || current->gets.size() != due->kvs.size()) {
+    spdlog::warn("expiry sweeper {}: read idle deadlines: {}", me_,
+                 current.ok() ? "short answer" : current.status().ToString());
+    return 0;
+  }
+  int n = 0;
+  for (size_t i = 0; i < due->kvs.size(); ++i) {
+    const KeyValue& item = due->kvs[i];
+    const auto& at = current->gets[i].kvs;
+    const std::string id = keys::ExpiryId(item.key);
+    // A later use moved the deadline, or the sandbox went: the entry is stale.
+    if (at.empty() || at[0].value != keys::IdleDeadlineOf(item.key)) {
+      (void)kv_->Delete(item.key);
+      continue;
+    }
+    auto ended = end_if_idle_(id);
+    if (!ended.ok() && ended.status().code() != Code::kNotFound) {
+      spdlog::warn("expiry sweeper {}: end idle {}: {}", me_, id, ended.status().ToString());
+      continue;  // tried again next pass
+    }
+    if (ended.ok() && !*ended) {
+      // Busy: a running command is use. The next deadline counts from now.
+      const int64_t timeout_ms = std::atoll(item.value.c_str());
+      if (timeout_ms > 0) {
+        auto moved = kv_->Commit(IdleMoveTxn(id, IdleDeadlineMs(now_ms, timeout_ms), timeout_ms));
+        if (!moved.ok()) continue;  // the entry stays: tried again next pass
+      }
+    } else if (ended.ok()) {
+      ++n;
+    } else {
+      (void)kv_->Delete(keys::IdleAt(id));  // not_found: the record went without it
+    }
+    (void)kv_->Delete(item.key);
   }
   return n;
 }

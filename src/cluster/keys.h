@@ -37,6 +37,9 @@ inline const std::string kSecret = kRoot + "cluster/secret";
 inline const std::string kAdminToken = kRoot + "cluster/admin-token";
 inline const std::string kExpiry = kRoot + "expiry/";
 inline const std::string kExpiryLeader = kRoot + "leaders/expiry";
+// Idle timeouts (cluster/idle_index.h): deadlines in time order, and each sandbox's current one.
+inline const std::string kIdle = kRoot + "idle/";
+inline const std::string kIdleAt = kRoot + "idle-at/";
 
 inline std::string Node(const std::string& name) { return kNodes + name + "/record"; }
 inline std::string NodeAdmin(const std::string& name) { return kNodes + name + "/admin"; }
@@ -95,6 +98,15 @@ inline std::string Expiry(int64_t deadline_ms, const std::string& id) {
 // The end of the range of every deadline at or before `now_ms`.
 inline std::string ExpiryUpTo(int64_t now_ms) { return kExpiry + ExpiryMs(now_ms + 1); }
 inline std::string ExpiryId(const std::string& key) { return key.substr(key.rfind('/') + 1); }
+inline std::string Idle(int64_t deadline_ms, const std::string& id) {
+  return kIdle + ExpiryMs(deadline_ms) + "/" + id;
+}
+inline std::string IdleUpTo(int64_t now_ms) { return kIdle + ExpiryMs(now_ms + 1); }
+// The deadline part of an idle index key, as stored in IdleAt.
+inline std::string IdleDeadlineOf(const std::string& key) {
+  return key.substr(kIdle.size(), key.rfind('/') - kIdle.size());
+}
+inline std::string IdleAt(const std::string& id) { return kIdleAt + id; }
 
 // The name after a prefix ("/warren/sandboxes/sb-1" -> "sb-1").
 inline std::string NameOf(const std::string& key, const std::string& prefix) {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "base/ids.h"
+#include "cluster/idle_index.h"
 #include "cluster/keys.h"
 #include "cluster/node_record.h"
 #include "server/shares.h"
@@ -100,6 +101,13 @@ std::vector<TxnOp> KvStateStore::RecordOps(const json& sandbox, const std::strin
   std::vector<TxnOp> ops{TxnOp::Put(keys::Sandbox(id), value)};
   if (auto deadline = DeadlineMs(sandbox); inserting && deadline)
     ops.push_back(TxnOp::Put(keys::Expiry(*deadline, id), ""));
+  // The first idle deadline: creation is the sandbox's first use.
+  const double created = ParseRfc3339(sandbox.value("created_at", ""));
+  if (const int64_t idle_ms = IdleTimeoutMsOf(sandbox); inserting && idle_ms > 0 && created > 0) {
+    for (TxnOp& op :
+         IdleInsertOps(id, IdleDeadlineMs(std::llround(created * 1000), idle_ms), idle_ms))
+      ops.push_back(std::move(op));
+  }
   if (server::HoldsShare(state))
     ops.push_back(TxnOp::Put(keys::Share(owner, id),
                              json{{"cpu", sandbox.value("cpu", 1.0)},
@@ -171,8 +179,9 @@ Status KvStateStore::RemoveWith(const std::string& id, const std::vector<Compare
   const std::string owner = doc.is_object() ? doc.value("owner", "") : "";
   Txn txn;
   txn.compare = compare;
+  // Its idle index entries go stale with idle-at and are dropped as they come due.
   txn.success = {TxnOp::Delete(keys::Sandbox(id)), TxnOp::Delete(keys::Share(owner, id)),
-                 TxnOp::Delete(keys::Creating(id))};
+                 TxnOp::Delete(keys::Creating(id)), TxnOp::Delete(keys::IdleAt(id))};
   if (auto deadline = doc.is_object() ? DeadlineMs(doc) : std::nullopt)
     txn.success.push_back(TxnOp::Delete(keys::Expiry(*deadline, id)));
   auto r = WARREN_TRY(kv_->Commit(txn));

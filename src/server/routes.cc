@@ -121,7 +121,32 @@ node::PlacementAsk Api::AskOf(const SandboxSpec& spec,
 
 Result<node::NodeApi*> Api::NodeOf(const SandboxRecord& sb) { return fleet_->Node(sb.node); }
 
-void Api::Touch(const std::string& id) { reaper_.Touch(id); }
+void Api::Touch(const SandboxRecord& sb) {
+  if (!used_) return reaper_.Touch(sb.id);
+  if (sb.spec.idle_timeout_s) used_(sb.id, static_cast<double>(*sb.spec.idle_timeout_s));
+}
+
+void Api::SetUseRecorder(std::function<void(const std::string&, double)> used) {
+  used_ = std::move(used);
+}
+
+std::optional<double> Api::LocalIdleTimeout(const SandboxSpec& spec) const {
+  return used_ ? std::nullopt : IdleTimeoutOf(spec);
+}
+
+Result<bool> Api::EndIfIdle(const std::string& id) {
+  auto sb = WARREN_TRY(sandboxes_.Get(id));
+  auto node = NodeOf(sb);
+  // A node out of reach: its sandbox counts as busy, not idle (as the reaper's).
+  if (!node.ok() || (*node)->RunningExecs(id) > 0) return false;
+  spdlog::info("sandbox {} idle for its idle_timeout_s: deleting", id);
+  Status st = DeleteSandbox(System(), id);
+  if (!st.ok()) {
+    if (st.code() != Code::kNotFound) CountError(st.code());
+    return st;
+  }
+  return true;
+}
 
 void Api::MarkAllStopped() {
   for (const SandboxRecord& sb : sandboxes_.List()) {
@@ -175,7 +200,7 @@ void Api::ReconcileAfterRestart() {
       double created = ParseRfc3339(sb.created_at);
       const double ttl = static_cast<double>(sb.spec.ttl_s);
       double left = created > 0 ? created + ttl - wall : ttl;
-      reaper_.Track(id, left, IdleTimeoutOf(sb.spec));
+      reaper_.Track(id, left, LocalIdleTimeout(sb.spec));
       continue;
     }
     spdlog::warn("sandbox {} could not be re-adopted: {}", id, st.ToString());
@@ -352,7 +377,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   if (spec.lease && !leases_.Get(who, *spec.lease).ok()) ExpireLease(*spec.lease);
   create_seconds_.Observe(NowSeconds() - t0);
   if (spec.trajectory) trajectories_.Restart(TrajectoryLog::Key(who.name, *spec.trajectory));
-  reaper_.Track(id, static_cast<double>(spec.ttl_s), IdleTimeoutOf(spec));
+  reaper_.Track(id, static_cast<double>(spec.ttl_s), LocalIdleTimeout(spec));
   return ToJson(sb);
 }
 
@@ -451,7 +476,7 @@ Result<SandboxRecord> Api::Sandbox(const Principal& who, const std::string& id) 
   if (!sb.ok() || !who.Owns(sb->owner)) return NotFound("sandbox", id);
   // Any use of a sandbox through the API (get, exec, files, streams, pause) counts as
   // activity for its idle timeout; the daemon's own actions do not.
-  if (&who != &System()) Touch(id);
+  if (&who != &System()) Touch(*sb);
   return sb;
 }
 

@@ -54,11 +54,17 @@ class Api {
   // record still `creating` whose maker is gone is deleted on its node (a node that is still
   // making it destroys it when done) and removed, giving back what it held. Returns how many.
   int CleanOrphanedCreates();
-  // A cluster's API servers each reap the sandboxes they made (TTL and idle timeout: the maker
-  // sees their use); the replica sweeping the cluster's TTL index (cluster/expiry_sweeper.h)
-  // calls this for every sandbox whose ttl_s passed, whoever made it. Deleting twice is
-  // harmless (one delete wins).
+  // A cluster's API servers each reap the sandboxes they made at their TTL; the replica
+  // sweeping the cluster's TTL index (cluster/expiry_sweeper.h) calls this for every sandbox
+  // whose ttl_s passed, whoever made it. Deleting twice is harmless (one delete wins).
   Status ExpireSandbox(const std::string& id);
+  // On a cluster no replica sees all of a sandbox's use: each reports the uses it serves to
+  // `used(id, idle_timeout_s)` (cluster/idle_refresher.h) and reaps no one for idleness
+  // itself; the sweeping replica calls EndIfIdle for each sandbox whose idle deadline passed.
+  void SetUseRecorder(std::function<void(const std::string& id, double idle_timeout_s)> used);
+  // Deletes sandbox `id` unless a command runs in it (or its node is out of reach): whether it
+  // did; not_found when it is gone.
+  Result<bool> EndIfIdle(const std::string& id);
 
   Result<nlohmann::json> CreateSandbox(const Principal& who, const std::string& body);
   Result<nlohmann::json> CreateBatch(const Principal& who, const std::string& body);
@@ -169,8 +175,11 @@ class Api {
   Histogram create_seconds_, exec_seconds_, placement_seconds_;
   CallGate calls_;        // after quota_, whose tracker it shares
   SandboxReaper reaper_;  // after what its hooks use
-  // Marks sandbox `id` as used now (idle timeout).
-  void Touch(const std::string& id);
+  // Marks the sandbox as used now (idle timeout).
+  void Touch(const SandboxRecord& sb);
+  // The idle timeout this replica's reaper keeps for `spec` (none where use is recorded).
+  std::optional<double> LocalIdleTimeout(const SandboxSpec& spec) const;
+  std::function<void(const std::string&, double)> used_;  // set before serving
   // Gives back the quota share and the node room a sandbox record held (once).
   void ReleaseQuotaOf(const SandboxRecord& sb);
   ErrorCounts errors_;

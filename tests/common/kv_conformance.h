@@ -212,6 +212,26 @@ TEST_P(KvConformance, CompareAndSwapLosesNoUpdate) {
   EXPECT_EQ(v->value, std::to_string(kThreads * kEach));
 }
 
+// What the idle deadlines rely on (cluster/idle_index.h): a value comparison orders
+// fixed-width digits as numbers, and fails on a missing key.
+TEST_P(KvConformance, AValueComparisonOrdersDigitsAndFailsOnAMissingKey) {
+  auto move_to = [&](const std::string& v) {
+    auto t = kv_->Commit(
+        {.compare = {Compare{K("deadline"), Compare::Target::kValue, Compare::Op::kLess, 0, v}},
+         .success = {TxnOp::Put(K("deadline"), v)}});
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return t.ok() && t->succeeded;
+  };
+  EXPECT_FALSE(move_to("000000000000200"));  // missing: nothing to move
+  EXPECT_FALSE(kv_->Get(K("deadline")).ok());
+  ASSERT_TRUE(kv_->Put(K("deadline"), "000000000000100").ok());
+  EXPECT_TRUE(move_to("000000000000200"));
+  EXPECT_FALSE(move_to("000000000000150"));  // earlier: kept
+  EXPECT_FALSE(move_to("000000000000200"));  // the same: kept
+  EXPECT_TRUE(move_to("000000000001000"));
+  EXPECT_EQ(kv_->Get(K("deadline"))->value, "000000000001000");
+}
+
 TEST_P(KvConformance, LeasedKeysGoWithTheLease) {
   auto lease = kv_->GrantLease(2);
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();

@@ -239,6 +239,42 @@ def test_an_api_server_killed_during_a_create_burst_leaves_nothing_half_made(clu
     _assert_consistent(etcd, nodes)
 
 
+def test_idle_timeouts_hold_across_replicas_and_outlive_their_maker(cluster):
+    """A sandbox made at one replica and used only at another is not idle; the death of the
+    replica that made it does not stop its idle timeout; one nobody uses ends within its
+    timeout, the slack (1 s here) and a sweep, once a live replica leads the sweeping."""
+    a, b = cluster["apis"]
+    etcd, nodes = cluster["etcd"], cluster["nodes"]
+    api_dir = tempfile.mkdtemp(prefix="warren-e2e-api-", dir=cluster["scratch"])
+    home = tempfile.mkdtemp(prefix="warren-e2e-home-", dir=cluster["scratch"])
+    maker = cluster_util.ApiServer(str(_warren_bin()), etcd, api_dir, cluster["shared"],
+                                   str(cluster["logs"] / "apiserver-maker.log"), home)
+    maker.start()
+    # Checked in etcd: a GET through an API server would be a use itself.
+    alive = lambda sid: etcd.get(f"/warren/sandboxes/{sid}") is not None
+    try:
+        used, unused = (_create(maker, body={**SMALL, "idle_timeout_s": 4}).json["id"]
+                        for _ in range(2))
+        maker.stop(signal.SIGKILL)
+        t0 = time.time()
+        while time.time() - t0 < 12:  # three timeouts, and the sweeping moves to a or b
+            st, body = b.request("GET", f"/v1/sandboxes/{used}")
+            assert st == 200, body
+            time.sleep(1)
+        t_last = time.time()
+        assert alive(used)
+        assert e2e_util.wait_until(lambda: not alive(unused), timeout=15)
+        assert e2e_util.wait_until(lambda: not alive(used), timeout=20)
+        assert time.time() - t_last >= 3  # not before its timeout (give or take a second)
+    finally:
+        maker.stop()
+        safe_rmtree(api_dir)
+        safe_rmtree(home)
+    assert e2e_util.wait_until(lambda: etcd.keys("/warren/idle-at/") == [], timeout=10)
+    _delete_all(a)
+    _assert_consistent(etcd, nodes)
+
+
 def test_a_node_that_comes_back_runs_its_sandboxes_again(cluster):
     a, b = cluster["apis"]
     etcd, nodes = cluster["etcd"], cluster["nodes"]

@@ -56,14 +56,14 @@ std::vector<std::string> ClusterCalls::Candidates(const std::string& image) cons
 }
 
 Result<json> ClusterCalls::Send(const json& request, bool batch, size_t weight,
-                                const std::string& image) {
+                                const std::vector<std::string>& nodes) {
   const char* what = batch ? "call batch" : "call";
   if (stopped_) return Status(Code::kUnavailable, what, "fncall", "the API server is stopping");
   Status last = Status(Code::kUnavailable, what, "fncall",
                        "no ready node runs fncall (start nodes with --fncall-image)")
                     .WithRetryAfter(1);
   int tries = 0;
-  for (const std::string& name : Candidates(image)) {
+  for (const std::string& name : nodes) {
     if (tries++ == kTries) break;
     if (tries > 1) ++retried_;
     auto node = connect_(name);
@@ -91,7 +91,7 @@ Result<json> ClusterCalls::Send(const json& request, bool batch, size_t weight,
 
 Result<json> ClusterCalls::Call(const json& request) {
   if (!request.is_object()) return Bad("call", "the body must be a JSON object");
-  return Send(request, /*batch=*/false, 1, ImageOf(request));
+  return Send(request, /*batch=*/false, 1, Candidates(ImageOf(request)));
 }
 
 Result<json> ClusterCalls::CallBatch(const json& request) {
@@ -106,19 +106,25 @@ Result<json> ClusterCalls::CallBatch(const json& request) {
     return Bad("call batch",
                "at most " + std::to_string(fncall::kMaxBatchCalls) + " calls per batch");
   if (calls.empty()) return json{{"results", json::array()}};
-  const std::string image = ImageOf(calls[0]);
-  const size_t nodes = std::max<size_t>(1, Candidates(image).size());
-  const size_t shares = std::min(nodes, (calls.size() + kMinShare - 1) / kMinShare);
+  // One ranking for the whole batch: share s starts at its s-th node, so the shares sent at
+  // once land on different nodes, and each falls back along the same order.
+  const std::vector<std::string> ranked = Candidates(ImageOf(calls[0]));
+  const size_t shares =
+      std::min(std::max<size_t>(1, ranked.size()), (calls.size() + kMinShare - 1) / kMinShare);
   std::vector<json> results(calls.size());
   std::vector<std::thread> senders;
   const size_t per = calls.size() / shares, extra = calls.size() % shares;
   size_t begin = 0;
   for (size_t s = 0; s < shares; ++s) {
     const size_t end = begin + per + (s < extra ? 1 : 0);
-    senders.emplace_back([&, begin, end] {
+    senders.emplace_back([&, s, begin, end] {
       json share = {{"calls", json::array()}};
       for (size_t i = begin; i < end; ++i) share["calls"].push_back(calls[i]);
-      auto r = Send(share, /*batch=*/true, end - begin, image);
+      std::vector<std::string> order = ranked;
+      if (!order.empty())
+        std::rotate(order.begin(), order.begin() + static_cast<long>(s % order.size()),
+                    order.end());
+      auto r = Send(share, /*batch=*/true, end - begin, order);
       const json* got =
           r.ok() && r->is_object() && r->contains("results") ? &(*r)["results"] : nullptr;
       const bool whole = got && got->is_array() && got->size() == end - begin;

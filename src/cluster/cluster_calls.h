@@ -41,10 +41,10 @@ class ClusterCalls : public fncall::Calls {
  private:
   // Fncall nodes for a call of runner image `image`, best first.
   std::vector<std::string> Candidates(const std::string& image) const;
-  // `request` (a call, or with `batch` a batch of `weight` calls) on the best node that takes
-  // it, skipping those in `tried`.
+  // `request` (a call, or with `batch` a batch of `weight` calls) on the first of `nodes` that
+  // takes it.
   Result<nlohmann::json> Send(const nlohmann::json& request, bool batch, size_t weight,
-                              const std::string& image);
+                              const std::vector<std::string>& nodes);
 
   const ListNodes nodes_;
   const Connect connect_;

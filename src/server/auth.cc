@@ -115,19 +115,30 @@ Status TokenRegistry::Load() { return Reload(); }
 
 Status TokenRegistry::Reload() const {
   // Read first, then swap in whole: a token removed meanwhile (by another API server of a
-  // cluster) goes, and a store that cannot be read changes nothing.
-  auto docs = WARREN_TRY(state_->ListDocs(kTokenKind));
-  std::map<std::string, Principal> by_hash;
-  std::map<std::string, json> records;
-  for (const json& r : docs) {
-    by_hash[r.value("sha256", "")] = FromRecord(r);
-    json shown = r;
-    shown.erase("sha256");
-    records[r.value("name", "")] = shown;
+  // cluster) goes, and a store that cannot be read changes nothing. A token this registry
+  // made or removed while the read was under way may be missing from what was read: then
+  // the read is older than the maps, and is made again (or, after a few tries, dropped).
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    uint64_t before;
+    {
+      MutexLock lock(&mu_);
+      before = writes_;
+    }
+    auto docs = WARREN_TRY(state_->ListDocs(kTokenKind));
+    std::map<std::string, Principal> by_hash;
+    std::map<std::string, json> records;
+    for (const json& r : docs) {
+      by_hash[r.value("sha256", "")] = FromRecord(r);
+      json shown = r;
+      shown.erase("sha256");
+      records[r.value("name", "")] = shown;
+    }
+    MutexLock lock(&mu_);
+    if (writes_ != before) continue;
+    by_hash_.swap(by_hash);
+    records_.swap(records);
+    return Status::Ok();
   }
-  MutexLock lock(&mu_);
-  by_hash_.swap(by_hash);
-  records_.swap(records);
   return Status::Ok();
 }
 
@@ -226,6 +237,7 @@ Result<json> TokenRegistry::Create(const std::string& body) {
   WARREN_RETURN_IF_ERROR(state_->PutDoc(kTokenKind, p.name, stored));
   by_hash_[stored["sha256"].get<std::string>()] = p;
   records_[p.name] = rec;
+  ++writes_;
   rec["token"] = token;
   return rec;
 }
@@ -238,9 +250,17 @@ json TokenRegistry::List() const {
 }
 
 Status TokenRegistry::Remove(const std::string& name) {
+  {
+    // One made through another API server a moment ago: read the store again first.
+    MutexLock lock(&mu_);
+    const bool reread = !records_.count(name) && reload_on_miss_;
+    lock.Unlock();
+    if (reread) WARREN_RETURN_IF_ERROR(Reload());
+  }
   MutexLock lock(&mu_);
   if (!records_.count(name)) return NotFound("token", name);
   WARREN_RETURN_IF_ERROR(state_->RemoveDoc(kTokenKind, name));
+  ++writes_;
   records_.erase(name);
   for (auto it = by_hash_.begin(); it != by_hash_.end();)
     it = it->second.name == name ? by_hash_.erase(it) : std::next(it);

@@ -90,6 +90,7 @@ class TokenRegistry {
   mutable std::map<std::string, nlohmann::json> records_
       GUARDED_BY(mu_);  // name -> stored record (no secret)
   bool reload_on_miss_ GUARDED_BY(mu_) = false;
+  uint64_t writes_ GUARDED_BY(mu_) = 0;  // tokens made or removed here (Reload)
   // Misses queue here for one reading at a time; when the last one began.
   mutable Mutex miss_mu_;  // taken before mu_, never after
   mutable std::chrono::steady_clock::time_point last_miss_reload_ GUARDED_BY(miss_mu_);

@@ -83,4 +83,20 @@ BridgeInspection InspectBridge(const std::string& name) {
   return r;
 }
 
+bool AnotherLiveBridge(const std::string& mine) {
+  DIR* d = opendir("/sys/class/net");
+  if (!d) return false;
+  bool found = false;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name[0] == '.' || name == mine) continue;
+    if (InspectBridge(name).owner == BridgeInspection::Owner::kLive) {
+      found = true;
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
 }  // namespace warren::net

@@ -29,6 +29,9 @@ class BridgeOwnerLock {
   std::string path_;
 };
 
+// The link group of every node's sandbox bridge.
+inline constexpr uint32_t kSandboxBridgeGroup = 0x7772;  // "wr"
+
 // The alias a node gives its bridge.
 std::string BridgeOwnerAlias(const std::string& lock_path, const std::string& table);
 
@@ -45,5 +48,7 @@ struct BridgeInspection {
 
 // What the link `name` in this network namespace is, read from sysfs.
 BridgeInspection InspectBridge(const std::string& name);
+// Whether a bridge other than `mine` belongs to a live node.
+bool AnotherLiveBridge(const std::string& mine);
 
 }  // namespace warren::net

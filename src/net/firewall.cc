@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "net/bridge_owner.h"
+
 namespace warren::net {
 
 std::string Ip4String(uint32_t addr) {
@@ -28,81 +30,86 @@ Result<std::unique_ptr<Firewall>> Firewall::Create(const FirewallConfig& cfg) {
   const std::string subnet = Ip4String(cfg.subnet) + "/" + std::to_string(cfg.prefix);
   const std::string gw = Ip4String(cfg.gateway);
   // Dropping a missing table fails; create it first so the delete always has a target.
-  std::string rules = "add table " + t + "\n" + "delete table " + t + "\n" + "table " + t +
-                      " {\n"
-                      // sandbox address -> jump to its chain
-                      "  map sandboxes { type ipv4_addr : verdict; }\n"
-                      // sandboxes in egress mode: they may use the resolver and the proxy
-                      "  set egress_on { type ipv4_addr; }\n"
-                      "  chain input_hook {\n"
-                      "    type filter hook input priority filter - 5; policy accept;\n"
-                      "    iifname " +
-                      br +
-                      " jump from_sandbox_to_host\n"
-                      "    ip saddr " +
-                      subnet +
-                      " drop\n"  // a sandbox address from anywhere else is forged
-                      "  }\n"
-                      "  chain from_sandbox_to_host {\n"
-                      "    meta nfproto ipv6 drop\n"
-                      "    ip saddr != " +
-                      subnet +
-                      " drop\n"
-                      "    ct state established,related accept\n"
-                      "    ip saddr @egress_on ip daddr " +
-                      gw +
-                      " udp dport 53 accept\n"
-                      "    ip saddr @egress_on ip daddr " +
-                      gw + " tcp dport " + std::to_string(cfg.proxy_port) +
-                      " accept\n"
-                      "    meta l4proto tcp reject with tcp reset\n"
-                      "    reject with icmpx admin-prohibited\n"
-                      "  }\n"
-                      "  chain forward_hook {\n"
-                      "    type filter hook forward priority filter - 5; policy accept;\n"
-                      "    iifname " +
-                      br +
-                      " jump from_sandbox\n"
-                      "    oifname " +
-                      br +
-                      " jump to_sandbox\n"
-                      "    ip saddr " +
-                      subnet + " drop\n" +
-                      // The host did not forward before we turned forwarding on for sandboxes: it
-                      // still forwards nothing else.
-                      (cfg.forward_only_sandboxes ? "    drop\n" : "") +
-                      "  }\n"
-                      "  chain from_sandbox {\n"
-                      "    meta nfproto ipv6 reject with icmpx admin-prohibited\n"
-                      "    ip saddr != " +
-                      subnet +
-                      " drop\n"
-                      "    ct state established,related accept\n"
-                      // a connection whose conntrack entry we deleted (no longer allowed): cut it
-                      "    ct state != new meta l4proto tcp reject with tcp reset\n"
-                      "    ct state != new drop\n"
-                      "    meta l4proto != { tcp, udp } reject with icmpx admin-prohibited\n"
-                      // other sandboxes, the bridge network, link-local (cloud metadata) and
-                      // multicast: never, whatever the rules say
-                      "    ip daddr { " +
-                      subnet +
-                      ", 169.254.0.0/16, 224.0.0.0/3, 0.0.0.0/8, 127.0.0.0/8 } "
-                      "reject with icmpx admin-prohibited\n"
-                      "    ip saddr vmap @sandboxes\n"
-                      "    meta l4proto tcp reject with tcp reset\n"
-                      "    reject with icmpx admin-prohibited\n"
-                      "  }\n"
-                      "  chain to_sandbox {\n"
-                      "    ct state established,related accept\n"
-                      "    drop\n"
-                      "  }\n"
-                      "  chain postrouting_hook {\n"
-                      "    type nat hook postrouting priority srcnat; policy accept;\n"
-                      "    ip saddr " +
-                      subnet + " oifname != " + br +
-                      " masquerade\n"
-                      "  }\n"
-                      "}\n";
+  std::string rules =
+      "add table " + t + "\n" + "delete table " + t + "\n" + "table " + t +
+      " {\n"
+      // sandbox address -> jump to its chain
+      "  map sandboxes { type ipv4_addr : verdict; }\n"
+      // sandboxes in egress mode: they may use the resolver and the proxy
+      "  set egress_on { type ipv4_addr; }\n"
+      "  chain input_hook {\n"
+      "    type filter hook input priority filter - 5; policy accept;\n"
+      "    iifname " +
+      br +
+      " jump from_sandbox_to_host\n"
+      "    ip saddr " +
+      subnet +
+      " drop\n"  // a sandbox address from anywhere else is forged
+      "  }\n"
+      "  chain from_sandbox_to_host {\n"
+      "    meta nfproto ipv6 drop\n"
+      "    ip saddr != " +
+      subnet +
+      " drop\n"
+      "    ct state established,related accept\n"
+      "    ip saddr @egress_on ip daddr " +
+      gw +
+      " udp dport 53 accept\n"
+      "    ip saddr @egress_on ip daddr " +
+      gw + " tcp dport " + std::to_string(cfg.proxy_port) +
+      " accept\n"
+      "    meta l4proto tcp reject with tcp reset\n"
+      "    reject with icmpx admin-prohibited\n"
+      "  }\n"
+      "  chain forward_hook {\n"
+      "    type filter hook forward priority filter - 5; policy accept;\n"
+      "    iifname " +
+      br +
+      " jump from_sandbox\n"
+      "    oifname " +
+      br +
+      " jump to_sandbox\n"
+      "    ip saddr " +
+      subnet + " drop\n" +
+      // The host did not forward before we turned forwarding on for sandboxes: it
+      // still forwards nothing else. Another node's sandboxes on this host (its
+      // bridge in the same link group) are that node's table's to judge.
+      (cfg.forward_only_sandboxes
+           ? "    meta iifgroup != " + std::to_string(kSandboxBridgeGroup) +
+                 " meta oifgroup != " + std::to_string(kSandboxBridgeGroup) + " drop\n"
+           : "") +
+      "  }\n"
+      "  chain from_sandbox {\n"
+      "    meta nfproto ipv6 reject with icmpx admin-prohibited\n"
+      "    ip saddr != " +
+      subnet +
+      " drop\n"
+      "    ct state established,related accept\n"
+      // a connection whose conntrack entry we deleted (no longer allowed): cut it
+      "    ct state != new meta l4proto tcp reject with tcp reset\n"
+      "    ct state != new drop\n"
+      "    meta l4proto != { tcp, udp } reject with icmpx admin-prohibited\n"
+      // other sandboxes, the bridge network, link-local (cloud metadata) and
+      // multicast: never, whatever the rules say
+      "    ip daddr { " +
+      subnet +
+      ", 169.254.0.0/16, 224.0.0.0/3, 0.0.0.0/8, 127.0.0.0/8 } "
+      "reject with icmpx admin-prohibited\n"
+      "    ip saddr vmap @sandboxes\n"
+      "    meta l4proto tcp reject with tcp reset\n"
+      "    reject with icmpx admin-prohibited\n"
+      "  }\n"
+      "  chain to_sandbox {\n"
+      "    ct state established,related accept\n"
+      "    drop\n"
+      "  }\n"
+      "  chain postrouting_hook {\n"
+      "    type nat hook postrouting priority srcnat; policy accept;\n"
+      "    ip saddr " +
+      subnet + " oifname != " + br +
+      " masquerade\n"
+      "  }\n"
+      "}\n";
   WARREN_RETURN_IF_ERROR(fw->Run(rules, "create nftables table", cfg.table));
   return fw;
 }

@@ -126,6 +126,13 @@ Status RtNetlink::SetMac(int ifindex, const uint8_t mac[6]) {
   return Talk(nlh, "set link address", std::to_string(ifindex));
 }
 
+Status RtNetlink::SetGroup(int ifindex, uint32_t group) {
+  char buf[MNL_SOCKET_BUFFER_SIZE];
+  nlmsghdr* nlh = LinkMsg(buf, RTM_NEWLINK, 0, AF_UNSPEC, ifindex, nullptr);
+  mnl_attr_put_u32(nlh, IFLA_GROUP, group);
+  return Talk(nlh, "set link group", std::to_string(ifindex));
+}
+
 Status RtNetlink::SetAlias(int ifindex, const std::string& alias) {
   char buf[MNL_SOCKET_BUFFER_SIZE];
   nlmsghdr* nlh = LinkMsg(buf, RTM_NEWLINK, 0, AF_UNSPEC, ifindex, nullptr);

@@ -29,6 +29,8 @@ class RtNetlink {
   Status SetBridgePortIsolated(int ifindex);
   Status SetUp(int ifindex, bool up);
   Status SetMac(int ifindex, const uint8_t mac[6]);
+  // The link's group (IFLA_GROUP), which nftables matches as iifgroup/oifgroup.
+  Status SetGroup(int ifindex, uint32_t group);
   // The link's alias (IFLA_IFALIAS): a note for whoever looks at it later.
   Status SetAlias(int ifindex, const std::string& alias);
   Status DeleteLink(int ifindex);

@@ -15,6 +15,7 @@
 #include "base/sha256.h"
 #include "net/conntrack.h"
 #include "net/dns_server.h"
+#include "net/host_forwarding.h"
 #include "net/netns.h"
 #include "net/sock_destroy.h"
 #include "sys/mount_api.h"
@@ -121,13 +122,8 @@ Status Network::Init() {
   WARREN_RETURN_IF_ERROR(CheckSubnetFree());
   // NAT out needs forwarding; sandboxes are the only thing routed through here that the
   // firewall does not refuse.
-  {
-    std::ifstream in("/proc/sys/net/ipv4/ip_forward");
-    std::string v;
-    in >> v;
-    forwarding_was_off_ = v == "0";
-  }
-  WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv4/ip_forward", "1"));
+  forwarding_was_off_ = WARREN_TRY(TurnOnHostForwarding());
+  forwarding_on_ = true;
   bridge_index_ = host_nl_->Index(opts_.bridge);
   if (bridge_index_ == 0) {
     WARREN_RETURN_IF_ERROR(host_nl_->CreateBridge(opts_.bridge));
@@ -151,6 +147,9 @@ Status Network::Init() {
   if (owner_)
     WARREN_RETURN_IF_ERROR(
         host_nl_->SetAlias(bridge_index_, BridgeOwnerAlias(owner_->path(), opts_.table)));
+  // Every node's bridge in one link group: a firewall that forwards only sandbox traffic
+  // knows the other nodes' sandboxes by it.
+  WARREN_RETURN_IF_ERROR(host_nl_->SetGroup(bridge_index_, kSandboxBridgeGroup));
   WARREN_RETURN_IF_ERROR(host_nl_->AddAddress4(bridge_index_, gateway_, prefix_));
   WARREN_RETURN_IF_ERROR(host_nl_->SetUp(bridge_index_, true));
   (void)WriteNetSysctl("net/ipv4/conf/" + opts_.bridge + "/send_redirects", "0");
@@ -196,7 +195,7 @@ Network::~Network() {
   wired_.clear();
   firewall_.reset();
   if (made_bridge_ && host_nl_) (void)host_nl_->DeleteLink(bridge_index_);
-  if (forwarding_was_off_) (void)WriteNetSysctl("net/ipv4/ip_forward", "0");
+  if (forwarding_on_) RestoreHostForwarding(AnotherLiveBridge(opts_.bridge));
   // Empty now that every sandbox is detached (a crash leaves it for the next run's adoption).
   if (!opts_.state_dir.empty()) rmdir(opts_.state_dir.c_str());
 }

@@ -145,7 +145,8 @@ class Network {
   std::mutex nl_mu_;
   int bridge_index_ = 0;
   bool made_bridge_ = false;
-  bool forwarding_was_off_ = false;  // restored when we go
+  bool forwarding_was_off_ = false;  // before any node turned it on (net/host_forwarding.h)
+  bool forwarding_on_ = false;       // we turned it on: put back when we go, if we are last
   std::unique_ptr<Firewall> firewall_;
   std::unique_ptr<Resolver> resolver_;
   std::unique_ptr<DnsServer> dns_;

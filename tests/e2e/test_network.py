@@ -296,6 +296,7 @@ def test_stage_change_closes_the_network_within_a_second(server, runner, sandbox
     assert probe(sb, f"""print(json.dumps(tcp("{UP2}", {ECHO_PORT})))""") == "ok:ping"
 
 
+@pytest.mark.serve_only("VMs: the cluster's test nodes run without microVMs")
 @pytest.mark.parametrize("backend", ["microvm", "vm"])
 def test_vm_egress_follows_the_same_policy(request, server, sandboxes, upstream, backend):
     """A microVM's NIC (and a whole VM's, systemd as init) is bridged into its sandbox's
@@ -418,6 +419,8 @@ def metrics(server) -> dict:
     return out
 
 
+@pytest.mark.serve_only("one node's package cache and its metrics: a cluster's sandboxes land on "
+                        "several nodes, each caching for itself")
 def test_proxy_cache_serves_the_second_download(server, runner, sandboxes, upstream):
     a = make(server, runner, sandboxes, allow=["pkg.test"])
     b = make(server, runner, sandboxes, allow=["pkg.test"])
@@ -440,6 +443,8 @@ def _requests_since(log: Path, mark: int):
     return [l.split() for l in lines]
 
 
+@pytest.mark.serve_only("one node's package cache and its metrics: a cluster's sandboxes land on "
+                        "several nodes, each caching for itself")
 def test_apt_installs_through_the_proxy_then_from_the_cache(server, runner, sandboxes, upstream):
     """The real client: apt-get update && apt-get install in two Debian sandboxes with the
     (test) Debian archive allowed; the second is served from the cache; then with the policy

@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "cluster/idle_index.h"
 #include "cluster/keys.h"
@@ -77,20 +79,25 @@ int ExpirySweeper::SweepIdle(int64_t now_ms) {
     return 0;
   }
   if (due->kvs.empty()) return 0;
-  // Each entry's sandbox's current deadline, in one read.
-  Txn read;
-  for (const KeyValue& item : due->kvs)
-    read.success.push_back(TxnOp::Get(keys::IdleAt(keys::ExpiryId(item.key))));
-  auto current = kv_->Commit(read);
-  if (!current.ok() || current->gets.size() != due->kvs.size()) {
-    spdlog::warn("expiry sweeper {}: read idle deadlines: {}", me_,
-                 current.ok() ? "short answer" : current.status().ToString());
-    return 0;
+  // Each entry's sandbox's current deadline, kReadsPerTxn to a read (etcd refuses a
+  // transaction of more than 128 operations).
+  std::vector<RangeResult> current;
+  for (size_t begin = 0; begin < due->kvs.size(); begin += kReadsPerTxn) {
+    Txn read;
+    for (size_t i = begin; i < std::min(due->kvs.size(), begin + kReadsPerTxn); ++i)
+      read.success.push_back(TxnOp::Get(keys::IdleAt(keys::ExpiryId(due->kvs[i].key))));
+    auto got = kv_->Commit(read);
+    if (!got.ok() || got->gets.size() != read.success.size()) {
+      spdlog::warn("expiry sweeper {}: read idle deadlines: {}", me_,
+                   got.ok() ? "short answer" : got.status().ToString());
+      return 0;
+    }
+    for (auto& g : got->gets) current.push_back(std::move(g));
   }
   int n = 0;
   for (size_t i = 0; i < due->kvs.size(); ++i) {
     const KeyValue& item = due->kvs[i];
-    const auto& at = current->gets[i].kvs;
+    const auto& at = current[i].kvs;
     const std::string id = keys::ExpiryId(item.key);
     // A later use moved the deadline, or the sandbox went: the entry is stale.
     if (at.empty() || at[0].value != keys::IdleDeadlineOf(item.key)) {

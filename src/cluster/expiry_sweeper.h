@@ -41,6 +41,7 @@ class ExpirySweeper {
   bool leading() const { return leading_.load(); }
 
   static constexpr int64_t kPerPass = 500;
+  static constexpr size_t kReadsPerTxn = 100;
 
  private:
   bool Lead();

@@ -46,10 +46,14 @@ int IdleRefresher::Flush() {
   {
     MutexLock lock(&mu_);
     due.swap(pending_);
-    // Forget what is older than the longest slack: its next use writes again anyway.
-    const int64_t old = now_ms_() - 2 * 60'000;
-    for (auto it = written_.begin(); it != written_.end();)
-      it = it->second < old ? written_.erase(it) : std::next(it);
+    // Forget, every half minute, what is older than the longest slack: its next use writes
+    // again anyway.
+    const int64_t now = now_ms_();
+    if (now - pruned_ms_ >= 30'000) {
+      pruned_ms_ = now;
+      for (auto it = written_.begin(); it != written_.end();)
+        it = it->second < now - 2 * 60'000 ? written_.erase(it) : std::next(it);
+    }
   }
   int written = 0;
   std::vector<std::pair<std::string, Pending>> batch;

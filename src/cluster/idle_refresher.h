@@ -45,6 +45,7 @@ class IdleRefresher {
   std::condition_variable_any cv_;
   std::map<std::string, int64_t> written_ GUARDED_BY(mu_);  // id -> when we last wrote (ms)
   std::map<std::string, Pending> pending_ GUARDED_BY(mu_);
+  int64_t pruned_ms_ GUARDED_BY(mu_) = 0;
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -149,6 +149,14 @@ TEST(IdleIndex, AUseOfAGoneSandboxWritesNothingAndABatchSplitsAroundIt) {
       EXPECT_EQ(IdleAt(&c.kv, "sb-" + std::to_string(i)), keys::ExpiryMs(kT0 + 135'000)) << i;
 }
 
+TEST(IdleIndex, MoreDueThanOneTransactionHoldsAllEnd) {
+  Cluster c;
+  for (int i = 0; i < 300; ++i)
+    ASSERT_TRUE(c.store.InsertSandbox(Record("sb-" + std::to_string(i)), {}).ok());
+  EXPECT_EQ(c.sweeper.Sweep(kT0 + 125'000), 300);
+  EXPECT_EQ(Count(&c.kv, keys::kIdleAt), 0);
+}
+
 TEST(IdleIndex, OnlyTheLeaderEndsIdleSandboxes) {
   Cluster c;
   ASSERT_TRUE(c.store.InsertSandbox(Record("sb-1"), {}).ok());

@@ -200,6 +200,9 @@ Result<TxnResult> MemKv::Commit(const Txn& txn) {
   {
     MutexLock lock(&mu_);
     WARREN_RETURN_IF_ERROR(Check("txn", txn.compare.empty() ? "" : txn.compare[0].key));
+    // As etcd with its default --max-txn-ops: code that builds large transactions must cut them.
+    if (txn.compare.size() > 128 || txn.success.size() > 128 || txn.failure.size() > 128)
+      return Invalid("etcd txn: etcdserver: too many operations in txn request");
     r.succeeded = std::all_of(txn.compare.begin(), txn.compare.end(),
                               [&](const Compare& c) NO_THREAD_SAFETY_ANALYSIS { return Holds(c); });
     const auto& ops = r.succeeded ? txn.success : txn.failure;

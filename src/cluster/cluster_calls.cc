@@ -4,7 +4,6 @@
 #include <thread>
 
 #include "base/cleanup.h"
-#include "base/sha256.h"
 
 namespace warren::cluster {
 
@@ -22,9 +21,14 @@ std::string ImageOf(const json& call) {
 }
 
 // A stable per-(image, node) number: the same image ranks the same nodes first everywhere.
+// FNV-1a: computed for every fncall node on every call, so cheap, not cryptographic.
 uint64_t Affinity(const std::string& image, const std::string& node) {
-  const std::string h = Sha256Hex(image + "\n" + node).substr(0, 16);
-  return std::stoull(h, nullptr, 16);
+  uint64_t h = 14695981039346656037ull;
+  for (const std::string* part : {&image, &node}) {
+    for (unsigned char c : *part) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;  // a separator no name byte can fake with the next
+  }
+  return h;
 }
 
 json ErrorEntry(const Status& st) {

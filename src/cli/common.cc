@@ -87,6 +87,9 @@ void AddSpecFlags(CLI::App* cmd, SpecFlags* f) {
                              "a tree inside a read-only one that stays writable (repeatable)"));
   cmd->add_option("--ttl", f->ttl, "seconds until the sandbox is reaped");
   Repeatable(cmd->add_option("--label", f->labels, "K=V (repeatable)"));
+  Repeatable(cmd->add_option("--node-selector", f->node_selector,
+                             "K=V a label the node must carry; warren.node=NAME picks a node "
+                             "(repeatable)"));
   Repeatable(cmd->add_option("--env", f->env, "K=V (repeatable)"));
   cmd->add_option("--idle-timeout", f->idle_timeout,
                   "seconds without use until the sandbox is reaped");
@@ -142,8 +145,10 @@ Result<nlohmann::json> SpecJson(const SpecFlags& f) {
   j["network"] = {{"mode", mode}, {"allow", f.allow}};
   if (!f.read_only.empty() || !f.writable.empty())
     j["filesystem"] = {{"read_only", f.read_only}, {"writable", f.writable}};
-  nlohmann::json labels, env;
+  nlohmann::json labels, env, selector;
   WARREN_RETURN_IF_ERROR(SplitKv(f.labels, "--label", &labels));
+  WARREN_RETURN_IF_ERROR(SplitKv(f.node_selector, "--node-selector", &selector));
+  if (!selector.empty()) j["node_selector"] = selector;
   WARREN_RETURN_IF_ERROR(SplitKv(f.env, "--env", &env));
   if (!labels.empty()) j["labels"] = labels;
   if (!env.empty()) j["env"] = env;

@@ -32,7 +32,7 @@ struct SpecFlags {
   std::string backend = "container", image, workspace, network = "none";
   std::string lease, trajectory, on_lease_expiry;
   uint64_t idle_timeout = 0;
-  std::vector<std::string> tools, allow, labels, env, read_only, writable;
+  std::vector<std::string> tools, allow, labels, node_selector, env, read_only, writable;
   double cpu = 0;
   std::string memory, disk;
   uint64_t pids = 0, ttl = 0;

@@ -28,6 +28,7 @@
 #include "image/layer_store.h"
 #include "isolation/cgroup.h"
 #include "node/local_node.h"
+#include "node/node_selector.h"
 #include "server/http_server.h"
 #include "server/sandbox_record.h"
 
@@ -124,6 +125,11 @@ int RunNode(const ClusterNodeFlags& f) {
     if (eq == std::string::npos || !cluster::ValidNodeName(l.substr(0, eq)) ||
         !cluster::ValidNodeName(l.substr(eq + 1)))
       return Fail(Invalid("--label wants KEY=VALUE, each 1-63 of [A-Za-z0-9._-]", l));
+    if (l.rfind(node::kReservedLabelPrefix, 0) == 0)
+      return Fail(
+          Invalid("--label: keys starting with `warren.` are Warren's own (every node "
+                  "carries warren.node=NAME)",
+                  l));
     labels[l.substr(0, eq)] = l.substr(eq + 1);
   }
   if (f.simulate > 0) return RunSimulated(f, std::move(labels));

@@ -4,6 +4,8 @@
 #include <queue>
 #include <set>
 
+#include "node/node_selector.h"
+
 namespace warren::cluster {
 
 namespace {
@@ -19,11 +21,7 @@ double Jitter(uint64_t seed, const std::string& name) {
 }
 
 bool Selected(const NodeRecord& n, const std::map<std::string, std::string>& selector) {
-  for (const auto& [k, v] : selector) {
-    auto it = n.labels.find(k);
-    if (it == n.labels.end() || it->second != v) return false;
-  }
-  return true;
+  return node::SelectorMatches(n.name, n.labels, selector);
 }
 
 double LayerShare(const NodeRecord& n, const std::vector<std::string>& layers) {

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "node/node_api.h"
+#include "node/node_selector.h"
 
 namespace warren::node {
 
@@ -62,7 +63,13 @@ class Fleet {
 class SingleNodeFleet : public Fleet {
  public:
   explicit SingleNodeFleet(NodeApi* node) : node_(node) {}
-  Result<std::string> Place(const PlacementAsk&) override { return node_->name(); }
+  // The one node takes every sandbox whose selector it matches (its name is its only label).
+  Result<std::string> Place(const PlacementAsk& ask) override {
+    if (!SelectorMatches(node_->name(), {}, ask.node_selector))
+      return Status(Code::kInvalid, "place sandbox", node_->name(),
+                    "no ready node carries the labels of `node_selector`");
+    return node_->name();
+  }
   // Each create spends much of its time waiting on the kernel (clone, mounts, the agent's
   // setup): a few at once go faster than one by one without flooding the host.
   int CreatesAtOnce() const override { return 4; }

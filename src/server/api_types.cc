@@ -5,6 +5,7 @@
 
 #include "base/utf8.h"
 #include "net/policy.h"
+#include "node/node_selector.h"
 
 namespace warren::server {
 namespace {
@@ -144,12 +145,12 @@ json ToJson(const isolation::FsPolicy& p) {
 }
 
 Result<SandboxSpec> ParseSandboxSpec(const json& j) {
-  WARREN_RETURN_IF_ERROR(
-      CheckFields(j,
-                  {"backend", "image", "workspace", "tools", "cpu", "memory_mb", "disk_mb", "pids",
-                   "open_files", "network", "filesystem", "env", "ttl_s", "idle_timeout_s",
-                   "labels", "trajectory", "on_divergence", "lease", "on_lease_expiry"},
-                  "sandbox spec"));
+  WARREN_RETURN_IF_ERROR(CheckFields(
+      j, {"backend",       "image",      "workspace",     "tools",          "cpu",
+          "memory_mb",     "disk_mb",    "pids",          "open_files",     "network",
+          "filesystem",    "env",        "ttl_s",         "idle_timeout_s", "labels",
+          "node_selector", "trajectory", "on_divergence", "lease",          "on_lease_expiry"},
+      "sandbox spec"));
   SandboxSpec s;
   std::string backend = runtime::BackendName(s.backend);
   WARREN_RETURN_IF_ERROR(GetString(j, "backend", &backend));
@@ -227,6 +228,10 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
   for (auto& [k, v] : s.labels)
     if (k.size() > 63 || v.size() > 255 || k.find('=') != std::string::npos)
       return Invalid("label keys are at most 63 characters without `=`, values at most 255");
+  WARREN_RETURN_IF_ERROR(GetStringMap(j, "node_selector", &s.node_selector, 16, false));
+  for (auto& [k, v] : s.node_selector)
+    if (!node::ValidLabelPart(k) || !node::ValidLabelPart(v))
+      return Invalid("`node_selector` keys and values are 1-63 of [A-Za-z0-9._-]", k);
   WARREN_RETURN_IF_ERROR(GetOptString(j, "trajectory", &s.trajectory));
   if (s.trajectory) {
     bool ok = !s.trajectory->empty() && s.trajectory->size() <= 128;
@@ -263,6 +268,7 @@ json ToJson(const SandboxSpec& s) {
             {"ttl_s", s.ttl_s},
             {"idle_timeout_s", s.idle_timeout_s ? json(*s.idle_timeout_s) : json(nullptr)},
             {"labels", s.labels},
+            {"node_selector", s.node_selector},
             {"trajectory", s.trajectory ? json(*s.trajectory) : json(nullptr)},
             {"on_divergence", s.on_divergence},
             {"lease", s.lease ? json(*s.lease) : json(nullptr)},

@@ -38,6 +38,8 @@ struct SandboxSpec {
   uint64_t ttl_s = 3600;
   std::optional<uint64_t> idle_timeout_s;
   std::map<std::string, std::string> labels;
+  // Labels the sandbox's node must carry (node/node_selector.h; an addition to the contract).
+  std::map<std::string, std::string> node_selector;
   std::optional<std::string> trajectory;
   // A recorded step re-run in a new sandbox of the trajectory gives other output: "continue"
   // replays the record all the same (reporting `diverged`), "stop" answers the re-run's own

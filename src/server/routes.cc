@@ -115,6 +115,7 @@ node::PlacementAsk Api::AskOf(const SandboxSpec& spec,
   ask.cpu = spec.cpu;
   ask.memory_mb = spec.memory_mb;
   ask.disk_mb = spec.disk_mb;
+  ask.node_selector = spec.node_selector;
   for (const auto& l : layers) ask.layers.push_back(l.digest);
   return ask;
 }

@@ -218,6 +218,24 @@ def test_cp_both_directions(server, image, sandbox_id, tmp_path):
     assert _exec(server, sid, "cat", "/tmp/up.bin").stdout == "up\n"
 
 
+def test_create_beside_another_with_a_node_selector(server, image, sandbox_id):
+    """`--node-selector warren.node=NODE` puts a sandbox on the node another one runs on (every
+    node carries its name as a label); a label no node carries is refused, and nothing is made."""
+    node = json.loads(server.cli("inspect", sandbox_id).stdout)["node"]
+    r = server.cli("create", "--image", image, "--node-selector", f"warren.node={node}")
+    assert r.returncode == 0, r
+    beside = r.stdout.strip()
+    try:
+        doc = json.loads(server.cli("inspect", beside).stdout)
+        assert doc["node"] == node and doc["node_selector"] == {"warren.node": node}, doc
+    finally:
+        assert server.cli("rm", beside).returncode == 0
+    before = server.cli("ls").stdout
+    r = server.cli("create", "--image", image, "--node-selector", "zone=nowhere")
+    assert r.returncode != 0 and "node_selector" in r.stderr, r
+    assert server.cli("ls").stdout == before
+
+
 def test_ls_inspect_and_image_ls(server, image, sandbox_id):
     r = server.cli("ls")
     assert r.returncode == 0 and sandbox_id in r.stdout, r

@@ -113,6 +113,17 @@ TEST_F(ApiTest, ANodeFailureIsInternalAndLeavesNoRecordAndNoQuota) {
   ASSERT_TRUE(api_->DeleteSandbox(alice_, id).ok());
 }
 
+TEST_F(ApiTest, OneNodeTakesASelectorOfItsNameAndRefusesOthers) {
+  json sb = Create({{"image", "py:1"}, {"node_selector", {{"warren.node", node_.name()}}}}, alice_);
+  EXPECT_EQ(sb["node"], node_.name());
+  EXPECT_EQ(sb["node_selector"]["warren.node"], node_.name());
+  auto r = api_->CreateSandbox(alice_, R"({"image": "py:1", "node_selector": {"gpu": "h100"}})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalid);
+  EXPECT_NE(r.status().message().find("node_selector"), std::string::npos);
+  EXPECT_EQ(state_->ListSandboxes().size(), 1u);  // nothing left of the refused one
+}
+
 TEST_F(ApiTest, ALostSandboxFailsAndMetricsCountWithoutReadingRecords) {
   const std::string a = Create({{"image", "py:1"}}, admin_)["id"];
   const std::string b = Create({{"image", "py:1"}}, admin_)["id"];

@@ -40,6 +40,19 @@ TEST(SandboxSpec, RejectsUnknownFieldsWrongTypesAndLimits) {
   bad(json::array());
 }
 
+TEST(SandboxSpec, NodeSelectorIsLabelsOfTheNodesShape) {
+  auto s = ParseSandboxSpec({{"image", "a:b"}, {"node_selector", {{"warren.node", "n-1"}}}});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->node_selector.at("warren.node"), "n-1");
+  EXPECT_EQ(ToJson(*s)["node_selector"], json({{"warren.node", "n-1"}}));
+  for (json sel : {json{{"zone", ""}}, json{{"a/b", "x"}}, json{{"zone", 3}}, json("zone=a"),
+                   json{{"zone", std::string(64, 'a')}}}) {
+    auto r = ParseSandboxSpec({{"image", "a:b"}, {"node_selector", sel}});
+    EXPECT_FALSE(r.ok()) << sel.dump();
+    if (!r.ok()) EXPECT_NE(r.status().message().find("node_selector"), std::string::npos);
+  }
+}
+
 TEST(ExecRequest, ArgvOrCmd) {
   auto a = ParseExecRequest({{"argv", {"echo", "hi"}}});
   ASSERT_TRUE(a.ok());

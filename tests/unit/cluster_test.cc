@@ -83,6 +83,14 @@ TEST(Placement, FiltersSayWhyNothingFits) {
   auto only_b = Rank(nodes, gpu, {}, 1);
   ASSERT_TRUE(only_b.ok());
   EXPECT_EQ(*only_b, std::vector<std::string>{"b"});
+  // Every node carries its name as warren.node, unasked.
+  PlacementRequest on_a = Small();
+  on_a.node_selector = {{"warren.node", "a"}};
+  auto only_a = Rank(nodes, on_a, {}, 1);
+  ASSERT_TRUE(only_a.ok());
+  EXPECT_EQ(*only_a, std::vector<std::string>{"a"});
+  on_a.node_selector["gpu"] = "h100";  // a carries no gpu label
+  EXPECT_EQ(Rank(nodes, on_a, {}, 1).status().code(), Code::kInvalid);
 
   PlacementRequest huge = Small();
   huge.resources.memory_mb = 4 << 20;  // 4 TiB

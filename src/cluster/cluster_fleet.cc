@@ -19,7 +19,19 @@ ClusterFleet::ClusterFleet(KvStore* kv, NodeDirectory* directory, Connect connec
       api_server_(std::move(api_server)),
       reservations_(kv,
                     [directory](const std::string& node) { return directory->AllocationOf(node); }),
-      batcher_(&reservations_) {
+      batcher_(&reservations_),
+      reports_(
+          [directory] {
+            std::vector<std::string> names;
+            for (const NodeView& v : directory->Ready()) names.push_back(v.record.name);
+            return names;
+          },
+          [this](const std::string& name) {
+            auto api = Node(name);
+            if (!api.ok()) return json();
+            json info = (*api)->Info();
+            return info.contains("error") ? json() : info;  // unreachable: the record alone
+          }) {
   directory_->SetOnNodeGone([this](const std::string& name) {
     std::function<void(const std::string&, const std::string&)> lost;
     {
@@ -136,8 +148,13 @@ Status ClusterFleet::SetNodeAdmin(const std::string& node, bool cordoned, bool d
 
 std::vector<json> ClusterFleet::Infos() {
   std::vector<json> out;
+  const std::map<std::string, json> reports = reports_.Get();
   for (const NodeView& v : directory_->Ready()) {
-    json n = ToJson(v.record);
+    auto report = reports.find(v.record.name);
+    json n = report != reports.end() ? report->second : json::object();
+    // The record's fields win: they are what placement sees.
+    const json record = ToJson(v.record);
+    for (const auto& [k, val] : record.items()) n[k] = val;
     n.erase("address");  // the API's nodes list is for tenants too
     n["state"] = v.admin.draining ? "draining" : v.admin.cordoned ? "cordoned" : "ready";
     n["reserved"] = ToJson(v.alloc)["reserved"];

@@ -15,6 +15,7 @@
 
 #include "base/thread_annotations.h"
 #include "cluster/membership.h"
+#include "cluster/node_reports.h"
 #include "cluster/placement.h"
 #include "cluster/reservation_batcher.h"
 #include "cluster/reservations.h"
@@ -39,6 +40,8 @@ class ClusterFleet : public node::Fleet {
   Result<node::NodeApi*> Node(const std::string& name) override;
   // Writes /warren/node/NAME/admin; every replica's directory sees it by its watch.
   Status SetNodeAdmin(const std::string& node, bool cordoned, bool draining) override;
+  // Each node's record, placement state and reservation, with what the node reports of
+  // itself (network, runners, pools: cluster/node_reports.h) where it answered in time.
   std::vector<nlohmann::json> Infos() override;
   void SetOnSandboxLost(std::function<void(const std::string& id)> lost) override;
   void SetOnNodeLost(
@@ -70,6 +73,8 @@ class ClusterFleet : public node::Fleet {
   std::function<void(const std::string&)> sandbox_lost_ GUARDED_BY(mu_);
   std::function<void(const std::string&, const std::string&)> node_lost_ GUARDED_BY(mu_);
   const uint64_t seed_ = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  // What the ready nodes say of themselves, for Infos() (last: its thread ends first).
+  NodeReports reports_;
 };
 
 }  // namespace warren::cluster

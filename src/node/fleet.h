@@ -81,7 +81,11 @@ class SingleNodeFleet : public Fleet {
                   "warren serve has one node and nowhere else to place sandboxes; cordon and "
                   "drain are for the nodes of a cluster");
   }
-  std::vector<nlohmann::json> Infos() override { return {node_->Info()}; }
+  std::vector<nlohmann::json> Infos() override {
+    nlohmann::json info = node_->Info();
+    info["state"] = "ready";  // as a cluster's nodes say theirs (nothing cordons this one)
+    return {std::move(info)};
+  }
   void SetOnSandboxLost(std::function<void(const std::string& id)> lost) override {
     node_->SetOnSandboxLost(std::move(lost));
   }

@@ -124,6 +124,15 @@ void AddNode(Families& f, const json& info, const std::string& node) {
       fclose(file);
     }
   }
+  // A cluster's nodes run the fncall runner pools; warren serve's own is rendered by its
+  // CallGate (server/call_gate.h), so only labelled nodes give these here.
+  const json fn = info.value("fncall", json::object());
+  if (!node.empty() && fn.is_object() && fn.contains("runners") && fn["runners"].is_array()) {
+    c("warren_calls_total", "", Num(fn.value("calls", uint64_t{0})));
+    c("warren_call_runs_total", "", Num(fn.value("runs", uint64_t{0})));
+    g("warren_fncall_runners", "", Num(fn["runners"].size()));
+    c("warren_fncall_runner_starts_total", "", Num(fn.value("runner_starts", uint64_t{0})));
+  }
   // Egress through the node's proxy: bytes fetched upstream and served from its package
   // cache, in total and per sandbox, with connections and refusals.
   json net = info.value("network", json::object());

@@ -170,5 +170,21 @@ TEST(Metrics, ClusterNodesAreLabelledAndEachFamilyTypedOnce) {
   EXPECT_TRUE(Has(s, R"(warren_node_reserved_cpus{node="n1"} 0.5)")) << s;
 }
 
+// What a cluster's nodes report of themselves (cluster/node_reports.h) rides along: egress and
+// fncall runners, per node. warren serve's runners are its CallGate's to render.
+TEST(Metrics, ClusterNodeReportsGiveEgressAndRunnersPerNode) {
+  nlohmann::json n = {
+      {"name", "n1"},
+      {"capacity", {{"cpu_milli", 2000}, {"memory_mb", 1024}}},
+      {"network", {{"proxy", {{"upstream_bytes", 10}, {"cache_bytes", 7}}}}},
+      {"fncall", {{"calls", 12}, {"runs", 14}, {"runner_starts", 2}, {"runners", {1, 2}}}}};
+  const std::string s = RenderNodeMetrics({n});
+  EXPECT_TRUE(Has(s, R"(warren_egress_bytes_total{node="n1",source="cache"} 7)")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_calls_total{node="n1"} 12)")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_fncall_runners{node="n1"} 2)")) << s;
+  n.erase("capacity");  // warren serve's one node: no label, and no runner series here
+  EXPECT_FALSE(Has(RenderNodeMetrics({n}), "warren_calls_total")) << RenderNodeMetrics({n});
+}
+
 }  // namespace
 }  // namespace warren::server

@@ -134,6 +134,10 @@ def safe_rmtree(path: str) -> None:
 
 
 class Server:
+    # A cluster (ClusterServer) or `warren serve`: for the few checks whose right answer
+    # differs (where a node keeps its files, what cordon answers), never to skip one.
+    cluster = False
+
     def __init__(self, bin_path: Path, data_dir: str, port: int, log_path: str, home: str):
         self.bin = str(bin_path)
         self.data_dir = data_dir
@@ -148,6 +152,15 @@ class Server:
         self.proc: subprocess.Popen = None  # type: ignore
         self.env = {}
         self.extra_args: list = []
+
+    def layer_dir(self) -> str:
+        """Where the layer blobs live: DATA_DIR/blobs/sha256/HEX (LayerStore)."""
+        return self.data_dir
+
+    def node_data_dir(self, node: str) -> str:
+        """The data dir of the node a sandbox's `node` names (its egress CA, its caches)."""
+        assert node == "local", node
+        return self.data_dir
 
     # -- process ----------------------------------------------------------
     def start(self) -> None:
@@ -261,6 +274,8 @@ class ClusterServer(Server):
     the log are the first API server's (the one the tests talk to); `data_dir` is its data
     dir. A restart (ensure_running) starts that API server again, as a replica coming back."""
 
+    cluster = True
+
     def __init__(self, bin_path: Path, base: str, logs: Path, home: str):
         import cluster_util
         self.cu = cluster_util
@@ -303,6 +318,16 @@ class ClusterServer(Server):
         env["PYTHONPATH"] = str(SDK) + (os.pathsep + os.environ["PYTHONPATH"]
                                         if os.environ.get("PYTHONPATH") else "")
         self.env = env
+
+    def layer_dir(self) -> str:
+        """The shared layer store (every node's --layer-store): blobs/sha256/HEX."""
+        return self.shared
+
+    def node_data_dir(self, node: str) -> str:
+        for n in self.nodes:
+            if n.name == node:
+                return n.data_dir
+        raise AssertionError(f"no node {node!r} in this cluster")
 
     def stop(self) -> None:
         for a in self.apis:

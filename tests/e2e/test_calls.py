@@ -355,7 +355,6 @@ def test_sdk_call_result_reads_as_attributes(server, runner):
     assert [k.verdict for k in res.cases] == ["passed", "wrong_answer"], res
 
 
-@pytest.mark.serve_only("reads the runners of warren serve's one node in /v1/nodes")
 def test_pool_stays_healthy_across_many_calls(server, runner):
     bad = ["while True: pass", "import os\nos.kill(os.getpid(), 9)", "x = bytearray(10**10)",
            "print('z' * 3000000)", "import os\nos.close(1)\nprint(1)"]
@@ -366,9 +365,8 @@ def test_pool_stays_healthy_across_many_calls(server, runner):
     for i, r in enumerate(results):
         if i % 4:
             assert r["verdict"] == "ok" and r["stdout"] == f"{i}\n", (i, r)
-    node = server.http("GET", "/v1/nodes").json["nodes"][0]
-    fn = node["fncall"]
-    assert fn["runners"] and all(r["healthy"] for r in fn["runners"]), fn
+    runners = _runners(server)
+    assert runners and all(r["healthy"] for r in runners), runners
     metrics = server.http("GET", "/metrics").body.decode()
     assert "warren_calls_total" in metrics and "warren_call_seconds_bucket" in metrics
 
@@ -446,11 +444,21 @@ def test_binary_call_output_comes_raw_too(server, runner):
 FDS = "import os\nprint(sorted(int(f) for f in os.listdir('/proc/self/fd')))"
 
 
+def _fncall_nodes(server):
+    """The fncall report of every node that runs calls (serve's one; each node of a cluster)."""
+    nodes = [n["fncall"] for n in server.http("GET", "/v1/nodes").json["nodes"] if "fncall" in n]
+    assert nodes, "no node reports fncall runners"
+    return nodes
+
+
+def _runners(server):
+    return [r for fn in _fncall_nodes(server) for r in fn["runners"]]
+
+
 def _zygotes(server):
-    return {r["zygote"] for r in server.http("GET", "/v1/nodes").json["nodes"][0]["fncall"]["runners"]}
+    return {r["zygote"] for r in _runners(server)}
 
 
-@pytest.mark.serve_only("reads the runners of warren serve's one node in /v1/nodes")
 def test_workers_come_from_the_c_zygote_and_hold_only_their_pipes(server, runner):
     res = call(server, language="python", code=FDS)
     # stdin, stdout, stderr, the status pipe (4) and the fd listdir itself opened (3)
@@ -698,10 +706,11 @@ FORGED_REPORTS = [  # (report, the exit code the result then has: the report's o
 
 
 def _fncall_stats(server):
-    return server.http("GET", "/v1/nodes").json["nodes"][0]["fncall"]
+    """Runner starts and failures, summed over the nodes."""
+    nodes = _fncall_nodes(server)
+    return {k: sum(fn[k] for fn in nodes) for k in ("runner_starts", "runner_failures")}
 
 
-@pytest.mark.serve_only("reads the runners of warren serve's one node in /v1/nodes")
 def test_a_forged_report_of_any_shape_ends_only_its_own_call(server, runner):
     """Whatever a Python program writes as its own report, its call ends with a result made of
     an exit code (the report's, if it is an integer: the program could choose that anyway) and

@@ -105,10 +105,14 @@ ALLOW = ["pypi.test:443/tcp", "files.test:443/tcp", "npm.test:443/tcp", "passthr
          "untrusted.test:443/tcp"]
 
 
-def make(server, image, sandboxes, allow=ALLOW, mode="egress"):
+def make(server, image, sandboxes, allow=ALLOW, mode="egress", beside=None):
+    """A sandbox; `beside`: on the node another one runs on (a node keeps its own package
+    cache, so a hit needs the same node; on `warren serve` there is only the one)."""
     spec = {"image": image}
     if mode == "egress":
         spec["network"] = {"mode": "egress", "allow": list(allow)}
+    if beside is not None:
+        spec["node_selector"] = {"warren.node": beside.node}
     sb = server.client().create(spec)
     sandboxes.append(sb.id)
     return sb
@@ -127,7 +131,9 @@ def requests_since(log: Path, mark: int) -> list[list[str]]:
 
 def cache_bytes(server, sandbox_id: str) -> int:
     text = server.http("GET", "/metrics").body.decode()
-    m = re.search(rf'warren_egress_sandbox_bytes_total\{{sandbox="{sandbox_id}",source="cache"\}} (\d+)', text)
+    # A cluster's API servers label each sample with its node as well.
+    m = re.search(rf'warren_egress_sandbox_bytes_total\{{(?:node="[^"]+",)?sandbox="{sandbox_id}",source="cache"\}} (\d+)',
+                  text)
     return int(m.group(1)) if m else 0
 
 
@@ -178,7 +184,7 @@ def test_pip_installs_over_https_then_from_the_cache(server, pip_image, sandboxe
               "PYTHONPATH=/tmp/t python3 -c 'import warren_hello; print(warren_hello.hello())'")
     runs = []
     for _ in range(2):
-        sb = make(server, pip_image, sandboxes)
+        sb = make(server, pip_image, sandboxes, beside=runs[0][0] if runs else None)
         mark = len(log.read_text().splitlines())
         r = sb.run(script, timeout=180)
         assert r.exit_code == 0, r.raw
@@ -202,7 +208,8 @@ def test_curl_and_node_trust_the_node_ca(server, pip_image, sandboxes, tls_upstr
               " && stat -c %s /tmp/x.tgz", timeout=60)
     assert r.exit_code == 0 and r.stdout.strip() == str(size), r.raw
     assert ["npm.test", "GET", TARBALL_PATH, "200"] in requests_since(log, mark)
-    b = make(server, pip_image, sandboxes)
+    b = make(server, pip_image, sandboxes, beside=a)
+    assert b.node == a.node
     node = textwrap.dedent(f"""
         const http = require("http"), tls = require("tls");
         const proxy = new URL(process.env.https_proxy);
@@ -244,7 +251,7 @@ def test_intercepted_hosts_get_the_node_ca_others_pass_through(server, pip_image
     assert out["ca"].startswith("-----BEGIN CERTIFICATE-----")
     assert out["bundle_roots"] > 50  # Debian's roots, and ours
     # The CA that sandboxes see is the one the node keeps, with name constraints.
-    ca_file = Path(server.data_dir) / "egress-ca/ca.crt"
+    ca_file = Path(server.node_data_dir(sb.node)) / "egress-ca/ca.crt"
     assert ca_file.read_text() == out["ca"]
     text = _sh("openssl", "x509", "-in", str(ca_file), "-noout", "-text").stdout
     assert "Name Constraints: critical" in text and "DNS:pypi.test" in text, text

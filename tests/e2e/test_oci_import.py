@@ -143,8 +143,8 @@ def greeting(server, ref: str) -> str:
 
 
 def blob_file(server, digest: str) -> str:
-    """Where `warren serve` keeps a layer's EROFS blob (LayerStore: DATA_DIR/blobs/sha256/HEX)."""
-    p = os.path.join(server.data_dir, "blobs", "sha256", digest.split(":", 1)[1])
+    """Where a layer's EROFS blob is kept (serve's data dir, or a cluster's shared store)."""
+    p = os.path.join(server.layer_dir(), "blobs", "sha256", digest.split(":", 1)[1])
     assert os.path.isfile(p), f"no blob at {p}"
     return p
 

@@ -128,7 +128,9 @@ ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResu
              ("ExecResult", "diverged"), ("ExecResult", "differs"), ("ExecResult", "rerun"),
              ("ExecResult", "recorded"),
              # A cluster (issue 25): a sandbox whose node stopped heartbeating is `lost`, and why.
-             ("Sandbox", "reason")}
+             ("Sandbox", "reason"),
+             # Labels the sandbox's node must carry (warren.node=NAME: that node).
+             ("SandboxSpec", "node_selector"), ("Sandbox", "node_selector")}
 
 ERROR_STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
                 "conflict": 409, "quota": 429, "internal": 500, "unavailable": 503}
@@ -644,6 +646,15 @@ class Ctx:
         self.tokens.append(name)
         return name
 
+    def spare_node(self) -> str:
+        """A cluster's ready node that does not hold ctx.sandbox (a drain deletes what a node
+        holds, and the module's later tests still use ctx.sandbox)."""
+        mine = self.server.http("GET", f"/v1/sandboxes/{self.sandbox}").json["node"]
+        nodes = self.server.http("GET", "/v1/nodes").json["nodes"]
+        spare = [n["name"] for n in nodes if n["state"] == "ready" and n["name"] != mine]
+        assert spare, f"no ready node besides {mine}: {nodes}"
+        return spare[0]
+
     def running_exec(self) -> str:
         r = self.server.http("POST", f"/v1/sandboxes/{self.sandbox}/exec",
                              {"argv": ["sleep", "30"], "wait": False})
@@ -777,17 +788,28 @@ def test_operation_against_server(server, ctx, sandboxes, path, method, request)
     elif oid == "uploadLayer":
         overrides["name"], overrides["tag"] = u.unique("openapi-up"), "t1"
         ctx.layers.append(f"{overrides['name']}:{overrides['tag']}")
+    # A cluster serves what serve answers x-warren-today to: cordon and drain a real node,
+    # and put it back afterwards.
+    live = not is_planned(op) and (server.cluster or not is_cluster_only(op))
+    node_op = live and is_cluster_only(op) and path.startswith("/v1/nodes/{name}/")
+    if node_op:
+        overrides["name"] = ctx.spare_node()
     target, body, headers = build_request(ctx, path, method, op, item, overrides)
     if oid == "createToken":
         body = dict(body, name=u.unique("openapi-token"))
         ctx.tokens.append(body["name"])
-    r = server.http(method.upper(), target, body, headers=headers or None, timeout=300)
+    try:
+        r = server.http(method.upper(), target, body, headers=headers or None, timeout=300)
+    finally:
+        if node_op:
+            back = server.http("POST", f"/v1/nodes/{overrides['name']}/uncordon")
+            assert back.status == 200 and back.json["state"] == "ready", back
     if oid == "createSandboxes" and r.status == 200:     # to delete after the test
         sandboxes.extend(s["id"] for s in r.json.get("sandboxes", []))
     if oid == "createSandbox" and r.status == 201:
         sandboxes.append(r.json["id"])
 
-    if is_planned(op) or is_cluster_only(op):
+    if not live:
         today = op["x-warren-today"]
         err = u.assert_error(r, today["status"], today["code"])
         assert today["message"] in err["message"], f"{oid}: today's message {err['message']!r}"

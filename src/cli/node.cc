@@ -122,8 +122,8 @@ int RunNode(const ClusterNodeFlags& f) {
   std::map<std::string, std::string> labels;
   for (const auto& l : f.labels) {
     const size_t eq = l.find('=');
-    if (eq == std::string::npos || !cluster::ValidNodeName(l.substr(0, eq)) ||
-        !cluster::ValidNodeName(l.substr(eq + 1)))
+    if (eq == std::string::npos || !node::ValidLabelPart(l.substr(0, eq)) ||
+        !node::ValidLabelPart(l.substr(eq + 1)))
       return Fail(Invalid("--label wants KEY=VALUE, each 1-63 of [A-Za-z0-9._-]", l));
     if (l.rfind(node::kReservedLabelPrefix, 0) == 0)
       return Fail(

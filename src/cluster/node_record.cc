@@ -1,6 +1,7 @@
 #include "cluster/node_record.h"
 
 #include "base/json_fields.h"
+#include "node/node_selector.h"
 
 namespace warren::cluster {
 
@@ -24,12 +25,8 @@ Resources Resources::operator*(int64_t n) const {
   return {cpu_milli * n, memory_mb * n, disk_mb * n};
 }
 
-bool ValidNodeName(const std::string& name) {
-  if (name.empty() || name.size() > 63) return false;
-  for (char c : name)
-    if (!isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
-  return true;
-}
+// A node's name is its `warren.node` label's value: the same shape as any label.
+bool ValidNodeName(const std::string& name) { return node::ValidLabelPart(name); }
 
 namespace {
 

@@ -94,8 +94,7 @@ Result<std::vector<std::string>> Rank(const std::vector<NodeView>& nodes,
       return Status(Code::kInvalid, "place sandbox", backend,
                     "no ready node runs the " + backend + " backend");
     if (selected == 0)
-      return Status(Code::kInvalid, "place sandbox", backend,
-                    "no ready node carries the labels of `node_selector`");
+      return Status(Code::kInvalid, "place sandbox", backend, node::kNoNodeCarriesSelector);
     if (big_enough == 0)
       return Status(Code::kInvalid, "place sandbox", backend,
                     "no node is large enough for the sandbox's cpu, memory and disk");

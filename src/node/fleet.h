@@ -66,8 +66,7 @@ class SingleNodeFleet : public Fleet {
   // The one node takes every sandbox whose selector it matches (its name is its only label).
   Result<std::string> Place(const PlacementAsk& ask) override {
     if (!SelectorMatches(node_->name(), {}, ask.node_selector))
-      return Status(Code::kInvalid, "place sandbox", node_->name(),
-                    "no ready node carries the labels of `node_selector`");
+      return Status(Code::kInvalid, "place sandbox", node_->name(), kNoNodeCarriesSelector);
     return node_->name();
   }
   // Each create spends much of its time waiting on the kernel (clone, mounts, the agent's

@@ -18,6 +18,10 @@ inline constexpr char kNodeNameLabel[] = "warren.node";
 // Labels a node's operator may not set (`warren.` is Warren's own).
 inline constexpr char kReservedLabelPrefix[] = "warren.";
 
+// Why placement found no node for a selector (warren serve's one node says the same).
+inline constexpr char kNoNodeCarriesSelector[] =
+    "no ready node carries the labels of `node_selector`";
+
 // A label key or value: 1-63 of [A-Za-z0-9._-] (a node name has the same shape).
 inline bool ValidLabelPart(const std::string& s) {
   if (s.empty() || s.size() > 63) return false;

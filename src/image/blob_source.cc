@@ -7,13 +7,28 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "base/cleanup.h"
 #include "base/ids.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 
 namespace warren::image {
+
+std::string ObjectRelPath(bool meta, const std::string& hex) {
+  if (meta) return "meta/sha256/" + hex;
+  return "chunks/sha256/" + hex.substr(0, 2) + "/" + hex;
+}
+
 namespace {
+
+bool IsHex64(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+const char* ObjectKind(bool meta) { return meta ? "layer metadata" : "layer chunk"; }
 
 // "sha256:<64 hex>" -> "<hex>", or "" when it is not a digest.
 std::string HexOf(const std::string& digest) {
@@ -76,6 +91,36 @@ class DirBlobSource : public BlobSource {
     if (rename(tmp.c_str(), dst.c_str()) != 0) return ErrnoStatus("rename blob", dst);
     rm.Cancel();
     return Status::Ok();
+  }
+
+  Result<std::string> ReadObject(bool meta, const std::string& hex, uint64_t max) override {
+    if (!IsHex64(hex)) return Invalid("read layer object: not a sha256", hex);
+    const std::string path = root_ + "/" + ObjectRelPath(meta, hex);
+    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) {
+      if (errno == ENOENT)
+        return NotFound(std::string(ObjectKind(meta)) + " in the shared store", hex);
+      return Status(Code::kUnavailable, "read the shared layer store", root_, strerror(errno),
+                    errno);
+    }
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0) return ErrnoStatus("stat", path);
+    if (static_cast<uint64_t>(st.st_size) > max)
+      return Invalid(std::string("read ") + ObjectKind(meta) + ": larger than its manifest says",
+                     hex);
+    std::string out(static_cast<size_t>(st.st_size), '\0');
+    size_t got = 0;
+    while (got < out.size()) {
+      ssize_t n = pread(fd.get(), out.data() + got, out.size() - got, static_cast<off_t>(got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        return Status(Code::kUnavailable, std::string("read ") + ObjectKind(meta), hex,
+                      strerror(errno), errno);
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    out.resize(got);
+    return out;
   }
 
   std::string Describe() const override { return root_; }
@@ -148,10 +193,84 @@ class HttpBlobSource : public BlobSource {
         digest);
   }
 
+  Result<std::string> ReadObject(bool meta, const std::string& hex, uint64_t max) override {
+    if (!IsHex64(hex)) return Invalid("read layer object: not a sha256", hex);
+    const std::string url = base_ + "/" + ObjectRelPath(meta, hex);
+    CURL* curl = TakeHandle();
+    if (!curl) return Internal("read layer object", url, "curl_easy_init failed");
+    Cleanup give_back([&] { GiveBack(curl); });
+    struct Sink {
+      std::string data;
+      uint64_t max;
+      bool too_big = false;
+    } sink{{}, max};
+    auto write = +[](char* data, size_t size, size_t n, void* user) -> size_t {
+      auto* s = static_cast<Sink*>(user);
+      if (s->data.size() + size * n > s->max) {
+        s->too_big = true;
+        return 0;
+      }
+      s->data.append(data, size * n);
+      return size * n;
+    };
+    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, write);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
+    // A chunk is at most a few MiB: a store that stalls for 30 s is failed, not waited on.
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 30L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    const CURLcode rc = curl_easy_perform(curl);
+    if (sink.too_big)
+      return Invalid(std::string("read ") + ObjectKind(meta) + ": larger than its manifest says",
+                     hex);
+    if (rc != CURLE_OK)
+      return Status(Code::kUnavailable, std::string("read ") + ObjectKind(meta), url,
+                    curl_easy_strerror(rc));
+    long code = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+    if (code == 404) return NotFound(std::string(ObjectKind(meta)) + " in the shared store", hex);
+    if (code / 100 != 2)
+      return Status(Code::kUnavailable, std::string("read ") + ObjectKind(meta), url,
+                    "HTTP " + std::to_string(code));
+    return std::move(sink.data);
+  }
+
   std::string Describe() const override { return base_; }
 
+  ~HttpBlobSource() override {
+    for (CURL* c : idle_) curl_easy_cleanup(c);
+  }
+
  private:
+  // Handles are reused so that chunk reads keep their connections (one per concurrent reader).
+  CURL* TakeHandle() {
+    {
+      MutexLock lock(&mu_);
+      if (!idle_.empty()) {
+        CURL* c = idle_.back();
+        idle_.pop_back();
+        curl_easy_reset(c);
+        return c;
+      }
+    }
+    return curl_easy_init();
+  }
+  void GiveBack(CURL* c) {
+    MutexLock lock(&mu_);
+    if (idle_.size() < 32) {
+      idle_.push_back(c);
+      return;
+    }
+    curl_easy_cleanup(c);
+  }
+
   std::string base_;
+  Mutex mu_;
+  std::vector<CURL*> idle_ GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -5,7 +5,8 @@
 //   - an HTTP endpoint serving GET /blobs/sha256:<hex> (for example nginx over that
 //     directory).
 // A fetch writes the whole blob to a local file; LayerStore::Ensure verifies its digest before
-// it is used. Loading only the blocks a sandbox reads (lazy layers) replaces this interface.
+// it is used. A chunked layer's blob is its manifest; its metadata image and chunks are read
+// as objects (ReadObject), the chunks by blobfsd when a sandbox first reads them.
 #pragma once
 
 #include <memory>
@@ -24,9 +25,16 @@ class BlobSource {
   // Adds the file at `path`, whose digest is `digest`, to the store (API servers publish
   // built and uploaded layers). Atomic: readers never see a partial blob.
   virtual Status Publish(const std::string& digest, const std::string& path) = 0;
+  // Reads a chunk (or with `meta`, a metadata image) named by its sha256 hex: at most
+  // `max_bytes`. The caller verifies the digest. kNotFound when the store has no such object.
+  virtual Result<std::string> ReadObject(bool meta, const std::string& sha256_hex,
+                                         uint64_t max_bytes) = 0;
   // For logs and errors: the directory or URL.
   virtual std::string Describe() const = 0;
 };
+
+// Where an object lives under a store's root: "chunks/sha256/ab/<hex>" or "meta/sha256/<hex>".
+std::string ObjectRelPath(bool meta, const std::string& sha256_hex);
 
 // "/shared/warren-layers" (an absolute directory) or "http(s)://HOST[:PORT][/PREFIX]".
 Result<std::unique_ptr<BlobSource>> OpenBlobSource(const std::string& spec);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "base/cleanup.h"
 #include "base/ids.h"
@@ -34,6 +35,16 @@ Status MkdirP(const std::string& p) {
     }
   }
   return Status::Ok();
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names.push_back(e->d_name);
+    closedir(d);
+  }
+  return names;
 }
 
 bool ValidDigest(const std::string& d) {
@@ -84,7 +95,82 @@ Status ZeroBuildTime(const std::string& img) {
 
 Status LayerStore::Init() {
   WARREN_RETURN_IF_ERROR(MkdirP(root_ + "/blobs/sha256"));
+  WARREN_RETURN_IF_ERROR(MkdirP(root_ + "/meta/sha256"));
+  WARREN_RETURN_IF_ERROR(MkdirP(root_ + "/chunks/sha256"));
   return MkdirP(root_ + "/tmp");
+}
+
+std::string LayerStore::MetaPath(const std::string& hex) const {
+  return root_ + "/" + ObjectRelPath(true, hex);
+}
+
+std::string LayerStore::ChunkPath(const std::string& hex) const {
+  return root_ + "/" + ObjectRelPath(false, hex);
+}
+
+bool LayerStore::IsChunked(const std::string& digest) const {
+  const std::string p = BlobPath(digest);
+  return !p.empty() && IsManifestFile(p);
+}
+
+Result<ChunkedLayer> LayerStore::Manifest(const std::string& digest) const {
+  const std::string p = BlobPath(digest);
+  if (p.empty()) return Invalid("bad digest", digest);
+  if (!IsManifestFile(p)) return Invalid("layer is not chunked", digest);
+  return ReadManifestFile(p);
+}
+
+Status LayerStore::PutObject(bool meta, const std::string& hex, std::string_view bytes) {
+  const std::string dst = meta ? MetaPath(hex) : ChunkPath(hex);
+  // Present: content-addressed, so done; its new mtime keeps a running collection off it.
+  if (utimensat(AT_FDCWD, dst.c_str(), nullptr, 0) == 0) return Status::Ok();
+  if (!meta) WARREN_RETURN_IF_ERROR(MkdirP(dst.substr(0, dst.rfind('/'))));
+  const std::string tmp = TempPath(meta ? "meta" : "chunk");
+  Cleanup rm([&] { unlink(tmp.c_str()); });
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
+  if (!fd) return ErrnoStatus("create", tmp);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = write(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("write layer chunk", tmp);
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd.get()) != 0) return ErrnoStatus("fsync", tmp);
+  if (rename(tmp.c_str(), dst.c_str()) != 0) return ErrnoStatus("rename layer chunk", dst);
+  rm.Cancel();
+  return Status::Ok();
+}
+
+size_t LayerStore::CollectChunks(double grace_s) {
+  std::set<std::string> metas, chunks;
+  for (const auto& d : ListDigests()) {
+    if (!IsChunked(d)) continue;
+    auto m = Manifest(d);
+    if (!m.ok()) {
+      // A manifest this version cannot read keeps everything: nothing is collected.
+      spdlog::warn("collect layer chunks: {}; keeping every chunk", m.status().ToString());
+      return 0;
+    }
+    metas.insert(m->meta_sha256);
+    for (const auto& c : m->chunks) chunks.insert(c.sha256);
+  }
+  const double now = static_cast<double>(time(nullptr));
+  size_t removed = 0;
+  auto sweep = [&](const std::string& dir, const std::set<std::string>& keep) {
+    for (const auto& name : ListDir(dir)) {
+      const std::string p = dir + "/" + name;
+      struct stat st;
+      if (keep.count(name) || lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (now - static_cast<double>(st.st_mtime) < grace_s) continue;
+      if (unlink(p.c_str()) == 0) ++removed;
+    }
+  };
+  sweep(root_ + "/meta/sha256", metas);
+  for (const auto& sub : ListDir(root_ + "/chunks/sha256"))
+    sweep(root_ + "/chunks/sha256/" + sub, chunks);
+  if (removed) spdlog::info("layer store: removed {} unreferenced chunks", removed);
+  return removed;
 }
 
 std::string LayerStore::TempPath(const std::string& what) const {
@@ -115,13 +201,7 @@ std::vector<std::string> LayerStore::ListDigests() const {
 
 void LayerStore::ClearTemp() const {
   std::string dir = root_ + "/tmp";
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names.push_back(e->d_name);
-    closedir(d);
-  }
-  for (const auto& n : names) (void)RemoveTree(dir + "/" + n);
+  for (const auto& n : ListDir(dir)) (void)RemoveTree(dir + "/" + n);
 }
 
 bool LayerStore::IsErofs(const std::string& path) {
@@ -164,6 +244,7 @@ Result<BlobInfo> LayerStore::ImportTar(const std::string& tar_path) {
   // archive always gives the same image (and digest).
   const timespec zero[2] = {{0, 0}, {0, 0}};
   utimensat(AT_FDCWD, dir.c_str(), zero, AT_SYMLINK_NOFOLLOW);
+  if (format_ == LayerFormat::kChunked) return ImportTreeChunked(dir);
   std::string img = TempPath("erofs");
   Cleanup rm_img([&] { unlink(img.c_str()); });
   auto r = WARREN_TRY(
@@ -172,6 +253,46 @@ Result<BlobInfo> LayerStore::ImportTar(const std::string& tar_path) {
   WARREN_RETURN_IF_ERROR(ZeroBuildTime(img));
   rm_img.Cancel();
   return Commit(img);
+}
+
+Result<BlobInfo> LayerStore::ImportTreeChunked(const std::string& tree) {
+  const std::string meta = TempPath("meta"), blob = TempPath("blob");
+  Cleanup rm([&] {
+    unlink(meta.c_str());
+    unlink(blob.c_str());
+  });
+  auto r = WARREN_TRY(RunProgram({"mkfs.erofs", "--quiet", "-x1", "--preserve-mtime", "-U",
+                                  kZeroUuid, "--chunksize=" + std::to_string(kLayerChunkSize),
+                                  "--blobdev=" + blob, meta, tree}));
+  if (r.exit_code != 0) return Internal("mkfs.erofs", meta, "failed: " + r.output);
+  WARREN_RETURN_IF_ERROR(ZeroBuildTime(meta));
+  ChunkedLayer layer =
+      WARREN_TRY(SplitBlob(meta, blob, [this](const std::string& hex, std::string_view bytes) {
+        return PutObject(false, hex, bytes);
+      }));
+  {
+    std::string bytes;
+    UniqueFd fd(open(meta.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return ErrnoStatus("open", meta);
+    bytes.resize(layer.meta_size);
+    if (pread(fd.get(), bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()))
+      return ErrnoStatus("read", meta);
+    WARREN_RETURN_IF_ERROR(PutObject(true, layer.meta_sha256, bytes));
+  }
+  // The manifest last: a layer is only visible once every part of it is stored.
+  const std::string manifest = TempPath("manifest");
+  Cleanup rm_manifest([&] { unlink(manifest.c_str()); });
+  {
+    const std::string text = EncodeManifest(layer);
+    UniqueFd fd(open(manifest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd || write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+        fsync(fd.get()) != 0)
+      return ErrnoStatus("write layer manifest", manifest);
+  }
+  BlobInfo info = WARREN_TRY(Commit(manifest));
+  info.size = layer.meta_size + layer.ChunkBytes();
+  info.chunked = true;
+  return info;
 }
 
 namespace {
@@ -228,7 +349,7 @@ void LayerStore::Trim(const std::string& keep) {
   for (const Held& h : held) {
     if (total <= cache_limit_) break;
     if (h.digest == keep || fetching_.count(h.digest) || now - h.used < cache_min_age_s_) continue;
-    if (unlink(BlobPath(h.digest).c_str()) != 0) continue;
+    if (!Remove(h.digest).ok()) continue;
     total -= h.size;
     last_used_.erase(h.digest);
     spdlog::info("layer cache: removed {} ({} MB, unused for {:.0f} s) to stay within {} MB",
@@ -236,7 +357,25 @@ void LayerStore::Trim(const std::string& keep) {
   }
 }
 
+Status LayerStore::EnsureMeta(const std::string& digest) {
+  ChunkedLayer m = WARREN_TRY(Manifest(digest));
+  if (access(MetaPath(m.meta_sha256).c_str(), R_OK) == 0) return Status::Ok();
+  if (!source_) return NotFound("layer metadata", m.meta_sha256);
+  std::string bytes = WARREN_TRY(source_->ReadObject(true, m.meta_sha256, m.meta_size));
+  // The store is trusted to be reachable, not to be right.
+  if (bytes.size() != m.meta_size || Sha256Hex(bytes) != m.meta_sha256)
+    return Internal("fetch layer metadata", digest,
+                    "the shared store's metadata image does not match its digest");
+  return PutObject(true, m.meta_sha256, bytes);
+}
+
 Status LayerStore::Ensure(const std::string& digest) {
+  WARREN_RETURN_IF_ERROR(EnsureBlob(digest));
+  if (IsChunked(digest)) return EnsureMeta(digest).Context("fetch layer");
+  return Status::Ok();
+}
+
+Status LayerStore::EnsureBlob(const std::string& digest) {
   if (BlobPath(digest).empty()) return Invalid("bad digest", digest);
   NoteUse(digest);
   if (Has(digest)) return Status::Ok();
@@ -264,8 +403,9 @@ Status LayerStore::Fetch(const std::string& digest) {
   WARREN_RETURN_IF_ERROR(source_->Fetch(digest, tmp).Context("fetch layer"));
   // The shared store is trusted to be reachable, not to be right: a blob is what its digest
   // says or it is not used.
-  if (!IsErofs(tmp))
-    return Internal("fetch layer", digest, "the shared store's blob is not an EROFS image");
+  if (!IsErofs(tmp) && !IsManifestFile(tmp))
+    return Internal("fetch layer", digest,
+                    "the shared store's blob is neither an EROFS image nor a layer manifest");
   auto info = WARREN_TRY(Commit(tmp));
   rm.Cancel();  // Commit moved or removed it
   if (info.digest != digest) {
@@ -279,6 +419,10 @@ Status LayerStore::Fetch(const std::string& digest) {
 Status LayerStore::Remove(const std::string& digest) {
   std::string p = BlobPath(digest);
   if (p.empty()) return Invalid("bad digest", digest);
+  // A chunked layer's metadata image goes with it (its chunks go with CollectChunks: other
+  // layers may share them). Another layer naming the same metadata fetches it again.
+  if (IsChunked(digest))
+    if (auto m = Manifest(digest); m.ok()) unlink(MetaPath(m->meta_sha256).c_str());
   if (unlink(p.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink blob", p);
   return Status::Ok();
 }

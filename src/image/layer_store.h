@@ -11,18 +11,26 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "base/thread_annotations.h"
 #include "image/blob_source.h"
+#include "image/chunked_layer.h"
 
 namespace warren::image {
 
 struct BlobInfo {
   std::string digest;  // "sha256:<hex>"
-  uint64_t size = 0;
+  uint64_t size = 0;   // a whole image's bytes; a chunked layer's metadata and chunk bytes
+  bool chunked = false;
 };
+
+// How imported trees are stored: one EROFS image (mounted from a local copy), or chunked
+// (image/chunked_layer.h: a manifest, a metadata image and content-addressed chunks, which
+// a node loads on demand through blobfsd).
+enum class LayerFormat { kWhole, kChunked };
 
 class LayerStore {
  public:
@@ -30,6 +38,9 @@ class LayerStore {
 
   // Creates the directories.
   Status Init();
+  // What ImportTar writes (default kWhole). Uploaded EROFS images are always kept whole.
+  void SetFormat(LayerFormat format) { format_ = format; }
+  LayerFormat format() const { return format_; }
   // Builds an EROFS image from a tar file (mkfs.erofs over the unpacked tree) and stores it.
   Result<BlobInfo> ImportTar(const std::string& tar_path);
   // Stores a file that already is an EROFS image (checked by its superblock magic).
@@ -37,8 +48,23 @@ class LayerStore {
   // True if `path` starts with an EROFS superblock.
   static bool IsErofs(const std::string& path);
 
+  // The layer's blob: a whole EROFS image, or a chunked layer's manifest.
   std::string BlobPath(const std::string& digest) const;
   bool Has(const std::string& digest) const;
+
+  // Chunked layers. Every store (a node's, an API server's, the shared one) lays them out
+  // alike: the manifest at BlobPath, the metadata image at DIR/meta/sha256/<hex>, chunks at
+  // DIR/chunks/sha256/<hex[0:2]>/<hex>. On a node, chunks/ is blobfsd's cache.
+  bool IsChunked(const std::string& digest) const;
+  Result<ChunkedLayer> Manifest(const std::string& digest) const;
+  std::string MetaPath(const std::string& sha256_hex) const;
+  std::string ChunkPath(const std::string& sha256_hex) const;
+  // Stores a chunk (or a metadata image with `meta`) under its sha256 unless it is there;
+  // one that is there gets a fresh mtime, so a collection running now keeps it.
+  Status PutObject(bool meta, const std::string& sha256_hex, std::string_view bytes);
+  // Removes chunks and metadata images that no manifest here names and that are older than
+  // `grace_s` (an import stores its chunks before its manifest). Returns how many.
+  size_t CollectChunks(double grace_s);
   // A cluster node's shared store (image/blob_source.h), where missing blobs come from.
   // Outlives the store; set before use.
   void SetSource(BlobSource* source) { source_ = source; }
@@ -64,11 +90,17 @@ class LayerStore {
 
  private:
   Result<BlobInfo> Commit(const std::string& tmp_file);
+  Result<BlobInfo> ImportTreeChunked(const std::string& tree);
+  // The blob (or manifest) is here, fetched from the source if it is not.
+  Status EnsureBlob(const std::string& digest);
+  // A chunked layer's metadata image is here, fetched from the source if it is not.
+  Status EnsureMeta(const std::string& digest);
   Status Fetch(const std::string& digest);
   // Removes least recently used blobs beyond the cache limit (never `keep`).
   void Trim(const std::string& keep);
   void NoteUse(const std::string& digest);
   std::string root_;
+  LayerFormat format_ = LayerFormat::kWhole;
   BlobSource* source_ = nullptr;
   Mutex fetch_mu_;
   std::condition_variable_any fetched_;

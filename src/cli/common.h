@@ -66,6 +66,7 @@ void AddNode(CLI::App& app);
 // `warren node cordon|uncordon|drain NAME`, through the API (admin token).
 void AddNodeAdmin(CLI::App* node);
 void AddApiServer(CLI::App& app);
+void AddBlobfsd(CLI::App& app);
 void AddImage(CLI::App& app);
 void AddCreate(CLI::App& app);
 void AddExec(CLI::App& app);

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   warren::cli::AddFs(app);
   warren::cli::AddDiff(app);
   warren::cli::AddCall(app);
+  warren::cli::AddBlobfsd(app);
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) args.push_back(argv[i]);  // CLI11 wants them reversed
   for (size_t i = args.size(); i-- > 0;) {

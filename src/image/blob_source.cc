@@ -17,8 +17,15 @@
 
 namespace warren::image {
 
-std::string ObjectRelPath(bool meta, const std::string& hex) {
-  if (meta) return "meta/sha256/" + hex;
+std::string ObjectRelPath(ObjectKind kind, const std::string& hex) {
+  switch (kind) {
+    case ObjectKind::kMeta:
+      return "meta/sha256/" + hex;
+    case ObjectKind::kTrace:
+      return "traces/sha256/" + hex;
+    case ObjectKind::kChunk:
+      break;
+  }
   return "chunks/sha256/" + hex.substr(0, 2) + "/" + hex;
 }
 
@@ -28,7 +35,17 @@ bool IsHex64(const std::string& s) {
   return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
-const char* ObjectKind(bool meta) { return meta ? "layer metadata" : "layer chunk"; }
+const char* KindName(ObjectKind kind) {
+  switch (kind) {
+    case ObjectKind::kMeta:
+      return "layer metadata";
+    case ObjectKind::kTrace:
+      return "layer prefetch trace";
+    case ObjectKind::kChunk:
+      break;
+  }
+  return "layer chunk";
+}
 
 // "sha256:<64 hex>" -> "<hex>", or "" when it is not a digest.
 std::string HexOf(const std::string& digest) {
@@ -93,20 +110,20 @@ class DirBlobSource : public BlobSource {
     return Status::Ok();
   }
 
-  Result<std::string> ReadObject(bool meta, const std::string& hex, uint64_t max) override {
+  Result<std::string> ReadObject(ObjectKind kind, const std::string& hex, uint64_t max) override {
     if (!IsHex64(hex)) return Invalid("read layer object: not a sha256", hex);
-    const std::string path = root_ + "/" + ObjectRelPath(meta, hex);
+    const std::string path = root_ + "/" + ObjectRelPath(kind, hex);
     UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) {
       if (errno == ENOENT)
-        return NotFound(std::string(ObjectKind(meta)) + " in the shared store", hex);
+        return NotFound(std::string(KindName(kind)) + " in the shared store", hex);
       return Status(Code::kUnavailable, "read the shared layer store", root_, strerror(errno),
                     errno);
     }
     struct stat st;
     if (fstat(fd.get(), &st) != 0) return ErrnoStatus("stat", path);
     if (static_cast<uint64_t>(st.st_size) > max)
-      return Invalid(std::string("read ") + ObjectKind(meta) + ": larger than its manifest says",
+      return Invalid(std::string("read ") + KindName(kind) + ": larger than its manifest says",
                      hex);
     std::string out(static_cast<size_t>(st.st_size), '\0');
     size_t got = 0;
@@ -114,13 +131,29 @@ class DirBlobSource : public BlobSource {
       ssize_t n = pread(fd.get(), out.data() + got, out.size() - got, static_cast<off_t>(got));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0)
-        return Status(Code::kUnavailable, std::string("read ") + ObjectKind(meta), hex,
+        return Status(Code::kUnavailable, std::string("read ") + KindName(kind), hex,
                       strerror(errno), errno);
       if (n == 0) break;
       got += static_cast<size_t>(n);
     }
     out.resize(got);
     return out;
+  }
+
+  Status PublishTrace(const std::string& hex, std::string_view bytes) override {
+    if (!IsHex64(hex)) return Invalid("publish trace: not a sha256", hex);
+    const std::string dir = root_ + "/traces/sha256";
+    for (const std::string& d : {root_ + "/traces", dir})
+      if (mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d);
+    const std::string tmp = dir + "/." + hex + "." + RandomHex(6) + ".tmp";
+    Cleanup rm([&] { unlink(tmp.c_str()); });
+    UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
+    if (!fd || write(fd.get(), bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size()))
+      return ErrnoStatus("write trace", tmp);
+    if (rename(tmp.c_str(), (dir + "/" + hex).c_str()) != 0)
+      return ErrnoStatus("rename trace", dir);
+    rm.Cancel();
+    return Status::Ok();
   }
 
   std::string Describe() const override { return root_; }
@@ -193,9 +226,9 @@ class HttpBlobSource : public BlobSource {
         digest);
   }
 
-  Result<std::string> ReadObject(bool meta, const std::string& hex, uint64_t max) override {
+  Result<std::string> ReadObject(ObjectKind kind, const std::string& hex, uint64_t max) override {
     if (!IsHex64(hex)) return Invalid("read layer object: not a sha256", hex);
-    const std::string url = base_ + "/" + ObjectRelPath(meta, hex);
+    const std::string url = base_ + "/" + ObjectRelPath(kind, hex);
     CURL* curl = TakeHandle();
     if (!curl) return Internal("read layer object", url, "curl_easy_init failed");
     Cleanup give_back([&] { GiveBack(curl); });
@@ -225,18 +258,22 @@ class HttpBlobSource : public BlobSource {
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     const CURLcode rc = curl_easy_perform(curl);
     if (sink.too_big)
-      return Invalid(std::string("read ") + ObjectKind(meta) + ": larger than its manifest says",
+      return Invalid(std::string("read ") + KindName(kind) + ": larger than its manifest says",
                      hex);
     if (rc != CURLE_OK)
-      return Status(Code::kUnavailable, std::string("read ") + ObjectKind(meta), url,
+      return Status(Code::kUnavailable, std::string("read ") + KindName(kind), url,
                     curl_easy_strerror(rc));
     long code = 0;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
-    if (code == 404) return NotFound(std::string(ObjectKind(meta)) + " in the shared store", hex);
+    if (code == 404) return NotFound(std::string(KindName(kind)) + " in the shared store", hex);
     if (code / 100 != 2)
-      return Status(Code::kUnavailable, std::string("read ") + ObjectKind(meta), url,
+      return Status(Code::kUnavailable, std::string("read ") + KindName(kind), url,
                     "HTTP " + std::to_string(code));
     return std::move(sink.data);
+  }
+
+  Status PublishTrace(const std::string& hex, std::string_view) override {
+    return Invalid("publish trace: an HTTP layer store is read-only", hex);
   }
 
   std::string Describe() const override { return base_; }

@@ -11,10 +11,14 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 
 namespace warren::image {
+
+// The parts of a chunked layer besides its manifest (image/chunked_layer.h).
+enum class ObjectKind { kChunk, kMeta, kTrace };
 
 class BlobSource {
  public:
@@ -25,16 +29,21 @@ class BlobSource {
   // Adds the file at `path`, whose digest is `digest`, to the store (API servers publish
   // built and uploaded layers). Atomic: readers never see a partial blob.
   virtual Status Publish(const std::string& digest, const std::string& path) = 0;
-  // Reads a chunk (or with `meta`, a metadata image) named by its sha256 hex: at most
-  // `max_bytes`. The caller verifies the digest. kNotFound when the store has no such object.
-  virtual Result<std::string> ReadObject(bool meta, const std::string& sha256_hex,
+  // Reads an object named by a sha256 hex (a chunk or metadata image: its own digest; a
+  // trace: its layer's): at most `max_bytes`. The caller verifies chunks and metadata.
+  // kNotFound when the store has no such object.
+  virtual Result<std::string> ReadObject(ObjectKind kind, const std::string& sha256_hex,
                                          uint64_t max_bytes) = 0;
+  // Stores a prefetch trace beside its layer (a directory store; an HTTP one is read-only and
+  // refuses). Atomic.
+  virtual Status PublishTrace(const std::string& layer_hex, std::string_view bytes) = 0;
   // For logs and errors: the directory or URL.
   virtual std::string Describe() const = 0;
 };
 
-// Where an object lives under a store's root: "chunks/sha256/ab/<hex>" or "meta/sha256/<hex>".
-std::string ObjectRelPath(bool meta, const std::string& sha256_hex);
+// Where an object lives under a store's root: "chunks/sha256/ab/<hex>", "meta/sha256/<hex>"
+// or "traces/sha256/<layer hex>".
+std::string ObjectRelPath(ObjectKind kind, const std::string& sha256_hex);
 
 // "/shared/warren-layers" (an absolute directory) or "http(s)://HOST[:PORT][/PREFIX]".
 Result<std::unique_ptr<BlobSource>> OpenBlobSource(const std::string& spec);

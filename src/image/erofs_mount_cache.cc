@@ -6,20 +6,32 @@
 
 namespace warren::image {
 
-Result<UniqueFd> MountErofsBlob(const std::string& blob_path) {
+Result<UniqueFd> MountErofsBlob(const std::string& blob_path, const std::string& device_path) {
   const unsigned attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID;
-  auto m = sys::FsMount("erofs", blob_path, {{"directio", ""}}, attrs);
+  std::vector<std::pair<std::string, std::string>> opts;
+  if (!device_path.empty()) opts.emplace_back("device", device_path);
+  opts.emplace_back("directio", "");
+  auto m = sys::FsMount("erofs", blob_path, opts, attrs);
   // Kernels before 6.12 have file-backed EROFS but no directio option: mount without it.
-  if (!m.ok() && m.status().err() == EINVAL) m = sys::FsMount("erofs", blob_path, {}, attrs);
+  if (!m.ok() && m.status().err() == EINVAL) {
+    opts.pop_back();
+    m = sys::FsMount("erofs", blob_path, opts, attrs);
+  }
   return m;
 }
 
+void ErofsMountCache::Forget(const std::string& digest) {
+  MutexLock lock(&mu_);
+  mounts_.erase(digest);
+}
+
 Result<std::shared_ptr<LayerMount>> ErofsMountCache::Acquire(const std::string& digest,
-                                                             const std::string& blob_path) {
+                                                             const std::string& blob_path,
+                                                             const std::string& device_path) {
   MutexLock lock(&mu_);
   if (auto it = mounts_.find(digest); it != mounts_.end())
     if (auto sp = it->second.lock()) return sp;
-  UniqueFd fd = WARREN_TRY(MountErofsBlob(blob_path));
+  UniqueFd fd = WARREN_TRY(MountErofsBlob(blob_path, device_path));
   auto sp = std::make_shared<LayerMount>(LayerMount{digest, std::move(fd)});
   mounts_[digest] = sp;
   // Drop dead entries now and then so the map does not grow with every digest ever seen.

@@ -24,8 +24,14 @@ struct LayerMount {
 
 class ErofsMountCache {
  public:
+  // `device_path`: a chunked layer's blob file (blobfsd's, or a local copy) behind the
+  // metadata image at `blob_path`; empty for a whole image.
   Result<std::shared_ptr<LayerMount>> Acquire(const std::string& digest,
-                                              const std::string& blob_path);
+                                              const std::string& blob_path,
+                                              const std::string& device_path = "");
+  // Later Acquires of `digest` mount afresh; holders keep the mount they have. For a
+  // chunked layer whose blob file died with its blobfsd.
+  void Forget(const std::string& digest);
   size_t live() const;
 
  private:
@@ -33,7 +39,8 @@ class ErofsMountCache {
   std::map<std::string, std::weak_ptr<LayerMount>> mounts_ GUARDED_BY(mu_);
 };
 
-// Mounts one EROFS blob (file-backed) as a detached read-only mount.
-Result<UniqueFd> MountErofsBlob(const std::string& blob_path);
+// Mounts one EROFS image (file-backed) as a detached read-only mount; with `device_path`,
+// the image is a chunked layer's metadata and that file its data (`device=`).
+Result<UniqueFd> MountErofsBlob(const std::string& blob_path, const std::string& device_path = "");
 
 }  // namespace warren::image

@@ -101,11 +101,15 @@ Status LayerStore::Init() {
 }
 
 std::string LayerStore::MetaPath(const std::string& hex) const {
-  return root_ + "/" + ObjectRelPath(true, hex);
+  return root_ + "/" + ObjectRelPath(ObjectKind::kMeta, hex);
 }
 
 std::string LayerStore::ChunkPath(const std::string& hex) const {
-  return root_ + "/" + ObjectRelPath(false, hex);
+  return root_ + "/" + ObjectRelPath(ObjectKind::kChunk, hex);
+}
+
+std::string LayerStore::TracePath(const std::string& hex) const {
+  return root_ + "/" + ObjectRelPath(ObjectKind::kTrace, hex);
 }
 
 bool LayerStore::IsChunked(const std::string& digest) const {
@@ -120,12 +124,13 @@ Result<ChunkedLayer> LayerStore::Manifest(const std::string& digest) const {
   return ReadManifestFile(p);
 }
 
-Status LayerStore::PutObject(bool meta, const std::string& hex, std::string_view bytes) {
-  const std::string dst = meta ? MetaPath(hex) : ChunkPath(hex);
+Status LayerStore::PutObject(ObjectKind kind, const std::string& hex, std::string_view bytes) {
+  const std::string dst = root_ + "/" + ObjectRelPath(kind, hex);
   // Present: content-addressed, so done; its new mtime keeps a running collection off it.
-  if (utimensat(AT_FDCWD, dst.c_str(), nullptr, 0) == 0) return Status::Ok();
-  if (!meta) WARREN_RETURN_IF_ERROR(MkdirP(dst.substr(0, dst.rfind('/'))));
-  const std::string tmp = TempPath(meta ? "meta" : "chunk");
+  if (kind != ObjectKind::kTrace && utimensat(AT_FDCWD, dst.c_str(), nullptr, 0) == 0)
+    return Status::Ok();
+  WARREN_RETURN_IF_ERROR(MkdirP(dst.substr(0, dst.rfind('/'))));
+  const std::string tmp = TempPath("object");
   Cleanup rm([&] { unlink(tmp.c_str()); });
   UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
   if (!fd) return ErrnoStatus("create", tmp);
@@ -143,9 +148,10 @@ Status LayerStore::PutObject(bool meta, const std::string& hex, std::string_view
 }
 
 size_t LayerStore::CollectChunks(double grace_s) {
-  std::set<std::string> metas, chunks;
+  std::set<std::string> metas, chunks, layers;
   for (const auto& d : ListDigests()) {
     if (!IsChunked(d)) continue;
+    layers.insert(d.substr(7));
     auto m = Manifest(d);
     if (!m.ok()) {
       // A manifest this version cannot read keeps everything: nothing is collected.
@@ -167,6 +173,7 @@ size_t LayerStore::CollectChunks(double grace_s) {
     }
   };
   sweep(root_ + "/meta/sha256", metas);
+  sweep(root_ + "/traces/sha256", layers);
   for (const auto& sub : ListDir(root_ + "/chunks/sha256"))
     sweep(root_ + "/chunks/sha256/" + sub, chunks);
   if (removed) spdlog::info("layer store: removed {} unreferenced chunks", removed);
@@ -268,7 +275,7 @@ Result<BlobInfo> LayerStore::ImportTreeChunked(const std::string& tree) {
   WARREN_RETURN_IF_ERROR(ZeroBuildTime(meta));
   ChunkedLayer layer =
       WARREN_TRY(SplitBlob(meta, blob, [this](const std::string& hex, std::string_view bytes) {
-        return PutObject(false, hex, bytes);
+        return PutObject(ObjectKind::kChunk, hex, bytes);
       }));
   {
     std::string bytes;
@@ -277,7 +284,7 @@ Result<BlobInfo> LayerStore::ImportTreeChunked(const std::string& tree) {
     bytes.resize(layer.meta_size);
     if (pread(fd.get(), bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()))
       return ErrnoStatus("read", meta);
-    WARREN_RETURN_IF_ERROR(PutObject(true, layer.meta_sha256, bytes));
+    WARREN_RETURN_IF_ERROR(PutObject(ObjectKind::kMeta, layer.meta_sha256, bytes));
   }
   // The manifest last: a layer is only visible once every part of it is stored.
   const std::string manifest = TempPath("manifest");
@@ -361,12 +368,13 @@ Status LayerStore::EnsureMeta(const std::string& digest) {
   ChunkedLayer m = WARREN_TRY(Manifest(digest));
   if (access(MetaPath(m.meta_sha256).c_str(), R_OK) == 0) return Status::Ok();
   if (!source_) return NotFound("layer metadata", m.meta_sha256);
-  std::string bytes = WARREN_TRY(source_->ReadObject(true, m.meta_sha256, m.meta_size));
+  std::string bytes =
+      WARREN_TRY(source_->ReadObject(ObjectKind::kMeta, m.meta_sha256, m.meta_size));
   // The store is trusted to be reachable, not to be right.
   if (bytes.size() != m.meta_size || Sha256Hex(bytes) != m.meta_sha256)
     return Internal("fetch layer metadata", digest,
                     "the shared store's metadata image does not match its digest");
-  return PutObject(true, m.meta_sha256, bytes);
+  return PutObject(ObjectKind::kMeta, m.meta_sha256, bytes);
 }
 
 Status LayerStore::Ensure(const std::string& digest) {

@@ -59,9 +59,10 @@ class LayerStore {
   Result<ChunkedLayer> Manifest(const std::string& digest) const;
   std::string MetaPath(const std::string& sha256_hex) const;
   std::string ChunkPath(const std::string& sha256_hex) const;
-  // Stores a chunk (or a metadata image with `meta`) under its sha256 unless it is there;
-  // one that is there gets a fresh mtime, so a collection running now keeps it.
-  Status PutObject(bool meta, const std::string& sha256_hex, std::string_view bytes);
+  std::string TracePath(const std::string& layer_hex) const;
+  // Stores an object under its sha256 unless it is there (a trace: replaces it); one that is
+  // there gets a fresh mtime, so a collection running now keeps it.
+  Status PutObject(ObjectKind kind, const std::string& sha256_hex, std::string_view bytes);
   // Removes chunks and metadata images that no manifest here names and that are older than
   // `grace_s` (an import stores its chunks before its manifest). Returns how many.
   size_t CollectChunks(double grace_s);

@@ -1,0 +1,352 @@
+#include "blobfs/blob_layers.h"
+
+#include <spdlog/spdlog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "base/sha256.h"
+
+namespace warren::blobfs {
+namespace {
+
+double Now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// A trace is the chunk indexes a layer's first reads touched, in order: a JSON array.
+std::string EncodeTrace(const std::vector<uint32_t>& order) { return nlohmann::json(order).dump(); }
+
+std::vector<uint32_t> DecodeTrace(const std::string& text, size_t chunks) {
+  std::vector<uint32_t> out;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_array()) return out;
+  std::vector<bool> seen(chunks);
+  for (const auto& v : j)
+    if (v.is_number_unsigned() && v.get<uint64_t>() < chunks && !seen[v.get<uint64_t>()]) {
+      seen[v.get<uint64_t>()] = true;
+      out.push_back(v.get<uint32_t>());
+    }
+  return out;
+}
+
+}  // namespace
+
+struct BlobLayers::Layer {
+  std::string hex;
+  image::ChunkedLayer manifest;
+  Mutex mu;
+  LayerFetchStats stats GUARDED_BY(mu);
+  std::vector<bool> prefetched GUARDED_BY(mu);  // brought by prefetch, not yet read
+  // Recording a trace: the first touch of each chunk, until `trace_until` (monotonic s).
+  bool recording GUARDED_BY(mu) = false;
+  double trace_until GUARDED_BY(mu) = 0;
+  std::vector<bool> touched GUARDED_BY(mu);
+  std::vector<uint32_t> trace GUARDED_BY(mu);
+};
+
+struct BlobLayers::Flight {
+  bool done = false;
+  Status status;
+  std::shared_ptr<const std::string> bytes;
+};
+
+BlobLayers::BlobLayers(image::LayerStore* store, image::BlobSource* source, ChunkCache* cache,
+                       BlobLayersOptions opts)
+    : store_(store), source_(source), cache_(cache), opts_(opts) {
+  for (int i = 0; i < opts_.prefetch_threads; ++i)
+    workers_.emplace_back([this] { PrefetchLoop(); });
+}
+
+BlobLayers::~BlobLayers() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& hex) {
+  {
+    MutexLock lock(&mu_);
+    if (auto it = layers_.find(hex); it != layers_.end()) return it->second;
+  }
+  image::ChunkedLayer m = WARREN_TRY(store_->Manifest("sha256:" + hex));
+  auto layer = std::make_shared<Layer>();
+  layer->hex = hex;
+  std::vector<uint32_t> trace;
+  {
+    std::string text;
+    FILE* f = fopen(store_->TracePath(hex).c_str(), "re");
+    if (f) {
+      char buf[65536];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+      fclose(f);
+    } else if (source_) {
+      auto remote = source_->ReadObject(image::ObjectKind::kTrace, hex, 64ull << 20);
+      if (remote.ok()) {
+        text = std::move(*remote);
+        (void)store_->PutObject(image::ObjectKind::kTrace, hex, text);
+      }
+    }
+    if (!text.empty()) trace = DecodeTrace(text, m.chunks.size());
+  }
+  {
+    MutexLock lock(&layer->mu);
+    layer->stats.layer = "sha256:" + hex;
+    layer->stats.blob_bytes = m.ChunkBytes();
+    layer->stats.traced = !trace.empty();
+    layer->prefetched.assign(m.chunks.size(), false);
+    layer->touched.assign(m.chunks.size(), false);
+    layer->recording = trace.empty();
+  }
+  layer->manifest = std::move(m);
+  MutexLock lock(&mu_);
+  if (auto it = layers_.find(hex); it != layers_.end()) return it->second;  // lost a race
+  layers_[hex] = layer;
+  order_.push_back(hex);
+  for (uint32_t i : trace) prefetch_.emplace_back(layer, i);
+  if (!trace.empty()) {
+    spdlog::info("blobfsd: layer sha256:{} opened; prefetching {} traced chunks", hex,
+                 trace.size());
+    cv_.notify_all();
+  }
+  return layer;
+}
+
+uint64_t BlobLayers::Size(const Layer& layer) const { return layer.manifest.blob_size; }
+
+std::vector<std::string> BlobLayers::Opened() {
+  MutexLock lock(&mu_);
+  return order_;
+}
+
+void BlobLayers::NoteTouch(Layer& layer, size_t index) {
+  bool save = false;
+  {
+    MutexLock lock(&layer.mu);
+    if (!layer.recording) return;
+    const double now = Now();
+    if (layer.trace_until == 0) layer.trace_until = now + opts_.trace_window_s;
+    if (now > layer.trace_until) {
+      layer.recording = false;
+      save = true;
+    } else if (!layer.touched[index]) {
+      layer.touched[index] = true;
+      layer.trace.push_back(static_cast<uint32_t>(index));
+    }
+  }
+  if (save) SaveTrace(layer);
+}
+
+void BlobLayers::SaveTrace(Layer& layer) {
+  std::string text;
+  {
+    MutexLock lock(&layer.mu);
+    if (layer.trace.empty() || layer.stats.traced) return;
+    layer.stats.traced = true;
+    text = EncodeTrace(layer.trace);
+  }
+  Status st = store_->PutObject(image::ObjectKind::kTrace, layer.hex, text);
+  if (st.ok() && source_) {
+    Status pub = source_->PublishTrace(layer.hex, text);
+    if (!pub.ok())
+      spdlog::info("blobfsd: trace of {} kept on this node: {}", layer.hex, pub.ToString());
+  }
+  if (!st.ok()) spdlog::warn("blobfsd: save trace: {}", st.ToString());
+}
+
+void BlobLayers::FlushTraces() {
+  std::vector<std::shared_ptr<Layer>> all;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [h, l] : layers_) all.push_back(l);
+  }
+  for (auto& l : all) {
+    {
+      MutexLock lock(&l->mu);
+      if (!l->recording) continue;
+      l->recording = false;
+    }
+    SaveTrace(*l);
+  }
+}
+
+Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_t index,
+                                                             bool prefetch) {
+  const image::LayerChunk& c = layer.manifest.chunks[index];
+  std::shared_ptr<Flight> flight;
+  bool mine = false;
+  {
+    MutexLock lock(&mu_);
+    auto it = flights_.find(c.sha256);
+    if (it != flights_.end()) {
+      flight = it->second;
+    } else {
+      flight = std::make_shared<Flight>();
+      flights_[c.sha256] = flight;
+      mine = true;
+    }
+    if (!mine) {
+      while (!flight->done) lock.Wait(cv_);
+      if (!flight->status.ok()) return flight->status;
+      return flight->bytes;
+    }
+  }
+  // A fetch that finished between the caller's cache miss and this flight: no second fetch.
+  {
+    std::string cached(c.length, '\0');
+    if (cache_->Read(c.sha256, c.length, 0, c.length, cached.data())) {
+      auto bytes = std::make_shared<const std::string>(std::move(cached));
+      {
+        MutexLock lock(&mu_);
+        flight->done = true;
+        flight->bytes = bytes;
+        flights_.erase(c.sha256);
+      }
+      cv_.notify_all();
+      return bytes;
+    }
+  }
+  const double t0 = Now();
+  Status st;
+  std::shared_ptr<const std::string> bytes;
+  auto got = source_ ? source_->ReadObject(image::ObjectKind::kChunk, c.sha256, c.length)
+                     : Result<std::string>(NotFound("layer chunk (no store)", c.sha256));
+  if (!got.ok()) {
+    st = got.status();
+  } else if (got->size() != c.length || Sha256Hex(*got) != c.sha256) {
+    // The store is trusted to be reachable, not to be right.
+    st = Status(Code::kInternal, "fetch layer chunk", c.sha256,
+                "the store's copy does not match its digest (corrupt)");
+  } else {
+    bytes = std::make_shared<const std::string>(std::move(*got));
+    cache_->Insert(c.sha256, *bytes);
+  }
+  const double took = Now() - t0;
+  {
+    MutexLock lock(&layer.mu);
+    if (bytes) {
+      ++layer.stats.fetches;
+      layer.stats.fetched_bytes += c.length;
+      layer.stats.fetch_seconds_sum += took;
+      layer.stats.fetch_seconds_max = std::max(layer.stats.fetch_seconds_max, took);
+      if (prefetch) {
+        ++layer.stats.prefetched;
+        layer.prefetched[index] = true;
+      }
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    flight->done = true;
+    flight->status = st;
+    flight->bytes = bytes;
+    flights_.erase(c.sha256);
+  }
+  cv_.notify_all();
+  if (!st.ok()) return st;
+  return bytes;
+}
+
+Status BlobLayers::Read(Layer& layer, uint64_t off, size_t n, std::string* out) {
+  const image::ChunkedLayer& m = layer.manifest;
+  out->clear();
+  if (off >= m.blob_size) return Status::Ok();
+  const uint64_t end = std::min<uint64_t>(m.blob_size, off + n);
+  out->assign(end - off, '\0');  // gaps read as zeros, as in the blob file
+  for (size_t i = m.FirstChunkEndingAfter(off); i < m.chunks.size() && m.chunks[i].offset < end;
+       ++i) {
+    const image::LayerChunk& c = m.chunks[i];
+    const uint64_t from = std::max(off, c.offset), to = std::min(end, c.offset + c.length);
+    char* dst = out->data() + (from - off);
+    NoteTouch(layer, i);
+    if (cache_->Read(c.sha256, c.length, from - c.offset, to - from, dst)) {
+      MutexLock lock(&layer.mu);
+      ++layer.stats.hits;
+      if (layer.prefetched[i]) {
+        ++layer.stats.prefetch_hits;
+        layer.prefetched[i] = false;
+      }
+      continue;
+    }
+    auto bytes = Fetch(layer, i, false);
+    MutexLock lock(&layer.mu);
+    if (!bytes.ok()) {
+      ++layer.stats.errors;
+      layer.stats.last_error = bytes.status().ToString();
+      spdlog::error("blobfsd: read of layer sha256:{} at {} failed: {}", layer.hex, from,
+                    layer.stats.last_error);
+      return bytes.status();
+    }
+    ++layer.stats.misses;
+    memcpy(dst, (*bytes)->data() + (from - c.offset), to - from);
+  }
+  MutexLock lock(&layer.mu);
+  layer.stats.read_bytes += end - off;
+  return Status::Ok();
+}
+
+void BlobLayers::PrefetchLoop() {
+  for (;;) {
+    std::shared_ptr<Layer> layer;
+    size_t index;
+    {
+      MutexLock lock(&mu_);
+      while (!stop_ && prefetch_.empty()) lock.Wait(cv_);
+      if (stop_) return;
+      std::tie(layer, index) = prefetch_.front();
+      prefetch_.pop_front();
+      if (flights_.count(layer->manifest.chunks[index].sha256)) continue;  // on its way
+    }
+    if (cache_->Has(layer->manifest.chunks[index].sha256)) continue;
+    auto r = Fetch(*layer, index, true);
+    if (!r.ok())
+      spdlog::warn("blobfsd: prefetch of a chunk of sha256:{} failed: {}", layer->hex,
+                   r.status().ToString());
+  }
+}
+
+BlobfsStats BlobLayers::Stats() {
+  BlobfsStats s;
+  const CacheCounters c = cache_->Counters();
+  s.pid = getpid();
+  s.cache_bytes = c.bytes;
+  s.cache_chunks = c.chunks;
+  s.cache_high = c.high;
+  s.cache_low = c.low;
+  s.cache_evictions = c.evictions;
+  s.cache_write_errors = c.write_errors;
+  s.cache_corrupt = c.corrupt;
+  std::vector<std::shared_ptr<Layer>> all;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& h : order_) all.push_back(layers_[h]);
+  }
+  const double now = Now();
+  for (auto& l : all) {
+    bool save = false;
+    {
+      MutexLock lock(&l->mu);
+      // A recording whose window has passed ends here too (the node asks every second),
+      // not only on the layer's next read.
+      if (l->recording && l->trace_until != 0 && now > l->trace_until) {
+        l->recording = false;
+        save = true;
+      }
+    }
+    if (save) SaveTrace(*l);
+    MutexLock lock(&l->mu);
+    s.layers.push_back(l->stats);
+  }
+  return s;
+}
+
+}  // namespace warren::blobfs

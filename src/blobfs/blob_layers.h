@@ -1,0 +1,87 @@
+// BlobLayers: the chunked layers blobfsd serves, each as one read-only blob file, and the
+// chunk fetching behind their reads.
+//
+// A read maps its range to the layer's chunks (binary search in the manifest) and takes each
+// from the node's cache, or fetches it from the shared store: once, however many readers (of
+// however many layers sharing the chunk) wait for it, verified against its sha256 before it
+// is cached or served. A chunk that cannot be fetched or does not verify fails the read
+// (EIO for the reader): never zeros. Gaps between chunks (none in what mkfs.erofs writes) read
+// as zeros, like the blob file they stand for.
+//
+// Prefetch: the first time a layer is opened on a node without a trace, the order in which its
+// chunks are first touched during `trace_window_s` is recorded and saved beside the layer
+// (STORE/traces/<hex>, and the shared store when it is a directory), not in it. When a layer
+// with a trace is opened, its traced chunks are fetched in that order by `prefetch_threads`
+// workers, while demand misses never queue behind them: a reader fetches its own chunk at
+// once (or joins the fetch of it already running).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_annotations.h"
+#include "blobfs/blobfs_stats.h"
+#include "blobfs/chunk_cache.h"
+#include "image/blob_source.h"
+#include "image/chunked_layer.h"
+#include "image/layer_store.h"
+
+namespace warren::blobfs {
+
+struct BlobLayersOptions {
+  int prefetch_threads = 4;
+  double trace_window_s = 20;
+};
+
+class BlobLayers {
+ public:
+  struct Layer;
+
+  BlobLayers(image::LayerStore* store, image::BlobSource* source, ChunkCache* cache,
+             BlobLayersOptions opts);
+  ~BlobLayers();
+  BlobLayers(const BlobLayers&) = delete;
+  BlobLayers& operator=(const BlobLayers&) = delete;
+
+  // The layer whose digest is sha256:<hex>, from its manifest in the node's store (the node
+  // ensures it before mounting). Loaded once; a layer with a trace starts prefetching.
+  Result<std::shared_ptr<Layer>> Open(const std::string& hex);
+  uint64_t Size(const Layer& layer) const;
+  // Reads up to `n` bytes at `off` (short at the blob's end) into `out`.
+  Status Read(Layer& layer, uint64_t off, size_t n, std::string* out);
+  // Every opened layer's digest hex, in the order they were opened.
+  std::vector<std::string> Opened();
+  BlobfsStats Stats();
+  // Saves the traces still being recorded (on shutdown).
+  void FlushTraces();
+
+ private:
+  struct Flight;
+  Result<std::shared_ptr<const std::string>> Fetch(Layer& layer, size_t index, bool prefetch);
+  void NoteTouch(Layer& layer, size_t index);
+  void SaveTrace(Layer& layer) EXCLUDES(mu_);
+  void PrefetchLoop();
+
+  image::LayerStore* const store_;
+  image::BlobSource* const source_;
+  ChunkCache* const cache_;
+  const BlobLayersOptions opts_;
+
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  std::map<std::string, std::shared_ptr<Layer>> layers_ GUARDED_BY(mu_);
+  std::vector<std::string> order_ GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<Flight>> flights_ GUARDED_BY(mu_);  // by chunk hex
+  std::deque<std::pair<std::shared_ptr<Layer>, size_t>> prefetch_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace warren::blobfs

@@ -1,0 +1,31 @@
+// blobfsd's FUSE filesystem (libfuse3 low-level API): a flat read-only directory where
+// `<hex>` is the blob of chunked layer sha256:<hex> (image/chunked_layer.h), read through
+// BlobLayers, and `.stats` is what the daemon counts (blobfs/blobfs_stats.h).
+//
+// The node mounts a layer's metadata image as EROFS with `device=<mount>/<hex>`: the kernel
+// reads the blob file on demand, so a sandbox starts once the metadata is local. One FUSE
+// mount per node serves every layer and every sandbox, and EROFS shares its page cache.
+// If this process dies, the kernel fails every read of the mount with EIO (ENOTCONN for the
+// mount itself): a sandbox never reads zeros (LAZY-IMAGES.md, measured).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "blobfs/blob_layers.h"
+
+namespace warren::blobfs {
+
+struct BlobfsdOptions {
+  std::string store_root;  // the node's layer store (manifests, chunk cache)
+  std::string source;      // the shared store (image::OpenBlobSource)
+  std::string mountpoint;
+  uint64_t cache_high = 0;  // bytes; 0: unbounded
+  uint64_t cache_low = 0;
+  BlobLayersOptions layers;
+};
+
+// Mounts, serves until unmounted or sent SIGTERM/SIGINT, unmounts. The exit code.
+int RunBlobfsd(const BlobfsdOptions& opts);
+
+}  // namespace warren::blobfs

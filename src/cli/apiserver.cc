@@ -71,6 +71,7 @@ struct ApiServerFlags {
   std::string listen = "127.0.0.1:7070";
   std::string data_dir = "/var/lib/warren-apiserver";
   std::string layer_store;
+  std::string layer_format = "whole";
   double cpu_overcommit = 1.0, memory_overcommit = 1.0;
   std::string placement = "spread";
 };
@@ -121,6 +122,10 @@ int RunApiServer(const ApiServerFlags& f) {
   // place): every node reads them from there.
   image::LayerStore layers(f.layer_store);
   if (Status st = layers.Init(); !st.ok()) return Fail(st.Context("open the layer store"));
+  if (f.layer_format == "chunked")
+    layers.SetFormat(image::LayerFormat::kChunked);
+  else if (f.layer_format != "whole")
+    return Fail(Invalid("--layer-format is whole or chunked", f.layer_format));
   // This run's name among the API servers: a restarted replica is a new one, so the creates
   // its earlier run left are orphans like any dead replica's.
   char host[256] = "apiserver";
@@ -207,6 +212,9 @@ void AddApiServer(CLI::App& app) {
   cmd->add_option("--etcd", f->etcd, "etcd endpoints, comma-separated (http://HOST:PORT)");
   cmd->add_option("--listen", f->listen, "ADDR:PORT to serve the API on");
   cmd->add_option("--data-dir", f->data_dir, "where the cluster's admin token is written");
+  cmd->add_option("--layer-format", f->layer_format,
+                  "how built layers are stored: whole (one EROFS image each node copies before "
+                  "use) or chunked (metadata plus 1 MiB chunks nodes read on demand)");
   cmd->add_option("--layer-store", f->layer_store,
                   "the shared layer directory every node reads (see `warren node`)")
       ->required();

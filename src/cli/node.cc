@@ -149,6 +149,7 @@ int RunNode(const ClusterNodeFlags& f) {
   if (Status st = layers.Init(); !st.ok()) return Fail(st);
   // Layers come from the cluster's shared store; without one, only what this node holds.
   std::unique_ptr<image::BlobSource> shared;
+  uint64_t layers_cache_bytes = 0;
   if (!f.layer_store.empty()) {
     auto source = image::OpenBlobSource(f.layer_store);
     if (!source.ok()) return Fail(source.status());
@@ -162,12 +163,20 @@ int RunNode(const ClusterNodeFlags& f) {
       cache_mb = *mb;
     }
     layers.SetCacheLimit(cache_mb << 20);
+    layers_cache_bytes = cache_mb << 20;
     spdlog::info("node {}: layers from {}, cached here up to {} MB", f.name, f.layer_store,
                  cache_mb);
   }
   auto nopts = LocalNodeOptionsOf(f.node, f.data_dir);
   if (!nopts.ok()) return Fail(nopts.status());
   nopts->name = f.name;
+  if (shared) {
+    // Chunked layers load through this node's blobfsd, its chunk cache bounded like the rest.
+    nopts->lazy.store_root = f.data_dir;
+    nopts->lazy.source = f.layer_store;
+    nopts->lazy.run_dir = f.data_dir + "/blobfs";
+    nopts->lazy.cache_bytes = layers_cache_bytes;
+  }
   auto node = node::LocalNode::Start(*nopts, &layers);
   if (!node.ok()) return Fail(node.status().Context("start node"));
   // fncall, as in serve: the runner pool (calls the API servers send) and `backend: fncall`

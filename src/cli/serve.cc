@@ -34,8 +34,21 @@
 namespace warren::cli {
 namespace {
 
+// Where `warren serve` keeps its layers: its data dir (default), or a layer store of its own
+// elsewhere (`--layer-store DIR`), which its node then reads as a cluster node reads the
+// shared one: chunked layers on demand through blobfsd (`--layer-format chunked`).
+struct ServeLayerFlags {
+  std::string store, store_url, format = "whole", cache_size;
+};
+
+Result<image::LayerFormat> LayerFormatOf(const std::string& name) {
+  if (name == "whole") return image::LayerFormat::kWhole;
+  if (name == "chunked") return image::LayerFormat::kChunked;
+  return Invalid("--layer-format is whole or chunked", name);
+}
+
 int Serve(const std::string& listen, const std::string& data_dir, const NodeFlags& nf,
-          const FncallFlags& fn) {
+          const FncallFlags& fn, const ServeLayerFlags& lf) {
   if (geteuid() != 0)
     return Fail("serve", "warren serve must run as root (it makes namespaces, mounts and cgroups)");
   sigset_t sigs;
@@ -45,6 +58,33 @@ int Serve(const std::string& listen, const std::string& data_dir, const NodeFlag
     return Fail(ErrnoStatus("mkdir", data_dir));
   image::LayerStore layers(data_dir);
   if (Status st = layers.Init(); !st.ok()) return Fail(st);
+  auto format = LayerFormatOf(lf.format);
+  if (!format.ok()) return Fail(format.status());
+  if (*format == image::LayerFormat::kChunked && lf.store.empty())
+    return Fail(Invalid("--layer-format chunked needs --layer-store: chunks load from a store"));
+  // With a store of its own, the API publishes there and the node reads from it.
+  std::unique_ptr<image::LayerStore> api_layers;
+  std::unique_ptr<image::BlobSource> source;
+  if (!lf.store.empty()) {
+    if (lf.store[0] != '/')
+      return Fail(Invalid("--layer-store wants an absolute directory", lf.store));
+    if (mkdir(lf.store.c_str(), 0755) != 0 && errno != EEXIST)
+      return Fail(ErrnoStatus("mkdir", lf.store));
+    api_layers = std::make_unique<image::LayerStore>(lf.store);
+    if (Status st = api_layers->Init(); !st.ok()) return Fail(st.Context("open the layer store"));
+    api_layers->SetFormat(*format);
+    auto s = image::OpenBlobSource(lf.store_url.empty() ? lf.store : lf.store_url);
+    if (!s.ok()) return Fail(s.status());
+    source = std::move(*s);
+    layers.SetSource(source.get());
+    uint64_t cache_mb = 0;
+    if (!lf.cache_size.empty()) {
+      auto mb = SizeMb(lf.cache_size, "--layer-cache-size");
+      if (!mb.ok()) return Fail(mb.status());
+      cache_mb = *mb;
+    }
+    layers.SetCacheLimit(cache_mb << 20);
+  }
   auto state = server::StateStore::Open(data_dir + "/state.db");
   if (!state.ok()) return Fail(state.status());
   auto token = server::LoadOrCreateAdminToken(data_dir + "/admin.token");
@@ -52,6 +92,14 @@ int Serve(const std::string& listen, const std::string& data_dir, const NodeFlag
 
   auto nopts = LocalNodeOptionsOf(nf, data_dir);
   if (!nopts.ok()) return Fail(nopts.status());
+  if (source) {
+    nopts->lazy.store_root = data_dir;
+    nopts->lazy.source = source->Describe();
+    nopts->lazy.run_dir = data_dir + "/blobfs";
+    if (auto mb = SizeMb(lf.cache_size.empty() ? "0" : lf.cache_size, "--layer-cache-size");
+        mb.ok())
+      nopts->lazy.cache_bytes = *mb << 20;
+  }
   auto node = node::LocalNode::Start(*nopts, &layers);
   if (!node.ok()) return Fail(node.status().Context("start node"));
   server::TokenRegistry tokens(state->get(), *token);
@@ -65,7 +113,8 @@ int Serve(const std::string& listen, const std::string& data_dir, const NodeFlag
   if (Status st = (*node)->StartFncall(RunnerImageResolver(state->get()), *fopts); !st.ok())
     return Fail(st);
   node::SingleNodeFleet fleet(node->get());
-  server::Api api(state->get(), durable->get(), &fleet, &layers, &tokens);
+  server::Api api(state->get(), durable->get(), &fleet, api_layers ? api_layers.get() : &layers,
+                  &tokens);
   api.SetCalls((*node)->calls());
   // Sandboxes of an earlier run that is gone (kill -9, crash) are taken over; whatever could
   // not be is killed and removed.
@@ -109,7 +158,21 @@ void AddServe(CLI::App& app) {
   AddNodeFlags(cmd, nf.get());
   auto fn = std::make_shared<FncallFlags>();
   AddFncallFlags(cmd, fn.get());
-  cmd->callback([listen, data_dir, nf, fn] { ExitCode() = Serve(*listen, *data_dir, *nf, *fn); });
+  auto lf = std::make_shared<ServeLayerFlags>();
+  cmd->add_option("--layer-store", lf->store,
+                  "keep layers in this directory (this server's own store) instead of the data "
+                  "dir; the node reads them from it as a cluster node reads the shared store");
+  cmd->add_option("--layer-store-url", lf->store_url,
+                  "where the node reads --layer-store from, when not the directory itself "
+                  "(http(s)://..., e.g. a server over that directory)");
+  cmd->add_option("--layer-format", lf->format,
+                  "how built layers are stored: whole (one EROFS image, copied to the node "
+                  "before use) or chunked (metadata plus 1 MiB chunks, read on demand; needs "
+                  "--layer-store)");
+  cmd->add_option("--layer-cache-size", lf->cache_size,
+                  "with --layer-store: bound on the layers and chunks the node keeps (e.g. 50G)");
+  cmd->callback(
+      [listen, data_dir, nf, fn, lf] { ExitCode() = Serve(*listen, *data_dir, *nf, *fn, *lf); });
 }
 
 }  // namespace warren::cli

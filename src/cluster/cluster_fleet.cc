@@ -165,7 +165,7 @@ std::vector<json> ClusterFleet::Infos() {
   return out;
 }
 
-void ClusterFleet::SetOnSandboxLost(std::function<void(const std::string&)> lost) {
+void ClusterFleet::SetOnSandboxLost(node::SandboxLostFn lost) {
   MutexLock lock(&mu_);
   sandbox_lost_ = lost;
   for (auto& [name, c] : connections_)

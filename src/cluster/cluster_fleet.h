@@ -43,7 +43,7 @@ class ClusterFleet : public node::Fleet {
   // Each node's record, placement state and reservation, with what the node reports of
   // itself (network, runners, pools: cluster/node_reports.h) where it answered in time.
   std::vector<nlohmann::json> Infos() override;
-  void SetOnSandboxLost(std::function<void(const std::string& id)> lost) override;
+  void SetOnSandboxLost(node::SandboxLostFn lost) override;
   void SetOnNodeLost(
       std::function<void(const std::string& node, const std::string& reason)> gone) override;
 
@@ -70,7 +70,7 @@ class ClusterFleet : public node::Fleet {
   std::map<std::string, Connection> connections_ GUARDED_BY(mu_);
   // Connections of node runs that are gone, kept: a caller may still hold the pointer.
   std::vector<std::unique_ptr<node::NodeApi>> retired_ GUARDED_BY(mu_);
-  std::function<void(const std::string&)> sandbox_lost_ GUARDED_BY(mu_);
+  node::SandboxLostFn sandbox_lost_ GUARDED_BY(mu_);
   std::function<void(const std::string&, const std::string&)> node_lost_ GUARDED_BY(mu_);
   const uint64_t seed_ = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
   // What the ready nodes say of themselves, for Infos() (last: its thread ends first).

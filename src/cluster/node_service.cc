@@ -48,9 +48,9 @@ std::string QueryString(const server::Query& q, const char* key) {
 
 NodeService::NodeService(node::NodeApi* node, std::string credential)
     : node_(node), credential_(std::move(credential)) {
-  node_->SetOnSandboxLost([this](const std::string& id) {
+  node_->SetOnSandboxLost([this](const std::string& id, const std::string& reason) {
     MutexLock lock(&mu_);
-    lost_.emplace_back(++lost_seq_, id);
+    lost_.push_back({++lost_seq_, id, reason});
     if (lost_.size() > kMaxLost) lost_.erase(lost_.begin());
   });
 }
@@ -115,13 +115,16 @@ HttpReply NodeService::Info(HttpRequest&) { return HttpReply::Json(node_->Info()
 HttpReply NodeService::Lost(HttpRequest& r) {
   auto after = QueryNumber(r.query, "after", 0);
   if (!after.ok()) return Fail(after.status());
-  json ids = json::array();
+  json ids = json::array(), reasons = json::array();
   MutexLock lock(&mu_);
   // A caller further behind than what is kept must list its sandboxes again: say so.
-  const bool gap = !lost_.empty() && lost_.front().first > *after + 1;
-  for (const auto& [seq, id] : lost_)
-    if (seq > *after) ids.push_back(id);
-  return HttpReply::Json({{"ids", ids}, {"last", lost_seq_}, {"gap", gap}});
+  const bool gap = !lost_.empty() && lost_.front().seq > *after + 1;
+  for (const auto& l : lost_)
+    if (l.seq > *after) {
+      ids.push_back(l.id);
+      reasons.push_back(l.reason);
+    }
+  return HttpReply::Json({{"ids", ids}, {"reasons", reasons}, {"last", lost_seq_}, {"gap", gap}});
 }
 
 HttpReply NodeService::Reap(HttpRequest& r) {

@@ -63,7 +63,11 @@ class NodeService : public server::HttpService {
   Mutex mu_;
   // Sandboxes whose agent died by itself, numbered from 1: RemoteNode asks for those after
   // the last it saw. The oldest go past kMaxLost (a client that far behind lists again).
-  std::vector<std::pair<uint64_t, std::string>> lost_ GUARDED_BY(mu_);
+  struct LostEntry {
+    uint64_t seq;
+    std::string id, reason;
+  };
+  std::vector<LostEntry> lost_ GUARDED_BY(mu_);
   uint64_t lost_seq_ GUARDED_BY(mu_) = 0;
 };
 

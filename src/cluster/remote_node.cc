@@ -364,7 +364,7 @@ json RemoteNode::Info() {
   return {{"name", name_}, {"error", j.status().ToString()}};
 }
 
-void RemoteNode::SetOnSandboxLost(std::function<void(const std::string& id)> fn) {
+void RemoteNode::SetOnSandboxLost(node::SandboxLostFn fn) {
   MutexLock lock(&mu_);
   on_lost_ = std::move(fn);
 }
@@ -395,13 +395,20 @@ void RemoteNode::PollLost() {
     if (!r.ok()) continue;
     auto j = json::parse(r->body, nullptr, false);
     if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array()) continue;
-    std::function<void(const std::string&)> lost;
+    node::SandboxLostFn lost;
     {
       MutexLock lock(&mu_);
       lost = on_lost_;
     }
-    for (const auto& id : j["ids"])
-      if (id.is_string() && lost) lost(id.get<std::string>());
+    // `reasons` runs beside `ids` (a node before it sends none: the agent exited).
+    const json none = json::array();
+    const json& reasons = j.contains("reasons") && j["reasons"].is_array() ? j["reasons"] : none;
+    for (size_t i = 0; i < j["ids"].size(); ++i) {
+      const json& id = j["ids"][i];
+      const std::string reason =
+          i < reasons.size() && reasons[i].is_string() ? reasons[i].get<std::string>() : "";
+      if (id.is_string() && lost) lost(id.get<std::string>(), reason);
+    }
     // A node that restarted numbers from 1 again: `last` is taken as it comes.
     after = j.value("last", after);
   }

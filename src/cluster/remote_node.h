@@ -70,7 +70,7 @@ class RemoteNode : public node::NodeApi {
   Result<std::string> ReadFile(const std::string& id, const std::string& path,
                                uint64_t max) override;
   nlohmann::json Info() override;
-  void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override;
+  void SetOnSandboxLost(node::SandboxLostFn fn) override;
   Result<nlohmann::json> RunCall(const nlohmann::json& request, bool batch) override;
 
  private:
@@ -119,7 +119,7 @@ class RemoteNode : public node::NodeApi {
   };
   std::map<client::HttpClient*, Feeder> feeding_ GUARDED_BY(mu_);
   void AbortStalled() REQUIRES(mu_);
-  std::function<void(const std::string&)> on_lost_ GUARDED_BY(mu_);
+  node::SandboxLostFn on_lost_ GUARDED_BY(mu_);
   std::unique_ptr<client::HttpClient> poll_client_;  // the poller's; aborted at shutdown
   std::thread lost_poller_;
 };

@@ -44,7 +44,7 @@ class SimulatedNode : public node::NodeApi {
                    std::string_view) override;
   Result<std::string> ReadFile(const std::string& id, const std::string& path, uint64_t) override;
   nlohmann::json Info() override;
-  void SetOnSandboxLost(std::function<void(const std::string&)>) override {}
+  void SetOnSandboxLost(node::SandboxLostFn) override {}
 
   size_t size() const;
   std::vector<std::string> SandboxIds() const;

@@ -51,8 +51,9 @@ class Fleet {
   virtual Status SetNodeAdmin(const std::string& node, bool cordoned, bool draining) = 0;
   // Every node's Info(), for /v1/nodes and /metrics.
   virtual std::vector<nlohmann::json> Infos() = 0;
-  // `lost(id)`: a sandbox's agent died by itself (its node saw it).
-  virtual void SetOnSandboxLost(std::function<void(const std::string& id)> lost) = 0;
+  // `lost(id, reason)`: a sandbox's agent died by itself, or its node failed it (its node saw
+  // it; NodeApi::SetOnSandboxLost).
+  virtual void SetOnSandboxLost(SandboxLostFn lost) = 0;
   // `gone(node, reason)`: a node left (it stopped heartbeating): its sandboxes are lost.
   virtual void SetOnNodeLost(
       std::function<void(const std::string& node, const std::string& reason)> gone) = 0;
@@ -85,9 +86,7 @@ class SingleNodeFleet : public Fleet {
     info["state"] = "ready";  // as a cluster's nodes say theirs (nothing cordons this one)
     return {std::move(info)};
   }
-  void SetOnSandboxLost(std::function<void(const std::string& id)> lost) override {
-    node_->SetOnSandboxLost(std::move(lost));
-  }
+  void SetOnSandboxLost(SandboxLostFn lost) override { node_->SetOnSandboxLost(std::move(lost)); }
   // The node is this process: it cannot leave without the API going too.
   void SetOnNodeLost(std::function<void(const std::string&, const std::string&)>) override {}
 

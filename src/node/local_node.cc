@@ -1,10 +1,13 @@
 #include "node/local_node.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "agent/protocol.h"
@@ -30,6 +33,8 @@ LocalNode::~LocalNode() {
   if (vm_start_.joinable()) vm_start_.join();
   warm_.reset();  // its waiting sandboxes, before the directories they live in
   DeleteAll();
+  // The block daemon after the sandboxes reading through it.
+  if (lazy_) lazy_->Shutdown();
   // The VM backend's warm VMs (each with a cgroup and sockets of its own) go before the
   // parent directories they live in.
   microvm_.reset();
@@ -116,13 +121,32 @@ Status LocalNode::StartServices() {
     vm_done_ = true;
   }
   mux_.SetOnClosed([self](const std::string& id) {
-    std::function<void(const std::string&)> fn;
+    SandboxLostFn fn;
+    std::string reason;
     {
       MutexLock lock(&self->mu_);
       fn = self->on_lost_;
+      if (auto it = self->lost_reasons_.find(id); it != self->lost_reasons_.end()) {
+        reason = it->second;
+        self->lost_reasons_.erase(it);
+      }
     }
-    if (fn) fn(id);
+    if (fn) fn(id, reason);
   });
+  if (!opts.lazy.source.empty()) {
+    auto lazy =
+        LazyLayers::Start(opts.lazy, [self](const std::string& layer, const std::string& reason) {
+          self->FailLazy(layer, reason);
+        });
+    if (lazy.ok()) {
+      lazy_ = std::move(*lazy);
+    } else {
+      lazy_error_ = lazy.status().ToString();
+      spdlog::warn("chunked layers cannot be used on this node: {}", lazy_error_);
+    }
+  } else {
+    lazy_error_ = "this node has no shared layer store (--layer-store)";
+  }
   return Status::Ok();
 }
 
@@ -140,7 +164,7 @@ Result<nlohmann::json> LocalNode::RunCall(const nlohmann::json& request, bool ba
 
 bool LocalNode::Fncall(const std::string& id) { return fncall_ && fncall_->Has(id); }
 
-void LocalNode::SetOnSandboxLost(std::function<void(const std::string& id)> fn) {
+void LocalNode::SetOnSandboxLost(SandboxLostFn fn) {
   MutexLock lock(&mu_);
   on_lost_ = std::move(fn);
 }
@@ -208,6 +232,12 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
                       "layer blob " + l.digest + " is not in the node's store: " + st.ToString());
     l.blob_path = store_->BlobPath(l.digest);
   }
+  const std::vector<std::string> lazy = WARREN_TRY(PrepareLazyLayers(cfg, is_vm));
+  // Noted before the sandbox runs: a failure of its layers from its first read on fails it.
+  if (!lazy.empty()) NoteLazyLayers(cfg.id, lazy);
+  Cleanup forget_lazy([&] {
+    if (!lazy.empty()) NoteLazyLayers(cfg.id, {});
+  });
   if (spec.network.egress && !net_)
     return Status(Code::kUnavailable, "create sandbox", cfg.id, "no egress here: " + net_error_);
   if (net_ && !cfg.fncall_runner) {
@@ -223,8 +253,9 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   }
   // Served from the warm pool where the request allows: network none (an egress sandbox's
   // address and files are its own from the start), not a runner.
+  // Not over chunked layers yet: a warm sandbox would outlive a blobfsd restart unnoticed.
   const bool poolable = backend == container_.get() && !spec.network.egress && !cfg.fncall_runner &&
-                        cfg.files.empty();
+                        cfg.files.empty() && lazy.empty();
   if (poolable && warm_) {
     std::string key = std::to_string(cfg.disk_bytes);
     for (const auto& l : cfg.layers) key += (l.tool ? "|tool:" : "|") + l.digest;
@@ -234,6 +265,7 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
         SandboxRuntime rt{w->instance->host_pid(), w->instance->host_uid()};
         auto conn = std::make_shared<AgentConn>(cfg.id, std::move(w->control));
         Register(cfg.id, std::move(w->instance), std::move(conn));
+        forget_lazy.Cancel();
         return rt;
       }
       // Whatever went wrong stays with that sandbox: make a fresh one instead.
@@ -250,8 +282,74 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   SandboxRuntime rt{inst->host_pid(), inst->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, inst->TakeControlSocket());
   Register(cfg.id, std::move(inst), std::move(conn), is_vm, cfg.net_ip != 0);
+  forget_lazy.Cancel();
   if (net_ && spec.network.egress) WriteCaBundle(cfg.id);
   return rt;
+}
+
+Result<std::vector<std::string>> LocalNode::PrepareLazyLayers(runtime::SandboxConfig& cfg,
+                                                              bool is_vm) {
+  std::vector<std::string> lazy;
+  for (auto& l : cfg.layers) {
+    if (!store_->IsChunked(l.digest)) continue;
+    if (is_vm)
+      return Invalid("layer " + l.digest +
+                     " is chunked (loaded on demand): microVMs and VMs need whole layers");
+    if (!lazy_)
+      return Status(Code::kUnavailable, "create sandbox", cfg.id,
+                    "layer " + l.digest + " is chunked and cannot be loaded here: " + lazy_error_);
+    auto m = store_->Manifest(l.digest);
+    if (!m.ok()) return Internal("create sandbox", cfg.id, m.status().ToString());
+    l.blob_path = store_->MetaPath(m->meta_sha256);
+    l.device_path = WARREN_TRY(lazy_->DevicePath(l.digest));
+    lazy.push_back(l.digest);
+  }
+  return lazy;
+}
+
+void LocalNode::NoteLazyLayers(const std::string& id, const std::vector<std::string>& layers) {
+  {
+    MutexLock lock(&mu_);
+    if (layers.empty()) {
+      if (!lazy_of_.erase(id)) return;
+    } else {
+      lazy_of_[id] = layers;
+    }
+  }
+  const std::string path = LazyRecordPath(id);
+  if (layers.empty()) {
+    unlink(path.c_str());
+    return;
+  }
+  mkdir((opts_.lazy.run_dir + "/sandboxes").c_str(), 0700);
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& d : layers) out << d << "\n";
+}
+
+void LocalNode::FailLazy(const std::string& layer, const std::string& reason) {
+  std::vector<std::pair<std::string, int>> victims;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [id, layers] : lazy_of_) {
+      if (!layer.empty() && std::find(layers.begin(), layers.end(), layer) == layers.end())
+        continue;
+      auto it = sandboxes_.find(id);
+      if (it == sandboxes_.end()) continue;
+      if (lost_reasons_.count(id)) continue;  // failed already
+      lost_reasons_[id] = reason;
+      victims.emplace_back(id, it->second->instance->host_pid());
+    }
+    // New creates mount afresh on the new daemon's files.
+    if (layer.empty())
+      for (const auto& [id, layers] : lazy_of_)
+        for (const auto& d : layers) mounts_.Forget(d);
+  }
+  for (const auto& [id, pid] : victims) {
+    spdlog::error("sandbox {}: failed: {}", id, reason);
+    // Its init's death ends every process of it and closes its agent's connection, which
+    // reports it lost with this reason (mux_'s OnClosed).
+    if (pid > 0) kill(pid, SIGKILL);
+  }
 }
 
 Result<std::unique_ptr<runtime::Instance>> LocalNode::CreateAttached(runtime::Backend* backend,
@@ -468,6 +566,14 @@ Status LocalNode::AdoptSandbox(const std::string& id) {
   }
   conn->AdoptExecs(std::move(recs));
   Register(id, std::move(inst), conn, microvm, wired, std::move(journal));
+  // The chunked layers it reads through blobfsd, as its create noted them.
+  if (std::ifstream in(LazyRecordPath(id)); in) {
+    std::vector<std::string> layers;
+    for (std::string d; std::getline(in, d);)
+      if (!d.empty()) layers.push_back(d);
+    MutexLock lock(&mu_);
+    if (!layers.empty()) lazy_of_[id] = std::move(layers);
+  }
   // The agent answers with what it still has: output we lack, exits we missed.
   Status st = conn->Resume();
   if (!st.ok()) {
@@ -538,6 +644,7 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
   mux_.Remove(e->conn);
   e->conn->OnClosed("sandbox deleted");
   Status st = e->instance->Destroy().Context("delete " + id);
+  NoteLazyLayers(id, {});
   if (net_) net_->Detach(id);
   if (!opts_.spill_dir.empty()) e->journal->Discard();
   return st;

@@ -18,6 +18,7 @@
 #include "net/network.h"
 #include "node/agent_mux.h"
 #include "node/fncall/call_pool.h"
+#include "node/lazy_layers.h"
 #include "node/node_api.h"
 #include "node/warm_pool.h"
 #include "runtime/create_faults.h"
@@ -49,6 +50,9 @@ struct LocalNodeOptions {
   // with that backend are refused with the reason.
   bool microvm = true;
   runtime::vm::MicrovmOptions vm;
+  // Chunked layers (loaded on demand by a blobfsd of this node); `lazy.source` empty: none,
+  // and a create naming a chunked layer is refused.
+  LazyLayersOptions lazy;
   // Ready container sandboxes kept per template in use, for creates with network none (see
   // node/warm_pool.h); 0: none.
   size_t warm_pool = 2;
@@ -95,7 +99,7 @@ class LocalNode : public NodeApi {
   Result<std::string> ReadFile(const std::string& id, const std::string& path,
                                uint64_t max) override;
   nlohmann::json Info() override;
-  void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override;
+  void SetOnSandboxLost(SandboxLostFn fn) override;
 
   size_t live_sandboxes() const;
   // The sandboxes this node holds (made, adopted), by id; not fncall ones (records only).
@@ -189,9 +193,25 @@ class LocalNode : public NodeApi {
   std::set<std::string> creating_ GUARDED_BY(mu_);
   std::set<std::string> doomed_ GUARDED_BY(mu_);
   Result<SandboxRuntime> CreateSandboxNow(const NodeSandboxSpec& spec);
-  std::function<void(const std::string&)> on_lost_ GUARDED_BY(mu_);
+  SandboxLostFn on_lost_ GUARDED_BY(mu_);
   // Whether `id` is a fncall sandbox, which the fncall service answers for.
   bool Fncall(const std::string& id);
+  // Chunked layers: the metadata image and blob file of each in `cfg` (refused for VMs),
+  // and the digests of those that are chunked.
+  Result<std::vector<std::string>> PrepareLazyLayers(runtime::SandboxConfig& cfg, bool is_vm);
+  // Remembers which chunked layers sandbox `id` uses (in memory and beside the daemon, for
+  // a restarted node's adoption); empty `layers` forgets it.
+  void NoteLazyLayers(const std::string& id, const std::vector<std::string>& layers);
+  // blobfsd's verdict: `layer` ("" every chunked layer) cannot be read; its sandboxes are
+  // killed and reported lost with `reason`.
+  void FailLazy(const std::string& layer, const std::string& reason);
+  std::string LazyRecordPath(const std::string& id) const {
+    return opts_.lazy.run_dir + "/sandboxes/" + id;
+  }
+  std::unique_ptr<LazyLayers> lazy_;
+  std::string lazy_error_;  // why chunked layers cannot be used here, if they cannot
+  std::map<std::string, std::vector<std::string>> lazy_of_ GUARDED_BY(mu_);
+  std::map<std::string, std::string> lost_reasons_ GUARDED_BY(mu_);
   std::unique_ptr<fncall::CallService> calls_;
   std::unique_ptr<fncall::FncallSandboxes> fncall_;
 };

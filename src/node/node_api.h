@@ -42,6 +42,9 @@ inline Status NodeFault(Status st) {
   return Status(Code::kInternal, st.op(), st.object(), st.message(), st.err());
 }
 
+// `lost(id, reason)`: see NodeApi::SetOnSandboxLost.
+using SandboxLostFn = std::function<void(const std::string& id, const std::string& reason)>;
+
 class NodeApi {
  public:
   virtual ~NodeApi() = default;
@@ -80,9 +83,10 @@ class NodeApi {
   virtual Result<std::string> ReadFile(const std::string& id, const std::string& path,
                                        uint64_t max) = 0;
   virtual nlohmann::json Info() = 0;
-  // Sandboxes whose agent died by itself (OOM of the agent, crash): the server marks them
-  // failed. Called from a node thread.
-  virtual void SetOnSandboxLost(std::function<void(const std::string& id)> fn) = 0;
+  // Sandboxes whose agent died by itself (OOM of the agent, crash) or that the node failed
+  // (a chunked layer's reads fail): the server marks them failed with `reason` ("" when the
+  // agent simply exited). Called from a node thread.
+  virtual void SetOnSandboxLost(SandboxLostFn fn) = 0;
   // The node's fncall service (node/fncall/calls.h): a CallRequest -> its CallResult, or with
   // `batch` {"calls": [...]} -> {"results": [...]}. Unavailable on a node without one.
   virtual Result<nlohmann::json> RunCall(const nlohmann::json& request, bool batch) {

@@ -21,8 +21,9 @@ namespace warren::runtime {
 
 struct LayerRef {
   std::string digest;     // "sha256:..."
-  std::string blob_path;  // local EROFS file
+  std::string blob_path;  // local EROFS file (a chunked layer's: its metadata image)
   bool tool = false;      // a tool layer: its files are guarded read-only (isolation/tool_guard.h)
+  std::string device_path;  // a chunked layer's blob file (blobfsd's), else empty
 };
 
 // Positions of the tool layers in `layers` (the agent's `tool_layers`).

@@ -33,11 +33,16 @@ void LayerService::Collect(const std::vector<std::string>& digests) {
   if (candidates.empty()) return;
   std::unique_lock lock(gc_mu_);
   std::set<std::string> used = DigestsInUse();
+  bool chunked = false;
   for (const auto& d : candidates)
     if (!used.count(d)) {
+      chunked = chunked || store_->IsChunked(d);
       Status st = store_->Remove(d);
       if (!st.ok()) spdlog::warn("garbage-collect blob: {}", st.ToString());
     }
+  // A removed chunked layer's chunks go unless another layer names them. Ten minutes of
+  // grace: an import stores its chunks before its manifest.
+  if (chunked) store_->CollectChunks(kChunkGraceS);
 }
 
 void LayerService::Sweep() {
@@ -49,6 +54,7 @@ void LayerService::Sweep() {
       spdlog::info("removing unreferenced layer blob {}", d);
       (void)store_->Remove(d);
     }
+  store_->CollectChunks(kChunkGraceS);
 }
 
 Result<json> LayerService::Upload(const std::map<std::string, std::string>& q,

@@ -18,6 +18,7 @@ namespace warren::server {
 class LayerService {
  public:
   LayerService(StateStore* state, image::LayerStore* store) : state_(state), store_(store) {}
+  static constexpr double kChunkGraceS = 600;
 
   // POST /v1/layers?name=&tag=&kind=&source=: the body (a tar or an EROFS image) is at
   // `body_path`.

@@ -66,10 +66,11 @@ Api::Api(StateStore* state, StateStore* durable, node::Fleet* fleet, image::Laye
     quota_.Count(sandboxes_.List());
   }
   leases_.Load();
-  fleet_->SetOnSandboxLost([this](const std::string& id) {
+  fleet_->SetOnSandboxLost([this](const std::string& id, const std::string& reason) {
     auto sb = sandboxes_.Transition(
-        id, SandboxState::kFailed, {SandboxState::kRunning}, [](SandboxRecord& r) {
-          r.error = SandboxRecord::Error{"internal", "the sandbox's init process exited"};
+        id, SandboxState::kFailed, {SandboxState::kRunning}, [&](SandboxRecord& r) {
+          r.error = SandboxRecord::Error{
+              "internal", reason.empty() ? "the sandbox's init process exited" : reason};
         });
     if (sb.ok()) ReleaseQuotaOf(*sb);
   });

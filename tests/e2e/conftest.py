@@ -304,8 +304,11 @@ class ClusterServer(Server):
             second = tempfile.mkdtemp(prefix="warren-e2e-api1-", dir=self.base)
             self.dirs.append(second)
             for i, d in enumerate((self.data_dir, second)):
+                # Layers are published chunked: the contract's modules run on nodes that
+                # load them on demand through blobfsd.
                 a = self.cu.ApiServer(self.bin, self.etcd, d, self.shared,
-                                      str(self.logs / f"apiserver{i}.log"), self.home)
+                                      str(self.logs / f"apiserver{i}.log"), self.home,
+                                      extra=["--layer-format", "chunked"])
                 self.apis.append(a)
         first = self.apis[0]
         for a in self.apis:

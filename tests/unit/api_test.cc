@@ -236,7 +236,7 @@ class TwoNodeFleet : public node::Fleet {
   }
   std::map<std::string, std::pair<bool, bool>> admin;
   std::vector<json> Infos() override { return {a.Info(), b.Info()}; }
-  void SetOnSandboxLost(std::function<void(const std::string&)> lost) override {
+  void SetOnSandboxLost(node::SandboxLostFn lost) override {
     a.SetOnSandboxLost(lost);
     b.SetOnSandboxLost(lost);
   }

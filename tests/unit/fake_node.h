@@ -168,9 +168,7 @@ class FakeNode : public node::NodeApi {
     ++info_calls;
     return {{"name", "fake"}, {"sandboxes", sandboxes.size()}};
   }
-  void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override {
-    on_lost = std::move(fn);
-  }
+  void SetOnSandboxLost(node::SandboxLostFn fn) override { on_lost = std::move(fn); }
 
   // Test controls.
   void Lose(const std::string& id) {
@@ -178,7 +176,7 @@ class FakeNode : public node::NodeApi {
       std::lock_guard lock(mu);
       sandboxes.erase(id);
     }
-    if (on_lost) on_lost(id);
+    if (on_lost) on_lost(id, "");
   }
   std::string File(const std::string& id, const std::string& path) {
     std::lock_guard lock(mu);
@@ -194,7 +192,7 @@ class FakeNode : public node::NodeApi {
   std::map<std::string, Status> fail_next;  // operation -> the status its next call returns
   int execs_run = 0;
   int info_calls = 0;
-  std::function<void(const std::string&)> on_lost;
+  node::SandboxLostFn on_lost;
   // Runs at the start of each create, before the fake decides (tests: a node lost mid-create).
   std::function<void(const std::string& id)> during_create;
 
@@ -265,9 +263,7 @@ class ForwardingNode : public node::NodeApi {
     return to_->ReadFile(id, path, max);
   }
   nlohmann::json Info() override { return to_->Info(); }
-  void SetOnSandboxLost(std::function<void(const std::string& id)> fn) override {
-    to_->SetOnSandboxLost(std::move(fn));
-  }
+  void SetOnSandboxLost(node::SandboxLostFn fn) override { to_->SetOnSandboxLost(std::move(fn)); }
 
  private:
   node::NodeApi* const to_;

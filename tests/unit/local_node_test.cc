@@ -111,7 +111,7 @@ TEST_F(LocalNodeTest, AnAgentThatDiesIsReportedLostOnce) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::string> lost;
-  node_->SetOnSandboxLost([&](const std::string& id) {
+  node_->SetOnSandboxLost([&](const std::string& id, const std::string&) {
     std::lock_guard lock(mu);
     lost.push_back(id);
     cv.notify_all();

@@ -208,7 +208,7 @@ TEST_F(RemoteNodeTest, LostSandboxesAreReported) {
   auto node = Connect();
   std::mutex mu;
   std::vector<std::string> lost;
-  node->SetOnSandboxLost([&](const std::string& id) {
+  node->SetOnSandboxLost([&](const std::string& id, const std::string&) {
     std::lock_guard lock(mu);
     lost.push_back(id);
   });

@@ -1,0 +1,89 @@
+// LazyLayers: a node's block daemon for chunked layers (`warren blobfsd`, blobfs/), started,
+// watched and restarted by the node that uses it.
+//
+// The daemon runs in a session of its own, so a `kill -9` of the node leaves it serving the
+// sandboxes that survive too; the restarted node adopts it (pid file, its mount answering).
+// Every half second the watcher checks the daemon's pidfd and reads its `.stats`:
+//   - the daemon died: every read of its mount now fails with EIO (the kernel's doing), so
+//     the sandboxes using any chunked layer are failed with the reason; the dead mount is
+//     detached and a new daemon started (with backoff if it keeps dying);
+//   - a layer's read errors grew (a chunk missing, unreachable or corrupt in the store): the
+//     sandboxes using that layer are failed with the daemon's message.
+// Never a silent zero-filled read, never a sandbox left hanging on a dead mount.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "base/status.h"
+#include "base/thread_annotations.h"
+#include "base/unique_fd.h"
+#include "blobfs/blobfs_stats.h"
+
+namespace warren::node {
+
+struct LazyLayersOptions {
+  std::string store_root;    // the node's layer store (the daemon's chunk cache lives there)
+  std::string source;        // the shared store, as `--layer-store` gives it
+  std::string run_dir;       // mount point, pid file and log: DATA_DIR/blobfs
+  uint64_t cache_bytes = 0;  // 0: unbounded
+};
+
+class LazyLayers {
+ public:
+  // `layer`: the digest whose reads fail, or "" when all chunked layers' reads do.
+  using FailFn = std::function<void(const std::string& layer, const std::string& reason)>;
+
+  static Result<std::unique_ptr<LazyLayers>> Start(const LazyLayersOptions& opts, FailFn fail);
+  ~LazyLayers();
+  LazyLayers(const LazyLayers&) = delete;
+  LazyLayers& operator=(const LazyLayers&) = delete;
+
+  // The blob file EROFS mounts for chunked layer `digest`; kUnavailable while the daemon is
+  // down (between a death and its restart).
+  Result<std::string> DevicePath(const std::string& digest);
+  // The daemon's last report (at most half a second old); empty before the first.
+  blobfs::BlobfsStats Stats();
+  uint64_t restarts() const { return restarts_.load(); }
+  pid_t pid();
+  // Stops the daemon and removes its mount (the node's orderly shutdown, after its
+  // sandboxes are gone).
+  void Shutdown();
+
+ private:
+  LazyLayers(LazyLayersOptions opts, FailFn fail);
+  std::string Mountpoint() const { return opts_.run_dir + "/mnt"; }
+  std::string PidFile() const { return opts_.run_dir + "/pid"; }
+  // A daemon left by an earlier node process, if it is alive and its mount answers.
+  bool Adopt();
+  Status Spawn();
+  // Waits (up to 10 s) until the daemon `pid` has mounted.
+  Status WaitMounted(pid_t pid);
+  Result<blobfs::BlobfsStats> ReadStats();
+  void Watch();
+  void DetachMount();
+
+  const LazyLayersOptions opts_;
+  const FailFn fail_;
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  bool up_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
+  pid_t pid_ GUARDED_BY(mu_) = -1;
+  bool child_ GUARDED_BY(mu_) = false;  // ours to reap (not adopted)
+  UniqueFd pidfd_ GUARDED_BY(mu_);
+  blobfs::BlobfsStats stats_ GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> errors_seen_ GUARDED_BY(mu_);
+  std::atomic<uint64_t> restarts_{0};
+  std::thread watcher_;
+};
+
+}  // namespace warren::node

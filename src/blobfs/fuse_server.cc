@@ -2,6 +2,8 @@
 #include "blobfs/fuse_server.h"
 
 #include <fuse3/fuse_lowlevel.h>
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -213,6 +215,11 @@ int RunBlobfsd(const BlobfsdOptions& opts) {
     spdlog::error("blobfsd: fuse_session_new failed");
     return 1;
   }
+  // Whatever mask the starter left, the signals that stop the daemon must reach it.
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop, s);
+  pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
   int rc = 1;
   if (fuse_set_signal_handlers(se) == 0) {
     if (fuse_session_mount(se, opts.mountpoint.c_str()) == 0) {

@@ -102,6 +102,11 @@ Status LazyLayers::Spawn() {
     // Only async-signal-safe calls between fork and exec (the node is multithreaded). A
     // session of its own: the node's death (or its terminal's) does not take it along.
     setsid();
+    // The node blocks the signals it sigwaits for, and exec keeps the mask: unblock them, or
+    // the daemon would never see the SIGTERM that stops it.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     int null = open("/dev/null", O_RDONLY);
     if (null >= 0) dup2(null, 0);
     dup2(log_fd.get(), 1);
@@ -279,11 +284,17 @@ void LazyLayers::Shutdown() {
   }
   if (pid > 0) {
     kill(pid, SIGTERM);
-    if (child) {
-      waitpid(pid, nullptr, 0);
-    } else {
-      for (int i = 0; i < 500 && kill(pid, 0) == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Ten seconds to unmount and save its traces, then it is killed: a node's stop never
+    // hangs on its daemon.
+    bool gone = false;
+    for (int i = 0; i < 1000 && !gone; ++i) {
+      gone = child ? waitpid(pid, nullptr, WNOHANG) == pid : kill(pid, 0) != 0;
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!gone) {
+      spdlog::warn("blobfsd (pid {}) ignored SIGTERM for 10 s: killing it", pid);
+      kill(pid, SIGKILL);
+      if (child) waitpid(pid, nullptr, 0);
     }
   }
   DetachMount();

@@ -164,6 +164,18 @@ void AddImage(CLI::App& app) {
              l.value("source", "").c_str());
   });
 
+  auto* inspect = image->add_subcommand(
+      "inspect", "show an image: its record, format and what nodes fetched of it (JSON)");
+  auto inspect_ref = std::make_shared<std::string>();
+  inspect->add_option("ref", *inspect_ref, "NAME:TAG")->required();
+  inspect->callback([inspect_ref] {
+    auto r = Client().Request("GET", "/v1/layers/" + client::UrlEncode(*inspect_ref));
+    if (!r.ok()) return void(ExitCode() = Fail(r.status()));
+    auto j = client::JsonOf(*r, "inspect image " + *inspect_ref);
+    if (!j.ok()) return void(ExitCode() = Fail(j.status()));
+    printf("%s\n", j->dump(2).c_str());
+  });
+
   auto* rm = image->add_subcommand("rm", "remove an image name (the blob goes when unused)");
   auto rm_ref = std::make_shared<std::string>();
   rm->add_option("ref", *rm_ref, "NAME:TAG")->required();

@@ -799,6 +799,38 @@ size_t LocalNode::live_sandboxes() const {
   return sandboxes_.size();
 }
 
+nlohmann::json LocalNode::LazyInfo() {
+  if (!lazy_) return {{"error", lazy_error_}};
+  const blobfs::BlobfsStats s = lazy_->Stats();
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& l : s.layers)
+    layers.push_back({{"layer", l.layer},
+                      {"blob_bytes", l.blob_bytes},
+                      {"read_bytes", l.read_bytes},
+                      {"fetched_bytes", l.fetched_bytes},
+                      {"fetches", l.fetches},
+                      {"hits", l.hits},
+                      {"misses", l.misses},
+                      {"prefetched", l.prefetched},
+                      {"prefetch_hits", l.prefetch_hits},
+                      {"fetch_seconds_sum", l.fetch_seconds_sum},
+                      {"fetch_seconds_max", l.fetch_seconds_max},
+                      {"errors", l.errors},
+                      {"last_error", l.last_error},
+                      {"traced", l.traced}});
+  return {{"daemon_pid", lazy_->pid()},
+          {"restarts", lazy_->restarts()},
+          {"cache",
+           {{"bytes", s.cache_bytes},
+            {"chunks", s.cache_chunks},
+            {"high_bytes", s.cache_high},
+            {"low_bytes", s.cache_low},
+            {"evictions", s.cache_evictions},
+            {"write_errors", s.cache_write_errors},
+            {"corrupt", s.cache_corrupt}}},
+          {"layers", std::move(layers)}};
+}
+
 nlohmann::json LocalNode::Info() {
   nlohmann::json backends = {"container"}, vm;
   {
@@ -824,6 +856,7 @@ nlohmann::json LocalNode::Info() {
       {"network", net_ ? net_->Info() : nlohmann::json{{"error", net_error_}}}};
   if (fncall_) j["fncall_sandboxes"] = fncall_->size();
   if (calls_) j["fncall"] = calls_->Stats();  // its runners
+  j["layers_on_demand"] = LazyInfo();
   return j;
 }
 

@@ -208,6 +208,8 @@ class LocalNode : public NodeApi {
   std::string LazyRecordPath(const std::string& id) const {
     return opts_.lazy.run_dir + "/sandboxes/" + id;
   }
+  // What blobfsd reports, for Info (/v1/nodes, /metrics, image inspect).
+  nlohmann::json LazyInfo();
   std::unique_ptr<LazyLayers> lazy_;
   std::string lazy_error_;  // why chunked layers cannot be used here, if they cannot
   std::map<std::string, std::vector<std::string>> lazy_of_ GUARDED_BY(mu_);

@@ -31,6 +31,7 @@ const std::vector<ApiService::RouteEntry>& ApiService::Entries() {
       {{M::kDelete, "/v1/tokens/{name}", "admin", kJsonBodyLimit}, &S::DeleteToken},
       {{M::kGet, "/v1/layers", "image:read", kJsonBodyLimit}, &S::ListLayers},
       {{M::kPost, "/v1/layers", "image:write", kLayerBodyLimit, BodyTo::kFile}, &S::UploadLayer},
+      {{M::kGet, "/v1/layers/{ref*}", "image:read", kJsonBodyLimit}, &S::InspectLayer},
       {{M::kDelete, "/v1/layers/{ref*}", "image:write", kJsonBodyLimit}, &S::DeleteLayer},
       {{M::kPost, "/v1/calls", "call", kJsonBodyLimit}, &S::Call},
       {{M::kPost, "/v1/calls:batch", "call", kJsonBodyLimit}, &S::CallBatch},
@@ -122,6 +123,10 @@ HttpReply ApiService::ListLayers(HttpRequest&) { return HttpReply::Of(api_->List
 
 HttpReply ApiService::UploadLayer(HttpRequest& r) {
   return HttpReply::Of(api_->UploadLayer(r.query, r.body_file), 201);
+}
+
+HttpReply ApiService::InspectLayer(HttpRequest& r) {
+  return HttpReply::Of(api_->InspectLayer(r.params.at("ref")));
 }
 
 HttpReply ApiService::DeleteLayer(HttpRequest& r) {

@@ -44,6 +44,7 @@ class ApiService : public HttpService {
   HttpReply ListTokens(HttpRequest&);
   HttpReply DeleteToken(HttpRequest&);
   HttpReply ListLayers(HttpRequest&);
+  HttpReply InspectLayer(HttpRequest&);
   HttpReply UploadLayer(HttpRequest&);
   HttpReply DeleteLayer(HttpRequest&);
   HttpReply Call(HttpRequest&);

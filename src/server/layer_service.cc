@@ -94,6 +94,24 @@ Result<json> LayerService::List() {
   return json{{"layers", arr}};
 }
 
+Result<json> LayerService::Get(const std::string& ref) {
+  std::string name, tag;
+  WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
+  const LayerRecord rec = WARREN_TRY(state_->GetLayer(name, tag));
+  json j = rec.ToJson();
+  j["format"] = "whole";
+  if (store_->IsChunked(rec.digest)) {
+    auto m = store_->Manifest(rec.digest);
+    j["format"] = "chunked";
+    if (m.ok()) {
+      j["chunks"] = m->chunks.size();
+      j["meta_bytes"] = m->meta_size;
+      j["chunk_bytes"] = m->ChunkBytes();
+    }
+  }
+  return j;
+}
+
 Status LayerService::Delete(const std::string& ref) {
   std::string name, tag;
   WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));

@@ -19,6 +19,9 @@ class LayerService {
  public:
   LayerService(StateStore* state, image::LayerStore* store) : state_(state), store_(store) {}
   static constexpr double kChunkGraceS = 600;
+  // NAME:TAG's record, with `format` (whole or chunked) and, for a chunked layer, `chunks`
+  // and `meta_bytes`.
+  Result<nlohmann::json> Get(const std::string& ref);
 
   // POST /v1/layers?name=&tag=&kind=&source=: the body (a tar or an EROFS image) is at
   // `body_path`.

@@ -85,6 +85,41 @@ std::string Num(T v) {
   return o.str();
 }
 
+// Chunked layers read through the node's blobfsd: per layer, and its chunk cache.
+void AddLayersOnDemand(Families& f, const json& lod, const std::string& node) {
+  if (!lod.is_object() || !lod.contains("cache")) return;
+  const auto g = [&](const std::string& name, const std::string& labels, const std::string& v) {
+    f.Add(name, "gauge", Join(node, labels), v);
+  };
+  const auto c = [&](const std::string& name, const std::string& labels, const std::string& v) {
+    f.Add(name, "counter", Join(node, labels), v);
+  };
+  const json cache = lod["cache"].is_object() ? lod["cache"] : json::object();
+  g("warren_chunk_cache_bytes", "", Num(cache.value("bytes", uint64_t{0})));
+  g("warren_chunk_cache_limit_bytes", "", Num(cache.value("high_bytes", uint64_t{0})));
+  c("warren_chunk_cache_evictions_total", "", Num(cache.value("evictions", uint64_t{0})));
+  c("warren_chunk_cache_write_errors_total", "", Num(cache.value("write_errors", uint64_t{0})));
+  c("warren_blobfsd_restarts_total", "", Num(lod.value("restarts", uint64_t{0})));
+  const json layers = lod.value("layers", json::array());
+  if (!layers.is_array()) return;
+  for (const json& l : layers) {
+    if (!l.is_object()) continue;
+    const std::string layer = "layer=\"" + l.value("layer", std::string("?")) + "\"";
+    const auto u = [&](const char* k) { return Num(l.value(k, uint64_t{0})); };
+    c("warren_layer_fetched_bytes_total", layer, u("fetched_bytes"));
+    c("warren_layer_read_bytes_total", layer, u("read_bytes"));
+    g("warren_layer_bytes", layer, u("blob_bytes"));
+    c("warren_layer_chunk_reads_total", Join(layer, "result=\"hit\""), u("hits"));
+    c("warren_layer_chunk_reads_total", Join(layer, "result=\"miss\""), u("misses"));
+    c("warren_layer_fetches_total", layer, u("fetches"));
+    c("warren_layer_fetch_seconds_total", layer, Num(l.value("fetch_seconds_sum", 0.0)));
+    g("warren_layer_fetch_seconds_max", layer, Num(l.value("fetch_seconds_max", 0.0)));
+    c("warren_layer_prefetched_chunks_total", layer, u("prefetched"));
+    c("warren_layer_prefetch_hits_total", layer, u("prefetch_hits"));
+    c("warren_layer_read_errors_total", layer, u("errors"));
+  }
+}
+
 // One node's samples; `node` is its label ("" for warren serve's one node).
 void AddNode(Families& f, const json& info, const std::string& node) {
   const auto g = [&](const std::string& name, const std::string& labels, const std::string& v) {
@@ -152,6 +187,7 @@ void AddNode(Families& f, const json& info, const std::string& node) {
     c("warren_egress_connections_total", sb, Num(b.value("connections", uint64_t{0})));
   }
   c("warren_egress_refused_total", "", Num(proxy.value("refused", uint64_t{0})));
+  AddLayersOnDemand(f, info.value("layers_on_demand", json::object()), node);
   g("warren_egress_cache_bytes", "", Num(proxy.value("cache_size_bytes", uint64_t{0})));
   json dns = net.is_object() ? net.value("dns", json::object()) : json::object();
   if (dns.is_object())

@@ -857,6 +857,25 @@ Result<json> Api::ListLayers() { return layers_.List(); }
 
 Status Api::DeleteLayer(const std::string& ref) { return layers_.Delete(ref); }
 
+Result<json> Api::InspectLayer(const std::string& ref) {
+  json j = WARREN_TRY(layers_.Get(ref));
+  const std::string digest = j.value("digest", std::string());
+  json nodes = json::array();
+  for (const json& info : fleet_->Infos()) {
+    const json lod = info.value("layers_on_demand", json::object());
+    if (!lod.is_object() || !lod.contains("layers") || !lod["layers"].is_array()) continue;
+    for (const json& l : lod["layers"])
+      if (l.is_object() && l.value("layer", std::string()) == digest) {
+        json n = l;
+        n.erase("layer");
+        n["node"] = info.value("name", std::string());
+        nodes.push_back(std::move(n));
+      }
+  }
+  j["on_demand"] = std::move(nodes);
+  return j;
+}
+
 void Api::SweepBlobs() { layers_.Sweep(); }
 
 void Api::ExpireLease(const std::string& lease) {

@@ -101,6 +101,9 @@ class Api {
   // (at startup: a crash may have left either).
   void SweepBlobs();
   Result<nlohmann::json> ListLayers();
+  // One image: its record, how it is stored, and for a chunked one what each node read and
+  // fetched of it (its blobfsd's counters).
+  Result<nlohmann::json> InspectLayer(const std::string& ref);
   Status DeleteLayer(const std::string& ref);
 
   Result<nlohmann::json> CreateToken(const std::string& body) { return tokens_->Create(body); }

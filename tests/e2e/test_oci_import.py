@@ -16,6 +16,7 @@ parsed here (busybox has no getfattr, erofs-utils 1.5 extracts no xattrs, nothin
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import platform
 import random
@@ -143,9 +144,16 @@ def greeting(server, ref: str) -> str:
 
 
 def blob_file(server, digest: str) -> str:
-    """Where a layer's EROFS blob is kept (serve's data dir, or a cluster's shared store)."""
+    """Where a layer's EROFS image is kept (serve's data dir, or a cluster's shared store). A
+    chunked layer's blob is its manifest: its metadata image holds every inode and xattr."""
     p = os.path.join(server.layer_dir(), "blobs", "sha256", digest.split(":", 1)[1])
     assert os.path.isfile(p), f"no blob at {p}"
+    with open(p, "rb") as f:
+        text = f.read()
+    if text[:1] == b"{":
+        meta = json.loads(text)["meta"]["sha256"]
+        p = os.path.join(server.layer_dir(), "meta", "sha256", meta)
+        assert os.path.isfile(p), f"no metadata image at {p}"
     return p
 
 
@@ -154,7 +162,13 @@ def erofs_inode(image_path: str, path: str) -> dict:
     extract xattrs nor print device numbers, and mounting is not ours to do): dump.erofs gives
     the inode's NID; the inode gives mode, owner and rdev; its xattr body holds shared xattr ids
     and inline entries. Returns {"mode", "uid", "gid", "rdev": (major, minor), "xattrs"}."""
-    r = subprocess.run(["dump.erofs", "--path=" + path, image_path], capture_output=True, text=True)
+    # A chunked layer's metadata image names a data device (superblock's extra_devices);
+    # inodes need none of its data.
+    with open(image_path, "rb") as f:
+        f.seek(1024 + 86)
+        devices = ["--device=/dev/null"] * struct.unpack("<H", f.read(2))[0]
+    r = subprocess.run(["dump.erofs", *devices, "--path=" + path, image_path],
+                       capture_output=True, text=True)
     assert r.returncode == 0, f"dump.erofs --path={path}: {r.stdout}{r.stderr}"
     nid = int(re.search(r"NID:\s*(\d+)", r.stdout).group(1))
     with open(image_path, "rb") as f:

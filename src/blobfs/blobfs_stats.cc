@@ -8,23 +8,26 @@ namespace warren::blobfs {
 
 using nlohmann::json;
 
+json LayerStatsJson(const LayerFetchStats& l) {
+  return {{"layer", l.layer},
+          {"blob_bytes", l.blob_bytes},
+          {"read_bytes", l.read_bytes},
+          {"fetched_bytes", l.fetched_bytes},
+          {"fetches", l.fetches},
+          {"hits", l.hits},
+          {"misses", l.misses},
+          {"prefetched", l.prefetched},
+          {"prefetch_hits", l.prefetch_hits},
+          {"fetch_seconds_sum", l.fetch_seconds_sum},
+          {"fetch_seconds_max", l.fetch_seconds_max},
+          {"errors", l.errors},
+          {"last_error", l.last_error},
+          {"traced", l.traced}};
+}
+
 std::string EncodeStats(const BlobfsStats& s) {
   json layers = json::array();
-  for (const auto& l : s.layers)
-    layers.push_back({{"layer", l.layer},
-                      {"blob_bytes", l.blob_bytes},
-                      {"read_bytes", l.read_bytes},
-                      {"fetched_bytes", l.fetched_bytes},
-                      {"fetches", l.fetches},
-                      {"hits", l.hits},
-                      {"misses", l.misses},
-                      {"prefetched", l.prefetched},
-                      {"prefetch_hits", l.prefetch_hits},
-                      {"fetch_seconds_sum", l.fetch_seconds_sum},
-                      {"fetch_seconds_max", l.fetch_seconds_max},
-                      {"errors", l.errors},
-                      {"last_error", l.last_error},
-                      {"traced", l.traced}});
+  for (const auto& l : s.layers) layers.push_back(LayerStatsJson(l));
   json j = {{"pid", s.pid},
             {"cache_bytes", s.cache_bytes},
             {"cache_chunks", s.cache_chunks},

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,8 @@ struct BlobfsStats {
 };
 
 std::string EncodeStats(const BlobfsStats& s);
+// One layer's counters as JSON (the `.stats` file's and the node's Info use the same fields).
+nlohmann::json LayerStatsJson(const LayerFetchStats& l);
 Result<BlobfsStats> DecodeStats(std::string_view text);
 
 }  // namespace warren::blobfs

@@ -162,6 +162,20 @@ class DirBlobSource : public BlobSource {
   const std::string root_;
 };
 
+// GETs `url` into `write(…, data)`. A stalled transfer (under 1 KiB/s for 30 s) fails rather
+// than holding a create or a read forever.
+CURLcode Get(CURL* curl, const std::string& url, curl_write_callback write, void* data) {
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, write);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, data);
+  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 30L);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  return curl_easy_perform(curl);
+}
+
 class HttpBlobSource : public BlobSource {
  public:
   explicit HttpBlobSource(std::string base) : base_(std::move(base)) {
@@ -195,16 +209,7 @@ class HttpBlobSource : public BlobSource {
       }
       return size * n;
     };
-    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, write);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
-    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
-    // A stalled transfer (under 1 KiB/s for 30 s) fails rather than holding a create forever.
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 30L);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    const CURLcode rc = curl_easy_perform(curl);
+    const CURLcode rc = Get(curl, url, write, &sink);
     if (sink.failed) return ErrnoStatus("write", dest);
     if (rc != CURLE_OK)
       return Status(Code::kUnavailable, "fetch layer", url, curl_easy_strerror(rc));
@@ -246,17 +251,9 @@ class HttpBlobSource : public BlobSource {
       s->data.append(data, size * n);
       return size * n;
     };
-    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, write);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
-    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
-    // A chunk is at most a few MiB: a store that stalls for 30 s is failed, not waited on.
+    // A chunk is at most a few MiB: a minute is long enough for any store that works.
     curl_easy_setopt(curl, CURLOPT_TIMEOUT, 60L);
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 30L);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    const CURLcode rc = curl_easy_perform(curl);
+    const CURLcode rc = Get(curl, url, write, &sink);
     if (sink.too_big)
       return Invalid(std::string("read ") + KindName(kind) + ": larger than its manifest says",
                      hex);

@@ -803,21 +803,7 @@ nlohmann::json LocalNode::LazyInfo() {
   if (!lazy_) return {{"error", lazy_error_}};
   const blobfs::BlobfsStats s = lazy_->Stats();
   nlohmann::json layers = nlohmann::json::array();
-  for (const auto& l : s.layers)
-    layers.push_back({{"layer", l.layer},
-                      {"blob_bytes", l.blob_bytes},
-                      {"read_bytes", l.read_bytes},
-                      {"fetched_bytes", l.fetched_bytes},
-                      {"fetches", l.fetches},
-                      {"hits", l.hits},
-                      {"misses", l.misses},
-                      {"prefetched", l.prefetched},
-                      {"prefetch_hits", l.prefetch_hits},
-                      {"fetch_seconds_sum", l.fetch_seconds_sum},
-                      {"fetch_seconds_max", l.fetch_seconds_max},
-                      {"errors", l.errors},
-                      {"last_error", l.last_error},
-                      {"traced", l.traced}});
+  for (const auto& l : s.layers) layers.push_back(blobfs::LayerStatsJson(l));
   return {{"daemon_pid", lazy_->pid()},
           {"restarts", lazy_->restarts()},
           {"cache",

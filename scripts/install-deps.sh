@@ -24,3 +24,5 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+# Chunked layers are mounted through FUSE (blobfsd): the kernel's fuse device.
+[[ -e /dev/fuse ]] || modprobe fuse || echo "warning: no /dev/fuse: chunked layers cannot be read" >&2

@@ -22,18 +22,24 @@ Result<UniqueFd> MountErofsBlob(const std::string& blob_path, const std::string&
 
 void ErofsMountCache::Forget(const std::string& digest) {
   MutexLock lock(&mu_);
-  mounts_.erase(digest);
+  const std::string prefix = digest + '\n';
+  for (auto it = mounts_.lower_bound(prefix);
+       it != mounts_.end() && it->first.compare(0, prefix.size(), prefix) == 0;)
+    it = mounts_.erase(it);
 }
 
 Result<std::shared_ptr<LayerMount>> ErofsMountCache::Acquire(const std::string& digest,
                                                              const std::string& blob_path,
                                                              const std::string& device_path) {
+  // One mount per layer and device: a chunked layer promoted to a local file is mounted anew
+  // on it, while sandboxes made before keep theirs on blobfsd's file.
+  const std::string key = digest + '\n' + device_path;
   MutexLock lock(&mu_);
-  if (auto it = mounts_.find(digest); it != mounts_.end())
+  if (auto it = mounts_.find(key); it != mounts_.end())
     if (auto sp = it->second.lock()) return sp;
   UniqueFd fd = WARREN_TRY(MountErofsBlob(blob_path, device_path));
   auto sp = std::make_shared<LayerMount>(LayerMount{digest, std::move(fd)});
-  mounts_[digest] = sp;
+  mounts_[key] = sp;
   // Drop dead entries now and then so the map does not grow with every digest ever seen.
   for (auto it = mounts_.begin(); it != mounts_.end();)
     it = it->second.expired() ? mounts_.erase(it) : std::next(it);

@@ -36,6 +36,7 @@ class ErofsMountCache {
 
  private:
   mutable Mutex mu_;
+  // By digest and device path ("<digest>\n<device>").
   std::map<std::string, std::weak_ptr<LayerMount>> mounts_ GUARDED_BY(mu_);
 };
 

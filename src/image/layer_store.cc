@@ -112,6 +112,50 @@ std::string LayerStore::TracePath(const std::string& hex) const {
   return root_ + "/" + ObjectRelPath(ObjectKind::kTrace, hex);
 }
 
+std::string LayerStore::PromotedPath(const std::string& digest) const {
+  if (!ValidDigest(digest)) return "";
+  return root_ + "/promoted/sha256/" + digest.substr(7);
+}
+
+bool LayerStore::IsPromoted(const std::string& digest) const {
+  const std::string p = PromotedPath(digest);
+  return !p.empty() && access(p.c_str(), R_OK) == 0;
+}
+
+Status LayerStore::Promote(const std::string& digest) {
+  if (IsPromoted(digest)) return Status::Ok();
+  ChunkedLayer m = WARREN_TRY(Manifest(digest));
+  // Cheap first: stop at the first chunk not here (the usual answer).
+  for (const auto& c : m.chunks)
+    if (access(ChunkPath(c.sha256).c_str(), R_OK) != 0)
+      return NotFound("layer chunk on this node", c.sha256);
+  WARREN_RETURN_IF_ERROR(MkdirP(root_ + "/promoted/sha256"));
+  const std::string tmp = TempPath("promote");
+  Cleanup rm([&] { unlink(tmp.c_str()); });
+  UniqueFd out(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400));
+  if (!out) return ErrnoStatus("create", tmp);
+  // Gaps between chunks stay holes: they read as zeros, as in the blob.
+  if (ftruncate(out.get(), static_cast<off_t>(m.blob_size)) != 0) return ErrnoStatus("size", tmp);
+  std::string bytes;
+  for (const auto& c : m.chunks) {
+    const std::string path = ChunkPath(c.sha256);
+    UniqueFd in(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!in) return ErrnoStatus("open layer chunk", c.sha256);  // evicted meanwhile
+    bytes.resize(c.length);
+    if (pread(in.get(), bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()) ||
+        Sha256Hex(bytes) != c.sha256)
+      return Internal("promote layer", digest, "cached chunk " + c.sha256 + " is not what it says");
+    if (pwrite(out.get(), bytes.data(), bytes.size(), static_cast<off_t>(c.offset)) !=
+        static_cast<ssize_t>(bytes.size()))
+      return ErrnoStatus("write", tmp);
+  }
+  if (fsync(out.get()) != 0) return ErrnoStatus("fsync", tmp);
+  if (rename(tmp.c_str(), PromotedPath(digest).c_str()) != 0)
+    return ErrnoStatus("rename", PromotedPath(digest));
+  rm.Cancel();
+  return Status::Ok();
+}
+
 bool LayerStore::IsChunked(const std::string& digest) const {
   const std::string p = BlobPath(digest);
   return !p.empty() && IsManifestFile(p);
@@ -429,8 +473,10 @@ Status LayerStore::Remove(const std::string& digest) {
   if (p.empty()) return Invalid("bad digest", digest);
   // A chunked layer's metadata image goes with it (its chunks go with CollectChunks: other
   // layers may share them). Another layer naming the same metadata fetches it again.
-  if (IsChunked(digest))
+  if (IsChunked(digest)) {
     if (auto m = Manifest(digest); m.ok()) unlink(MetaPath(m->meta_sha256).c_str());
+    unlink(PromotedPath(digest).c_str());
+  }
   if (unlink(p.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink blob", p);
   return Status::Ok();
 }

@@ -60,6 +60,12 @@ class LayerStore {
   std::string MetaPath(const std::string& sha256_hex) const;
   std::string ChunkPath(const std::string& sha256_hex) const;
   std::string TracePath(const std::string& layer_hex) const;
+  // A chunked layer whose every chunk is in this store becomes a plain local blob file
+  // (DIR/promoted/sha256/<hex>), each chunk verified as it is copied: later mounts use it
+  // directly, without blobfsd. kNotFound (quickly) while a chunk is missing.
+  Status Promote(const std::string& digest);
+  std::string PromotedPath(const std::string& digest) const;
+  bool IsPromoted(const std::string& digest) const;
   // Stores an object under its sha256 unless it is there (a trace: replaces it); one that is
   // there gets a fresh mtime, so a collection running now keeps it.
   Status PutObject(ObjectKind kind, const std::string& sha256_hex, std::string_view bytes);

@@ -35,11 +35,12 @@ bool Exited(int pidfd) {
 
 }  // namespace
 
-LazyLayers::LazyLayers(LazyLayersOptions opts, FailFn fail)
-    : opts_(std::move(opts)), fail_(std::move(fail)) {}
+LazyLayers::LazyLayers(LazyLayersOptions opts, FailFn fail, PromoteFn promote)
+    : opts_(std::move(opts)), fail_(std::move(fail)), promote_(std::move(promote)) {}
 
-Result<std::unique_ptr<LazyLayers>> LazyLayers::Start(const LazyLayersOptions& opts, FailFn fail) {
-  std::unique_ptr<LazyLayers> l(new LazyLayers(opts, std::move(fail)));
+Result<std::unique_ptr<LazyLayers>> LazyLayers::Start(const LazyLayersOptions& opts, FailFn fail,
+                                                      PromoteFn promote) {
+  std::unique_ptr<LazyLayers> l(new LazyLayers(opts, std::move(fail), std::move(promote)));
   for (const std::string& d : {opts.run_dir, l->Mountpoint()})
     if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d);
   if (!l->Adopt()) {
@@ -47,6 +48,7 @@ Result<std::unique_ptr<LazyLayers>> LazyLayers::Start(const LazyLayersOptions& o
     WARREN_RETURN_IF_ERROR(l->Spawn());
   }
   l->watcher_ = std::thread([p = l.get()] { p->Watch(); });
+  if (l->promote_) l->promoter_ = std::thread([p = l.get()] { p->PromoteLoop(); });
   return l;
 }
 
@@ -57,6 +59,22 @@ LazyLayers::~LazyLayers() {
   }
   cv_.notify_all();
   if (watcher_.joinable()) watcher_.join();
+  if (promoter_.joinable()) promoter_.join();
+}
+
+void LazyLayers::PromoteLoop() {
+  for (;;) {
+    std::vector<std::string> layers;
+    {
+      MutexLock lock(&mu_);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!stop_ && std::chrono::steady_clock::now() < until) lock.WaitUntil(cv_, until);
+      if (stop_) return;
+      for (const auto& l : stats_.layers)
+        if (l.read_bytes > 0) layers.push_back(l.layer);
+    }
+    for (const auto& l : layers) promote_(l);
+  }
 }
 
 void LazyLayers::DetachMount() {
@@ -273,6 +291,7 @@ void LazyLayers::Shutdown() {
   }
   cv_.notify_all();
   if (watcher_.joinable()) watcher_.join();
+  if (promoter_.joinable()) promoter_.join();
   pid_t pid;
   bool child;
   {

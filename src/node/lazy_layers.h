@@ -41,8 +41,12 @@ class LazyLayers {
  public:
   // `layer`: the digest whose reads fail, or "" when all chunked layers' reads do.
   using FailFn = std::function<void(const std::string& layer, const std::string& reason)>;
+  // Asked every 30 s for each layer the daemon has opened: make it a plain local file if
+  // every chunk of it is cached (LayerStore::Promote), so later mounts skip the daemon.
+  using PromoteFn = std::function<void(const std::string& layer)>;
 
-  static Result<std::unique_ptr<LazyLayers>> Start(const LazyLayersOptions& opts, FailFn fail);
+  static Result<std::unique_ptr<LazyLayers>> Start(const LazyLayersOptions& opts, FailFn fail,
+                                                   PromoteFn promote = nullptr);
   ~LazyLayers();
   LazyLayers(const LazyLayers&) = delete;
   LazyLayers& operator=(const LazyLayers&) = delete;
@@ -59,7 +63,8 @@ class LazyLayers {
   void Shutdown();
 
  private:
-  LazyLayers(LazyLayersOptions opts, FailFn fail);
+  LazyLayers(LazyLayersOptions opts, FailFn fail, PromoteFn promote);
+  void PromoteLoop();
   std::string Mountpoint() const { return opts_.run_dir + "/mnt"; }
   std::string PidFile() const { return opts_.run_dir + "/pid"; }
   // A daemon left by an earlier node process, if it is alive and its mount answers.
@@ -73,6 +78,7 @@ class LazyLayers {
 
   const LazyLayersOptions opts_;
   const FailFn fail_;
+  const PromoteFn promote_;
   Mutex mu_;
   std::condition_variable_any cv_;
   bool up_ GUARDED_BY(mu_) = false;
@@ -84,6 +90,7 @@ class LazyLayers {
   std::map<std::string, uint64_t> errors_seen_ GUARDED_BY(mu_);
   std::atomic<uint64_t> restarts_{0};
   std::thread watcher_;
+  std::thread promoter_;
 };
 
 }  // namespace warren::node

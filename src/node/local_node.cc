@@ -134,9 +134,19 @@ Status LocalNode::StartServices() {
     if (fn) fn(id, reason);
   });
   if (!opts.lazy.source.empty()) {
-    auto lazy =
-        LazyLayers::Start(opts.lazy, [self](const std::string& layer, const std::string& reason) {
+    auto lazy = LazyLayers::Start(
+        opts.lazy,
+        [self](const std::string& layer, const std::string& reason) {
           self->FailLazy(layer, reason);
+        },
+        [self](const std::string& layer) {
+          if (self->store_->IsPromoted(layer)) return;
+          Status st = self->store_->Promote(layer);
+          if (st.ok())
+            spdlog::info("layer {}: every chunk is on this node; later mounts read a local file",
+                         layer);
+          else if (st.code() != Code::kNotFound)
+            spdlog::warn("promote layer {}: {}", layer, st.ToString());
         });
     if (lazy.ok()) {
       lazy_ = std::move(*lazy);
@@ -295,11 +305,17 @@ Result<std::vector<std::string>> LocalNode::PrepareLazyLayers(runtime::SandboxCo
     if (is_vm)
       return Invalid("layer " + l.digest +
                      " is chunked (loaded on demand): microVMs and VMs need whole layers");
+    auto m = store_->Manifest(l.digest);
+    if (!m.ok()) return Internal("create sandbox", cfg.id, m.status().ToString());
+    l.blob_path = store_->MetaPath(m->meta_sha256);
+    if (store_->IsPromoted(l.digest)) {
+      // Every chunk was on this node: a plain local file, read without blobfsd.
+      l.device_path = store_->PromotedPath(l.digest);
+      continue;
+    }
     if (!lazy_)
       return Status(Code::kUnavailable, "create sandbox", cfg.id,
                     "layer " + l.digest + " is chunked and cannot be loaded here: " + lazy_error_);
-    auto m = store_->Manifest(l.digest);
-    if (!m.ok()) return Internal("create sandbox", cfg.id, m.status().ToString());
     l.blob_path = store_->MetaPath(m->meta_sha256);
     l.device_path = WARREN_TRY(lazy_->DevicePath(l.digest));
     lazy.push_back(l.digest);

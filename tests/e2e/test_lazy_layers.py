@@ -313,3 +313,41 @@ def test_a_full_cache_evicts_and_every_byte_is_still_right(lazy):
         lazy.stop()
         lazy.extra_args = [a if a != "48M" else "2G" for a in lazy.extra_args]
         lazy.start()
+
+
+def test_a_layer_read_whole_becomes_a_local_file_that_outlives_the_daemon(lazy):
+    """Once every chunk of a layer is on the node, later mounts read a plain local file: a
+    sandbox made then does not depend on blobfsd."""
+    root = Path(tempfile.mkdtemp(prefix="warren-e2e-promote-", dir=conftest._scratch_base()))
+    try:
+        conftest._build_rootfs(root)
+        (root / "data").write_bytes(os.urandom(2 << 20))
+        r = lazy.cli("image", "build", "lazy-small:1", "--from-dir", str(root))
+        assert r.returncode == 0, r.stderr
+    finally:
+        conftest.safe_rmtree(str(root))
+    digest = _layer(lazy, "lazy-small:1")["digest"]
+    r = lazy.http("POST", "/v1/sandboxes", {"image": "lazy-small:1"})
+    assert r.status == 201, r
+    reader = r.json["id"]
+    e = lazy.http("POST", f"/v1/sandboxes/{reader}/exec",
+                  {"cmd": "find / -xdev -type f -exec cat {} + > /dev/null"}, timeout=120)
+    assert e.status == 200 and e.json["exit_code"] == 0, e
+    promoted = Path(lazy.data_dir, "promoted", "sha256", digest.split(":")[1])
+    # The node looks for fully cached layers every 30 s.
+    assert u.wait_until(promoted.exists, timeout=75), "the layer was never promoted"
+    r = lazy.http("POST", "/v1/sandboxes", {"image": "lazy-small:1"})
+    assert r.status == 201, r
+    local = r.json["id"]
+    pid = int(Path(lazy.data_dir, "blobfs", "pid").read_text())
+    os.kill(pid, signal.SIGKILL)  # the daemon this test's server started
+    # The first sandbox read through the daemon: failed. The second reads the local file.
+    assert u.wait_until(lambda: lazy.http("GET", f"/v1/sandboxes/{reader}").json["state"] == "failed",
+                        timeout=30)
+    e = lazy.http("POST", f"/v1/sandboxes/{local}/exec", {"cmd": "md5sum /data"}, timeout=60)
+    assert e.status == 200 and e.json["exit_code"] == 0, e
+    assert lazy.http("GET", f"/v1/sandboxes/{local}").json["state"] == "running"
+    assert u.wait_until(lambda: _daemon_pid(lazy) not in (None, pid), timeout=30)
+    for s in (reader, local):
+        lazy.http("DELETE", f"/v1/sandboxes/{s}")
+    lazy.cli("image", "rm", "lazy-small:1")

@@ -265,6 +265,31 @@ TEST_F(ChunkedLayerTest, NodeStoreFetchesManifestAndMetadataAndCollectionKeepsWh
   EXPECT_FALSE(st.ok());
   EXPECT_FALSE(fs::exists(node.MetaPath(m->meta_sha256)));
 
+  // Promotion (the manifest is on the node): refused while a chunk is missing there; once every
+  // chunk is there, a
+  // plain blob file equal to mkfs's; a cached chunk that is not what it says is refused.
+  EXPECT_EQ(node.Promote(info->digest).code(), Code::kNotFound);
+  EXPECT_FALSE(node.IsPromoted(info->digest));
+  for (const auto& c : m->chunks) {
+    ASSERT_TRUE(
+        node.PutObject(ObjectKind::kChunk, c.sha256, Read(shared.ChunkPath(c.sha256))).ok());
+  }
+  const std::string last = m->chunks.back().sha256;
+  fs::permissions(node.ChunkPath(last), fs::perms::owner_write, fs::perm_options::add);
+  Write(node.ChunkPath(last), "not the chunk");
+  EXPECT_EQ(node.Promote(info->digest).code(), Code::kInternal);
+  EXPECT_FALSE(node.IsPromoted(info->digest));
+  ASSERT_TRUE(fs::remove(node.ChunkPath(last)));
+  ASSERT_TRUE(node.PutObject(ObjectKind::kChunk, last, Read(shared.ChunkPath(last))).ok());
+  ASSERT_TRUE(node.Promote(info->digest).ok());
+  ASSERT_TRUE(node.IsPromoted(info->digest));
+  std::string promoted = Read(node.PromotedPath(info->digest));
+  ASSERT_EQ(promoted.size(), m->blob_size);
+  for (const auto& c : m->chunks)
+    EXPECT_EQ(promoted.substr(c.offset, c.length), Read(shared.ChunkPath(c.sha256)));
+  ASSERT_TRUE(node.Remove(info->digest).ok());
+  EXPECT_FALSE(fs::exists(node.PromotedPath(info->digest)));
+
   // Collection: nothing named is removed; once the manifest is gone, everything is.
   EXPECT_EQ(shared.CollectChunks(0), 0u);
   ASSERT_TRUE(shared.Remove(info->digest).ok());

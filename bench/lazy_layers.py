@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Layers on demand (chunked layers through blobfsd) against copying the whole layer first.
+
+Two `warren serve`s on this machine, each with a layer store of its own served to its node over
+HTTP by a store server that sleeps LATENCY per request: one publishes chunked layers (read on
+demand), the other whole EROFS images (copied to the node before the first mount, one request).
+The same image is built in both (a Debian rootfs with python3 and gcc: --tree DIR, or
+--debian to build one with mmdebstrap).
+
+For each latency and command, the time from create to the command's result and the bytes
+fetched from the store:
+  cold     the node's chunk cache (or whole-blob copy) empty, no prefetch trace
+  cold+pf  cache empty, the layer's trace (recorded by the cold run) prefetched at open
+  warm     everything cached on the node
+and the read throughput of a mounted layer (every file over 1 MiB under /usr/lib, page
+cache dropped first) against a local EROFS image.
+
+Targets (issue 26): at most 2% of the layer fetched before `python3 -c 'print(1)'` returns;
+a cold start within 2x of a warm one.
+
+  sudo python3 bench/lazy_layers.py --tree /path/to/rootfs [--latencies 0,1,5]
+"""
+
+import argparse
+import http.server
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+from benchlib import BenchError, log
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WARREN = os.environ.get("WARREN_BIN", os.path.join(ROOT, "build", "warren"))
+IMAGE = "bench-lazy:1"
+COMMANDS = ["python3 -c 'print(1)'", "python3 -c 'import json, sqlite3, email'", "gcc --version"]
+
+
+class SlowStore(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, root):
+        self.root, self.delay, self.bytes = root, 0.0, 0
+        self.lock = threading.Lock()
+        store = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                time.sleep(store.delay)
+                path = re.sub(r"^blobs/sha256:", "blobs/sha256/", self.path.lstrip("/"))
+                full = os.path.realpath(os.path.join(store.root, path))
+                if not full.startswith(os.path.realpath(store.root) + "/") or not os.path.isfile(full):
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                with open(full, "rb") as f:
+                    data = f.read()
+                with store.lock:
+                    store.bytes += len(data)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Serve:
+    def __init__(self, scratch, fmt):
+        self.data = tempfile.mkdtemp(prefix=f"warren-bench-{fmt}-data-", dir=scratch)
+        self.store_dir = tempfile.mkdtemp(prefix=f"warren-bench-{fmt}-store-", dir=scratch)
+        self.store = SlowStore(self.store_dir)
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.fmt = fmt
+        self.log = open(os.path.join(self.data, "..", f"warren-bench-{fmt}.log"), "ab")
+        self.proc = subprocess.Popen(
+            [WARREN, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data,
+             "--layer-store", self.store_dir, "--layer-store-url", self.store.url,
+             "--layer-format", fmt, "--no-microvm", "--warm-pool", "0"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(self.url + "/healthz", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise BenchError(f"warren serve ({fmt}) did not start")
+        self.token = open(os.path.join(self.data, "admin.token")).read().strip()
+
+    def http(self, method, path, body=None, timeout=600):
+        req = urllib.request.Request(self.url + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": "Bearer " + self.token,
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            data = r.read()
+            return json.loads(data) if data else None
+
+    def cli(self, *args):
+        env = dict(os.environ, WARREN_URL=self.url, WARREN_TOKEN=self.token)
+        r = subprocess.run([WARREN, *args], env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BenchError(f"warren {' '.join(args)}: {r.stderr}")
+        return r.stdout
+
+    def run(self, cmd):
+        """Create, run `cmd`, delete: (seconds to the result, store bytes fetched)."""
+        before = self.store.bytes
+        t0 = time.monotonic()
+        sid = self.http("POST", "/v1/sandboxes", {"image": IMAGE})["id"]
+        e = self.http("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": cmd})
+        took = time.monotonic() - t0
+        self.http("DELETE", f"/v1/sandboxes/{sid}")
+        if e.get("exit_code") != 0:
+            raise BenchError(f"{cmd}: {e}")
+        return took, self.store.bytes - before
+
+    def digest(self):
+        return self.http("GET", "/v1/layers/" + IMAGE)["digest"]
+
+    def forget(self, keep_trace=False):
+        """A cold node: nothing of the layer cached (chunks, or the whole blob)."""
+        hexd = self.digest().split(":")[1]
+        if self.fmt == "whole":
+            try:
+                os.unlink(os.path.join(self.data, "blobs", "sha256", hexd))
+            except FileNotFoundError:
+                pass  # not fetched yet
+            return
+        pid = int(open(os.path.join(self.data, "blobfs", "pid")).read())
+        shutil.rmtree(os.path.join(self.data, "chunks"), ignore_errors=True)
+        if not keep_trace:
+            shutil.rmtree(os.path.join(self.data, "traces"), ignore_errors=True)
+            shutil.rmtree(os.path.join(self.store_dir, "traces"), ignore_errors=True)
+        os.kill(pid, signal.SIGKILL)  # this benchmark's serve started it
+        for _ in range(300):
+            try:
+                if int(open(os.path.join(self.data, "blobfs", "pid")).read()) != pid and \
+                        self.node().get("daemon_pid") not in (None, pid):
+                    return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise BenchError("blobfsd was not restarted")
+
+    def node(self):
+        return self.http("GET", "/v1/nodes")["nodes"][0].get("layers_on_demand", {})
+
+    def traced(self):
+        return any(l.get("traced") for l in self.node().get("layers", []))
+
+    def stop(self):
+        try:
+            for sb in self.http("GET", "/v1/sandboxes").get("sandboxes", []):
+                self.http("DELETE", "/v1/sandboxes/" + sb["id"])
+        except OSError:
+            pass
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=60)
+        self.store.shutdown()
+        shutil.rmtree(self.data, ignore_errors=True)
+        shutil.rmtree(self.store_dir, ignore_errors=True)
+
+
+def drop_caches():
+    subprocess.run(["sync"])
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tree", help="rootfs directory to build the image from")
+    ap.add_argument("--debian", action="store_true", help="build bookworm + python3,gcc (network)")
+    ap.add_argument("--latencies", default="0,1,5", help="store latency per request, ms")
+    ap.add_argument("--scratch", default="/var/tmp")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        raise BenchError("run as root (warren serve)")
+    if not a.tree and not a.debian:
+        raise BenchError("give --tree DIR or --debian")
+    lazy, whole = Serve(a.scratch, "chunked"), Serve(a.scratch, "whole")
+    try:
+        for s in (lazy, whole):
+            if a.tree:
+                s.cli("image", "build", IMAGE, "--from-dir", a.tree)
+            else:
+                s.cli("image", "build", IMAGE, "--debian", "bookworm", "--packages", "python3,gcc")
+        layer = lazy.http("GET", "/v1/layers/" + IMAGE)
+        total = layer["chunk_bytes"] + layer["meta_bytes"]
+        log(f"image: {layer['chunks']} chunks, {layer['chunk_bytes'] >> 20} MiB of data, "
+            f"metadata {layer['meta_bytes'] >> 10} KiB ({layer['meta_bytes'] / total:.2%})")
+        rows = []
+        for ms in [float(x) for x in a.latencies.split(",")]:
+            lazy.store.delay = whole.store.delay = ms / 1000
+            for cmd in COMMANDS:
+                lazy.forget()
+                cold, cold_b = lazy.run(cmd)
+                # The cold run recorded a trace; it is saved when its window (20 s) ends.
+                for _ in range(300):
+                    if lazy.traced():
+                        break
+                    time.sleep(0.1)
+                lazy.forget(keep_trace=True)
+                time.sleep(0.5)  # the prefetch starts at open; give it what a placement would
+                pf, pf_b = lazy.run(cmd)
+                warm, _ = lazy.run(cmd)
+                whole.forget()
+                wcold, wcold_b = whole.run(cmd)
+                wwarm, _ = whole.run(cmd)
+                rows.append((ms, cmd, cold, cold_b, pf, warm, wcold, wcold_b, wwarm))
+                log(f"{ms:g} ms {cmd}: cold {cold:.2f} s {cold_b >> 20} MiB, cold+pf {pf:.2f} s, "
+                    f"warm {warm:.2f} s | whole: cold {wcold:.2f} s {wcold_b >> 20} MiB, warm {wwarm:.2f} s")
+        # Throughput of a mounted layer against a local EROFS image, page cache dropped.
+        lazy.store.delay = whole.store.delay = 0
+        read = "find /usr/lib -type f -size +1M -exec cat {} + | wc -c"
+        lazy.run(read)  # everything cached on the node
+        drop_caches()
+        lt, _ = lazy.run(read)
+        whole.run(read)
+        drop_caches()
+        wt, _ = whole.run(read)
+        sid = lazy.http("POST", "/v1/sandboxes", {"image": IMAGE})["id"]
+        nbytes = int(lazy.http("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": read})["stdout"])
+        lazy.http("DELETE", f"/v1/sandboxes/{sid}")
+        print(f"\nimage {IMAGE}: {total >> 20} MiB ({layer['chunks']} chunks of 1 MiB; "
+              f"metadata {layer['meta_bytes'] >> 10} KiB)\n")
+        print("| latency | command | cold lazy | fetched | cold+prefetch | warm lazy | cold/warm "
+              "| whole copy + run | whole warm |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for ms, cmd, cold, cold_b, pf, warm, wcold, wcold_b, wwarm in rows:
+            print(f"| {ms:g} ms | `{cmd}` | {cold:.2f} s | {cold_b / 2**20:.1f} MiB "
+                  f"({cold_b / total:.1%}) | {pf:.2f} s | {warm:.2f} s | {cold / warm:.1f}x "
+                  f"| {wcold:.2f} s ({wcold_b >> 20} MiB) | {wwarm:.2f} s |")
+        print(f"\nread {nbytes >> 20} MiB (files over 1 MiB under /usr/lib), page cache dropped: "
+              f"mounted chunked layer {nbytes / lt / 2**20:.0f} MiB/s, local EROFS image "
+              f"{nbytes / wt / 2**20:.0f} MiB/s (including create and delete)")
+    finally:
+        lazy.stop()
+        whole.stop()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BenchError as e:
+        print(f"bench: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -43,6 +43,18 @@ void TxnCombiner::CommitGroup(const std::vector<Item*>& group) {
   }
 }
 
+namespace {
+
+// Whether a comparison looks at `key` (its key, or its range [key, range_end); a range_end of
+// "\0" is every key from `key` on).
+bool Covers(const Compare& c, const std::string& key) {
+  if (c.range_end.empty()) return key == c.key;
+  if (key < c.key) return false;
+  return c.range_end == std::string(1, '\0') || key < c.range_end;
+}
+
+}  // namespace
+
 Result<TxnResult> TxnCombiner::Commit(const Txn& txn) {
   Item me{&txn};
   MutexLock lock(&mu_);
@@ -57,6 +69,7 @@ Result<TxnResult> TxnCombiner::Commit(const Txn& txn) {
     busy_ = true;
     std::vector<Item*> group;
     std::set<std::string> written;
+    std::vector<const Compare*> guards;  // every member's comparisons
     size_t compares = 0, ops = 0;
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       const Txn& t = *(*it)->txn;
@@ -67,13 +80,23 @@ Result<TxnResult> TxnCombiner::Commit(const Txn& txn) {
         ++it;
         continue;
       }
+      // Members share one evaluation of every comparison, made before any member writes: one
+      // must not write what another compares (two creates of one owner, each checking that
+      // no share of the owner was written since it summed them, would both pass and both
+      // be written), nor write a key another writes.
       bool overlaps = false;
-      for (const TxnOp& op : t.success) overlaps = overlaps || written.count(op.key);
+      for (const TxnOp& op : t.success) {
+        overlaps = overlaps || written.count(op.key);
+        for (const Compare* g : guards) overlaps = overlaps || Covers(*g, op.key);
+      }
+      for (const Compare& c : t.compare)
+        for (const std::string& w : written) overlaps = overlaps || Covers(c, w);
       if (overlaps) {
         ++it;
         continue;
       }
       for (const TxnOp& op : t.success) written.insert(op.key);
+      for (const Compare& c : t.compare) guards.push_back(&c);
       compares += t.compare.size();
       ops += t.success.size();
       group.push_back(*it);

@@ -10,9 +10,10 @@
 // (some member lost a race, rare), nothing of it was written, and each member is committed
 // again alone, so each caller gets exactly the answer its own transaction would have had
 // (with its own failure branch's reads). Members that could not share one transaction wait
-// for the next group: two that write the same key, or more than etcd's 128 comparisons or
-// operations in all. A transaction whose success branch reads (its reads would see the
-// others' writes) or deletes a range always commits alone.
+// for the next group: two that write the same key, one that writes a key another compares
+// (their comparisons are all evaluated before any write), or more than etcd's 128
+// comparisons or operations in all. A transaction whose success branch reads (its reads would see
+// the others' writes) or deletes a range always commits alone.
 //
 // It is a KvStore: everything but Commit goes straight through, so the code that writes
 // (KvStateStore, Reservations) does not know.

@@ -104,5 +104,44 @@ TEST(TxnCombiner, WritersOfOneKeyAndReadersAreNotCombined) {
   EXPECT_EQ(r->gets[0].kvs[0].value, "160");
 }
 
+// The quota admission of two creates of one owner (KvStateStore::PutSandboxIfShare): each
+// sums the owner's shares, then inserts its own share only if none was written since. In one
+// combined transaction both comparisons would be evaluated before either write: both pass,
+// and a limit of 3 admits 4. They must commit one after the other.
+TEST(TxnCombiner, AWriterOfWhatAnotherComparesIsNotCombinedWithIt) {
+  SlowKv kv;
+  TxnCombiner combined(&kv);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(kv.Put("/shares/o/" + std::to_string(i), "1").ok());
+  const int64_t limit = 3;
+  std::atomic<int> admitted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (;;) {
+        RangeRequest req;
+        req.key = "/shares/o/";
+        req.range_end = PrefixEnd("/shares/o/");
+        auto held = kv.Range(req);
+        ASSERT_TRUE(held.ok());
+        if (static_cast<int64_t>(held->kvs.size()) >= limit) return;
+        Txn txn;
+        txn.compare = {Compare::NoneWrittenAfter("/shares/o/", held->revision)};
+        txn.success = {TxnOp::Put("/shares/o/new" + std::to_string(t), "1")};
+        auto r = combined.Commit(txn);
+        ASSERT_TRUE(r.ok());
+        if (r->succeeded) {
+          ++admitted;
+          return;
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(admitted.load(), 1);
+  RangeRequest all;
+  all.key = "/shares/o/";
+  all.range_end = PrefixEnd("/shares/o/");
+  EXPECT_EQ(kv.Range(all)->kvs.size(), 3u);
+}
+
 }  // namespace
 }  // namespace warren::cluster

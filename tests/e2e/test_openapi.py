@@ -58,6 +58,8 @@ CONTRACT_ROUTES = [
     ("get", "/v1/layers"),
     ("post", "/v1/layers"),
     ("delete", "/v1/layers/{name}:{tag}"),
+    # Issue 26: an image's format and what nodes fetched of a chunked one (x-warren-addition).
+    ("get", "/v1/layers/{name}:{tag}"),
     ("get", "/v1/trajectories/{id}"),
     ("post", "/v1/leases"),
     ("post", "/v1/leases/{id}/renew"),
@@ -781,7 +783,7 @@ def test_operation_against_server(server, ctx, sandboxes, path, method, request)
         overrides["exec_id"] = ctx.running_exec()
     elif oid == "deleteSandbox":
         overrides["id"] = ctx.new_sandbox()
-    elif oid == "deleteLayer":
+    elif oid in ("deleteLayer", "inspectLayer"):
         overrides["name"], overrides["tag"] = ctx.new_layer()
     elif oid == "deleteToken":
         overrides["name"] = ctx.new_token()

@@ -77,7 +77,7 @@ Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& h
     MutexLock lock(&mu_);
     if (auto it = layers_.find(hex); it != layers_.end()) return it->second;
   }
-  image::ChunkedLayer m = WARREN_TRY(store_->Manifest("sha256:" + hex));
+  image::ChunkedLayer m = *WARREN_TRY(store_->Manifest("sha256:" + hex));
   auto layer = std::make_shared<Layer>();
   layer->hex = hex;
   std::vector<uint32_t> trace;

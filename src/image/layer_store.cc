@@ -124,7 +124,8 @@ bool LayerStore::IsPromoted(const std::string& digest) const {
 
 Status LayerStore::Promote(const std::string& digest) {
   if (IsPromoted(digest)) return Status::Ok();
-  ChunkedLayer m = WARREN_TRY(Manifest(digest));
+  std::shared_ptr<const ChunkedLayer> mp = WARREN_TRY(Manifest(digest));
+  const ChunkedLayer& m = *mp;
   // Cheap first: stop at the first chunk not here (the usual answer).
   for (const auto& c : m.chunks)
     if (access(ChunkPath(c.sha256).c_str(), R_OK) != 0)
@@ -161,11 +162,20 @@ bool LayerStore::IsChunked(const std::string& digest) const {
   return !p.empty() && IsManifestFile(p);
 }
 
-Result<ChunkedLayer> LayerStore::Manifest(const std::string& digest) const {
+Result<std::shared_ptr<const ChunkedLayer>> LayerStore::Manifest(const std::string& digest) const {
   const std::string p = BlobPath(digest);
   if (p.empty()) return Invalid("bad digest", digest);
+  {
+    MutexLock lock(&manifest_mu_);
+    if (auto it = manifests_.find(digest); it != manifests_.end()) return it->second;
+  }
   if (!IsManifestFile(p)) return Invalid("layer is not chunked", digest);
-  return ReadManifestFile(p);
+  auto m = std::make_shared<const ChunkedLayer>(WARREN_TRY(ReadManifestFile(p)));
+  MutexLock lock(&manifest_mu_);
+  // A node uses a few layers at a time: a small bound, dropped whole when passed.
+  if (manifests_.size() >= 64) manifests_.clear();
+  manifests_[digest] = m;
+  return m;
 }
 
 Status LayerStore::PutObject(ObjectKind kind, const std::string& hex, std::string_view bytes) {
@@ -202,8 +212,8 @@ size_t LayerStore::CollectChunks(double grace_s) {
       spdlog::warn("collect layer chunks: {}; keeping every chunk", m.status().ToString());
       return 0;
     }
-    metas.insert(m->meta_sha256);
-    for (const auto& c : m->chunks) chunks.insert(c.sha256);
+    metas.insert((*m)->meta_sha256);
+    for (const auto& c : (*m)->chunks) chunks.insert(c.sha256);
   }
   const double now = static_cast<double>(time(nullptr));
   size_t removed = 0;
@@ -409,7 +419,8 @@ void LayerStore::Trim(const std::string& keep) {
 }
 
 Status LayerStore::EnsureMeta(const std::string& digest) {
-  ChunkedLayer m = WARREN_TRY(Manifest(digest));
+  std::shared_ptr<const ChunkedLayer> mp = WARREN_TRY(Manifest(digest));
+  const ChunkedLayer& m = *mp;
   if (access(MetaPath(m.meta_sha256).c_str(), R_OK) == 0) return Status::Ok();
   if (!source_) return NotFound("layer metadata", m.meta_sha256);
   std::string bytes =
@@ -474,8 +485,10 @@ Status LayerStore::Remove(const std::string& digest) {
   // A chunked layer's metadata image goes with it (its chunks go with CollectChunks: other
   // layers may share them). Another layer naming the same metadata fetches it again.
   if (IsChunked(digest)) {
-    if (auto m = Manifest(digest); m.ok()) unlink(MetaPath(m->meta_sha256).c_str());
+    if (auto m = Manifest(digest); m.ok()) unlink(MetaPath((*m)->meta_sha256).c_str());
     unlink(PromotedPath(digest).c_str());
+    MutexLock lock(&manifest_mu_);
+    manifests_.erase(digest);
   }
   if (unlink(p.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink blob", p);
   return Status::Ok();

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -56,7 +57,9 @@ class LayerStore {
   // alike: the manifest at BlobPath, the metadata image at DIR/meta/sha256/<hex>, chunks at
   // DIR/chunks/sha256/<hex[0:2]>/<hex>. On a node, chunks/ is blobfsd's cache.
   bool IsChunked(const std::string& digest) const;
-  Result<ChunkedLayer> Manifest(const std::string& digest) const;
+  // Parsed once and kept (a manifest never changes: its digest is its name), so a create
+  // does not parse a megabyte of JSON each time.
+  Result<std::shared_ptr<const ChunkedLayer>> Manifest(const std::string& digest) const;
   std::string MetaPath(const std::string& sha256_hex) const;
   std::string ChunkPath(const std::string& sha256_hex) const;
   std::string TracePath(const std::string& layer_hex) const;
@@ -109,6 +112,9 @@ class LayerStore {
   std::string root_;
   LayerFormat format_ = LayerFormat::kWhole;
   BlobSource* source_ = nullptr;
+  mutable Mutex manifest_mu_;
+  mutable std::map<std::string, std::shared_ptr<const ChunkedLayer>> manifests_
+      GUARDED_BY(manifest_mu_);
   Mutex fetch_mu_;
   std::condition_variable_any fetched_;
   std::set<std::string> fetching_ GUARDED_BY(fetch_mu_);

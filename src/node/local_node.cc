@@ -307,7 +307,7 @@ Result<std::vector<std::string>> LocalNode::PrepareLazyLayers(runtime::SandboxCo
                      " is chunked (loaded on demand): microVMs and VMs need whole layers");
     auto m = store_->Manifest(l.digest);
     if (!m.ok()) return Internal("create sandbox", cfg.id, m.status().ToString());
-    l.blob_path = store_->MetaPath(m->meta_sha256);
+    l.blob_path = store_->MetaPath((*m)->meta_sha256);
     if (store_->IsPromoted(l.digest)) {
       // Every chunk was on this node: a plain local file, read without blobfsd.
       l.device_path = store_->PromotedPath(l.digest);
@@ -316,7 +316,6 @@ Result<std::vector<std::string>> LocalNode::PrepareLazyLayers(runtime::SandboxCo
     if (!lazy_)
       return Status(Code::kUnavailable, "create sandbox", cfg.id,
                     "layer " + l.digest + " is chunked and cannot be loaded here: " + lazy_error_);
-    l.blob_path = store_->MetaPath(m->meta_sha256);
     l.device_path = WARREN_TRY(lazy_->DevicePath(l.digest));
     lazy.push_back(l.digest);
   }

@@ -104,9 +104,9 @@ Result<json> LayerService::Get(const std::string& ref) {
     auto m = store_->Manifest(rec.digest);
     j["format"] = "chunked";
     if (m.ok()) {
-      j["chunks"] = m->chunks.size();
-      j["meta_bytes"] = m->meta_size;
-      j["chunk_bytes"] = m->ChunkBytes();
+      j["chunks"] = (*m)->chunks.size();
+      j["meta_bytes"] = (*m)->meta_size;
+      j["chunk_bytes"] = (*m)->ChunkBytes();
     }
   }
   return j;

@@ -15,7 +15,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <thread>
 
 #include "blobfs/blobfs_stats.h"
@@ -23,6 +22,7 @@
 #include "image/layer_store.h"
 #include "sys/mount_api.h"
 #include "test_env.h"
+#include "test_files.h"
 
 namespace warren {
 namespace {
@@ -30,18 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 constexpr long kFuseSuperMagic = 0x65735546;
 
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-void Write(const std::string& path, const std::string& data) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << data;
-}
-
+using testing::RandomBytes;
 // Reads a whole file; the errno of the first failed read, or 0.
 int ReadFile(const std::string& path, std::string* out) {
   out->clear();
@@ -70,8 +59,8 @@ class BlobfsTest : public ::testing::Test {
     tree_ = dir_ + "/tree";
     // 12 files of 3 MB (3 chunks each, all distinct) and a few small ones.
     for (int i = 0; i < 12; ++i)
-      Write(tree_ + "/data/f" + std::to_string(i), RandomBytes(3'000'000, 100 + i));
-    Write(tree_ + "/etc/hello", "hello\n");
+      testing::WriteFile(tree_ + "/data/f" + std::to_string(i), RandomBytes(3'000'000, 100 + i));
+    testing::WriteFile(tree_ + "/etc/hello", "hello\n");
     testing::TarDir(tree_, dir_ + "/layer.tar");
     shared_ = std::make_unique<image::LayerStore>(dir_ + "/shared");
     ASSERT_TRUE(shared_->Init().ok());
@@ -126,8 +115,9 @@ class BlobfsTest : public ::testing::Test {
 
   // Mounts the layer (metadata + the daemon's blob file) at root_.
   void MountLayer() {
-    auto m = node_->Manifest(digest_);
-    ASSERT_TRUE(m.ok());
+    auto got = node_->Manifest(digest_);
+    ASSERT_TRUE(got.ok());
+    auto m = *got;
     auto fd =
         image::MountErofsBlob(node_->MetaPath(m->meta_sha256), mnt_ + "/" + digest_.substr(7));
     ASSERT_TRUE(fd.ok()) << fd.status().ToString();
@@ -175,8 +165,9 @@ TEST_F(BlobfsTest, ReadsBackEveryFileAndFetchesOnlyWhatIsRead) {
 }
 
 TEST_F(BlobfsTest, CorruptChunkInTheStoreFailsTheReadWithEio) {
-  auto m = node_->Manifest(digest_);
-  ASSERT_TRUE(m.ok());
+  auto mr = node_->Manifest(digest_);
+  ASSERT_TRUE(mr.ok());
+  auto m = *mr;
   // Corrupt every chunk of the store (the test does not know which file is where).
   for (const auto& c : m->chunks) {
     const std::string p = shared_->ChunkPath(c.sha256);

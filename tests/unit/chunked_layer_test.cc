@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <set>
 
 #include "base/sha256.h"
@@ -19,28 +18,16 @@
 #include "image/erofs_chunk_map.h"
 #include "image/layer_store.h"
 #include "image/tar_create.h"
+#include "test_files.h"
 
 namespace warren::image {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-void Write(const std::string& path, const std::string& data) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << data;
-}
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using warren::testing::RandomBytes;
+constexpr auto Write = warren::testing::WriteFile;
+constexpr auto Read = warren::testing::ReadWholeFile;
 
 class ChunkedLayerTest : public ::testing::Test {
  protected:
@@ -235,8 +222,9 @@ TEST_F(ChunkedLayerTest, NodeStoreFetchesManifestAndMetadataAndCollectionKeepsWh
   auto again = shared.ImportTar(dir_ + "/layer.tar");  // reproducible: the same digest
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->digest, info->digest);
-  auto m = shared.Manifest(info->digest);
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto got = shared.Manifest(info->digest);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  auto m = *got;
   EXPECT_EQ(info->size, m->meta_size + m->ChunkBytes());
   for (const auto& c : m->chunks) EXPECT_TRUE(fs::exists(shared.ChunkPath(c.sha256)));
 

@@ -48,6 +48,11 @@ struct BlobLayers::Layer {
   double trace_until GUARDED_BY(mu) = 0;
   std::vector<bool> touched GUARDED_BY(mu);
   std::vector<uint32_t> trace GUARDED_BY(mu);
+  // Sequential reading: where the last read ended, how many reads in a row started there,
+  // and the blob offset up to which chunks were already queued ahead.
+  uint64_t last_end GUARDED_BY(mu) = 0;
+  int streak GUARDED_BY(mu) = 0;
+  uint64_t ahead_until GUARDED_BY(mu) = 0;
 };
 
 struct BlobLayers::Flight {
@@ -112,7 +117,7 @@ Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& h
   if (auto it = layers_.find(hex); it != layers_.end()) return it->second;  // lost a race
   layers_[hex] = layer;
   order_.push_back(hex);
-  for (uint32_t i : trace) prefetch_.emplace_back(layer, i);
+  for (uint32_t i : trace) prefetch_.push_back({layer, i, true});
   if (!trace.empty()) {
     spdlog::info("blobfsd: layer sha256:{} opened; prefetching {} traced chunks", hex,
                  trace.size());
@@ -256,20 +261,73 @@ Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_
   return bytes;
 }
 
-Status BlobLayers::Read(Layer& layer, uint64_t off, size_t n, std::string* out) {
+std::pair<size_t, size_t> BlobLayers::ReadaheadFor(Layer& layer, uint64_t off, uint64_t end) {
+  const image::ChunkedLayer& m = layer.manifest;
+  uint64_t from, to;
+  {
+    MutexLock lock(&layer.mu);
+    layer.streak = (off == layer.last_end && off != 0) ? layer.streak + 1 : 0;
+    layer.last_end = end;
+    if (opts_.readahead_max == 0) return {0, 0};
+    if (layer.streak < opts_.sequential_reads) return {0, 0};
+    // The window doubles with each further sequential read: 1, 2, 4... chunks' worth.
+    const int doublings = std::min(layer.streak - opts_.sequential_reads, 20);
+    const uint64_t window =
+        std::min<uint64_t>(opts_.readahead_max, std::max<uint64_t>(m.chunk_size, 1) << doublings);
+    from = std::max(end, layer.ahead_until);
+    to = std::min<uint64_t>(m.blob_size, end + window);
+    if (from >= to) return {0, 0};
+    layer.ahead_until = to;
+  }
+  size_t first = m.FirstChunkEndingAfter(from), last = first;
+  while (last < m.chunks.size() && m.chunks[last].offset < to) ++last;
+  return {first, last};
+}
+
+void BlobLayers::QueueUrgent(const std::shared_ptr<Layer>& layer, size_t first, size_t last,
+                             bool ahead) {
+  if (first >= last || opts_.prefetch_threads == 0) return;
+  {
+    MutexLock lock(&mu_);
+    for (size_t i = first; i < last; ++i)
+      if (!flights_.count(layer->manifest.chunks[i].sha256)) urgent_.push_back({layer, i, ahead});
+  }
+  cv_.notify_all();
+}
+
+Status BlobLayers::Read(const std::shared_ptr<Layer>& lp, uint64_t off, size_t n,
+                        std::string* out) {
+  Layer& layer = *lp;
   const image::ChunkedLayer& m = layer.manifest;
   out->clear();
   if (off >= m.blob_size) return Status::Ok();
   const uint64_t end = std::min<uint64_t>(m.blob_size, off + n);
   out->assign(end - off, '\0');  // gaps read as zeros, as in the blob file
-  for (size_t i = m.FirstChunkEndingAfter(off); i < m.chunks.size() && m.chunks[i].offset < end;
-       ++i) {
+  const size_t first = m.FirstChunkEndingAfter(off);
+  size_t last = first;
+  while (last < m.chunks.size() && m.chunks[last].offset < end) ++last;
+  // Every chunk of the read that is missing is fetched at once: the first by this reader, the
+  // rest by the workers (a chunk a worker has not started yet, this reader takes over below).
+  std::vector<bool> missed(last - first);
+  for (size_t i = first, queued = 0; i < last; ++i) {
+    NoteTouch(layer, i);
+    if (cache_->Has(m.chunks[i].sha256)) continue;
+    missed[i - first] = true;
+    if (queued++ > 0) QueueUrgent(lp, i, i + 1, false);
+  }
+  auto [ahead_first, ahead_last] = ReadaheadFor(layer, off, end);
+  QueueUrgent(lp, ahead_first, ahead_last, true);
+  for (size_t i = first; i < last; ++i) {
     const image::LayerChunk& c = m.chunks[i];
     const uint64_t from = std::max(off, c.offset), to = std::min(end, c.offset + c.length);
     char* dst = out->data() + (from - off);
-    NoteTouch(layer, i);
+    const bool miss = missed[i - first];
     if (cache_->Read(c.sha256, c.length, from - c.offset, to - from, dst)) {
       MutexLock lock(&layer.mu);
+      if (miss) {
+        ++layer.stats.misses;  // fetched by a worker for this read
+        continue;
+      }
       ++layer.stats.hits;
       if (layer.prefetched[i]) {
         ++layer.stats.prefetch_hits;
@@ -296,18 +354,20 @@ Status BlobLayers::Read(Layer& layer, uint64_t off, size_t n, std::string* out) 
 
 void BlobLayers::PrefetchLoop() {
   for (;;) {
-    std::shared_ptr<Layer> layer;
-    size_t index;
+    Queued q;
     {
       MutexLock lock(&mu_);
-      while (!stop_ && prefetch_.empty()) lock.Wait(cv_);
+      while (!stop_ && urgent_.empty() && prefetch_.empty()) lock.Wait(cv_);
       if (stop_) return;
-      std::tie(layer, index) = prefetch_.front();
-      prefetch_.pop_front();
-      if (flights_.count(layer->manifest.chunks[index].sha256)) continue;  // on its way
+      auto& queue = urgent_.empty() ? prefetch_ : urgent_;
+      q = std::move(queue.front());
+      queue.pop_front();
+      if (flights_.count(q.layer->manifest.chunks[q.index].sha256)) continue;  // on its way
     }
+    std::shared_ptr<Layer> layer = std::move(q.layer);
+    const size_t index = q.index;
     if (cache_->Has(layer->manifest.chunks[index].sha256)) continue;
-    auto r = Fetch(*layer, index, true);
+    auto r = Fetch(*layer, index, q.ahead);
     if (!r.ok())
       spdlog::warn("blobfsd: prefetch of a chunk of sha256:{} failed: {}", layer->hex,
                    r.status().ToString());

@@ -14,6 +14,15 @@
 // with a trace is opened, its traced chunks are fetched in that order by `prefetch_threads`
 // workers, while demand misses never queue behind them: a reader fetches its own chunk at
 // once (or joins the fetch of it already running).
+//
+// Demand comes first, and in parallel: a read spanning several missing chunks hands all but
+// the first to the workers ahead of any prefetch and fetches the first itself, so a 128 KiB
+// kernel read over small chunks costs one store round trip, not one per chunk. A layer read
+// sequentially (each read starting where the last ended, `sequential_reads` times) has the
+// chunks after it fetched ahead too, in a window that doubles per further sequential read up
+// to `readahead_max` bytes: a reader streaming a large file is not one round trip per chunk.
+// blobfsd does not know where a file ends, so a stream's end over-fetches up to that window:
+// it is kept small (1 MiB: 16 chunks in flight, ~200 MB/s at 5 ms a fetch).
 #pragma once
 
 #include <condition_variable>
@@ -36,8 +45,10 @@
 namespace warren::blobfs {
 
 struct BlobLayersOptions {
-  int prefetch_threads = 4;
+  int prefetch_threads = 8;
   double trace_window_s = 20;
+  int sequential_reads = 3;
+  uint64_t readahead_max = 1 << 20;
 };
 
 class BlobLayers {
@@ -55,7 +66,7 @@ class BlobLayers {
   Result<std::shared_ptr<Layer>> Open(const std::string& hex);
   uint64_t Size(const Layer& layer) const;
   // Reads up to `n` bytes at `off` (short at the blob's end) into `out`.
-  Status Read(Layer& layer, uint64_t off, size_t n, std::string* out);
+  Status Read(const std::shared_ptr<Layer>& layer, uint64_t off, size_t n, std::string* out);
   // Every opened layer's digest hex, in the order they were opened.
   std::vector<std::string> Opened();
   BlobfsStats Stats();
@@ -68,6 +79,12 @@ class BlobLayers {
   void NoteTouch(Layer& layer, size_t index);
   void SaveTrace(Layer& layer) EXCLUDES(mu_);
   void PrefetchLoop();
+  // Queues chunks [first, last) of `layer` that are neither cached nor on their way, ahead of
+  // traced prefetch.
+  // `ahead`: fetched ahead of any read (counted as prefetch), not for a read waiting on it.
+  void QueueUrgent(const std::shared_ptr<Layer>& layer, size_t first, size_t last, bool ahead);
+  // The chunks after a sequential read to fetch ahead: [first, last), empty when none.
+  std::pair<size_t, size_t> ReadaheadFor(Layer& layer, uint64_t off, uint64_t end);
 
   image::LayerStore* const store_;
   image::BlobSource* const source_;
@@ -79,7 +96,14 @@ class BlobLayers {
   std::map<std::string, std::shared_ptr<Layer>> layers_ GUARDED_BY(mu_);
   std::vector<std::string> order_ GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Flight>> flights_ GUARDED_BY(mu_);  // by chunk hex
-  std::deque<std::pair<std::shared_ptr<Layer>, size_t>> prefetch_ GUARDED_BY(mu_);
+  // Fetches for the workers: urgent (a read's further chunks, readahead) before traced.
+  struct Queued {
+    std::shared_ptr<Layer> layer;
+    size_t index;
+    bool ahead;
+  };
+  std::deque<Queued> urgent_ GUARDED_BY(mu_);
+  std::deque<Queued> prefetch_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };

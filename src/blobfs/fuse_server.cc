@@ -134,7 +134,7 @@ void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
   auto layer = s->LayerOf(ino);
   if (!layer) return void(fuse_reply_err(req, ENOENT));
   std::string out;
-  Status st = s->layers()->Read(*layer, static_cast<uint64_t>(off), size, &out);
+  Status st = s->layers()->Read(layer, static_cast<uint64_t>(off), size, &out);
   // Fail loud: the reader sees EIO, never zeros in place of data it could not get.
   if (!st.ok()) return void(fuse_reply_err(req, EIO));
   fuse_reply_buf(req, out.data(), out.size());

@@ -15,6 +15,7 @@ void AddBlobfsd(CLI::App& app) {
   struct Flags {
     blobfs::BlobfsdOptions opts;
     std::string cache_size = "0";
+    std::string readahead_max = "1M";
   };
   auto f = std::make_shared<Flags>();
   cmd->add_option("--store", f->opts.store_root, "the node's layer store directory")->required();
@@ -27,7 +28,12 @@ void AddBlobfsd(CLI::App& app) {
   cmd->add_option("--trace-window", f->opts.layers.trace_window_s,
                   "seconds of a layer's first use recorded as its prefetch trace")
       ->check(CLI::Range(1.0, 3600.0));
+  cmd->add_option("--readahead-max", f->readahead_max,
+                  "the largest window fetched ahead of a sequential reader (0: none)");
   cmd->callback([f] {
+    auto ahead = ParseSize(f->readahead_max);
+    if (!ahead) return void(ExitCode() = Fail(Invalid("bad --readahead-max", f->readahead_max)));
+    f->opts.layers.readahead_max = *ahead;
     auto size = ParseSize(f->cache_size);
     if (!size) return void(ExitCode() = Fail(Invalid("bad --cache-size", f->cache_size)));
     f->opts.cache_high = *size;

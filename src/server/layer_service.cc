@@ -107,6 +107,7 @@ Result<json> LayerService::Get(const std::string& ref) {
       j["chunks"] = (*m)->chunks.size();
       j["meta_bytes"] = (*m)->meta_size;
       j["chunk_bytes"] = (*m)->ChunkBytes();
+      j["chunk_size"] = (*m)->chunk_size;
     }
   }
   return j;

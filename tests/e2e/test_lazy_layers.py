@@ -267,10 +267,12 @@ def test_corrupt_chunk_fails_the_sandbox_with_the_reason(lazy):
         assert r.returncode == 0, r.stderr
     finally:
         conftest.safe_rmtree(str(root))
-    # /data's three 1 MiB chunks (named by their content) are this layer's alone: corrupt
-    # them in the store.
-    for i in range(3):
-        sha = hashlib.sha256(data[i << 20:(i + 1) << 20]).hexdigest()
+    # /data's chunks (slices of chunk_size, named by their content) are this layer's alone:
+    # corrupt them in the store.
+    size = _layer(lazy, "lazy-corrupt:1")["chunk_size"]
+    assert size and len(data) % size == 0, size
+    for i in range(len(data) // size):
+        sha = hashlib.sha256(data[i * size:(i + 1) * size]).hexdigest()
         p = Path(lazy.store_dir, "chunks", "sha256", sha[:2], sha)
         os.chmod(p, 0o600)
         with open(p, "r+b") as f:

@@ -47,6 +47,10 @@ Result<std::string> Sha256File(const std::string& path) {
   return Hex(md, len);
 }
 
+bool IsSha256Hex(std::string_view s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 std::string Sha256Hex(std::string_view data) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned len = 0;

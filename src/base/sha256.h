@@ -11,6 +11,8 @@ namespace warren {
 // Lowercase hex digest.
 Result<std::string> Sha256File(const std::string& path);
 std::string Sha256Hex(std::string_view data);
+// True when `s` is a digest as Sha256Hex writes it: 64 lowercase hex digits.
+bool IsSha256Hex(std::string_view s);
 
 // Incremental SHA-256, for verifying a stream (e.g. a registry blob) as it arrives.
 class Sha256 {

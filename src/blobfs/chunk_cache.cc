@@ -28,10 +28,6 @@ std::vector<std::string> Names(const std::string& dir) {
   return out;
 }
 
-bool IsHex64(const std::string& s) {
-  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
-
 bool PreadAll(int fd, char* out, size_t n, uint64_t off) {
   size_t got = 0;
   while (got < n) {
@@ -71,7 +67,7 @@ Status ChunkCache::Load() {
       const std::string p = base + "/" + sub + "/" + name;
       struct stat st;
       if (lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      if (!IsHex64(name) || name.compare(0, 2, sub) != 0) {
+      if (!IsSha256Hex(name) || name.compare(0, 2, sub) != 0) {
         unlink(p.c_str());  // a scratch file a crash left, or not ours
         continue;
       }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/sha256.h"
 #include "base/thread_annotations.h"
 #include "image/layer_store.h"
 
@@ -24,11 +25,6 @@ constexpr fuse_ino_t kFirstLayerIno = 3;
 constexpr const char* kStatsName = ".stats";
 // Layers never change: the kernel may keep their names and attributes for an hour.
 constexpr double kLayerTimeout = 3600;
-
-bool IsHex64(const char* s) {
-  const size_t n = strlen(s);
-  return n == 64 && strspn(s, "0123456789abcdef") == 64;
-}
 
 class Server {
  public:
@@ -84,7 +80,7 @@ void OnLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     e.attr = s->Attr(kStatsIno, 0);
     return void(fuse_reply_entry(req, &e));
   }
-  if (!IsHex64(name)) return void(fuse_reply_err(req, ENOENT));
+  if (!IsSha256Hex(name)) return void(fuse_reply_err(req, ENOENT));
   std::shared_ptr<BlobLayers::Layer> layer;
   auto ino = s->Lookup(name, &layer);
   if (!ino.ok()) {

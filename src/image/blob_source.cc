@@ -12,6 +12,7 @@
 
 #include "base/cleanup.h"
 #include "base/ids.h"
+#include "base/sha256.h"
 #include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 
@@ -30,10 +31,6 @@ std::string ObjectRelPath(ObjectKind kind, const std::string& hex) {
 }
 
 namespace {
-
-bool IsHex64(const std::string& s) {
-  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
 
 const char* KindName(ObjectKind kind) {
   switch (kind) {
@@ -111,7 +108,7 @@ class DirBlobSource : public BlobSource {
   }
 
   Result<std::string> ReadObject(ObjectKind kind, const std::string& hex, uint64_t max) override {
-    if (!IsHex64(hex)) return Invalid("read layer object: not a sha256", hex);
+    if (!IsSha256Hex(hex)) return Invalid("read layer object: not a sha256", hex);
     const std::string path = root_ + "/" + ObjectRelPath(kind, hex);
     UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) {
@@ -141,7 +138,7 @@ class DirBlobSource : public BlobSource {
   }
 
   Status PublishTrace(const std::string& hex, std::string_view bytes) override {
-    if (!IsHex64(hex)) return Invalid("publish trace: not a sha256", hex);
+    if (!IsSha256Hex(hex)) return Invalid("publish trace: not a sha256", hex);
     const std::string dir = root_ + "/traces/sha256";
     for (const std::string& d : {root_ + "/traces", dir})
       if (mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d);
@@ -232,7 +229,7 @@ class HttpBlobSource : public BlobSource {
   }
 
   Result<std::string> ReadObject(ObjectKind kind, const std::string& hex, uint64_t max) override {
-    if (!IsHex64(hex)) return Invalid("read layer object: not a sha256", hex);
+    if (!IsSha256Hex(hex)) return Invalid("read layer object: not a sha256", hex);
     const std::string url = base_ + "/" + ObjectRelPath(kind, hex);
     CURL* curl = TakeHandle();
     if (!curl) return Internal("read layer object", url, "curl_easy_init failed");

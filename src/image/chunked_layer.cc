@@ -22,10 +22,6 @@ constexpr const char* kFormat = "warren.chunked-layer/v1";
 constexpr std::string_view kManifestStart = "{\"blob_size\":";
 constexpr uint64_t kMaxManifestBytes = 64ull << 20;
 
-bool IsHex64(const std::string& s) {
-  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
-
 bool PowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 Status ReadAt(int fd, uint64_t off, size_t n, std::string* out, const std::string& what) {
@@ -92,7 +88,7 @@ Result<ChunkedLayer> DecodeManifest(std::string_view bytes, const std::string& w
   WARREN_RETURN_IF_ERROR(m.String("sha256", &l.meta_sha256));
   WARREN_RETURN_IF_ERROR(m.UInt("size", &l.meta_size));
   WARREN_RETURN_IF_ERROR(m.NoOthers());
-  if (!IsHex64(l.meta_sha256)) return Invalid("layer manifest: bad meta digest", what);
+  if (!IsSha256Hex(l.meta_sha256)) return Invalid("layer manifest: bad meta digest", what);
   if (!PowerOfTwo(block_size) || block_size < 512 || block_size > 65536)
     return Invalid("layer manifest: bad block size", what);
   l.block_size = static_cast<uint32_t>(block_size);
@@ -106,7 +102,7 @@ Result<ChunkedLayer> DecodeManifest(std::string_view bytes, const std::string& w
         !c[1].is_number_unsigned() || !c[2].is_string())
       return Invalid("layer manifest: a chunk is not [offset, length, sha256]", what);
     LayerChunk lc{c[0].get<uint64_t>(), c[1].get<uint64_t>(), c[2].get<std::string>()};
-    if (!IsHex64(lc.sha256)) return Invalid("layer manifest: bad chunk digest", what);
+    if (!IsSha256Hex(lc.sha256)) return Invalid("layer manifest: bad chunk digest", what);
     if (lc.offset % block_size || lc.length == 0 || lc.length % block_size ||
         lc.length > l.chunk_size || lc.offset < end || lc.offset > l.blob_size ||
         lc.length > l.blob_size - lc.offset)

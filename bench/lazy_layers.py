@@ -46,6 +46,7 @@ COMMANDS = ["python3 -c 'print(1)'", "python3 -c 'import json, sqlite3, email'",
 
 class SlowStore(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # a node fetches with 8 workers plus its readers at once
 
     def __init__(self, root):
         self.root, self.delay, self.bytes, self.meta_bytes = root, 0.0, 0, 0

@@ -37,6 +37,9 @@ class SlowStore(http.server.ThreadingHTTPServer):
     (the store's latency), and counts the requests and bytes each kind of object costs."""
 
     daemon_threads = True
+    # A node fetches with up to 8 workers plus its readers at once: the default listen backlog
+    # of 5 would drop connections (a second's SYN retry each), which no real store does.
+    request_queue_size = 128
 
     def __init__(self, root: str):
         self.root, self.delay = root, 0.0
@@ -46,6 +49,11 @@ class SlowStore(http.server.ThreadingHTTPServer):
         store = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            # Kept-alive connections, as the node's curl handles expect; headers and body are
+            # two writes, so no Nagle (a delayed ACK would hold each body up to 40 ms).
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
             def log_message(self, *a):
                 pass
 

@@ -337,6 +337,9 @@ def test_push_and_delete_layer(server, client, image, sandboxes):
     try:
         assert layer.name == "e2e-sdk" and layer.tag == "1" and layer.digest.startswith("sha256:"), layer
         assert any(l.name == "e2e-sdk" for l in client.layers())
+        got = client.inspect_layer("e2e-sdk:1")
+        assert got.digest == layer.digest and got.format in ("whole", "chunked"), got
+        assert isinstance(got.on_demand, list), got
         with client.sandbox(image="e2e-sdk:1") as sb:
             sandboxes.append(sb.id)
             assert sb.run("cat /etc/marker").stdout == "warren-e2e-rootfs\n"
@@ -345,3 +348,5 @@ def test_push_and_delete_layer(server, client, image, sandboxes):
     assert not any(l.name == "e2e-sdk" for l in client.layers())
     with pytest.raises(warren.NotFound):
         client.delete_layer("e2e-sdk:1")
+    with pytest.raises(warren.NotFound):
+        client.inspect_layer("e2e-sdk:1")

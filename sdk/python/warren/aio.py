@@ -229,6 +229,9 @@ class AsyncClient:
     async def push_layer(self, name: str, tag: str, data: bytes, kind: str = "base") -> Layer:
         return await asyncio.to_thread(self.sync.push_layer, name, tag, data, kind)
 
+    async def inspect_layer(self, ref: str) -> Layer:
+        return await asyncio.to_thread(self.sync.inspect_layer, ref)
+
     async def delete_layer(self, ref: str) -> None:
         await asyncio.to_thread(self.sync.delete_layer, ref)
 

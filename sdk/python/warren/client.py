@@ -621,6 +621,12 @@ class Client:
                                      body=bytes(data), headers={"Content-Type": "application/octet-stream"})
         return Layer(json.loads(body) if body else {})
 
+    def inspect_layer(self, ref: str) -> Layer:
+        """A layer given as NAME:TAG, with how it is stored (``format``: whole or chunked; for
+        chunked, ``chunks``, ``chunk_size``, ``meta_bytes``, ``chunk_bytes``) and ``on_demand``:
+        per node that read it on demand, what it read and fetched (GET /v1/layers/{ref})."""
+        return Layer(self._t.json("GET", "/v1/layers/" + _quote_id(ref).replace("%3A", ":")) or {})
+
     def delete_layer(self, ref: str) -> None:
         """Delete a layer given as NAME:TAG."""
         self._t.request("DELETE", "/v1/layers/" + _quote_id(ref).replace("%3A", ":"))

@@ -279,9 +279,7 @@ std::pair<size_t, size_t> BlobLayers::ReadaheadFor(Layer& layer, uint64_t off, u
     if (from >= to) return {0, 0};
     layer.ahead_until = to;
   }
-  size_t first = m.FirstChunkEndingAfter(from), last = first;
-  while (last < m.chunks.size() && m.chunks[last].offset < to) ++last;
-  return {first, last};
+  return m.ChunksOverlapping(from, to);
 }
 
 void BlobLayers::QueueUrgent(const std::shared_ptr<Layer>& layer, size_t first, size_t last,
@@ -303,9 +301,7 @@ Status BlobLayers::Read(const std::shared_ptr<Layer>& lp, uint64_t off, size_t n
   if (off >= m.blob_size) return Status::Ok();
   const uint64_t end = std::min<uint64_t>(m.blob_size, off + n);
   out->assign(end - off, '\0');  // gaps read as zeros, as in the blob file
-  const size_t first = m.FirstChunkEndingAfter(off);
-  size_t last = first;
-  while (last < m.chunks.size() && m.chunks[last].offset < end) ++last;
+  const auto [first, last] = m.ChunksOverlapping(off, end);
   // Every chunk of the read that is missing is fetched at once: the first by this reader, the
   // rest by the workers (a chunk a worker has not started yet, this reader takes over below).
   std::vector<bool> missed(last - first);

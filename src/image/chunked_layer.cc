@@ -52,6 +52,13 @@ size_t ChunkedLayer::FirstChunkEndingAfter(uint64_t offset) const {
   return static_cast<size_t>(it - chunks.begin());
 }
 
+std::pair<size_t, size_t> ChunkedLayer::ChunksOverlapping(uint64_t from, uint64_t to) const {
+  const size_t first = FirstChunkEndingAfter(from);
+  auto last = std::lower_bound(chunks.begin() + static_cast<ptrdiff_t>(first), chunks.end(), to,
+                               [](const LayerChunk& c, uint64_t end) { return c.offset < end; });
+  return {first, static_cast<size_t>(last - chunks.begin())};
+}
+
 std::string EncodeManifest(const ChunkedLayer& layer) {
   json chunks = json::array();
   for (const auto& c : layer.chunks) chunks.push_back(json::array({c.offset, c.length, c.sha256}));

@@ -15,6 +15,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -39,6 +40,8 @@ struct ChunkedLayer {
   uint64_t ChunkBytes() const;
   // Index of the first chunk ending after `offset` (chunks.size() when none).
   size_t FirstChunkEndingAfter(uint64_t offset) const;
+  // Indexes [first, last) of the chunks overlapping bytes [from, to) of the blob.
+  std::pair<size_t, size_t> ChunksOverlapping(uint64_t from, uint64_t to) const;
 };
 
 // The chunk size layers are built with: the unit a node fetches, so what a cold start reads

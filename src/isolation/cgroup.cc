@@ -2,10 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,57 +14,26 @@
 #include <set>
 #include <thread>
 
+#include "isolation/cgroup_files.h"
+
 namespace warren::isolation {
 namespace {
 
-constexpr const char* kRoot = "/sys/fs/cgroup";
+constexpr const char* kRoot = kCgroupRoot;
 // Memory the agent may use beyond the commands' limit (its own pages, files written through
 // the file API).
 constexpr uint64_t kAgentHeadroomBytes = 32ull << 20;
 
-struct Layout {
-  bool pure_v2 = false;
-  std::string v2_root;                // "" when the host has no cgroup2 mount
-  std::vector<std::string> v1_roots;  // memory, cpu, pids hierarchies
-};
-
-bool IsFs(const std::string& path, long magic) {
-  struct statfs sf;
-  return statfs(path.c_str(), &sf) == 0 && static_cast<long>(sf.f_type) == magic;
-}
-
-bool Exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
-
+using Layout = CgroupLayout;
+const Layout& GetLayout() { return GetCgroupLayout(); }
+bool Exists(const std::string& p) { return PathExists(p); }
 Status WriteFile(const std::string& path, const std::string& data) {
-  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (!fd) return ErrnoStatus("open", path);
-  if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size()))
-    return ErrnoStatus("write `" + data + "` to", path);
-  return Status::Ok();
+  return WriteCgroupFile(path, data);
 }
 
 Status MkdirIfMissing(const std::string& p) {
   if (mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", p);
   return Status::Ok();
-}
-
-const Layout& GetLayout() {
-  static const Layout layout = [] {
-    Layout l;
-    if (IsFs(kRoot, CGROUP2_SUPER_MAGIC)) {
-      l.pure_v2 = true;
-      l.v2_root = kRoot;
-      return l;
-    }
-    std::string unified = std::string(kRoot) + "/unified";
-    if (IsFs(unified, CGROUP2_SUPER_MAGIC)) l.v2_root = unified;
-    for (const char* c : {"memory", "cpu", "pids"}) {
-      std::string p = std::string(kRoot) + "/" + c;
-      if (IsFs(p, CGROUP_SUPER_MAGIC)) l.v1_roots.push_back(p);
-    }
-    return l;
-  }();
-  return layout;
 }
 
 // Enables the controllers for children of `dir` (pure v2 only).
@@ -343,6 +310,15 @@ void RemoveCgroupParent(const std::string& parent_name) {
   }
   for (const auto& r : l.v1_roots) rmdir((r + "/" + parent_name).c_str());
   if (!l.v2_root.empty()) rmdir((l.v2_root + "/" + parent_name).c_str());
+}
+
+CgroupPaths Cgroup::paths() const {
+  CgroupPaths p;
+  for (const std::string& dir : dirs_)
+    if (dir.starts_with(std::string(kRoot) + "/memory/")) p.memory_dir = dir;
+  p.commands_dir = commands_dir_;
+  p.v2_dir = v2_dir_;
+  return p;
 }
 
 Status Cgroup::AttachV1(pid_t pid) {

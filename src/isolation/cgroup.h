@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "isolation/cgroup_memory.h"
 
 namespace warren::isolation {
 
@@ -80,6 +81,8 @@ class Cgroup {
   Status Destroy();
 
   const std::vector<std::string>& dirs() const { return dirs_; }
+  // Its directories, for what reads and reclaims its memory without owning it (density).
+  CgroupPaths paths() const;
 
  private:
   std::vector<std::string> dirs_;       // v1 dirs; v2 dir last

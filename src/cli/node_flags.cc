@@ -27,6 +27,43 @@ void PrepareDaemonProcess(sigset_t* sigs) {
   }
 }
 
+namespace {
+
+Status DensityOptionsOf(const DensityFlags& f, node::density::DensityOptions* d) {
+  d->enabled = !f.off;
+  if (!f.memory_budget.empty()) {
+    auto bytes = ParseSize(f.memory_budget);
+    if (!bytes || *bytes < (64ull << 20))
+      return Invalid("--memory-budget wants a size of at least 64M", f.memory_budget);
+    d->memory_budget_bytes = *bytes;
+    d->enforce_budget = true;
+  }
+  for (double r : {f.memory_overcommit, f.cpu_overcommit})
+    if (r != 0 && r < 1)
+      return Invalid("--memory-overcommit and --cpu-overcommit are 0 (no limit) or 1 or more",
+                     std::to_string(r));
+  d->memory_overcommit = f.memory_overcommit;
+  d->cpu_overcommit = f.cpu_overcommit;
+  if (f.idle_after_s <= 0 || f.hibernate_after_s < 0 ||
+      (f.hibernate_after_s > 0 && f.hibernate_after_s < f.idle_after_s))
+    return Invalid("--idle-after is over 0 s and --hibernate-after 0 (never) or at least as long",
+                   std::to_string(f.hibernate_after_s));
+  d->idle.idle_after = std::chrono::milliseconds(static_cast<int64_t>(f.idle_after_s * 1000));
+  d->idle.hibernate_after =
+      std::chrono::milliseconds(static_cast<int64_t>(f.hibernate_after_s * 1000));
+  // Passes often enough that a short idle period is noticed within a tenth of it.
+  d->tick = std::clamp(d->idle.idle_after / 10, std::chrono::milliseconds(100),
+                       std::chrono::milliseconds(1000));
+  auto swap = node::density::ParseSwapMode(f.swap);
+  if (!swap)
+    return Invalid("--swap wants auto, zram, zram:SIZE (16M or more), host or none", f.swap);
+  d->swap = swap->first;
+  d->zram_bytes = swap->second;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<node::LocalNodeOptions> LocalNodeOptionsOf(const NodeFlags& f, const std::string& data_dir) {
   const NetFlags& net = f.net;
   const VmFlags& vm = f.vm;
@@ -89,6 +126,7 @@ Result<node::LocalNodeOptions> LocalNodeOptionsOf(const NodeFlags& f, const std:
     return Invalid("--vm-accel wants auto, kvm or tcg", vm.accel);
   if (size_t slash = vm.cache.rfind('/'); slash != std::string::npos && slash > 0)
     (void)mkdir(vm.cache.substr(0, slash).c_str(), 0755);
+  WARREN_RETURN_IF_ERROR(DensityOptionsOf(f.density, &nopts.density));
   return nopts;
 }
 
@@ -138,6 +176,26 @@ void AddNodeFlags(CLI::App* cmd, NodeFlags* f) {
                   "(default 2; 0: none)")
       ->check(CLI::Range(0, 64));
   cmd->add_flag("--no-microvm", vm->off, "no microvm backend on this node");
+  DensityFlags* d = &f->density;
+  cmd->add_option("--memory-budget", d->memory_budget,
+                  "memory this node's sandboxes may really use, e.g. 8G (the node's cgroup is "
+                  "limited to it); default: the host's memory less 1/8 for the host");
+  cmd->add_option("--memory-overcommit", d->memory_overcommit,
+                  "how far the sandboxes' requested memory may exceed the budget; 0: no limit "
+                  "(default 4)");
+  cmd->add_option("--cpu-overcommit", d->cpu_overcommit,
+                  "how far the sandboxes' requested CPUs may exceed the host's; 0: no limit "
+                  "(default 0: each sandbox's quota caps its use)");
+  cmd->add_option("--idle-after", d->idle_after_s,
+                  "seconds without an operation or CPU use after which a sandbox is idle and "
+                  "gives memory back (default 30)");
+  cmd->add_option("--hibernate-after", d->hibernate_after_s,
+                  "seconds idle after which a sandbox is frozen and paged out, woken by its "
+                  "next operation; 0: never (default 300)");
+  cmd->add_option("--swap", d->swap,
+                  "where idle memory goes: auto (the host's swap, else a zram device of the "
+                  "node's), zram, zram:SIZE, host or none (default auto)");
+  cmd->add_flag("--no-density", d->off, "no idle reclaim or hibernation on this node");
 }
 
 }  // namespace warren::cli

@@ -30,11 +30,21 @@ struct VmFlags {
   int warm_pool = 2;
 };
 
+// Overcommit, reclaim and hibernation (node/density/density_manager.h).
+struct DensityFlags {
+  std::string memory_budget;  // "": the host's memory less a reserve
+  double memory_overcommit = 4.0, cpu_overcommit = 0;
+  double idle_after_s = 30, hibernate_after_s = 300;
+  std::string swap = "auto";
+  bool off = false;
+};
+
 struct NodeFlags {
   bool unsafe_no_hardening = false;
   int warm_pool = 2;
   NetFlags net;
   VmFlags vm;
+  DensityFlags density;
 };
 
 void AddNodeFlags(CLI::App* cmd, NodeFlags* f);

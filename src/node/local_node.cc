@@ -16,6 +16,7 @@
 #include "base/ids.h"
 #include "image/tar_extract.h"
 #include "isolation/cgroup.h"
+#include "isolation/cgroup_files.h"
 #include "isolation/seccomp_policy.h"
 #include "node/fncall/fncall_sandboxes.h"
 #include "runtime/container/agent_binary.h"
@@ -33,6 +34,7 @@ LocalNode::~LocalNode() {
   if (vm_start_.joinable()) vm_start_.join();
   warm_.reset();  // its waiting sandboxes, before the directories they live in
   DeleteAll();
+  density_.reset();  // its swap device, once no sandbox's pages are in it
   // The block daemon after the sandboxes reading through it.
   if (lazy_) lazy_->Shutdown();
   // The VM backend's warm VMs (each with a cgroup and sockets of its own) go before the
@@ -93,6 +95,13 @@ Status LocalNode::StartServices() {
     net_error_ = "sandbox networking is disabled on this node";
   }
   WARREN_RETURN_IF_ERROR(mux_.Start());
+  {
+    density::DensityOptions d = opts.density;
+    d.cgroup_parent = opts.cgroup_parent;
+    // A fake backend's sandboxes have no cgroups: count requests, touch nothing of the host.
+    if (opts.container_backend) d.enabled = false, d.enforce_budget = false;
+    density_ = WARREN_TRY(density::DensityManager::Start(d));
+  }
   LocalNode* self = this;
   WarmPoolOptions wo;
   wo.initial = opts.warm_pool;
@@ -233,6 +242,13 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   const runtime::BackendTraits traits = runtime::TraitsOf(spec.backend);
   const bool is_vm = traits.is_vm;
   runtime::SandboxConfig cfg = spec.config;
+  // Runners belong to the fncall pool, which sizes itself; every other sandbox is admitted
+  // against the node's budget times its overcommit ratios.
+  const bool tracked = !cfg.fncall_runner;
+  if (tracked) WARREN_RETURN_IF_ERROR(density_->Admit(cfg.id, cfg.memory_bytes, cfg.cpus));
+  Cleanup unadmit([&] {
+    if (tracked) density_->Forget(cfg.id);
+  });
   cfg.full_os = traits.full_os;
   for (auto& l : cfg.layers) {
     // The tenant named an image that exists; its blob missing is the node's fault. A cluster
@@ -274,7 +290,10 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
       if (st.ok()) {
         SandboxRuntime rt{w->instance->host_pid(), w->instance->host_uid()};
         auto conn = std::make_shared<AgentConn>(cfg.id, std::move(w->control));
+        runtime::Instance* inst = w->instance.get();
         Register(cfg.id, std::move(w->instance), std::move(conn));
+        Track(cfg.id, inst, false, cfg.memory_bytes, cfg.cpus);
+        unadmit.Cancel();
         forget_lazy.Cancel();
         return rt;
       }
@@ -291,7 +310,10 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   auto inst = WARREN_TRY(CreateAttached(backend, cfg, attach ? &spec.network : nullptr, is_vm));
   SandboxRuntime rt{inst->host_pid(), inst->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, inst->TakeControlSocket());
+  runtime::Instance* made = inst.get();
   Register(cfg.id, std::move(inst), std::move(conn), is_vm, cfg.net_ip != 0);
+  if (tracked) Track(cfg.id, made, is_vm, cfg.memory_bytes, cfg.cpus);
+  unadmit.Cancel();
   forget_lazy.Cancel();
   if (net_ && spec.network.egress) WriteCaBundle(cfg.id);
   return rt;
@@ -540,6 +562,37 @@ void LocalNode::Register(const std::string& id, std::unique_ptr<runtime::Instanc
   mux_.Add(entry->conn);
 }
 
+void LocalNode::Track(const std::string& id, runtime::Instance* inst, bool microvm,
+                      uint64_t memory_bytes, double cpus) {
+  density::TrackedSandbox t;
+  t.id = id;
+  t.paths = inst->cgroup_paths();
+  if (t.paths.empty()) return;
+  // A container's init is its agent, which must outlive any command; a microVM's is QEMU,
+  // the whole sandbox, ranked like the rest of it.
+  t.protected_pid = microvm ? 0 : inst->host_pid();
+  if (memory_bytes == 0)
+    if (auto use = isolation::ReadMemoryUse(t.paths); use.ok()) memory_bytes = use->limit_bytes;
+  t.memory_bytes = memory_bytes;
+  t.cpus = cpus;
+  t.freeze = [inst](bool frozen) { return frozen ? inst->Pause() : inst->Resume(); };
+  // Frozen by an earlier run that hibernated it (a user's pause is the API's to restore).
+  t.frozen_now = !t.paths.v2_dir.empty() &&
+                 isolation::ReadCgroupNumber(t.paths.v2_dir + "/cgroup.freeze").value_or(0) == 1;
+  density_->Add(std::move(t));
+}
+
+Status LocalNode::Touch(const std::string& id) { return density_->Touch(id); }
+
+Result<density::SandboxDensity> LocalNode::Density(const std::string& id) {
+  if (auto d = density_->Sandbox(id)) return *d;
+  if (Fncall(id)) return Status(Code::kUnavailable, "read density", id, "a fncall sandbox");
+  WARREN_TRY(Find(id));
+  return Status(Code::kUnavailable, "read density", id, "not tracked (no cgroup)");
+}
+
+nlohmann::json LocalNode::DensityInfo() { return density::NodeDensityJson(density_->Node()); }
+
 Status LocalNode::AdoptSandbox(const std::string& id) {
   if (Fncall(id)) return Status::Ok();  // made again from its record: nothing runs to adopt
   {
@@ -580,7 +633,9 @@ Status LocalNode::AdoptSandbox(const std::string& id) {
     for (auto& l : loaded) recs.push_back(ExecRecord::Restore(std::move(l), id, conn->budget()));
   }
   conn->AdoptExecs(std::move(recs));
+  runtime::Instance* adopted = inst.get();
   Register(id, std::move(inst), conn, microvm, wired, std::move(journal));
+  Track(id, adopted, microvm, 0, 0);
   // The chunked layers it reads through blobfsd, as its create noted them.
   if (std::ifstream in(LazyRecordPath(id)); in) {
     std::vector<std::string> layers;
@@ -656,6 +711,7 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
     e = it->second;
     sandboxes_.erase(it);
   }
+  density_->Forget(id);
   mux_.Remove(e->conn);
   e->conn->OnClosed("sandbox deleted");
   Status st = e->instance->Destroy().Context("delete " + id);
@@ -685,6 +741,7 @@ Status LocalNode::SetFilesystem(const std::string& id, const isolation::FsPolicy
   // already, and nothing ever changes.
   if (Fncall(id)) return Status::Ok();
   auto e = WARREN_TRY(Find(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
   MutexLock lock(&e->mu);
   // A microVM's agent is the guest's root and does it itself; a paused one answers nothing.
   if (e->microvm && e->paused)
@@ -697,6 +754,7 @@ Result<isolation::ChangeReport> LocalNode::Changes(const std::string& id, const 
                                                    size_t limit) {
   if (Fncall(id)) return isolation::ChangeReport{};
   auto e = WARREN_TRY(Find(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
   MutexLock lock(&e->mu);  // not paused meanwhile
   if (e->microvm && e->paused)
     return Status(Code::kConflict, "read changes", id,
@@ -710,6 +768,7 @@ Status LocalNode::PauseSandbox(const std::string& id) {
   MutexLock lock(&e->mu);
   WARREN_RETURN_IF_ERROR(e->instance->Pause().Context("pause " + id));
   e->paused = true;
+  density_->SetUserPaused(id, true);
   return Status::Ok();
 }
 
@@ -721,6 +780,7 @@ Status LocalNode::ResumeSandbox(const std::string& id) {
     MutexLock lock(&e->mu);
     WARREN_RETURN_IF_ERROR(e->instance->Resume().Context("resume " + id));
     e->paused = false;
+    density_->SetUserPaused(id, false);
     files = std::exchange(e->egress_files_pending, false);
   }
   if (files) ConfigureEgress(id);
@@ -746,6 +806,7 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
                                                          const ExecSpec& spec) {
   if (Fncall(id)) return fncall_->StartExec(id, exec_id, spec);
   auto entry = WARREN_TRY(Find(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
   const std::shared_ptr<AgentConn>& conn = entry->conn;
   auto rec =
       std::make_shared<ExecRecord>(exec_id, id, spec.max_output, spec.binary, conn->budget());
@@ -777,6 +838,7 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::GetExec(const std::string& id,
                                                        const std::string& exec_id) {
   if (Fncall(id)) return fncall_->GetExec(id, exec_id);
   auto conn = WARREN_TRY(Conn(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
   auto rec = conn->FindExec(exec_id);
   if (!rec) return NotFound("exec", exec_id);
   return rec;
@@ -785,6 +847,7 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::GetExec(const std::string& id,
 Status LocalNode::SignalExec(const std::string& id, const std::string& exec_id, int sig) {
   if (Fncall(id)) return fncall::FncallSandboxes::NoState("signal " + exec_id, id);
   auto conn = WARREN_TRY(Conn(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
   return conn->Signal(exec_id, sig);
 }
 
@@ -792,6 +855,7 @@ Status LocalNode::WriteExecStdin(const std::string& id, const std::string& exec_
                                  std::string_view data, bool eof) {
   if (Fncall(id)) return fncall::FncallSandboxes::NoState("stdin " + exec_id, id);
   auto conn = WARREN_TRY(Conn(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
   return conn->SendStdin(exec_id, data, eof);
 }
 
@@ -799,6 +863,7 @@ Status LocalNode::WriteFile(const std::string& id, const std::string& path, uint
                             std::string_view data) {
   if (Fncall(id)) return fncall::FncallSandboxes::NoState("write " + path, id);
   auto conn = WARREN_TRY(Conn(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
   return conn->WriteFile(path, mode, data);
 }
 
@@ -806,6 +871,7 @@ Result<std::string> LocalNode::ReadFile(const std::string& id, const std::string
                                         uint64_t max) {
   if (Fncall(id)) return fncall::FncallSandboxes::NoState("read " + path, id);
   auto conn = WARREN_TRY(Conn(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
   return conn->ReadFile(path, max);
 }
 
@@ -858,6 +924,7 @@ nlohmann::json LocalNode::Info() {
   if (fncall_) j["fncall_sandboxes"] = fncall_->size();
   if (calls_) j["fncall"] = calls_->Stats();  // its runners
   j["layers_on_demand"] = LazyInfo();
+  j["density"] = DensityInfo();
   return j;
 }
 

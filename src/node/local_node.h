@@ -17,6 +17,7 @@
 #include "isolation/uid_allocator.h"
 #include "net/network.h"
 #include "node/agent_mux.h"
+#include "node/density/density_manager.h"
 #include "node/fncall/call_pool.h"
 #include "node/lazy_layers.h"
 #include "node/node_api.h"
@@ -56,6 +57,9 @@ struct LocalNodeOptions {
   // Ready container sandboxes kept per template in use, for creates with network none (see
   // node/warm_pool.h); 0: none.
   size_t warm_pool = 2;
+  // Overcommit, idle reclaim, hibernation and the node's swap (node/density). With a fake
+  // container backend the node touches no host memory settings: admission only.
+  density::DensityOptions density;
   // Failure injection (tests only): asked before each step of a create (runtime/create_faults.h).
   runtime::CreateFaults* create_faults = nullptr;
   // Unit tests only: the container backend to use instead of the real one (a fake, see
@@ -99,6 +103,7 @@ class LocalNode : public NodeApi {
   Result<std::string> ReadFile(const std::string& id, const std::string& path,
                                uint64_t max) override;
   nlohmann::json Info() override;
+  Result<density::SandboxDensity> Density(const std::string& id) override;
   void SetOnSandboxLost(SandboxLostFn fn) override;
 
   size_t live_sandboxes() const;
@@ -150,6 +155,13 @@ class LocalNode : public NodeApi {
   void Register(const std::string& id, std::unique_ptr<runtime::Instance> inst,
                 std::shared_ptr<AgentConn> conn, bool microvm = false, bool wired = false,
                 std::shared_ptr<ExecJournal> journal = nullptr);
+  // Hands a registered sandbox to density, with its request (0: read its limit, adopted).
+  void Track(const std::string& id, runtime::Instance* inst, bool microvm, uint64_t memory_bytes,
+             double cpus);
+  // An operation is about to reach sandbox `id`'s processes: it wakes if hibernated.
+  Status Touch(const std::string& id);
+  nlohmann::json DensityInfo();
+  std::unique_ptr<density::DensityManager> density_;
   // backend->Create in a namespace of the node's network under `policy` (none: no namespace of
   // ours), which the sandbox then keeps; a failure leaves nothing attached.
   Result<std::unique_ptr<runtime::Instance>> CreateAttached(runtime::Backend* backend,

@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "net/policy.h"
 #include "node/agent_conn.h"
+#include "node/density/density_types.h"
 #include "node/exec_record.h"
 #include "runtime/backend.h"
 #include "runtime/backend_kind.h"
@@ -83,6 +84,11 @@ class NodeApi {
   virtual Result<std::string> ReadFile(const std::string& id, const std::string& path,
                                        uint64_t max) = 0;
   virtual nlohmann::json Info() = 0;
+  // How sandbox `id` stands for density (active, idle, hibernated; its memory in RAM and in
+  // swap; its wakes). kUnavailable on a node that does not track it.
+  virtual Result<density::SandboxDensity> Density(const std::string& id) {
+    return Status(Code::kUnavailable, "read density", id, "not tracked by this node");
+  }
   // Sandboxes whose agent died by itself (OOM of the agent, crash) or that the node failed
   // (a chunked layer's reads fail): the server marks them failed with `reason` ("" when the
   // agent simply exited). Called from a node thread.

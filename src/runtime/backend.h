@@ -14,6 +14,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "isolation/cgroup_memory.h"
 #include "isolation/fs_policy.h"
 #include "isolation/overlay_changes.h"
 
@@ -103,6 +104,9 @@ class Instance {
   // The name of its cgroup (a warm sandbox keeps the pool name it was made under: cgroup2
   // cannot rename); empty if the backend does not say.
   virtual std::string cgroup_name() const { return ""; }
+  // Its cgroups' directories, for density (node/density) to read and reclaim its memory;
+  // empty if the backend has none.
+  virtual isolation::CgroupPaths cgroup_paths() const { return {}; }
   // The host pid of the sandbox's init (the agent), for diagnostics.
   virtual int host_pid() const = 0;
   virtual uint32_t host_uid() const = 0;

@@ -120,6 +120,40 @@ void AddLayersOnDemand(Families& f, const json& lod, const std::string& node) {
   }
 }
 
+// Density (node/density): overcommit in use, reclaimed bytes, swap, sandboxes by activity,
+// wakes.
+void AddDensity(Families& f, const json& d, const std::string& node) {
+  if (!d.is_object() || !d.contains("memory_budget_bytes")) return;
+  const auto g = [&](const std::string& name, const std::string& labels, const std::string& v) {
+    f.Add(name, "gauge", Join(node, labels), v);
+  };
+  const auto c = [&](const std::string& name, const std::string& labels, const std::string& v) {
+    f.Add(name, "counter", Join(node, labels), v);
+  };
+  const auto u = [&](const json& j, const char* k) { return Num(j.value(k, uint64_t{0})); };
+  g("warren_node_memory_budget_bytes", "", u(d, "memory_budget_bytes"));
+  g("warren_node_memory_used_bytes", "", u(d, "used_bytes"));
+  g("warren_node_memory_committed_bytes", "", u(d, "committed_memory_bytes"));
+  g("warren_node_cpus_committed", "", Num(d.value("committed_cpus", 0.0)));
+  g("warren_node_memory_overcommit_ratio", "", Num(d.value("memory_overcommit", 0.0)));
+  c("warren_node_reclaimed_bytes_total", "", u(d, "reclaimed_bytes"));
+  c("warren_node_pressure_reclaims_total", "", u(d, "pressure_reclaims"));
+  c("warren_node_refused_creates_total", "", u(d, "refused_creates"));
+  c("warren_sandbox_wakes_total", "", u(d, "wakes"));
+  g("warren_sandbox_wake_seconds", "quantile=\"0.5\"", Num(d.value("wake_p50_ms", 0.0) / 1000));
+  g("warren_sandbox_wake_seconds", "quantile=\"0.99\"", Num(d.value("wake_p99_ms", 0.0) / 1000));
+  const json counts = d.value("sandboxes", json::object());
+  if (counts.is_object())
+    for (auto& [a, n] : counts.items())
+      g("warren_sandboxes_by_activity", "activity=\"" + a + "\"", Num(n.get<int64_t>()));
+  const json swap = d.value("swap", json::object());
+  if (swap.is_object()) {
+    g("warren_node_swap_bytes", "", u(swap, "size_bytes"));
+    g("warren_node_swap_used_bytes", "", u(swap, "used_bytes"));
+    g("warren_node_swap_ram_bytes", "", u(swap, "ram_bytes"));
+  }
+}
+
 // One node's samples; `node` is its label ("" for warren serve's one node).
 void AddNode(Families& f, const json& info, const std::string& node) {
   const auto g = [&](const std::string& name, const std::string& labels, const std::string& v) {
@@ -188,6 +222,7 @@ void AddNode(Families& f, const json& info, const std::string& node) {
   }
   c("warren_egress_refused_total", "", Num(proxy.value("refused", uint64_t{0})));
   AddLayersOnDemand(f, info.value("layers_on_demand", json::object()), node);
+  AddDensity(f, info.value("density", json::object()), node);
   g("warren_egress_cache_bytes", "", Num(proxy.value("cache_size_bytes", uint64_t{0})));
   json dns = net.is_object() ? net.value("dns", json::object()) : json::object();
   if (dns.is_object())

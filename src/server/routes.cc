@@ -483,7 +483,16 @@ Result<SandboxRecord> Api::Sandbox(const Principal& who, const std::string& id) 
 }
 
 Result<json> Api::GetSandbox(const Principal& who, const std::string& id) {
-  return ToJson(WARREN_TRY(Sandbox(who, id)));
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  json j = ToJson(sb);
+  // How its node holds it (active, idle or hibernated; memory in RAM and in swap): read, never
+  // woken, by this call. Absent where the node does not track it (fncall) or cannot be reached.
+  if (sb.state == SandboxState::kRunning || sb.state == SandboxState::kPaused) {
+    if (auto node = NodeOf(sb); node.ok())
+      if (auto d = (*node)->Density(id); d.ok())
+        j["density"] = node::density::SandboxDensityJson(*d);
+  }
+  return j;
 }
 
 Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {

@@ -109,6 +109,10 @@ class ContainerInstance : public Instance {
   UniqueFd TakeControlSocket() override { return std::move(control_); }
   int host_pid() const override { return pid_; }
   std::string cgroup_name() const override { return cgroup_name_; }
+  isolation::CgroupPaths cgroup_paths() const override {
+    std::lock_guard lock(mu_);
+    return cgroup_.paths();
+  }
 
   Status Claim(const ClaimSpec& spec) override {
     std::lock_guard lock(mu_);
@@ -219,7 +223,7 @@ class ContainerInstance : public Instance {
   }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   bool destroyed_ = false;
   const bool adopted_;
   const int agent_exe_;  // the backend's warren-agent memfd, run as the fs helper

@@ -284,11 +284,15 @@ class MicrovmInstance : public Instance {
   }
   Status Pause() override { return freeze_(true); }
   Status Resume() override { return freeze_(false); }
+  isolation::CgroupPaths cgroup_paths() const override {
+    std::lock_guard lock(mu_);
+    return boot_ ? boot_->cgroup.paths() : isolation::CgroupPaths{};
+  }
   int host_pid() const override { return pid_; }
   uint32_t host_uid() const override { return uid_; }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unique_ptr<MicrovmBoot> boot_;
   int pid_;
   uint32_t uid_;

@@ -1,0 +1,151 @@
+// Density's pure parts: when a sandbox counts as idle or hibernated, and what the node admits.
+#include <gtest/gtest.h>
+
+#include "node/density/density_manager.h"
+#include "node/density/idle_clock.h"
+
+namespace warren::node::density {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+IdleThresholds Thresholds() {
+  IdleThresholds t;
+  t.idle_after = seconds(30);
+  t.hibernate_after = seconds(300);
+  t.busy_cpus = 0.02;
+  t.busy_pressure = 5;
+  return t;
+}
+
+TEST(IdleClockTest, QuietSandboxGoesIdleThenHibernates) {
+  const auto t0 = Clock::now();
+  IdleClock c(t0);
+  const auto t = Thresholds();
+  EXPECT_EQ(c.Want(t0, t), Activity::kActive);
+  EXPECT_EQ(c.Want(t0 + seconds(29), t), Activity::kActive);
+  EXPECT_EQ(c.Want(t0 + seconds(30), t), Activity::kIdle);
+  EXPECT_EQ(c.Want(t0 + seconds(299), t), Activity::kIdle);
+  EXPECT_EQ(c.Want(t0 + seconds(300), t), Activity::kHibernated);
+}
+
+TEST(IdleClockTest, AnOperationMakesItActiveAgain) {
+  const auto t0 = Clock::now();
+  IdleClock c(t0);
+  const auto t = Thresholds();
+  c.Touch(t0 + seconds(400));
+  EXPECT_EQ(c.Want(t0 + seconds(401), t), Activity::kActive);
+  EXPECT_EQ(c.Want(t0 + seconds(430), t), Activity::kIdle);
+  // An older touch (a slow call that started earlier) does not move it back.
+  c.Touch(t0 + seconds(100));
+  EXPECT_EQ(c.Want(t0 + seconds(430), t), Activity::kIdle);
+}
+
+TEST(IdleClockTest, CpuUseAboveTheMarkIsBusyAndBelowItIsNot) {
+  const auto t0 = Clock::now();
+  IdleClock c(t0);
+  const auto t = Thresholds();
+  c.Sample(t0, 1'000'000, 0, t);  // baseline only
+  // 10 ms of CPU in 10 s: 0.001 CPUs, a process that polls now and then.
+  c.Sample(t0 + seconds(40), 1'010'000, 0, t);
+  EXPECT_NEAR(c.cpus(), 0.00025, 1e-6);
+  EXPECT_EQ(c.Want(t0 + seconds(40), t), Activity::kIdle);
+  // Half a CPU for 10 s: a command computing.
+  c.Sample(t0 + seconds(50), 6'010'000, 0, t);
+  EXPECT_NEAR(c.cpus(), 0.5, 1e-6);
+  EXPECT_EQ(c.Want(t0 + seconds(51), t), Activity::kActive);
+}
+
+TEST(IdleClockTest, MemoryPressureIsBusy) {
+  const auto t0 = Clock::now();
+  IdleClock c(t0);
+  const auto t = Thresholds();
+  c.Sample(t0, 0, 0, t);
+  c.Sample(t0 + seconds(60), 0, 12.5, t);  // stalled on memory a tenth of the time
+  EXPECT_EQ(c.Want(t0 + seconds(61), t), Activity::kActive);
+}
+
+TEST(IdleClockTest, HibernationCanBeTurnedOff) {
+  const auto t0 = Clock::now();
+  IdleClock c(t0);
+  auto t = Thresholds();
+  t.hibernate_after = milliseconds(0);
+  EXPECT_EQ(c.Want(t0 + std::chrono::hours(10), t), Activity::kIdle);
+}
+
+TEST(SwapModeTest, Parses) {
+  EXPECT_EQ(ParseSwapMode("auto")->first, SwapMode::kAuto);
+  EXPECT_EQ(ParseSwapMode("none")->first, SwapMode::kNone);
+  EXPECT_EQ(ParseSwapMode("host")->first, SwapMode::kHost);
+  auto z = ParseSwapMode("zram:2G");
+  ASSERT_TRUE(z);
+  EXPECT_EQ(z->first, SwapMode::kZram);
+  EXPECT_EQ(z->second, 2ull << 30);
+  EXPECT_FALSE(ParseSwapMode("zram:1k"));
+  EXPECT_FALSE(ParseSwapMode("disk"));
+}
+
+// Admission only (enabled = false): no thread, no swap, nothing of the host touched.
+std::unique_ptr<DensityManager> Admission(double mem_ratio, double cpu_ratio) {
+  DensityOptions o;
+  o.enabled = false;
+  o.memory_budget_bytes = 1ull << 30;
+  o.memory_overcommit = mem_ratio;
+  o.cpu_overcommit = cpu_ratio;
+  auto m = DensityManager::Start(o);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return std::move(*m);
+}
+
+TEST(DensityAdmissionTest, RequestsMayExceedTheBudgetByTheRatio) {
+  auto m = Admission(2, 0);
+  EXPECT_TRUE(m->Admit("a", 1ull << 30, 1).ok());
+  EXPECT_TRUE(m->Admit("b", 768ull << 20, 1).ok());
+  Status st = m->Admit("c", 512ull << 20, 1);
+  EXPECT_EQ(st.code(), Code::kQuota) << st.ToString();
+  EXPECT_NE(st.ToString().find("memory is committed"), std::string::npos) << st.ToString();
+  // A deleted sandbox gives its request back.
+  m->Forget("a");
+  EXPECT_TRUE(m->Admit("c", 512ull << 20, 1).ok());
+  const NodeDensity n = m->Node();
+  EXPECT_EQ(n.committed_memory_bytes, (768ull + 512) << 20);
+  EXPECT_EQ(n.refused_creates, 1u);
+}
+
+TEST(DensityAdmissionTest, CpuIsUnlimitedByDefaultAndLimitedByARatio) {
+  auto unlimited = Admission(4, 0);
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_TRUE(unlimited->Admit("s" + std::to_string(i), 1 << 20, 1).ok());
+  auto limited = Admission(4, 1);
+  const double host = limited->Node().host_cpus;
+  EXPECT_TRUE(limited->Admit("a", 1 << 20, host).ok());
+  EXPECT_EQ(limited->Admit("b", 1 << 20, 0.5).code(), Code::kQuota);
+}
+
+TEST(DensityAdmissionTest, AnAdoptedSandboxCountsOnce) {
+  auto m = Admission(1, 0);
+  EXPECT_TRUE(m->Admit("a", 512ull << 20, 1).ok());
+  TrackedSandbox t;
+  t.id = "a";
+  t.memory_bytes = 512ull << 20;
+  m->Add(t);  // made: its admitted request is the one counted
+  TrackedSandbox adopted;
+  adopted.id = "b";
+  adopted.memory_bytes = 256ull << 20;
+  m->Add(adopted);  // adopted after a restart: never admitted, counted now
+  EXPECT_EQ(m->Node().committed_memory_bytes, 768ull << 20);
+  m->Forget("a");
+  m->Forget("b");
+  EXPECT_EQ(m->Node().committed_memory_bytes, 0u);
+}
+
+TEST(DensityAdmissionTest, RatiosBelowOneAreRefused) {
+  DensityOptions o;
+  o.enabled = false;
+  o.memory_overcommit = 0.5;
+  EXPECT_EQ(DensityManager::Start(o).status().code(), Code::kInvalid);
+}
+
+}  // namespace
+}  // namespace warren::node::density

@@ -207,6 +207,9 @@ int RunNode(const ClusterNodeFlags& f) {
     r.capacity = capacity;
     r.labels = labels;
     r.started_at = started_at;
+    // Its overcommit as the node admits it (node/density): placement honours it.
+    r.memory_overcommit = nopts->density.memory_overcommit;
+    r.cpu_overcommit = nopts->density.cpu_overcommit;
     nlohmann::json info = local->Info();
     for (const auto& b : info.value("backends", nlohmann::json::array()))
       if (b.is_string())

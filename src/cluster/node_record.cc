@@ -67,6 +67,10 @@ Result<NodeRecord> ParseNodeRecord(const json& j) {
   WARREN_RETURN_IF_ERROR(f.Strings("layers", &n.layers));
   WARREN_RETURN_IF_ERROR(f.Int("sandboxes", &n.sandboxes));
   WARREN_RETURN_IF_ERROR(f.String("started_at", &n.started_at));
+  WARREN_RETURN_IF_ERROR(f.Double("memory_overcommit", &n.memory_overcommit, false));
+  WARREN_RETURN_IF_ERROR(f.Double("cpu_overcommit", &n.cpu_overcommit, false));
+  if (n.memory_overcommit < 0 || n.cpu_overcommit < 0)
+    return Invalid("node record: overcommit ratios are 0 (not set) or more");
   WARREN_RETURN_IF_ERROR(f.NoOthers());
   return n;
 }
@@ -82,7 +86,9 @@ json ToJson(const NodeRecord& n) {
           {"labels", n.labels},
           {"layers", n.layers},
           {"sandboxes", n.sandboxes},
-          {"started_at", n.started_at}};
+          {"started_at", n.started_at},
+          {"memory_overcommit", n.memory_overcommit},
+          {"cpu_overcommit", n.cpu_overcommit}};
 }
 
 Result<NodeAdmin> ParseNodeAdmin(const json& j) {

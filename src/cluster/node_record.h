@@ -35,6 +35,10 @@ struct NodeRecord {
   std::vector<std::string> layers;  // digests of the layers in its local cache
   int64_t sandboxes = 0;            // live sandboxes on it
   std::string started_at;           // RFC 3339: a new value means the node restarted
+  // The node's own overcommit ratios (`warren node --memory-overcommit/--cpu-overcommit`:
+  // it reclaims idle memory, node/density), which placement honours over the API server's
+  // policy; 0: not set, the policy's.
+  double memory_overcommit = 0, cpu_overcommit = 0;
 };
 
 Result<NodeRecord> ParseNodeRecord(const nlohmann::json& j);

@@ -52,10 +52,12 @@ double Score(const NodeView& n, const PlacementRequest& req, const PlacementPoli
 }  // namespace
 
 Resources LimitOf(const NodeRecord& node, const PlacementPolicy& policy) {
-  return {
-      static_cast<int64_t>(static_cast<double>(node.capacity.cpu_milli) * policy.cpu_overcommit),
-      static_cast<int64_t>(static_cast<double>(node.capacity.memory_mb) * policy.memory_overcommit),
-      node.capacity.disk_mb};
+  // A node that set its own ratio (it reclaims idle memory itself) is taken at its word.
+  const double cpu = node.cpu_overcommit > 0 ? node.cpu_overcommit : policy.cpu_overcommit;
+  const double mem = node.memory_overcommit > 0 ? node.memory_overcommit : policy.memory_overcommit;
+  return {static_cast<int64_t>(static_cast<double>(node.capacity.cpu_milli) * cpu),
+          static_cast<int64_t>(static_cast<double>(node.capacity.memory_mb) * mem),
+          node.capacity.disk_mb};
 }
 
 bool Fits(const NodeView& node, const Resources& want, const PlacementPolicy& policy) {

@@ -4,7 +4,8 @@
 //
 // Filter: the node is up and not cordoned or draining, has the backend, carries every label
 // the request selects, and its reservations plus the request stay within its capacity times
-// the policy's overcommit ratios (CPU, memory; disk is never overcommitted).
+// the overcommit ratios (CPU, memory; disk is never overcommitted): the node's own where its
+// record sets them, else the policy's.
 // Score: the room left after placing (spread prefers more, pack less), plus `layer_weight`
 // times the share of the request's layers the node already caches, plus a little seeded
 // jitter so that API servers placing at once do not all pick the same node and collide on

@@ -139,6 +139,27 @@ TEST(Placement, OvercommitRatiosBoundTheSum) {
   EXPECT_EQ(LimitOf(nodes[0].record, twice).cpu_milli, 4000);
 }
 
+TEST(Placement, ANodesOwnRatiosWinOverThePolicy) {
+  std::vector<NodeView> nodes = {{Node("n", 2, 4)}};  // 2 cores, 4 GiB
+  nodes[0].alloc.reserved = {1000, 4096, 0};          // its memory fully requested
+  PlacementPolicy none;
+  EXPECT_EQ(Rank(nodes, Small(), none, 1).status().code(), Code::kQuota);
+  nodes[0].record.memory_overcommit = 4;  // it reclaims idle memory: 16 GiB of requests
+  EXPECT_TRUE(Rank(nodes, Small(), none, 1).ok());
+  EXPECT_EQ(LimitOf(nodes[0].record, none).memory_mb, 4 * 4096);
+  EXPECT_EQ(LimitOf(nodes[0].record, none).cpu_milli, 2000);  // CPU not set: the policy's
+  // Its record says so through etcd, and an older record without the fields still parses.
+  auto back = ParseNodeRecord(ToJson(nodes[0].record));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->memory_overcommit, 4);
+  nlohmann::json old = ToJson(nodes[0].record);
+  old.erase("memory_overcommit");
+  old.erase("cpu_overcommit");
+  EXPECT_TRUE(ParseNodeRecord(old).ok());
+  old["memory_overcommit"] = -1;
+  EXPECT_FALSE(ParseNodeRecord(old).ok());
+}
+
 TEST(Placement, BatchOf32000SpreadsOver160Nodes) {
   std::vector<NodeView> nodes;
   for (int i = 0; i < 160; ++i) nodes.push_back({Node("n" + std::to_string(i))});

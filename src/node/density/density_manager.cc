@@ -198,12 +198,24 @@ void DensityManager::Add(TrackedSandbox s) {
 }
 
 void DensityManager::Forget(const std::string& id) {
-  MutexLock lock(&mu_);
-  tracked_.erase(id);
-  if (auto it = requests_.find(id); it != requests_.end()) {
-    committed_memory_ -= std::min(committed_memory_, it->second.memory_bytes);
-    committed_cpus_ = std::max(0.0, committed_cpus_ - it->second.cpus);
-    requests_.erase(it);
+  std::shared_ptr<Tracked> t;
+  {
+    MutexLock lock(&mu_);
+    if (auto it = tracked_.find(id); it != tracked_.end()) {
+      t = std::move(it->second);
+      tracked_.erase(it);
+    }
+    if (auto it = requests_.find(id); it != requests_.end()) {
+      committed_memory_ -= std::min(committed_memory_, it->second.memory_bytes);
+      committed_cpus_ = std::max(0.0, committed_cpus_ - it->second.cpus);
+      requests_.erase(it);
+    }
+  }
+  // Waits out an action under way (a pass that listed it before it was erased): the caller
+  // destroys the sandbox next, and no action may reach its instance after that.
+  if (t) {
+    MutexLock op(&t->op_mu);
+    t->gone = true;
   }
 }
 
@@ -226,6 +238,7 @@ Status DensityManager::Touch(const std::string& id) {
   if (!t) return Status::Ok();
   const auto start = Clock::now();
   MutexLock op(&t->op_mu);  // waits out a hibernation under way
+  if (t->gone) return Status::Ok();
   t->clock.Touch(Clock::now());
   if (t->activity == Activity::kActive) return Status::Ok();
   const bool was_hibernated = t->activity == Activity::kHibernated;
@@ -248,6 +261,7 @@ void DensityManager::SetUserPaused(const std::string& id, bool paused) {
   auto t = Find(id);
   if (!t) return;
   MutexLock op(&t->op_mu);
+  if (t->gone) return;
   t->user_paused = paused;
   // Resumed by its user: thawed by the node already; it is active again.
   if (!paused) {
@@ -344,7 +358,7 @@ uint64_t DensityManager::RelievePressure(uint64_t goal) {
   const auto now = Clock::now();
   for (auto& t : All()) {
     if (!t->op_mu.try_lock()) continue;  // being woken or hibernated right now
-    const bool quiet = t->activity != Activity::kActive;
+    const bool quiet = t->activity != Activity::kActive && !t->gone;
     const auto q = t->clock.QuietFor(now);
     t->op_mu.unlock();
     if (quiet) order.push_back({q, t});
@@ -354,7 +368,7 @@ uint64_t DensityManager::RelievePressure(uint64_t goal) {
   for (auto& c : order) {
     {
       MutexLock op(&c.t->op_mu);
-      if (c.t->activity == Activity::kActive) continue;  // woken meanwhile
+      if (c.t->activity == Activity::kActive || c.t->gone) continue;  // woken or deleted
       Reclaim(*c.t, 0);
     }
     used = NodeUsedBytes();
@@ -364,6 +378,7 @@ uint64_t DensityManager::RelievePressure(uint64_t goal) {
 }
 
 void DensityManager::TickOne(Tracked& t, Clock::time_point now) {
+  if (t.gone) return;
   if (t.activity != Activity::kHibernated) {
     if (auto cpu = isolation::ReadCpuUsec(t.s.paths); cpu.ok())
       t.clock.Sample(now, *cpu, isolation::ReadMemoryPressure(t.s.paths), opts_.idle);

@@ -120,6 +120,8 @@ class DensityManager {
     }
     bool user_paused GUARDED_BY(op_mu) = false;
     int oom_adj GUARDED_BY(op_mu) = 0;
+    // Forgotten (deleted): its instance may be gone, so nothing acts on it any more.
+    bool gone GUARDED_BY(op_mu) = false;
     Clock::time_point last_reclaim GUARDED_BY(op_mu);
     uint64_t reclaimed GUARDED_BY(op_mu) = 0;
     uint64_t wakes GUARDED_BY(op_mu) = 0;

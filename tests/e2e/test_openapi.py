@@ -116,7 +116,7 @@ CONTRACT_FIELDS = {
 ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResult", "stderr_b64"),
              ("ExecResult", "error"), ("StreamOutputLine", "data_b64"), ("Layer", "ref"),
              ("Layer", "source"), ("SandboxSpec", "open_files"), ("Sandbox", "open_files"),
-             ("Sandbox", "layers"), ("Sandbox", "owner"), ("Lease", "owner"), ("Lease", "ttl_s"),
+             ("Sandbox", "layers"), ("Sandbox", "density"), ("Sandbox", "owner"), ("Lease", "owner"), ("Lease", "ttl_s"),
              ("Lease", "created_at"), ("Lease", "lost"), ("CallRequest", "max_output_bytes"), ("CallRequest", "env"),
              ("CallResult", "stdout_truncated"), ("CallResult", "stderr_truncated"),
              ("CallCaseResult", "signal"), ("CallCaseResult", "stderr"), ("CallCaseResult", "timed_out"),

@@ -71,3 +71,87 @@ def sys_mount(src, target, fstype, flags=0, data=None):
 
 def sys_umount(target, flags=0):
     _check(libc().umount2(target.encode(), flags), f"umount {target}")
+
+
+class WarrenServe:
+    """A `warren serve` of the benchmark's own on a free loopback port and a fresh data
+    directory under `scratch` (its log beside it), with the admin token: its API over HTTP
+    and its CLI. stop() ends it (SIGTERM, then SIGKILL after two minutes) and removes the
+    data directory."""
+
+    def __init__(self, warren, scratch, name, args=()):
+        import socket
+        import subprocess
+        import tempfile
+        import time
+        import urllib.request
+        self.warren = warren
+        self.data = tempfile.mkdtemp(prefix=f"warren-bench-{name}-", dir=scratch)
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(self.data + ".log", "ab")
+        self.proc = subprocess.Popen(
+            [warren, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data,
+             "--no-microvm", "--warm-pool", "0", *args],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        for _ in range(600):
+            if self.proc.poll() is not None:
+                break
+            try:
+                urllib.request.urlopen(self.url + "/healthz", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            self.stop()
+            raise BenchError(f"warren serve ({name}) did not start: see {self.data}.log")
+        if self.proc.poll() is not None:
+            raise BenchError(f"warren serve ({name}) exited {self.proc.returncode}: see {self.data}.log")
+        self.token = open(os.path.join(self.data, "admin.token")).read().strip()
+
+    def http(self, method, path, body=None, timeout=600):
+        import json
+        import urllib.error
+        import urllib.request
+        req = urllib.request.Request(self.url + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": "Bearer " + self.token,
+                                              "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                data = r.read()
+                return json.loads(data) if data else None
+        except urllib.error.HTTPError as e:
+            raise BenchError(f"{method} {path}: {e.code} {e.read()[:300]!r}") from None
+
+    def cli(self, *args, timeout=1800):
+        import subprocess
+        env = dict(os.environ, WARREN_URL=self.url, WARREN_TOKEN=self.token)
+        r = subprocess.run([self.warren, *args], env=env, capture_output=True, text=True,
+                           timeout=timeout)
+        if r.returncode != 0:
+            raise BenchError(f"warren {' '.join(args)}: {r.stderr[-2000:]}")
+        return r.stdout
+
+    def delete_all(self):
+        try:
+            for sb in self.http("GET", "/v1/sandboxes").get("sandboxes", []):
+                self.http("DELETE", "/v1/sandboxes/" + sb["id"])
+        except (OSError, BenchError):
+            pass
+
+    def stop(self):
+        import shutil
+        import signal
+        import subprocess
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.data, ignore_errors=True)

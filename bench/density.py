@@ -22,19 +22,11 @@ does not touch (records with text and numbers, as an agent's state is), then wai
 
 import argparse
 import concurrent.futures as cf
-import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
 
-from benchlib import BenchError, log, percentile
+from benchlib import BenchError, WarrenServe, log, percentile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARREN = os.environ.get("WARREN_BIN", os.path.join(ROOT, "build", "warren"))
@@ -62,63 +54,15 @@ print(n / float(sys.argv[1]))
 """
 
 
-class Serve:
+class Serve(WarrenServe):
     def __init__(self, scratch, name, args):
-        self.data = tempfile.mkdtemp(prefix=f"warren-bench-density-{name}-", dir=scratch)
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        self.port = s.getsockname()[1]
-        s.close()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(self.data + ".log", "ab")
-        self.proc = subprocess.Popen(
-            [WARREN, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data,
-             "--no-microvm", "--warm-pool", "0", *args],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(self.url + "/healthz", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise BenchError(f"warren serve ({name}) did not start")
-        self.token = open(os.path.join(self.data, "admin.token")).read().strip()
-
-    def http(self, method, path, body=None, timeout=600):
-        req = urllib.request.Request(self.url + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Authorization": "Bearer " + self.token,
-                                              "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                data = r.read()
-                return json.loads(data) if data else None
-        except urllib.error.HTTPError as e:
-            raise BenchError(f"{method} {path}: {e.code} {e.read()[:300]!r}") from None
-
-    def cli(self, *args, timeout=1800):
-        env = dict(os.environ, WARREN_URL=self.url, WARREN_TOKEN=self.token)
-        r = subprocess.run([WARREN, *args], env=env, capture_output=True, text=True, timeout=timeout)
-        if r.returncode != 0:
-            raise BenchError(f"warren {' '.join(args)}: {r.stderr[-2000:]}")
-        return r.stdout
+        super().__init__(WARREN, scratch, f"density-{name}", args)
 
     def exec(self, sid, argv, timeout_s=600):
         return self.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": argv, "timeout_s": timeout_s})
 
     def density(self):
         return self.http("GET", "/v1/nodes")["nodes"][0]["density"]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.data, ignore_errors=True)
 
 
 def build_image(srv, tree):

@@ -23,20 +23,17 @@ a cold start within 2x of a warm one.
 
 import argparse
 import http.server
-import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
-from benchlib import BenchError, log
+from benchlib import BenchError, WarrenServe, log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARREN = os.environ.get("WARREN_BIN", os.path.join(ROOT, "build", "warren"))
@@ -91,48 +88,19 @@ class SlowStore(http.server.ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
 
-class Serve:
+class Serve(WarrenServe):
     def __init__(self, scratch, fmt):
-        self.data = tempfile.mkdtemp(prefix=f"warren-bench-{fmt}-data-", dir=scratch)
         self.store_dir = tempfile.mkdtemp(prefix=f"warren-bench-{fmt}-store-", dir=scratch)
         self.store = SlowStore(self.store_dir)
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        self.port = s.getsockname()[1]
-        s.close()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.fmt = fmt
-        self.log = open(os.path.join(self.data, "..", f"warren-bench-{fmt}.log"), "ab")
-        self.proc = subprocess.Popen(
-            [WARREN, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data,
-             "--layer-store", self.store_dir, "--layer-store-url", self.store.url,
-             "--layer-format", fmt, "--no-microvm", "--warm-pool", "0"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(self.url + "/healthz", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise BenchError(f"warren serve ({fmt}) did not start")
-        self.token = open(os.path.join(self.data, "admin.token")).read().strip()
-
-    def http(self, method, path, body=None, timeout=600):
-        req = urllib.request.Request(self.url + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Authorization": "Bearer " + self.token,
-                                              "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            data = r.read()
-            return json.loads(data) if data else None
-
-    def cli(self, *args):
-        env = dict(os.environ, WARREN_URL=self.url, WARREN_TOKEN=self.token)
-        r = subprocess.run([WARREN, *args], env=env, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise BenchError(f"warren {' '.join(args)}: {r.stderr}")
-        return r.stdout
+        try:
+            super().__init__(WARREN, scratch, fmt,
+                             ["--layer-store", self.store_dir, "--layer-store-url", self.store.url,
+                              "--layer-format", fmt])
+        except BenchError:
+            self.store.shutdown()
+            shutil.rmtree(self.store_dir, ignore_errors=True)
+            raise
 
     def run(self, cmd):
         """Create, run `cmd`, delete: (seconds to the result, store bytes fetched, of which
@@ -194,15 +162,9 @@ class Serve:
         return any(l.get("traced") for l in self.node().get("layers", []))
 
     def stop(self):
-        try:
-            for sb in self.http("GET", "/v1/sandboxes").get("sandboxes", []):
-                self.http("DELETE", "/v1/sandboxes/" + sb["id"])
-        except OSError:
-            pass
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=60)
+        self.delete_all()
+        super().stop()
         self.store.shutdown()
-        shutil.rmtree(self.data, ignore_errors=True)
         shutil.rmtree(self.store_dir, ignore_errors=True)
 
 

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include "node/density/density_types.h"
 #include "node/node_wire.h"
 
 namespace warren::cluster {
@@ -73,6 +74,7 @@ const std::vector<NodeService::RouteEntry>& NodeService::Entries() {
       {{M::kPut, "/node/v1/sandboxes/{id}/network", kScope, kJsonBodyLimit}, &S::SetNetwork},
       {{M::kPut, "/node/v1/sandboxes/{id}/filesystem", kScope, kJsonBodyLimit}, &S::SetFilesystem},
       {{M::kGet, "/node/v1/sandboxes/{id}/changes", kScope, kJsonBodyLimit}, &S::Changes},
+      {{M::kGet, "/node/v1/sandboxes/{id}/density", kScope, kJsonBodyLimit}, &S::Density},
       {{M::kPost, "/node/v1/sandboxes/{id}/pause", kScope, kJsonBodyLimit}, &S::Pause},
       {{M::kPost, "/node/v1/sandboxes/{id}/resume", kScope, kJsonBodyLimit}, &S::Resume},
       {{M::kPut, "/node/v1/sandboxes/{id}/execs/{exec_id}", kScope, kJsonBodyLimit}, &S::StartExec},
@@ -203,6 +205,12 @@ HttpReply NodeService::Changes(HttpRequest& r) {
   auto report = node_->Changes(r.params.at("id"), under, static_cast<size_t>(*limit));
   if (!report.ok()) return Fail(report.status());
   return HttpReply::Json(node::ToWire(*report));
+}
+
+HttpReply NodeService::Density(HttpRequest& r) {
+  auto d = node_->Density(r.params.at("id"));
+  if (!d.ok()) return Fail(d.status());
+  return HttpReply::Json(node::density::SandboxDensityJson(*d));
 }
 
 HttpReply NodeService::Pause(HttpRequest& r) {

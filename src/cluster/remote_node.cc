@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "base/utf8.h"
+#include "node/density/density_types.h"
 #include "node/node_wire.h"
 
 namespace warren::cluster {
@@ -163,6 +164,11 @@ Status RemoteNode::PauseSandbox(const std::string& id) {
 
 Status RemoteNode::ResumeSandbox(const std::string& id) {
   return CallDone("resume sandbox", "POST", SandboxPath(id) + "/resume");
+}
+
+Result<node::density::SandboxDensity> RemoteNode::Density(const std::string& id) {
+  auto j = WARREN_TRY(CallJson("read density", "GET", SandboxPath(id) + "/density"));
+  return node::density::ParseSandboxDensity(j);
 }
 
 Result<std::shared_ptr<node::ExecRecord>> RemoteNode::StartExec(const std::string& id,

@@ -57,6 +57,7 @@ class RemoteNode : public node::NodeApi {
                                           size_t limit) override;
   Status PauseSandbox(const std::string& id) override;
   Status ResumeSandbox(const std::string& id) override;
+  Result<node::density::SandboxDensity> Density(const std::string& id) override;
   Result<std::shared_ptr<node::ExecRecord>> StartExec(const std::string& id,
                                                       const std::string& exec_id,
                                                       const node::ExecSpec& spec) override;

@@ -65,6 +65,21 @@ class FakeNode : public node::NodeApi {
     WARREN_RETURN_IF_ERROR(Op("changes", id));
     return isolation::ChangeReport{};
   }
+  // A paused sandbox stands as hibernated, one that was never paused as active.
+  Result<node::density::SandboxDensity> Density(const std::string& id) override {
+    std::lock_guard lock(mu);
+    WARREN_RETURN_IF_ERROR(Fail("density"));
+    auto it = sandboxes.find(id);
+    if (it == sandboxes.end()) return NotFound("sandbox", id);
+    node::density::SandboxDensity d;
+    d.activity =
+        it->second.paused ? node::density::Activity::kHibernated : node::density::Activity::kActive;
+    d.memory.resident_bytes = 1 << 20;
+    d.memory.swapped_bytes = 40 << 20;
+    d.wakes = 2;
+    d.max_wake_ms = 12.5;
+    return d;
+  }
   Status PauseSandbox(const std::string& id) override {
     std::lock_guard lock(mu);
     WARREN_RETURN_IF_ERROR(Fail("pause"));
@@ -235,6 +250,9 @@ class ForwardingNode : public node::NodeApi {
   Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under,
                                           size_t limit) override {
     return to_->Changes(id, under, limit);
+  }
+  Result<node::density::SandboxDensity> Density(const std::string& id) override {
+    return to_->Density(id);
   }
   Status PauseSandbox(const std::string& id) override { return to_->PauseSandbox(id); }
   Status ResumeSandbox(const std::string& id) override { return to_->ResumeSandbox(id); }

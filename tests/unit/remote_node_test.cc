@@ -91,6 +91,13 @@ TEST_F(RemoteNodeTest, SandboxOperationsArriveAsAsked) {
   EXPECT_EQ(*back, data);
   EXPECT_TRUE(node->PauseSandbox("sb-1").ok());
   EXPECT_TRUE(fake_.sandboxes["sb-1"].paused);
+  auto density = node->Density("sb-1");
+  ASSERT_TRUE(density.ok()) << density.status().ToString();
+  EXPECT_EQ(density->activity, node::density::Activity::kHibernated);
+  EXPECT_EQ(density->memory.swapped_bytes, 40u << 20);
+  EXPECT_EQ(density->wakes, 2u);
+  EXPECT_EQ(density->max_wake_ms, 12.5);
+  EXPECT_EQ(node->Density("nope").status().code(), Code::kNotFound);
   EXPECT_TRUE(node->ResumeSandbox("sb-1").ok());
   EXPECT_TRUE(node->SetNetwork("sb-1", net::Policy{}).ok());
   EXPECT_TRUE(node->SetFilesystem("sb-1", isolation::FsPolicy{{"/etc"}, {}}).ok());

@@ -1,5 +1,7 @@
 #include "node/density/density_types.h"
 
+#include "base/json_fields.h"
+
 namespace warren::node::density {
 
 nlohmann::json SandboxDensityJson(const SandboxDensity& d) {
@@ -45,6 +47,32 @@ nlohmann::json NodeDensityJson(const NodeDensity& n) {
             {"used_bytes", n.swap.used_bytes},
             {"compressed_bytes", n.swap.compressed_bytes},
             {"ram_bytes", n.swap.ram_bytes}}}};
+}
+
+Result<SandboxDensity> ParseSandboxDensity(const nlohmann::json& j) {
+  JsonFields f(j, "sandbox density");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  SandboxDensity d;
+  std::string activity;
+  WARREN_RETURN_IF_ERROR(f.String("activity", &activity));
+  bool known = false;
+  for (Activity a : {Activity::kActive, Activity::kIdle, Activity::kHibernated})
+    if (ActivityName(a) == activity) d.activity = a, known = true;
+  if (!known) return Invalid("sandbox density: unknown `activity` " + activity);
+  WARREN_RETURN_IF_ERROR(f.Bool("user_paused", &d.user_paused, true));
+  WARREN_RETURN_IF_ERROR(f.Double("quiet_s", &d.quiet_s));
+  WARREN_RETURN_IF_ERROR(f.Double("cpus", &d.cpus));
+  WARREN_RETURN_IF_ERROR(f.UInt("resident_bytes", &d.memory.resident_bytes));
+  WARREN_RETURN_IF_ERROR(f.UInt("anon_bytes", &d.memory.anon_bytes));
+  WARREN_RETURN_IF_ERROR(f.UInt("file_bytes", &d.memory.file_bytes));
+  WARREN_RETURN_IF_ERROR(f.UInt("swapped_bytes", &d.memory.swapped_bytes));
+  WARREN_RETURN_IF_ERROR(f.UInt("limit_bytes", &d.memory.limit_bytes));
+  WARREN_RETURN_IF_ERROR(f.UInt("reclaimed_bytes", &d.reclaimed_bytes));
+  WARREN_RETURN_IF_ERROR(f.UInt("wakes", &d.wakes));
+  WARREN_RETURN_IF_ERROR(f.Double("last_wake_ms", &d.last_wake_ms));
+  WARREN_RETURN_IF_ERROR(f.Double("max_wake_ms", &d.max_wake_ms));
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  return d;
 }
 
 }  // namespace warren::node::density

@@ -6,8 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/status.h"
 #include "isolation/cgroup_memory.h"
-#include "isolation/zram_swap.h"
+#include "isolation/node_swap.h"
 #include "node/density/idle_clock.h"
 
 namespace warren::node::density {
@@ -42,5 +43,8 @@ struct NodeDensity {
 // As the API shows them: sizes in bytes, times in ms or s, activity by name.
 nlohmann::json SandboxDensityJson(const SandboxDensity& d);
 nlohmann::json NodeDensityJson(const NodeDensity& n);
+// SandboxDensityJson's output read back (a node's answer over the cluster wire); an unknown,
+// missing or mistyped field is an error naming it.
+Result<SandboxDensity> ParseSandboxDensity(const nlohmann::json& j);
 
 }  // namespace warren::node::density

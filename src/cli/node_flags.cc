@@ -56,9 +56,13 @@ Status DensityOptionsOf(const DensityFlags& f, node::density::DensityOptions* d)
                        std::chrono::milliseconds(1000));
   auto swap = node::density::ParseSwapMode(f.swap);
   if (!swap)
-    return Invalid("--swap wants auto, zram, zram:SIZE (16M or more), host or none", f.swap);
-  d->swap = swap->first;
-  d->zram_bytes = swap->second;
+    return Invalid(
+        "--swap wants auto, zram, zram:SIZE, file:PATH, file:PATH:SIZE (an absolute "
+        "path, a size of 16M or more), host or none",
+        f.swap);
+  d->swap = swap->mode;
+  d->swap_bytes = swap->bytes;
+  d->swap_file = swap->path;
   return Status::Ok();
 }
 
@@ -194,7 +198,9 @@ void AddNodeFlags(CLI::App* cmd, NodeFlags* f) {
                   "next operation; 0: never (default 300)");
   cmd->add_option("--swap", d->swap,
                   "where idle memory goes: auto (the host's swap, else a zram device of the "
-                  "node's), zram, zram:SIZE, host or none (default auto)");
+                  "node's), zram[:SIZE] (compressed RAM, half the budget by default), "
+                  "file:PATH[:SIZE] (a swap file the node creates on an ext4 or xfs disk, the "
+                  "budget by default), host or none (default auto)");
   cmd->add_flag("--no-density", d->off, "no idle reclaim or hibernation on this node");
 }
 

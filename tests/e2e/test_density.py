@@ -54,9 +54,15 @@ def dense(server, runner):
         yield server
     finally:
         server.delete_all_sandboxes()
+        swap = _node(server)["density"]["swap"]
         server.stop()
+        with open("/proc/swaps") as f:
+            swaps = f.read()
         server.extra_args = saved
         server.start()
+    # A clean stop with nothing left in it turns the node's own swap off and removes it.
+    assert swap["device"].startswith("/dev/zram"), swap
+    assert swap["device"] + " " not in swaps, f"{swap['device']} is still swap after the node stopped"
 
 
 def _node(server) -> dict:
@@ -207,3 +213,31 @@ def test_density_is_observable_in_metrics_and_inspect(dense, image, sandboxes):
     out = dense.cli("inspect", sid)
     assert out.returncode == 0, out.stderr
     assert "hibernated" in out.stdout and "swapped_bytes" in out.stdout, out.stdout
+
+
+def test_an_idle_microvm_is_paused_paged_out_and_woken_by_its_next_exec(dense, image, sandboxes):
+    """A microVM quiet for longer is paused (its QEMU frozen) and its guest memory paged out of
+    QEMU into the node's swap; its next exec wakes it and finds its file and its process."""
+    spec = dict(image=image, backend="microvm", memory_mb=256, cpu=2, disk_mb=64, pids=64)
+    r = dense.http("POST", "/v1/sandboxes", spec, timeout=300)
+    assert r.status == 201, r
+    sid = r.json["id"]
+    sandboxes.append(sid)
+    start = "echo kept > /tmp/state; sh -c 'echo $$ > /tmp/pid; exec sleep 3600' >/dev/null 2>&1 &"
+    x = dense.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["sh", "-c", start]}, timeout=120)
+    assert x.status == 200 and x.json["exit_code"] == 0, x
+    seen = []
+
+    def hibernated():
+        seen.append(_density(dense, sid))
+        return seen[-1] if seen[-1]["activity"] == "hibernated" else None
+    try:
+        d = _wait(hibernated, "the microVM to hibernate", timeout=120)
+    except AssertionError:
+        raise AssertionError(f"not hibernated; last seen: {seen[-8:]}") from None
+    assert d["swapped_bytes"] > 0, d  # QEMU's copy of guest memory went to swap
+    x = dense.http("POST", f"/v1/sandboxes/{sid}/exec",
+                   {"argv": ["sh", "-c", "cat /tmp/state && kill -0 $(cat /tmp/pid) && echo alive"]}, timeout=120)
+    assert x.status == 200 and x.json["exit_code"] == 0 and x.json["stdout"].split() == ["kept", "alive"], x
+    after = _density(dense, sid)
+    assert after["wakes"] >= 1 and after["max_wake_ms"] > 0, after

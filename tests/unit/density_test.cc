@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "node/density/density_manager.h"
+#include "node/density/density_types.h"
 #include "node/density/idle_clock.h"
 
 namespace warren::node::density {
@@ -57,13 +58,38 @@ TEST(IdleClockTest, CpuUseAboveTheMarkIsBusyAndBelowItIsNot) {
   EXPECT_EQ(c.Want(t0 + seconds(51), t), Activity::kActive);
 }
 
-TEST(IdleClockTest, MemoryPressureIsBusy) {
+// A VM's emulator uses some CPU with nothing running in the guest: only use above that is busy.
+TEST(IdleClockTest, AnInstancesOwnQuietUseIsNotBusy) {
+  IdleThresholds t;
+  t.idle_after = seconds(30);
+  const auto t0 = Clock::time_point{};
+  IdleClock c(t0);
+  c.Sample(t0, 0, 0, t, 0.15);
+  c.Sample(t0 + seconds(40), 4'000'000, 0, t, 0.15);  // 0.1 CPUs: the emulator alone
+  EXPECT_EQ(c.Want(t0 + seconds(40), t), Activity::kIdle);
+  c.Sample(t0 + seconds(50), 14'000'000, 0, t, 0.15);  // 1 CPU: the guest computes
+  EXPECT_EQ(c.Want(t0 + seconds(50), t), Activity::kActive);
+}
+
+// An active sandbox stalling on memory stays active: reclaiming from it would make it worse.
+TEST(IdleClockTest, MemoryPressureKeepsAnActiveSandboxActive) {
   const auto t0 = Clock::now();
   IdleClock c(t0);
   const auto t = Thresholds();
   c.Sample(t0, 0, 0, t);
-  c.Sample(t0 + seconds(60), 0, 12.5, t);  // stalled on memory a tenth of the time
+  for (int s = 1; s <= 60; s++)
+    c.Sample(t0 + seconds(s), 0, 12.5, t);  // stalled on memory a tenth of the time
   EXPECT_EQ(c.Want(t0 + seconds(61), t), Activity::kActive);
+}
+
+// Once idle, its stalls are what reclaim costs it (a page it touches comes back from swap),
+// not demand: they do not wake it, or reclaim and waking would take turns forever.
+TEST(IdleClockTest, StallsOfAnIdleSandboxDoNotWakeIt) {
+  const auto t0 = Clock::now();
+  IdleClock c(t0);
+  const auto t = Thresholds();
+  for (int s = 0; s <= 40; s++) c.Sample(t0 + seconds(s), 0, s > 31 ? 30.0 : 0, t);
+  EXPECT_EQ(c.Want(t0 + seconds(40), t), Activity::kIdle);
 }
 
 TEST(IdleClockTest, HibernationCanBeTurnedOff) {
@@ -75,14 +101,29 @@ TEST(IdleClockTest, HibernationCanBeTurnedOff) {
 }
 
 TEST(SwapModeTest, Parses) {
-  EXPECT_EQ(ParseSwapMode("auto")->first, SwapMode::kAuto);
-  EXPECT_EQ(ParseSwapMode("none")->first, SwapMode::kNone);
-  EXPECT_EQ(ParseSwapMode("host")->first, SwapMode::kHost);
+  EXPECT_EQ(ParseSwapMode("auto")->mode, SwapMode::kAuto);
+  EXPECT_EQ(ParseSwapMode("none")->mode, SwapMode::kNone);
+  EXPECT_EQ(ParseSwapMode("host")->mode, SwapMode::kHost);
   auto z = ParseSwapMode("zram:2G");
   ASSERT_TRUE(z);
-  EXPECT_EQ(z->first, SwapMode::kZram);
-  EXPECT_EQ(z->second, 2ull << 30);
+  EXPECT_EQ(z->mode, SwapMode::kZram);
+  EXPECT_EQ(z->bytes, 2ull << 30);
   EXPECT_FALSE(ParseSwapMode("zram:1k"));
+  auto f = ParseSwapMode("file:/var/lib/warren/swap");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->mode, SwapMode::kFile);
+  EXPECT_EQ(f->path, "/var/lib/warren/swap");
+  EXPECT_EQ(f->bytes, 0u);
+  auto sized = ParseSwapMode("file:/var/lib/warren/swap:4G");
+  ASSERT_TRUE(sized);
+  EXPECT_EQ(sized->path, "/var/lib/warren/swap");
+  EXPECT_EQ(sized->bytes, 4ull << 30);
+  EXPECT_FALSE(ParseSwapMode("file:relative/swap"));
+  EXPECT_FALSE(ParseSwapMode("file:"));
+  EXPECT_FALSE(ParseSwapMode("file:/"));
+  EXPECT_FALSE(ParseSwapMode("file:/a b"));
+  EXPECT_FALSE(ParseSwapMode("file:/swap:1k"));
+  EXPECT_FALSE(ParseSwapMode("file:/swap:big"));
   EXPECT_FALSE(ParseSwapMode("disk"));
 }
 
@@ -96,6 +137,36 @@ std::unique_ptr<DensityManager> Admission(double mem_ratio, double cpu_ratio) {
   auto m = DensityManager::Start(o);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return std::move(*m);
+}
+
+// What a node answers over the cluster wire reads back as it was, and anything else is refused.
+TEST(SandboxDensityWireTest, RoundTripsAndRefusesWhatItDoesNotKnow) {
+  SandboxDensity d;
+  d.activity = Activity::kIdle;
+  d.quiet_s = 12.5;
+  d.memory.resident_bytes = 3 << 20;
+  d.memory.swapped_bytes = 50 << 20;
+  d.reclaimed_bytes = 60 << 20;
+  d.wakes = 4;
+  d.last_wake_ms = 9.5;
+  auto back = ParseSandboxDensity(SandboxDensityJson(d));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->activity, Activity::kIdle);
+  EXPECT_EQ(back->quiet_s, 12.5);
+  EXPECT_EQ(back->memory.swapped_bytes, 50u << 20);
+  EXPECT_EQ(back->reclaimed_bytes, 60u << 20);
+  EXPECT_EQ(back->wakes, 4u);
+  EXPECT_EQ(back->last_wake_ms, 9.5);
+  auto j = SandboxDensityJson(d);
+  j["activity"] = "asleep";
+  EXPECT_FALSE(ParseSandboxDensity(j).ok());
+  j = SandboxDensityJson(d);
+  j["surprise"] = 1;
+  EXPECT_FALSE(ParseSandboxDensity(j).ok());
+  j = SandboxDensityJson(d);
+  j.erase("wakes");
+  EXPECT_FALSE(ParseSandboxDensity(j).ok());
+  EXPECT_FALSE(ParseSandboxDensity(nlohmann::json::array()).ok());
 }
 
 TEST(DensityAdmissionTest, RequestsMayExceedTheBudgetByTheRatio) {

@@ -10,12 +10,20 @@
 #include "base/size.h"
 #include "isolation/oom_priority.h"
 #include "isolation/page_out.h"
+#include "isolation/swap_file.h"
+#include "isolation/zram_swap.h"
 
 namespace warren::node::density {
 namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr size_t kWakeSamples = 1024;
+// What idle reclaim leaves a sandbox at least. Below it goes its working set (a microVM's
+// guest kernel and agent, about 4 MiB here; an agent's event loop), which it faults straight
+// back in: a microVM under TCG then spent 0.27 CPUs every few seconds on it, which is both
+// waste and indistinguishable from activity. Hibernation, which freezes it first, takes the
+// rest; so does pressure.
+constexpr uint64_t kIdleReclaimFloor = 16 * kMiB;
 // Scores for the OOM killer (see the header): a command of an idle sandbox 500 and up by its
 // quiet minutes, of a hibernated one 1000.
 constexpr int kIdleOomAdj = 500, kIdleOomAdjMax = 900, kHibernatedOomAdj = 1000;
@@ -41,15 +49,36 @@ int IdleOomAdj(Clock::duration quiet) {
 
 }  // namespace
 
-std::optional<std::pair<SwapMode, uint64_t>> ParseSwapMode(std::string_view s) {
-  if (s == "auto") return std::pair{SwapMode::kAuto, uint64_t{0}};
-  if (s == "host") return std::pair{SwapMode::kHost, uint64_t{0}};
-  if (s == "none") return std::pair{SwapMode::kNone, uint64_t{0}};
-  if (s == "zram") return std::pair{SwapMode::kZram, uint64_t{0}};
+std::optional<SwapChoice> ParseSwapMode(std::string_view s) {
+  auto size = [](std::string_view v) -> std::optional<uint64_t> {
+    auto n = ParseSize(v);
+    if (!n || *n < 16 * kMiB) return std::nullopt;
+    return n;
+  };
+  if (s == "auto") return SwapChoice{SwapMode::kAuto};
+  if (s == "host") return SwapChoice{SwapMode::kHost};
+  if (s == "none") return SwapChoice{SwapMode::kNone};
+  if (s == "zram") return SwapChoice{SwapMode::kZram};
   if (s.starts_with("zram:")) {
-    auto size = ParseSize(s.substr(5));
-    if (!size || *size < 16 * kMiB) return std::nullopt;
-    return std::pair{SwapMode::kZram, *size};
+    auto n = size(s.substr(5));
+    if (!n) return std::nullopt;
+    return SwapChoice{SwapMode::kZram, *n};
+  }
+  if (s.starts_with("file:")) {
+    SwapChoice c{SwapMode::kFile};
+    std::string_view path = s.substr(5);
+    // file:PATH:SIZE when what follows the last colon is a size.
+    if (auto colon = path.rfind(':'); colon != std::string_view::npos) {
+      auto n = size(path.substr(colon + 1));
+      if (!n) return std::nullopt;
+      c.bytes = *n;
+      path = path.substr(0, colon);
+    }
+    if (!path.starts_with('/') || path.size() < 2 ||
+        path.find_first_of(" \t\n\\") != std::string_view::npos)
+      return std::nullopt;
+    c.path = std::string(path);
+    return c;
   }
   return std::nullopt;
 }
@@ -60,6 +89,8 @@ std::string_view SwapModeName(SwapMode m) {
       return "auto";
     case SwapMode::kZram:
       return "zram";
+    case SwapMode::kFile:
+      return "file";
     case SwapMode::kHost:
       return "host";
     case SwapMode::kNone:
@@ -98,8 +129,11 @@ Result<std::unique_ptr<DensityManager>> DensityManager::Start(const DensityOptio
 Status DensityManager::SetUpSwap() {
   const std::string state = opts_.state_dir + "/" + opts_.cgroup_parent + ".swap";
   if (opts_.swap == SwapMode::kNone) return Status::Ok();
-  if (auto adopted = isolation::ZramSwap::Adopt(state); adopted.ok()) {
-    zram_ = std::move(*adopted);
+  // An earlier run's swap holds the pages of the sandboxes that survived it, whatever kind
+  // this run was asked for.
+  if (auto adopted = isolation::AdoptNodeSwap(state); adopted.ok()) {
+    swap_ = std::move(*adopted);
+    spdlog::info("density: swap on {} (adopted)", swap_->device());
     return Status::Ok();
   }
   if (opts_.swap == SwapMode::kHost ||
@@ -108,10 +142,16 @@ Status DensityManager::SetUpSwap() {
       return Status(Code::kUnavailable, "use host swap", "node", "the host has no swap on");
     return Status::Ok();
   }
-  const uint64_t bytes = opts_.zram_bytes ? opts_.zram_bytes : budget_ / 2;
   (void)mkdir(opts_.state_dir.c_str(), 0755);
-  zram_ = WARREN_TRY(isolation::ZramSwap::Create(bytes, state));
-  spdlog::info("density: swap on {} ({} MiB, compressed)", zram_.device(), bytes / kMiB);
+  if (opts_.swap == SwapMode::kFile) {
+    const uint64_t bytes = opts_.swap_bytes ? opts_.swap_bytes : budget_;
+    swap_ = WARREN_TRY(isolation::SwapFile::Create(opts_.swap_file, bytes, state));
+    spdlog::info("density: swap on {} ({} MiB)", swap_->device(), bytes / kMiB);
+    return Status::Ok();
+  }
+  const uint64_t bytes = opts_.swap_bytes ? opts_.swap_bytes : budget_ / 2;
+  swap_ = WARREN_TRY(isolation::ZramSwap::Create(bytes, state));
+  spdlog::info("density: swap on {} ({} MiB, compressed)", swap_->device(), bytes / kMiB);
   return Status::Ok();
 }
 
@@ -122,9 +162,19 @@ DensityManager::~DensityManager() {
   }
   stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  // The sandboxes are gone (the node deletes them first) or survive a restart in place: a
-  // device still holding their pages stays on for the next run to adopt.
-  if (zram_.active() && zram_.Stats().used_bytes == 0) (void)zram_.Release();
+  // Sandboxes that outlive this run (they survive a restart in place) may have pages in the
+  // swap: it stays on for the next run to adopt. Without any, it goes, even with pages in it:
+  // swap is the host's, and other processes' pages land in it too (swapoff brings them back).
+  bool survivors;
+  {
+    MutexLock lock(&mu_);
+    survivors = !tracked_.empty();
+  }
+  if (swap_ && survivors) {
+    swap_->Detach();
+  } else if (swap_) {
+    if (Status st = swap_->Release(); !st.ok()) spdlog::warn("density: {}", st.ToString());
+  }
   if (opts_.enforce_budget) (void)isolation::SetParentMemoryLimit(opts_.cgroup_parent, 0);
 }
 
@@ -322,16 +372,17 @@ void DensityManager::MoveTo(Tracked& t, Activity want, Clock::time_point now) {
     if (t.activity != Activity::kHibernated) Hibernate(t);
     return;
   }
-  // Idle: it may swap, and gives back half of what it holds each idle period, down to what it
-  // touches between passes (a page it needs comes back, and is taken again later).
+  // Idle: it may swap, and gives back half of what it holds each idle period, down to the
+  // floor (kIdleReclaimFloor).
   if (t.activity == Activity::kActive) {
     t.Set(Activity::kIdle);
     (void)isolation::SetSwapAllowed(t.s.paths, true);
     t.last_reclaim = Clock::time_point{};
   }
   if (now - t.last_reclaim >= opts_.idle.idle_after) {
-    if (auto use = isolation::ReadMemoryUse(t.s.paths); use.ok())
-      Reclaim(t, use->resident_bytes / 2);
+    if (auto use = isolation::ReadMemoryUse(t.s.paths);
+        use.ok() && use->resident_bytes > kIdleReclaimFloor)
+      Reclaim(t, std::max(use->resident_bytes / 2, kIdleReclaimFloor));
     t.last_reclaim = now;
   }
   RankForOom(t, IdleOomAdj(t.clock.QuietFor(now)));
@@ -340,7 +391,7 @@ void DensityManager::MoveTo(Tracked& t, Activity want, Clock::time_point now) {
 uint64_t DensityManager::NodeUsedBytes() {
   auto parent = isolation::ReadParentMemoryUse(opts_.cgroup_parent);
   const uint64_t sandboxes = parent.ok() ? parent->resident_bytes : 0;
-  return sandboxes + (zram_.active() ? zram_.Stats().ram_bytes : 0);
+  return sandboxes + (swap_ ? swap_->Stats().ram_bytes : 0);
 }
 
 uint64_t DensityManager::RelievePressure(uint64_t goal) {
@@ -381,7 +432,8 @@ void DensityManager::TickOne(Tracked& t, Clock::time_point now) {
   if (t.gone) return;
   if (t.activity != Activity::kHibernated) {
     if (auto cpu = isolation::ReadCpuUsec(t.s.paths); cpu.ok())
-      t.clock.Sample(now, *cpu, isolation::ReadMemoryPressure(t.s.paths), opts_.idle);
+      t.clock.Sample(now, *cpu, isolation::ReadMemoryPressure(t.s.paths), opts_.idle,
+                     t.s.quiet_cpus);
   }
   const Activity want = t.clock.Want(now, opts_.idle);
   // A paused sandbox stays as its user left it, but may still be paged out.
@@ -432,9 +484,9 @@ NodeDensity DensityManager::Node() {
   n.refused_creates = refused_;
   n.swap_mode = std::string(SwapModeName(opts_.swap));
   n.swap_error = swap_error_;
-  if (zram_.active()) {
-    n.swap_device = zram_.device();
-    n.swap = zram_.Stats();
+  if (swap_) {
+    n.swap_device = swap_->device();
+    n.swap = swap_->Stats();
   } else if (opts_.swap != SwapMode::kNone) {
     n.swap = isolation::HostSwapStats();
   }

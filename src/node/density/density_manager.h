@@ -14,7 +14,8 @@
 //   budget, the idlest give back everything first; past the refusal mark, creates are refused;
 //   only after that may the kernel choose, and oom_score_adj follows idleness (busy commands
 //   0, idle 500-900, hibernated 1000; agents stay at -998).
-// - Swap: a zram device of the node's own (zram_swap.h), the host's swap, or none.
+// - Swap: a zram device or a swap file of the node's own (node_swap.h), the host's swap, or
+//   none.
 //
 // Thread-safe. One pass (Tick) runs on the manager's thread every `tick`; tests drive it.
 #pragma once
@@ -36,15 +37,21 @@
 #include "base/status.h"
 #include "base/thread_annotations.h"
 #include "isolation/cgroup_memory.h"
-#include "isolation/zram_swap.h"
+#include "isolation/node_swap.h"
 #include "node/density/density_types.h"
 #include "node/density/idle_clock.h"
 
 namespace warren::node::density {
 
-enum class SwapMode { kAuto, kZram, kHost, kNone };
-// "auto", "zram", "host", "none" (also "zram:SIZE" sets zram_bytes); nullopt if malformed.
-std::optional<std::pair<SwapMode, uint64_t>> ParseSwapMode(std::string_view s);
+enum class SwapMode { kAuto, kZram, kFile, kHost, kNone };
+struct SwapChoice {
+  SwapMode mode = SwapMode::kAuto;
+  uint64_t bytes = 0;  // zram:SIZE, file:PATH:SIZE; 0: the default
+  std::string path;    // file:PATH
+};
+// "auto", "zram", "zram:SIZE", "file:PATH", "file:PATH:SIZE", "host", "none"; nullopt if
+// malformed (a size under 16 MiB, a path not absolute or with white space).
+std::optional<SwapChoice> ParseSwapMode(std::string_view s);
 std::string_view SwapModeName(SwapMode m);
 
 struct DensityOptions {
@@ -66,9 +73,10 @@ struct DensityOptions {
   double reclaim_at = 0.85;
   double refuse_at = 0.95;
   SwapMode swap = SwapMode::kAuto;
-  uint64_t zram_bytes = 0;  // 0: half the budget
+  uint64_t swap_bytes = 0;  // 0: half the budget for zram, the budget for a file
+  std::string swap_file;    // SwapMode::kFile: the file the node creates
   std::string cgroup_parent = "warren";
-  std::string state_dir = "/run/warren";  // where the zram device is named for the next run
+  std::string state_dir = "/run/warren";  // where the node's swap is named for the next run
 };
 
 // What the manager needs of one sandbox.
@@ -78,6 +86,7 @@ struct TrackedSandbox {
   pid_t protected_pid = 0;  // never ranked for the OOM killer (the container's agent)
   uint64_t memory_bytes = 0;
   double cpus = 0;
+  double quiet_cpus = 0;  // runtime::Instance::quiet_cpus
   std::function<Status(bool frozen)> freeze;
   bool frozen_now = false;  // adopted frozen by an earlier run: hibernated
 };
@@ -146,7 +155,7 @@ class DensityManager {
   DensityOptions opts_;
   uint64_t budget_ = 0;
   double host_cpus_ = 1;
-  isolation::ZramSwap zram_;
+  std::unique_ptr<isolation::NodeSwap> swap_;  // the node's own, if it has one
   std::string swap_error_;
   Mutex mu_;
   std::map<std::string, std::shared_ptr<Tracked>> tracked_ GUARDED_BY(mu_);

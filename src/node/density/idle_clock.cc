@@ -15,12 +15,13 @@ std::string_view ActivityName(Activity a) {
 }
 
 void IdleClock::Sample(Clock::time_point now, uint64_t cpu_usec, double pressure,
-                       const IdleThresholds& t) {
+                       const IdleThresholds& t, double quiet_cpus) {
   if (sampled_ && now > last_sample_) {
     const double secs = std::chrono::duration<double>(now - last_sample_).count();
     const uint64_t used = cpu_usec >= last_cpu_usec_ ? cpu_usec - last_cpu_usec_ : 0;
     cpus_ = static_cast<double>(used) / 1e6 / secs;
-    if (cpus_ > t.busy_cpus || pressure > t.busy_pressure) Touch(now);
+    const bool stalling = pressure > t.busy_pressure && QuietFor(now) < t.idle_after;
+    if (cpus_ > quiet_cpus + t.busy_cpus || stalling) Touch(now);
   }
   sampled_ = true;
   last_sample_ = now;

@@ -23,8 +23,9 @@ struct IdleThresholds {
   // CPU use between two samples, in CPUs, above which the sandbox is busy (a command that
   // computes, a server that answers); below it, a process that waits or polls now and then.
   double busy_cpus = 0.02;
-  // Memory pressure (PSI "some avg10", percent) above which it is busy: it is stalling on its
-  // memory, which reclaim would only make worse.
+  // Memory pressure (PSI "some avg10", percent) above which an active sandbox stays active:
+  // it is stalling on its memory, which reclaim would only make worse. An idle one's stalls
+  // are what reclaim costs it (pages coming back from swap), not demand: they do not wake it.
   double busy_pressure = 5.0;
 };
 
@@ -35,8 +36,10 @@ class IdleClock {
   // An operation on the sandbox now.
   void Touch(Clock::time_point now) { last_busy_ = std::max(last_busy_, now); }
   // Its CPU counter (microseconds, cumulative) and memory pressure now. The first sample
-  // only sets the baseline.
-  void Sample(Clock::time_point now, uint64_t cpu_usec, double pressure, const IdleThresholds& t);
+  // only sets the baseline. `quiet_cpus`: what the sandbox uses with nothing running in it
+  // (a VM's emulator), above which `t.busy_cpus` counts.
+  void Sample(Clock::time_point now, uint64_t cpu_usec, double pressure, const IdleThresholds& t,
+              double quiet_cpus = 0);
   // How long it has been quiet.
   Clock::duration QuietFor(Clock::time_point now) const;
   // What it should be after that long.

@@ -1,0 +1,63 @@
+#include "isolation/node_swap.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "isolation/swap_file.h"
+#include "isolation/zram_swap.h"
+
+namespace warren::isolation {
+
+bool IsActiveSwap(const std::string& path, SwapStats* stats) {
+  std::ifstream in("/proc/swaps");
+  std::string line;
+  std::getline(in, line);  // the heading
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name, type;
+    uint64_t size_kib = 0, used_kib = 0;
+    if (!(fields >> name >> type >> size_kib >> used_kib) || name != path) continue;
+    if (stats) {
+      stats->size_bytes = size_kib << 10;
+      stats->used_bytes = used_kib << 10;
+    }
+    return true;
+  }
+  return false;
+}
+
+Result<std::unique_ptr<NodeSwap>> AdoptNodeSwap(const std::string& state_file) {
+  std::ifstream in(state_file);
+  std::string path;
+  if (!in || !std::getline(in, path) || path.empty() || path[0] != '/')
+    return NotFound("swap record", state_file);
+  if (!IsActiveSwap(path)) {
+    // The host restarted (or someone turned it off): nothing of any sandbox is in it. A file
+    // of ours is deleted, so the next create makes a fresh one.
+    if (!ZramSwap::IsZram(path)) unlink(path.c_str());
+    unlink(state_file.c_str());
+    return NotFound("swap", path);
+  }
+  if (ZramSwap::IsZram(path)) return std::unique_ptr<NodeSwap>(ZramSwap::Adopt(path, state_file));
+  return std::unique_ptr<NodeSwap>(SwapFile::Adopt(path, state_file));
+}
+
+SwapStats HostSwapStats() {
+  SwapStats s;
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0, total = 0, free = 0;
+  while (in >> key >> kib) {
+    if (key == "SwapTotal:") total = kib << 10;
+    if (key == "SwapFree:") free = kib << 10;
+    in.ignore(64, '\n');
+  }
+  s.size_bytes = total;
+  s.used_bytes = total - std::min(total, free);
+  return s;
+}
+
+}  // namespace warren::isolation

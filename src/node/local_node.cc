@@ -575,6 +575,7 @@ void LocalNode::Track(const std::string& id, runtime::Instance* inst, bool micro
     if (auto use = isolation::ReadMemoryUse(t.paths); use.ok()) memory_bytes = use->limit_bytes;
   t.memory_bytes = memory_bytes;
   t.cpus = cpus;
+  t.quiet_cpus = inst->quiet_cpus();
   t.freeze = [inst](bool frozen) { return frozen ? inst->Pause() : inst->Resume(); };
   // Frozen by an earlier run that hibernated it (a user's pause is the API's to restore).
   t.frozen_now = !t.paths.v2_dir.empty() &&

@@ -107,6 +107,9 @@ class Instance {
   // Its cgroups' directories, for density (node/density) to read and reclaim its memory;
   // empty if the backend has none.
   virtual isolation::CgroupPaths cgroup_paths() const { return {}; }
+  // The CPUs the instance uses by itself while nothing runs in it (a VM's QEMU and idle
+  // guest kernel), which density does not count as the sandbox being busy.
+  virtual double quiet_cpus() const { return 0; }
   // The host pid of the sandbox's init (the agent), for diagnostics.
   virtual int host_pid() const = 0;
   virtual uint32_t host_uid() const = 0;

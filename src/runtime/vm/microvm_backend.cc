@@ -270,12 +270,13 @@ namespace {
 class MicrovmInstance : public Instance {
  public:
   MicrovmInstance(std::unique_ptr<MicrovmBoot> boot, int pid, uint32_t uid, UniqueFd control,
-                  std::function<Status(bool)> freeze)
+                  std::function<Status(bool)> freeze, double quiet_cpus)
       : boot_(std::move(boot)),
         pid_(pid),
         uid_(uid),
         control_(std::move(control)),
-        freeze_(std::move(freeze)) {}
+        freeze_(std::move(freeze)),
+        quiet_cpus_(quiet_cpus) {}
   UniqueFd TakeControlSocket() override { return std::move(control_); }
   Status Destroy() override {
     std::lock_guard lock(mu_);
@@ -288,6 +289,7 @@ class MicrovmInstance : public Instance {
     std::lock_guard lock(mu_);
     return boot_ ? boot_->cgroup.paths() : isolation::CgroupPaths{};
   }
+  double quiet_cpus() const override { return quiet_cpus_; }
   int host_pid() const override { return pid_; }
   uint32_t host_uid() const override { return uid_; }
 
@@ -298,6 +300,7 @@ class MicrovmInstance : public Instance {
   uint32_t uid_;
   UniqueFd control_;
   std::function<Status(bool)> freeze_;
+  double quiet_cpus_;
 };
 
 }  // namespace
@@ -568,9 +571,9 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Adopt(const std::string& id) {
   const uint32_t uid = boot->slot.range().host_base;
   UniqueFd control = std::move(boot->control);
   isolation::Cgroup* cg = &boot->cgroup;
-  return std::unique_ptr<Instance>(
-      std::make_unique<MicrovmInstance>(std::move(boot), pid, uid, std::move(control),
-                                        [cg](bool frozen) { return cg->Freeze(frozen); }));
+  return std::unique_ptr<Instance>(std::make_unique<MicrovmInstance>(
+      std::move(boot), pid, uid, std::move(control),
+      [cg](bool frozen) { return cg->Freeze(frozen); }, QuietCpus()));
 }
 
 bool MicrovmBackend::Owns(const std::string& id) const {
@@ -1028,9 +1031,9 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   }
   UniqueFd control = std::move(boot->control);
   isolation::Cgroup* cg = &boot->cgroup;
-  return std::unique_ptr<Instance>(
-      std::make_unique<MicrovmInstance>(std::move(boot), pid, uid, std::move(control),
-                                        [cg](bool frozen) { return cg->Freeze(frozen); }));
+  return std::unique_ptr<Instance>(std::make_unique<MicrovmInstance>(
+      std::move(boot), pid, uid, std::move(control),
+      [cg](bool frozen) { return cg->Freeze(frozen); }, QuietCpus()));
 }
 
 }  // namespace warren::runtime::vm

@@ -1,10 +1,12 @@
 #include "node/density/density_manager.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 
 #include "base/size.h"
@@ -31,6 +33,20 @@ constexpr int kIdleOomAdj = 500, kIdleOomAdjMax = 900, kHibernatedOomAdj = 1000;
 uint64_t HostMemoryBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(size) : 0;
+}
+
+// The density thread's reclaim, page-out and swap compression run on its own CPU time (the
+// kernel reclaims in the writer's context), on a node whose busy sandboxes may want every CPU:
+// it runs at nice 19, so that a busy sandbox does not pay for the idle ones' reclaim, except
+// while relieving pressure, which is more urgent than anyone's throughput.
+constexpr int kBackgroundNice = 19;
+
+void SetThreadNice(int nice) { (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice); }
+
+int ThreadNice() {
+  errno = 0;
+  const int n = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+  return errno == 0 ? n : 0;
 }
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -179,6 +195,7 @@ DensityManager::~DensityManager() {
 }
 
 void DensityManager::Loop() {
+  SetThreadNice(kBackgroundNice);
   for (;;) {
     {
       MutexLock lock(&stop_mu_);
@@ -400,6 +417,8 @@ uint64_t DensityManager::RelievePressure(uint64_t goal) {
   if (used <= goal) return 0;
   const uint64_t start = used;
   ++pressure_reclaims_;
+  const int nice = ThreadNice();
+  if (nice > 0) SetThreadNice(0);
   // The idlest first; never a busy one (the kernel takes only its page cache, at the budget).
   struct Candidate {
     Clock::duration quiet;
@@ -425,6 +444,7 @@ uint64_t DensityManager::RelievePressure(uint64_t goal) {
     used = NodeUsedBytes();
     if (used <= goal) break;
   }
+  if (nice > 0) SetThreadNice(nice);
   return start > used ? start - used : 0;
 }
 

@@ -17,7 +17,7 @@ namespace warren::isolation {
 
 class ZramSwap final : public NodeSwap {
  public:
-  // Adds a zram device holding up to `bytes` (uncompressed), compressed with lz4 where the
+  // Adds a zram device holding up to `bytes` (uncompressed), compressed with the best ratio the
   // kernel offers it, formats it as swap and turns it on ahead of any other swap. `state_file`
   // names it for the next run. A failure removes what was added.
   static Result<std::unique_ptr<ZramSwap>> Create(uint64_t bytes, const std::string& state_file);

@@ -239,6 +239,13 @@ int AgentConn::Running() const {
   return n;
 }
 
+bool AgentConn::AnyExecAwaited() const {
+  MutexLock lock(&mu_);
+  for (auto& [eid, r] : execs_)
+    if (r->awaited()) return true;
+  return false;
+}
+
 std::shared_ptr<ExecRecord> AgentConn::FindExec(const std::string& exec_id) {
   MutexLock lock(&mu_);
   auto it = execs_.find(exec_id);

@@ -63,6 +63,8 @@ class AgentConn {
   Status SendStdin(const std::string& exec_id, std::string_view data, bool eof);
   std::shared_ptr<ExecRecord> FindExec(const std::string& exec_id);
   int Running() const;
+  // Whether someone waits on one of its running commands (ExecRecord::awaited).
+  bool AnyExecAwaited() const;
   // Blocking file operations through the agent (inside the sandbox's own mount namespace
   // and credentials: the host never resolves a sandbox-controlled path).
   Status WriteFile(const std::string& path, uint32_t mode, std::string_view data);

@@ -279,6 +279,11 @@ bool ExecRecord::WaitDone(int timeout_ms) {
   }
 }
 
+bool ExecRecord::awaited() const {
+  MutexLock lock(&mu_);
+  return !published_ && !waiters_.empty();
+}
+
 nlohmann::json ExecRecord::ResultJson() const {
   MutexLock lock(&mu_);
   return ResultJsonLocked(published_);

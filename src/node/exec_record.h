@@ -115,6 +115,10 @@ class ExecRecord {
   uint64_t bytes() const;
   // Blocks until done or `timeout_ms` passes; true if done.
   bool WaitDone(int timeout_ms);
+  // Whether the command runs and someone waits on it: a blocking exec call (WaitDone), a
+  // stream (Poll with `notify`), a cluster API server's mirror. A waiter that left is counted
+  // until the record next changes.
+  bool awaited() const;
 
  private:
   void NotifyLocked(std::vector<std::function<void()>>* out) REQUIRES(mu_);

@@ -577,6 +577,10 @@ void LocalNode::Track(const std::string& id, runtime::Instance* inst, bool micro
   t.cpus = cpus;
   t.quiet_cpus = inst->quiet_cpus();
   t.freeze = [inst](bool frozen) { return frozen ? inst->Pause() : inst->Resume(); };
+  t.awaited = [this, id] {
+    auto conn = Conn(id);
+    return conn.ok() && (*conn)->AnyExecAwaited();
+  };
   // Frozen by an earlier run that hibernated it (a user's pause is the API's to restore).
   t.frozen_now = !t.paths.v2_dir.empty() &&
                  isolation::ReadCgroupNumber(t.paths.v2_dir + "/cgroup.freeze").value_or(0) == 1;

@@ -241,3 +241,17 @@ def test_an_idle_microvm_is_paused_paged_out_and_woken_by_its_next_exec(dense, i
     assert x.status == 200 and x.json["exit_code"] == 0 and x.json["stdout"].split() == ["kept", "alive"], x
     after = _density(dense, sid)
     assert after["wakes"] >= 1 and after["max_wake_ms"] > 0, after
+
+
+def test_a_quiet_command_someone_waits_on_ends_and_its_sandbox_is_not_frozen_under_it(dense, image, sandboxes):
+    """A blocking exec of a command that sleeps past --hibernate-after: the sandbox may go idle
+    but is not frozen while the call waits (a frozen command's timers do not fire: the call
+    would never return); once the command ended, it hibernates as usual."""
+    sid = dense.http("POST", "/v1/sandboxes", {"image": image}).json["id"]
+    sandboxes.append(sid)
+    t0 = time.monotonic()
+    x = dense.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["sleep", "7"], "timeout_s": 60}, timeout=60)
+    took = time.monotonic() - t0
+    assert x.status == 200 and x.json["exit_code"] == 0 and not x.json["timed_out"], x
+    assert took < 30, f"the exec took {took:.1f} s"
+    _wait(lambda: _density(dense, sid)["activity"] == "hibernated", "hibernation after the command ended")

@@ -1,6 +1,8 @@
 // Density's pure parts: when a sandbox counts as idle or hibernated, and what the node admits.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "node/density/density_manager.h"
 #include "node/density/density_types.h"
 #include "node/density/idle_clock.h"
@@ -192,6 +194,38 @@ TEST(DensityAdmissionTest, CpuIsUnlimitedByDefaultAndLimitedByARatio) {
   const double host = limited->Node().host_cpus;
   EXPECT_TRUE(limited->Admit("a", 1 << 20, host).ok());
   EXPECT_EQ(limited->Admit("b", 1 << 20, 0.5).code(), Code::kQuota);
+}
+
+// A sandbox whose running command someone waits on (a blocking exec, a stream) is never frozen:
+// the command could not end while frozen, and the caller would wait forever. It still goes
+// idle; once no one waits, it hibernates.
+TEST(DensityHibernationTest, ASandboxSomeoneWaitsOnIsNeverFrozen) {
+  DensityOptions o;
+  o.enabled = false;  // no thread and no swap: the test drives Tick
+  o.memory_budget_bytes = 1ull << 30;
+  o.idle.idle_after = seconds(1);
+  o.idle.hibernate_after = seconds(2);
+  auto m = DensityManager::Start(o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::atomic<bool> awaited{true};
+  std::atomic<int> freezes{0};
+  TrackedSandbox t;
+  t.id = "sb";
+  t.paths.memory_dir = "/nonexistent/warren-test";  // every read fails: no samples
+  t.freeze = [&](bool frozen) {
+    freezes += frozen;
+    return Status::Ok();
+  };
+  t.awaited = [&] { return awaited.load(); };
+  (*m)->Add(t);
+  (*m)->Tick(Clock::now() + seconds(60));
+  EXPECT_EQ(freezes, 0);
+  EXPECT_EQ((*m)->Sandbox("sb")->activity, Activity::kIdle);
+  awaited = false;
+  (*m)->Tick(Clock::now() + seconds(61));
+  EXPECT_EQ(freezes, 1);
+  EXPECT_EQ((*m)->Sandbox("sb")->activity, Activity::kHibernated);
+  (*m)->Forget("sb");
 }
 
 TEST(DensityAdmissionTest, AnAdoptedSandboxCountsOnce) {

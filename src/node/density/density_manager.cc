@@ -448,14 +448,15 @@ uint64_t DensityManager::RelievePressure(uint64_t goal) {
   return start > used ? start - used : 0;
 }
 
-void DensityManager::TickOne(Tracked& t, Clock::time_point now) {
+void DensityManager::TickOne(Tracked& t, Clock::time_point now, bool awaited) {
   if (t.gone) return;
   if (t.activity != Activity::kHibernated) {
     if (auto cpu = isolation::ReadCpuUsec(t.s.paths); cpu.ok())
       t.clock.Sample(now, *cpu, isolation::ReadMemoryPressure(t.s.paths), opts_.idle,
                      t.s.quiet_cpus);
   }
-  const Activity want = t.clock.Want(now, opts_.idle);
+  Activity want = t.clock.Want(now, opts_.idle);
+  if (want == Activity::kHibernated && awaited) want = Activity::kIdle;
   // A paused sandbox stays as its user left it, but may still be paged out.
   if (t.user_paused && want != Activity::kHibernated) return;
   MoveTo(t, want, now);
@@ -463,8 +464,11 @@ void DensityManager::TickOne(Tracked& t, Clock::time_point now) {
 
 void DensityManager::Tick(Clock::time_point now) {
   for (auto& t : All()) {
+    // Asked before taking op_mu: the node answers under its own locks, which it may hold
+    // while it calls Forget (which waits for op_mu).
+    const bool awaited = t->s.awaited && t->s.awaited();
     if (!t->op_mu.try_lock()) continue;  // being woken or hibernated: next pass
-    TickOne(*t, now);
+    TickOne(*t, now, awaited);
     t->op_mu.unlock();
   }
   const double budget = static_cast<double>(budget_);

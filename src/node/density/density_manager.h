@@ -88,6 +88,11 @@ struct TrackedSandbox {
   double cpus = 0;
   double quiet_cpus = 0;  // runtime::Instance::quiet_cpus
   std::function<Status(bool frozen)> freeze;
+  // Whether someone waits on one of its running commands (a blocking exec call, a stream).
+  // Such a sandbox may be idle but is never hibernated: a frozen command's timers do not
+  // fire, so it could not end and its caller would wait forever. Called with no lock of the
+  // manager's held.
+  std::function<bool()> awaited;
   bool frozen_now = false;  // adopted frozen by an earlier run: hibernated
 };
 
@@ -143,7 +148,7 @@ class DensityManager {
   uint64_t NodeUsedBytes();
   // Moves `t` to `want`, doing what that takes. Holds t.op_mu.
   void MoveTo(Tracked& t, Activity want, Clock::time_point now) REQUIRES(t.op_mu);
-  void TickOne(Tracked& t, Clock::time_point now) REQUIRES(t.op_mu);
+  void TickOne(Tracked& t, Clock::time_point now, bool awaited) REQUIRES(t.op_mu);
   void Reclaim(Tracked& t, uint64_t target) REQUIRES(t.op_mu);
   void Hibernate(Tracked& t) REQUIRES(t.op_mu);
   Status Wake(Tracked& t) REQUIRES(t.op_mu);

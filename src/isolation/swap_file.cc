@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -44,6 +46,18 @@ bool IsOursLeftOff(const std::string& path, const std::string& label) {
 Result<std::unique_ptr<SwapFile>> SwapFile::Create(const std::string& path, uint64_t bytes,
                                                    const std::string& state_file) {
   if (path.empty() || path[0] != '/') return Invalid("swap file", "wants an absolute path");
+  // As /proc/swaps will name it (symlinks and .. resolved), or nothing would find it there
+  // and Release would delete a file still in use as swap.
+  const size_t slash = path.rfind('/');
+  char dir[PATH_MAX];
+  if (!realpath(slash == 0 ? "/" : path.substr(0, slash).c_str(), dir))
+    return ErrnoStatus("resolve swap file directory", path.substr(0, slash));
+  return CreateAt((std::string(dir) == "/" ? "" : std::string(dir)) + path.substr(slash), bytes,
+                  state_file);
+}
+
+Result<std::unique_ptr<SwapFile>> SwapFile::CreateAt(const std::string& path, uint64_t bytes,
+                                                     const std::string& state_file) {
   const std::string label = LabelFor(state_file);
   if (IsOursLeftOff(path, label)) unlink(path.c_str());
   UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));

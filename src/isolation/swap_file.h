@@ -36,6 +36,9 @@ class SwapFile final : public NodeSwap {
 
  private:
   SwapFile() = default;
+  // Create with `path` resolved.
+  static Result<std::unique_ptr<SwapFile>> CreateAt(const std::string& path, uint64_t bytes,
+                                                    const std::string& state_file);
   bool owned_ = false;
   std::string path_;
   std::string state_file_;

@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -69,6 +71,23 @@ TEST_F(NodeSwapTest, ASwapFileIsMadeAdoptedAfterAStopAndDeleted) {
   EXPECT_FALSE(Exists(path));
   EXPECT_FALSE(Exists(state_));
   EXPECT_EQ(AdoptNodeSwap(state_).status().code(), Code::kNotFound);
+}
+
+// /proc/swaps names the file by its resolved path: one given through a symlink is still found,
+// turned off and deleted (never deleted while still swap).
+TEST_F(NodeSwapTest, APathThroughASymlinkIsResolved) {
+  ASSERT_EQ(mkdir((dir_ + "/real").c_str(), 0700), 0);
+  ASSERT_EQ(symlink("real", (dir_ + "/link").c_str()), 0);
+  auto made = SwapFile::Create(dir_ + "/link/../link/swap", 32 * kMiB, state_);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  char real[PATH_MAX];
+  ASSERT_NE(realpath((dir_ + "/real").c_str(), real), nullptr);
+  EXPECT_EQ((*made)->device(), std::string(real) + "/swap");
+  EXPECT_TRUE(IsActiveSwap((*made)->device()));
+  EXPECT_GE((*made)->Stats().size_bytes, 31 * kMiB);
+  EXPECT_TRUE((*made)->Release().ok());
+  EXPECT_FALSE(IsActiveSwap(std::string(real) + "/swap"));
+  EXPECT_FALSE(Exists(dir_ + "/real/swap"));
 }
 
 TEST_F(NodeSwapTest, AFileThatIsNotTheNodesIsNeverTakenOver) {

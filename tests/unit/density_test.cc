@@ -208,12 +208,12 @@ TEST(DensityHibernationTest, ASandboxSomeoneWaitsOnIsNeverFrozen) {
   auto m = DensityManager::Start(o);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   std::atomic<bool> awaited{true};
-  std::atomic<int> freezes{0};
+  std::atomic<int> freezes{0}, thaws{0};
   TrackedSandbox t;
   t.id = "sb";
   t.paths.memory_dir = "/nonexistent/warren-test";  // every read fails: no samples
   t.freeze = [&](bool frozen) {
-    freezes += frozen;
+    (frozen ? freezes : thaws) += 1;
     return Status::Ok();
   };
   t.awaited = [&] { return awaited.load(); };
@@ -225,6 +225,11 @@ TEST(DensityHibernationTest, ASandboxSomeoneWaitsOnIsNeverFrozen) {
   (*m)->Tick(Clock::now() + seconds(61));
   EXPECT_EQ(freezes, 1);
   EXPECT_EQ((*m)->Sandbox("sb")->activity, Activity::kHibernated);
+  // Someone waits on it again (hibernated in the gap of a stream's re-poll): thawed.
+  awaited = true;
+  (*m)->Tick(Clock::now() + seconds(62));
+  EXPECT_EQ(thaws, 1);
+  EXPECT_NE((*m)->Sandbox("sb")->activity, Activity::kHibernated);
   (*m)->Forget("sb");
 }
 

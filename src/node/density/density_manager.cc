@@ -456,7 +456,12 @@ void DensityManager::TickOne(Tracked& t, Clock::time_point now, bool awaited) {
                      t.s.quiet_cpus);
   }
   Activity want = t.clock.Want(now, opts_.idle);
-  if (want == Activity::kHibernated && awaited) want = Activity::kIdle;
+  if (awaited) {
+    // Hibernated in a gap between a waiter's wake-up and its next wait (a stream re-polls
+    // after each chunk): thawed, or its command could not end.
+    if (t.activity == Activity::kHibernated && !t.user_paused) (void)Wake(t);
+    if (want == Activity::kHibernated) want = Activity::kIdle;
+  }
   // A paused sandbox stays as its user left it, but may still be paged out.
   if (t.user_paused && want != Activity::kHibernated) return;
   MoveTo(t, want, now);

@@ -77,7 +77,7 @@ class WarrenServe:
     """A `warren serve` of the benchmark's own on a free loopback port and a fresh data
     directory under `scratch` (its log beside it), with the admin token: its API over HTTP
     and its CLI. stop() ends it (SIGTERM, then SIGKILL after two minutes) and removes the
-    data directory."""
+    data directory, and the log if the serve exited cleanly."""
 
     def __init__(self, warren, scratch, name, args=()):
         import socket
@@ -155,3 +155,9 @@ class WarrenServe:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.data, ignore_errors=True)
+        self.log.close()
+        if self.proc.returncode == 0:  # kept only to explain a serve that failed
+            try:
+                os.unlink(self.data + ".log")
+            except OSError:
+                pass

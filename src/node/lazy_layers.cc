@@ -158,10 +158,13 @@ Status LazyLayers::Spawn() {
     pidfd_.Reset();
     return st;
   }
-  MutexLock lock(&mu_);
-  up_ = true;
-  errors_seen_.clear();
-  stats_ = {};
+  {
+    MutexLock lock(&mu_);
+    up_ = true;
+    errors_seen_.clear();
+    stats_ = {};
+  }
+  cv_.notify_all();  // creates waiting in DevicePath
   spdlog::info("blobfsd: started (pid {}), chunked layers load on demand from {}", pid,
                opts_.source);
   return Status::Ok();
@@ -198,6 +201,10 @@ Result<blobfs::BlobfsStats> LazyLayers::ReadStats() {
 Result<std::string> LazyLayers::DevicePath(const std::string& digest) {
   if (digest.rfind("sha256:", 0) != 0) return Invalid("bad digest", digest);
   MutexLock lock(&mu_);
+  // A restart takes a fraction of a second: a create that arrives during one waits for it
+  // rather than failing, and gets kUnavailable only if the daemon stays down.
+  const auto until = std::chrono::steady_clock::now() + kRestartWait;
+  while (!up_ && !stop_ && std::chrono::steady_clock::now() < until) lock.WaitUntil(cv_, until);
   if (!up_)
     return Status(Code::kUnavailable, "mount chunked layer", digest,
                   "the node's block daemon (blobfsd) is restarting");

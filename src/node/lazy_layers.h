@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -51,9 +52,10 @@ class LazyLayers {
   LazyLayers(const LazyLayers&) = delete;
   LazyLayers& operator=(const LazyLayers&) = delete;
 
-  // The blob file EROFS mounts for chunked layer `digest`; kUnavailable while the daemon is
-  // down (between a death and its restart).
+  // The blob file EROFS mounts for chunked layer `digest`. While the daemon is down (between
+  // a death and its restart) it waits up to kRestartWait for it, then gives kUnavailable.
   Result<std::string> DevicePath(const std::string& digest);
+  static constexpr std::chrono::seconds kRestartWait{5};
   // The daemon's last report (at most half a second old); empty before the first.
   blobfs::BlobfsStats Stats();
   uint64_t restarts() const { return restarts_.load(); }

@@ -10,7 +10,7 @@ PACKAGES=(
   libcurl4-openssl-dev mmdebstrap skopeo umoci docker-registry python3-jwt python3-cryptography openssl
   python3-prometheus-client
   libmnl-dev libnftables-dev libnetfilter-conntrack-dev libc-ares-dev nftables iproute2 apt-utils
-  qemu-system-x86 linux-image-amd64 liblzma-dev
+  qemu-system-x86 linux-image-amd64 liblzma-dev libzstd-dev
   etcd-server etcd-client
   clang clang-format
 )

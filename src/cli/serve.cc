@@ -167,7 +167,7 @@ void AddServe(CLI::App& app) {
                   "(http(s)://..., e.g. a server over that directory)");
   cmd->add_option("--layer-format", lf->format,
                   "how built layers are stored: whole (one EROFS image, copied to the node "
-                  "before use) or chunked (metadata plus 1 MiB chunks, read on demand; needs "
+                  "before use) or chunked (metadata plus 64 KiB chunks, read on demand; needs "
                   "--layer-store)");
   cmd->add_option("--layer-cache-size", lf->cache_size,
                   "with --layer-store: bound on the layers and chunks the node keeps (e.g. 50G)");

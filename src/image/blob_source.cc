@@ -22,6 +22,8 @@ std::string ObjectRelPath(ObjectKind kind, const std::string& hex) {
   switch (kind) {
     case ObjectKind::kMeta:
       return "meta/sha256/" + hex;
+    case ObjectKind::kMetaZstd:
+      return "meta/sha256/" + hex + ".zst";
     case ObjectKind::kTrace:
       return "traces/sha256/" + hex;
     case ObjectKind::kChunk:
@@ -36,6 +38,8 @@ const char* KindName(ObjectKind kind) {
   switch (kind) {
     case ObjectKind::kMeta:
       return "layer metadata";
+    case ObjectKind::kMetaZstd:
+      return "compressed layer metadata";
     case ObjectKind::kTrace:
       return "layer prefetch trace";
     case ObjectKind::kChunk:

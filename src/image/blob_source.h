@@ -18,7 +18,8 @@
 namespace warren::image {
 
 // The parts of a chunked layer besides its manifest (image/chunked_layer.h).
-enum class ObjectKind { kChunk, kMeta, kTrace };
+// kMetaZstd: a metadata image compressed (image/zstd_codec.h), named by the image's digest.
+enum class ObjectKind { kChunk, kMeta, kMetaZstd, kTrace };
 
 class BlobSource {
  public:

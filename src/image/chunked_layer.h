@@ -31,6 +31,9 @@ struct LayerChunk {
 struct ChunkedLayer {
   std::string meta_sha256;  // hex of the metadata image
   uint64_t meta_size = 0;
+  // Bytes of the metadata image compressed with zstd, as the store also keeps it
+  // (meta/sha256/<hex>.zst: what a node fetches); 0 when it is kept only whole (v1 layers).
+  uint64_t meta_zstd_size = 0;
   uint64_t blob_size = 0;  // the blob file's size (chunks plus any zero gaps)
   uint64_t chunk_size = 0;
   uint32_t block_size = 0;
@@ -52,9 +55,12 @@ struct ChunkedLayer {
 // more objects in the store: +50% at 64 KiB, since most chunks are small files anyway.
 constexpr uint64_t kLayerChunkSize = 1 << 16;
 
-// The manifest's bytes: canonical JSON, so the same layer always has the same digest.
+// The manifest's bytes (image/layer_manifest.cc): binary v2, one encoding per layer, so the
+// same layer always has the same digest. `layer`'s digests are as Sha256Hex writes them and
+// its offsets and lengths are multiples of its block size.
 std::string EncodeManifest(const ChunkedLayer& layer);
-// Parses and checks a manifest (untrusted: from a store). `what` names it in errors.
+// Parses and checks a manifest (untrusted: from a store), v2 or the JSON v1 written before.
+// `what` names it in errors.
 Result<ChunkedLayer> DecodeManifest(std::string_view bytes, const std::string& what);
 // True when the file at `path` starts like a manifest (a whole EROFS blob never does).
 bool IsManifestFile(const std::string& path);

@@ -17,6 +17,7 @@
 #include "base/subprocess.h"
 #include "base/unique_fd.h"
 #include "image/tar_extract.h"
+#include "image/zstd_codec.h"
 
 namespace warren::image {
 namespace {
@@ -213,6 +214,7 @@ size_t LayerStore::CollectChunks(double grace_s) {
       return 0;
     }
     metas.insert((*m)->meta_sha256);
+    metas.insert((*m)->meta_sha256 + ".zst");
     for (const auto& c : (*m)->chunks) chunks.insert(c.sha256);
   }
   const double now = static_cast<double>(time(nullptr));
@@ -339,6 +341,17 @@ Result<BlobInfo> LayerStore::ImportTreeChunked(const std::string& tree) {
     if (pread(fd.get(), bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()))
       return ErrnoStatus("read", meta);
     WARREN_RETURN_IF_ERROR(PutObject(ObjectKind::kMeta, layer.meta_sha256, bytes));
+    // Nodes fetch it compressed: 7x smaller, and it comes before a cold layer's first mount.
+    const std::string packed = ZstdCompress(bytes);
+    if (!packed.empty() && packed.size() < bytes.size()) {
+      WARREN_RETURN_IF_ERROR(PutObject(ObjectKind::kMetaZstd, layer.meta_sha256, packed));
+      // The copy stored first is kept (another zstd may have packed it to another size).
+      struct stat st;
+      const std::string stored =
+          root_ + "/" + ObjectRelPath(ObjectKind::kMetaZstd, layer.meta_sha256);
+      if (stat(stored.c_str(), &st) != 0) return ErrnoStatus("stat", stored);
+      layer.meta_zstd_size = static_cast<uint64_t>(st.st_size);
+    }
   }
   // The manifest last: a layer is only visible once every part of it is stored.
   const std::string manifest = TempPath("manifest");
@@ -423,8 +436,19 @@ Status LayerStore::EnsureMeta(const std::string& digest) {
   const ChunkedLayer& m = *mp;
   if (access(MetaPath(m.meta_sha256).c_str(), R_OK) == 0) return Status::Ok();
   if (!source_) return NotFound("layer metadata", m.meta_sha256);
-  std::string bytes =
-      WARREN_TRY(source_->ReadObject(ObjectKind::kMeta, m.meta_sha256, m.meta_size));
+  std::string bytes;
+  if (m.meta_zstd_size) {
+    const std::string packed =
+        WARREN_TRY(source_->ReadObject(ObjectKind::kMetaZstd, m.meta_sha256, m.meta_zstd_size));
+    auto unpacked = ZstdDecompress(packed, m.meta_size, "metadata of layer " + digest);
+    if (!unpacked.ok())
+      return Internal(
+          "fetch layer metadata", digest,
+          "the shared store's compressed metadata is corrupt: " + unpacked.status().message());
+    bytes = std::move(*unpacked);
+  } else {
+    bytes = WARREN_TRY(source_->ReadObject(ObjectKind::kMeta, m.meta_sha256, m.meta_size));
+  }
   // The store is trusted to be reachable, not to be right.
   if (bytes.size() != m.meta_size || Sha256Hex(bytes) != m.meta_sha256)
     return Internal("fetch layer metadata", digest,
@@ -485,7 +509,10 @@ Status LayerStore::Remove(const std::string& digest) {
   // A chunked layer's metadata image goes with it (its chunks go with CollectChunks: other
   // layers may share them). Another layer naming the same metadata fetches it again.
   if (IsChunked(digest)) {
-    if (auto m = Manifest(digest); m.ok()) unlink(MetaPath((*m)->meta_sha256).c_str());
+    if (auto m = Manifest(digest); m.ok()) {
+      unlink(MetaPath((*m)->meta_sha256).c_str());
+      unlink((root_ + "/" + ObjectRelPath(ObjectKind::kMetaZstd, (*m)->meta_sha256)).c_str());
+    }
     unlink(PromotedPath(digest).c_str());
     MutexLock lock(&manifest_mu_);
     manifests_.erase(digest);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 
 #include "base/sha256.h"
@@ -18,6 +19,7 @@
 #include "image/erofs_chunk_map.h"
 #include "image/layer_store.h"
 #include "image/tar_create.h"
+#include "image/zstd_codec.h"
 #include "test_files.h"
 
 namespace warren::image {
@@ -129,28 +131,83 @@ TEST_F(ChunkedLayerTest, SplitChunksRebuildTheBlobAndUnchangedFilesDedupAcrossVe
   EXPECT_GE(shared, b.size() - 2);  // all but the new file's and small's
 }
 
-TEST_F(ChunkedLayerTest, ManifestRoundTripsAndRefusesWhatIsMalformed) {
+// A v1 manifest as layers published before v2 have it: canonical JSON.
+std::string EncodeManifestV1(const ChunkedLayer& l) {
+  nlohmann::json chunks = nlohmann::json::array();
+  for (const auto& c : l.chunks)
+    chunks.push_back(nlohmann::json::array({c.offset, c.length, c.sha256}));
+  nlohmann::json j = {{"format", "warren.chunked-layer/v1"},
+                      {"meta", {{"sha256", l.meta_sha256}, {"size", l.meta_size}}},
+                      {"blob_size", l.blob_size},
+                      {"chunk_size", l.chunk_size},
+                      {"block_size", l.block_size},
+                      {"chunks", std::move(chunks)}};
+  return j.dump();
+}
+
+ChunkedLayer SampleLayer() {
   ChunkedLayer l;
   l.meta_sha256 = std::string(64, 'a');
   l.meta_size = 8192;
+  l.meta_zstd_size = 900;
   l.blob_size = 3 << 20;
   l.chunk_size = 1 << 20;
   l.block_size = 4096;
-  l.chunks = {{0, 1 << 20, std::string(64, 'b')}, {1 << 20, 8192, std::string(64, 'c')}};
-  const std::string text = EncodeManifest(l);
-  auto back = DecodeManifest(text, "test");
+  l.chunks = {{0, 1 << 20, std::string(64, 'b')},
+              {1 << 20, 8192, std::string(64, 'c')},
+              {2 << 20, 4096, Sha256Hex("x")}};  // a gap before the last
+  return l;
+}
+
+void ExpectSameLayer(const ChunkedLayer& a, const ChunkedLayer& b) {
+  EXPECT_EQ(a.meta_sha256, b.meta_sha256);
+  EXPECT_EQ(a.meta_size, b.meta_size);
+  EXPECT_EQ(a.meta_zstd_size, b.meta_zstd_size);
+  EXPECT_EQ(a.blob_size, b.blob_size);
+  EXPECT_EQ(a.chunk_size, b.chunk_size);
+  EXPECT_EQ(a.block_size, b.block_size);
+  ASSERT_EQ(a.chunks.size(), b.chunks.size());
+  for (size_t i = 0; i < a.chunks.size(); ++i) {
+    EXPECT_EQ(a.chunks[i].offset, b.chunks[i].offset) << i;
+    EXPECT_EQ(a.chunks[i].length, b.chunks[i].length) << i;
+    EXPECT_EQ(a.chunks[i].sha256, b.chunks[i].sha256) << i;
+  }
+}
+
+TEST_F(ChunkedLayerTest, ManifestRoundTripsAndIsSmall) {
+  const ChunkedLayer l = SampleLayer();
+  const std::string bytes = EncodeManifest(l);
+  auto back = DecodeManifest(bytes, "test");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(EncodeManifest(*back), text);
-  EXPECT_EQ(back->ChunkBytes(), (1u << 20) + 8192);
+  ExpectSameLayer(*back, l);
+  EXPECT_EQ(EncodeManifest(*back), bytes);  // one encoding: one digest
+  EXPECT_EQ(back->ChunkBytes(), (1u << 20) + 8192 + 4096);
   EXPECT_EQ(back->FirstChunkEndingAfter(0), 0u);
   EXPECT_EQ(back->FirstChunkEndingAfter((1 << 20) - 1), 0u);
   EXPECT_EQ(back->FirstChunkEndingAfter(1 << 20), 1u);
   EXPECT_EQ(back->FirstChunkEndingAfter((1 << 20) + 8192), 2u);
-  Write(dir_ + "/m", text);
+  // An 80-byte header and 34 bytes a chunk (v1's JSON took about 90); the first chunk's
+  // length and the last's gap take a second varint byte.
+  EXPECT_EQ(bytes.size(), 80 + 35 + 34 + 35u);
+  Write(dir_ + "/m", bytes);
   EXPECT_TRUE(IsManifestFile(dir_ + "/m"));
+  auto read = ReadManifestFile(dir_ + "/m");
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ExpectSameLayer(*read, l);
+}
+
+TEST_F(ChunkedLayerTest, ManifestV1IsStillRead) {
+  ChunkedLayer l = SampleLayer();
+  l.meta_zstd_size = 0;  // v1 layers keep their metadata whole only
+  const std::string text = EncodeManifestV1(l);
+  auto back = DecodeManifest(text, "test");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ExpectSameLayer(*back, l);
+  Write(dir_ + "/m1", text);
+  EXPECT_TRUE(IsManifestFile(dir_ + "/m1"));
 
   auto refused = [&](ChunkedLayer bad, const std::string& why) {
-    auto r = DecodeManifest(EncodeManifest(bad), "test");
+    auto r = DecodeManifest(EncodeManifestV1(bad), "test");
     EXPECT_FALSE(r.ok()) << why;
     if (!r.ok()) EXPECT_EQ(r.status().code(), Code::kInvalid) << why;
   };
@@ -174,6 +231,52 @@ TEST_F(ChunkedLayerTest, ManifestRoundTripsAndRefusesWhatIsMalformed) {
   auto extra = nlohmann::json::parse(text);
   extra["surprise"] = 1;
   EXPECT_FALSE(DecodeManifest(extra.dump(), "test").ok());
+}
+
+TEST_F(ChunkedLayerTest, MalformedBinaryManifestsAreRefusedNeverACrash) {
+  const ChunkedLayer l = SampleLayer();
+  const std::string good = EncodeManifest(l);
+  auto refused = [&](const std::string& bytes, const std::string& why) {
+    auto r = DecodeManifest(bytes, "test");
+    EXPECT_FALSE(r.ok()) << why;
+    if (!r.ok()) EXPECT_EQ(r.status().code(), Code::kInvalid) << why;
+  };
+  ChunkedLayer bad = l;
+  bad.chunks[2].offset = 3 << 20;
+  refused(EncodeManifest(bad), "past the blob");
+  bad = l;
+  bad.chunk_size = 3000;
+  refused(EncodeManifest(bad), "chunk size");
+  bad = l;
+  bad.block_size = 100;
+  refused(EncodeManifest(bad), "block size");
+  bad = l;
+  bad.meta_zstd_size = 1 << 20;
+  refused(EncodeManifest(bad), "compressed metadata larger than the metadata");
+  bad = l;
+  bad.chunks[0].length = 2 << 20;
+  bad.chunks[1].offset = 2 << 20;
+  bad.chunks[2].offset = (2 << 20) + 8192;
+  refused(EncodeManifest(bad), "chunk longer than the chunk size");
+  refused(good + "x", "trailing bytes");
+  for (size_t n = 0; n < good.size(); ++n)
+    refused(good.substr(0, n), "cut at " + std::to_string(n));
+  std::string count = good;
+  count[72] = '\x7f';  // the chunk count's low byte: 127 chunks in 104 bytes
+  refused(count, "count past the end");
+  count = good;
+  count[79] = '\x7f';  // a count of about 2^63
+  refused(count, "huge count");
+  std::string longer = good;  // the first chunk's gap as a two-byte zero: not minimal
+  longer.insert(80, 1, '\x80');
+  refused(longer, "non-minimal varint");
+  // Random corruption of each byte: refused or decoded, never a crash or a wild allocation.
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    std::string b = good;
+    b[8 + rng() % (b.size() - 8)] = static_cast<char>(rng());
+    (void)DecodeManifest(b, "test");
+  }
 }
 
 TEST_F(ChunkedLayerTest, HostileMetadataIsAnErrorNeverACrash) {
@@ -239,19 +342,32 @@ TEST_F(ChunkedLayerTest, NodeStoreFetchesManifestAndMetadataAndCollectionKeepsWh
   // Only the manifest and metadata: chunks come when read.
   EXPECT_FALSE(fs::exists(node.ChunkPath(m->chunks[0].sha256)));
 
-  // A corrupt metadata image in the store is refused and not kept.
-  ASSERT_TRUE(node.Remove(info->digest).ok());
-  EXPECT_FALSE(fs::exists(node.MetaPath(m->meta_sha256)));
-  fs::permissions(shared.MetaPath(m->meta_sha256), fs::perms::owner_write, fs::perm_options::add);
-  {
-    std::fstream f(shared.MetaPath(m->meta_sha256),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(2000);
-    f.put('X');
+  // The node fetched the metadata compressed (what the manifest names), not whole.
+  const std::string packed_path = shared.MetaPath(m->meta_sha256) + ".zst";
+  ASSERT_GT(m->meta_zstd_size, 0u);
+  EXPECT_LT(m->meta_zstd_size, m->meta_size);
+  EXPECT_EQ(fs::file_size(packed_path), m->meta_zstd_size);
+
+  // A corrupt compressed metadata image in the store is refused and not kept: bytes that do
+  // not decompress, and a frame that decompresses to the right size but other bytes.
+  const std::string meta = Read(shared.MetaPath(m->meta_sha256));
+  // Other bytes of the same size, which pack smaller than the real ones (zeros), so the frame
+  // is within the size the manifest allows and only the digest can tell.
+  std::string other = meta;
+  std::fill(other.begin() + 1024, other.end(), '\0');
+  const std::string other_packed = ZstdCompress(other);
+  ASSERT_LE(other_packed.size(), m->meta_zstd_size);
+  for (const std::string& bad : {Read(packed_path).substr(0, m->meta_zstd_size / 2) +
+                                     std::string(m->meta_zstd_size / 2, 'x'),
+                                 other_packed}) {
+    ASSERT_TRUE(node.Remove(info->digest).ok());
+    EXPECT_FALSE(fs::exists(node.MetaPath(m->meta_sha256)));
+    fs::permissions(packed_path, fs::perms::owner_write, fs::perm_options::add);
+    Write(packed_path, bad);
+    Status st = node.Ensure(info->digest);
+    EXPECT_EQ(st.code(), Code::kInternal) << st.ToString();
+    EXPECT_FALSE(fs::exists(node.MetaPath(m->meta_sha256)));
   }
-  Status st = node.Ensure(info->digest);
-  EXPECT_FALSE(st.ok());
-  EXPECT_FALSE(fs::exists(node.MetaPath(m->meta_sha256)));
 
   // Promotion (the manifest is on the node): refused while a chunk is missing there; once every
   // chunk is there, a

@@ -89,14 +89,14 @@ class SlowStore(http.server.ThreadingHTTPServer):
 
 
 class Serve(WarrenServe):
-    def __init__(self, scratch, fmt):
+    def __init__(self, scratch, fmt, extra=()):
         self.store_dir = tempfile.mkdtemp(prefix=f"warren-bench-{fmt}-store-", dir=scratch)
         self.store = SlowStore(self.store_dir)
         self.fmt = fmt
         try:
             super().__init__(WARREN, scratch, fmt,
                              ["--layer-store", self.store_dir, "--layer-store-url", self.store.url,
-                              "--layer-format", fmt])
+                              "--layer-format", fmt, *extra])
         except BenchError:
             self.store.shutdown()
             shutil.rmtree(self.store_dir, ignore_errors=True)
@@ -182,12 +182,15 @@ def main():
     ap.add_argument("--scratch", default="/var/tmp")
     ap.add_argument("--commands", default="0,1,2", help="which of the commands to run (indexes)")
     ap.add_argument("--no-read", action="store_true", help="skip the read throughput part")
+    ap.add_argument("--layer-readahead", type=int,
+                    help="KiB of readahead on lazy mounts (warren's --layer-readahead; default: its own)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise BenchError("run as root (warren serve)")
     if not a.tree and not a.debian:
         raise BenchError("give --tree DIR or --debian")
-    lazy, whole = Serve(a.scratch, "chunked"), Serve(a.scratch, "whole")
+    extra = [] if a.layer_readahead is None else ["--layer-readahead", str(a.layer_readahead)]
+    lazy, whole = Serve(a.scratch, "chunked", extra), Serve(a.scratch, "whole")
     try:
         for s in (lazy, whole):
             if a.tree:

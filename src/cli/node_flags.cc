@@ -78,6 +78,7 @@ Result<node::LocalNodeOptions> LocalNodeOptionsOf(const NodeFlags& f, const std:
   node::LocalNodeOptions nopts;
   nopts.cgroup_parent = "warren-" + Sha256Hex(key).substr(0, 8);
   nopts.unsafe_no_seccomp_landlock = f.unsafe_no_hardening;
+  nopts.lazy.readahead_kb = f.layer_readahead_kb;
   if (f.unsafe_no_hardening)
     spdlog::warn("UNSAFE: sandboxes run without seccomp and Landlock (benchmark mode)");
   nopts.spill_dir = data_dir + "/execs";
@@ -135,6 +136,11 @@ Result<node::LocalNodeOptions> LocalNodeOptionsOf(const NodeFlags& f, const std:
 }
 
 void AddNodeFlags(CLI::App* cmd, NodeFlags* f) {
+  cmd->add_option("--layer-readahead", f->layer_readahead_kb,
+                  "KiB the kernel reads ahead in a chunked layer while it is read on demand "
+                  "(each page read ahead may be a fetch; a layer whose chunks are all here "
+                  "gets the kernel's default)")
+      ->check(CLI::Range(0, 16384));
   cmd->add_flag("--unsafe-no-seccomp-landlock", f->unsafe_no_hardening,
                 "benchmarks only: sandboxes without seccomp and Landlock")
       ->group("");  // hidden from --help

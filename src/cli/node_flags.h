@@ -45,6 +45,8 @@ struct NodeFlags {
   NetFlags net;
   VmFlags vm;
   DensityFlags density;
+  // Readahead of a chunked layer's mount while read on demand (LazyLayersOptions).
+  uint32_t layer_readahead_kb = node::kLazyReadaheadKb;
 };
 
 void AddNodeFlags(CLI::App* cmd, NodeFlags* f);

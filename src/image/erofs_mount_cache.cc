@@ -1,10 +1,31 @@
 #include "image/erofs_mount_cache.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/mount.h>
 
+#include "sys/backing_dev.h"
 #include "sys/mount_api.h"
 
 namespace warren::image {
+
+namespace {
+
+// Mounts, then sets the new mount's readahead (see sys/backing_dev.h for how it is found).
+// A window that cannot be set is logged, not an error: the mount works, it only reads more.
+Result<UniqueFd> MountWithReadahead(const std::string& blob_path, const std::string& device_path,
+                                    uint32_t readahead_kb) {
+  auto before = sys::ListBdis("erofs-");
+  UniqueFd fd = WARREN_TRY(MountErofsBlob(blob_path, device_path));
+  auto after = sys::ListBdis("erofs-");
+  const std::string bdi = before.ok() && after.ok() ? sys::NewBdi(*before, *after) : "";
+  Status st = bdi.empty() ? Status(Code::kUnavailable, "set readahead of a layer mount",
+                                   device_path, "its bdi could not be told apart")
+                          : sys::SetBdiReadaheadKb(bdi, readahead_kb);
+  if (!st.ok()) spdlog::warn("{} (it reads ahead the kernel's default)", st.ToString());
+  return fd;
+}
+
+}  // namespace
 
 Result<UniqueFd> MountErofsBlob(const std::string& blob_path, const std::string& device_path) {
   const unsigned attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID;
@@ -30,14 +51,16 @@ void ErofsMountCache::Forget(const std::string& digest) {
 
 Result<std::shared_ptr<LayerMount>> ErofsMountCache::Acquire(const std::string& digest,
                                                              const std::string& blob_path,
-                                                             const std::string& device_path) {
+                                                             const std::string& device_path,
+                                                             std::optional<uint32_t> readahead_kb) {
   // One mount per layer and device: a chunked layer promoted to a local file is mounted anew
   // on it, while sandboxes made before keep theirs on blobfsd's file.
   const std::string key = digest + '\n' + device_path;
   MutexLock lock(&mu_);
   if (auto it = mounts_.find(key); it != mounts_.end())
     if (auto sp = it->second.lock()) return sp;
-  UniqueFd fd = WARREN_TRY(MountErofsBlob(blob_path, device_path));
+  UniqueFd fd = WARREN_TRY((readahead_kb ? MountWithReadahead(blob_path, device_path, *readahead_kb)
+                                         : MountErofsBlob(blob_path, device_path)));
   auto sp = std::make_shared<LayerMount>(LayerMount{digest, std::move(fd)});
   mounts_[key] = sp;
   // Drop dead entries now and then so the map does not grow with every digest ever seen.

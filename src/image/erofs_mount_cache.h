@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -25,10 +26,13 @@ struct LayerMount {
 class ErofsMountCache {
  public:
   // `device_path`: a chunked layer's blob file (blobfsd's, or a local copy) behind the
-  // metadata image at `blob_path`; empty for a whole image.
+  // metadata image at `blob_path`; empty for a whole image. `readahead_kb`: the mount's
+  // readahead window when it is not the kernel's default (for a layer read on demand, where
+  // every page read ahead may be a fetch). It applies when this call mounts.
   Result<std::shared_ptr<LayerMount>> Acquire(const std::string& digest,
                                               const std::string& blob_path,
-                                              const std::string& device_path = "");
+                                              const std::string& device_path = "",
+                                              std::optional<uint32_t> readahead_kb = {});
   // Later Acquires of `digest` mount afresh; holders keep the mount they have. For a
   // chunked layer whose blob file died with its blobfsd.
   void Forget(const std::string& digest);

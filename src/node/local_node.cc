@@ -339,6 +339,7 @@ Result<std::vector<std::string>> LocalNode::PrepareLazyLayers(runtime::SandboxCo
       return Status(Code::kUnavailable, "create sandbox", cfg.id,
                     "layer " + l.digest + " is chunked and cannot be loaded here: " + lazy_error_);
     l.device_path = WARREN_TRY(lazy_->DevicePath(l.digest));
+    l.readahead_kb = opts_.lazy.readahead_kb;
     lazy.push_back(l.digest);
   }
   return lazy;

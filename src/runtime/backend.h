@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ struct LayerRef {
   std::string blob_path;  // local EROFS file (a chunked layer's: its metadata image)
   bool tool = false;      // a tool layer: its files are guarded read-only (isolation/tool_guard.h)
   std::string device_path;  // a chunked layer's blob file (blobfsd's), else empty
+  // The mount's readahead when not the kernel's default: set for a layer read on demand.
+  std::optional<uint32_t> readahead_kb;
 };
 
 // Positions of the tool layers in `layers` (the agent's `tool_layers`).

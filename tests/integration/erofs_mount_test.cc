@@ -4,7 +4,9 @@
 
 #include "image/erofs_mount_cache.h"
 #include "image/layer_store.h"
+#include "sys/backing_dev.h"
 #include "test_env.h"
+#include "test_files.h"
 
 namespace warren {
 namespace {
@@ -32,6 +34,38 @@ TEST(ErofsMount, OneMountPerLayerSharedAndReleasedWhenIdle) {
     EXPECT_EQ(testing::CountMountinfo(store.BlobPath(blob->digest)), 0);
   }
   EXPECT_EQ(cache.live(), 0u);
+  testing::RemoveDir(dir);
+}
+
+// A layer read on demand is mounted with a smaller readahead: set on its own bdi, which goes
+// with the mount.
+TEST(ErofsMount, AReadaheadIsSetOnItsOwnMountAndGoesWithIt) {
+  ASSERT_EQ(geteuid(), 0u);
+  std::string dir = testing::MakeScratchDir("erofs-ra");
+  image::LayerStore store(dir + "/store");
+  ASSERT_TRUE(store.Init().ok());
+  testing::MakeBusyboxRoot(dir + "/root");
+  testing::TarDir(dir + "/root", dir + "/root.tar");
+  auto blob = store.ImportTar(dir + "/root.tar");
+  ASSERT_TRUE(blob.ok()) << blob.status().ToString();
+
+  image::ErofsMountCache cache;
+  auto before = sys::ListBdis("erofs-");
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  std::string bdi;
+  {
+    auto a = cache.Acquire(blob->digest, store.BlobPath(blob->digest), "", 24);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    auto after = sys::ListBdis("erofs-");
+    ASSERT_TRUE(after.ok());
+    bdi = sys::NewBdi(*before, *after);
+    ASSERT_FALSE(bdi.empty()) << "no new erofs bdi (or several)";
+    EXPECT_EQ(warren::testing::ReadWholeFile("/sys/class/bdi/" + bdi + "/read_ahead_kb"), "24\n");
+  }
+  auto gone = sys::ListBdis("erofs-");
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->count(bdi), 0u) << bdi << " outlived its mount";
+  EXPECT_TRUE(sys::SetBdiReadaheadKb("../x", 1).code() == Code::kInvalid);
   testing::RemoveDir(dir);
 }
 

@@ -329,7 +329,8 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kLayers, cfg.id));
   std::vector<std::shared_ptr<image::LayerMount>> layers;
   for (const LayerRef& l : cfg.layers)
-    layers.push_back(WARREN_TRY(mounts_->Acquire(l.digest, l.blob_path, l.device_path)));
+    layers.push_back(
+        WARREN_TRY(mounts_->Acquire(l.digest, l.blob_path, l.device_path, l.readahead_kb)));
 
   // 3. Cgroups with limits, before any process exists, so none runs unlimited.
   WARREN_RETURN_IF_ERROR(CheckFault(faults_, CreateStep::kCgroup, cfg.id));

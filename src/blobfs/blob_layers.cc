@@ -48,10 +48,10 @@ struct BlobLayers::Layer {
   double trace_until GUARDED_BY(mu) = 0;
   std::vector<bool> touched GUARDED_BY(mu);
   std::vector<uint32_t> trace GUARDED_BY(mu);
-  // Sequential reading: where the last read ended, how many reads in a row started there,
-  // and the blob offset up to which chunks were already queued ahead.
+  // Sequential reading: where the last read ended, the bytes read in a row up to there, and
+  // the blob offset up to which chunks were already queued ahead.
   uint64_t last_end GUARDED_BY(mu) = 0;
-  int streak GUARDED_BY(mu) = 0;
+  uint64_t run_bytes GUARDED_BY(mu) = 0;
   uint64_t ahead_until GUARDED_BY(mu) = 0;
 };
 
@@ -266,14 +266,12 @@ std::pair<size_t, size_t> BlobLayers::ReadaheadFor(Layer& layer, uint64_t off, u
   uint64_t from, to;
   {
     MutexLock lock(&layer.mu);
-    layer.streak = (off == layer.last_end && off != 0) ? layer.streak + 1 : 0;
+    layer.run_bytes = (off == layer.last_end && off != 0 ? layer.run_bytes : 0) + (end - off);
     layer.last_end = end;
     if (opts_.readahead_max == 0) return {0, 0};
-    if (layer.streak < opts_.sequential_reads) return {0, 0};
-    // The window doubles with each further sequential read: 1, 2, 4... chunks' worth.
-    const int doublings = std::min(layer.streak - opts_.sequential_reads, 20);
-    const uint64_t window =
-        std::min<uint64_t>(opts_.readahead_max, std::max<uint64_t>(m.chunk_size, 1) << doublings);
+    if (layer.run_bytes < opts_.sequential_bytes) return {0, 0};
+    // The window grows with the run: as much ahead as was read in a row.
+    const uint64_t window = std::min<uint64_t>(opts_.readahead_max, layer.run_bytes);
     from = std::max(end, layer.ahead_until);
     to = std::min<uint64_t>(m.blob_size, end + window);
     if (from >= to) return {0, 0};

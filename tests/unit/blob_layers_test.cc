@@ -150,6 +150,24 @@ TEST_F(BlobLayersTest, ASequentialReaderHasTheNextChunksFetchedAheadWithinTheWin
   EXPECT_EQ(source_.reads(), before);
 }
 
+// A mount reading ahead 16 KiB reads a small file in pieces, each where the last ended: that
+// is not yet a stream worth fetching ahead for.
+TEST_F(BlobLayersTest, ASmallFileReadInPiecesFetchesNothingAhead) {
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  std::string out;
+  // Just short of the run that starts fetching ahead: 240 KiB over 4 chunks.
+  const uint64_t piece = 16 << 10, start = 20 * kChunk;
+  const uint64_t end = start + BlobLayersOptions{}.sequential_bytes - piece;
+  for (uint64_t off = start; off < end; off += piece) {
+    ASSERT_TRUE(layers_->Read(*layer, off, piece, &out).ok());
+    EXPECT_EQ(out, blob_.substr(off, piece));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(source_.reads(), static_cast<int>((end - start + kChunk - 1) / kChunk));
+  EXPECT_EQ(StatsOfLayer().prefetched, 0u);
+}
+
 TEST_F(BlobLayersTest, RandomReadsFetchNothingAhead) {
   auto layer = layers_->Open(hex_);
   ASSERT_TRUE(layer.ok());

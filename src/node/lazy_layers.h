@@ -32,9 +32,11 @@
 namespace warren::node {
 
 // The readahead of a layer mounted on blobfsd's file, where each page read ahead can be a
-// chunk fetched. Measured (bench/lazy_layers.py, 402 MiB image, 1 ms store): a cold
-// `python3 -c 'print(1)'` fetched 9.1 MiB at the kernel's 128 KiB, 8.9 at 16, 8.5 at 4, where
-// warm runs went from 0.06 s to 0.11 s (a FUSE round trip per page).
+// chunk fetched. Measured (bench/lazy_layers.py, 402 MiB image): a cold `python3 -c
+// 'print(1)'` fetched 9.1 MiB at the kernel's 128 KiB, 8.6 at 64, 7.8 at 16 (2.0% of the
+// image: the target). The price is round trips: with no trace to prefetch and a 5 ms
+// store it took 0.81 s at 16 against 0.66 s at 128; with the trace, 0.20-0.23 s either way.
+// At 4 KiB warm runs went from 0.06 s to 0.11 s (a FUSE round trip per page).
 constexpr uint32_t kLazyReadaheadKb = 16;
 
 struct LazyLayersOptions {

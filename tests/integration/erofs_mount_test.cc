@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <memory>
+
 #include "image/erofs_mount_cache.h"
 #include "image/layer_store.h"
 #include "sys/backing_dev.h"
@@ -11,50 +13,53 @@
 namespace warren {
 namespace {
 
-TEST(ErofsMount, OneMountPerLayerSharedAndReleasedWhenIdle) {
-  ASSERT_EQ(geteuid(), 0u);
-  std::string dir = testing::MakeScratchDir("erofs");
-  image::LayerStore store(dir + "/store");
-  ASSERT_TRUE(store.Init().ok());
-  testing::MakeBusyboxRoot(dir + "/root");
-  testing::TarDir(dir + "/root", dir + "/root.tar");
-  auto blob = store.ImportTar(dir + "/root.tar");
-  ASSERT_TRUE(blob.ok()) << blob.status().ToString();
-  EXPECT_TRUE(image::LayerStore::IsErofs(store.BlobPath(blob->digest)));
+// A store in a scratch dir holding one busybox layer.
+class ErofsMount : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u);
+    dir = testing::MakeScratchDir("erofs");
+    store = std::make_unique<image::LayerStore>(dir + "/store");
+    ASSERT_TRUE(store->Init().ok());
+    testing::MakeBusyboxRoot(dir + "/root");
+    testing::TarDir(dir + "/root", dir + "/root.tar");
+    auto info = store->ImportTar(dir + "/root.tar");
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    blob = *info;
+  }
+  void TearDown() override { testing::RemoveDir(dir); }
+
+  std::string dir;
+  std::unique_ptr<image::LayerStore> store;
+  image::BlobInfo blob;
+};
+
+TEST_F(ErofsMount, OneMountPerLayerSharedAndReleasedWhenIdle) {
+  EXPECT_TRUE(image::LayerStore::IsErofs(store->BlobPath(blob.digest)));
 
   image::ErofsMountCache cache;
   {
-    auto a = cache.Acquire(blob->digest, store.BlobPath(blob->digest));
+    auto a = cache.Acquire(blob.digest, store->BlobPath(blob.digest));
     ASSERT_TRUE(a.ok()) << a.status().ToString();
-    auto b = cache.Acquire(blob->digest, store.BlobPath(blob->digest));
+    auto b = cache.Acquire(blob.digest, store->BlobPath(blob.digest));
     ASSERT_TRUE(b.ok());
     EXPECT_EQ(a->get(), b->get());  // mounted once
     EXPECT_EQ(cache.live(), 1u);
     // The mount is detached: nothing appears in the host's mount table.
-    EXPECT_EQ(testing::CountMountinfo(store.BlobPath(blob->digest)), 0);
+    EXPECT_EQ(testing::CountMountinfo(store->BlobPath(blob.digest)), 0);
   }
   EXPECT_EQ(cache.live(), 0u);
-  testing::RemoveDir(dir);
 }
 
 // A layer read on demand is mounted with a smaller readahead: set on its own bdi, which goes
 // with the mount.
-TEST(ErofsMount, AReadaheadIsSetOnItsOwnMountAndGoesWithIt) {
-  ASSERT_EQ(geteuid(), 0u);
-  std::string dir = testing::MakeScratchDir("erofs-ra");
-  image::LayerStore store(dir + "/store");
-  ASSERT_TRUE(store.Init().ok());
-  testing::MakeBusyboxRoot(dir + "/root");
-  testing::TarDir(dir + "/root", dir + "/root.tar");
-  auto blob = store.ImportTar(dir + "/root.tar");
-  ASSERT_TRUE(blob.ok()) << blob.status().ToString();
-
+TEST_F(ErofsMount, AReadaheadIsSetOnItsOwnMountAndGoesWithIt) {
   image::ErofsMountCache cache;
   auto before = sys::ListBdis("erofs-");
   ASSERT_TRUE(before.ok()) << before.status().ToString();
   std::string bdi;
   {
-    auto a = cache.Acquire(blob->digest, store.BlobPath(blob->digest), "", 24);
+    auto a = cache.Acquire(blob.digest, store->BlobPath(blob.digest), "", 24);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     auto after = sys::ListBdis("erofs-");
     ASSERT_TRUE(after.ok());
@@ -66,7 +71,6 @@ TEST(ErofsMount, AReadaheadIsSetOnItsOwnMountAndGoesWithIt) {
   ASSERT_TRUE(gone.ok());
   EXPECT_EQ(gone->count(bdi), 0u) << bdi << " outlived its mount";
   EXPECT_TRUE(sys::SetBdiReadaheadKb("../x", 1).code() == Code::kInvalid);
-  testing::RemoveDir(dir);
 }
 
 }  // namespace

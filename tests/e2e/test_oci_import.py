@@ -150,8 +150,12 @@ def blob_file(server, digest: str) -> str:
     assert os.path.isfile(p), f"no blob at {p}"
     with open(p, "rb") as f:
         text = f.read()
-    if text[:1] == b"{":
+    meta = None
+    if text[:8] == b"WRNLAYR\x02":  # manifest v2 (image/layer_manifest.cc): meta sha256 at 32
+        meta = text[32:64].hex()
+    elif text[:1] == b"{":  # manifest v1, JSON
         meta = json.loads(text)["meta"]["sha256"]
+    if meta:
         p = os.path.join(server.layer_dir(), "meta", "sha256", meta)
         assert os.path.isfile(p), f"no metadata image at {p}"
     return p

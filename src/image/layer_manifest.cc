@@ -23,6 +23,7 @@
 #include "base/sha256.h"
 #include "base/unique_fd.h"
 #include "image/chunked_layer.h"
+#include "sys/fd_io.h"
 
 namespace warren::image {
 namespace {
@@ -284,16 +285,14 @@ bool IsManifestFile(const std::string& path) {
 Result<ChunkedLayer> ReadManifestFile(const std::string& path) {
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return ErrnoStatus("open layer manifest", path);
+  const off_t size = lseek(fd.get(), 0, SEEK_END);
+  if (size < 0) return ErrnoStatus("seek layer manifest", path);
+  if (static_cast<uint64_t>(size) > kMaxManifestBytes)
+    return Invalid("layer manifest over 64 MiB", path);
   std::string bytes;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus("read layer manifest", path);
-    if (n == 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
-    if (bytes.size() > kMaxManifestBytes) return Invalid("layer manifest over 64 MiB", path);
-  }
+  if (lseek(fd.get(), 0, SEEK_SET) != 0 ||
+      !sys::ReadFull(fd.get(), static_cast<size_t>(size), &bytes))
+    return ErrnoStatus("read layer manifest", path);
   return DecodeManifest(bytes, path);
 }
 

@@ -101,16 +101,20 @@ Status LayerStore::Init() {
   return MkdirP(root_ + "/tmp");
 }
 
+std::string LayerStore::ObjectPath(ObjectKind kind, const std::string& hex) const {
+  return root_ + "/" + ObjectRelPath(kind, hex);
+}
+
 std::string LayerStore::MetaPath(const std::string& hex) const {
-  return root_ + "/" + ObjectRelPath(ObjectKind::kMeta, hex);
+  return ObjectPath(ObjectKind::kMeta, hex);
 }
 
 std::string LayerStore::ChunkPath(const std::string& hex) const {
-  return root_ + "/" + ObjectRelPath(ObjectKind::kChunk, hex);
+  return ObjectPath(ObjectKind::kChunk, hex);
 }
 
 std::string LayerStore::TracePath(const std::string& hex) const {
-  return root_ + "/" + ObjectRelPath(ObjectKind::kTrace, hex);
+  return ObjectPath(ObjectKind::kTrace, hex);
 }
 
 std::string LayerStore::PromotedPath(const std::string& digest) const {
@@ -180,7 +184,7 @@ Result<std::shared_ptr<const ChunkedLayer>> LayerStore::Manifest(const std::stri
 }
 
 Status LayerStore::PutObject(ObjectKind kind, const std::string& hex, std::string_view bytes) {
-  const std::string dst = root_ + "/" + ObjectRelPath(kind, hex);
+  const std::string dst = ObjectPath(kind, hex);
   // Present: content-addressed, so done; its new mtime keeps a running collection off it.
   if (kind != ObjectKind::kTrace && utimensat(AT_FDCWD, dst.c_str(), nullptr, 0) == 0)
     return Status::Ok();
@@ -347,8 +351,7 @@ Result<BlobInfo> LayerStore::ImportTreeChunked(const std::string& tree) {
       WARREN_RETURN_IF_ERROR(PutObject(ObjectKind::kMetaZstd, layer.meta_sha256, packed));
       // The copy stored first is kept (another zstd may have packed it to another size).
       struct stat st;
-      const std::string stored =
-          root_ + "/" + ObjectRelPath(ObjectKind::kMetaZstd, layer.meta_sha256);
+      const std::string stored = ObjectPath(ObjectKind::kMetaZstd, layer.meta_sha256);
       if (stat(stored.c_str(), &st) != 0) return ErrnoStatus("stat", stored);
       layer.meta_zstd_size = static_cast<uint64_t>(st.st_size);
     }
@@ -511,7 +514,7 @@ Status LayerStore::Remove(const std::string& digest) {
   if (IsChunked(digest)) {
     if (auto m = Manifest(digest); m.ok()) {
       unlink(MetaPath((*m)->meta_sha256).c_str());
-      unlink((root_ + "/" + ObjectRelPath(ObjectKind::kMetaZstd, (*m)->meta_sha256)).c_str());
+      unlink(ObjectPath(ObjectKind::kMetaZstd, (*m)->meta_sha256).c_str());
     }
     unlink(PromotedPath(digest).c_str());
     MutexLock lock(&manifest_mu_);

@@ -60,6 +60,8 @@ class LayerStore {
   // Parsed once and kept (a manifest never changes: its digest is its name), so a create
   // does not parse a megabyte of JSON each time.
   Result<std::shared_ptr<const ChunkedLayer>> Manifest(const std::string& digest) const;
+  // Where object `hex` of `kind` is kept (image/blob_source.h's layout).
+  std::string ObjectPath(ObjectKind kind, const std::string& hex) const;
   std::string MetaPath(const std::string& sha256_hex) const;
   std::string ChunkPath(const std::string& sha256_hex) const;
   std::string TracePath(const std::string& layer_hex) const;

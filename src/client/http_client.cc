@@ -14,7 +14,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <mutex>
+
+#include "base/thread_annotations.h"
 
 namespace warren::client {
 namespace {
@@ -39,16 +40,16 @@ struct HttpClient::Impl {
   int dead_peer_s = 0;
   // The connected socket, for Abort() from another thread; guarded so that Abort never shuts
   // down an fd number the socket no longer owns.
-  std::mutex fd_mu;
-  int fd = -1;
-  bool aborted = false;
+  Mutex fd_mu;
+  int fd GUARDED_BY(fd_mu) = -1;
+  bool aborted GUARDED_BY(fd_mu) = false;
 
   tcp::socket& Socket() {
     return tls ? beast::get_lowest_layer(*secure).socket() : plain->socket();
   }
   // After connecting: detection of a dead peer, and the fd for Abort (which may have come
   // while connecting).
-  Status Connected() {
+  Status Connected() EXCLUDES(fd_mu) {
     if (dead_peer_s > 0) {
       const int fd_now = Socket().native_handle();
       const int on = 1, idle = std::max(1, dead_peer_s / 3), intvl = std::max(1, dead_peer_s / 6),
@@ -60,15 +61,15 @@ struct HttpClient::Impl {
       (void)setsockopt(fd_now, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
       (void)setsockopt(fd_now, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms);
     }
-    std::lock_guard<std::mutex> lock(fd_mu);
-    if (aborted) {
-      aborted = false;
-      fd = -1;
-      Drop();
-      return Status(Code::kUnavailable, "connect to", host + ":" + port, "aborted");
+    {
+      MutexLock lock(&fd_mu);
+      if (!aborted) {
+        fd = Socket().native_handle();
+        return Status::Ok();
+      }
     }
-    fd = Socket().native_handle();
-    return Status::Ok();
+    Drop();  // takes fd_mu itself, so never under the lock above
+    return Status(Code::kUnavailable, "connect to", host + ":" + port, "aborted");
   }
 
   // Calls f with whichever stream is connected.
@@ -76,9 +77,9 @@ struct HttpClient::Impl {
   auto With(F&& f) {
     return tls ? f(*secure) : f(*plain);
   }
-  void Drop() {
+  void Drop() EXCLUDES(fd_mu) {
     {
-      std::lock_guard<std::mutex> lock(fd_mu);
+      MutexLock lock(&fd_mu);
       fd = -1;
       aborted = false;
     }
@@ -291,7 +292,7 @@ Result<nlohmann::json> JsonOf(const Response& r, const std::string& what) {
 void HttpClient::DetectDeadPeer(int seconds) { impl_->dead_peer_s = seconds; }
 
 void HttpClient::Abort() {
-  std::lock_guard<std::mutex> lock(impl_->fd_mu);
+  MutexLock lock(&impl_->fd_mu);
   if (impl_->fd >= 0)
     (void)::shutdown(impl_->fd, SHUT_RDWR);
   else

@@ -13,7 +13,9 @@ scripts/style.sh
 echo "== unit, integration and cluster tests (ctest)"
 ctest --test-dir build --output-on-failure
 echo "== end-to-end and security tests (pytest)"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/e2e tests/security
+# A hung test fails with every thread's stack after 20 minutes (image builds take up to 15)
+# instead of running out CI's clock silently.
+/usr/bin/python3 -m pytest -q -p no:cacheprovider --timeout=1200 tests/e2e tests/security
 # The contract's modules again, against a cluster on this machine (etcd, 3 nodes, 2 API
 # servers; see WARREN_E2E_TARGET in tests/e2e/conftest.py): the same tests, CLI and SDK,
 # unchanged. Tests of what only `warren serve` has are marked serve_only and listed.
@@ -22,7 +24,7 @@ echo "== end-to-end and security tests (pytest)"
 # test_oci_import.py publishes images to the cluster's shared store). test_openapi.py runs
 # last: it drains a node (and puts it back).
 echo "== end-to-end against a cluster (WARREN_E2E_TARGET=cluster)"
-WARREN_E2E_TARGET=cluster /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+WARREN_E2E_TARGET=cluster /usr/bin/python3 -m pytest -q -p no:cacheprovider --timeout=1200 \
   tests/e2e/test_api.py tests/e2e/test_cli.py tests/e2e/test_sdk.py tests/e2e/test_archive.py \
   tests/e2e/test_auth.py tests/e2e/test_batch.py tests/e2e/test_leases.py \
   tests/e2e/test_lifecycle.py tests/e2e/test_layers.py tests/e2e/test_trajectories.py \

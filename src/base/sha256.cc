@@ -14,10 +14,10 @@ namespace {
 
 std::string Hex(const unsigned char* d, unsigned n) {
   static const char* kHex = "0123456789abcdef";
-  std::string s;
+  std::string s(2 * static_cast<size_t>(n), '\0');
   for (unsigned i = 0; i < n; ++i) {
-    s.push_back(kHex[d[i] >> 4]);
-    s.push_back(kHex[d[i] & 15]);
+    s[2 * i] = kHex[d[i] >> 4];
+    s[2 * i + 1] = kHex[d[i] & 15];
   }
   return s;
 }
@@ -49,6 +49,19 @@ Result<std::string> Sha256File(const std::string& path) {
 
 bool IsSha256Hex(std::string_view s) {
   return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+std::string Sha256RawOf(std::string_view hex) {
+  auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  std::string raw;
+  raw.reserve(hex.size() / 2);
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    raw.push_back(static_cast<char>(nibble(hex[i]) << 4 | nibble(hex[i + 1])));
+  return raw;
+}
+
+std::string Sha256HexOf(std::string_view raw) {
+  return Hex(reinterpret_cast<const unsigned char*>(raw.data()), static_cast<unsigned>(raw.size()));
 }
 
 std::string Sha256Hex(std::string_view data) {

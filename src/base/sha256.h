@@ -13,6 +13,10 @@ Result<std::string> Sha256File(const std::string& path);
 std::string Sha256Hex(std::string_view data);
 // True when `s` is a digest as Sha256Hex writes it: 64 lowercase hex digits.
 bool IsSha256Hex(std::string_view s);
+// A digest's 32 raw bytes and back, for binary formats (layer manifests, prefetch packs).
+// Sha256RawOf's `hex` must pass IsSha256Hex; Sha256HexOf's `raw` must be 32 bytes.
+std::string Sha256RawOf(std::string_view hex);
+std::string Sha256HexOf(std::string_view raw);
 
 // Incremental SHA-256, for verifying a stream (e.g. a registry blob) as it arrives.
 class Sha256 {

@@ -50,17 +50,8 @@ void PutVarint(std::string* out, uint64_t v) {
   out->push_back(static_cast<char>(v));
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
 // `hex` is a digest as Sha256Hex writes it (the encoder's precondition).
-void PutDigest(std::string* out, const std::string& hex) {
-  for (size_t i = 0; i + 1 < 64 && i + 1 < hex.size(); i += 2)
-    out->push_back(static_cast<char>(HexValue(hex[i]) << 4 | HexValue(hex[i + 1])));
-}
+void PutDigest(std::string* out, const std::string& hex) { out->append(Sha256RawOf(hex)); }
 
 // Reads v2 fields from untrusted bytes: every read is bounds-checked and sticky on failure.
 class Reader {
@@ -89,16 +80,9 @@ class Reader {
     return 0;
   }
   std::string Digest() {
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string hex;
-    if (!Need(32)) return hex;
-    hex.resize(64);
-    for (int i = 0; i < 32; ++i) {
-      const auto byte = static_cast<unsigned char>(b_[pos_++]);
-      hex[2 * i] = kHex[byte >> 4];
-      hex[2 * i + 1] = kHex[byte & 15];
-    }
-    return hex;
+    if (!Need(32)) return "";
+    pos_ += 32;
+    return Sha256HexOf(b_.substr(pos_ - 32, 32));
   }
 
  private:

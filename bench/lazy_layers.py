@@ -48,7 +48,7 @@ class SlowStore(http.server.ThreadingHTTPServer):
     request_queue_size = 128  # a node fetches with 8 workers plus its readers at once
 
     def __init__(self, root):
-        self.root, self.delay, self.bytes, self.meta_bytes = root, 0.0, 0, 0
+        self.root, self.delay, self.bytes, self.meta_bytes, self.requests = root, 0.0, 0, 0, 0
         self.lock = threading.Lock()
         store = self
 
@@ -74,8 +74,9 @@ class SlowStore(http.server.ThreadingHTTPServer):
                 with open(full, "rb") as f:
                     data = f.read()
                 with store.lock:
+                    store.requests += 1
                     store.bytes += len(data)
-                    if not path.startswith("chunks/"):
+                    if not path.startswith(("chunks/", "packs/")):
                         store.meta_bytes += len(data)  # manifest, metadata image, trace
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
@@ -106,8 +107,8 @@ class Serve(WarrenServe):
 
     def run(self, cmd):
         """Create, run `cmd`, delete: (seconds to the result, store bytes fetched, of which
-        manifest, metadata and trace)."""
-        before, meta_before = self.store.bytes, self.store.meta_bytes
+        manifest, metadata and trace, store requests)."""
+        before, meta_before, req_before = self.store.bytes, self.store.meta_bytes, self.store.requests
         t0 = time.monotonic()
         sid = self.http("POST", "/v1/sandboxes", {"image": IMAGE})["id"]
         e = self.http("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": cmd})
@@ -115,7 +116,8 @@ class Serve(WarrenServe):
         self.http("DELETE", f"/v1/sandboxes/{sid}")
         if e.get("exit_code") != 0:
             raise BenchError(f"{cmd}: {e}")
-        return took, self.store.bytes - before, self.store.meta_bytes - meta_before
+        return (took, self.store.bytes - before, self.store.meta_bytes - meta_before,
+                self.store.requests - req_before)
 
     def digest(self):
         return self.http("GET", "/v1/layers/" + IMAGE)["digest"]
@@ -140,7 +142,8 @@ class Serve(WarrenServe):
             pass
         if not keep_trace:
             shutil.rmtree(os.path.join(self.data, "traces"), ignore_errors=True)
-            shutil.rmtree(os.path.join(self.store_dir, "traces"), ignore_errors=True)
+            for sub in ("traces", "packs"):
+                shutil.rmtree(os.path.join(self.store_dir, sub), ignore_errors=True)
         os.kill(pid, signal.SIGKILL)  # this benchmark's serve started it
         for _ in range(300):
             try:
@@ -214,10 +217,12 @@ def main():
             lazy.store.delay = whole.store.delay = ms / 1000
             for cmd in [COMMANDS[int(i)] for i in a.commands.split(",")]:
                 lazy.forget()
-                cold, cold_b, cold_m = lazy.run(cmd)
-                # The cold run recorded a trace; it is saved when its window (20 s) ends.
+                cold, cold_b, cold_m, cold_r = lazy.run(cmd)
+                # The cold run recorded a trace; it is saved, with its pack, when its window
+                # (20 s) ends.
+                pack = os.path.join(lazy.store_dir, "packs", "sha256", lazy.digest().split(":")[1])
                 for _ in range(300):
-                    if lazy.traced():
+                    if lazy.traced() and os.path.exists(pack):
                         break
                     time.sleep(0.1)
                 # Medians of --repeat runs: one run of a 0.2 s start is noise on 2 cores.
@@ -226,13 +231,15 @@ def main():
                     lazy.forget(keep_trace=True)
                     pfs.append(lazy.run(cmd))
                     warms.append(lazy.run(cmd)[0])
-                pf, pf_b, _ = sorted(pfs)[len(pfs) // 2]
+                pf, pf_b, _, pf_r = sorted(pfs)[len(pfs) // 2]
                 warm = statistics.median(warms)
                 whole.forget()
-                wcold, wcold_b, _ = whole.run(cmd)
-                wwarm, _, _ = whole.run(cmd)
-                rows.append((ms, cmd, cold, cold_b, cold_m, pf, pf_b, warm, wcold, wcold_b, wwarm))
-                log(f"{ms:g} ms {cmd}: cold {cold:.2f} s {cold_b >> 20} MiB, cold+pf {pf:.2f} s, "
+                wcold, wcold_b, _, _ = whole.run(cmd)
+                wwarm = whole.run(cmd)[0]
+                rows.append((ms, cmd, cold, cold_b, cold_m, cold_r, pf, pf_b, pf_r, warm, wcold,
+                             wcold_b, wwarm))
+                log(f"{ms:g} ms {cmd}: cold {cold:.2f} s {cold_b >> 20} MiB {cold_r} requests, "
+                    f"cold+pf {pf:.2f} s {pf_r} requests, "
                     f"warm {warm:.2f} s | whole: cold {wcold:.2f} s {wcold_b >> 20} MiB, warm {wwarm:.2f} s")
         lt = wt = nbytes = 0
         if not a.no_read:
@@ -241,22 +248,25 @@ def main():
             read = "find /usr/lib -type f -size +1M -exec cat {} + | wc -c"
             lazy.run(read)  # everything cached on the node
             drop_caches()
-            lt, _, _ = lazy.run(read)
+            lt = lazy.run(read)[0]
             whole.run(read)
             drop_caches()
-            wt, _, _ = whole.run(read)
+            wt = whole.run(read)[0]
             sid = lazy.http("POST", "/v1/sandboxes", {"image": IMAGE})["id"]
             nbytes = int(lazy.http("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": read})["stdout"])
             lazy.http("DELETE", f"/v1/sandboxes/{sid}")
         print(f"\nimage {IMAGE}: {total >> 20} MiB ({layer['chunks']} chunks of up to "
               f"{layer.get('chunk_size', 0) >> 10} KiB; metadata {layer['meta_bytes'] >> 10} KiB)\n")
-        print("| latency | command | cold | fetched (of which manifest + metadata) | cold+prefetch "
-              "| fetched | warm | cold/warm | cold+prefetch/warm | whole copy + run | whole warm |")
+        print("| latency | command | cold | fetched (of which manifest + metadata; requests) "
+              "| cold+prefetch | fetched (requests) | warm | cold/warm | cold+prefetch/warm "
+              "| whole copy + run | whole warm |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
-        for ms, cmd, cold, cold_b, cold_m, pf, pf_b, warm, wcold, wcold_b, wwarm in rows:
+        for (ms, cmd, cold, cold_b, cold_m, cold_r, pf, pf_b, pf_r, warm, wcold, wcold_b,
+             wwarm) in rows:
             print(f"| {ms:g} ms | `{cmd}` | {cold:.2f} s | {cold_b / 2**20:.1f} MiB "
-                  f"({cold_b / total:.1%}; {cold_m / 2**20:.1f} MiB) | {pf:.2f} s "
-                  f"| {pf_b / 2**20:.1f} MiB | {warm:.2f} s | {cold / warm:.1f}x | {pf / warm:.1f}x "
+                  f"({cold_b / total:.1%}; {cold_m / 2**20:.1f} MiB; {cold_r}) | {pf:.2f} s "
+                  f"| {pf_b / 2**20:.1f} MiB ({pf_r}) | {warm:.2f} s | {cold / warm:.1f}x "
+                  f"| {pf / warm:.1f}x "
                   f"| {wcold:.2f} s ({wcold_b >> 20} MiB) | {wwarm:.2f} s |")
         if nbytes:
             print(f"\nread {nbytes >> 20} MiB (files over 1 MiB under /usr/lib), page cache dropped: "

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/sha256.h"
+#include "blobfs/prefetch_pack.h"
 
 namespace warren::blobfs {
 namespace {
@@ -57,13 +58,18 @@ struct BlobLayers::Layer {
 
 struct BlobLayers::Flight {
   bool done = false;
+  bool retry = false;  // ended without the chunk (a pack that lacked it): fetch it afresh
   Status status;
   std::shared_ptr<const std::string> bytes;
 };
 
 BlobLayers::BlobLayers(image::LayerStore* store, image::BlobSource* source, ChunkCache* cache,
-                       BlobLayersOptions opts)
-    : store_(store), source_(source), cache_(cache), opts_(opts) {
+                       BlobLayersOptions opts, image::BlobSource* publish)
+    : store_(store),
+      source_(source),
+      publish_(publish ? publish : source),
+      cache_(cache),
+      opts_(opts) {
   for (int i = 0; i < opts_.prefetch_threads; ++i)
     workers_.emplace_back([this] { PrefetchLoop(); });
 }
@@ -75,6 +81,16 @@ BlobLayers::~BlobLayers() {
   }
   cv_.notify_all();
   for (auto& t : workers_) t.join();
+  // A pack no worker streamed any more: its waiters must not wait forever.
+  {
+    MutexLock lock(&mu_);
+    for (auto& [hex, flight] : flights_) {
+      flight->done = true;
+      flight->status = Status(Code::kUnavailable, "fetch layer chunk", hex, "blobfsd is stopping");
+    }
+    flights_.clear();
+  }
+  cv_.notify_all();
 }
 
 Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& hex) {
@@ -117,12 +133,31 @@ Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& h
   if (auto it = layers_.find(hex); it != layers_.end()) return it->second;  // lost a race
   layers_[hex] = layer;
   order_.push_back(hex);
-  for (uint32_t i : trace) prefetch_.push_back({layer, i, true});
-  if (!trace.empty()) {
-    spdlog::info("blobfsd: layer sha256:{} opened; prefetching {} traced chunks", hex,
-                 trace.size());
-    cv_.notify_all();
+  if (trace.empty()) return layer;
+  // The pack when the node lacks most of what it holds (a cold node); else chunk by chunk.
+  uint64_t traced_bytes = 0, missing_bytes = 0;
+  std::vector<uint32_t> awaited;
+  for (uint32_t i : trace) {
+    const image::LayerChunk& c = layer->manifest.chunks[i];
+    traced_bytes += c.length;
+    if (cache_->Has(c.sha256) || flights_.count(c.sha256)) continue;
+    missing_bytes += c.length;
+    awaited.push_back(i);
   }
+  const bool pack = source_ && opts_.prefetch_threads > 0 && awaited.size() > 1 &&
+                    missing_bytes * 2 >= traced_bytes;
+  if (pack) {
+    // Readers of these chunks wait for the pack (it streams them in the order they are read)
+    // rather than fetching them a second time.
+    for (uint32_t i : awaited)
+      flights_[layer->manifest.chunks[i].sha256] = std::make_shared<Flight>();
+    jobs_.push_back([this, layer, awaited] { StreamPack(layer, awaited); });
+  } else {
+    for (uint32_t i : trace) prefetch_.push_back({layer, i, true});
+  }
+  spdlog::info("blobfsd: layer sha256:{} opened; prefetching {} traced chunks{}", hex, trace.size(),
+               pack ? ", as a pack" : "");
+  cv_.notify_all();
   return layer;
 }
 
@@ -133,7 +168,8 @@ std::vector<std::string> BlobLayers::Opened() {
   return order_;
 }
 
-void BlobLayers::NoteTouch(Layer& layer, size_t index) {
+void BlobLayers::NoteTouch(const std::shared_ptr<Layer>& lp, size_t index) {
+  Layer& layer = *lp;
   bool save = false;
   {
     MutexLock lock(&layer.mu);
@@ -148,24 +184,127 @@ void BlobLayers::NoteTouch(Layer& layer, size_t index) {
       layer.trace.push_back(static_cast<uint32_t>(index));
     }
   }
-  if (save) SaveTrace(layer);
+  if (save) QueueSaveTrace(lp);
+}
+
+void BlobLayers::QueueSaveTrace(const std::shared_ptr<Layer>& layer) {
+  if (opts_.prefetch_threads == 0) return SaveTrace(*layer);
+  // Not on a FUSE thread: the pack reads every traced chunk back from the cache.
+  {
+    MutexLock lock(&mu_);
+    jobs_.push_back([this, layer] { SaveTrace(*layer); });
+  }
+  cv_.notify_all();
 }
 
 void BlobLayers::SaveTrace(Layer& layer) {
   std::string text;
+  std::vector<uint32_t> trace;
   {
     MutexLock lock(&layer.mu);
     if (layer.trace.empty() || layer.stats.traced) return;
     layer.stats.traced = true;
-    text = EncodeTrace(layer.trace);
+    trace = layer.trace;
+    text = EncodeTrace(trace);
   }
   Status st = store_->PutObject(image::ObjectKind::kTrace, layer.hex, text);
-  if (st.ok() && source_) {
-    Status pub = source_->PublishTrace(layer.hex, text);
-    if (!pub.ok())
-      spdlog::info("blobfsd: trace of {} kept on this node: {}", layer.hex, pub.ToString());
+  if (!st.ok()) return void(spdlog::warn("blobfsd: save trace: {}", st.ToString()));
+  if (!publish_) return;
+  // The pack before the trace: a node that finds the trace finds its pack.
+  Status pub =
+      publish_->PublishBeside(image::ObjectKind::kPack, layer.hex, BuildPack(layer, trace));
+  if (pub.ok()) pub = publish_->PublishBeside(image::ObjectKind::kTrace, layer.hex, text);
+  if (!pub.ok())
+    spdlog::info("blobfsd: trace of {} kept on this node: {}", layer.hex, pub.ToString());
+}
+
+std::string BlobLayers::BuildPack(const Layer& layer, const std::vector<uint32_t>& trace) {
+  std::string pack = PackStart();
+  std::string bytes;
+  for (uint32_t i : trace) {
+    const image::LayerChunk& c = layer.manifest.chunks[i];
+    if (pack.size() + c.length + 64 > opts_.pack_max_bytes) break;
+    bytes.resize(c.length);
+    // Evicted since it was read: the pack goes without it (a node fetches it alone).
+    if (!cache_->Read(c.sha256, c.length, 0, c.length, bytes.data())) continue;
+    AppendPackRecord(&pack, c.sha256, bytes);
   }
-  if (!st.ok()) spdlog::warn("blobfsd: save trace: {}", st.ToString());
+  return pack;
+}
+
+void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
+                            const std::vector<uint32_t>& awaited) {
+  const image::ChunkedLayer& m = layer->manifest;
+  std::map<std::string, uint32_t> waiting;  // by chunk hex
+  for (uint32_t i : awaited) waiting[m.chunks[i].sha256] = i;
+  const double t0 = Now();
+  PackReader reader(m.chunk_size, [&](const std::string& hex, std::string_view bytes) {
+    auto it = waiting.find(hex);
+    if (it == waiting.end()) return true;  // not awaited here (cached meanwhile, or a repeat)
+    const uint32_t index = it->second;
+    if (bytes.size() != m.chunks[index].length || Sha256Hex(bytes) != hex) {
+      spdlog::warn(
+          "blobfsd: the prefetch pack of sha256:{} has a corrupt chunk {}; the rest of "
+          "its chunks are fetched one by one",
+          layer->hex, hex);
+      return false;
+    }
+    auto shared = std::make_shared<const std::string>(bytes);
+    cache_->Insert(hex, *shared);
+    {
+      MutexLock lock(&layer->mu);
+      ++layer->stats.fetches;
+      ++layer->stats.prefetched;
+      ++layer->stats.packed;
+      layer->stats.fetched_bytes += bytes.size();
+      layer->prefetched[index] = true;
+    }
+    waiting.erase(it);
+    Land(hex, std::move(shared), false);
+    return true;
+  });
+  Status st = source_->StreamObject(image::ObjectKind::kPack, layer->hex, opts_.pack_max_bytes,
+                                    [&](std::string_view piece) {
+                                      {
+                                        MutexLock lock(&mu_);
+                                        if (stop_) return false;
+                                      }
+                                      return reader.Feed(piece);
+                                    });
+  if (!st.ok() && st.code() != Code::kNotFound)
+    spdlog::warn("blobfsd: prefetch pack of sha256:{}: {}", layer->hex, st.ToString());
+  if (!reader.error().empty())
+    spdlog::warn("blobfsd: prefetch pack of sha256:{}: {}", layer->hex, reader.error());
+  {
+    MutexLock lock(&layer->mu);
+    if (awaited.size() > waiting.size()) {
+      layer->stats.fetch_seconds_sum += Now() - t0;  // one fetch's time for the whole pack
+      layer->stats.fetch_seconds_max = std::max(layer->stats.fetch_seconds_max, Now() - t0);
+    }
+  }
+  // What it did not bring: its waiters fetch it themselves, the workers in trace order.
+  for (uint32_t i : awaited) {
+    const std::string& hex = m.chunks[i].sha256;
+    if (!waiting.count(hex)) continue;
+    Land(hex, nullptr, true);
+    MutexLock lock(&mu_);
+    prefetch_.push_back({layer, i, true});
+  }
+  cv_.notify_all();
+}
+
+void BlobLayers::Land(const std::string& hex, std::shared_ptr<const std::string> bytes,
+                      bool retry) {
+  {
+    MutexLock lock(&mu_);
+    auto it = flights_.find(hex);
+    if (it == flights_.end()) return;
+    it->second->done = true;
+    it->second->retry = retry;
+    it->second->bytes = std::move(bytes);
+    flights_.erase(it);
+  }
+  cv_.notify_all();
 }
 
 void BlobLayers::FlushTraces() {
@@ -188,22 +327,19 @@ Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_
                                                              bool prefetch) {
   const image::LayerChunk& c = layer.manifest.chunks[index];
   std::shared_ptr<Flight> flight;
-  bool mine = false;
-  {
+  for (;;) {
     MutexLock lock(&mu_);
     auto it = flights_.find(c.sha256);
-    if (it != flights_.end()) {
-      flight = it->second;
-    } else {
+    if (it == flights_.end()) {
       flight = std::make_shared<Flight>();
       flights_[c.sha256] = flight;
-      mine = true;
+      break;  // this caller fetches it
     }
-    if (!mine) {
-      while (!flight->done) lock.Wait(cv_);
-      if (!flight->status.ok()) return flight->status;
-      return flight->bytes;
-    }
+    flight = it->second;
+    while (!flight->done) lock.Wait(cv_);
+    if (flight->retry) continue;
+    if (!flight->status.ok()) return flight->status;
+    return flight->bytes;
   }
   // A fetch that finished between the caller's cache miss and this flight: no second fetch.
   {
@@ -304,7 +440,7 @@ Status BlobLayers::Read(const std::shared_ptr<Layer>& lp, uint64_t off, size_t n
   // rest by the workers (a chunk a worker has not started yet, this reader takes over below).
   std::vector<bool> missed(last - first);
   for (size_t i = first, queued = 0; i < last; ++i) {
-    NoteTouch(layer, i);
+    NoteTouch(lp, i);
     if (cache_->Has(m.chunks[i].sha256)) continue;
     missed[i - first] = true;
     if (queued++ > 0) QueueUrgent(lp, i, i + 1, false);
@@ -349,10 +485,23 @@ Status BlobLayers::Read(const std::shared_ptr<Layer>& lp, uint64_t off, size_t n
 void BlobLayers::PrefetchLoop() {
   for (;;) {
     Queued q;
+    std::function<void()> job;
     {
       MutexLock lock(&mu_);
-      while (!stop_ && urgent_.empty() && prefetch_.empty()) lock.Wait(cv_);
+      while (!stop_ && urgent_.empty() && jobs_.empty() && prefetch_.empty()) lock.Wait(cv_);
       if (stop_) return;
+      if (urgent_.empty() && !jobs_.empty()) {
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+    }
+    if (job) {
+      job();
+      continue;
+    }
+    {
+      MutexLock lock(&mu_);
+      if (urgent_.empty() && prefetch_.empty()) continue;  // taken by another worker
       auto& queue = urgent_.empty() ? prefetch_ : urgent_;
       q = std::move(queue.front());
       queue.pop_front();
@@ -396,7 +545,7 @@ BlobfsStats BlobLayers::Stats() {
         save = true;
       }
     }
-    if (save) SaveTrace(*l);
+    if (save) QueueSaveTrace(l);
     MutexLock lock(&l->mu);
     s.layers.push_back(l->stats);
   }

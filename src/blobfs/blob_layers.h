@@ -10,10 +10,14 @@
 //
 // Prefetch: the first time a layer is opened on a node without a trace, the order in which its
 // chunks are first touched during `trace_window_s` is recorded and saved beside the layer
-// (STORE/traces/<hex>, and the shared store when it is a directory), not in it. When a layer
-// with a trace is opened, its traced chunks are fetched in that order by `prefetch_threads`
-// workers, while demand misses never queue behind them: a reader fetches its own chunk at
-// once (or joins the fetch of it already running).
+// (STORE/traces/<hex>, and the shared store when this node can write it), not in it; with it,
+// in the shared store, a prefetch pack: those chunks' bytes in trace order as one object
+// (blobfs/prefetch_pack.h). When a layer with a trace is opened on a node missing most of its
+// traced chunks, the pack is fetched in one stream, each chunk verified as it arrives and
+// handed at once to any reader waiting for it; what the pack lacks (none published, a chunk
+// evicted when it was made, a bad record) is fetched chunk by chunk in trace order by the
+// `prefetch_threads` workers. Demand misses never queue behind those: a reader fetches its
+// own chunk at once (or joins the fetch of it already running, the pack's included).
 //
 // Demand comes first, and in parallel: a read spanning several missing chunks hands all but
 // the first to the workers ahead of any prefetch and fetches the first itself, so a 128 KiB
@@ -31,6 +35,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,14 +57,16 @@ struct BlobLayersOptions {
   double trace_window_s = 20;
   uint64_t sequential_bytes = 256 << 10;
   uint64_t readahead_max = 1 << 20;
+  uint64_t pack_max_bytes = 64 << 20;  // a prefetch pack holds the trace's chunks up to this
 };
 
 class BlobLayers {
  public:
   struct Layer;
 
+  // `publish`: where traces and packs go when not `source` (which may be a read-only URL).
   BlobLayers(image::LayerStore* store, image::BlobSource* source, ChunkCache* cache,
-             BlobLayersOptions opts);
+             BlobLayersOptions opts, image::BlobSource* publish = nullptr);
   ~BlobLayers();
   BlobLayers(const BlobLayers&) = delete;
   BlobLayers& operator=(const BlobLayers&) = delete;
@@ -79,8 +86,20 @@ class BlobLayers {
  private:
   struct Flight;
   Result<std::shared_ptr<const std::string>> Fetch(Layer& layer, size_t index, bool prefetch);
-  void NoteTouch(Layer& layer, size_t index);
+  void NoteTouch(const std::shared_ptr<Layer>& layer, size_t index);
+  // Saves the layer's trace on the node and, with its pack, in the shared store.
   void SaveTrace(Layer& layer) EXCLUDES(mu_);
+  // SaveTrace on a worker (inline without workers).
+  void QueueSaveTrace(const std::shared_ptr<Layer>& layer) EXCLUDES(mu_);
+  // The pack of `trace`'s chunks that are in the node's cache, in trace order.
+  std::string BuildPack(const Layer& layer, const std::vector<uint32_t>& trace);
+  // Streams the layer's pack into the cache, completing the flights Open registered for
+  // `awaited` (chunk indexes, in trace order); what it did not bring is queued for prefetch.
+  void StreamPack(const std::shared_ptr<Layer>& layer, const std::vector<uint32_t>& awaited)
+      EXCLUDES(mu_);
+  // Ends chunk `hex`'s flight: its waiters get `bytes`, or with `retry`, fetch it themselves.
+  void Land(const std::string& hex, std::shared_ptr<const std::string> bytes, bool retry)
+      EXCLUDES(mu_);
   void PrefetchLoop();
   // Queues chunks [first, last) of `layer` that are neither cached nor on their way, ahead of
   // traced prefetch.
@@ -91,6 +110,7 @@ class BlobLayers {
 
   image::LayerStore* const store_;
   image::BlobSource* const source_;
+  image::BlobSource* const publish_;
   ChunkCache* const cache_;
   const BlobLayersOptions opts_;
 
@@ -106,6 +126,8 @@ class BlobLayers {
     bool ahead;
   };
   std::deque<Queued> urgent_ GUARDED_BY(mu_);
+  // Work for the workers after urgent fetches: streaming a pack, saving a trace.
+  std::deque<std::function<void()>> jobs_ GUARDED_BY(mu_);
   std::deque<Queued> prefetch_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;

@@ -23,6 +23,7 @@ struct LayerFetchStats {
   uint64_t misses = 0;         // chunk reads that waited for a fetch
   uint64_t prefetched = 0;     // chunks fetched ahead of demand from the layer's trace
   uint64_t prefetch_hits = 0;  // chunk reads served by a chunk prefetch brought
+  uint64_t packed = 0;         // of the prefetched, chunks that came in the layer's pack
   double fetch_seconds_sum = 0;
   double fetch_seconds_max = 0;
   uint64_t errors = 0;  // reads failed (EIO): a chunk missing, unreachable or corrupt

@@ -188,7 +188,17 @@ int RunBlobfsd(const BlobfsdOptions& opts) {
     spdlog::error("blobfsd: {}", st.ToString());
     return 1;
   }
-  BlobLayers layers(&store, source->get(), &cache, opts.layers);
+  std::unique_ptr<image::BlobSource> publish;
+  if (!opts.publish.empty()) {
+    auto dir = image::OpenBlobSource(opts.publish);
+    if (!dir.ok() || opts.publish[0] != '/') {
+      spdlog::error("blobfsd: --publish wants the store's directory: {}",
+                    dir.ok() ? opts.publish : dir.status().ToString());
+      return 1;
+    }
+    publish = std::move(*dir);
+  }
+  BlobLayers layers(&store, source->get(), &cache, opts.layers, publish.get());
   Server server(&layers);
 
   fuse_lowlevel_ops ops{};

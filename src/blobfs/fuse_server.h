@@ -19,6 +19,9 @@ namespace warren::blobfs {
 struct BlobfsdOptions {
   std::string store_root;  // the node's layer store (manifests, chunk cache)
   std::string source;      // the shared store (image::OpenBlobSource)
+  // Where traces and prefetch packs are published: the store's directory when `source` is a
+  // URL over it that this node may also write (`warren serve --layer-store-url`); "": source.
+  std::string publish;
   std::string mountpoint;
   uint64_t cache_high = 0;  // bytes; 0: unbounded
   uint64_t cache_low = 0;

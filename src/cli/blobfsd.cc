@@ -21,6 +21,9 @@ void AddBlobfsd(CLI::App& app) {
   cmd->add_option("--store", f->opts.store_root, "the node's layer store directory")->required();
   cmd->add_option("--source", f->opts.source, "the shared layer store (directory or URL)")
       ->required();
+  cmd->add_option("--publish", f->opts.publish,
+                  "the shared store's directory, for traces and prefetch packs, when --source "
+                  "is a URL over it");
   cmd->add_option("--mount", f->opts.mountpoint, "where to mount")->required();
   cmd->add_option("--cache-size", f->cache_size,
                   "bound on cached chunks (e.g. 50G); evicts to 90% when passed (0: none)");

@@ -95,6 +95,9 @@ int Serve(const std::string& listen, const std::string& data_dir, const NodeFlag
   if (source) {
     nopts->lazy.store_root = data_dir;
     nopts->lazy.source = source->Describe();
+    // The store's directory is this machine's: blobfsd publishes traces and packs there even
+    // when it reads through the URL.
+    if (!lf.store_url.empty()) nopts->lazy.publish = lf.store;
     nopts->lazy.run_dir = data_dir + "/blobfs";
     if (auto mb = SizeMb(lf.cache_size.empty() ? "0" : lf.cache_size, "--layer-cache-size");
         mb.ok())

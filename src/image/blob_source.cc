@@ -15,8 +15,16 @@
 #include "base/sha256.h"
 #include "base/thread_annotations.h"
 #include "base/unique_fd.h"
+#include "sys/fd_io.h"
 
 namespace warren::image {
+
+Status BlobSource::StreamObject(ObjectKind kind, const std::string& sha256_hex, uint64_t max_bytes,
+                                const std::function<bool(std::string_view)>& on_bytes) {
+  std::string whole = WARREN_TRY(ReadObject(kind, sha256_hex, max_bytes));
+  if (!whole.empty()) on_bytes(whole);
+  return Status::Ok();
+}
 
 std::string ObjectRelPath(ObjectKind kind, const std::string& hex) {
   switch (kind) {
@@ -26,6 +34,8 @@ std::string ObjectRelPath(ObjectKind kind, const std::string& hex) {
       return "meta/sha256/" + hex + ".zst";
     case ObjectKind::kTrace:
       return "traces/sha256/" + hex;
+    case ObjectKind::kPack:
+      return "packs/sha256/" + hex;
     case ObjectKind::kChunk:
       break;
   }
@@ -42,6 +52,8 @@ const char* KindName(ObjectKind kind) {
       return "compressed layer metadata";
     case ObjectKind::kTrace:
       return "layer prefetch trace";
+    case ObjectKind::kPack:
+      return "layer prefetch pack";
     case ObjectKind::kChunk:
       break;
   }
@@ -113,19 +125,9 @@ class DirBlobSource : public BlobSource {
 
   Result<std::string> ReadObject(ObjectKind kind, const std::string& hex, uint64_t max) override {
     if (!IsSha256Hex(hex)) return Invalid("read layer object: not a sha256", hex);
-    const std::string path = root_ + "/" + ObjectRelPath(kind, hex);
-    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) {
-      if (errno == ENOENT)
-        return NotFound(std::string(KindName(kind)) + " in the shared store", hex);
-      return Status(Code::kUnavailable, "read the shared layer store", root_, strerror(errno),
-                    errno);
-    }
+    UniqueFd fd = WARREN_TRY(OpenObject(kind, hex, max));
     struct stat st;
-    if (fstat(fd.get(), &st) != 0) return ErrnoStatus("stat", path);
-    if (static_cast<uint64_t>(st.st_size) > max)
-      return Invalid(std::string("read ") + KindName(kind) + ": larger than its manifest says",
-                     hex);
+    if (fstat(fd.get(), &st) != 0) return ErrnoStatus("stat", KindName(kind));
     std::string out(static_cast<size_t>(st.st_size), '\0');
     size_t got = 0;
     while (got < out.size()) {
@@ -141,18 +143,38 @@ class DirBlobSource : public BlobSource {
     return out;
   }
 
-  Status PublishTrace(const std::string& hex, std::string_view bytes) override {
-    if (!IsSha256Hex(hex)) return Invalid("publish trace: not a sha256", hex);
-    const std::string dir = root_ + "/traces/sha256";
-    for (const std::string& d : {root_ + "/traces", dir})
+  Status StreamObject(ObjectKind kind, const std::string& hex, uint64_t max,
+                      const std::function<bool(std::string_view)>& on_bytes) override {
+    if (!IsSha256Hex(hex)) return Invalid("read layer object: not a sha256", hex);
+    UniqueFd fd = WARREN_TRY(OpenObject(kind, hex, max));
+    std::string piece(256 << 10, '\0');
+    for (;;) {
+      const ssize_t n = read(fd.get(), piece.data(), piece.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        return Status(Code::kUnavailable, std::string("read ") + KindName(kind), hex,
+                      strerror(errno), errno);
+      if (n == 0 || !on_bytes(std::string_view(piece.data(), static_cast<size_t>(n))))
+        return Status::Ok();
+    }
+  }
+
+  Status PublishBeside(ObjectKind kind, const std::string& hex, std::string_view bytes) override {
+    if (kind != ObjectKind::kTrace && kind != ObjectKind::kPack)
+      return Invalid("publish beside a layer: not a trace or pack", KindName(kind));
+    if (!IsSha256Hex(hex)) return Invalid("publish " + std::string(KindName(kind)), hex);
+    const std::string rel = ObjectRelPath(kind, hex);
+    const std::string top = root_ + "/" + rel.substr(0, rel.find('/'));
+    const std::string dir = root_ + "/" + rel.substr(0, rel.rfind('/'));
+    for (const std::string& d : {top, dir})
       if (mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d);
     const std::string tmp = dir + "/." + hex + "." + RandomHex(6) + ".tmp";
     Cleanup rm([&] { unlink(tmp.c_str()); });
     UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
-    if (!fd || write(fd.get(), bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size()))
-      return ErrnoStatus("write trace", tmp);
-    if (rename(tmp.c_str(), (dir + "/" + hex).c_str()) != 0)
-      return ErrnoStatus("rename trace", dir);
+    if (!fd || !sys::WriteFull(fd.get(), bytes))
+      return ErrnoStatus(std::string("write ") + KindName(kind), tmp);
+    if (rename(tmp.c_str(), (root_ + "/" + rel).c_str()) != 0)
+      return ErrnoStatus(std::string("rename ") + KindName(kind), dir);
     rm.Cancel();
     return Status::Ok();
   }
@@ -160,6 +182,25 @@ class DirBlobSource : public BlobSource {
   std::string Describe() const override { return root_; }
 
  private:
+  // The object's file, opened, when it is at most `max` bytes.
+  Result<UniqueFd> OpenObject(ObjectKind kind, const std::string& hex, uint64_t max) {
+    const std::string path = root_ + "/" + ObjectRelPath(kind, hex);
+    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) {
+      if (errno == ENOENT)
+        return NotFound(std::string(KindName(kind)) + " in the shared store", hex);
+      return Status(Code::kUnavailable, "read the shared layer store", root_, strerror(errno),
+                    errno);
+    }
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0) return ErrnoStatus("stat", path);
+    if (static_cast<uint64_t>(st.st_size) > max)
+      return Invalid(std::string("read ") + KindName(kind) + ": larger than the " +
+                         std::to_string(max) + " bytes expected",
+                     hex);
+    return fd;
+  }
+
   const std::string root_;
 };
 
@@ -233,30 +274,54 @@ class HttpBlobSource : public BlobSource {
   }
 
   Result<std::string> ReadObject(ObjectKind kind, const std::string& hex, uint64_t max) override {
+    std::string out;
+    WARREN_RETURN_IF_ERROR(StreamObject(kind, hex, max, [&](std::string_view piece) {
+      out.append(piece);
+      return true;
+    }));
+    return out;
+  }
+
+  Status StreamObject(ObjectKind kind, const std::string& hex, uint64_t max,
+                      const std::function<bool(std::string_view)>& on_bytes) override {
     if (!IsSha256Hex(hex)) return Invalid("read layer object: not a sha256", hex);
     const std::string url = base_ + "/" + ObjectRelPath(kind, hex);
     CURL* curl = TakeHandle();
     if (!curl) return Internal("read layer object", url, "curl_easy_init failed");
     Cleanup give_back([&] { GiveBack(curl); });
     struct Sink {
-      std::string data;
+      CURL* curl;
+      const std::function<bool(std::string_view)>& on_bytes;
       uint64_t max;
+      uint64_t got = 0;
       bool too_big = false;
-    } sink{{}, max};
+      bool stopped = false;
+    } sink{curl, on_bytes, max};
     auto write = +[](char* data, size_t size, size_t n, void* user) -> size_t {
       auto* s = static_cast<Sink*>(user);
-      if (s->data.size() + size * n > s->max) {
+      const size_t len = size * n;
+      long code = 0;
+      curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &code);
+      if (code / 100 != 2) return len;  // an error page, not the object
+      if (s->got + len > s->max) {
         s->too_big = true;
         return 0;
       }
-      s->data.append(data, size * n);
-      return size * n;
+      s->got += len;
+      if (!s->on_bytes(std::string_view(data, len))) {
+        s->stopped = true;
+        return 0;
+      }
+      return len;
     };
-    // A chunk is at most a few MiB: a minute is long enough for any store that works.
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 60L);
+    // A chunk is at most a few MiB: a minute is long enough for any store that works. A pack
+    // is up to a few hundred chunks; a stalled one still fails within Get's 30 s.
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, kind == ObjectKind::kPack ? 600L : 60L);
     const CURLcode rc = Get(curl, url, write, &sink);
+    if (sink.stopped) return Status::Ok();
     if (sink.too_big)
-      return Invalid(std::string("read ") + KindName(kind) + ": larger than its manifest says",
+      return Invalid(std::string("read ") + KindName(kind) + ": larger than the " +
+                         std::to_string(max) + " bytes expected",
                      hex);
     if (rc != CURLE_OK)
       return Status(Code::kUnavailable, std::string("read ") + KindName(kind), url,
@@ -267,11 +332,12 @@ class HttpBlobSource : public BlobSource {
     if (code / 100 != 2)
       return Status(Code::kUnavailable, std::string("read ") + KindName(kind), url,
                     "HTTP " + std::to_string(code));
-    return std::move(sink.data);
+    return Status::Ok();
   }
 
-  Status PublishTrace(const std::string& hex, std::string_view) override {
-    return Invalid("publish trace: an HTTP layer store is read-only", hex);
+  Status PublishBeside(ObjectKind kind, const std::string& hex, std::string_view) override {
+    return Invalid(std::string("publish ") + KindName(kind) + ": an HTTP layer store is read-only",
+                   hex);
   }
 
   std::string Describe() const override { return base_; }

@@ -9,6 +9,7 @@
 // as objects (ReadObject), the chunks by blobfsd when a sandbox first reads them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,7 +20,9 @@ namespace warren::image {
 
 // The parts of a chunked layer besides its manifest (image/chunked_layer.h).
 // kMetaZstd: a metadata image compressed (image/zstd_codec.h), named by the image's digest.
-enum class ObjectKind { kChunk, kMeta, kMetaZstd, kTrace };
+// kTrace and kPack sit beside a layer, named by its digest: the chunks its first reads touched
+// (blobfs/blob_layers.h) and those chunks' bytes in that order (blobfs/prefetch_pack.h).
+enum class ObjectKind { kChunk, kMeta, kMetaZstd, kTrace, kPack };
 
 class BlobSource {
  public:
@@ -35,15 +38,21 @@ class BlobSource {
   // kNotFound when the store has no such object.
   virtual Result<std::string> ReadObject(ObjectKind kind, const std::string& sha256_hex,
                                          uint64_t max_bytes) = 0;
-  // Stores a prefetch trace beside its layer (a directory store; an HTTP one is read-only and
-  // refuses). Atomic.
-  virtual Status PublishTrace(const std::string& layer_hex, std::string_view bytes) = 0;
+  // Reads an object as it arrives: `on_bytes` gets its bytes in order, in pieces, and returns
+  // false to stop early (then the call returns OK). More than `max_bytes` is kInvalid. By
+  // default one piece, after ReadObject; the stores stream.
+  virtual Status StreamObject(ObjectKind kind, const std::string& sha256_hex, uint64_t max_bytes,
+                              const std::function<bool(std::string_view)>& on_bytes);
+  // Stores a layer's prefetch trace or pack (kTrace, kPack) beside it: a directory store; an
+  // HTTP one is read-only and refuses. Atomic.
+  virtual Status PublishBeside(ObjectKind kind, const std::string& layer_hex,
+                               std::string_view bytes) = 0;
   // For logs and errors: the directory or URL.
   virtual std::string Describe() const = 0;
 };
 
-// Where an object lives under a store's root: "chunks/sha256/ab/<hex>", "meta/sha256/<hex>"
-// or "traces/sha256/<layer hex>".
+// Where an object lives under a store's root: "chunks/sha256/ab/<hex>", "meta/sha256/<hex>",
+// "traces/sha256/<layer hex>" or "packs/sha256/<layer hex>".
 std::string ObjectRelPath(ObjectKind kind, const std::string& sha256_hex);
 
 // "/shared/warren-layers" (an absolute directory) or "http(s)://HOST[:PORT][/PREFIX]".

@@ -234,6 +234,7 @@ size_t LayerStore::CollectChunks(double grace_s) {
   };
   sweep(root_ + "/meta/sha256", metas);
   sweep(root_ + "/traces/sha256", layers);
+  sweep(root_ + "/packs/sha256", layers);
   for (const auto& sub : ListDir(root_ + "/chunks/sha256"))
     sweep(root_ + "/chunks/sha256/" + sub, chunks);
   if (removed) spdlog::info("layer store: removed {} unreferenced chunks", removed);

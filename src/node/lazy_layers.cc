@@ -109,6 +109,10 @@ Status LazyLayers::Spawn() {
   std::vector<std::string> args = {
       "warren",     "blobfsd", "--store",    opts_.store_root, "--source",
       opts_.source, "--mount", Mountpoint(), "--cache-size",   std::to_string(opts_.cache_bytes)};
+  if (!opts_.publish.empty()) {
+    args.push_back("--publish");
+    args.push_back(opts_.publish);
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -42,6 +42,7 @@ constexpr uint32_t kLazyReadaheadKb = 16;
 struct LazyLayersOptions {
   std::string store_root;    // the node's layer store (the daemon's chunk cache lives there)
   std::string source;        // the shared store, as `--layer-store` gives it
+  std::string publish;       // its directory, when `source` is a URL over it (blobfsd --publish)
   std::string run_dir;       // mount point, pid file and log: DATA_DIR/blobfs
   uint64_t cache_bytes = 0;  // 0: unbounded
   uint32_t readahead_kb = kLazyReadaheadKb;  // of each layer mounted on the daemon's file

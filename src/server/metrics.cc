@@ -116,6 +116,7 @@ void AddLayersOnDemand(Families& f, const json& lod, const std::string& node) {
     g("warren_layer_fetch_seconds_max", layer, Num(l.value("fetch_seconds_max", 0.0)));
     c("warren_layer_prefetched_chunks_total", layer, u("prefetched"));
     c("warren_layer_prefetch_hits_total", layer, u("prefetch_hits"));
+    c("warren_layer_packed_chunks_total", layer, u("packed"));
     c("warren_layer_read_errors_total", layer, u("errors"));
   }
 }

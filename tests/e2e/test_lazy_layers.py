@@ -148,7 +148,8 @@ def _forget_chunks(srv) -> None:
     pid = int(Path(srv.data_dir, "blobfs", "pid").read_text())
     for sub in ("chunks", "traces"):
         shutil.rmtree(os.path.join(srv.data_dir, sub), ignore_errors=True)
-    shutil.rmtree(os.path.join(srv.store_dir, "traces"), ignore_errors=True)
+    for sub in ("traces", "packs"):
+        shutil.rmtree(os.path.join(srv.store_dir, sub), ignore_errors=True)
     os.kill(pid, signal.SIGKILL)  # the daemon this test's server started
     assert u.wait_until(lambda: _daemon_pid(srv) not in (None, pid), timeout=30), \
         "blobfsd was not restarted"

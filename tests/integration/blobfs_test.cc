@@ -226,16 +226,22 @@ TEST_F(BlobfsTest, FirstUseIsTracedAndTheNextNodePrefetchesIt) {
   MountLayer();
   std::string got;
   ASSERT_EQ(ReadFile(root_ + "/data/f7", &got), 0);
-  // The trace window is 1 s; the stats read after it ends the recording.
+  // The trace window is 1 s; the stats read after it ends the recording, and a worker saves
+  // the trace and its pack.
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-  EXPECT_TRUE(Stats().layers[0].traced);
   const std::string hex = digest_.substr(7);
+  for (int i = 0; i < 500 && !Stats().layers[0].traced; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && !fs::exists(dir_ + "/shared/traces/sha256/" + hex); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(fs::exists(dir_ + "/shared/traces/sha256/" + hex));
+  // With the trace, its chunks as one object, in the order they were read.
+  EXPECT_TRUE(fs::exists(dir_ + "/shared/packs/sha256/" + hex));
   umount2(root_.c_str(), MNT_DETACH);
   StopDaemon(SIGTERM);
 
   // A cold node: an empty cache and no local trace. Opening the layer prefetches f7's
-  // chunks before anything reads them.
+  // chunks before anything reads them, all in the pack.
   fs::remove_all(dir_ + "/node/chunks");
   fs::remove_all(dir_ + "/node/traces");
   // The trace is f7's chunks in the order they were read (a JSON array of indexes).
@@ -252,6 +258,7 @@ TEST_F(BlobfsTest, FirstUseIsTracedAndTheNextNodePrefetchesIt) {
   }
   ASSERT_FALSE(s.layers.empty());
   EXPECT_EQ(s.layers[0].prefetched, traced);
+  EXPECT_EQ(s.layers[0].packed, traced);
   ASSERT_EQ(ReadFile(root_ + "/data/f7", &got), 0);
   EXPECT_EQ(got, RandomBytes(3'000'000, 107));
   s = Stats();

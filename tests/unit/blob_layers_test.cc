@@ -1,7 +1,8 @@
 // BlobLayers (blobfs/blob_layers.h) without FUSE: a read over several missing chunks fetches
 // them in parallel, a sequential reader has the chunks after it fetched ahead (and no more
-// than the window), and what a read returns is the chunks' bytes. The store is a fake whose
-// every fetch takes a while, so overlap is visible.
+// than the window), a traced layer on a cold node comes in its prefetch pack (and what the
+// pack lacks, chunk by chunk), and what a read returns is the chunks' bytes. The store is a
+// fake whose every fetch takes a while, so overlap is visible.
 #include "blobfs/blob_layers.h"
 
 #include <gtest/gtest.h>
@@ -10,9 +11,11 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "base/sha256.h"
+#include "blobfs/prefetch_pack.h"
 #include "test_files.h"
 
 namespace warren::blobfs {
@@ -33,6 +36,11 @@ class SlowSource : public image::BlobSource {
   }
   Result<std::string> ReadObject(image::ObjectKind kind, const std::string& hex,
                                  uint64_t) override {
+    if (kind == image::ObjectKind::kTrace) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!traces_.count(hex)) return NotFound("trace", hex);
+      return traces_[hex];
+    }
     if (kind != image::ObjectKind::kChunk) return NotFound("object", hex);
     int now = ++inflight_;
     for (int seen = max_inflight_; now > seen && !max_inflight_.compare_exchange_weak(seen, now);) {
@@ -44,16 +52,51 @@ class SlowSource : public image::BlobSource {
     if (it == chunks.end()) return NotFound("chunk", hex);
     return it->second;
   }
-  Status PublishTrace(const std::string& hex, std::string_view) override {
-    return Invalid("read-only", hex);
+  // A pack streams in pieces of `pack_piece` bytes, `pack_delay` apart.
+  Status StreamObject(image::ObjectKind kind, const std::string& hex, uint64_t max,
+                      const std::function<bool(std::string_view)>& on_bytes) override {
+    if (kind != image::ObjectKind::kPack) return BlobSource::StreamObject(kind, hex, max, on_bytes);
+    ++pack_reads_;
+    std::string pack;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!packs_.count(hex)) return NotFound("pack", hex);
+      pack = packs_[hex];
+    }
+    for (size_t at = 0; at < pack.size(); at += pack_piece) {
+      std::this_thread::sleep_for(pack_delay);
+      if (!on_bytes(std::string_view(pack).substr(at, pack_piece))) break;
+    }
+    return Status::Ok();
+  }
+  Status PublishBeside(image::ObjectKind kind, const std::string& hex,
+                       std::string_view bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    (kind == image::ObjectKind::kPack ? packs_ : traces_)[hex] = std::string(bytes);
+    return Status::Ok();
   }
   std::string Describe() const override { return "slow fake"; }
 
+  // What is published beside layer `hex` ("" when nothing is).
+  std::string Pack(const std::string& hex) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return packs_.count(hex) ? packs_[hex] : "";
+  }
+  std::string Trace(const std::string& hex) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return traces_.count(hex) ? traces_[hex] : "";
+  }
+
   int max_inflight() const { return max_inflight_; }
   int reads() const { return reads_; }
+  int pack_reads() const { return pack_reads_; }
+  size_t pack_piece = 1 << 20;
+  std::chrono::milliseconds pack_delay{30};
 
  private:
-  std::atomic<int> inflight_{0}, max_inflight_{0}, reads_{0};
+  std::atomic<int> inflight_{0}, max_inflight_{0}, reads_{0}, pack_reads_{0};
+  std::mutex mu_;
+  std::map<std::string, std::string> packs_, traces_;  // by layer hex
 };
 
 class BlobLayersTest : public ::testing::Test {
@@ -75,6 +118,7 @@ class BlobLayersTest : public ::testing::Test {
       std::string bytes = testing::RandomBytes(kChunk, 1000 + i);
       const std::string hex = Sha256Hex(bytes);
       m.chunks.push_back({i * kChunk, kChunk, hex});
+      hexes_.push_back(hex);
       blob_ += bytes;
       source_.chunks[hex] = std::move(bytes);
     }
@@ -93,7 +137,35 @@ class BlobLayersTest : public ::testing::Test {
   }
 
   LayerFetchStats StatsOfLayer() { return layers_->Stats().layers.at(0); }
+  std::string ChunkOf(uint32_t i) const { return blob_.substr(i * kChunk, kChunk); }
 
+  // A trace on this node, as one the layer's first use on another node left.
+  void PutTrace(const std::vector<uint32_t>& trace) {
+    std::string text = "[";
+    for (uint32_t i : trace) text += (text.size() > 1 ? "," : "") + std::to_string(i);
+    ASSERT_TRUE(store_->PutObject(image::ObjectKind::kTrace, hex_, text + "]").ok());
+  }
+  // A pack of `chunks` in the store; the chunk `corrupt` (if one of them) with a byte changed.
+  void PutPack(const std::vector<uint32_t>& chunks, int corrupt = -1) {
+    std::string pack = PackStart();
+    for (uint32_t i : chunks) {
+      std::string bytes = ChunkOf(i);
+      if (static_cast<int>(i) == corrupt) bytes[100] ^= 1;
+      AppendPackRecord(&pack, hexes_[i], bytes);
+    }
+    ASSERT_TRUE(source_.PublishBeside(image::ObjectKind::kPack, hex_, pack).ok());
+  }
+  // Waits (5 s at most) until the layer's stats satisfy `pred`.
+  template <typename P>
+  bool StatsReach(P pred) {
+    for (int i = 0; i < 500; ++i) {
+      if (pred(StatsOfLayer())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  std::vector<std::string> hexes_;  // chunk i's digest
   std::string dir_, hex_, blob_;
   SlowSource source_;
   std::unique_ptr<image::LayerStore> store_;
@@ -177,6 +249,113 @@ TEST_F(BlobLayersTest, RandomReadsFetchNothingAhead) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(source_.reads(), 6);
   EXPECT_EQ(StatsOfLayer().prefetched, 0u);
+}
+
+const std::vector<uint32_t> kTrace = {5, 3, 9, 10, 11, 40};
+
+TEST_F(BlobLayersTest, ATracedLayerOnAColdNodeComesInOnePack) {
+  PutTrace(kTrace);
+  PutPack(kTrace);
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok()) << layer.status().ToString();
+  ASSERT_TRUE(StatsReach([](const LayerFetchStats& s) { return s.packed == kTrace.size(); }));
+  EXPECT_EQ(source_.pack_reads(), 1);
+  EXPECT_EQ(source_.reads(), 0) << "a chunk the pack held was fetched alone";
+  std::string out;
+  for (uint32_t i : kTrace) {
+    ASSERT_TRUE(layers_->Read(*layer, i * kChunk, kChunk, &out).ok());
+    EXPECT_EQ(out, ChunkOf(i)) << i;
+  }
+  const LayerFetchStats s = StatsOfLayer();
+  EXPECT_EQ(s.prefetched, kTrace.size());
+  EXPECT_EQ(s.prefetch_hits, kTrace.size());
+  EXPECT_EQ(s.misses, 0u);
+  EXPECT_EQ(s.fetched_bytes, kTrace.size() * kChunk);
+  EXPECT_EQ(source_.reads(), 0);
+}
+
+TEST_F(BlobLayersTest, WhatThePackLacksOrHasCorruptIsFetchedChunkByChunk) {
+  PutTrace(kTrace);
+  PutPack({5, 3, 9, 10}, /*corrupt=*/9);  // 11 and 40 missing; 9 bad, so 10 is not trusted
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  ASSERT_TRUE(StatsReach([](const LayerFetchStats& s) { return s.prefetched == kTrace.size(); }));
+  LayerFetchStats s = StatsOfLayer();
+  EXPECT_EQ(s.packed, 2u);
+  EXPECT_EQ(source_.reads(), 4);
+  std::string out;
+  for (uint32_t i : kTrace) {
+    ASSERT_TRUE(layers_->Read(*layer, i * kChunk, kChunk, &out).ok());
+    EXPECT_EQ(out, ChunkOf(i)) << i;
+  }
+  s = StatsOfLayer();
+  EXPECT_EQ(s.errors, 0u);
+  EXPECT_EQ(s.misses, 0u);
+  EXPECT_EQ(source_.reads(), 4);
+}
+
+TEST_F(BlobLayersTest, WithoutAPackTheTraceIsFetchedChunkByChunk) {
+  PutTrace(kTrace);
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  ASSERT_TRUE(StatsReach([](const LayerFetchStats& s) { return s.prefetched == kTrace.size(); }));
+  EXPECT_EQ(StatsOfLayer().packed, 0u);
+  EXPECT_EQ(source_.reads(), static_cast<int>(kTrace.size()));
+}
+
+// The pack streams in the order the chunks were first read: a reader of a chunk still to come
+// waits for it there instead of fetching it a second time.
+TEST_F(BlobLayersTest, AReaderWaitsForItsChunkInThePack) {
+  source_.pack_piece = 16 << 10;
+  source_.pack_delay = std::chrono::milliseconds(10);  // the pack takes ~250 ms
+  PutTrace(kTrace);
+  PutPack(kTrace);
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  std::string out;
+  ASSERT_TRUE(layers_->Read(*layer, 40 * kChunk + 5, 1000, &out).ok());
+  EXPECT_EQ(out, ChunkOf(40).substr(5, 1000));
+  ASSERT_TRUE(StatsReach([](const LayerFetchStats& s) { return s.packed == kTrace.size(); }));
+  EXPECT_EQ(source_.reads(), 0);
+}
+
+// A node that holds most of the traced chunks (another version of the layer shares them)
+// fetches the few it lacks, not the whole pack.
+TEST_F(BlobLayersTest, ANodeHoldingMostOfTheTraceSkipsThePack) {
+  PutTrace(kTrace);
+  PutPack(kTrace);
+  for (uint32_t i : {5, 3, 9, 10}) cache_->Insert(hexes_[i], ChunkOf(i));
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  ASSERT_TRUE(StatsReach([](const LayerFetchStats& s) { return s.prefetched == 2; }));
+  EXPECT_EQ(source_.pack_reads(), 0);
+  EXPECT_EQ(source_.reads(), 2);
+}
+
+TEST_F(BlobLayersTest, ARecordedTraceIsPublishedWithItsPack) {
+  BlobLayersOptions opts;
+  opts.trace_window_s = 0.2;
+  layers_ = std::make_unique<BlobLayers>(store_.get(), &source_, cache_.get(), opts);
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  std::string out;
+  for (uint32_t i : {7, 2, 8}) ASSERT_TRUE(layers_->Read(*layer, i * kChunk, 100, &out).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(layers_->Read(*layer, 20 * kChunk, 100, &out).ok());  // ends the recording
+  for (int i = 0; i < 500 && source_.Pack(hex_).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && source_.Trace(hex_).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(source_.Trace(hex_), "[7,2,8]");
+  std::vector<std::string> got;
+  PackReader reader(kChunk, [&](const std::string& hex, std::string_view bytes) {
+    EXPECT_EQ(Sha256Hex(bytes), hex);
+    got.push_back(hex);
+    return true;
+  });
+  EXPECT_TRUE(reader.Feed(source_.Pack(hex_)));
+  EXPECT_TRUE(reader.Complete());
+  EXPECT_EQ(got, (std::vector<std::string>{hexes_[7], hexes_[2], hexes_[8]}));
 }
 
 }  // namespace

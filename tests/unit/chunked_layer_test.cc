@@ -394,12 +394,20 @@ TEST_F(ChunkedLayerTest, NodeStoreFetchesManifestAndMetadataAndCollectionKeepsWh
   ASSERT_TRUE(node.Remove(info->digest).ok());
   EXPECT_FALSE(fs::exists(node.PromotedPath(info->digest)));
 
-  // Collection: nothing named is removed; once the manifest is gone, everything is.
+  // Collection: nothing named is removed; once the manifest is gone, everything is, the
+  // layer's prefetch trace and pack included.
+  const std::string hex = info->digest.substr(7);
+  const std::string trace = dir_ + "/shared/traces/sha256/" + hex;
+  const std::string pack = dir_ + "/shared/packs/sha256/" + hex;
+  Write(trace, "[0]");
+  Write(pack, "WRNPACK1");
   EXPECT_EQ(shared.CollectChunks(0), 0u);
   ASSERT_TRUE(shared.Remove(info->digest).ok());
   EXPECT_EQ(shared.CollectChunks(3600), 0u);  // all too young
-  EXPECT_EQ(shared.CollectChunks(0), m->chunks.size());
+  EXPECT_EQ(shared.CollectChunks(0), m->chunks.size() + 2);
   for (const auto& c : m->chunks) EXPECT_FALSE(fs::exists(shared.ChunkPath(c.sha256)));
+  EXPECT_FALSE(fs::exists(trace));
+  EXPECT_FALSE(fs::exists(pack));
 }
 
 }  // namespace

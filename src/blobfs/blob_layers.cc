@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "base/sha256.h"
 #include "blobfs/prefetch_pack.h"
@@ -80,17 +81,9 @@ BlobLayers::~BlobLayers() {
     stop_ = true;
   }
   cv_.notify_all();
+  // A pack job not run leaves its flights registered; nobody waits on them by now (the FUSE
+  // threads have ended, and workers never wait on a flight).
   for (auto& t : workers_) t.join();
-  // A pack no worker streamed any more: its waiters must not wait forever.
-  {
-    MutexLock lock(&mu_);
-    for (auto& [hex, flight] : flights_) {
-      flight->done = true;
-      flight->status = Status(Code::kUnavailable, "fetch layer chunk", hex, "blobfsd is stopping");
-    }
-    flights_.clear();
-  }
-  cv_.notify_all();
 }
 
 Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& hex) {
@@ -135,23 +128,34 @@ Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& h
   order_.push_back(hex);
   if (trace.empty()) return layer;
   // The pack when the node lacks most of what it holds (a cold node); else chunk by chunk.
-  uint64_t traced_bytes = 0, missing_bytes = 0;
+  // Awaited from it: each missing chunk once (a layer may hold one content twice), within the
+  // bytes a pack holds.
+  uint64_t traced_bytes = 0, missing_bytes = 0, packed_bytes = 0;
   std::vector<uint32_t> awaited;
+  std::set<std::string> seen;
   for (uint32_t i : trace) {
     const image::LayerChunk& c = layer->manifest.chunks[i];
     traced_bytes += c.length;
-    if (cache_->Has(c.sha256) || flights_.count(c.sha256)) continue;
+    if (cache_->Has(c.sha256) || flights_.count(c.sha256) || !seen.insert(c.sha256).second)
+      continue;
     missing_bytes += c.length;
-    awaited.push_back(i);
+    packed_bytes += c.length + 64;
+    if (packed_bytes <= opts_.pack_max_bytes) awaited.push_back(i);
   }
   const bool pack = source_ && opts_.prefetch_threads > 0 && awaited.size() > 1 &&
                     missing_bytes * 2 >= traced_bytes;
   if (pack) {
     // Readers of these chunks wait for the pack (it streams them in the order they are read)
-    // rather than fetching them a second time.
-    for (uint32_t i : awaited)
-      flights_[layer->manifest.chunks[i].sha256] = std::make_shared<Flight>();
-    jobs_.push_back([this, layer, awaited] { StreamPack(layer, awaited); });
+    // rather than fetching them a second time; the rest of the trace follows chunk by chunk.
+    std::vector<Awaited> flights;
+    for (uint32_t i : awaited) {
+      auto flight = std::make_shared<Flight>();
+      flights_[layer->manifest.chunks[i].sha256] = flight;
+      flights.push_back({i, std::move(flight)});
+    }
+    jobs_.push_back([this, layer, flights] { StreamPack(layer, flights); });
+    for (uint32_t i : trace)
+      if (!flights_.count(layer->manifest.chunks[i].sha256)) prefetch_.push_back({layer, i, true});
   } else {
     for (uint32_t i : trace) prefetch_.push_back({layer, i, true});
   }
@@ -233,15 +237,27 @@ std::string BlobLayers::BuildPack(const Layer& layer, const std::vector<uint32_t
 }
 
 void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
-                            const std::vector<uint32_t>& awaited) {
+                            const std::vector<Awaited>& awaited) {
   const image::ChunkedLayer& m = layer->manifest;
-  std::map<std::string, uint32_t> waiting;  // by chunk hex
-  for (uint32_t i : awaited) waiting[m.chunks[i].sha256] = i;
+  std::map<std::string, size_t> position;  // by chunk hex: where in `awaited`
+  for (size_t p = 0; p < awaited.size(); ++p) position[m.chunks[awaited[p].index].sha256] = p;
+  std::vector<bool> ended(awaited.size());
+  size_t next = 0;  // awaited[..next) are ended
+  // What the pack does not bring: its waiters fetch it themselves, the workers in trace order.
+  auto give_up = [&](size_t p) {
+    ended[p] = true;
+    const uint32_t index = awaited[p].index;
+    Land(m.chunks[index].sha256, awaited[p].flight, nullptr, true);
+    MutexLock lock(&mu_);
+    prefetch_.push_back({layer, index, true});
+  };
   const double t0 = Now();
+  size_t landed = 0;
   PackReader reader(m.chunk_size, [&](const std::string& hex, std::string_view bytes) {
-    auto it = waiting.find(hex);
-    if (it == waiting.end()) return true;  // not awaited here (cached meanwhile, or a repeat)
-    const uint32_t index = it->second;
+    auto it = position.find(hex);
+    if (it == position.end() || ended[it->second]) return true;  // not awaited here
+    const size_t p = it->second;
+    const uint32_t index = awaited[p].index;
     if (bytes.size() != m.chunks[index].length || Sha256Hex(bytes) != hex) {
       spdlog::warn(
           "blobfsd: the prefetch pack of sha256:{} has a corrupt chunk {}; the rest of "
@@ -249,6 +265,10 @@ void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
           layer->hex, hex);
       return false;
     }
+    // The pack is in trace order: awaited chunks before this one that it skipped are not in it
+    // (evicted when it was made), so their readers stop waiting for it now.
+    for (; next < p; ++next)
+      if (!ended[next]) give_up(next);
     auto shared = std::make_shared<const std::string>(bytes);
     cache_->Insert(hex, *shared);
     {
@@ -259,8 +279,9 @@ void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
       layer->stats.fetched_bytes += bytes.size();
       layer->prefetched[index] = true;
     }
-    waiting.erase(it);
-    Land(hex, std::move(shared), false);
+    ended[p] = true;
+    ++landed;
+    Land(hex, awaited[p].flight, std::move(shared), false);
     return true;
   });
   Status st = source_->StreamObject(image::ObjectKind::kPack, layer->hex, opts_.pack_max_bytes,
@@ -275,34 +296,25 @@ void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
     spdlog::warn("blobfsd: prefetch pack of sha256:{}: {}", layer->hex, st.ToString());
   if (!reader.error().empty())
     spdlog::warn("blobfsd: prefetch pack of sha256:{}: {}", layer->hex, reader.error());
-  {
+  if (landed > 0) {
     MutexLock lock(&layer->mu);
-    if (awaited.size() > waiting.size()) {
-      layer->stats.fetch_seconds_sum += Now() - t0;  // one fetch's time for the whole pack
-      layer->stats.fetch_seconds_max = std::max(layer->stats.fetch_seconds_max, Now() - t0);
-    }
+    layer->stats.fetch_seconds_sum += Now() - t0;  // one fetch's time for the whole pack
+    layer->stats.fetch_seconds_max = std::max(layer->stats.fetch_seconds_max, Now() - t0);
   }
-  // What it did not bring: its waiters fetch it themselves, the workers in trace order.
-  for (uint32_t i : awaited) {
-    const std::string& hex = m.chunks[i].sha256;
-    if (!waiting.count(hex)) continue;
-    Land(hex, nullptr, true);
-    MutexLock lock(&mu_);
-    prefetch_.push_back({layer, i, true});
-  }
+  for (size_t p = 0; p < awaited.size(); ++p)
+    if (!ended[p]) give_up(p);
   cv_.notify_all();
 }
 
-void BlobLayers::Land(const std::string& hex, std::shared_ptr<const std::string> bytes,
-                      bool retry) {
+void BlobLayers::Land(const std::string& hex, const std::shared_ptr<Flight>& flight,
+                      std::shared_ptr<const std::string> bytes, bool retry) {
   {
     MutexLock lock(&mu_);
-    auto it = flights_.find(hex);
-    if (it == flights_.end()) return;
-    it->second->done = true;
-    it->second->retry = retry;
-    it->second->bytes = std::move(bytes);
-    flights_.erase(it);
+    flight->done = true;
+    flight->retry = retry;
+    flight->bytes = std::move(bytes);
+    if (auto it = flights_.find(hex); it != flights_.end() && it->second == flight)
+      flights_.erase(it);
   }
   cv_.notify_all();
 }
@@ -316,7 +328,8 @@ void BlobLayers::FlushTraces() {
   for (auto& l : all) {
     {
       MutexLock lock(&l->mu);
-      if (!l->recording) continue;
+      // Recording, or ended with its save still queued behind a worker's job.
+      if (!l->recording && (l->stats.traced || l->trace.empty())) continue;
       l->recording = false;
     }
     SaveTrace(*l);
@@ -324,7 +337,7 @@ void BlobLayers::FlushTraces() {
 }
 
 Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_t index,
-                                                             bool prefetch) {
+                                                             bool prefetch, bool worker) {
   const image::LayerChunk& c = layer.manifest.chunks[index];
   std::shared_ptr<Flight> flight;
   for (;;) {
@@ -335,6 +348,7 @@ Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_
       flights_[c.sha256] = flight;
       break;  // this caller fetches it
     }
+    if (worker) return std::shared_ptr<const std::string>();  // on its way
     flight = it->second;
     while (!flight->done) lock.Wait(cv_);
     if (flight->retry) continue;
@@ -490,7 +504,7 @@ void BlobLayers::PrefetchLoop() {
       MutexLock lock(&mu_);
       while (!stop_ && urgent_.empty() && jobs_.empty() && prefetch_.empty()) lock.Wait(cv_);
       if (stop_) return;
-      if (urgent_.empty() && !jobs_.empty()) {
+      if (!jobs_.empty()) {
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
@@ -510,7 +524,7 @@ void BlobLayers::PrefetchLoop() {
     std::shared_ptr<Layer> layer = std::move(q.layer);
     const size_t index = q.index;
     if (cache_->Has(layer->manifest.chunks[index].sha256)) continue;
-    auto r = Fetch(*layer, index, q.ahead);
+    auto r = Fetch(*layer, index, q.ahead, /*worker=*/true);
     if (!r.ok())
       spdlog::warn("blobfsd: prefetch of a chunk of sha256:{} failed: {}", layer->hex,
                    r.status().ToString());

@@ -85,7 +85,11 @@ class BlobLayers {
 
  private:
   struct Flight;
-  Result<std::shared_ptr<const std::string>> Fetch(Layer& layer, size_t index, bool prefetch);
+  // The chunk's bytes, fetched by this caller or by the fetch already running. A worker
+  // (`worker`) never waits for another's fetch: it gets null bytes (the chunk is on its way),
+  // so no worker blocks on a pack only a worker can stream.
+  Result<std::shared_ptr<const std::string>> Fetch(Layer& layer, size_t index, bool prefetch,
+                                                   bool worker = false);
   void NoteTouch(const std::shared_ptr<Layer>& layer, size_t index);
   // Saves the layer's trace on the node and, with its pack, in the shared store.
   void SaveTrace(Layer& layer) EXCLUDES(mu_);
@@ -93,13 +97,19 @@ class BlobLayers {
   void QueueSaveTrace(const std::shared_ptr<Layer>& layer) EXCLUDES(mu_);
   // The pack of `trace`'s chunks that are in the node's cache, in trace order.
   std::string BuildPack(const Layer& layer, const std::vector<uint32_t>& trace);
+  // A chunk the pack is awaited for: its index and the flight Open registered for it.
+  struct Awaited {
+    uint32_t index;
+    std::shared_ptr<Flight> flight;
+  };
   // Streams the layer's pack into the cache, completing the flights Open registered for
-  // `awaited` (chunk indexes, in trace order); what it did not bring is queued for prefetch.
-  void StreamPack(const std::shared_ptr<Layer>& layer, const std::vector<uint32_t>& awaited)
+  // `awaited` (distinct chunks, in trace order); what it did not bring is queued for prefetch.
+  void StreamPack(const std::shared_ptr<Layer>& layer, const std::vector<Awaited>& awaited)
       EXCLUDES(mu_);
-  // Ends chunk `hex`'s flight: its waiters get `bytes`, or with `retry`, fetch it themselves.
-  void Land(const std::string& hex, std::shared_ptr<const std::string> bytes, bool retry)
-      EXCLUDES(mu_);
+  // Ends `flight` (chunk `hex`'s): its waiters get `bytes`, or with `retry`, fetch it
+  // themselves. The map entry goes only if it is still this flight.
+  void Land(const std::string& hex, const std::shared_ptr<Flight>& flight,
+            std::shared_ptr<const std::string> bytes, bool retry) EXCLUDES(mu_);
   void PrefetchLoop();
   // Queues chunks [first, last) of `layer` that are neither cached nor on their way, ahead of
   // traced prefetch.
@@ -126,7 +136,8 @@ class BlobLayers {
     bool ahead;
   };
   std::deque<Queued> urgent_ GUARDED_BY(mu_);
-  // Work for the workers after urgent fetches: streaming a pack, saving a trace.
+  // Work for the workers ahead of urgent fetches: streaming a pack (readers wait on it),
+  // saving a trace.
   std::deque<std::function<void()>> jobs_ GUARDED_BY(mu_);
   std::deque<Queued> prefetch_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;

@@ -319,6 +319,27 @@ TEST_F(BlobLayersTest, AReaderWaitsForItsChunkInThePack) {
   EXPECT_EQ(source_.reads(), 0);
 }
 
+// A trace larger than a pack holds: readers wait on the pack only for what it can bring, the
+// rest comes chunk by chunk.
+TEST_F(BlobLayersTest, ChunksPastThePacksBoundAreFetchedChunkByChunk) {
+  BlobLayersOptions opts;
+  opts.pack_max_bytes = 3 * (kChunk + 64);
+  layers_ = std::make_unique<BlobLayers>(store_.get(), &source_, cache_.get(), opts);
+  PutTrace(kTrace);
+  PutPack({5, 3, 9});  // what a node with that bound publishes
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  ASSERT_TRUE(StatsReach([](const LayerFetchStats& s) { return s.prefetched == kTrace.size(); }));
+  EXPECT_EQ(StatsOfLayer().packed, 3u);
+  EXPECT_EQ(source_.reads(), 3);
+  std::string out;
+  for (uint32_t i : kTrace) {
+    ASSERT_TRUE(layers_->Read(*layer, i * kChunk, kChunk, &out).ok());
+    EXPECT_EQ(out, ChunkOf(i)) << i;
+  }
+  EXPECT_EQ(source_.reads(), 3);
+}
+
 // A node that holds most of the traced chunks (another version of the layer shares them)
 // fetches the few it lacks, not the whole pack.
 TEST_F(BlobLayersTest, ANodeHoldingMostOfTheTraceSkipsThePack) {

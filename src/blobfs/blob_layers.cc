@@ -130,7 +130,7 @@ Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& h
   // The pack when the node lacks most of what it holds (a cold node); else chunk by chunk.
   // Awaited from it: each missing chunk once (a layer may hold one content twice), within the
   // bytes a pack holds.
-  uint64_t traced_bytes = 0, missing_bytes = 0, packed_bytes = 0;
+  uint64_t traced_bytes = 0, missing_bytes = 0, packed_bytes = kPackMagic.size();
   std::vector<uint32_t> awaited;
   std::set<std::string> seen;
   for (uint32_t i : trace) {
@@ -139,7 +139,7 @@ Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& h
     if (cache_->Has(c.sha256) || flights_.count(c.sha256) || !seen.insert(c.sha256).second)
       continue;
     missing_bytes += c.length;
-    packed_bytes += c.length + 64;
+    packed_bytes += kPackRecordHead + c.length;  // as BuildPack counts
     if (packed_bytes <= opts_.pack_max_bytes) awaited.push_back(i);
   }
   const bool pack = source_ && opts_.prefetch_threads > 0 && awaited.size() > 1 &&
@@ -227,7 +227,7 @@ std::string BlobLayers::BuildPack(const Layer& layer, const std::vector<uint32_t
   std::string bytes;
   for (uint32_t i : trace) {
     const image::LayerChunk& c = layer.manifest.chunks[i];
-    if (pack.size() + c.length + 64 > opts_.pack_max_bytes) break;
+    if (pack.size() + kPackRecordHead + c.length > opts_.pack_max_bytes) break;
     bytes.resize(c.length);
     // Evicted since it was read: the pack goes without it (a node fetches it alone).
     if (!cache_->Read(c.sha256, c.length, 0, c.length, bytes.data())) continue;

@@ -6,7 +6,7 @@ namespace warren::blobfs {
 namespace {
 
 constexpr size_t kDigestBytes = 32;
-constexpr size_t kRecordHead = 4 + kDigestBytes;
+constexpr size_t kRecordHead = kPackRecordHead;
 
 }  // namespace
 

@@ -19,6 +19,8 @@
 namespace warren::blobfs {
 
 inline constexpr std::string_view kPackMagic = "WRNPACK1";
+// A record's bytes besides its chunk's: the length and the raw digest.
+inline constexpr uint64_t kPackRecordHead = 4 + 32;
 
 // Appends one chunk's record to `pack` (which starts with kPackMagic; PackStart gives that).
 std::string PackStart();

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,6 +46,16 @@ ChunkCache::ChunkCache(std::string store_root, uint64_t high, uint64_t low)
     : root_(std::move(store_root)) {
   counters_.high = high;
   counters_.low = std::min(low, high);
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+ChunkCache::~ChunkCache() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  writer_.join();  // after the queue is drained
 }
 
 std::string ChunkCache::PathOf(const std::string& hex) const {
@@ -86,11 +97,6 @@ Status ChunkCache::Load() {
   return Status::Ok();
 }
 
-bool ChunkCache::Has(const std::string& hex) {
-  MutexLock lock(&mu_);
-  return entries_.count(hex) > 0;
-}
-
 void ChunkCache::Touch(Entry& e, const std::string& hex) {
   lru_.erase(e.lru);
   lru_.push_back(hex);
@@ -115,13 +121,23 @@ bool ChunkCache::VerifyFile(const std::string& hex, uint64_t length) {
 }
 
 bool ChunkCache::Read(const std::string& hex, uint64_t length, uint64_t off, size_t n, char* out) {
-  bool verified;
+  bool verified = true;
+  std::shared_ptr<const std::string> waiting;
   {
     MutexLock lock(&mu_);
-    auto it = entries_.find(hex);
-    if (it == entries_.end()) return false;
-    Touch(it->second, hex);
-    verified = it->second.verified;
+    if (auto p = pending_.find(hex); p != pending_.end()) {
+      waiting = p->second;
+    } else {
+      auto it = entries_.find(hex);
+      if (it == entries_.end()) return false;
+      Touch(it->second, hex);
+      verified = it->second.verified;
+    }
+  }
+  if (waiting) {
+    if (off > waiting->size() || n > waiting->size() - off) return false;
+    memcpy(out, waiting->data() + off, n);
+    return true;
   }
   if (!verified) {
     // Found on disk at start: it may be a write a crash cut short. Checked once.
@@ -144,10 +160,54 @@ bool ChunkCache::Read(const std::string& hex, uint64_t length, uint64_t off, siz
 }
 
 void ChunkCache::Insert(const std::string& hex, std::string_view bytes) {
+  Insert(hex, std::make_shared<const std::string>(bytes));
+}
+
+void ChunkCache::Insert(const std::string& hex, std::shared_ptr<const std::string> bytes) {
   {
     MutexLock lock(&mu_);
-    if (entries_.count(hex)) return;
+    if (entries_.count(hex) || pending_.count(hex)) return;
+    if (pending_bytes_ + bytes->size() <= kMaxPendingBytes) {
+      pending_bytes_ += bytes->size();
+      pending_[hex] = bytes;
+      queue_.push_back(hex);
+      cv_.notify_all();
+      return;
+    }
   }
+  Write(hex, *bytes, false);  // the writer is that far behind: this thread waits its turn
+}
+
+void ChunkCache::WriterLoop() {
+  // Behind everything else on the node: its creates are ~1 ms of system time each, and the
+  // sandbox waiting for the chunks it writes needs the CPU more (its chunks are in memory).
+  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+  for (;;) {
+    std::string hex;
+    std::shared_ptr<const std::string> bytes;
+    {
+      MutexLock lock(&mu_);
+      while (!stop_ && queue_.empty()) lock.Wait(cv_);
+      if (queue_.empty()) return;  // stopping, and nothing is left to write
+      hex = std::move(queue_.front());
+      queue_.pop_front();
+      bytes = pending_[hex];  // stays there (readers are served from it) until written
+    }
+    Write(hex, *bytes, true);
+  }
+}
+
+void ChunkCache::Flush() {
+  MutexLock lock(&mu_);
+  while (!pending_.empty()) lock.Wait(cv_);
+}
+
+bool ChunkCache::Has(const std::string& hex) {
+  MutexLock lock(&mu_);
+  return entries_.count(hex) > 0 || pending_.count(hex) > 0;
+}
+
+void ChunkCache::Write(const std::string& hex, const std::string& bytes, bool pending) {
   const std::string dst = PathOf(hex);
   const std::string dir = dst.substr(0, dst.rfind('/'));
   const std::string tmp = dir + "/." + hex + "." + RandomHex(4);
@@ -165,11 +225,18 @@ void ChunkCache::Insert(const std::string& hex, std::string_view bytes) {
     ok = ok && rename(tmp.c_str(), dst.c_str()) == 0;
     if (!ok) unlink(tmp.c_str());
   }
+  const int err = ok ? 0 : errno;
   MutexLock lock(&mu_);
+  if (pending) {
+    // In the same step as it is indexed: a reader finds it in one place or the other.
+    pending_.erase(hex);
+    pending_bytes_ -= bytes.size();
+    cv_.notify_all();
+  }
   if (!ok) {
-    // The disk is full or failing: the caller serves the chunk from memory anyway.
+    // The disk is full or failing: the chunk is dropped (its next read fetches it again).
     if (counters_.write_errors++ == 0)
-      spdlog::warn("chunk cache: cannot write {}: {}", dst, strerror(errno));
+      spdlog::warn("chunk cache: cannot write {}: {}", dst, strerror(err));
     return;
   }
   if (entries_.count(hex)) return;
@@ -191,7 +258,10 @@ void ChunkCache::EvictLocked() {
 
 CacheCounters ChunkCache::Counters() const {
   MutexLock lock(&mu_);
-  return counters_;
+  CacheCounters c = counters_;
+  c.bytes += pending_bytes_;  // held now, if not yet on disk
+  c.chunks += pending_.size();
+  return c;
 }
 
 }  // namespace warren::blobfs

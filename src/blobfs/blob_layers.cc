@@ -80,7 +80,8 @@ BlobLayers::~BlobLayers() {
     MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  work_cv_.notify_all();
+  landed_cv_.notify_all();
   // A pack job not run leaves its flights registered; nobody waits on them by now (the FUSE
   // threads have ended, and workers never wait on a flight).
   for (auto& t : workers_) t.join();
@@ -161,7 +162,7 @@ Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& h
   }
   spdlog::info("blobfsd: layer sha256:{} opened; prefetching {} traced chunks{}", hex, trace.size(),
                pack ? ", as a pack" : "");
-  cv_.notify_all();
+  work_cv_.notify_all();
   return layer;
 }
 
@@ -198,7 +199,7 @@ void BlobLayers::QueueSaveTrace(const std::shared_ptr<Layer>& layer) {
     MutexLock lock(&mu_);
     jobs_.push_back([this, layer] { SaveTrace(*layer); });
   }
-  cv_.notify_all();
+  work_cv_.notify_all();
 }
 
 void BlobLayers::SaveTrace(Layer& layer) {
@@ -248,8 +249,11 @@ void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
     ended[p] = true;
     const uint32_t index = awaited[p].index;
     Land(m.chunks[index].sha256, awaited[p].flight, nullptr, true);
-    MutexLock lock(&mu_);
-    prefetch_.push_back({layer, index, true});
+    {
+      MutexLock lock(&mu_);
+      prefetch_.push_back({layer, index, true});
+    }
+    work_cv_.notify_one();
   };
   const double t0 = Now();
   size_t landed = 0;
@@ -303,7 +307,6 @@ void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
   }
   for (size_t p = 0; p < awaited.size(); ++p)
     if (!ended[p]) give_up(p);
-  cv_.notify_all();
 }
 
 void BlobLayers::Land(const std::string& hex, const std::shared_ptr<Flight>& flight,
@@ -316,7 +319,7 @@ void BlobLayers::Land(const std::string& hex, const std::shared_ptr<Flight>& fli
     if (auto it = flights_.find(hex); it != flights_.end() && it->second == flight)
       flights_.erase(it);
   }
-  cv_.notify_all();
+  landed_cv_.notify_all();
 }
 
 void BlobLayers::FlushTraces() {
@@ -350,7 +353,7 @@ Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_
     }
     if (worker) return std::shared_ptr<const std::string>();  // on its way
     flight = it->second;
-    while (!flight->done) lock.Wait(cv_);
+    while (!flight->done) lock.Wait(landed_cv_);
     if (flight->retry) continue;
     if (!flight->status.ok()) return flight->status;
     return flight->bytes;
@@ -366,7 +369,7 @@ Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_
         flight->bytes = bytes;
         flights_.erase(c.sha256);
       }
-      cv_.notify_all();
+      landed_cv_.notify_all();
       return bytes;
     }
   }
@@ -406,7 +409,7 @@ Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_
     flight->bytes = bytes;
     flights_.erase(c.sha256);
   }
-  cv_.notify_all();
+  landed_cv_.notify_all();
   if (!st.ok()) return st;
   return bytes;
 }
@@ -438,7 +441,7 @@ void BlobLayers::QueueUrgent(const std::shared_ptr<Layer>& layer, size_t first, 
     for (size_t i = first; i < last; ++i)
       if (!flights_.count(layer->manifest.chunks[i].sha256)) urgent_.push_back({layer, i, ahead});
   }
-  cv_.notify_all();
+  work_cv_.notify_all();
 }
 
 Status BlobLayers::Read(const std::shared_ptr<Layer>& lp, uint64_t off, size_t n,
@@ -502,7 +505,7 @@ void BlobLayers::PrefetchLoop() {
     std::function<void()> job;
     {
       MutexLock lock(&mu_);
-      while (!stop_ && urgent_.empty() && jobs_.empty() && prefetch_.empty()) lock.Wait(cv_);
+      while (!stop_ && urgent_.empty() && jobs_.empty() && prefetch_.empty()) lock.Wait(work_cv_);
       if (stop_) return;
       if (!jobs_.empty()) {
         job = std::move(jobs_.front());

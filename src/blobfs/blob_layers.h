@@ -125,7 +125,10 @@ class BlobLayers {
   const BlobLayersOptions opts_;
 
   Mutex mu_;
-  std::condition_variable_any cv_;
+  // Two, so a chunk landing wakes those waiting for chunks, not every idle worker: a pack
+  // lands a chunk every ~0.5 ms, and eight workers woken for each cost it a third of its time.
+  std::condition_variable_any landed_cv_;  // a flight ended
+  std::condition_variable_any work_cv_;    // a queue below has work; stop
   std::map<std::string, std::shared_ptr<Layer>> layers_ GUARDED_BY(mu_);
   std::vector<std::string> order_ GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Flight>> flights_ GUARDED_BY(mu_);  // by chunk hex

@@ -42,6 +42,10 @@ std::vector<uint32_t> DecodeTrace(const std::string& text, size_t chunks) {
 struct BlobLayers::Layer {
   std::string hex;
   image::ChunkedLayer manifest;
+  std::vector<uint32_t> loaded_trace;  // the trace found at Open (set before it is shared)
+  // Traced fetches not yet over (under BlobLayers::mu_): entries in `prefetch_` and those a
+  // worker took, plus one while the pack streams. ForEachTracedChunk waits while any remain.
+  int traced_open = 0;
   Mutex mu;
   LayerFetchStats stats GUARDED_BY(mu);
   std::vector<bool> prefetched GUARDED_BY(mu);  // brought by prefetch, not yet read
@@ -123,6 +127,7 @@ Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& h
     layer->recording = trace.empty();
   }
   layer->manifest = std::move(m);
+  layer->loaded_trace = trace;
   MutexLock lock(&mu_);
   if (auto it = layers_.find(hex); it != layers_.end()) return it->second;  // lost a race
   layers_[hex] = layer;
@@ -155,10 +160,15 @@ Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& h
       flights.push_back({i, std::move(flight)});
     }
     jobs_.push_back([this, layer, flights] { StreamPack(layer, flights); });
+    ++layer->traced_open;
     for (uint32_t i : trace)
-      if (!flights_.count(layer->manifest.chunks[i].sha256)) prefetch_.push_back({layer, i, true});
+      if (!flights_.count(layer->manifest.chunks[i].sha256)) {
+        prefetch_.push_back({layer, i, true});
+        ++layer->traced_open;
+      }
   } else {
     for (uint32_t i : trace) prefetch_.push_back({layer, i, true});
+    layer->traced_open += static_cast<int>(trace.size());
   }
   spdlog::info("blobfsd: layer sha256:{} opened; prefetching {} traced chunks{}", hex, trace.size(),
                pack ? ", as a pack" : "");
@@ -248,6 +258,12 @@ void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
   auto give_up = [&](size_t p) {
     ended[p] = true;
     const uint32_t index = awaited[p].index;
+    {
+      // Counted before the flight ends, so ForEachTracedChunk never sees it neither on its
+      // way nor queued; queued after, or a worker would take the flight for the fetch itself.
+      MutexLock lock(&mu_);
+      ++layer->traced_open;
+    }
     Land(m.chunks[index].sha256, awaited[p].flight, nullptr, true);
     {
       MutexLock lock(&mu_);
@@ -274,7 +290,7 @@ void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
     for (; next < p; ++next)
       if (!ended[next]) give_up(next);
     auto shared = std::make_shared<const std::string>(bytes);
-    cache_->Insert(hex, *shared);
+    cache_->Insert(hex, shared);
     {
       MutexLock lock(&layer->mu);
       ++layer->stats.fetches;
@@ -307,6 +323,12 @@ void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
   }
   for (size_t p = 0; p < awaited.size(); ++p)
     if (!ended[p]) give_up(p);
+  {
+    MutexLock lock(&mu_);
+    --layer->traced_open;
+  }
+  work_cv_.notify_all();  // what the pack lacked is queued
+  landed_cv_.notify_all();
 }
 
 void BlobLayers::Land(const std::string& hex, const std::shared_ptr<Flight>& flight,
@@ -386,7 +408,7 @@ Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_
                 "the store's copy does not match its digest (corrupt)");
   } else {
     bytes = std::make_shared<const std::string>(std::move(*got));
-    cache_->Insert(c.sha256, *bytes);
+    cache_->Insert(c.sha256, bytes);
   }
   const double took = Now() - t0;
   {
@@ -516,21 +538,77 @@ void BlobLayers::PrefetchLoop() {
       job();
       continue;
     }
+    bool traced;
     {
       MutexLock lock(&mu_);
       if (urgent_.empty() && prefetch_.empty()) continue;  // taken by another worker
-      auto& queue = urgent_.empty() ? prefetch_ : urgent_;
+      traced = urgent_.empty();
+      auto& queue = traced ? prefetch_ : urgent_;
       q = std::move(queue.front());
       queue.pop_front();
-      if (flights_.count(q.layer->manifest.chunks[q.index].sha256)) continue;  // on its way
     }
     std::shared_ptr<Layer> layer = std::move(q.layer);
     const size_t index = q.index;
-    if (cache_->Has(layer->manifest.chunks[index].sha256)) continue;
-    auto r = Fetch(*layer, index, q.ahead, /*worker=*/true);
-    if (!r.ok())
-      spdlog::warn("blobfsd: prefetch of a chunk of sha256:{} failed: {}", layer->hex,
-                   r.status().ToString());
+    // A chunk on its way (another's flight) is left to it: Fetch returns at once for a worker.
+    if (!cache_->Has(layer->manifest.chunks[index].sha256)) {
+      auto r = Fetch(*layer, index, q.ahead, /*worker=*/true);
+      if (!r.ok())
+        spdlog::warn("blobfsd: prefetch of a chunk of sha256:{} failed: {}", layer->hex,
+                     r.status().ToString());
+    }
+    if (!traced) continue;
+    {
+      MutexLock lock(&mu_);
+      --layer->traced_open;
+    }
+    landed_cv_.notify_all();
+  }
+}
+
+void BlobLayers::ForEachTracedChunk(const std::shared_ptr<Layer>& layer,
+                                    const std::function<bool(uint64_t, std::string_view)>& fn,
+                                    const std::atomic<bool>& cancel) {
+  const image::ChunkedLayer& m = layer->manifest;
+  std::vector<uint32_t> pending;  // the traced chunks within the pack's bound, in trace order
+  uint64_t bytes = kPackMagic.size();
+  for (uint32_t i : layer->loaded_trace) {  // distinct (DecodeTrace)
+    bytes += kPackRecordHead + m.chunks[i].length;
+    if (bytes > opts_.pack_max_bytes) break;
+    pending.push_back(i);
+  }
+  std::string buf;
+  while (!pending.empty() && !cancel) {
+    std::vector<uint32_t> later;
+    for (uint32_t i : pending) {
+      const image::LayerChunk& c = m.chunks[i];
+      buf.resize(c.length);
+      if (cancel) return;
+      if (!cache_->Read(c.sha256, c.length, 0, c.length, buf.data())) {
+        later.push_back(i);
+        continue;
+      }
+      if (!fn(c.offset, buf)) return;
+      MutexLock lock(&layer->mu);
+      ++layer->stats.page_cached;
+    }
+    pending.swap(later);
+    if (pending.empty()) return;
+    MutexLock lock(&mu_);
+    // Under mu_, so a chunk landing after this look also notifies after the wait begins.
+    auto any_ready = [&] {
+      for (uint32_t i : pending)
+        if (cache_->Has(m.chunks[i].sha256)) return true;
+      return false;
+    };
+    auto any_coming = [&] {
+      if (layer->traced_open > 0) return true;
+      for (uint32_t i : pending)
+        if (flights_.count(m.chunks[i].sha256)) return true;
+      return false;
+    };
+    if (any_ready()) continue;
+    if (stop_ || !any_coming()) return;  // the rest failed or was evicted: readers fetch it
+    lock.WaitFor(landed_cv_, std::chrono::milliseconds(100));
   }
 }
 

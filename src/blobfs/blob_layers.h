@@ -32,6 +32,7 @@
 // them read (1.1 MB, 12% of what it fetched).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -39,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -82,6 +84,15 @@ class BlobLayers {
   BlobfsStats Stats();
   // Saves the traces still being recorded (on shutdown).
   void FlushTraces();
+  // Hands `fn` each traced chunk of `layer` (within the pack's bound) once it is in the node's
+  // cache, as (blob offset, bytes), soonest first: blobfsd puts them in the kernel's page cache
+  // before the sandbox reads them (blobfs/page_cache_filler.h). `fn` returns whether it took
+  // the chunk (counted as `page_cached`). Fetches nothing itself: it waits for the pack and the
+  // prefetch workers, and returns once every traced chunk was handed on or will not come (its
+  // fetch failed, it was evicted), or at `cancel` (looked at every 100 ms at least).
+  void ForEachTracedChunk(const std::shared_ptr<Layer>& layer,
+                          const std::function<bool(uint64_t, std::string_view)>& fn,
+                          const std::atomic<bool>& cancel) EXCLUDES(mu_);
 
  private:
   struct Flight;
@@ -127,7 +138,7 @@ class BlobLayers {
   Mutex mu_;
   // Two, so a chunk landing wakes those waiting for chunks, not every idle worker: a pack
   // lands a chunk every ~0.5 ms, and eight workers woken for each cost it a third of its time.
-  std::condition_variable_any landed_cv_;  // a flight ended
+  std::condition_variable_any landed_cv_;  // a flight ended; traced fetches ended
   std::condition_variable_any work_cv_;    // a queue below has work; stop
   std::map<std::string, std::shared_ptr<Layer>> layers_ GUARDED_BY(mu_);
   std::vector<std::string> order_ GUARDED_BY(mu_);

@@ -19,6 +19,7 @@ json LayerStatsJson(const LayerFetchStats& l) {
           {"prefetched", l.prefetched},
           {"prefetch_hits", l.prefetch_hits},
           {"packed", l.packed},
+          {"page_cached", l.page_cached},
           {"fetch_seconds_sum", l.fetch_seconds_sum},
           {"fetch_seconds_max", l.fetch_seconds_max},
           {"errors", l.errors},
@@ -73,6 +74,7 @@ Result<BlobfsStats> DecodeStats(std::string_view text) {
     WARREN_RETURN_IF_ERROR(g.UInt("prefetched", &l.prefetched));
     WARREN_RETURN_IF_ERROR(g.UInt("prefetch_hits", &l.prefetch_hits));
     WARREN_RETURN_IF_ERROR(g.UInt("packed", &l.packed, false));  // an older blobfsd: none
+    WARREN_RETURN_IF_ERROR(g.UInt("page_cached", &l.page_cached, false));
     WARREN_RETURN_IF_ERROR(g.Double("fetch_seconds_sum", &l.fetch_seconds_sum));
     WARREN_RETURN_IF_ERROR(g.Double("fetch_seconds_max", &l.fetch_seconds_max));
     WARREN_RETURN_IF_ERROR(g.UInt("errors", &l.errors));

@@ -24,6 +24,9 @@ struct LayerFetchStats {
   uint64_t prefetched = 0;     // chunks fetched ahead of demand from the layer's trace
   uint64_t prefetch_hits = 0;  // chunk reads served by a chunk prefetch brought
   uint64_t packed = 0;         // of the prefetched, chunks that came in the layer's pack
+  // Traced chunks put in the kernel's page cache before they were read: the sandbox reads
+  // them without a request to blobfsd (so they count as neither hits nor prefetch hits).
+  uint64_t page_cached = 0;
   double fetch_seconds_sum = 0;
   double fetch_seconds_max = 0;
   uint64_t errors = 0;  // reads failed (EIO): a chunk missing, unreachable or corrupt

@@ -2,6 +2,7 @@
 #include "blobfs/fuse_server.h"
 
 #include <fuse3/fuse_lowlevel.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -14,6 +15,7 @@
 
 #include "base/sha256.h"
 #include "base/thread_annotations.h"
+#include "blobfs/page_cache_filler.h"
 #include "image/layer_store.h"
 
 namespace warren::blobfs {
@@ -28,7 +30,8 @@ constexpr double kLayerTimeout = 3600;
 
 class Server {
  public:
-  explicit Server(BlobLayers* layers) : layers_(layers) {}
+  Server(BlobLayers* layers, uint32_t readahead_bytes)
+      : layers_(layers), readahead_bytes_(readahead_bytes) {}
 
   static Server* Of(fuse_req_t req) { return static_cast<Server*>(fuse_req_userdata(req)); }
 
@@ -63,9 +66,14 @@ class Server {
   }
 
   BlobLayers* layers() { return layers_; }
+  PageCacheFiller* filler() { return filler_; }
+  uint32_t readahead_bytes() const { return readahead_bytes_; }
+  void set_filler(PageCacheFiller* filler) { filler_ = filler; }  // before serving
 
  private:
   BlobLayers* const layers_;
+  const uint32_t readahead_bytes_;
+  PageCacheFiller* filler_ = nullptr;
   Mutex mu_;
   std::map<std::string, fuse_ino_t> ino_of_ GUARDED_BY(mu_);
   std::vector<std::shared_ptr<BlobLayers::Layer>> by_ino_ GUARDED_BY(mu_);
@@ -115,9 +123,12 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fi->direct_io = 1;
     return void(fuse_reply_open(req, fi));
   }
-  if (!s->LayerOf(ino)) return void(fuse_reply_err(req, ENOENT));
-  fi->keep_cache = 1;  // immutable content
+  auto layer = s->LayerOf(ino);
+  if (!layer) return void(fuse_reply_err(req, ENOENT));
+  fi->keep_cache = 1;  // immutable content; and an open must not drop what the filler stored
   fuse_reply_open(req, fi);
+  // The inode is the kernel's by now (an open names it): its page cache can be filled.
+  if (s->filler()) s->filler()->Start(ino, std::move(layer));
 }
 
 void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
@@ -165,9 +176,25 @@ void OnReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file
   fuse_reply_buf(req, buf.data(), buf.size());
 }
 
-void OnInit(void*, fuse_conn_info* conn) {
+void OnInit(void* userdata, fuse_conn_info* conn) {
   // Up to a chunk per read request where the kernel allows (it caps at its max_pages).
   conn->max_read = 1 << 20;
+  // EROFS reads a layer's blob file buffered (so it can hit what the filler stored), and the
+  // kernel reads ahead of that too: no further than the mount over it does.
+  conn->max_readahead = static_cast<Server*>(userdata)->readahead_bytes();
+}
+
+// Stops the page cache fills once the loop has ended. A fill's store may wait on a page that a
+// read still unanswered holds locked: that read is answered here, until every fill has ended.
+void StopFills(fuse_session* se, PageCacheFiller* filler) {
+  fuse_session_reset(se);  // the loop marked it exited; requests are still served below
+  while (!filler->Stop(std::chrono::milliseconds(100))) {
+    pollfd p{fuse_session_fd(se), POLLIN, 0};
+    if (poll(&p, 1, 0) != 1) continue;
+    fuse_buf buf{};
+    if (fuse_session_receive_buf(se, &buf) > 0) fuse_session_process_buf(se, &buf);
+    free(buf.mem);
+  }
 }
 
 }  // namespace
@@ -199,7 +226,7 @@ int RunBlobfsd(const BlobfsdOptions& opts) {
     publish = std::move(*dir);
   }
   BlobLayers layers(&store, source->get(), &cache, opts.layers, publish.get());
-  Server server(&layers);
+  Server server(&layers, opts.readahead_kb << 10);
 
   fuse_lowlevel_ops ops{};
   ops.init = OnInit;
@@ -221,6 +248,13 @@ int RunBlobfsd(const BlobfsdOptions& opts) {
     spdlog::error("blobfsd: fuse_session_new failed");
     return 1;
   }
+  PageCacheFiller filler(&layers, [se](uint64_t ino, uint64_t offset, std::string_view bytes) {
+    fuse_bufvec bv = FUSE_BUFVEC_INIT(bytes.size());
+    bv.buf[0].mem = const_cast<char*>(bytes.data());
+    return fuse_lowlevel_notify_store(se, ino, static_cast<off_t>(offset), &bv,
+                                      static_cast<fuse_buf_copy_flags>(0));
+  });
+  if (opts.fill_page_cache) server.set_filler(&filler);
   // Whatever mask the starter left, the signals that stop the daemon must reach it.
   sigset_t stop;
   sigemptyset(&stop);
@@ -236,6 +270,7 @@ int RunBlobfsd(const BlobfsdOptions& opts) {
       fuse_loop_cfg_set_idle_threads(cfg, 8);
       rc = fuse_session_loop_mt(se, cfg) == 0 ? 0 : 1;
       fuse_loop_cfg_destroy(cfg);
+      StopFills(se, &filler);
       fuse_session_unmount(se);
     } else {
       spdlog::error("blobfsd: cannot mount {}", opts.mountpoint);

@@ -25,6 +25,13 @@ struct BlobfsdOptions {
   std::string mountpoint;
   uint64_t cache_high = 0;  // bytes; 0: unbounded
   uint64_t cache_low = 0;
+  // Put traced chunks in the kernel's page cache as they arrive (blobfs/page_cache_filler.h).
+  bool fill_page_cache = true;
+  // The kernel's readahead on a blob file, below the EROFS mount's own (which stops at each
+  // file's end). EROFS reads it buffered, and past a file's end a page read ahead here is in
+  // the next file's chunk, fetched for nothing. At 0 the kernel would read it a page per
+  // request; at 4 it reads what EROFS asks in one request and over-reads by a page or two.
+  uint32_t readahead_kb = 4;
   BlobLayersOptions layers;
 };
 

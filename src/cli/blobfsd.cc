@@ -16,6 +16,7 @@ void AddBlobfsd(CLI::App& app) {
     blobfs::BlobfsdOptions opts;
     std::string cache_size = "0";
     std::string readahead_max = "1M";
+    bool no_fill = false;
   };
   auto f = std::make_shared<Flags>();
   cmd->add_option("--store", f->opts.store_root, "the node's layer store directory")->required();
@@ -31,6 +32,11 @@ void AddBlobfsd(CLI::App& app) {
   cmd->add_option("--trace-window", f->opts.layers.trace_window_s,
                   "seconds of a layer's first use recorded as its prefetch trace")
       ->check(CLI::Range(1.0, 3600.0));
+  cmd->add_option("--readahead-kb", f->opts.readahead_kb,
+                  "KiB the kernel reads ahead in a blob file, below the EROFS mount's own")
+      ->check(CLI::Range(0, 16384));
+  cmd->add_flag("--no-fill-page-cache", f->no_fill,
+                "do not put traced chunks in the kernel's page cache ahead of reads");
   cmd->add_option("--readahead-max", f->readahead_max,
                   "the largest window fetched ahead of a sequential reader (0: none)");
   cmd->callback([f] {
@@ -41,6 +47,7 @@ void AddBlobfsd(CLI::App& app) {
     if (!size) return void(ExitCode() = Fail(Invalid("bad --cache-size", f->cache_size)));
     f->opts.cache_high = *size;
     f->opts.cache_low = *size / 10 * 9;
+    f->opts.fill_page_cache = !f->no_fill;
     ExitCode() = blobfs::RunBlobfsd(f->opts);
   });
 }

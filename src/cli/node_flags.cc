@@ -79,6 +79,7 @@ Result<node::LocalNodeOptions> LocalNodeOptionsOf(const NodeFlags& f, const std:
   nopts.cgroup_parent = "warren-" + Sha256Hex(key).substr(0, 8);
   nopts.unsafe_no_seccomp_landlock = f.unsafe_no_hardening;
   nopts.lazy.readahead_kb = f.layer_readahead_kb;
+  nopts.lazy.fill_page_cache = !f.no_layer_page_fill;
   if (f.unsafe_no_hardening)
     spdlog::warn("UNSAFE: sandboxes run without seccomp and Landlock (benchmark mode)");
   nopts.spill_dir = data_dir + "/execs";
@@ -141,6 +142,10 @@ void AddNodeFlags(CLI::App* cmd, NodeFlags* f) {
                   "(each page read ahead may be a fetch; a layer whose chunks are all here "
                   "gets the kernel's default)")
       ->check(CLI::Range(0, 16384));
+  cmd->add_flag("--no-layer-page-fill", f->no_layer_page_fill,
+                "benchmarks only: the block daemon does not put a chunked layer's traced "
+                "chunks in the kernel's page cache ahead of reads")
+      ->group("");  // hidden from --help
   cmd->add_flag("--unsafe-no-seccomp-landlock", f->unsafe_no_hardening,
                 "benchmarks only: sandboxes without seccomp and Landlock")
       ->group("");  // hidden from --help

@@ -47,6 +47,7 @@ struct NodeFlags {
   DensityFlags density;
   // Readahead of a chunked layer's mount while read on demand (LazyLayersOptions).
   uint32_t layer_readahead_kb = node::kLazyReadaheadKb;
+  bool no_layer_page_fill = false;  // LazyLayersOptions::fill_page_cache off
 };
 
 void AddNodeFlags(CLI::App* cmd, NodeFlags* f);

@@ -10,12 +10,13 @@ namespace warren::image {
 
 namespace {
 
-// Mounts, then sets the new mount's readahead (see sys/backing_dev.h for how it is found).
-// A window that cannot be set is logged, not an error: the mount works, it only reads more.
+// Mounts a layer read on demand (buffered, on blobfsd's file), then sets the new mount's
+// readahead (see sys/backing_dev.h for how it is found). A window that cannot be set is
+// logged, not an error: the mount works, it only reads more.
 Result<UniqueFd> MountWithReadahead(const std::string& blob_path, const std::string& device_path,
                                     uint32_t readahead_kb) {
   auto before = sys::ListBdis("erofs-");
-  UniqueFd fd = WARREN_TRY(MountErofsBlob(blob_path, device_path));
+  UniqueFd fd = WARREN_TRY(MountErofsBlob(blob_path, device_path, /*direct_io=*/false));
   auto after = sys::ListBdis("erofs-");
   const std::string bdi = before.ok() && after.ok() ? sys::NewBdi(*before, *after) : "";
   Status st = bdi.empty() ? Status(Code::kUnavailable, "set readahead of a layer mount",
@@ -27,10 +28,12 @@ Result<UniqueFd> MountWithReadahead(const std::string& blob_path, const std::str
 
 }  // namespace
 
-Result<UniqueFd> MountErofsBlob(const std::string& blob_path, const std::string& device_path) {
+Result<UniqueFd> MountErofsBlob(const std::string& blob_path, const std::string& device_path,
+                                bool direct_io) {
   const unsigned attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID;
   std::vector<std::pair<std::string, std::string>> opts;
   if (!device_path.empty()) opts.emplace_back("device", device_path);
+  if (!direct_io) return sys::FsMount("erofs", blob_path, opts, attrs);
   opts.emplace_back("directio", "");
   auto m = sys::FsMount("erofs", blob_path, opts, attrs);
   // Kernels before 6.12 have file-backed EROFS but no directio option: mount without it.

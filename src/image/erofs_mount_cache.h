@@ -46,6 +46,11 @@ class ErofsMountCache {
 
 // Mounts one EROFS image (file-backed) as a detached read-only mount; with `device_path`,
 // the image is a chunked layer's metadata and that file its data (`device=`).
-Result<UniqueFd> MountErofsBlob(const std::string& blob_path, const std::string& device_path = "");
+// `direct_io`: EROFS reads its files with direct I/O, so their bytes are not cached twice
+// (in EROFS's page cache and the file's). A layer read on demand is mounted without it: its
+// data file is blobfsd's, whose page cache blobfsd fills ahead of reads
+// (blobfs/page_cache_filler.h), and direct I/O would make every read a request to blobfsd.
+Result<UniqueFd> MountErofsBlob(const std::string& blob_path, const std::string& device_path = "",
+                                bool direct_io = true);
 
 }  // namespace warren::image

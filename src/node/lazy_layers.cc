@@ -113,6 +113,7 @@ Status LazyLayers::Spawn() {
     args.push_back("--publish");
     args.push_back(opts_.publish);
   }
+  if (!opts_.fill_page_cache) args.push_back("--no-fill-page-cache");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

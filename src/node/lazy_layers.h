@@ -46,6 +46,7 @@ struct LazyLayersOptions {
   std::string run_dir;       // mount point, pid file and log: DATA_DIR/blobfs
   uint64_t cache_bytes = 0;  // 0: unbounded
   uint32_t readahead_kb = kLazyReadaheadKb;  // of each layer mounted on the daemon's file
+  bool fill_page_cache = true;               // blobfsd puts traced chunks in the page cache
 };
 
 class LazyLayers {

@@ -117,6 +117,7 @@ void AddLayersOnDemand(Families& f, const json& lod, const std::string& node) {
     c("warren_layer_prefetched_chunks_total", layer, u("prefetched"));
     c("warren_layer_prefetch_hits_total", layer, u("prefetch_hits"));
     c("warren_layer_packed_chunks_total", layer, u("packed"));
+    c("warren_layer_page_cached_chunks_total", layer, u("page_cached"));
     c("warren_layer_read_errors_total", layer, u("errors"));
   }
 }

@@ -240,6 +240,7 @@ def test_metrics_and_inspect_show_what_was_fetched(lazy):
     m = lazy.http("GET", "/metrics").body.decode()
     for family in ("warren_layer_fetched_bytes_total", "warren_layer_chunk_reads_total",
                    "warren_layer_fetch_seconds_total", "warren_layer_prefetch_hits_total",
+                   "warren_layer_page_cached_chunks_total",
                    "warren_chunk_cache_bytes"):
         assert re.search(rf'^{family}\{{[^}}]*\}} \d', m, re.M) or \
             re.search(rf'^{family} \d', m, re.M), f"no {family} in /metrics"

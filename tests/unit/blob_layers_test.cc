@@ -1,7 +1,8 @@
 // BlobLayers (blobfs/blob_layers.h) without FUSE: a read over several missing chunks fetches
 // them in parallel, a sequential reader has the chunks after it fetched ahead (and no more
 // than the window), a traced layer on a cold node comes in its prefetch pack (and what the
-// pack lacks, chunk by chunk), and what a read returns is the chunks' bytes. The store is a
+// pack lacks, chunk by chunk), what a read returns is the chunks' bytes, and the page cache
+// filler is handed each traced chunk as it arrives. The store is a
 // fake whose every fetch takes a while, so overlap is visible.
 #include "blobfs/blob_layers.h"
 
@@ -12,9 +13,11 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "base/sha256.h"
+#include "blobfs/page_cache_filler.h"
 #include "blobfs/prefetch_pack.h"
 #include "test_files.h"
 
@@ -377,6 +380,134 @@ TEST_F(BlobLayersTest, ARecordedTraceIsPublishedWithItsPack) {
   EXPECT_TRUE(reader.Feed(source_.Pack(hex_)));
   EXPECT_TRUE(reader.Complete());
   EXPECT_EQ(got, (std::vector<std::string>{hexes_[7], hexes_[2], hexes_[8]}));
+}
+
+// What the page cache filler is handed: each traced chunk once, as (blob offset, bytes).
+struct Handed {
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, std::string>> chunks;
+  std::function<bool(uint64_t, std::string_view)> Fn() {
+    return [this](uint64_t off, std::string_view bytes) {
+      std::lock_guard<std::mutex> lock(mu);
+      chunks.emplace_back(off, std::string(bytes));
+      return true;
+    };
+  }
+};
+
+TEST_F(BlobLayersTest, TracedChunksAreHandedToTheFillerAsThePackBringsThem) {
+  source_.pack_piece = 16 << 10;
+  source_.pack_delay = std::chrono::milliseconds(5);
+  PutTrace(kTrace);
+  PutPack(kTrace);
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  Handed handed;
+  std::atomic<bool> cancel{false};
+  layers_->ForEachTracedChunk(*layer, handed.Fn(), cancel);
+  ASSERT_EQ(handed.chunks.size(), kTrace.size());
+  for (size_t k = 0; k < kTrace.size(); ++k) {
+    EXPECT_EQ(handed.chunks[k].first, kTrace[k] * kChunk) << "not in trace order";
+    EXPECT_EQ(handed.chunks[k].second, ChunkOf(kTrace[k])) << kTrace[k];
+  }
+  EXPECT_EQ(StatsOfLayer().page_cached, kTrace.size());
+  EXPECT_EQ(source_.reads(), 0) << "the filler fetched a chunk itself";
+}
+
+TEST_F(BlobLayersTest, TheFillerGoesOnWithoutAChunkThatCannotBeFetched) {
+  PutTrace(kTrace);
+  PutPack({5, 3, 9});                // the pack lacks 10, 11 and 40; the store lacks 11
+  source_.chunks.erase(hexes_[11]);  // (before any worker runs: Open has not been called)
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  Handed handed;
+  std::atomic<bool> cancel{false};
+  layers_->ForEachTracedChunk(*layer, handed.Fn(), cancel);  // returns: nothing waits on 11
+  std::set<uint64_t> offsets;
+  for (auto& [off, bytes] : handed.chunks) offsets.insert(off);
+  EXPECT_EQ(offsets,
+            (std::set<uint64_t>{5 * kChunk, 3 * kChunk, 9 * kChunk, 10 * kChunk, 40 * kChunk}));
+}
+
+TEST_F(BlobLayersTest, OnAWarmNodeTheFillerGetsEveryTracedChunkAtOnce) {
+  for (uint32_t i : kTrace) cache_->Insert(hexes_[i], ChunkOf(i));
+  PutTrace(kTrace);
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  Handed handed;
+  std::atomic<bool> cancel{false};
+  layers_->ForEachTracedChunk(*layer, handed.Fn(), cancel);
+  EXPECT_EQ(handed.chunks.size(), kTrace.size());
+  EXPECT_EQ(source_.reads() + source_.pack_reads(), 0);
+}
+
+TEST_F(BlobLayersTest, TheFillerStopsAtCancelOrWhenItsTakerDeclines) {
+  source_.pack_piece = 16 << 10;
+  source_.pack_delay = std::chrono::milliseconds(50);  // the pack takes ~1.2 s
+  PutTrace(kTrace);
+  PutPack(kTrace);
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  std::atomic<bool> cancel{false};
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cancel = true;
+  });
+  Handed handed;
+  layers_->ForEachTracedChunk(*layer, handed.Fn(), cancel);  // returns soon after the cancel
+  canceller.join();
+  EXPECT_LT(handed.chunks.size(), kTrace.size());
+  // A taker that declines the first chunk ends the walk there.
+  ASSERT_TRUE(StatsReach([](const LayerFetchStats& s) { return s.packed == kTrace.size(); }));
+  cancel = false;
+  int offered = 0;
+  layers_->ForEachTracedChunk(
+      *layer, [&](uint64_t, std::string_view) { return ++offered, false; }, cancel);
+  EXPECT_EQ(offered, 1);
+}
+
+// The filler (blobfs/page_cache_filler.h) with a fake store in place of FUSE_NOTIFY_STORE.
+TEST_F(BlobLayersTest, TheFillerStoresEachTracedChunkOncePerInode) {
+  PutTrace(kTrace);
+  PutPack(kTrace);
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  std::mutex mu;
+  std::map<uint64_t, std::vector<uint64_t>> stored;  // by inode: offsets
+  PageCacheFiller filler(layers_.get(), [&](uint64_t ino, uint64_t off, std::string_view bytes) {
+    EXPECT_EQ(bytes, ChunkOf(static_cast<uint32_t>(off / kChunk)));
+    std::lock_guard<std::mutex> lock(mu);
+    stored[ino].push_back(off);
+    return 0;
+  });
+  filler.Start(7, *layer);
+  filler.Start(7, *layer);  // a second open of the same inode
+  ASSERT_TRUE(StatsReach([](const LayerFetchStats& s) { return s.page_cached == kTrace.size(); }));
+  EXPECT_TRUE(filler.Stop(std::chrono::seconds(5)));
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[7].size(), kTrace.size());
+  filler.Start(8, *layer);  // after Stop: nothing starts
+  EXPECT_EQ(stored.size(), 1u);
+}
+
+TEST_F(BlobLayersTest, AnInodeTheKernelForgotEndsItsFill) {
+  for (uint32_t i : kTrace) cache_->Insert(hexes_[i], ChunkOf(i));
+  PutTrace(kTrace);
+  auto layer = layers_->Open(hex_);
+  ASSERT_TRUE(layer.ok());
+  std::atomic<int> calls{0};
+  PageCacheFiller filler(layers_.get(), [&](uint64_t, uint64_t, std::string_view) {
+    ++calls;
+    return -ENOENT;
+  });
+  filler.Start(3, *layer);
+  for (int i = 0; i < 500 && calls == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // time to (wrongly) go on
+  EXPECT_TRUE(filler.Stop(std::chrono::seconds(5)));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(StatsOfLayer().page_cached, 0u);
 }
 
 }  // namespace

@@ -435,11 +435,13 @@ void LayerStore::Trim(const std::string& keep) {
   }
 }
 
-Status LayerStore::EnsureMeta(const std::string& digest) {
+Status LayerStore::EnsureMeta(const std::string& digest,
+                              const std::function<void()>& before_fetch) {
   std::shared_ptr<const ChunkedLayer> mp = WARREN_TRY(Manifest(digest));
   const ChunkedLayer& m = *mp;
   if (access(MetaPath(m.meta_sha256).c_str(), R_OK) == 0) return Status::Ok();
   if (!source_) return NotFound("layer metadata", m.meta_sha256);
+  if (before_fetch) before_fetch();
   std::string bytes;
   if (m.meta_zstd_size) {
     const std::string packed =
@@ -460,9 +462,9 @@ Status LayerStore::EnsureMeta(const std::string& digest) {
   return PutObject(ObjectKind::kMeta, m.meta_sha256, bytes);
 }
 
-Status LayerStore::Ensure(const std::string& digest) {
+Status LayerStore::Ensure(const std::string& digest, const std::function<void()>& before_meta) {
   WARREN_RETURN_IF_ERROR(EnsureBlob(digest));
-  if (IsChunked(digest)) return EnsureMeta(digest).Context("fetch layer");
+  if (IsChunked(digest)) return EnsureMeta(digest, before_meta).Context("fetch layer");
   return Status::Ok();
 }
 

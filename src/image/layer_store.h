@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,8 +91,10 @@ class LayerStore {
   uint64_t CachedBytes() const;
   // Makes sure blob `digest` is here: fetched from the source when missing (once, however
   // many creates ask at the same time), its sha256 checked and its EROFS superblock too
-  // before it is stored. Without a source a missing blob is kNotFound.
-  Status Ensure(const std::string& digest);
+  // before it is stored. Without a source a missing blob is kNotFound. For a chunked layer
+  // whose metadata must be fetched, `before_meta` runs once its manifest is here, first (the
+  // node has blobfsd open the layer meanwhile).
+  Status Ensure(const std::string& digest, const std::function<void()>& before_meta = nullptr);
   // Every stored blob's digest.
   std::vector<std::string> ListDigests() const;
   // Removes scratch files left by an interrupted import.
@@ -106,7 +109,7 @@ class LayerStore {
   // The blob (or manifest) is here, fetched from the source if it is not.
   Status EnsureBlob(const std::string& digest);
   // A chunked layer's metadata image is here, fetched from the source if it is not.
-  Status EnsureMeta(const std::string& digest);
+  Status EnsureMeta(const std::string& digest, const std::function<void()>& before_fetch);
   Status Fetch(const std::string& digest);
   // Removes least recently used blobs beyond the cache limit (never `keep`).
   void Trim(const std::string& keep);

@@ -48,11 +48,14 @@ Result<std::unique_ptr<LazyLayers>> LazyLayers::Start(const LazyLayersOptions& o
     WARREN_RETURN_IF_ERROR(l->Spawn());
   }
   l->watcher_ = std::thread([p = l.get()] { p->Watch(); });
+  l->opener_ = std::thread([p = l.get()] { p->OpenLoop(); });
   if (l->promote_) l->promoter_ = std::thread([p = l.get()] { p->PromoteLoop(); });
   return l;
 }
 
-LazyLayers::~LazyLayers() {
+LazyLayers::~LazyLayers() { StopThreads(); }
+
+void LazyLayers::StopThreads() {
   {
     MutexLock lock(&mu_);
     stop_ = true;
@@ -60,6 +63,34 @@ LazyLayers::~LazyLayers() {
   cv_.notify_all();
   if (watcher_.joinable()) watcher_.join();
   if (promoter_.joinable()) promoter_.join();
+  if (opener_.joinable()) opener_.join();
+}
+
+void LazyLayers::OpenAhead(const std::string& digest) {
+  if (digest.rfind("sha256:", 0) != 0) return;
+  {
+    MutexLock lock(&mu_);
+    if (!up_ || stop_) return;  // the mount opens it, or fails, as without
+    to_open_.push_back(digest.substr(7));
+  }
+  cv_.notify_all();
+}
+
+void LazyLayers::OpenLoop() {
+  for (;;) {
+    std::string hex;
+    {
+      MutexLock lock(&mu_);
+      while (!stop_ && to_open_.empty()) lock.Wait(cv_);
+      if (stop_) return;
+      hex = std::move(to_open_.front());
+      to_open_.pop_front();
+    }
+    // The lookup is the open; once done, the kernel keeps the name for an hour, so later
+    // creates' stats of it reach no daemon. Its failure is the mount's to report.
+    struct stat st;
+    (void)stat((Mountpoint() + "/" + hex).c_str(), &st);
+  }
 }
 
 void LazyLayers::PromoteLoop() {
@@ -297,13 +328,7 @@ void LazyLayers::Watch() {
 }
 
 void LazyLayers::Shutdown() {
-  {
-    MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (watcher_.joinable()) watcher_.join();
-  if (promoter_.joinable()) promoter_.join();
+  StopThreads();
   pid_t pid;
   bool child;
   {

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -68,6 +69,10 @@ class LazyLayers {
   Result<std::string> DevicePath(const std::string& digest);
   static constexpr std::chrono::seconds kRestartWait{5};
   // The daemon's last report (at most half a second old); empty before the first.
+  // Has the daemon open chunked layer `digest` now, in the background (a lookup of its file):
+  // it decodes the layer's manifest and starts the traced chunks' prefetch while the node
+  // fetches the layer's metadata, instead of after, at the mount. The manifest must be here.
+  void OpenAhead(const std::string& digest) EXCLUDES(mu_);
   blobfs::BlobfsStats Stats();
   uint64_t restarts() const { return restarts_.load(); }
   pid_t pid();
@@ -88,6 +93,8 @@ class LazyLayers {
   Result<blobfs::BlobfsStats> ReadStats();
   void Watch();
   void DetachMount();
+  void OpenLoop();
+  void StopThreads() EXCLUDES(mu_);
 
   const LazyLayersOptions opts_;
   const FailFn fail_;
@@ -101,9 +108,11 @@ class LazyLayers {
   UniqueFd pidfd_ GUARDED_BY(mu_);
   blobfs::BlobfsStats stats_ GUARDED_BY(mu_);
   std::map<std::string, uint64_t> errors_seen_ GUARDED_BY(mu_);
+  std::deque<std::string> to_open_ GUARDED_BY(mu_);  // OpenAhead's, by digest hex
   std::atomic<uint64_t> restarts_{0};
   std::thread watcher_;
   std::thread promoter_;
+  std::thread opener_;
 };
 
 }  // namespace warren::node

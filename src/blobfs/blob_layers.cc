@@ -595,19 +595,13 @@ void BlobLayers::ForEachTracedChunk(const std::shared_ptr<Layer>& layer,
     if (pending.empty()) return;
     MutexLock lock(&mu_);
     // Under mu_, so a chunk landing after this look also notifies after the wait begins.
-    auto any_ready = [&] {
-      for (uint32_t i : pending)
-        if (cache_->Has(m.chunks[i].sha256)) return true;
-      return false;
-    };
-    auto any_coming = [&] {
-      if (layer->traced_open > 0) return true;
-      for (uint32_t i : pending)
-        if (flights_.count(m.chunks[i].sha256)) return true;
-      return false;
-    };
-    if (any_ready()) continue;
-    if (stop_ || !any_coming()) return;  // the rest failed or was evicted: readers fetch it
+    bool ready = false, coming = layer->traced_open > 0;
+    for (uint32_t i : pending) {
+      ready = ready || cache_->Has(m.chunks[i].sha256);
+      coming = coming || flights_.count(m.chunks[i].sha256) > 0;
+    }
+    if (ready) continue;
+    if (stop_ || !coming) return;  // the rest failed or was evicted: readers fetch it
     lock.WaitFor(landed_cv_, std::chrono::milliseconds(100));
   }
 }

@@ -6,11 +6,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <cstring>
 #include <map>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "base/sha256.h"
@@ -184,13 +186,30 @@ void OnInit(void* userdata, fuse_conn_info* conn) {
   conn->max_readahead = static_cast<Server*>(userdata)->readahead_bytes();
 }
 
-// Stops the page cache fills once the loop has ended. A fill's store may wait on a page that a
-// read still unanswered holds locked: that read is answered here, until every fill has ended.
-void StopFills(fuse_session* se, PageCacheFiller* filler) {
+// Stops the page cache fills once the loop has ended. A fill's store waits on any page an
+// unanswered read holds locked: those reads are answered here while the fills end. A read that
+// no one will answer (the loop's threads can drop one as they stop; a fetch can hang) would
+// hold a store forever, and a thread asleep in a store cannot be killed, nor then can blobfsd.
+// So after kFillStopWait the connection is aborted (umount -f): every pending read fails, and
+// the stores return.
+constexpr auto kFillStopWait = std::chrono::seconds(2);
+
+void StopFills(fuse_session* se, PageCacheFiller* filler, const std::string& mountpoint) {
   fuse_session_reset(se);  // the loop marked it exited; requests are still served below
-  while (!filler->Stop(std::chrono::milliseconds(100))) {
+  const auto deadline = std::chrono::steady_clock::now() + kFillStopWait;
+  bool aborted = false;
+  while (!filler->Stop(std::chrono::milliseconds(0))) {
+    if (!aborted && std::chrono::steady_clock::now() > deadline) {
+      spdlog::warn("blobfsd: page cache fills still running at exit: aborting the connection");
+      if (umount2(mountpoint.c_str(), MNT_FORCE) != 0 && errno != EBUSY)
+        spdlog::warn("blobfsd: abort {}: {}", mountpoint, strerror(errno));
+      aborted = true;
+    }
     pollfd p{fuse_session_fd(se), POLLIN, 0};
-    if (poll(&p, 1, 0) != 1) continue;
+    if (aborted || poll(&p, 1, 10) != 1 || !(p.revents & POLLIN)) {
+      if (aborted) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
     fuse_buf buf{};
     if (fuse_session_receive_buf(se, &buf) > 0) fuse_session_process_buf(se, &buf);
     free(buf.mem);
@@ -270,7 +289,7 @@ int RunBlobfsd(const BlobfsdOptions& opts) {
       fuse_loop_cfg_set_idle_threads(cfg, 8);
       rc = fuse_session_loop_mt(se, cfg) == 0 ? 0 : 1;
       fuse_loop_cfg_destroy(cfg);
-      StopFills(se, &filler);
+      StopFills(se, &filler, opts.mountpoint);
       fuse_session_unmount(se);
     } else {
       spdlog::error("blobfsd: cannot mount {}", opts.mountpoint);

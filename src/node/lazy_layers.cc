@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <vector>
 
 namespace warren::node {
@@ -53,9 +54,9 @@ Result<std::unique_ptr<LazyLayers>> LazyLayers::Start(const LazyLayersOptions& o
   return l;
 }
 
-LazyLayers::~LazyLayers() { StopThreads(); }
+LazyLayers::~LazyLayers() { StopThreads(/*opener=*/true); }
 
-void LazyLayers::StopThreads() {
+void LazyLayers::StopThreads(bool opener) {
   {
     MutexLock lock(&mu_);
     stop_ = true;
@@ -63,8 +64,31 @@ void LazyLayers::StopThreads() {
   cv_.notify_all();
   if (watcher_.joinable()) watcher_.join();
   if (promoter_.joinable()) promoter_.join();
-  if (opener_.joinable()) opener_.join();
+  if (opener && opener_.joinable()) opener_.join();
 }
+
+void LazyLayers::AbortConnection() {
+  // umount -f of a FUSE mount aborts its connection: every request pending ends with an error
+  // (the unmount itself may then fail as busy; DetachMount takes it off later).
+  if (umount2(Mountpoint().c_str(), MNT_FORCE) != 0 && errno != EBUSY && errno != EINVAL)
+    spdlog::warn("abort blobfsd's connection at {}: {}", Mountpoint(), strerror(errno));
+}
+
+namespace {
+
+// Whether process `pid`'s main thread has exited (a zombie) while others may live on: a
+// daemon killed with a thread asleep in the kernel. Its pidfd reports the exit only once
+// every thread is gone.
+bool LeaderExited(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+}  // namespace
 
 void LazyLayers::OpenAhead(const std::string& digest) {
   if (digest.rfind("sha256:", 0) != 0) return;
@@ -268,6 +292,19 @@ void LazyLayers::Watch() {
     }
     bool died = false;
     std::string how;
+    pid_t dying = -1;
+    {
+      MutexLock lock(&mu_);
+      if (up_ && pidfd_ && !Exited(pidfd_.get()) && LeaderExited(pid_)) dying = pid_;
+    }
+    if (dying > 0) {
+      // Killed or crashed, but a thread of it sleeps on in the kernel (a page cache store
+      // waiting for a read that only the dead daemon would answer): ending the connection
+      // ends that read, and the process with it. The next look sees it gone.
+      spdlog::error("blobfsd (pid {}) is dying with a thread stuck: aborting its connection",
+                    dying);
+      AbortConnection();
+    }
     {
       MutexLock lock(&mu_);
       if (up_ && pidfd_ && Exited(pidfd_.get())) {
@@ -328,7 +365,7 @@ void LazyLayers::Watch() {
 }
 
 void LazyLayers::Shutdown() {
-  StopThreads();
+  StopThreads(/*opener=*/false);  // its lookup may wait on the daemon: joined once it is gone
   pid_t pid;
   bool child;
   {
@@ -349,10 +386,14 @@ void LazyLayers::Shutdown() {
     }
     if (!gone) {
       spdlog::warn("blobfsd (pid {}) ignored SIGTERM for 10 s: killing it", pid);
+      // First its connection: a thread of it asleep in a page cache store would outlive a
+      // SIGKILL (and the process with it) until the read holding that page ends.
+      AbortConnection();
       kill(pid, SIGKILL);
       if (child) waitpid(pid, nullptr, 0);
     }
   }
+  if (opener_.joinable()) opener_.join();
   DetachMount();
   unlink(PidFile().c_str());
 }

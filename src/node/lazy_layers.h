@@ -94,7 +94,10 @@ class LazyLayers {
   void Watch();
   void DetachMount();
   void OpenLoop();
-  void StopThreads() EXCLUDES(mu_);
+  // Stops the watcher and the promoter, and with `opener` the thread of OpenAhead.
+  void StopThreads(bool opener) EXCLUDES(mu_);
+  // Aborts the daemon's FUSE connection (umount -f): its pending requests fail.
+  void AbortConnection();
 
   const LazyLayersOptions opts_;
   const FailFn fail_;

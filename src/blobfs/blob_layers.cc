@@ -168,7 +168,8 @@ Result<std::shared_ptr<BlobLayers::Layer>> BlobLayers::Open(const std::string& h
       }
   } else {
     for (uint32_t i : trace) prefetch_.push_back({layer, i, true});
-    layer->traced_open += static_cast<int>(trace.size());
+    // Without workers nothing takes them: nothing is coming.
+    if (opts_.prefetch_threads > 0) layer->traced_open += static_cast<int>(trace.size());
   }
   spdlog::info("blobfsd: layer sha256:{} opened; prefetching {} traced chunks{}", hex, trace.size(),
                pack ? ", as a pack" : "");
@@ -584,7 +585,9 @@ void BlobLayers::ForEachTracedChunk(const std::shared_ptr<Layer>& layer,
       buf.resize(c.length);
       if (cancel) return;
       if (!cache_->Read(c.sha256, c.length, 0, c.length, buf.data())) {
-        later.push_back(i);
+        // Not here yet; or indexed yet unreadable (its file removed behind the cache's back),
+        // which waiting would not mend: its reader fetches it.
+        if (!cache_->Has(c.sha256)) later.push_back(i);
         continue;
       }
       if (!fn(c.offset, buf)) return;

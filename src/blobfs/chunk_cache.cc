@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -179,9 +178,8 @@ void ChunkCache::Insert(const std::string& hex, std::shared_ptr<const std::strin
 }
 
 void ChunkCache::WriterLoop() {
-  // Behind everything else on the node: its creates are ~1 ms of system time each, and the
-  // sandbox waiting for the chunks it writes needs the CPU more (its chunks are in memory).
-  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+  // At the daemon's priority, not below: it evicts under the cache's lock, which every read
+  // takes (a nice 19 writer on a busy node would hold the readers behind it).
   for (;;) {
     std::string hex;
     std::shared_ptr<const std::string> bytes;

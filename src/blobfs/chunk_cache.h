@@ -11,7 +11,8 @@
 // on disk, so a chunk lands for its readers at the speed it arrives. Creating a file costs
 // ~0.7-1.8 ms of system time on this VM's ext4 (a directory and a file per chunk), and a prefetch
 // pack of 129 chunks spent 230 of its 284 ms in those creates while a cold `print(1)` waited on
-// it (bench/RESULTS.md). Past `kMaxPendingBytes` waiting, the inserting thread writes itself. A
+// it (bench/RESULTS.md). Past `kMaxPendingBytes` waiting (bytes held in memory, counted in the
+// counters but not against the watermarks), the inserting thread writes itself. A
 // chunk that cannot be written (the disk is full) is dropped and counted: its next read
 // fetches it again. Thread-safe.
 #pragma once

@@ -20,17 +20,32 @@ PageCacheFiller::~PageCacheFiller() {
 }
 
 void PageCacheFiller::Start(uint64_t ino, std::shared_ptr<BlobLayers::Layer> layer) {
-  MutexLock lock(&mu_);
-  if (cancel_ || !started_.insert(ino).second) return;
-  ++running_;
-  threads_.emplace_back([this, ino, layer = std::move(layer)] {
-    Fill(ino, layer);
-    {
-      MutexLock done(&mu_);
-      --running_;
+  std::vector<std::thread> finished;
+  {
+    MutexLock lock(&mu_);
+    // A daemon opens layers for as long as it runs: the threads of fills that ended go now.
+    for (const auto& id : ended_)
+      for (auto it = threads_.begin(); it != threads_.end(); ++it)
+        if (it->get_id() == id) {
+          finished.push_back(std::move(*it));
+          threads_.erase(it);
+          break;
+        }
+    ended_.clear();
+    if (!cancel_ && started_.insert(ino).second) {
+      ++running_;
+      threads_.emplace_back([this, ino, layer = std::move(layer)] {
+        Fill(ino, layer);
+        {
+          MutexLock done(&mu_);
+          --running_;
+          ended_.push_back(std::this_thread::get_id());
+        }
+        cv_.notify_all();
+      });
     }
-    cv_.notify_all();
-  });
+  }
+  for (auto& t : finished) t.join();  // each has returned, or is about to
 }
 
 bool PageCacheFiller::Stop(std::chrono::milliseconds patience) {

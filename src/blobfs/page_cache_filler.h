@@ -53,7 +53,9 @@ class PageCacheFiller {
   std::condition_variable_any cv_;
   std::set<uint64_t> started_ GUARDED_BY(mu_);
   int running_ GUARDED_BY(mu_) = 0;
+  // The fills' threads; `ended_`: those that have returned, joined at the next Start.
   std::vector<std::thread> threads_ GUARDED_BY(mu_);
+  std::vector<std::thread::id> ended_ GUARDED_BY(mu_);
 };
 
 }  // namespace warren::blobfs

@@ -273,7 +273,10 @@ TEST_F(BlobfsTest, FirstUseIsTracedAndTheNextNodePrefetchesIt) {
   ASSERT_EQ(ReadFile(root_ + "/data/f7", &got), 0);
   EXPECT_EQ(got, RandomBytes(3'000'000, 107));
   s = Stats();
-  EXPECT_EQ(s.layers[0].read_bytes, served) << "f7 was read through blobfsd, not the page cache";
+  // Without the fill all 3 MB would reach blobfsd. A page may still (once in a CI run, 4 KiB):
+  // the kernel reads a page ahead of EROFS past the stored range.
+  EXPECT_LT(s.layers[0].read_bytes - served, 64u << 10)
+      << "f7 was read through blobfsd, not the page cache";
   EXPECT_EQ(s.layers[0].misses, 0u);
 }
 

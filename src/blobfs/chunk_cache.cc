@@ -45,6 +45,9 @@ ChunkCache::ChunkCache(std::string store_root, uint64_t high, uint64_t low)
     : root_(std::move(store_root)) {
   counters_.high = high;
   counters_.low = std::min(low, high);
+  // Chunks waiting in memory count against the bound: at most a quarter of it waits, so
+  // evicting what is on disk can always bring the whole back under the high watermark.
+  pending_limit_ = high == 0 ? kMaxPendingBytes : std::min(kMaxPendingBytes, high / 4);
   writer_ = std::thread([this] { WriterLoop(); });
 }
 
@@ -166,11 +169,12 @@ void ChunkCache::Insert(const std::string& hex, std::shared_ptr<const std::strin
   {
     MutexLock lock(&mu_);
     if (entries_.count(hex) || pending_.count(hex)) return;
-    if (pending_bytes_ + bytes->size() <= kMaxPendingBytes) {
+    if (pending_bytes_ + bytes->size() <= pending_limit_) {
       pending_bytes_ += bytes->size();
       pending_[hex] = bytes;
       queue_.push_back(hex);
       cv_.notify_all();
+      EvictLocked();  // what waits counts: room is made on disk now
       return;
     }
   }
@@ -246,9 +250,11 @@ void ChunkCache::Write(const std::string& hex, const std::string& bytes, bool pe
 }
 
 void ChunkCache::EvictLocked() {
-  if (counters_.high == 0 || counters_.bytes <= counters_.high) return;
+  // The bound holds what is on disk and what waits to be written (a user's cache size is what
+  // the node spends on chunks); only chunks on disk are evicted.
+  if (counters_.high == 0 || counters_.bytes + pending_bytes_ <= counters_.high) return;
   // A reader holding a chunk open keeps reading it after the unlink; the next read misses.
-  while (counters_.bytes > counters_.low && !lru_.empty()) {
+  while (counters_.bytes + pending_bytes_ > counters_.low && !lru_.empty()) {
     Drop(lru_.front());
     ++counters_.evictions;
   }

@@ -11,8 +11,9 @@
 // on disk, so a chunk lands for its readers at the speed it arrives. Creating a file costs
 // ~0.7-1.8 ms of system time on this VM's ext4 (a directory and a file per chunk), and a prefetch
 // pack of 129 chunks spent 230 of its 284 ms in those creates while a cold `print(1)` waited on
-// it (bench/RESULTS.md). Past `kMaxPendingBytes` waiting (bytes held in memory, counted in the
-// counters but not against the watermarks), the inserting thread writes itself. A
+// it (bench/RESULTS.md). Bytes waiting in memory count in the counters and against the
+// watermarks; past `kMaxPendingBytes` (or a quarter of `high`) waiting, the inserting thread
+// writes itself. A
 // chunk that cannot be written (the disk is full) is dropped and counted: its next read
 // fetches it again. Thread-safe.
 #pragma once
@@ -56,8 +57,8 @@ class ChunkCache {
   // Reads `n` bytes at `off` of chunk `hex` (whose full length is `length`) into `out`.
   // False when the chunk is not cached (or was found corrupt and removed).
   bool Read(const std::string& hex, uint64_t length, uint64_t off, size_t n, char* out);
-  // Adds a verified chunk (written behind; see above). Once on disk, the cache evicts down to
-  // the low watermark if above the high one.
+  // Adds a verified chunk (written behind; see above). Above the high watermark, the cache
+  // evicts chunks on disk until it holds the low one.
   void Insert(const std::string& hex, std::shared_ptr<const std::string> bytes) EXCLUDES(mu_);
   void Insert(const std::string& hex, std::string_view bytes) EXCLUDES(mu_);
   // Cached, on disk or waiting to be written.
@@ -90,6 +91,7 @@ class ChunkCache {
   std::unordered_map<std::string, std::shared_ptr<const std::string>> pending_ GUARDED_BY(mu_);
   std::deque<std::string> queue_ GUARDED_BY(mu_);
   uint64_t pending_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t pending_limit_ = kMaxPendingBytes;  // set once, in the constructor
   bool stop_ GUARDED_BY(mu_) = false;
   std::condition_variable_any cv_;
   std::thread writer_;  // last: starts once the rest is built

@@ -214,7 +214,7 @@ void AddApiServer(CLI::App& app) {
   cmd->add_option("--data-dir", f->data_dir, "where the cluster's admin token is written");
   cmd->add_option("--layer-format", f->layer_format,
                   "how built layers are stored: whole (one EROFS image each node copies before "
-                  "use) or chunked (metadata plus 1 MiB chunks nodes read on demand)");
+                  "use) or chunked (metadata plus 64 KiB chunks nodes read on demand)");
   cmd->add_option("--layer-store", f->layer_store,
                   "the shared layer directory every node reads (see `warren node`)")
       ->required();

@@ -130,12 +130,38 @@ def run_exec(port, token, busybox_true, n):
                 samples.append(dt)
     finally:
         api.call("DELETE", f"/v1/sandboxes/{sid}")
-    fork = []
+    fork, spawn = [], []
     for _ in range(n):
         t0 = time.perf_counter()
         subprocess.run([busybox_true])
         fork.append((time.perf_counter() - t0) * 1000)
-    return {"warren": pcts(samples), "fork": pcts(fork)}
+    # The floor itself: posix_spawn + wait of the same binary, no subprocess machinery.
+    for _ in range(n):
+        t0 = time.perf_counter()
+        pid = os.posix_spawn(busybox_true, [busybox_true], {})
+        os.waitpid(pid, 0)
+        spawn.append((time.perf_counter() - t0) * 1000)
+    return {"warren": pcts(samples), "fork": pcts(fork), "spawn": pcts(spawn)}
+
+
+# --- calls (fncall) --------------------------------------------------------------------------
+
+def run_calls(iterations, runner_dir):
+    """bench/calls.py (its own `warren serve` with the fncall runner image) and its baselines:
+    its rows by name."""
+    out = tempfile.mktemp(prefix="warren-bench-calls-", suffix=".json", dir="/var/tmp")
+    cmd = [sys.executable, os.path.join(HERE, "calls.py"), "--iterations", str(iterations),
+           "--json", out]
+    if runner_dir:
+        cmd += ["--data-dir", runner_dir]  # its runner image, built once and kept
+    log("calls: " + " ".join(cmd[1:]))
+    try:
+        subprocess.run(cmd, check=True)
+        with open(out) as f:
+            return {r["name"]: r for r in json.load(f)}
+    finally:
+        if os.path.exists(out):
+            os.unlink(out)
 
 
 # --- burst -----------------------------------------------------------------------------------
@@ -302,12 +328,69 @@ def fmt(v, unit="", digits=1):
     return f"{v:,}{unit}"
 
 
+def floor_rows(res):
+    """Issue 28's table: (what, Warren, against, ratio, target, met) per row; a part not run, or
+    failed, gives None for its figures."""
+    cyc = res.get("cycle", [])
+    rows = []
+
+    def one(what, warren, against, ratio, target, met):
+        rows.append((what, warren, against, ratio, target, met if ratio is not None else None))
+
+    e = res.get("exec")
+    if e:
+        r = e["warren"]["p50_ms"] / e["spawn"]["p50_ms"]
+        one("exec round trip of `true` in a running sandbox, p50", f"{e['warren']['p50_ms']:.2f} ms",
+            f"host `posix_spawn` + wait of the same binary {e['spawn']['p50_ms']:.2f} ms", r, "<= 1.3x", r <= 1.3)
+    w, b = cycle_row(cyc, "warren", "create_exec", 1), cycle_row(cyc, "bwrap", "cycle", 1)
+    r = w["p50_ms"] / b["p50_ms"] if w and b else None
+    one("create -> first exec result, p50, 1 client", f"{w['p50_ms']:.2f} ms" if w else "-",
+        f"a whole `bwrap --unshare-all` run {b['p50_ms']:.2f} ms" if b else "-", r, "<= 0.25x",
+        r is not None and r <= 0.25)
+    w, b = cycle_row(cyc, "warren", "cycle", 2), cycle_row(cyc, "bwrap", "cycle", 2)
+    r = w["cycles_per_s"] / b["cycles_per_s"] if w and b else None
+    one("create -> exec -> delete cycles/s, 2 clients", f"{w['cycles_per_s']:.1f}/s" if w else "-",
+        f"bwrap {b['cycles_per_s']:.1f}/s" if b else "-", r, ">= 2x", r is not None and r >= 2)
+    d, bw = res.get("density"), res.get("bwrap_density")
+    if d and bw:
+        wk, bk = d["per_sandbox_kib"]["MemAvailable"], bw["per_sandbox_kib"]["MemAvailable"]
+        r = wk / bk
+        one(f"host memory per idle sandbox ({d['live']}, settled)", f"{wk:.0f} KiB",
+            f"bwrap + a sleeping busybox in the same rootfs ({bw['n']}), {bk:.0f} KiB", r, "<= 0.75x", r <= 0.75)
+    c = res.get("calls") or {}
+    py1, py2 = c.get("warren serve: call python, 1 client(s)"), c.get("warren serve: call python, 2 client(s)")
+    fpy = c.get("fork+exec python3 -I -S, 2 worker(s)")
+    r = py2["per_s"] / fpy["per_s"] if py2 and fpy else None
+    one("Python `print(1)` calls/s, 2 clients", f"{py2['per_s']:.1f}/s" if py2 else "-",
+        f"fork+exec `python3 -I -S` {fpy['per_s']:.1f}/s" if fpy else "-", r, ">= 4x", r is not None and r >= 4)
+    cpp, fcpp = c.get("warren call cpp run (compiled once), 2 client(s)"), c.get("fork+exec cpp program, 2 worker(s)")
+    r = cpp["per_s"] / fcpp["per_s"] if cpp and fcpp else None
+    one("C++ run compiled once, runs/s, 2 clients", f"{cpp['per_s']:.1f}/s" if cpp else "-",
+        f"fork+exec of the program {fcpp['per_s']:.1f}/s" if fcpp else "-", r, ">= 0.8x", r is not None and r >= 0.8)
+    r = py2["per_s"] / py1["per_s"] if py1 and py2 else None
+    one("Python calls/s, 1 client -> 2 clients", f"{py1['per_s']:.1f} -> {py2['per_s']:.1f}" if py1 and py2 else "-",
+        "-", r, ">= 1.6x", r is not None and r >= 1.6)
+    return rows
+
+
+def floor_table(res):
+    lines = ["| in the same run | Warren | against | ratio | target | met |", "|---|---|---|---|---|---|"]
+    for what, warren, against, ratio, target, met in floor_rows(res):
+        verdict = "-" if met is None else ("yes" if met else "no")
+        lines.append(f"| {what} | {warren} | {against} | {fmt(ratio, 'x', 2)} | {target} | {verdict} |")
+    return lines
+
+
 def report(res, args):
     lines = []
     add = lines.append
     cyc = res.get("cycle", [])
     add(f"Warren speed and density, {time.strftime('%Y-%m-%d %H:%M %Z')}, {platform.node()}: "
         f"{os.cpu_count()} CPUs, {meminfo()['MemTotal'] // 1024 // 1024} GiB, kernel {platform.release()}")
+    add("")
+    add("Against the floor (issue 28: ratios measured in this run; a host's absolute figures move 3-4x):")
+    add("")
+    lines += floor_table(res)
     add("")
     add("| cycle (create -> first exec of `true` -> delete) | clients | p50 ms | p99 ms | cycles/s | "
         "warren / this (p50) |")
@@ -341,8 +424,16 @@ def report(res, args):
         add("| exec round trip (`true`) | p50 ms | p99 ms | goal |")
         add("|---|---|---|---|")
         add(f"| warren, POST /v1/sandboxes/{{id}}/exec | {e['warren']['p50_ms']:.2f} | {e['warren']['p99_ms']:.2f} | p50 <= 1 ms |")
-        add(f"| host fork+exec of the same busybox `true` | {e['fork']['p50_ms']:.2f} | {e['fork']['p99_ms']:.2f} | |")
+        add(f"| host fork+exec of the same busybox `true` (`subprocess`) | {e['fork']['p50_ms']:.2f} | "
+            f"{e['fork']['p99_ms']:.2f} | |")
+        add(f"| host `posix_spawn` + wait of it | {e['spawn']['p50_ms']:.2f} | {e['spawn']['p99_ms']:.2f} | |")
         add(f"| warren / fork+exec | {e['warren']['p50_ms'] / e['fork']['p50_ms']:.2f}x | | |")
+    if res.get("calls"):
+        add("")
+        add("| calls (bench/calls.py) | p50 ms | p99 ms | per s |")
+        add("|---|---|---|---|")
+        for name, r in res["calls"].items():
+            add(f"| {name} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['per_s']:.1f} |")
     if "burst" in res:
         b = res["burst"]
         lt = b["latency"]
@@ -402,12 +493,21 @@ def main():
     ap.add_argument("--density", type=int, default=5000, help="idle sandboxes (default 5000; 0: skip)")
     ap.add_argument("--bwrap-density", type=int, default=500, help="idle bwrap sandboxes for comparison")
     ap.add_argument("--quick", action="store_true", help="50 cycles, burst 200, density 500")
+    ap.add_argument("--floor", action="store_true",
+                    help="issue 28's rows only: cycle, exec, 500 idle sandboxes, calls (no burst)")
+    ap.add_argument("--calls", type=int, default=None,
+                    help="calls per bench/calls.py row (default 500 with --floor, else 0: skipped)")
+    ap.add_argument("--runner-dir", help="bench/calls.py's --data-dir: its runner image, kept between runs")
     ap.add_argument("--warm-pool", type=int, default=None, help="passed to warren serve --warm-pool")
     ap.add_argument("--json")
     ap.add_argument("--markdown", help="also write the table to this file")
     args = ap.parse_args()
     if args.quick:
         args.iterations, args.exec_iterations, args.burst, args.density, args.bwrap_density = 50, 100, 200, 500, 100
+    if args.floor:
+        args.burst, args.density, args.bwrap_density = 0, 500, 500
+    if args.calls is None:
+        args.calls = 500 if args.floor else 0
     if os.geteuid() != 0:
         sys.exit("bench/suite.py: run as root (namespaces, cgroups, crun)")
     # Thousands of connections and sandboxes: our own fd limit first.
@@ -435,6 +535,12 @@ def main():
             if args.bwrap_density:
                 log(f"density: {args.bwrap_density} idle bwrap sandboxes ...")
                 res["bwrap_density"] = run_bwrap_density(root, args.bwrap_density)
+        if args.calls:
+            # Its own server: this one goes first, and the host settles.
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=600)
+            settle()
+            res["calls"] = run_calls(args.calls, args.runner_dir)
     finally:
         if proc is not None and proc.poll() is None:
             os.kill(proc.pid, signal.SIGTERM)  # deletes whatever is left

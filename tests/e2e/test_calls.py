@@ -132,10 +132,16 @@ def test_output_limit(server, runner):
 
 
 def test_fork_bomb_is_contained_and_pool_stays_healthy(server, runner):
-    # The script itself ends at once (its function runs in the background): the call is its
-    # exit, 0, and every process the bomb left is killed with the call.
+    # bash forks both halves of the background pipeline `:|:&` itself, one after the other. If
+    # the first half's descendants fill the call's 64 processes before the second fork, the
+    # script's own fork fails and bash retries it (1 s, 2 s, ...) past the time limit: seen in
+    # CI and in 6 of 580 runs here. Otherwise the script ends at once: `ok`, exit 0. Either
+    # way the call ends by its limit, and every process the bomb left goes with it.
     res = call(server, language="bash", code=":(){ :|:& };:", timeout_s=2)
-    assert res["verdict"] == "ok" and res["exit_code"] == 0, res
+    if res["verdict"] == "time_limit":
+        assert "fork: retry" in res["stderr"] and res["duration_ms"] < 2000 + 1500, res
+    else:
+        assert res["verdict"] == "ok" and res["exit_code"] == 0, res
     res = call(server, language="python",
                code="import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", timeout_s=2)
     assert res["verdict"] == "time_limit", res

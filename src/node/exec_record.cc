@@ -50,6 +50,7 @@ void ExecRecord::AppendOutput(int stream, std::string_view data) {
     if (spill_) spill_->Append(stream, data, received);
     if (data.empty()) return;
     used += data.size();
+    bytes_copy_ += data.size();
     chunks_.push_back({next_seq_++, stream, std::string(data)});
     NotifyLocked(&wake);
   }
@@ -76,6 +77,7 @@ void ExecRecord::Finish(const ExecOutcome& outcome) {
     finisher.swap(finisher_);  // also breaks the record <-> finisher reference cycle
     if (!finisher) {
       published_ = true;
+      published_copy_ = true;
       NotifyLocked(&wake);
     }
   }
@@ -99,6 +101,7 @@ void ExecRecord::Publish() {
     MutexLock lock(&mu_);
     if (!done_ || published_) return;
     published_ = true;
+    published_copy_ = true;
     NotifyLocked(&wake);
   }
   for (auto& f : wake) f();
@@ -153,6 +156,7 @@ void ExecRecord::AppendChunk(uint64_t seq, int stream, std::string_view data) {
     if (done_ || stream < 1 || stream > 2 || seq < next_seq_) return;
     received_[stream - 1] += data.size();
     bytes_[stream - 1] += data.size();
+    bytes_copy_ += data.size();
     chunks_.push_back({seq, stream, std::string(data)});
     next_seq_ = seq + 1;
     NotifyLocked(&wake);
@@ -203,6 +207,7 @@ std::shared_ptr<ExecRecord> ExecRecord::Restore(ExecSpill::Loaded l, const std::
       f.kept.resize(static_cast<size_t>(grant));
     }
     rec->bytes_[i] += f.kept.size();
+    rec->bytes_copy_ += f.kept.size();
     rec->chunks_.push_back({rec->next_seq_++, i + 1, std::move(f.kept)});
   }
   rec->AttachSpill(std::move(l.spill));
@@ -232,15 +237,9 @@ std::string ExecRecord::RawOutput(int stream) const {
   return out;
 }
 
-bool ExecRecord::done() const {
-  MutexLock lock(&mu_);
-  return published_;
-}
+bool ExecRecord::done() const { return published_copy_; }
 
-uint64_t ExecRecord::bytes() const {
-  MutexLock lock(&mu_);
-  return bytes_[0] + bytes_[1];
-}
+uint64_t ExecRecord::bytes() const { return bytes_copy_; }
 
 uint64_t ExecRecord::last_seq() const {
   MutexLock lock(&mu_);
@@ -339,15 +338,19 @@ nlohmann::json ChunkJson(const OutputChunk& c, bool binary) {
 Status AdmitExec(ExecMap* execs, std::vector<std::string>* order,
                  const std::shared_ptr<ExecRecord>& rec, size_t max_running, size_t keep_count,
                  uint64_t keep_bytes) {
+  // One walk for both (the records' lock-free copies): this runs on every exec.
   size_t running = 0;
-  for (auto& [eid, r] : *execs) running += !r->done();
+  uint64_t held = 0;
+  for (auto& [eid, r] : *execs) {
+    running += !r->done();
+    held += r->bytes();
+  }
   if (running >= max_running)
     return Status(Code::kQuota, "exec", rec->sandbox_id(),
                   std::to_string(max_running) + " commands are already running");
   (*execs)[rec->id()] = rec;
   order->push_back(rec->id());
-  uint64_t held = 0;
-  for (auto& [eid, r] : *execs) held += r->bytes();
+  held += rec->bytes();
   for (size_t i = 0; i < order->size() && (order->size() > keep_count || held > keep_bytes);) {
     auto it = execs->find((*order)[i]);
     if (it != execs->end() && !it->second->done()) {

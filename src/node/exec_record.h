@@ -139,6 +139,12 @@ class ExecRecord {
   uint64_t received_[2] GUARDED_BY(mu_) = {0, 0};
   bool done_ GUARDED_BY(mu_) = false;       // the command ended
   bool published_ GUARDED_BY(mu_) = false;  // ... and the end is announced
+  // Copies of `published_` and of bytes_[0] + bytes_[1], written with them, read without the
+  // lock: AdmitExec reads both of every kept record (up to 1,024) on each exec, and taking
+  // each record's lock twice for it cost 10-15 us of a 1.06 ms round trip (A/B, bench/RESULTS.md
+  // "Against the floor").
+  std::atomic<bool> published_copy_{false};
+  std::atomic<uint64_t> bytes_copy_{0};
   bool replayed_ GUARDED_BY(mu_) = false;
   int64_t fixed_duration_ms_ GUARDED_BY(mu_) = -1;
   nlohmann::json extra_ GUARDED_BY(mu_);  // object or null: fields Complete() adds to the result

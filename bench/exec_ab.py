@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""A/B of the exec round trip between two builds, in one run (issue 28).
+
+  sudo /usr/bin/python3 bench/exec_ab.py --a OLD_BUILD_DIR --b build [--rounds 6] [--execs 1000]
+
+Starts one `warren serve` from each build dir (`warren` and `warren-agent` in it; a scratch
+data dir under /var/tmp, loopback, --no-microvm --no-network), makes a busybox sandbox on each
+and runs 1,200 execs of `true` there first, so each sandbox keeps its full 1,024 exec records as
+a long-lived one does. Then, alternating A and B, `--rounds` rounds of `--execs` timed execs
+each, printing each round's p50 and at the end the median of the rounds' p50s per build and
+how many rounds B won. Alternating rounds are what make a difference of 1% visible on a host
+whose speed drifts by more than that within minutes. Everything it made goes at the end.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from service import Api, build_busybox_image, start_server, stop_server  # noqa: E402
+
+IMAGE = "bench:busybox"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--a", required=True, help="build dir of A (the old one)")
+    ap.add_argument("--b", required=True, help="build dir of B (the new one)")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--execs", type=int, default=1000, help="timed execs per round")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/exec_ab.py: run as root")
+    builds = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
+    servers = {}
+    try:
+        for k, build in builds.items():
+            tmp = tempfile.mkdtemp(prefix=f"warren-bench-exec-ab-{k}-", dir="/var/tmp")
+            servers[k] = {"tmp": tmp}
+            proc, port, token = start_server(tmp, ["--no-microvm", "--no-network"], build=build)
+            servers[k]["proc"] = proc
+            build_busybox_image(tmp, port, token, IMAGE)
+            api = Api(port, token)
+            sid = api.call("POST", "/v1/sandboxes", {"image": IMAGE})["id"]
+            servers[k].update(api=api, sid=sid)
+            for _ in range(1200):
+                api.call("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["true"]})
+        p50s = {k: [] for k in builds}
+        for rnd in range(args.rounds):
+            for k in builds:
+                api, sid = servers[k]["api"], servers[k]["sid"]
+                samples = []
+                for _ in range(args.execs):
+                    t0 = time.perf_counter()
+                    r = api.call("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["true"]})
+                    samples.append((time.perf_counter() - t0) * 1000)
+                    if r.get("exit_code") != 0:
+                        raise RuntimeError(f"exec true on {k}: {r}")
+                p50s[k].append(statistics.median(samples))
+                print(f"round {rnd} {k}: p50 {p50s[k][-1]:.3f} ms", flush=True)
+        wins = sum(b < a for a, b in zip(p50s["A"], p50s["B"]))
+        for k, build in builds.items():
+            print(f"{k} ({build}): median of round p50s {statistics.median(p50s[k]):.3f} ms")
+        print(f"B faster in {wins} of {args.rounds} rounds")
+    finally:
+        for s in servers.values():
+            if "api" in s:
+                try:
+                    s["api"].call("DELETE", f"/v1/sandboxes/{s['sid']}")
+                except Exception as e:  # the server is going anyway; say why
+                    print(f"delete {s['sid']}: {e}", file=sys.stderr)
+            if "proc" in s:
+                stop_server(s["proc"])
+            shutil.rmtree(s["tmp"], ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

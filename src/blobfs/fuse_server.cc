@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -19,6 +18,7 @@
 #include "base/thread_annotations.h"
 #include "blobfs/page_cache_filler.h"
 #include "image/layer_store.h"
+#include "sys/fuse_abort.h"
 
 namespace warren::blobfs {
 namespace {
@@ -189,9 +189,8 @@ void OnInit(void* userdata, fuse_conn_info* conn) {
 // Stops the page cache fills once the loop has ended. A fill's store waits on any page an
 // unanswered read holds locked: those reads are answered here while the fills end. A read that
 // no one will answer (the loop's threads can drop one as they stop; a fetch can hang) would
-// hold a store forever, and a thread asleep in a store cannot be killed, nor then can blobfsd.
-// So after kFillStopWait the connection is aborted (umount -f): every pending read fails, and
-// the stores return.
+// hold a store forever (sys/fuse_abort.h), so after kFillStopWait the connection is aborted:
+// every pending read fails, and the stores return.
 constexpr auto kFillStopWait = std::chrono::seconds(2);
 
 void StopFills(fuse_session* se, PageCacheFiller* filler, const std::string& mountpoint) {
@@ -201,15 +200,16 @@ void StopFills(fuse_session* se, PageCacheFiller* filler, const std::string& mou
   while (!filler->Stop(std::chrono::milliseconds(0))) {
     if (!aborted && std::chrono::steady_clock::now() > deadline) {
       spdlog::warn("blobfsd: page cache fills still running at exit: aborting the connection");
-      if (umount2(mountpoint.c_str(), MNT_FORCE) != 0 && errno != EBUSY)
-        spdlog::warn("blobfsd: abort {}: {}", mountpoint, strerror(errno));
+      if (Status st = sys::AbortFuseConnection(mountpoint); !st.ok())
+        spdlog::warn("blobfsd: {}", st.ToString());
       aborted = true;
     }
-    pollfd p{fuse_session_fd(se), POLLIN, 0};
-    if (aborted || poll(&p, 1, 10) != 1 || !(p.revents & POLLIN)) {
-      if (aborted) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (aborted) {  // nothing to serve any more: wait for the stores to return
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
+    pollfd p{fuse_session_fd(se), POLLIN, 0};
+    if (poll(&p, 1, 10) != 1 || !(p.revents & POLLIN)) continue;
     fuse_buf buf{};
     if (fuse_session_receive_buf(se, &buf) > 0) fuse_session_process_buf(se, &buf);
     free(buf.mem);

@@ -17,6 +17,8 @@
 #include <iterator>
 #include <vector>
 
+#include "sys/fuse_abort.h"
+
 namespace warren::node {
 namespace {
 
@@ -68,10 +70,9 @@ void LazyLayers::StopThreads(bool opener) {
 }
 
 void LazyLayers::AbortConnection() {
-  // umount -f of a FUSE mount aborts its connection: every request pending ends with an error
-  // (the unmount itself may then fail as busy; DetachMount takes it off later).
-  if (umount2(Mountpoint().c_str(), MNT_FORCE) != 0 && errno != EBUSY && errno != EINVAL)
-    spdlog::warn("abort blobfsd's connection at {}: {}", Mountpoint(), strerror(errno));
+  // Every request pending ends with an error; a mount left busy is DetachMount's, later.
+  if (Status st = sys::AbortFuseConnection(Mountpoint()); !st.ok())
+    spdlog::warn("blobfsd: {}", st.ToString());
 }
 
 namespace {

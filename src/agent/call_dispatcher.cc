@@ -29,7 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "agent/call_worker.h"
+#include "agent/native_forker.h"
 #include "agent/protocol.h"
 #include "agent/py_marshal.h"
 #include "base/unique_fd.h"
@@ -45,7 +45,6 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kReadChunk = 1 << 16;
-constexpr double kQuarantineS = 2.0;  // a hard-killed native worker's uid, before it is reused
 
 // What python3 runs: zygote.py arrives on its stdin (its length, then it), then its config.
 constexpr char kBootstrap[] =
@@ -190,23 +189,22 @@ struct Run {
 };
 
 struct Worker {
-  bool native = false;  // false: cloned by the zygote (Python); true: warren-agent --call-worker
+  bool native = false;  // false: cloned by the zygote (Python); true: by the native forker
   int uid = 0;
   int req_w = -1, stdin_w = -1, out_r = -1, err_r = -1, status_r = -1;  // our ends of its pipes
   pid_t pid = 0;
   int pidfd = -1;
   int netns = -1;  // a native worker's net namespace, from the zygote, until its end
   std::unique_ptr<Run> run;
-  json exit;                 // the report of its end (the zygote's, or ours for a native worker)
-  bool hard_killed = false;  // SIGKILLed: for a native one, its call's pid 1 dies after it
-  bool finished = false;     // its run's result was sent; waiting only for its end
+  json exit;              // the report of its end (the zygote's, or ours for a native worker)
+  bool finished = false;  // its run's result was sent; waiting only for its end
 };
 using WorkerPtr = std::shared_ptr<Worker>;
 
 class Dispatcher {
  public:
-  Dispatcher(Config cfg, int zsock, int bpf_fd, json hello)
-      : cfg_(std::move(cfg)), zsock_(zsock), bpf_fd_(bpf_fd), hello_(std::move(hello)) {
+  Dispatcher(Config cfg, int zsock, int forker, json hello)
+      : cfg_(std::move(cfg)), zsock_(zsock), forker_(forker), hello_(std::move(hello)) {
     for (char** e = environ; *e; ++e) {
       std::string_view kv(*e);
       size_t eq = kv.find('=');
@@ -220,6 +218,7 @@ class Dispatcher {
     fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
     AddToEpoll(0, kChannelToken, EPOLLIN);
     AddToEpoll(zsock_, kZygoteToken, EPOLLIN);
+    AddToEpoll(forker_, kForkerToken, EPOLLIN);
   }
 
   [[noreturn]] void Loop() {
@@ -241,6 +240,8 @@ class Dispatcher {
           OnChannel();
         else if (token == kZygoteToken)
           OnZygote();
+        else if (token == kForkerToken)
+          OnForker();
         else if (auto it = watches_.find(token); it != watches_.end())
           OnWorker(token);
         // else: closed by an earlier event of this batch
@@ -249,7 +250,7 @@ class Dispatcher {
   }
 
  private:
-  static constexpr uint64_t kChannelToken = 1, kZygoteToken = 2;
+  static constexpr uint64_t kChannelToken = 1, kZygoteToken = 2, kForkerToken = 3;
   struct Watch {
     int fd;
     WorkerPtr worker;
@@ -347,8 +348,7 @@ class Dispatcher {
     return true;
   }
 
-  // `warren-agent --call-worker` (see call_worker.h), posix_spawn'd: vfork, nothing of this
-  // process is copied. It makes the call's namespaces itself, or joins the net namespace given.
+  // A native worker (call_worker.h), asked of the native forker: answered in order (OnForker).
   bool SpawnNative() {
     const int uid = free_uids_.front();
     int netns = -1;
@@ -357,75 +357,56 @@ class Dispatcher {
       netns_.pop_back();
     }
     int theirs[5], ours[5];
-    if (!MakePipes(theirs, ours, true)) {
+    if (!MakePipes(theirs, ours, false)) {
       const int err = errno;
       if (netns >= 0) netns_.push_back(netns);
       Log(ErrnoText("native worker: pipe2", err));
       return false;
     }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    const int targets[5] = {3, 0, 1, 2, 4};
-    int rc = 0;
-    for (int i = 0; i < 5; ++i)
-      rc = rc ? rc : posix_spawn_file_actions_adddup2(&fa, theirs[i], targets[i]);
-    rc = rc ? rc : posix_spawn_file_actions_adddup2(&fa, bpf_fd_, 5);
-    if (netns >= 0) rc = rc ? rc : posix_spawn_file_actions_adddup2(&fa, netns, 6);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    for (int s : {SIGPIPE, SIGXFSZ, SIGUSR1}) sigaddset(&defaults, s);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    // SIGUSR1 (end the program) stays blocked until the worker has its handler in place: before,
-    // its default would end the worker and leave the call's pid 1 running.
-    sigset_t usr1;
-    sigemptyset(&usr1);
-    sigaddset(&usr1, SIGUSR1);
-    posix_spawnattr_setsigmask(&attr, &usr1);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    std::vector<std::string> args = {"/proc/self/exe",
-                                     "--call-worker",
-                                     std::to_string(uid),
-                                     std::to_string(cfg_.tmp_bytes),
-                                     std::to_string(cfg_.setup_flags),
-                                     std::to_string(cfg_.root_flags),
-                                     netns >= 0 ? "6" : "-1"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    char* no_env[] = {nullptr};
-    pid_t pid = 0;
-    if (rc == 0) rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), no_env);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    int pidfd = rc == 0 ? static_cast<int>(syscall(SYS_pidfd_open, pid, 0)) : -1;
-    if (rc == 0 && pidfd < 0) {
-      rc = errno;
-      kill(pid, SIGKILL);
-      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
+    ForkRequest rq;
+    rq.uid = static_cast<uint32_t>(uid);
+    rq.join_netns = netns >= 0;
+    std::vector<int> fds(theirs, theirs + 5);
+    if (netns >= 0) fds.push_back(netns);  // a copy goes: ours stays until the call is over
+    const Status sent =
+        sys::SendWithFds(forker_, std::string(reinterpret_cast<const char*>(&rq), sizeof rq), fds);
     for (int fd : theirs) close(fd);
-    if (rc != 0) {
-      for (int fd : ours) close(fd);
-      if (netns >= 0) netns_.push_back(netns);
-      Log(ErrnoText("native worker", rc));
-      return false;
-    }
+    if (!sent.ok()) Die("send to the native forker: " + sent.ToString());
     free_uids_.pop_front();
     auto w = std::make_shared<Worker>();
     w->native = true;
     w->uid = uid;
-    w->pid = pid;
-    w->pidfd = pidfd;
     w->netns = netns;
     TakeEnds(w.get(), ours);
     ++live_;
-    by_pid_[pid] = w;
-    WatchFd(pidfd, w, What::kNativeExit, EPOLLIN);
-    ready_[1].push_back(w);
+    native_forking_.push_back(w);
     return true;
+  }
+
+  void OnForker() {
+    std::string msg;
+    std::vector<UniqueFd> received;
+    if (Status st = sys::RecvWithFds(forker_, sizeof(ForkAnswer), &msg, &received); !st.ok())
+      Die("a message from the native forker: " + st.ToString());
+    if (msg.empty()) Die("the native forker ended");
+    ForkAnswer answer;
+    if (msg.size() != sizeof answer || native_forking_.empty())
+      Die("an unreadable or unasked-for answer from the native forker");
+    memcpy(&answer, msg.data(), sizeof answer);
+    WorkerPtr w = native_forking_.front();
+    native_forking_.pop_front();
+    if (answer.error != 0 || received.size() != 1) {
+      Discard(w);
+      Log(ErrnoText("native worker: clone", answer.error ? answer.error : EPROTO));
+      DrainQueue();
+      return;
+    }
+    w->pid = answer.pid;
+    w->pidfd = HighFd(received[0].Release());
+    by_pid_[w->pid] = w;
+    WatchFd(w->pidfd, w, What::kNativeExit, EPOLLIN);
+    ready_[1].push_back(w);
+    DrainQueue();
   }
 
   size_t ForkingWorkers() const {
@@ -438,11 +419,11 @@ class Dispatcher {
     for (int native = 0; native < 2; ++native) {
       size_t queued = 0;
       for (const auto& r : queue_) queued += r->python != static_cast<bool>(native);
-      size_t forking = native ? 0 : ForkingWorkers();
+      size_t forking = native ? native_forking_.size() : ForkingWorkers();
       while (ready_[native].size() + forking < static_cast<size_t>(cfg_.prefork) + queued &&
              !free_uids_.empty() && live_ < cfg_.max_workers + 2 * cfg_.prefork) {
         if (!(native ? SpawnNative() : ForkWorker())) break;
-        forking += !native;
+        ++forking;
       }
     }
     // Net namespaces for the next native workers, ahead as they are: one an earlier call left
@@ -534,22 +515,17 @@ class Dispatcher {
                : fallback;
   }
 
+  // Every worker is pid 1 of its call's namespaces, seen to end only once every process of
+  // the call is gone: its uid and net namespace are free again at once.
   void Discard(const WorkerPtr& w) {
-    // A native worker killed outright ends before its call's pid 1, which its death kills in
-    // turn (PDEATHSIG): for a moment the call still runs. Its net namespace is not lent again
-    // (it would be checked before the call is gone) and its uid waits a while.
-    const bool call_may_run = w->native && w->hard_killed;
     if (w->netns >= 0) {  // the call is over: the zygote keeps it if the call left it as new
-      if (!call_may_run) SendToZygote("{\"netns_back\":1}", &w->netns, 1);
+      SendToZygote("{\"netns_back\":1}", &w->netns, 1);
       close(w->netns);
       w->netns = -1;
     }
     for (int* fd : {&w->req_w, &w->stdin_w, &w->out_r, &w->err_r, &w->status_r, &w->pidfd})
       CloseFd(fd);
-    if (call_may_run)
-      quarantine_.push_back({Now() + kQuarantineS, w->uid});
-    else
-      free_uids_.push_back(w->uid);
+    free_uids_.push_back(w->uid);
     --live_;
   }
 
@@ -675,8 +651,8 @@ class Dispatcher {
     const WorkerPtr& w = watch.worker;
     Run* run = w->run.get();
     if (watch.what == What::kNativeExit) {
-      // Its report, if it wrote one, is in the pipe already (its pid 1 wrote it and ended first).
-      // Without a whole one, it ended some other way, perhaps before its pid 1: as if killed.
+      // Pid 1 ended, and with it every process of the call. Its report, if it wrote one, is in
+      // the pipe already; without a whole one, it ended some other way: as if killed.
       if (run && w->status_r >= 0) {
         char more[kReadChunk];
         ssize_t n;
@@ -684,10 +660,7 @@ class Dispatcher {
                run->status.size() < cfg_.artifact_limit + (1u << 20))
           run->status.append(more, static_cast<size_t>(n));
       }
-      if (run && !WholeReport(*run)) w->hard_killed = true;
-      CloseFd(&w->pidfd);
-      while (waitpid(w->pid, nullptr, WNOHANG) < 0 && errno == EINTR) {
-      }
+      CloseFd(&w->pidfd);  // the forker's child: the kernel reaps it
       by_pid_.erase(w->pid);
       w->exit = {{"exit_code", -1}, {"signal", SIGKILL}};  // counts only without a report
       OnWorkerEnd(w);
@@ -757,7 +730,6 @@ class Dispatcher {
     const int sig = hard || run->python ? SIGKILL : SIGUSR1;
     if (run->killed_at < 0 || hard) {
       run->killed_at = Now();
-      w->hard_killed = w->hard_killed || sig == SIGKILL;
       syscall(SYS_pidfd_send_signal, w->pidfd, sig, nullptr, 0);
     }
   }
@@ -890,11 +862,6 @@ class Dispatcher {
   double CheckDeadlines() {
     const double now = Now();
     double nearest = -1;
-    while (!quarantine_.empty() && quarantine_.front().first <= now) {
-      free_uids_.push_back(quarantine_.front().second);
-      quarantine_.pop_front();
-    }
-    if (!quarantine_.empty()) nearest = quarantine_.front().first;
     for (auto& [pid, w] : by_pid_) {
       Run* run = w->run.get();
       if (!run) continue;
@@ -912,30 +879,24 @@ class Dispatcher {
 
   const Config cfg_;
   const int zsock_;
-  const int bpf_fd_;  // the calls' seccomp filter, for native workers (fd 5)
+  const int forker_;  // the native forker's socket (native_forker.h)
   const json hello_;
   std::map<std::string, std::string> env_;  // ours, and the zygote's
   int ep_ = -1;
-  uint64_t next_token_ = 3;
+  uint64_t next_token_ = 4;
   std::unordered_map<uint64_t, Watch> watches_;
   std::unordered_map<int, uint64_t> token_of_;
   std::deque<WorkerPtr> ready_[2];          // set up and waiting for a call: [0] Python, [1] native
   std::deque<WorkerPtr> forking_;           // asked of the zygote, answered in order; null: a netns
+  std::deque<WorkerPtr> native_forking_;    // asked of the native forker, answered in order
   std::vector<int> netns_;                  // net namespaces for native workers, one each
   bool netns_ok_ = true;                    // the zygote has them to give
   std::map<pid_t, WorkerPtr> by_pid_;       // until its end is seen
   std::deque<std::unique_ptr<Run>> queue_;  // waiting for a worker
   std::deque<int> free_uids_;
-  std::deque<std::pair<double, int>> quarantine_;  // uids free again at a time (see Discard)
-  int live_ = 0;                                   // workers made whose end has not been seen
+  int live_ = 0;  // workers made whose end has not been seen
   std::string inbuf_;
 };
-
-int MemfdWith(const char* name, std::string_view data) {
-  int fd = HighFd(static_cast<int>(syscall(SYS_memfd_create, name, MFD_CLOEXEC)));
-  if (fd < 0 || !sys::WriteFull(fd, data)) Die(ErrnoText(std::string("memfd ") + name, errno));
-  return fd;
-}
 
 // The zygote: python3 running zygote.py (sent on its stdin, then its configuration: a frame
 // with the calls' seccomp filter and warren-zygote.so), with its end of a SOCK_SEQPACKET
@@ -1000,7 +961,7 @@ int CallDispatcherMain(int, char**) {
   // The node's first frame: the configuration, then zygote.py, the calls' seccomp filter and
   // warren-zygote.so as its payload.
   Config cfg;
-  int bpf_fd = -1, zsock = -1;
+  int forker = -1, zsock = -1;
   json hello;
   {
     std::string head, body;
@@ -1029,10 +990,17 @@ int CallDispatcherMain(int, char**) {
     cfg.python = init.value("python", cfg.python);
     cfg.setup_flags = SetupFlags();
     cfg.root_flags = RootFlags();
-    bpf_fd = MemfdWith("warren-call-seccomp", bpf);  // workers pread it: its offset does not matter
+    // Before anything of a call is here: the forker's memory is every native worker's.
+    NativeForkerConfig fcfg;
+    fcfg.tmp_bytes = cfg.tmp_bytes;
+    fcfg.setup_flags = cfg.setup_flags;
+    fcfg.root_flags = cfg.root_flags;
+    fcfg.seccomp = std::string(bpf);
+    forker = StartNativeForker(fcfg);
+    if (forker < 0) Die(ErrnoText("start the native forker", errno));
     std::tie(zsock, hello) = StartZygote(cfg, script, bpf, lib);
   }  // the script, filter and library are the zygote's now
-  Dispatcher(std::move(cfg), zsock, bpf_fd, std::move(hello)).Loop();
+  Dispatcher(std::move(cfg), zsock, forker, std::move(hello)).Loop();
 }
 
 }  // namespace warren::agent

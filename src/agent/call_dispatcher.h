@@ -6,9 +6,10 @@
 // It holds every call's data and never forks a worker itself. Python calls run in workers
 // cloned by the zygote, a python3 it starts with zygote.py (which the node sends, with the
 // call's seccomp filter and warren-zygote.so) that holds nothing of any call; programs that are
-// exec'd run in native workers, `warren-agent --call-worker` posix_spawn'd from this binary
-// (see call_worker.h). Workers are made ahead of time (`prefork`), so a call pays for writing
-// its request, its own run, and reading back its output and report.
+// exec'd run in native workers (call_worker.h), cloned by the native forker (native_forker.h),
+// which it forks before the first call reaches it for the same reason. Workers are made ahead
+// of time (`prefork`), so a call pays for writing its request, its own run, and reading back
+// its output and report.
 //
 // It was zygote.py's Python loop until it cost as much CPU per call as the C++ server in front
 // of it (see docs/design.md, "fncall").

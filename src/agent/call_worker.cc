@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/exec_search.h"
 #include "agent/protocol.h"
 #include "isolation/call_setup.h"
 #include "sys/fd_io.h"
@@ -30,7 +31,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kStdin = 0, kRequest = 3, kReport = 4, kSeccomp = 5;
+constexpr int kRequest = 3, kReport = 4;
 constexpr uint64_t kArtifactLimit = 64ull << 20;
 
 volatile pid_t g_target = 0;  // who SIGUSR1 is passed on to (the worker, then the program)
@@ -112,25 +113,65 @@ std::string ReadArtifacts(const json& names, json* meta) {
   return out;
 }
 
-// Pid 1 of the call's namespaces.
-[[noreturn]] void Worker(uid_t uid, uint64_t tmp_bytes, unsigned flags, unsigned long root_flags) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);  // the spawned parent killed: the whole call goes
-  std::string bpf;
-  {
-    // Every worker shares this memfd's file offset with the others: pread, never read.
-    struct stat st {};
-    if (fstat(kSeccomp, &st) != 0) SetupFailed("stat seccomp filter");
-    bpf.resize(static_cast<size_t>(st.st_size));
-    for (size_t off = 0; off < bpf.size();) {
-      ssize_t n = pread(kSeccomp, bpf.data() + off, bpf.size() - off, static_cast<off_t>(off));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) SetupFailed("read seccomp filter");
-      off += static_cast<size_t>(n);
-    }
-    close(kSeccomp);
+// The program's side of the spawn: it shares pid 1's memory (CLONE_VM | CLONE_VFORK), so
+// it only undoes what pid 1 set for itself and execs; what failed is left in `exec_errno`.
+struct ProgramSpawn {
+  ExecPlan* plan;
+  int exec_errno = 0;
+};
+
+int ProgramMain(void* arg) {
+  auto* p = static_cast<ProgramSpawn*>(arg);
+  for (int s : {SIGUSR1, SIGPIPE, SIGXFSZ}) signal(s, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  ExecPlanned(*p->plan);
+  p->exec_errno = errno;
+  _exit(errno == ENOENT ? 127 : 126);
+}
+
+// Starts the program without copying pid 1's page tables (the fork it replaced cost more than
+// the program's own exec here). Returns its pid, or -1 with errno.
+pid_t SpawnProgram(ProgramSpawn* spawn) {
+  constexpr size_t kStack = 64 * 1024;
+  static char* stack = static_cast<char*>(aligned_alloc(64, kStack));
+  if (!stack) return -1;
+  // Every signal is blocked across the clone, so no handler of pid 1's runs on the child's
+  // side. SIGUSR1 has been since pid 1 began: one sent before the program existed is delivered
+  // when the mask clears below, with g_target naming the program.
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &all, nullptr);
+  pid_t pid = clone(ProgramMain, stack + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, spawn);
+  const int err = errno;
+  if (pid > 0) g_target = pid;
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  errno = err;
+  return pid;
+}
+
+}  // namespace
+
+[[noreturn]] void RunCallWorker(const CallWorkerParams& params) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  // the forker gone (the runner going away): the call goes
+  // Should the runner run out of memory, a call goes first, never the dispatcher (all share the
+  // runner's cgroup).
+  if (int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
+    sys::WriteFull(fd, "1000");
+    close(fd);
   }
+  // The forker's dispositions are not the call's: the report must not outlive a closed pipe
+  // silently, a child's end must be waitable, and SIGUSR1 waits (blocked since the clone) for
+  // its handler.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : {SIGPIPE, SIGXFSZ, SIGCHLD}) sigaction(s, &dfl, nullptr);
+  fcntl(kReport, F_SETFD, FD_CLOEXEC);  // the program never holds the report pipe
   // The recipe every call's worker follows, Python or native (isolation/call_setup.h).
-  const warren_call_params setup{uid, tmp_bytes, flags, root_flags, bpf.data(), bpf.size()};
+  const warren_call_params setup{params.uid,        params.tmp_bytes,      params.setup_flags,
+                                 params.root_flags, params.seccomp.data(), params.seccomp.size()};
   if (const char* failed = warren_call_setup(&setup)) SetupFailed(failed);
   prctl(PR_SET_DUMPABLE, 0);  // the program (same uid) cannot open our report fd
 
@@ -140,7 +181,7 @@ std::string ReadArtifacts(const json& names, json* meta) {
   uint32_t total, hlen;
   memcpy(&total, head.data(), 4);
   memcpy(&hlen, head.data() + 4, 4);
-  if (hlen > total - 4 || !sys::ReadFull(kRequest, total - 4, &body)) _exit(0);
+  if (total < 4 || hlen > total - 4 || !sys::ReadFull(kRequest, total - 4, &body)) _exit(0);
   close(kRequest);
   json req = json::parse(body.substr(0, hlen), nullptr, false);
   if (!req.is_object()) Report({{"error", "unreadable request"}}, "", 1);
@@ -152,7 +193,7 @@ std::string ReadArtifacts(const json& names, json* meta) {
     int fd = open(("/tmp/" + name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
                   f.value("mode", 0644u) & 0777);
     if (fd >= 0) {
-      sys::WriteFull(fd, body.substr(pos, len));
+      sys::WriteFull(fd, std::string_view(body).substr(pos, len));
       close(fd);
     }
     pos += len;
@@ -164,47 +205,23 @@ std::string ReadArtifacts(const json& names, json* meta) {
     Report({{"exit_code", 126}, {"signal", 0}, {"cpu_ms", 0}, {"maxrss_kb", 0}}, "", 0);
   }
   std::vector<std::string> env, argv;
-  std::string path = "/usr/local/bin:/usr/bin:/bin";
   const json env_doc = req.value("env", json::object());
-  for (const auto& [k, v] : env_doc.items()) {
-    if (!v.is_string()) continue;
-    env.push_back(k + "=" + v.get<std::string>());
-    if (k == "PATH") path = v.get<std::string>();
-  }
-  for (const auto& a : req.value("argv", json::array())) argv.push_back(a.get<std::string>());
+  for (const auto& [k, v] : env_doc.items())
+    if (v.is_string()) env.push_back(k + "=" + v.get<std::string>());
+  for (const auto& a : req.value("argv", json::array()))
+    if (a.is_string()) argv.push_back(a.get<std::string>());
   if (argv.empty()) Report({{"error", "empty argv"}}, "", 1);
   SetLimits(req.value("limits", json::object()));
 
-  std::vector<char*> cargv, cenv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& e : env) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
-  setenv("PATH", path.c_str(), 1);  // execvpe searches the PATH of the call's environment
-  signal(SIGUSR1, OnUsr1);
-  sigset_t usr1;
-  sigemptyset(&usr1);
-  sigaddset(&usr1, SIGUSR1);
-  sigprocmask(SIG_UNBLOCK, &usr1, nullptr);  // blocked since the spawn: its handler is in place now
-  pid_t pid = fork();
-  if (pid == 0) {
-    // The report is ours: a program holding its pipe could write one before ours and pass off
-    // its own exit code, CPU time and memory.
-    close(kReport);
-    signal(SIGUSR1, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
-    signal(SIGXFSZ, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execvpe(cargv[0], cargv.data(), cenv.data());
-    int err = errno;
-    std::string msg = "warren: exec " + argv[0] + ": " + strerror(err) + "\n";
+  ExecPlan plan = PlanExec(argv, env, "/usr/local/bin:/usr/bin:/bin");
+  ProgramSpawn spawn{&plan};
+  signal(SIGUSR1, OnUsr1);  // still blocked, since the clone: SpawnProgram unblocks it
+  const pid_t pid = SpawnProgram(&spawn);
+  if (pid < 0) SetupFailed("spawn the program");
+  if (spawn.exec_errno) {  // it never ran: say why where the program's errors go
+    std::string msg = "warren: exec " + argv[0] + ": " + strerror(spawn.exec_errno) + "\n";
     sys::WriteFull(2, msg);
-    _exit(err == ENOENT ? 127 : 126);
   }
-  if (pid < 0) SetupFailed("fork");
-  g_target = pid;
   close(0);
   close(1);
   close(2);
@@ -232,72 +249,6 @@ std::string ReadArtifacts(const json& names, json* meta) {
     rep["files"] = meta;
   }
   Report(rep, files, 0);
-}
-
-}  // namespace
-
-int CallWorkerMain(int argc, char** argv) {
-  if (argc < 6) return 2;
-  const uid_t uid = static_cast<uid_t>(strtoul(argv[2], nullptr, 10));
-  const uint64_t tmp_bytes = strtoull(argv[3], nullptr, 10);
-  const unsigned flags = static_cast<unsigned>(strtoul(argv[4], nullptr, 10));
-  const unsigned long root_flags = strtoul(argv[5], nullptr, 10);
-  // A net namespace from the zygote (fd argv[6]): one an earlier call left as new, or new; it
-  // goes back to the zygote for checking when this call is over. -1: make our own.
-  const int netns = argc > 6 ? atoi(argv[6]) : -1;
-  // Should the runner run out of memory, a call goes first, never the dispatcher (all share the
-  // runner's cgroup).
-  if (int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
-    sys::WriteFull(fd, "1000");
-    close(fd);
-  }
-  int ns_flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID;
-  if (netns < 0) {
-    ns_flags |= CLONE_NEWNET;
-  } else {
-    int rc = setns(netns, CLONE_NEWNET);
-    int e = errno;
-    close(netns);  // never the program's
-    if (rc != 0) {
-      sys::WriteFull(
-          kReport,
-          EncodeFrame({{"error", std::string("worker setup: setns net: ") + strerror(e)}}));
-      return 1;
-    }
-  }
-  if (unshare(ns_flags) != 0) {
-    int e = errno;
-    sys::WriteFull(kReport,
-                   EncodeFrame({{"error", std::string("worker setup: unshare: ") + strerror(e)}}));
-    return 1;
-  }
-  pid_t pid = fork();  // pid 1 of the new pid namespace
-  if (pid == 0) Worker(uid, tmp_bytes, flags, root_flags);
-  if (pid < 0) {
-    int e = errno;
-    sys::WriteFull(kReport,
-                   EncodeFrame({{"error", std::string("worker setup: fork: ") + strerror(e)}}));
-    return 1;
-  }
-  // The dispatcher's SIGUSR1 (out of time or output) goes on to the worker, which ends the
-  // program and still reports its usage. We keep none of the call's pipes open.
-  g_target = pid;
-  for (int fd = 0; fd <= kSeccomp; ++fd) close(fd);
-  struct sigaction sa {};
-  sa.sa_handler = [](int) {
-    if (g_target > 0) kill(g_target, SIGUSR1);
-  };
-  sigaction(SIGUSR1, &sa, nullptr);
-  // The dispatcher spawned us with SIGUSR1 blocked: one that came before now would have ended
-  // us (its default) and left the call running. Now it is passed on.
-  sigset_t usr1;
-  sigemptyset(&usr1);
-  sigaddset(&usr1, SIGUSR1);
-  sigprocmask(SIG_UNBLOCK, &usr1, nullptr);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return 0;
 }
 
 }  // namespace warren::agent

@@ -1,15 +1,32 @@
-// `warren-agent --call-worker`: one fncall call's worker for programs that are exec'd (C, C++,
-// shell, ...): spawned by the runner's dispatcher (vfork, nothing of it copied), it makes the
-// call's namespaces and runs the program in them, all in this small static binary, where a
-// forked Python worker would pay for every page it touches. Same wire protocol as zygote.py's
-// Python workers (see there): fds 0/1/2 the program's stdio, 3 the request, 4 the report,
-// 5 the call's seccomp filter, 6 (if argv says so) a net namespace to join; argv: UID
-// TMP_BYTES FLAGS (WARREN_CALL_* of isolation/call_setup.h) ROOT_MOUNT_FLAGS [NETNS_FD, -1: make a
-// new one].
+// One fncall call's native worker, for programs that are exec'd (C, C++, shell, ...): pid 1 of
+// the call's own namespaces, cloned by the native forker (native_forker.h) straight from its
+// memory, which holds nothing of any call. No binary is exec'd for it and no process stands
+// between it and the dispatcher: the dispatcher's pidfd names pid 1, so the call is over (every
+// process of it gone) when that pidfd says so.
+//
+// Same wire protocol as zygote.py's Python workers (see there): fds 0/1/2 the program's stdio,
+// 3 the request (a frame: header {argv, env, files, limits, collect, cwd}, the files' bytes), 4
+// the report (a frame: {exit_code, signal, cpu_ms, maxrss_kb, files} and the files' bytes, or
+// {error}). SIGUSR1 ends the program, which is still reported with its usage.
 #pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string_view>
 
 namespace warren::agent {
 
-int CallWorkerMain(int argc, char** argv);
+struct CallWorkerParams {
+  uid_t uid = 0;             // the call's own uid (and gid)
+  uint64_t tmp_bytes = 0;    // its /tmp
+  unsigned setup_flags = 0;  // WARREN_CALL_* (isolation/call_setup.h)
+  unsigned long root_flags = 0;
+  std::string_view seccomp;  // the call's filter (BPF), applied last
+};
+
+// Runs in the freshly cloned pid 1, its fds already placed: the call's isolation
+// (isolation/call_setup.h), then waits for the request, runs the program and reports.
+[[noreturn]] void RunCallWorker(const CallWorkerParams& params);
 
 }  // namespace warren::agent

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "agent/exec_search.h"
 #include "isolation/capabilities.h"
 
 namespace warren::agent {
@@ -23,9 +24,7 @@ constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/
 // not allocate (nor touch the agent's environment, as execvpe's setenv would).
 struct Prepared {
   const ChildSpec* spec;
-  std::vector<char*> argv, envp;
-  std::vector<std::string> candidates;  // where argv[0] may be, in PATH order
-  std::vector<char*> sh_argv;           // {"/bin/sh", <candidate>, argv[1..]} for ENOEXEC
+  ExecPlan plan;
   char oom[16] = {};
   size_t oom_len = 0;
 };
@@ -75,23 +74,7 @@ int ChildMain(void* arg) {
   if (s.error_fd > 3) syscall(SYS_close_range, 3u, static_cast<unsigned>(s.error_fd - 1), 0u);
   syscall(SYS_close_range, static_cast<unsigned>(s.error_fd + 1), ~0u, 0u);
 
-  // execvpe's search, without its allocations: the first candidate that is not missing wins;
-  // a permission error is reported only if nothing else was found (as a shell does).
-  bool denied = false;
-  for (const std::string& path : p.candidates) {
-    execve(path.c_str(), p.argv.data(), p.envp.data());
-    if (errno == ENOEXEC) {  // no #! line: a shell script, as execvp runs it
-      p.sh_argv[1] = const_cast<char*>(path.c_str());
-      execve("/bin/sh", p.sh_argv.data(), p.envp.data());
-      errno = ENOEXEC;
-    }
-    if (errno == EACCES)
-      denied = true;
-    else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
-             errno != ETIMEDOUT)
-      break;
-  }
-  if (denied && (errno == ENOENT || errno == ENOTDIR)) errno = EACCES;
+  ExecPlanned(p.plan);
   Fail(s.error_fd, "exec", errno == ENOENT ? 127 : 126);
 }
 
@@ -100,34 +83,7 @@ int ChildMain(void* arg) {
 pid_t SpawnChild(const ChildSpec& s) {
   Prepared p;
   p.spec = &s;
-  for (const auto& a : s.argv) p.argv.push_back(const_cast<char*>(a.c_str()));
-  p.argv.push_back(nullptr);
-  for (const auto& e : s.env) p.envp.push_back(const_cast<char*>(e.c_str()));
-  p.envp.push_back(nullptr);
-  p.sh_argv.push_back(const_cast<char*>("/bin/sh"));
-  p.sh_argv.push_back(nullptr);  // the candidate, set by the child
-  for (size_t i = 1; i < s.argv.size(); ++i) p.sh_argv.push_back(p.argv[i]);
-  p.sh_argv.push_back(nullptr);
-  const std::string& cmd = s.argv.at(0);
-  if (cmd.find('/') != std::string::npos) {
-    p.candidates.push_back(cmd);
-  } else if (!cmd.empty()) {
-    // PATH from the environment the command gets, as a shell would.
-    std::string path = kDefaultPath;
-    for (const auto& e : s.env)
-      if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
-    size_t start = 0;
-    for (;;) {
-      size_t end = path.find(':', start);
-      std::string dir =
-          path.substr(start, end == std::string::npos ? std::string::npos : end - start);
-      p.candidates.push_back((dir.empty() ? "." : dir) + "/" + cmd);
-      if (end == std::string::npos) break;
-      start = end + 1;
-    }
-  } else {
-    p.candidates.push_back("");  // execve("") fails with ENOENT, like execvp
-  }
+  p.plan = PlanExec(s.argv, s.env, kDefaultPath);
   int n = snprintf(p.oom, sizeof p.oom, "%d", std::min(1000, s.agent_oom_score_adj + 998));
   p.oom_len = n > 0 ? static_cast<size_t>(n) : 0;
 

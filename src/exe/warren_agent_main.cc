@@ -1,21 +1,17 @@
-// warren-agent: see src/agent/agent.h. `warren-agent --call-worker ...` is one fncall call's
-// worker instead (see src/agent/call_worker.h), `--call-dispatcher` an fncall runner's
-// dispatcher (src/agent/call_dispatcher.h), `--fs-helper PID` the node's hands inside a container
-// sandbox while it applies a filesystem policy (src/agent/fs_helper.h).
+// warren-agent: see src/agent/agent.h. `warren-agent --call-dispatcher` is an fncall runner's
+// dispatcher instead (src/agent/call_dispatcher.h), `--fs-helper PID` the node's hands inside a
+// container sandbox while it applies a filesystem policy (src/agent/fs_helper.h).
 #include <unistd.h>
 
 #include <cstring>
 
 #include "agent/agent.h"
 #include "agent/call_dispatcher.h"
-#include "agent/call_worker.h"
 #include "agent/fs_helper.h"
 #include "agent/vm_init.h"
 
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], warren::agent::kWarmExecFlag) == 0) return 0;
-  if (argc > 1 && strcmp(argv[1], "--call-worker") == 0)
-    return warren::agent::CallWorkerMain(argc, argv);
   if (argc > 1 && strcmp(argv[1], "--call-dispatcher") == 0)
     return warren::agent::CallDispatcherMain(argc, argv);
   if (argc > 2 && strcmp(argv[1], warren::agent::kFsHelperFlag) == 0)

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <net/if.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -172,4 +173,13 @@ const char* warren_call_setup(const struct warren_call_params* s) {
     if (prctl(PR_SET_SECCOMP, 2 /* filter */, &prog, 0, 0) != 0) return "seccomp";
   }
   return NULL;
+}
+
+unsigned warren_call_prepare_root(unsigned flags, unsigned long root_flags) {
+  if (unshare(CLONE_NEWNS) != 0) return flags;
+  if ((flags & WARREN_CALL_MAKE_PRIVATE) && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+    return flags;
+  if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL) != 0)
+    return flags;
+  return flags | WARREN_CALL_ROOT_DONE;
 }

@@ -1,8 +1,9 @@
 /* The isolation recipe of one fncall call's worker: the one copy, in C with libc only, because
- * it runs both in the static agent (warren-agent --call-worker, for programs that are exec'd)
- * and in warren-zygote.so, which is loaded into whatever python3 a runner image has (Python
- * calls; see runtime/fncall/zygote_lib.c). zygote.py's own loop, for an interpreter that cannot
- * load that library, follows the same steps with the constants the dispatcher sends it from here.
+ * it runs both in the static agent (native workers, for programs that are exec'd: see
+ * agent/call_worker.h) and in warren-zygote.so, which is loaded into whatever python3 a runner
+ * image has (Python calls; see runtime/fncall/zygote_lib.c). zygote.py's own loop, for an
+ * interpreter that cannot load that library, follows the same steps with the constants the
+ * dispatcher sends it from here.
  *
  * The caller is pid 1 of the call's fresh mount, pid, ipc, uts and net namespaces, still root
  * of the runner. After warren_call_setup() it is the call's uid with no capabilities, in its own
@@ -51,6 +52,14 @@ struct warren_call_params {
  * "/proc" or "landlock_restrict_self") with errno saying why: the caller reports it and ends,
  * since a half set-up worker must never run a call. */
 const char* warren_call_setup(const struct warren_call_params* setup);
+
+/* For whoever clones the workers (the Python zygote, the native forker): a mount namespace of
+ * its own, made once, with / private (if the runner's is shared) and read-only as every
+ * worker's must be, so that workers copy it and skip both (2 of the 5 mount calls of their
+ * set-up, and as many mounts fewer to tear down). The dispatcher stays in the runner's. Returns
+ * `flags` with WARREN_CALL_ROOT_DONE added, or as they were where any step failed (workers then
+ * do it all). */
+unsigned warren_call_prepare_root(unsigned flags, unsigned long root_flags);
 
 #ifdef __cplusplus
 }

@@ -410,6 +410,31 @@ def test_fncall_sandbox_runs_each_exec_fresh(server, runner, sandboxes):
     assert "".join(l.get("data", "") for l in lines) == "a\nb\n" and lines[-1]["result"]["exit_code"] == 0
 
 
+def test_fncall_sandbox_exec_finds_programs_as_a_shell_would(server, runner, sandboxes):
+    """An exec'd program is found as execvp finds it (PATH of the exec's environment, a file
+    without #! run by /bin/sh), and one that cannot run says why, with a shell's exit codes."""
+    r = server.http("POST", "/v1/sandboxes", {"image": runner, "backend": "fncall"})
+    assert r.status == 201, r
+    sid = r.json["id"]
+    sandboxes.append(sid)
+
+    def ex(body):
+        return server.http("POST", f"/v1/sandboxes/{sid}/exec", body).json
+
+    missing = ex({"argv": ["no-such-program-here", "x"]})
+    assert missing["exit_code"] == 127 and missing["signal"] is None, missing
+    assert missing["stderr"] == "warren: exec no-such-program-here: No such file or directory\n", missing
+    denied = ex({"argv": ["/etc/passwd"]})
+    assert denied["exit_code"] == 126 and "Permission denied" in denied["stderr"], denied
+    # The exec's own PATH decides, not the worker's.
+    found = ex({"argv": ["env"], "env": {"PATH": "/nonexistent:/usr/bin"}})
+    assert found["exit_code"] == 0 and "PATH=/nonexistent:/usr/bin" in found["stdout"], found
+    # A script without a #! line, written by a first command into its own fresh /tmp, runs
+    # under /bin/sh in the same exec.
+    script = ex({"cmd": "printf 'echo from-sh \"$@\"\\n' > /tmp/s; chmod +x /tmp/s; /tmp/s a b"})
+    assert script["exit_code"] == 0 and script["stdout"] == "from-sh a b\n", script
+
+
 def test_fncall_sandbox_refuses_what_needs_state(server, runner, sandboxes):
     r = server.http("POST", "/v1/sandboxes", {"image": runner, "backend": "fncall"})
     assert r.status == 201, r

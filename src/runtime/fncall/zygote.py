@@ -22,10 +22,10 @@
 #               itself, from the warm interpreter (one fork per call: on this kind of host every
 #               page a forked Python touches is a costly fault). W's end ends every process of
 #               the call and its namespaces.
-#   native      for programs that are exec'd (C, C++, shell): `warren-agent --call-worker`
-#               (src/agent/call_worker.cc), posix_spawn'd by the dispatcher, which makes the
-#               same namespaces and applies the same recipe (isolation/call_setup.c), runs the program as
-#               pid 2 and reports its status, usage and the files asked for. The zygote lends
+#   native      for programs that are exec'd (C, C++, shell): pid 1 of the same namespaces,
+#               cloned by the dispatcher's native forker (src/agent/native_forker.h) and
+#               applying the same recipe (isolation/call_setup.c); it runs the program as pid 2
+#               and reports its status, usage and the files asked for (agent/call_worker.cc). The zygote lends
 #               them net namespaces ({"netns": 1}) and takes them back ({"netns_back": 1}).
 #
 # Zygote messages (one JSON datagram each on the SOCK_SEQPACKET socket, fds as SCM_RIGHTS):
@@ -417,7 +417,7 @@ def worker_run(main):
         set_limits(lim)
         gc.enable()
         run_python(main, req["code"], req.get("args", []), "/tmp/" + req.get("filename", "main.py"))
-    # Programs that are exec'd run in native workers (warren-agent --call-worker), not here.
+    # Programs that are exec'd run in native workers (agent/call_worker.h), not here.
     write_all(4, frame({"error": "worker setup: a Python worker got a program to exec"}))
     os._exit(1)
 

@@ -5,7 +5,7 @@
  * returns 0 only in a new worker W, cloned into fresh mount, pid, ipc, net and uts
  * namespaces, with the call's pipes on fds 0-4, its own /proc, /tmp and /dev/shm, a
  * read-only /, lo up, the call's uid, no capabilities, no_new_privs, Landlock and seccomp: the
- * recipe of isolation/call_setup.c, which native workers (warren-agent --call-worker) apply too.
+ * recipe of isolation/call_setup.c, which native workers (agent/call_worker.h) apply too.
  * zygote.py's worker_main follows the same steps in Python where this library cannot load.
  *
  * Why C: each clone write-protects every page of the zygote, and every page a process then
@@ -300,8 +300,8 @@ static void kid_end(pid_t pid) {
   }
 }
 
-/* A net namespace for a native worker (`warren-agent --call-worker`, which joins it instead of
- * making one): one an earlier call left as new, or a new one made here. The dispatcher holds it
+/* A net namespace for a native worker (agent/call_worker.h: it joins it instead of making
+ * one): one an earlier call left as new, or a new one made here. The dispatcher holds it
  * while the call runs and sends it back ({"netns_back": 1}) when the call is over. */
 static void give_netns(int sock) {
   int fd = -1;
@@ -381,19 +381,6 @@ static void report_ends(int sock) {
              WIFSIGNALED(status) ? WTERMSIG(status) : 0, cpu_ms, ru.ru_maxrss);
     send_msg(sock, msg, -1);
   }
-}
-
-/* A mount namespace of the zygote's own, made once, with / private (if the runner's is shared)
- * and read-only as every worker's must be: workers copy it and skip both (2 of the 5 mount
- * calls of their set-up, and as many mounts fewer to tear down). The dispatcher stays in the
- * runner's. Where any step fails, the flags stay as they were and workers do it all. */
-static unsigned prepare_root(unsigned flags, unsigned long root_flags) {
-  if (unshare(CLONE_NEWNS) != 0) return flags;
-  if ((flags & WARREN_CALL_MAKE_PRIVATE) && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
-    return flags;
-  if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | root_flags, NULL) != 0)
-    return flags;
-  return flags | WARREN_CALL_ROOT_DONE;
 }
 
 /* ---- The interpreter's code in huge pages.
@@ -509,7 +496,7 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
                                                          unsigned flags, unsigned long root_flags) {
   const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
   g_self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-  flags = prepare_root(flags, root_flags);
+  flags = warren_call_prepare_root(flags, root_flags);
   code_to_huge_pages();
   sigset_t chld, old;
   sigemptyset(&chld);

@@ -156,12 +156,6 @@ pid_t SpawnProgram(ProgramSpawn* spawn) {
 
 [[noreturn]] void RunCallWorker(const CallWorkerParams& params) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // the forker gone (the runner going away): the call goes
-  // Should the runner run out of memory, a call goes first, never the dispatcher (all share the
-  // runner's cgroup).
-  if (int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
-    sys::WriteFull(fd, "1000");
-    close(fd);
-  }
   // The forker's dispositions are not the call's: the report must not outlive a closed pipe
   // silently, a child's end must be waitable, and SIGUSR1 waits (blocked since the clone) for
   // its handler.

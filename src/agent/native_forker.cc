@@ -17,6 +17,7 @@
 #include "agent/protocol.h"
 #include "base/unique_fd.h"
 #include "isolation/call_setup.h"
+#include "sys/code_huge_pages.h"
 #include "sys/fd_io.h"
 #include "sys/fd_passing.h"
 
@@ -134,8 +135,16 @@ int StartNativeForker(const NativeForkerConfig& cfg) {
   sigemptyset(&usr1);
   sigaddset(&usr1, SIGUSR1);
   sigprocmask(SIG_BLOCK, &usr1, nullptr);
+  // Should the runner run out of memory, a call goes first, never the dispatcher (all share the
+  // runner's cgroup): every worker inherits this.
+  if (int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
+    sys::WriteFull(fd, "1000");
+    close(fd);
+  }
+  warren_code_to_huge_pages();  // see sys/code_huge_pages.h
   NativeForkerConfig own = cfg;
   own.setup_flags = warren_call_prepare_root(cfg.setup_flags, cfg.root_flags);
+  if (own.setup_flags & WARREN_CALL_ROOT_DONE) warren_call_detach_covered(own.setup_flags);
   Serve(sock, own);
 }
 

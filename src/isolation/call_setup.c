@@ -183,3 +183,38 @@ unsigned warren_call_prepare_root(unsigned flags, unsigned long root_flags) {
     return flags;
   return flags | WARREN_CALL_ROOT_DONE;
 }
+
+void warren_call_detach_covered(unsigned flags) {
+  static char info[64 * 1024];
+  int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  size_t len = 0;
+  ssize_t n;
+  while (len < sizeof info - 1 && (n = read(fd, info + len, sizeof info - 1 - len)) > 0)
+    len += (size_t)n;
+  close(fd);
+  info[len] = 0;
+  /* The mount points, in the order mounted (a child after its parent), to detach in reverse. */
+  const char* points[128];
+  size_t np = 0;
+  for (char* line = info; *line && np < 128;) {
+    char* end = strchr(line, '\n');
+    if (end) *end = 0;
+    /* "ID PARENT MAJ:MIN ROOT MOUNT-POINT ...": the fifth field (octal escapes are not ours). */
+    char* field = line;
+    for (int i = 0; i < 4 && field; i++) {
+      field = strchr(field, ' ');
+      if (field) field++;
+    }
+    if (field) {
+      char* space = strchr(field, ' ');
+      if (space) *space = 0;
+      if (strncmp(field, "/proc/", 6) == 0 ||
+          ((flags & WARREN_CALL_HAS_SHM) && strcmp(field, "/dev/shm") == 0))
+        points[np++] = field;
+    }
+    if (!end) break;
+    line = end + 1;
+  }
+  while (np > 0) umount2(points[--np], MNT_DETACH);
+}

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "isolation/call_setup.h"
+#include "sys/code_huge_pages.h"
 
 #define WZ_FDS 5 /* request, stdin, stdout, stderr, status */
 #ifndef SYS_pidfd_open
@@ -383,113 +384,6 @@ static void report_ends(int sock) {
   }
 }
 
-/* ---- The interpreter's code in huge pages.
- *
- * A clone copies no page-table entries of a file mapping, so every worker faults the
- * interpreter's code in again (fault-around, 16 pages at a time), and its exit unmaps each
- * page it mapped: together ~8% of all CPU at 2 clients. An anonymous huge page is copied at
- * clone as one entry, never faulted, and unmapped as one. So each 2 MiB-aligned stretch of
- * the executable's read-only mappings (its code, and the headers and read-only data that share
- * those stretches) becomes an anonymous huge page with the same bytes, readable and executable.
- * Where no huge page can be had, the stretch goes back to the file as it was: 512 small
- * anonymous pages would cost each clone more to copy than the faults they save. */
-
-#define WZ_HUGE (2ul << 20)
-
-struct wz_piece {
-  unsigned long start, end, offset;
-  int prot;
-};
-
-static int exe_piece(const char* line, const char* exe, struct wz_piece* p) {
-  char perms[8], path[512];
-  unsigned long ino;
-  path[0] = 0;
-  if (sscanf(line, "%lx-%lx %7s %lx %*s %lu %511s", &p->start, &p->end, perms, &p->offset, &ino,
-             path) < 5)
-    return 0;
-  if (strcmp(path, exe) != 0 || perms[1] == 'w' || perms[3] != 'p') return 0;
-  p->prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[2] == 'x' ? PROT_EXEC : 0);
-  return 1;
-}
-
-/* [at, at + WZ_HUGE): wholly read-only mappings of the executable (`pieces`, in order, no gap),
- * some of it code. Copies it into an anonymous huge page at the same address; 0 on success. */
-static int stretch_to_huge_page(unsigned long at, const struct wz_piece* pieces, int n,
-                                int exe_fd) {
-  void* copy = mmap(NULL, WZ_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (copy == MAP_FAILED) return -1;
-  memcpy(copy, (void*)at, WZ_HUGE);
-  int ok = mmap((void*)at, WZ_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                -1, 0) != MAP_FAILED;
-  if (ok) {
-    madvise((void*)at, WZ_HUGE, MADV_HUGEPAGE);
-    memcpy((void*)at, copy, WZ_HUGE); /* the first touch takes a huge page, where there is one */
-    ok = madvise((void*)at, WZ_HUGE, 25 /* MADV_COLLAPSE: it is one, or becomes one */) == 0;
-  }
-  if (ok) ok = mprotect((void*)at, WZ_HUGE, PROT_READ | PROT_EXEC) == 0;
-  if (!ok) /* the file's pages again, as they were (the code we run is not in them) */
-    for (int i = 0; i < n; i++) {
-      unsigned long from = pieces[i].start > at ? pieces[i].start : at;
-      unsigned long to = pieces[i].end < at + WZ_HUGE ? pieces[i].end : at + WZ_HUGE;
-      if (mmap((void*)from, to - from, pieces[i].prot, MAP_PRIVATE | MAP_FIXED, exe_fd,
-               (off_t)(pieces[i].offset + (from - pieces[i].start))) == MAP_FAILED)
-        _exit(1); /* part of the interpreter's code gone: nothing can run */
-    }
-  munmap(copy, WZ_HUGE);
-  return ok ? 0 : -1;
-}
-
-/* Returns how many huge pages the code is now in. */
-static int code_to_huge_pages(void) {
-  char exe[512];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return 0;
-  exe[n] = 0;
-  int exe_fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-  FILE* maps = fopen("/proc/self/maps", "re");
-  if (exe_fd < 0 || !maps) {
-    if (exe_fd >= 0) close(exe_fd);
-    if (maps) fclose(maps);
-    return 0;
-  }
-  struct wz_piece pieces[64];
-  int np = 0;
-  char line[1024];
-  while (np < 64 && fgets(line, sizeof line, maps))
-    if (exe_piece(line, exe, &pieces[np])) np++;
-  fclose(maps);
-  /* No signal handler (the interpreter's are in the code being moved) may run meanwhile. */
-  sigset_t all, old;
-  sigfillset(&all);
-  sigprocmask(SIG_BLOCK, &all, &old);
-  int done = 0;
-  unsigned long next = 0; /* stretches below this were tried (pieces are in address order) */
-  for (int i = 0; i < np; i++) {
-    if (!(pieces[i].prot & PROT_EXEC)) continue;
-    for (unsigned long at = pieces[i].start & ~(WZ_HUGE - 1); at < pieces[i].end; at += WZ_HUGE) {
-      if (at < next) continue;
-      next = at + WZ_HUGE;
-      /* The pieces that make up [at, at + WZ_HUGE), without a gap. */
-      int lo = -1, hi = -1;
-      unsigned long covered = at;
-      for (int k = 0; k < np; k++) {
-        if (pieces[k].end <= at || pieces[k].start >= at + WZ_HUGE) continue;
-        if (pieces[k].start > covered) break; /* a gap, or a writable mapping */
-        if (lo < 0) lo = k;
-        hi = k;
-        covered = pieces[k].end;
-      }
-      if (lo >= 0 && covered >= at + WZ_HUGE &&
-          stretch_to_huge_page(at, &pieces[lo], hi - lo + 1, exe_fd) == 0)
-        done++;
-    }
-  }
-  sigprocmask(SIG_SETMASK, &old, NULL);
-  close(exe_fd);
-  return done;
-}
-
 /* Serves fork requests on `sock`; returns only in a new worker, set up (see above). */
 __attribute__((visibility("default"))) int warren_zygote(int sock, const void* bpf, size_t bpf_len,
                                                          unsigned long long tmp_bytes,
@@ -497,7 +391,8 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
   const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
   g_self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   flags = warren_call_prepare_root(flags, root_flags);
-  code_to_huge_pages();
+  if (flags & WARREN_CALL_ROOT_DONE) warren_call_detach_covered(flags);
+  warren_code_to_huge_pages(); /* the interpreter's code: see sys/code_huge_pages.h */
   sigset_t chld, old;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);

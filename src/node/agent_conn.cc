@@ -90,7 +90,7 @@ void AgentConn::OnMessage(agent::Message& m) {
       MutexLock lock(&mu_);
       // Only those we asked about: an exec started after the resume (the agent answers it
       // later, e.g. once a paused sandbox is thawed) is not lost.
-      for (auto& [eid, rec] : execs_)
+      for (auto& [eid, rec] : execs_.records())
         if (!rec->done() && resume_asked_.count(eid) && !known.count(eid)) lost.push_back(rec);
       resume_asked_.clear();
     }
@@ -136,7 +136,7 @@ void AgentConn::OnClosed(const std::string& why) {
     if (closed_) return;
     closed_ = true;
     close_reason_ = why;
-    execs = execs_;
+    execs = execs_.records();
     ops = ops_;
   }
   ExecOutcome o;
@@ -156,8 +156,7 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
   {
     MutexLock lock(&mu_);
     if (closed_) return Status(Code::kConflict, "exec", sandbox_id_, "sandbox is not running");
-    WARREN_RETURN_IF_ERROR(
-        AdmitExec(&execs_, &exec_order_, rec, kMaxRunningExecs, kKeepExecs, kKeepBytes));
+    WARREN_RETURN_IF_ERROR(execs_.Admit(rec, kMaxRunningExecs, kKeepExecs, kKeepBytes));
     if (spec.channel && spec.on_output) channels_[rec->id()] = spec.on_output;
   }
   nlohmann::json env = spec.env;
@@ -206,10 +205,7 @@ Status AgentConn::SendStdin(const std::string& exec_id, std::string_view data, b
 
 void AgentConn::AdoptExecs(std::vector<std::shared_ptr<ExecRecord>> recs) {
   MutexLock lock(&mu_);
-  for (auto& r : recs) {
-    exec_order_.push_back(r->id());
-    execs_[r->id()] = std::move(r);
-  }
+  for (auto& r : recs) execs_.Adopt(std::move(r));
 }
 
 Status AgentConn::Resume() {
@@ -217,7 +213,7 @@ Status AgentConn::Resume() {
   {
     MutexLock lock(&mu_);
     resume_asked_.clear();
-    for (auto& [eid, rec] : execs_)
+    for (auto& [eid, rec] : execs_.records())
       if (!rec->done()) {
         auto [out, err] = rec->received();
         have[eid] = {out, err};
@@ -234,22 +230,19 @@ Status AgentConn::Signal(const std::string& exec_id, int sig) {
 
 int AgentConn::Running() const {
   MutexLock lock(&mu_);
-  int n = 0;
-  for (auto& [eid, r] : execs_) n += !r->done();
-  return n;
+  return static_cast<int>(execs_.Running());
 }
 
 bool AgentConn::AnyExecAwaited() const {
   MutexLock lock(&mu_);
-  for (auto& [eid, r] : execs_)
+  for (auto& [eid, r] : execs_.records())
     if (r->awaited()) return true;
   return false;
 }
 
 std::shared_ptr<ExecRecord> AgentConn::FindExec(const std::string& exec_id) {
   MutexLock lock(&mu_);
-  auto it = execs_.find(exec_id);
-  return it == execs_.end() ? nullptr : it->second;
+  return execs_.Find(exec_id);
 }
 
 // True once the agent answered (an early error stops an upload).

@@ -97,9 +97,8 @@ class AgentConn {
   bool closed_ GUARDED_BY(mu_) = false;
   std::string close_reason_ GUARDED_BY(mu_);
   uint64_t next_op_ GUARDED_BY(mu_) = 1;
-  ExecMap execs_ GUARDED_BY(mu_);
-  std::set<std::string> resume_asked_ GUARDED_BY(mu_);   // running execs named in our last `resume`
-  std::vector<std::string> exec_order_ GUARDED_BY(mu_);  // bounds the finished execs kept
+  ExecBook execs_ GUARDED_BY(mu_);
+  std::set<std::string> resume_asked_ GUARDED_BY(mu_);  // running execs named in our last `resume`
   std::map<std::string, std::shared_ptr<PendingOp>> ops_ GUARDED_BY(mu_);
   std::map<std::string, std::function<void(int, std::string_view)>> channels_ GUARDED_BY(mu_);
   std::shared_ptr<OutputBudget> budget_;

@@ -335,35 +335,59 @@ nlohmann::json ChunkJson(const OutputChunk& c, bool binary) {
   return j;
 }
 
-Status AdmitExec(ExecMap* execs, std::vector<std::string>* order,
-                 const std::shared_ptr<ExecRecord>& rec, size_t max_running, size_t keep_count,
-                 uint64_t keep_bytes) {
-  // One walk for both (the records' lock-free copies): this runs on every exec.
-  size_t running = 0;
-  uint64_t held = 0;
-  for (auto& [eid, r] : *execs) {
-    running += !r->done();
-    held += r->bytes();
+void ExecBook::Settle() {
+  for (auto it = live_.begin(); it != live_.end();) {
+    if ((*it)->done()) {  // its bytes are final once it is done (Append stops at Finish)
+      finished_bytes_ += (*it)->bytes();
+      it = live_.erase(it);
+    } else {
+      ++it;
+    }
   }
-  if (running >= max_running)
+}
+
+size_t ExecBook::Running() const {
+  size_t n = 0;
+  for (const ExecRecord* r : live_) n += !r->done();
+  return n;
+}
+
+Status ExecBook::Admit(const std::shared_ptr<ExecRecord>& rec, size_t max_running,
+                       size_t keep_count, uint64_t keep_bytes) {
+  Settle();
+  if (live_.size() >= max_running)
     return Status(Code::kQuota, "exec", rec->sandbox_id(),
                   std::to_string(max_running) + " commands are already running");
-  (*execs)[rec->id()] = rec;
-  order->push_back(rec->id());
-  held += rec->bytes();
-  for (size_t i = 0; i < order->size() && (order->size() > keep_count || held > keep_bytes);) {
-    auto it = execs->find((*order)[i]);
-    if (it != execs->end() && !it->second->done()) {
-      ++i;  // running: kept, look at the next oldest
+  by_id_[rec->id()] = rec;
+  order_.push_back(rec);
+  live_.insert(rec.get());
+  uint64_t held = finished_bytes_;
+  for (const ExecRecord* r : live_) held += r->bytes();
+  // Only records counted as finished go; a running one (or one finished since Settle) stays.
+  for (size_t i = 0; i < order_.size() && (order_.size() > keep_count || held > keep_bytes);) {
+    const std::shared_ptr<ExecRecord>& r = order_[i];
+    if (live_.count(r.get())) {
+      ++i;
       continue;
     }
-    if (it != execs->end()) {
-      held -= it->second->bytes();
-      execs->erase(it);
-    }
-    order->erase(order->begin() + static_cast<long>(i));
+    held -= r->bytes();
+    finished_bytes_ -= r->bytes();
+    by_id_.erase(r->id());
+    order_.erase(order_.begin() + static_cast<long>(i));
   }
   return Status::Ok();
+}
+
+void ExecBook::Adopt(std::shared_ptr<ExecRecord> rec) {
+  if (by_id_.count(rec->id())) return;
+  live_.insert(rec.get());  // counted as finished, if it is, at the next Settle
+  order_.push_back(rec);
+  by_id_[rec->id()] = std::move(rec);
+}
+
+std::shared_ptr<ExecRecord> ExecBook::Find(const std::string& id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
 }
 
 }  // namespace warren::node

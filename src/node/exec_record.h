@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -12,9 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
 #include "base/thread_annotations.h"
 #include "node/exec_spill.h"
 
@@ -140,8 +143,8 @@ class ExecRecord {
   bool done_ GUARDED_BY(mu_) = false;       // the command ended
   bool published_ GUARDED_BY(mu_) = false;  // ... and the end is announced
   // Copies of `published_` and of bytes_[0] + bytes_[1], written with them, read without the
-  // lock: AdmitExec reads both of every kept record (up to 1,024) on each exec, and taking
-  // each record's lock twice for it cost 10-15 us of a 1.06 ms round trip (A/B, bench/RESULTS.md
+  // lock: ExecBook reads both of the records it admits and settles on each exec, and taking
+  // each record's lock for it cost 10-15 us of a 1.06 ms round trip (A/B, bench/RESULTS.md
   // "Against the floor").
   std::atomic<bool> published_copy_{false};
   std::atomic<uint64_t> bytes_copy_{0};
@@ -154,14 +157,33 @@ class ExecRecord {
   std::vector<std::function<void()>> waiters_ GUARDED_BY(mu_);
 };
 
-// The exec records of one sandbox, by id and in start order. Admits `rec` unless
-// `max_running` are running already (kQuota), then forgets the oldest finished records while
-// more than `keep_count` are held or they hold more than `keep_bytes` of output. The caller
-// locks.
+// The exec records of one sandbox, by id and in start order; the caller locks. Admitting one
+// costs what is running, not what is kept: a long-lived sandbox keeps 1,024 finished records,
+// and walking them all on every exec (the running count, the output they hold) was 30 us of a
+// 1 ms round trip. So records not yet seen finished are kept apart (`live_`), and the output of
+// the finished ones is a running total: a finished record's output never changes again.
 using ExecMap = std::map<std::string, std::shared_ptr<ExecRecord>>;
-Status AdmitExec(ExecMap* execs, std::vector<std::string>* order,
-                 const std::shared_ptr<ExecRecord>& rec, size_t max_running, size_t keep_count,
-                 uint64_t keep_bytes);
+class ExecBook {
+ public:
+  // Admits `rec` unless `max_running` are running already (kQuota), then forgets the oldest
+  // finished records while more than `keep_count` are held or they hold more than `keep_bytes`
+  // of output.
+  Status Admit(const std::shared_ptr<ExecRecord>& rec, size_t max_running, size_t keep_count,
+               uint64_t keep_bytes);
+  // A record a restarted node found (running or finished), past every limit.
+  void Adopt(std::shared_ptr<ExecRecord> rec);
+  std::shared_ptr<ExecRecord> Find(const std::string& id) const;
+  const ExecMap& records() const { return by_id_; }
+  size_t Running() const;
+
+ private:
+  void Settle();  // counts the live records that have finished as finished
+
+  ExecMap by_id_;
+  std::deque<std::shared_ptr<ExecRecord>> order_;  // start order
+  std::unordered_set<const ExecRecord*> live_;     // kept and not yet seen finished
+  uint64_t finished_bytes_ = 0;                    // output of the kept ones seen finished
+};
 
 // JSON for one stream line: {"seq", "stream", "data"} (+ "data_b64" when binary).
 nlohmann::json ChunkJson(const OutputChunk& c, bool binary);

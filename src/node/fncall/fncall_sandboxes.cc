@@ -73,8 +73,7 @@ Result<node::SandboxRuntime> FncallSandboxes::Create(const node::NodeSandboxSpec
         o.error = "warren serve restarted while this exec ran: its runner ended with it";
         rec->Finish(o);
       }
-      box->order.push_back(rec->id());
-      box->execs[rec->id()] = std::move(rec);
+      box->execs.Adopt(std::move(rec));
     }
   }
   MutexLock lock(&mu_);
@@ -106,9 +105,7 @@ int FncallSandboxes::RunningExecs(const std::string& id) {
   auto box = Find(id);
   if (!box) return 0;
   MutexLock lock(&mu_);
-  int n = 0;
-  for (auto& [eid, rec] : box->execs) n += !rec->done();
-  return n;
+  return static_cast<int>(box->execs.Running());
 }
 
 Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::GetExec(const std::string& id,
@@ -116,9 +113,9 @@ Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::GetExec(const std::st
   auto box = Find(id);
   if (!box) return NotFound("sandbox", id);
   MutexLock lock(&mu_);
-  auto it = box->execs.find(exec_id);
-  if (it == box->execs.end()) return NotFound("exec", exec_id);
-  return it->second;
+  auto rec = box->execs.Find(exec_id);
+  if (!rec) return NotFound("exec", exec_id);
+  return rec;
 }
 
 void FncallSandboxes::JoinFinished() {
@@ -155,8 +152,7 @@ Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::StartExec(const std::
   }
   {
     MutexLock lock(&mu_);
-    WARREN_RETURN_IF_ERROR(
-        node::AdmitExec(&box->execs, &box->order, rec, kMaxRunning, kKeepExecs, ~uint64_t{0}));
+    WARREN_RETURN_IF_ERROR(box->execs.Admit(rec, kMaxRunning, kKeepExecs, ~uint64_t{0}));
   }
   if (spec.on_record) spec.on_record(rec);
 

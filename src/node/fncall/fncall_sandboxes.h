@@ -52,8 +52,7 @@ class FncallSandboxes {
     std::vector<std::string> layers;
     runtime::SandboxConfig config;
     std::shared_ptr<node::OutputBudget> budget;
-    node::ExecMap execs;
-    std::vector<std::string> order;              // for forgetting the oldest finished execs
+    node::ExecBook execs;
     std::shared_ptr<node::ExecJournal> journal;  // null without a spill dir
   };
   std::shared_ptr<Box> Find(const std::string& id);
@@ -62,7 +61,7 @@ class FncallSandboxes {
 
   CallService* calls_;
   const std::string spill_dir_;
-  // Guards boxes_, workers_ and each Box's execs and order.
+  // Guards boxes_, workers_ and each Box's execs.
   Mutex mu_;
   std::map<std::string, std::shared_ptr<Box>> boxes_ GUARDED_BY(mu_);
   struct Worker {

@@ -4,13 +4,11 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/epoll.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,15 +69,6 @@ double Now() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
-
-// Above the numbers a spawned worker's stdio and pipes take (0-6). -1 (and `fd` closed) if
-// there is no room.
-int HighFd(int fd) {
-  if (fd < 0 || fd >= 10) return fd;
-  int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
-  close(fd);
-  return high;
 }
 
 std::string ReadSmall(const std::string& path) {
@@ -296,7 +285,7 @@ class Dispatcher {
   }
 
   // Five pipes: request and stdin (theirs read), stdout, stderr and the report (theirs write).
-  bool MakePipes(int theirs[5], int ours[5], bool high) {
+  bool MakePipes(int theirs[5], int ours[5]) {
     for (int i = 0; i < 5; ++i) {
       int p[2];
       if (pipe2(p, O_CLOEXEC) != 0) {
@@ -308,14 +297,6 @@ class Dispatcher {
       const bool to_worker = i < 2;
       theirs[i] = to_worker ? p[0] : p[1];
       ours[i] = to_worker ? p[1] : p[0];
-      if (high) theirs[i] = HighFd(theirs[i]);  // above the numbers they are placed on
-      if (theirs[i] < 0) {
-        const int err = errno;
-        close(ours[i]);
-        for (int j = 0; j < i; ++j) close(theirs[j]), close(ours[j]);
-        errno = err;
-        return false;
-      }
     }
     return true;
   }
@@ -331,7 +312,7 @@ class Dispatcher {
   bool ForkWorker() {
     const int uid = free_uids_.front();
     int theirs[5], ours[5];
-    if (!MakePipes(theirs, ours, false)) {
+    if (!MakePipes(theirs, ours)) {
       Log(ErrnoText("fork a worker: pipe2", errno));
       return false;
     }
@@ -357,7 +338,7 @@ class Dispatcher {
       netns_.pop_back();
     }
     int theirs[5], ours[5];
-    if (!MakePipes(theirs, ours, false)) {
+    if (!MakePipes(theirs, ours)) {
       const int err = errno;
       if (netns >= 0) netns_.push_back(netns);
       Log(ErrnoText("native worker: pipe2", err));
@@ -402,7 +383,7 @@ class Dispatcher {
       return;
     }
     w->pid = answer.pid;
-    w->pidfd = HighFd(received[0].Release());
+    w->pidfd = received[0].Release();
     by_pid_[w->pid] = w;
     WatchFd(w->pidfd, w, What::kNativeExit, EPOLLIN);
     ready_[1].push_back(w);
@@ -460,8 +441,7 @@ class Dispatcher {
     forking_.pop_front();
     if (!w) {  // a net namespace for a native worker
       if (!received.empty() && rep.value("netns", 0) == 1) {
-        int fd = HighFd(received[0].Release());
-        if (fd >= 0) netns_.push_back(fd);
+        netns_.push_back(received[0].Release());
       } else {
         netns_ok_ = false;  // the Python zygote: native workers make their own
       }

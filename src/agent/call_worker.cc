@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -21,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/exec_search.h"
+#include "agent/exec_spawn.h"
 #include "agent/protocol.h"
 #include "isolation/call_setup.h"
 #include "sys/fd_io.h"
@@ -34,7 +33,7 @@ using nlohmann::json;
 constexpr int kRequest = 3, kReport = 4;
 constexpr uint64_t kArtifactLimit = 64ull << 20;
 
-volatile pid_t g_target = 0;  // who SIGUSR1 is passed on to (the worker, then the program)
+volatile pid_t g_target = 0;  // the program, which SIGUSR1 ends
 
 void OnUsr1(int) {
   if (g_target > 0) kill(g_target, SIGKILL);
@@ -134,19 +133,14 @@ int ProgramMain(void* arg) {
 // Starts the program without copying pid 1's page tables (the fork it replaced cost more than
 // the program's own exec here). Returns its pid, or -1 with errno.
 pid_t SpawnProgram(ProgramSpawn* spawn) {
-  constexpr size_t kStack = 64 * 1024;
-  static char* stack = static_cast<char*>(aligned_alloc(64, kStack));
-  if (!stack) return -1;
-  // Every signal is blocked across the clone, so no handler of pid 1's runs on the child's
-  // side. SIGUSR1 has been since pid 1 began: one sent before the program existed is delivered
-  // when the mask clears below, with g_target naming the program.
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &all, nullptr);
-  pid_t pid = clone(ProgramMain, stack + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, spawn);
+  // SIGUSR1 has been blocked since pid 1 began, and CloneVforked leaves the mask as it was: one
+  // sent before the program existed is delivered when the mask clears below, with g_target
+  // naming the program.
+  const pid_t pid = CloneVforked(ProgramMain, spawn);
   const int err = errno;
   if (pid > 0) g_target = pid;
+  sigset_t none;
+  sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   errno = err;
   return pid;

@@ -1,7 +1,6 @@
 #include "agent/exec_child.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -12,7 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "agent/exec_search.h"
+#include "agent/exec_spawn.h"
 #include "isolation/capabilities.h"
 
 namespace warren::agent {
@@ -87,19 +86,7 @@ pid_t SpawnChild(const ChildSpec& s) {
   int n = snprintf(p.oom, sizeof p.oom, "%d", std::min(1000, s.agent_oom_score_adj + 998));
   p.oom_len = n > 0 ? static_cast<size_t>(n) : 0;
 
-  // The child runs on a stack of its own (the agent's is suspended under it). Signals stay
-  // blocked across the clone so no handler of the agent's runs on the child's side.
-  constexpr size_t kStack = 64 * 1024;
-  static char* stack = static_cast<char*>(aligned_alloc(64, kStack));
-  if (!stack) return -1;
-  sigset_t all, old;
-  sigfillset(&all);
-  sigprocmask(SIG_SETMASK, &all, &old);
-  pid_t pid = clone(ChildMain, stack + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &p);
-  int err = errno;
-  sigprocmask(SIG_SETMASK, &old, nullptr);
-  errno = err;
-  return pid;
+  return CloneVforked(ChildMain, &p);
 }
 
 }  // namespace warren::agent

@@ -1,6 +1,10 @@
-// execvpe's search for a program, split in two so that a child sharing its parent's memory
-// (vfork, CLONE_VM) can run it: the parent plans (allocates), the child only calls execve.
+// Starting a program the way posix_spawn does, from a process whose page tables are not worth
+// copying (the agent, an fncall call's pid 1): a child that shares its parent's memory
+// (CLONE_VM | CLONE_VFORK) and so may not allocate, and execvpe's search split in two for it:
+// the parent plans (allocates), the child only calls execve.
 #pragma once
+
+#include <sys/types.h>
 
 #include <string>
 #include <vector>
@@ -22,5 +26,12 @@ ExecPlan PlanExec(const std::vector<std::string>& argv, const std::vector<std::s
 // does. Returns only if none ran, with errno as execvp leaves it (EACCES if a candidate was
 // found but not executable and nothing better was). Allocates nothing.
 void ExecPlanned(ExecPlan& plan);
+
+// Runs `child(arg)` on a stack of its own in a child sharing this process's memory; this
+// thread sleeps until the child has exec'd or ended. Every signal is blocked across the clone,
+// so no handler of the parent's runs on the child's side, and the mask is as it was on return:
+// the child sets its own. One child at a time per process (one stack). Returns its pid, or -1
+// with errno.
+pid_t CloneVforked(int (*child)(void*), void* arg);
 
 }  // namespace warren::agent

@@ -1,5 +1,7 @@
-#include "agent/exec_search.h"
+#include "agent/exec_spawn.h"
 
+#include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,6 +59,20 @@ void ExecPlanned(ExecPlan& p) {
       break;
   }
   if (denied && (errno == ENOENT || errno == ENOTDIR)) errno = EACCES;
+}
+
+pid_t CloneVforked(int (*child)(void*), void* arg) {
+  constexpr size_t kStack = 64 * 1024;
+  static char* stack = static_cast<char*>(aligned_alloc(64, kStack));
+  if (!stack) return -1;
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &old);
+  const pid_t pid = clone(child, stack + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
+  const int err = errno;
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  errno = err;
+  return pid;
 }
 
 }  // namespace warren::agent

@@ -141,7 +141,14 @@ def run_exec(port, token, busybox_true, n):
         pid = os.posix_spawn(busybox_true, [busybox_true], {})
         os.waitpid(pid, 0)
         spawn.append((time.perf_counter() - t0) * 1000)
-    return {"warren": pcts(samples), "fork": pcts(fork), "spawn": pcts(spawn)}
+    # The API's own floor: the same client's round trip of the cheapest request (no auth, no
+    # state, no hop off the I/O thread). An exec over HTTP costs at least this plus the spawn.
+    api_rtt = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        api.call("GET", "/healthz")
+        api_rtt.append((time.perf_counter() - t0) * 1000)
+    return {"warren": pcts(samples), "fork": pcts(fork), "spawn": pcts(spawn), "api_rtt": pcts(api_rtt)}
 
 
 # --- calls (fncall) --------------------------------------------------------------------------
@@ -342,6 +349,11 @@ def floor_rows(res):
         r = e["warren"]["p50_ms"] / e["spawn"]["p50_ms"]
         one("exec round trip of `true` in a running sandbox, p50", f"{e['warren']['p50_ms']:.2f} ms",
             f"host `posix_spawn` + wait of the same binary {e['spawn']['p50_ms']:.2f} ms", r, "<= 1.3x", r <= 1.3)
+        if "api_rtt" in e:
+            lb = (e["api_rtt"]["p50_ms"] + e["spawn"]["p50_ms"]) / e["spawn"]["p50_ms"]
+            one("(bound) exec over HTTP: the API's own round trip + `posix_spawn`, p50",
+                f"{e['api_rtt']['p50_ms'] + e['spawn']['p50_ms']:.2f} ms",
+                f"`GET /healthz` {e['api_rtt']['p50_ms']:.2f} ms + spawn", lb, "-", None)
     w, b = cycle_row(cyc, "warren", "create_exec", 1), cycle_row(cyc, "bwrap", "cycle", 1)
     r = w["p50_ms"] / b["p50_ms"] if w and b else None
     one("create -> first exec result, p50, 1 client", f"{w['p50_ms']:.2f} ms" if w else "-",
@@ -427,6 +439,9 @@ def report(res, args):
         add(f"| host fork+exec of the same busybox `true` (`subprocess`) | {e['fork']['p50_ms']:.2f} | "
             f"{e['fork']['p99_ms']:.2f} | |")
         add(f"| host `posix_spawn` + wait of it | {e['spawn']['p50_ms']:.2f} | {e['spawn']['p99_ms']:.2f} | |")
+        if "api_rtt" in e:
+            add(f"| the same client's `GET /healthz` (the API's own floor) | {e['api_rtt']['p50_ms']:.2f} | "
+                f"{e['api_rtt']['p99_ms']:.2f} | |")
         add(f"| warren / fork+exec | {e['warren']['p50_ms'] / e['fork']['p50_ms']:.2f}x | | |")
     if res.get("calls"):
         add("")

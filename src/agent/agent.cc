@@ -24,6 +24,7 @@
 #include "agent/exec_child.h"
 #include "agent/fs_helper.h"
 #include "agent/protocol.h"
+#include "agent/pty.h"
 #include "agent/setup_messages.h"
 #include "agent/vm_init.h"
 #include "base/unique_fd.h"
@@ -51,12 +52,18 @@ int64_t NowMs() {
 // still holds open before we call the exec finished.
 constexpr int64_t kExitGraceMs = 100;
 
+// Input the node sent that a command has not read yet, per command: past it, more input is
+// refused (the node answers 429) instead of growing the agent, whose memory the sandbox's
+// own cgroup bounds.
+constexpr size_t kMaxPendingInput = 1 << 20;
+
 struct Exec {
   std::string id;
   pid_t pid = -1;
   UniqueFd out, err, in;
   std::string pending_stdin;
   bool stdin_eof = false;
+  bool tty = false;  // out and in are the pty's master (two descriptors, one watch each)
   // Whether the stdin pipe is watched for EPOLLOUT: only while there is something to write
   // (level-triggered, it would otherwise wake the loop forever while a client sends nothing).
   bool stdin_armed = false;
@@ -97,6 +104,8 @@ class Agent {
   void HandleMessage(Message& m);
   void StartExec(Message& m);
   void HandleStdin(Message& m);
+  void HandleInput(Message& m);
+  void HandleResize(Message& m);
   void WriteStdin(Exec& e);
   void HandlePut(Message& m);
   void HandleGet(Message& m);
@@ -379,28 +388,42 @@ void Agent::StartExec(Message& m) {
   cs.keep_caps = e->channel || whole_machine_;
   cs.keep_chroot = !microvm_;
 
-  int po[2], pe[2], perr[2], pi[2] = {-1, -1};
-  if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(perr, O_CLOEXEC))
-    return fail(ErrText("pipe2", id, errno));
-  bool has_stdin = h.value("stdin", false);
-  if (has_stdin && pipe2(pi, O_CLOEXEC)) return fail(ErrText("pipe2", id, errno));
-  cs.stdout_fd = po[1];
-  cs.stderr_fd = pe[1];
-  cs.stdin_fd = pi[0];
+  int perr[2];
+  if (pipe2(perr, O_CLOEXEC)) return fail(ErrText("pipe2", id, errno));
+  UniqueFd child_err(perr[0]), err_w(perr[1]);
   cs.error_fd = perr[1];
-  pid_t pid = SpawnChild(cs);
-  UniqueFd child_err(perr[0]);
-  close(perr[1]);
-  close(po[1]);
-  close(pe[1]);
-  if (pi[0] >= 0) close(pi[0]);
-  e->out.Reset(po[0]);
-  e->err.Reset(pe[0]);
-  if (pi[1] >= 0) e->in.Reset(pi[1]);
-  if (pid < 0) {
-    int err = errno;
-    return fail(ErrText("fork", cs.argv[0], err));
+  // The command's end of its stdio, closed here once it is spawned.
+  UniqueFd child_in, child_out, child_err_stream;
+  if (auto tty = h.find("tty"); tty != h.end() && tty->is_object()) {
+    auto pty = OpenPty(tty->value("rows", uint16_t{24}), tty->value("cols", uint16_t{80}));
+    if (!pty.ok()) return fail(pty.status().ToString());
+    e->tty = cs.tty = true;
+    cs.stdin_fd = cs.stdout_fd = cs.stderr_fd = pty->slave.get();
+    child_out = std::move(pty->slave);
+    e->in.Reset(fcntl(pty->master.get(), F_DUPFD_CLOEXEC, 0));
+    if (!e->in) return fail(ErrText("dup", "pty", errno));
+    e->out = std::move(pty->master);
+  } else {
+    int po[2], pe[2], pi[2] = {-1, -1};
+    if (pipe2(po, O_CLOEXEC)) return fail(ErrText("pipe2", id, errno));
+    e->out.Reset(po[0]), child_out.Reset(po[1]);
+    if (pipe2(pe, O_CLOEXEC)) return fail(ErrText("pipe2", id, errno));
+    e->err.Reset(pe[0]), child_err_stream.Reset(pe[1]);
+    if (h.value("stdin", false)) {
+      if (pipe2(pi, O_CLOEXEC)) return fail(ErrText("pipe2", id, errno));
+      child_in.Reset(pi[0]), e->in.Reset(pi[1]);
+    }
+    cs.stdout_fd = po[1];
+    cs.stderr_fd = pe[1];
+    cs.stdin_fd = pi[0];
   }
+  pid_t pid = SpawnChild(cs);
+  const int spawn_errno = errno;
+  err_w.Reset();
+  child_in.Reset();
+  child_out.Reset();
+  child_err_stream.Reset();
+  if (pid < 0) return fail(ErrText("fork", cs.argv[0], spawn_errno));
   e->pid = pid;
   // The error pipe closes on a successful exec; a failed chdir is a bad request, a failed
   // exec is reported like a shell does (127 not found, 126 not executable).
@@ -417,12 +440,12 @@ void Agent::StartExec(Message& m) {
     std::string msg = "warren: " + ErrText("exec", cs.argv[0], err) + "\n";
     SendOutput(*e, 1, msg);
   }
-  for (int fd : {e->out.get(), e->err.get()}) fcntl(fd, F_SETFL, O_NONBLOCK);
-  fd_owner_[e->out.get()] = {id, 0};
-  fd_owner_[e->err.get()] = {id, 1};
-  if (connected_) {
-    Watch(e->out.get(), EPOLLIN, true);
-    Watch(e->err.get(), EPOLLIN, true);
+  for (int which : {0, 1}) {
+    const int fd = which == 0 ? e->out.get() : e->err.get();
+    if (fd < 0) continue;  // a terminal has one output
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    fd_owner_[fd] = {id, which};
+    if (connected_) Watch(fd, EPOLLIN, true);
   }
   if (e->in) {
     fcntl(e->in.get(), F_SETFL, O_NONBLOCK);
@@ -467,6 +490,45 @@ void Agent::HandleStdin(Message& m) {
     Rearm(e.in.get(), EPOLLOUT);
     e.stdin_armed = true;
   }
+}
+
+// input {id: op, exec, eof} + bytes -> ok {id} | err {id, code, error}: a client's input for a
+// command started with an open stdin or a terminal, acknowledged so that the client learns
+// when the command does not read it (and its bytes are not buffered without bound).
+void Agent::HandleInput(Message& m) {
+  const std::string op = m.header.value("id", ""), exec_id = m.header.value("exec", "");
+  auto refuse = [&](Code code, int err, const std::string& why) {
+    ReplyError(op, Status(code, "write input", exec_id, why, err));
+  };
+  auto it = execs_.find(exec_id);
+  if (it == execs_.end() || it->second->exited)
+    return refuse(Code::kConflict, ESRCH, "the command has ended");
+  Exec& e = *it->second;
+  if (!e.in) return refuse(Code::kConflict, EPIPE, "the command's stdin is closed");
+  const bool eof = m.header.value("eof", false);
+  if (e.pending_stdin.size() + m.payload.size() > kMaxPendingInput)
+    return refuse(Code::kQuota, EAGAIN,
+                  "the command is not reading its input (" +
+                      std::to_string(e.pending_stdin.size()) + " bytes wait)");
+  e.pending_stdin += m.payload;
+  // A terminal ends input with its end-of-file character, as a person types it: closing the
+  // master would hang up the whole session.
+  if (eof && e.tty) e.pending_stdin += '\x04';
+  if (eof && !e.tty) e.stdin_eof = true;
+  WriteStdin(e);
+  if (e.in && !e.pending_stdin.empty() && !e.stdin_armed) {
+    Rearm(e.in.get(), EPOLLOUT);
+    e.stdin_armed = true;
+  }
+  Reply({{"t", "ok"}, {"id", op}});
+}
+
+void Agent::HandleResize(Message& m) {
+  auto it = execs_.find(m.header.value("id", ""));
+  if (it == execs_.end() || !it->second->tty || it->second->exited) return;
+  const uint16_t rows = m.header.value("rows", uint16_t{24}),
+                 cols = m.header.value("cols", uint16_t{80});
+  (void)ResizePty(it->second->out ? it->second->out.get() : it->second->in.get(), rows, cols);
 }
 
 void Agent::HandleSignal(Message& m) {
@@ -748,6 +810,10 @@ void Agent::HandleMessage(Message& m) {
     StartExec(m);
   else if (t == "stdin")
     HandleStdin(m);
+  else if (t == "input")
+    HandleInput(m);
+  else if (t == "resize")
+    HandleResize(m);
   else if (t == "signal")
     HandleSignal(m);
   else if (t == "put")

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -68,6 +69,9 @@ int ChildMain(void* arg) {
   int in = s.stdin_fd >= 0 ? s.stdin_fd : open("/dev/null", O_RDONLY);
   if (in < 0 || dup2(in, 0) < 0 || dup2(s.stdout_fd, 1) < 0 || dup2(s.stderr_fd, 2) < 0)
     Fail(s.error_fd, "dup2", 126);
+  // The terminal becomes the new session's: job control, ^C as SIGINT to the foreground
+  // group, SIGHUP when it hangs up.
+  if (s.tty && ioctl(0, TIOCSCTTY, 0) != 0) Fail(s.error_fd, "tty", 126);
   if (chdir(s.cwd.empty() ? "/" : s.cwd.c_str()) != 0) Fail(s.error_fd, "chdir", 126);
   // Close everything but stdio and the error pipe (which is CLOEXEC itself).
   if (s.error_fd > 3) syscall(SYS_close_range, 3u, static_cast<unsigned>(s.error_fd - 1), 0u);

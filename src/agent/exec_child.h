@@ -24,6 +24,9 @@ struct ChildSpec {
   // anything a user asked to run.
   bool keep_caps = false;
   bool keep_chroot = true;  // CAP_SYS_CHROOT among the kept capabilities (not in a microVM)
+  // stdin, stdout and stderr are one pty slave, which becomes the command's controlling
+  // terminal (its new session's).
+  bool tty = false;
 };
 
 // Starts the command the way posix_spawn does: a child sharing the agent's memory

@@ -18,6 +18,12 @@
 //         timeout_ms, max_output, stdin,       exit {id, exit_code, signal, timed_out,
 //         stdin_more, channel} + stdin              stdout_truncated, stderr_truncated}
 //   stdin {id, eof} + bytes                    exec_failed {id, error}
+//     (exec's `tty` {rows, cols}: stdin, stdout and stderr are a pty slave; its output is
+//     all "stdout")
+//   input {id, exec, eof} + bytes              ok {id} | err {id, code, error}  (a client's
+//     input, acknowledged; refused with code quota while 1 MiB waits unread; a terminal's
+//     eof is its ^D)
+//   resize {id, rows, cols}                    (none: the kernel tells the command, SIGWINCH)
 //   signal {id, sig}
 //   put {id, path, mode, first, last}+data     ok {id} | err {id, errno, code, error}
 //   get {id, path, max}                        data {id, last} + bytes | err {...}

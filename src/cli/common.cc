@@ -167,6 +167,8 @@ void AddExecFlags(CLI::App* cmd, ExecFlags* f) {
   cmd->add_option("--cwd", f->cwd, "working directory inside the sandbox");
   Repeatable(cmd->add_option("--env", f->env, "K=V (repeatable)"));
   cmd->add_flag("-i,--stdin", f->stdin_from_terminal, "send our standard input to the command");
+  cmd->add_flag("-t,--tty", f->tty,
+                "give the command a terminal (ours in raw mode; with -i, keys go as typed)");
   cmd->add_option("cmd", f->argv, "command and arguments (after --)");
 }
 
@@ -186,6 +188,7 @@ int ExecAndStream(const std::string& id, const ExecFlags& flags) {
   nlohmann::json env;
   if (Status st = SplitKv(f.env, "--env", &env); !st.ok()) return Fail(st);
   if (!env.empty()) req["env"] = env;
+  if (f.tty) return ExecOnTerminal(id, f, std::move(req));
   if (f.stdin_from_terminal) {
     std::string in((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
     req["stdin_b64"] = Base64Encode(in);
@@ -194,7 +197,12 @@ int ExecAndStream(const std::string& id, const ExecFlags& flags) {
   if (!r.ok()) return Fail(r.status());
   auto started = client::JsonOf(*r, "exec in " + id);
   if (!started.ok()) return Fail(started.status());
-  std::string exec_id = (*started).value("exec_id", "");
+  auto result = StreamExecOutput(id, (*started).value("exec_id", ""));
+  if (!result.ok()) return Fail(result.status());
+  return ExitCodeOf(id, *result);
+}
+
+Result<nlohmann::json> StreamExecOutput(const std::string& id, const std::string& exec_id) {
   nlohmann::json result;
   uint64_t last_seq = 0;
   // Resume from the last sequence number if the stream breaks.
@@ -216,9 +224,13 @@ int ExecAndStream(const std::string& id, const ExecFlags& flags) {
             data = ev.value("data", "");
           WriteAll(ev.value("stream", "") == "stderr" ? stderr : stdout, data);
         });
-    if (!st.ok() && st.code() != Code::kUnavailable) return Fail(st);
+    if (!st.ok() && st.code() != Code::kUnavailable) return st;
   }
-  if (result.is_null()) return Fail("exec in " + id, "lost the output stream");
+  if (result.is_null()) return Status(Code::kUnavailable, "exec in", id, "lost the output stream");
+  return result;
+}
+
+int ExitCodeOf(const std::string& id, const nlohmann::json& result) {
   if (result.contains("error") && result["exit_code"].is_null())
     return Fail("exec in " + id, result["error"].get<std::string>());
   if (result.value("timed_out", false)) return 124;

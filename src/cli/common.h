@@ -53,12 +53,21 @@ struct ExecFlags {
   std::string cwd;
   std::vector<std::string> env;
   bool stdin_from_terminal = false;
+  bool tty = false;
   std::vector<std::string> argv;
 };
 void AddExecFlags(CLI::App* cmd, ExecFlags* f);
 // Runs the command in sandbox `id`, streaming its output to ours; returns the exit code the
 // contract asks for (the command's, 124 on timeout, 128+N on signal N).
 int ExecAndStream(const std::string& id, const ExecFlags& f);
+// The same for `-t`: `req` (the exec request so far) gets a terminal of our size, ours goes
+// raw, and with -i what we type goes to the command as it is typed (cli/exec_tty.cc).
+int ExecOnTerminal(const std::string& id, const ExecFlags& f, nlohmann::json req);
+// Streams exec `exec_id`'s output to our stdout and stderr, resuming where a broken stream
+// stopped; its result.
+Result<nlohmann::json> StreamExecOutput(const std::string& id, const std::string& exec_id);
+// The exit code the contract asks for from an exec's result.
+int ExitCodeOf(const std::string& id, const nlohmann::json& result);
 
 // Subcommands: one file each.
 void AddServe(CLI::App& app);

@@ -85,6 +85,8 @@ const std::vector<NodeService::RouteEntry>& NodeService::Entries() {
        &S::SignalExec},
       {{M::kPost, "/node/v1/sandboxes/{id}/execs/{exec_id}/stdin", kScope, kFileBodyLimit},
        &S::ExecStdin},
+      {{M::kPost, "/node/v1/sandboxes/{id}/execs/{exec_id}/resize", kScope, kJsonBodyLimit},
+       &S::ResizeExec},
       {{M::kPut, "/node/v1/sandboxes/{id}/files", kScope, kFileBodyLimit}, &S::PutFile},
       {{M::kGet, "/node/v1/sandboxes/{id}/files", kScope, kJsonBodyLimit}, &S::GetFile},
   };
@@ -258,6 +260,14 @@ HttpReply NodeService::SignalExec(HttpRequest& r) {
 HttpReply NodeService::ExecStdin(HttpRequest& r) {
   const bool eof = QueryString(r.query, "eof") == "1";
   return Done(node_->WriteExecStdin(r.params.at("id"), r.params.at("exec_id"), r.body, eof));
+}
+
+HttpReply NodeService::ResizeExec(HttpRequest& r) {
+  auto body = BodyJson(r, "resize exec");
+  if (!body.ok()) return Fail(body.status());
+  auto size = node::ParseWireTerminalSize(*body);
+  if (!size.ok()) return Fail(size.status());
+  return Done(node_->ResizeExec(r.params.at("id"), r.params.at("exec_id"), *size));
 }
 
 HttpReply NodeService::PutFile(HttpRequest& r) {

@@ -56,6 +56,7 @@ class NodeService : public server::HttpService {
   server::HttpReply StreamExec(server::HttpRequest&);
   server::HttpReply SignalExec(server::HttpRequest&);
   server::HttpReply ExecStdin(server::HttpRequest&);
+  server::HttpReply ResizeExec(server::HttpRequest&);
   server::HttpReply PutFile(server::HttpRequest&);
   server::HttpReply GetFile(server::HttpRequest&);
 

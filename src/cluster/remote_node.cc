@@ -347,6 +347,13 @@ Status RemoteNode::WriteExecStdin(const std::string& id, const std::string& exec
       .status();
 }
 
+Status RemoteNode::ResizeExec(const std::string& id, const std::string& exec_id,
+                              node::TerminalSize size) {
+  return CallDone("resize exec", "POST",
+                  SandboxPath(id) + "/execs/" + client::UrlEncode(exec_id) + "/resize",
+                  {{"rows", size.rows}, {"cols", size.cols}});
+}
+
 Status RemoteNode::WriteFile(const std::string& id, const std::string& path, uint32_t mode,
                              std::string_view data) {
   return Call("write file", "PUT",

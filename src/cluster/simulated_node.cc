@@ -95,6 +95,12 @@ Status SimulatedNode::WriteExecStdin(const std::string& id, const std::string& e
   return NotFound("exec", exec_id);
 }
 
+Status SimulatedNode::ResizeExec(const std::string& id, const std::string& exec_id,
+                                 node::TerminalSize) {
+  WARREN_RETURN_IF_ERROR(Known(id, "resize exec"));
+  return NotFound("exec", exec_id);
+}
+
 Status SimulatedNode::WriteFile(const std::string& id, const std::string&, uint32_t,
                                 std::string_view) {
   return NothingRunsIn(id, "write file");

@@ -38,6 +38,7 @@ class SimulatedNode : public node::NodeApi {
   Result<std::shared_ptr<node::ExecRecord>> GetExec(const std::string& id,
                                                     const std::string& exec_id) override;
   Status SignalExec(const std::string& id, const std::string& exec_id, int) override;
+  Status ResizeExec(const std::string& id, const std::string& exec_id, node::TerminalSize) override;
   Status WriteExecStdin(const std::string& id, const std::string& exec_id, std::string_view,
                         bool) override;
   Status WriteFile(const std::string& id, const std::string& path, uint32_t,

@@ -162,6 +162,8 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
   nlohmann::json env = spec.env;
   std::string_view in = spec.stdin_data;
   size_t first = std::min(in.size(), agent::kMaxPayload);
+  // Input to come after `stdin_data`: the stdin stays open past its last piece.
+  const bool open = spec.channel || spec.stdin_open || spec.tty;
   agent::Message m{{{"t", "exec"},
                     {"id", rec->id()},
                     {"argv", spec.argv},
@@ -169,15 +171,16 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
                     {"cwd", spec.cwd},
                     {"timeout_ms", spec.timeout_ms},
                     {"max_output", spec.max_output},
-                    {"stdin", spec.has_stdin},
+                    {"stdin", spec.has_stdin || open},
                     {"channel", spec.channel},
-                    {"stdin_more", spec.has_stdin && (spec.channel || first < in.size())}},
+                    {"stdin_more", open || first < in.size()}},
                    std::string(in.substr(0, first))};
   if (!spec.env_defaults.empty()) m.header["env_defaults"] = spec.env_defaults;
+  if (spec.tty) m.header["tty"] = {{"rows", spec.tty->rows}, {"cols", spec.tty->cols}};
   Status st = Send(m);
   for (size_t off = first; st.ok() && off < in.size(); off += agent::kMaxPayload) {
     size_t n = std::min(in.size() - off, agent::kMaxPayload);
-    st = Send({{{"t", "stdin"}, {"id", rec->id()}, {"eof", !spec.channel && off + n >= in.size()}},
+    st = Send({{{"t", "stdin"}, {"id", rec->id()}, {"eof", !open && off + n >= in.size()}},
                std::string(in.substr(off, n))});
   }
   if (!st.ok()) {
@@ -189,6 +192,13 @@ Status AgentConn::StartExec(const std::shared_ptr<ExecRecord>& rec, const ExecSp
 }
 
 Status AgentConn::SendStdin(const std::string& exec_id, std::string_view data, bool eof) {
+  bool channel = false;
+  {
+    MutexLock lock(&mu_);
+    channel = channels_.count(exec_id) > 0;
+  }
+  if (!channel) return WriteInput(exec_id, data, eof);
+  // A channel's requests are the node's own: sent without waiting for the agent.
   // The agent's messages are bounded; large writes go in pieces, each sent whole (a
   // SEQPACKET send is atomic), under the send lock so pieces of two writers never interleave.
   std::lock_guard lock(stdin_mu_);
@@ -226,6 +236,26 @@ Status AgentConn::Resume() {
 Status AgentConn::Signal(const std::string& exec_id, int sig) {
   if (!FindExec(exec_id)) return NotFound("exec", exec_id);
   return Send({{{"t", "signal"}, {"id", exec_id}, {"sig", sig}}, ""});
+}
+
+Status AgentConn::WriteInput(const std::string& exec_id, std::string_view data, bool eof) {
+  // One writer at a time per connection, so that two clients' pieces never interleave; each
+  // piece waits for the agent's word, which refuses input the command does not read.
+  std::lock_guard lock(stdin_mu_);
+  size_t off = 0;
+  do {
+    size_t n = std::min(data.size() - off, agent::kMaxPayload);
+    bool last = off + n >= data.size();
+    WARREN_RETURN_IF_ERROR(Request({{"t", "input"}, {"exec", exec_id}, {"eof", eof && last}},
+                                   std::string(data.substr(off, n)))
+                               .status());
+    off += n;
+  } while (off < data.size());
+  return Status::Ok();
+}
+
+Status AgentConn::Resize(const std::string& exec_id, TerminalSize size) {
+  return Send({{{"t", "resize"}, {"id", exec_id}, {"rows", size.rows}, {"cols", size.cols}}, ""});
 }
 
 int AgentConn::Running() const {
@@ -305,11 +335,11 @@ Result<std::string> AgentConn::ReadFile(const std::string& path, uint64_t max) {
   return r;
 }
 
-Result<std::string> AgentConn::Request(nlohmann::json header) {
+Result<std::string> AgentConn::Request(nlohmann::json header, std::string payload) {
   std::string id;
   auto op = NewOp(&id);
   header["id"] = id;
-  Status st = Send({std::move(header), ""});
+  Status st = Send({std::move(header), std::move(payload)});
   if (!st.ok()) {
     MutexLock lock(&mu_);
     ops_.erase(id);

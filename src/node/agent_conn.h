@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "isolation/fs_policy.h"
 #include "isolation/overlay_changes.h"
 #include "node/exec_record.h"
+#include "node/terminal_size.h"
 
 namespace warren::node {
 
@@ -32,6 +34,13 @@ struct ExecSpec {
   int64_t timeout_ms = 0;
   uint64_t max_output = 1 << 20;
   bool binary = false;
+  // A terminal for the command: its stdin, stdout and stderr are the one end of a
+  // pseudo-terminal of the sandbox's own devpts, of this size, resizable while it runs; its
+  // output is the terminal's bytes, all on stdout. Implies `stdin_open`.
+  std::optional<TerminalSize> tty;
+  // Input keeps coming while the command runs (NodeApi::WriteExecStdin); without it stdin
+  // ends after `stdin_data`.
+  bool stdin_open = false;
   // Called with the new record before the command starts (e.g. to set its finisher).
   std::function<void(const std::shared_ptr<ExecRecord>&)> on_record;
   // A node-internal channel command (see agent/exec_child.h, keep_caps): its output goes to
@@ -59,8 +68,12 @@ class AgentConn {
   void AdoptExecs(std::vector<std::shared_ptr<ExecRecord>> recs);
   Status Resume();
   Status Signal(const std::string& exec_id, int sig);
-  // More stdin for a command started with has_stdin (and, for the rest to come, a channel).
+  // More stdin for a command started with stdin_open, tty or as a channel. The caller checks
+  // that it takes input (LocalNode::WriteExecStdin).
   Status SendStdin(const std::string& exec_id, std::string_view data, bool eof);
+  // A new size for a tty command's terminal; the kernel tells its foreground process group
+  // (SIGWINCH).
+  Status Resize(const std::string& exec_id, TerminalSize size);
   std::shared_ptr<ExecRecord> FindExec(const std::string& exec_id);
   int Running() const;
   // Whether someone waits on one of its running commands (ExecRecord::awaited).
@@ -84,7 +97,9 @@ class AgentConn {
   };
   Status Send(const agent::Message& m);
   // Sends `header` (given an op id) and waits for the agent's ok, data... or err; the data.
-  Result<std::string> Request(nlohmann::json header);
+  Result<std::string> Request(nlohmann::json header, std::string payload = "");
+  // A client's input (an exec with stdin_open or tty), each piece acknowledged by the agent.
+  Status WriteInput(const std::string& exec_id, std::string_view data, bool eof);
   std::shared_ptr<PendingOp> NewOp(std::string* id);
   Status WaitOp(const std::string& id, const std::shared_ptr<PendingOp>& op);
   static bool OpDone(PendingOp& op);

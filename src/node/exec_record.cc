@@ -190,6 +190,7 @@ std::shared_ptr<ExecRecord> ExecRecord::Restore(ExecSpill::Loaded l, const std::
   auto rec = std::make_shared<ExecRecord>(m.value("id", ""), sandbox_id,
                                           m.value("max_output", uint64_t{1} << 20),
                                           m.value("binary", false), std::move(budget));
+  rec->SetInput(m.value("stdin_open", false), m.value("tty", false));
   {
     MutexLock lock(&rec->mu_);
     // Started when the meta says, on our monotonic clock.

@@ -58,6 +58,14 @@ class ExecRecord {
   const std::string& id() const { return id_; }
   const std::string& sandbox_id() const { return sandbox_id_; }
   bool binary() const { return binary_; }
+  // How the command takes input: `stdin_open`, input may be written while it runs; `tty`, it
+  // has a terminal, which can be resized. Set once, before the record is shared.
+  void SetInput(bool stdin_open, bool tty) {
+    stdin_open_ = stdin_open;
+    tty_ = tty;
+  }
+  bool stdin_open() const { return stdin_open_; }
+  bool tty() const { return tty_; }
 
   void AppendOutput(int stream, std::string_view data);
   void Finish(const ExecOutcome& outcome);
@@ -132,7 +140,8 @@ class ExecRecord {
   const std::shared_ptr<OutputBudget> budget_;
   const uint64_t max_output_;
   const bool binary_;
-  double started_ GUARDED_BY(mu_);  // monotonic; set back when restored from a spill
+  bool stdin_open_ = false, tty_ = false;  // SetInput
+  double started_ GUARDED_BY(mu_);         // monotonic; set back when restored from a spill
   mutable Mutex mu_;
   std::vector<OutputChunk> chunks_ GUARDED_BY(mu_);
   uint64_t next_seq_ GUARDED_BY(mu_) = 1;

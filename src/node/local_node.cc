@@ -821,9 +821,13 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
   const std::shared_ptr<AgentConn>& conn = entry->conn;
   auto rec =
       std::make_shared<ExecRecord>(exec_id, id, spec.max_output, spec.binary, conn->budget());
+  const bool tty = spec.tty.has_value();
+  rec->SetInput(spec.stdin_open || spec.channel || tty, tty);
   if (!opts_.spill_dir.empty() && !spec.channel) {
     auto spill = entry->journal->Begin({{"id", exec_id},
                                         {"binary", spec.binary},
+                                        {"stdin_open", spec.stdin_open || tty},
+                                        {"tty", tty},
                                         {"max_output", spec.max_output},
                                         {"started_unix", UnixNow()}});
     // Without its spill the exec still runs; it just would not survive a daemon restart.
@@ -836,7 +840,7 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
   if (!spec.channel) {
     if (auto defaults = EgressEnvDefaults(id); !defaults.empty()) {
       ExecSpec with = spec;
-      with.env_defaults = std::move(defaults);
+      with.env_defaults.insert(defaults.begin(), defaults.end());
       WARREN_RETURN_IF_ERROR(conn->StartExec(rec, with));
       return rec;
     }
@@ -867,7 +871,26 @@ Status LocalNode::WriteExecStdin(const std::string& id, const std::string& exec_
   if (Fncall(id)) return fncall::FncallSandboxes::NoState("stdin " + exec_id, id);
   auto conn = WARREN_TRY(Conn(id));
   WARREN_RETURN_IF_ERROR(Touch(id));
+  auto rec = conn->FindExec(exec_id);
+  if (!rec) return NotFound("exec", exec_id);
+  if (!rec->stdin_open())
+    return Status(Code::kConflict, "write input", exec_id,
+                  "the command was started without `stdin_open` or `tty`");
+  if (rec->done()) return Status(Code::kConflict, "write input", exec_id, "the command has ended");
   return conn->SendStdin(exec_id, data, eof);
+}
+
+Status LocalNode::ResizeExec(const std::string& id, const std::string& exec_id, TerminalSize size) {
+  if (Fncall(id)) return fncall::FncallSandboxes::NoState("resize " + exec_id, id);
+  auto conn = WARREN_TRY(Conn(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
+  auto rec = conn->FindExec(exec_id);
+  if (!rec) return NotFound("exec", exec_id);
+  if (!rec->tty())
+    return Status(Code::kConflict, "resize terminal", exec_id, "the command has no `tty`");
+  if (rec->done())
+    return Status(Code::kConflict, "resize terminal", exec_id, "the command has ended");
+  return conn->Resize(exec_id, size);
 }
 
 Status LocalNode::WriteFile(const std::string& id, const std::string& path, uint32_t mode,

@@ -96,6 +96,7 @@ class LocalNode : public NodeApi {
   Result<std::shared_ptr<ExecRecord>> GetExec(const std::string& id,
                                               const std::string& exec_id) override;
   Status SignalExec(const std::string& id, const std::string& exec_id, int sig) override;
+  Status ResizeExec(const std::string& id, const std::string& exec_id, TerminalSize size) override;
   Status WriteExecStdin(const std::string& id, const std::string& exec_id, std::string_view data,
                         bool eof) override;
   Status WriteFile(const std::string& id, const std::string& path, uint32_t mode,

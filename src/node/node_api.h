@@ -76,9 +76,14 @@ class NodeApi {
   virtual Result<std::shared_ptr<ExecRecord>> GetExec(const std::string& id,
                                                       const std::string& exec_id) = 0;
   virtual Status SignalExec(const std::string& id, const std::string& exec_id, int sig) = 0;
-  // More stdin for a running command (a channel command's requests, see ExecSpec::channel).
+  // More input for a running command started with ExecSpec::stdin_open, tty or channel; `eof`
+  // closes its stdin (a terminal gets its end-of-file character instead). kConflict when the
+  // command takes no input or has ended.
   virtual Status WriteExecStdin(const std::string& id, const std::string& exec_id,
                                 std::string_view data, bool eof) = 0;
+  // A new size for the terminal of a command started with ExecSpec::tty.
+  virtual Status ResizeExec(const std::string& id, const std::string& exec_id,
+                            TerminalSize size) = 0;
   virtual Status WriteFile(const std::string& id, const std::string& path, uint32_t mode,
                            std::string_view data) = 0;
   virtual Result<std::string> ReadFile(const std::string& id, const std::string& path,

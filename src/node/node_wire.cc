@@ -105,7 +105,22 @@ json ToWire(const ExecSpec& spec) {
             {"max_output", spec.max_output},
             {"binary", spec.binary}};
   if (spec.has_stdin) j["stdin_b64"] = Base64Encode(spec.stdin_data);
+  if (spec.stdin_open) j["stdin_open"] = true;
+  if (spec.tty) j["tty"] = {{"rows", spec.tty->rows}, {"cols", spec.tty->cols}};
   return j;
+}
+
+Result<TerminalSize> ParseWireTerminalSize(const json& j) {
+  JsonFields f(j, "terminal size");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  uint64_t rows = 0, cols = 0;
+  WARREN_RETURN_IF_ERROR(f.UInt("rows", &rows));
+  WARREN_RETURN_IF_ERROR(f.UInt("cols", &cols));
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  if (rows < 1 || rows > TerminalSize::kMax || cols < 1 || cols > TerminalSize::kMax)
+    return Invalid("terminal size: `rows` and `cols` are 1 to " +
+                   std::to_string(TerminalSize::kMax));
+  return TerminalSize{static_cast<uint16_t>(rows), static_cast<uint16_t>(cols)};
 }
 
 Result<ExecSpec> ParseWireExecSpec(const json& j) {
@@ -127,6 +142,10 @@ Result<ExecSpec> ParseWireExecSpec(const json& j) {
       return Invalid("exec spec: `stdin_b64` is not base64");
     e.has_stdin = true;
   }
+  WARREN_RETURN_IF_ERROR(f.Bool("stdin_open", &e.stdin_open));
+  const json* tty = nullptr;
+  WARREN_RETURN_IF_ERROR(f.Value("tty", &tty, false));
+  if (tty) e.tty = WARREN_TRY(ParseWireTerminalSize(*tty));
   WARREN_RETURN_IF_ERROR(f.NoOthers());
   return e;
 }

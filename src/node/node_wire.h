@@ -20,6 +20,8 @@ Result<NodeSandboxSpec> ParseWireSandboxSpec(const nlohmann::json& j);
 // An exec's request (not its in-process hooks: on_record, channel commands).
 nlohmann::json ToWire(const ExecSpec& spec);
 Result<ExecSpec> ParseWireExecSpec(const nlohmann::json& j);
+// {"rows", "cols"}, each 1 to TerminalSize::kMax (an exec's `tty`, a resize).
+Result<TerminalSize> ParseWireTerminalSize(const nlohmann::json& j);
 
 nlohmann::json ToWire(const net::Policy& policy);
 Result<net::Policy> ParseWirePolicy(const nlohmann::json& j);

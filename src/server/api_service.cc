@@ -46,6 +46,11 @@ const std::vector<ApiService::RouteEntry>& ApiService::Entries() {
        &S::StreamExec},
       {{M::kPost, "/v1/sandboxes/{id}/execs/{exec_id}/signal", "exec", kJsonBodyLimit},
        &S::SignalExec},
+      // Base64 of 1 MiB of input, and room for the JSON around it.
+      {{M::kPost, "/v1/sandboxes/{id}/execs/{exec_id}/input", "exec", 2ull << 20},
+       &S::WriteExecInput},
+      {{M::kPost, "/v1/sandboxes/{id}/execs/{exec_id}/resize", "exec", kJsonBodyLimit},
+       &S::ResizeExec},
       {{M::kGet, "/v1/sandboxes/{id}/files", "exec", kJsonBodyLimit}, &S::GetFile},
       {{M::kPut, "/v1/sandboxes/{id}/files", "exec", kFileBodyLimit}, &S::PutFile},
       {{M::kGet, "/v1/sandboxes/{id}/archive", "exec", kJsonBodyLimit}, &S::GetArchive},
@@ -187,6 +192,15 @@ HttpReply ApiService::SignalExec(HttpRequest& r) {
   if (!rec.ok()) return HttpReply::Error(rec.status());
   Status st = api_->SignalExec(r.who, id, exec_id, r.body);
   return st.ok() ? HttpReply::Json((*rec)->ResultJson()) : HttpReply::Error(st);
+}
+
+HttpReply ApiService::WriteExecInput(HttpRequest& r) {
+  return HttpReply::Of(
+      api_->WriteExecInput(r.who, r.params.at("id"), r.params.at("exec_id"), r.body));
+}
+
+HttpReply ApiService::ResizeExec(HttpRequest& r) {
+  return HttpReply::Of(api_->ResizeExec(r.who, r.params.at("id"), r.params.at("exec_id"), r.body));
 }
 
 HttpReply ApiService::PutFile(HttpRequest& r) {

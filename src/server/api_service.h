@@ -58,6 +58,8 @@ class ApiService : public HttpService {
   HttpReply GetExec(HttpRequest&);
   HttpReply StreamExec(HttpRequest&);
   HttpReply SignalExec(HttpRequest&);
+  HttpReply WriteExecInput(HttpRequest&);
+  HttpReply ResizeExec(HttpRequest&);
   HttpReply PutFile(HttpRequest&);
   HttpReply GetFile(HttpRequest&);
   HttpReply PutArchive(HttpRequest&);

@@ -277,10 +277,11 @@ json ToJson(const SandboxSpec& s) {
 }
 
 Result<ExecRequest> ParseExecRequest(const json& j) {
-  WARREN_RETURN_IF_ERROR(CheckFields(j,
-                                     {"argv", "cmd", "stdin", "stdin_b64", "env", "cwd",
-                                      "timeout_s", "wait", "max_output_bytes", "binary", "step"},
-                                     "exec request"));
+  WARREN_RETURN_IF_ERROR(
+      CheckFields(j,
+                  {"argv", "cmd", "stdin", "stdin_b64", "env", "cwd", "timeout_s", "wait",
+                   "max_output_bytes", "binary", "step", "tty", "rows", "cols", "stdin_open"},
+                  "exec request"));
   ExecRequest r;
   bool has_argv = j.contains("argv") && !j["argv"].is_null();
   bool has_cmd = j.contains("cmd") && !j["cmd"].is_null();
@@ -333,7 +334,47 @@ Result<ExecRequest> ParseExecRequest(const json& j) {
     WARREN_RETURN_IF_ERROR(GetUint(j, "step", &step, 0, UINT32_MAX));
     r.step = step;
   }
+  bool tty = false;
+  WARREN_RETURN_IF_ERROR(GetBool(j, "tty", &tty));
+  WARREN_RETURN_IF_ERROR(GetBool(j, "stdin_open", &r.stdin_open));
+  const bool sized =
+      (j.contains("rows") && !j["rows"].is_null()) || (j.contains("cols") && !j["cols"].is_null());
+  if (sized && !tty) return Invalid("`rows` and `cols` size a terminal: they need `tty: true`");
+  if (tty) {
+    uint64_t rows = 24, cols = 80;
+    WARREN_RETURN_IF_ERROR(GetUint(j, "rows", &rows, 1, node::TerminalSize::kMax));
+    WARREN_RETURN_IF_ERROR(GetUint(j, "cols", &cols, 1, node::TerminalSize::kMax));
+    r.tty = node::TerminalSize{static_cast<uint16_t>(rows), static_cast<uint16_t>(cols)};
+  }
+  if (tty || r.stdin_open) {
+    auto given = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+    if (!given("wait")) r.wait = false;
+    if (!given("timeout_s")) r.timeout_s = 0;  // none: the sandbox's own lifetime bounds it
+    if (!given("max_output_bytes")) r.max_output_bytes = Limits::kMaxOutputBytes;
+  }
   return r;
+}
+
+Result<ExecInput> ParseExecInput(const json& j) {
+  WARREN_RETURN_IF_ERROR(CheckFields(j, {"data", "data_b64", "eof"}, "input request"));
+  ExecInput in;
+  const bool text = j.contains("data") && !j["data"].is_null();
+  const bool b64 = j.contains("data_b64") && !j["data_b64"].is_null();
+  if (text && b64) return Invalid("give at most one of `data` and `data_b64`");
+  if (text) {
+    if (!j["data"].is_string()) return Invalid("`data` must be a string");
+    in.data = j["data"].get<std::string>();
+  } else if (b64) {
+    if (!j["data_b64"].is_string() || !Base64Decode(j["data_b64"].get<std::string>(), &in.data))
+      return Invalid("`data_b64` must be base64");
+  }
+  WARREN_RETURN_IF_ERROR(GetBool(j, "eof", &in.eof));
+  if (!text && !b64 && !in.eof)
+    return Invalid("an input request gives `data`, `data_b64` or `eof`");
+  if (in.data.size() > Limits::kMaxInputBytes)
+    return Invalid("input larger than " + std::to_string(Limits::kMaxInputBytes) +
+                   " bytes: send it in pieces");
+  return in;
 }
 
 }  // namespace warren::server

@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "isolation/fs_policy.h"
+#include "node/terminal_size.h"
 #include "runtime/backend_kind.h"
 
 namespace warren::server {
@@ -65,9 +66,22 @@ struct ExecRequest {
   uint64_t max_output_bytes = 1 << 20;
   bool binary = false;
   std::optional<uint64_t> step;
+  // A terminal of rows x cols (`tty`), or pipes with input taken while it runs
+  // (`stdin_open`). Either makes the exec interactive: unless the request says otherwise it
+  // returns at once (`wait` false), has no deadline but the sandbox's and keeps up to
+  // Limits::kMaxOutputBytes of output.
+  std::optional<node::TerminalSize> tty;
+  bool stdin_open = false;
 };
 
 Result<ExecRequest> ParseExecRequest(const json& j);
+
+// POST .../execs/{exec_id}/input: {"data": text} or {"data_b64": bytes}, and/or "eof": true.
+struct ExecInput {
+  std::string data;
+  bool eof = false;
+};
+Result<ExecInput> ParseExecInput(const json& j);
 
 // NAME:TAG with conservative characters. Splits into *name and *tag.
 Status ParseImageRef(const std::string& ref, std::string* name, std::string* tag);
@@ -83,6 +97,8 @@ struct Limits {
   static constexpr uint64_t kMaxOpenFiles = 65536;
   static constexpr double kMaxCpu = 256;
   static constexpr uint64_t kMaxOutputBytes = 64ull << 20;
+  // One input request to a running exec (the agent holds at most this much unread).
+  static constexpr uint64_t kMaxInputBytes = 1ull << 20;
   static constexpr double kMaxTimeoutS = 7 * 86400;
   static constexpr size_t kMaxArgvBytes = 1 << 20;
   // The sandbox's environment travels in the agent's setup message.

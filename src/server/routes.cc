@@ -12,6 +12,7 @@
 #include "base/ids.h"
 #include "base/utf8.h"
 #include "net/policy.h"
+#include "node/node_wire.h"
 
 namespace warren::server {
 
@@ -684,6 +685,12 @@ Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& i
     return Status(Code::kConflict, "exec", id, std::string("sandbox is ") + StateName(sb.state));
   const bool recorded = sb.spec.trajectory.has_value();
   if (r.step && !recorded) return Invalid("`step` needs a sandbox created with a `trajectory`");
+  // A step is replayed from its request alone; what a person types into it is not recorded.
+  if (recorded && (r.tty || r.stdin_open))
+    return Invalid(
+        "an exec with `tty` or `stdin_open` cannot be a trajectory's step: its input "
+        "is not part of the request that a replay repeats",
+        id);
   node::ExecSpec es;
   es.argv = r.argv;  // copies: a trajectory step records the request too
   es.env = r.env;
@@ -692,7 +699,13 @@ Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& i
   if (r.stdin_data) es.stdin_data = *r.stdin_data;
   es.timeout_ms = static_cast<int64_t>(r.timeout_s * 1000);
   es.max_output = r.max_output_bytes;
-  es.binary = r.binary;
+  // A terminal's bytes are what the client's terminal must get, exactly.
+  es.binary = r.binary || r.tty.has_value();
+  es.tty = r.tty;
+  es.stdin_open = r.stdin_open;
+  // What a terminal program needs to know what it draws on, unless the sandbox or the
+  // request says (the CLI sends the client's own).
+  if (r.tty) es.env_defaults["TERM"] = "xterm";
   if (recorded) return trajectories_.StartExec(sb, r, std::move(es));
   // Every exec's run time goes into warren_exec_seconds, however its result is fetched.
   es.on_record = [this](const std::shared_ptr<node::ExecRecord>& rec) {
@@ -733,6 +746,31 @@ Status Api::SignalExec(const Principal& who, const std::string& id, const std::s
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   node::NodeApi* node = WARREN_TRY(NodeOf(sb));
   return node->SignalExec(id, exec_id, it->second);
+}
+
+Status Api::WriteExecInput(const Principal& who, const std::string& id, const std::string& exec_id,
+                           const std::string& body) {
+  json j = WARREN_TRY(ParseJsonBody(body));
+  ExecInput in = WARREN_TRY(ParseExecInput(j));
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (sb.state != SandboxState::kRunning)
+    return Status(Code::kConflict, "write input", id,
+                  std::string("sandbox is ") + StateName(sb.state));
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  return node->WriteExecStdin(id, exec_id, in.data, in.eof);
+}
+
+Status Api::ResizeExec(const Principal& who, const std::string& id, const std::string& exec_id,
+                       const std::string& body) {
+  json j = WARREN_TRY(ParseJsonBody(body));
+  auto size = node::ParseWireTerminalSize(j);
+  if (!size.ok()) return Invalid(size.status().message());
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (sb.state != SandboxState::kRunning)
+    return Status(Code::kConflict, "resize terminal", id,
+                  std::string("sandbox is ") + StateName(sb.state));
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  return node->ResizeExec(id, exec_id, *size);
 }
 
 namespace {

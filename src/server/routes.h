@@ -87,6 +87,12 @@ class Api {
                                                     const std::string& exec_id);
   Status SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,
                     const std::string& body);
+  // Input for an exec started with `tty` or `stdin_open` (ParseExecInput's body).
+  Status WriteExecInput(const Principal& who, const std::string& id, const std::string& exec_id,
+                        const std::string& body);
+  // A new size {"rows", "cols"} for an exec's terminal.
+  Status ResizeExec(const Principal& who, const std::string& id, const std::string& exec_id,
+                    const std::string& body);
   void ObserveExec(double seconds) { exec_seconds_.Observe(seconds); }
 
   Status PutFile(const Principal& who, const std::string& id, const Query& q,

@@ -222,6 +222,24 @@ def test_cli_exec(server, vm):
     assert r.returncode == 0 and r.stdout == "through stdin\n", r
 
 
+def test_pty_in_the_guest(vm):
+    """A terminal of the guest's own devpts: its size, a resize, ^C, the exit code."""
+    with vm.pty("sh", rows=21, cols=71) as term:
+        term.write("stty size; tty\n")
+        term.read_until("21 71")
+        assert b"/dev/pts/" in term.read_until("# ", timeout=30)
+        term.resize(42, 99)
+        term.write("stty size\n")
+        term.read_until("42 99", timeout=30)
+        term.write("sleep 60\n")
+        time.sleep(0.5)
+        term.write("\x03")
+        term.write("echo rc=$?\n")
+        term.read_until("rc=130", timeout=30)
+        term.write("exit 3\n")
+        assert term.wait(timeout=60).exit_code == 3
+
+
 def test_cli_run(server, image):
     before = {s["id"] for s in server.http("GET", "/v1/sandboxes").json["sandboxes"]}
     r = server.cli("run", "--image", image, *CLI_SPEC, "--", "sh", "-c", "cat /etc/marker; echo err >&2; exit 3")

@@ -33,6 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC_FILE = REPO / "api" / "openapi.yaml"
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 UNKNOWN = "x_openapi_unknown_field"
+# Operations on an exec that must still run (the others take a finished one).
+RUNNING_EXEC_OPS = ("signalExec", "writeExecInput", "resizeExec")
 
 # The contract's HTTP surface (CONTRACT.md): method and path template.
 CONTRACT_ROUTES = [
@@ -80,6 +82,10 @@ CONTRACT_ROUTES = [
     ("post", "/v1/nodes/{name}/cordon"),
     ("post", "/v1/nodes/{name}/uncordon"),
     ("post", "/v1/nodes/{name}/drain"),
+    # Additions for terminals (issue 29): the contract's exec `{"tty": true, "rows", "cols"}`
+    # needs a way to type into the terminal and to resize it while the command runs.
+    ("post", "/v1/sandboxes/{id}/execs/{exec_id}/input"),
+    ("post", "/v1/sandboxes/{id}/execs/{exec_id}/resize"),
 ]
 
 # The contract's schemas and their fields; fields beyond these must be marked x-warren-addition.
@@ -92,7 +98,7 @@ CONTRACT_FIELDS = {
                 "on_lease_expiry", "id", "state", "node", "created_at", "error"],
     "NetworkPolicy": ["mode", "allow"],
     "ExecRequest": ["argv", "cmd", "stdin", "stdin_b64", "env", "cwd", "timeout_s", "wait",
-                    "max_output_bytes", "step"],
+                    "max_output_bytes", "step", "tty", "rows", "cols"],
     "ExecResult": ["exec_id", "state", "exit_code", "signal", "timed_out", "stdout", "stderr",
                    "stdout_truncated", "stderr_truncated", "duration_ms", "replayed"],
     "StreamOutputLine": ["seq", "stream", "data"],
@@ -113,7 +119,7 @@ CONTRACT_FIELDS = {
     "CallBatchResult": ["results"],
 }
 # The additions the server makes beyond the contract (each must be marked x-warren-addition).
-ADDITIONS = {("ExecRequest", "binary"), ("ExecResult", "stdout_b64"), ("ExecResult", "stderr_b64"),
+ADDITIONS = {("ExecRequest", "binary"), ("ExecRequest", "stdin_open"), ("ExecResult", "stdout_b64"), ("ExecResult", "stderr_b64"),
              ("ExecResult", "error"), ("StreamOutputLine", "data_b64"), ("Layer", "ref"),
              ("Layer", "source"), ("SandboxSpec", "open_files"), ("Sandbox", "open_files"),
              ("Sandbox", "layers"), ("Sandbox", "density"), ("Sandbox", "owner"), ("Lease", "owner"), ("Lease", "ttl_s"),
@@ -657,9 +663,15 @@ class Ctx:
         assert spare, f"no ready node besides {mine}: {nodes}"
         return spare[0]
 
-    def running_exec(self) -> str:
-        r = self.server.http("POST", f"/v1/sandboxes/{self.sandbox}/exec",
-                             {"argv": ["sleep", "30"], "wait": False})
+    def running_exec(self, oid: str = "signalExec") -> str:
+        """A running exec of the kind operation `oid` acts on: input needs an open stdin,
+        resize a terminal."""
+        body = {"argv": ["sleep", "30"], "wait": False}
+        if oid == "writeExecInput":
+            body = {"argv": ["cat"], "stdin_open": True, "timeout_s": 30}
+        elif oid == "resizeExec":
+            body = {"argv": ["sleep", "30"], "tty": True}
+        r = self.server.http("POST", f"/v1/sandboxes/{self.sandbox}/exec", body)
         assert r.status == 202, r
         return r.json["exec_id"]
 
@@ -779,8 +791,8 @@ def test_operation_against_server(server, ctx, sandboxes, path, method, request)
     if oid in ("call", "callMany"):
         request.getfixturevalue("runner")  # the server's default runner image must exist
     overrides: Dict[str, str] = {}
-    if oid == "signalExec":
-        overrides["exec_id"] = ctx.running_exec()
+    if oid in RUNNING_EXEC_OPS:
+        overrides["exec_id"] = ctx.running_exec(oid)
     elif oid == "deleteSandbox":
         overrides["id"] = ctx.new_sandbox()
     elif oid in ("deleteLayer", "inspectLayer"):
@@ -865,11 +877,11 @@ def _unknown_field_params() -> List[Any]:
 def test_unknown_field_is_rejected(server, ctx, sandboxes, path, method, loc):
     """(c) Wherever the yaml says additionalProperties: false, the server says 400 invalid."""
     op, item = _find(path, method)
-    overrides = {"exec_id": ctx.running_exec()} if op_id(path, method, op) == "signalExec" else {}
+    oid = op_id(path, method, op)
+    overrides = {"exec_id": ctx.running_exec(oid)} if oid in RUNNING_EXEC_OPS else {}
     target, body, _ = build_request(ctx, path, method, op, item, overrides)
     body = set_at(body, loc + (UNKNOWN,), 1)
     r = server.http(method.upper(), target, body)
-    oid = op_id(path, method, op)
     if oid == "createSandboxes" and r.status == 200:
         sandboxes.extend(s["id"] for s in r.json.get("sandboxes", []))
     if oid == "createSandbox" and r.status == 201:
@@ -883,7 +895,8 @@ def test_unknown_field_params_cover_the_request_schemas():
     for want in ("createSandbox:(top)", "createSandbox:network", "createSandboxes:(top)",
                  "createSandboxes:spec", "createSandboxes:spec.network", "setNetwork:(top)",
                  "setFilesystem:(top)", "createSandbox:filesystem",
-                 "exec:(top)", "signalExec:(top)"):
+                 "exec:(top)", "signalExec:(top)", "writeExecInput:(top)",
+                 "resizeExec:(top)"):
         assert want in got, (want, sorted(got))
 
 

@@ -8,6 +8,7 @@ steps and leases survived, and that deleting afterwards still leaves nothing beh
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -166,6 +167,28 @@ def test_output_written_while_the_daemon_is_down_arrives(daemon):
         srv.http("GET", f"/v1/sandboxes/{sid}/execs/{long_id}").json), timeout=30)
     assert res and res["exit_code"] == 0, res
     assert res["stdout"] == "".join(f"{i}\n" for i in range(1, 20001)) + "tail\n"
+
+
+def test_a_terminal_session_survives(daemon):
+    """A shell on a terminal goes on through the daemon's death: what it printed meanwhile
+    arrives, and it still takes input and a new size afterwards."""
+    srv = daemon
+    sid = srv.http("POST", "/v1/sandboxes", {"image": IMG}).json["id"]
+    eid = srv.http("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["sh"], "tty": True}).json["exec_id"]
+    base = f"/v1/sandboxes/{sid}/execs/{eid}"
+
+    def screen():
+        return base64.b64decode(srv.http("GET", base).json["stdout_b64"])
+
+    assert srv.http("POST", base + "/input", {"data": "sleep 1; echo while-down\n"}).status == 204
+    kill9_and_restart(srv, pause=2)
+    assert u.wait_until(lambda: b"while-down" in screen(), timeout=30), screen()
+    assert srv.http("POST", base + "/resize", {"rows": 44, "cols": 88}).status == 204
+    assert srv.http("POST", base + "/input", {"data": "stty size; exit 6\n"}).status == 204
+    res = u.wait_until(lambda: (lambda x: x if x.get("state") == "exited" else None)(
+        srv.http("GET", base).json), timeout=30)
+    assert res and res["exit_code"] == 6, res
+    assert b"44 88" in base64.b64decode(res["stdout_b64"]), res
 
 
 def test_paused_sandbox_stays_paused_and_resumes(daemon):

@@ -73,6 +73,18 @@ def test_exec_stdout_stderr_exit_code_env_cwd_stdin(fullvm):
     assert r.timed_out and time.time() - t0 < 15, r
 
 
+def test_pty_on_a_whole_machine(fullvm):
+    """The agent as a systemd service opens the terminal in the machine's own devpts."""
+    with fullvm.pty(["bash", "--norc", "-i"], rows=25, cols=90) as term:
+        term.write("stty size; tty; echo $TERM\n")
+        term.read_until("25 90", timeout=60)
+        term.read_until("xterm", timeout=30)
+        term.resize(30, 100)
+        term.write("stty size; exit 4\n")
+        term.read_until("30 100", timeout=30)
+        assert term.wait(timeout=60).exit_code == 4
+
+
 def test_files_round_trip(server, fullvm, tmp_path):
     data = bytes(range(256)) * 64
     fullvm.write_file("/root/blob.bin", data)

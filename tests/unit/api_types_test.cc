@@ -74,6 +74,59 @@ TEST(ExecRequest, ArgvOrCmd) {
   EXPECT_FALSE(ParseExecRequest({{"argv", {std::string(2 << 20, 'x')}}}).ok());
 }
 
+TEST(ExecRequest, InteractiveExecsDefaultToNoWaitNoDeadlineAndARoomyOutput) {
+  auto t = ParseExecRequest({{"argv", {"sh"}}, {"tty", true}, {"rows", 40}, {"cols", 132}});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->tty.has_value());
+  EXPECT_EQ(t->tty->rows, 40);
+  EXPECT_EQ(t->tty->cols, 132);
+  EXPECT_FALSE(t->wait);
+  EXPECT_EQ(t->timeout_s, 0);
+  EXPECT_EQ(t->max_output_bytes, Limits::kMaxOutputBytes);
+  auto sized = ParseExecRequest({{"argv", {"sh"}}, {"tty", true}});
+  ASSERT_TRUE(sized.ok());
+  EXPECT_EQ(sized->tty->rows, 24);
+  EXPECT_EQ(sized->tty->cols, 80);
+  // What the request says wins over the interactive defaults.
+  auto given = ParseExecRequest({{"argv", {"cat"}},
+                                 {"stdin_open", true},
+                                 {"wait", true},
+                                 {"timeout_s", 5},
+                                 {"max_output_bytes", 10}});
+  ASSERT_TRUE(given.ok());
+  EXPECT_TRUE(given->stdin_open);
+  EXPECT_FALSE(given->tty.has_value());
+  EXPECT_TRUE(given->wait);
+  EXPECT_EQ(given->timeout_s, 5);
+  EXPECT_EQ(given->max_output_bytes, 10u);
+  // A plain exec keeps the plain defaults.
+  auto plain = ParseExecRequest({{"argv", {"true"}}});
+  EXPECT_TRUE(plain->wait);
+  EXPECT_EQ(plain->timeout_s, 60);
+  for (json bad :
+       {json{{"argv", {"sh"}}, {"rows", 10}}, json{{"argv", {"sh"}}, {"tty", true}, {"rows", 0}},
+        json{{"argv", {"sh"}}, {"tty", true}, {"cols", 1001}},
+        json{{"argv", {"sh"}}, {"tty", "yes"}}, json{{"argv", {"sh"}}, {"stdin_open", 1}}}) {
+    auto r = ParseExecRequest(bad);
+    EXPECT_EQ(r.status().code(), Code::kInvalid) << bad.dump();
+  }
+}
+
+TEST(ExecInput, TextBytesOrEofAndBounded) {
+  EXPECT_EQ(ParseExecInput({{"data", "ls\n"}})->data, "ls\n");
+  EXPECT_EQ(ParseExecInput({{"data_b64", "AP8="}})->data, std::string("\0\xff", 2));
+  auto eof = ParseExecInput({{"eof", true}});
+  ASSERT_TRUE(eof.ok());
+  EXPECT_TRUE(eof->eof);
+  EXPECT_TRUE(eof->data.empty());
+  EXPECT_TRUE(ParseExecInput({{"data", std::string(Limits::kMaxInputBytes, 'x')}}).ok());
+  for (json bad : {json::object(), json{{"data", "a"}, {"data_b64", "YQ=="}},
+                   json{{"data_b64", "%%"}}, json{{"data", 3}}, json{{"data", "a"}, {"x", 1}},
+                   json{{"data", std::string(Limits::kMaxInputBytes + 1, 'x')}}}) {
+    EXPECT_EQ(ParseExecInput(bad).status().code(), Code::kInvalid) << bad.dump().substr(0, 80);
+  }
+}
+
 TEST(Json, MalformedBodiesAreInvalidNotCrashes) {
   EXPECT_EQ(ParseJsonBody("{").status().code(), Code::kInvalid);
   EXPECT_EQ(ParseJsonBody("").status().code(), Code::kInvalid);

@@ -160,6 +160,9 @@ class FakeNode : public node::NodeApi {
                         bool) override {
     return Op("stdin", id);
   }
+  Status ResizeExec(const std::string& id, const std::string&, node::TerminalSize) override {
+    return Op("resize", id);
+  }
   Status WriteFile(const std::string& id, const std::string& path, uint32_t,
                    std::string_view data) override {
     std::lock_guard lock(mu);
@@ -271,6 +274,10 @@ class ForwardingNode : public node::NodeApi {
   Status WriteExecStdin(const std::string& id, const std::string& exec_id, std::string_view data,
                         bool eof) override {
     return to_->WriteExecStdin(id, exec_id, data, eof);
+  }
+  Status ResizeExec(const std::string& id, const std::string& exec_id,
+                    node::TerminalSize size) override {
+    return to_->ResizeExec(id, exec_id, size);
   }
   Status WriteFile(const std::string& id, const std::string& path, uint32_t mode,
                    std::string_view data) override {

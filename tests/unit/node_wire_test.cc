@@ -85,6 +85,28 @@ TEST(NodeWire, ExecSpecCarriesBinaryStdinNotHooks) {
   EXPECT_FALSE(ParseWireExecSpec(channel).ok());
 }
 
+TEST(NodeWire, ExecSpecCarriesItsTerminalAndOpenStdin) {
+  ExecSpec e;
+  e.argv = {"sh"};
+  e.tty = TerminalSize{50, 132};
+  e.stdin_open = true;
+  auto back = ParseWireExecSpec(ToWire(e));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_TRUE(back->tty.has_value());
+  EXPECT_EQ(back->tty->rows, 50);
+  EXPECT_EQ(back->tty->cols, 132);
+  EXPECT_TRUE(back->stdin_open);
+  ExecSpec plain;
+  plain.argv = {"true"};
+  EXPECT_FALSE(ParseWireExecSpec(ToWire(plain))->tty.has_value());
+  json bad = ToWire(e);
+  bad["tty"]["rows"] = 0;
+  EXPECT_FALSE(ParseWireExecSpec(bad).ok());
+  EXPECT_FALSE(ParseWireTerminalSize({{"rows", 10}}).ok());
+  EXPECT_FALSE(ParseWireTerminalSize({{"rows", 10}, {"cols", 10}, {"x", 1}}).ok());
+  EXPECT_TRUE(ParseWireTerminalSize({{"rows", 1000}, {"cols", 1}}).ok());
+}
+
 TEST(NodeWire, ChangesAndPoliciesRoundTrip) {
   isolation::ChangeReport r;
   r.truncated = true;

@@ -11,12 +11,13 @@ from .errors import (Conflict, Forbidden, InternalError, InvalidRequest, NotFoun
 from .client import (CallResult, Client, ExecResult, Layer, Lease, Record, Sandbox,
                      StreamEvent, default_token, default_url)
 from .aio import AsyncClient, AsyncLease, AsyncSandbox
+from .pty import Pty
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "AsyncLease", "AsyncSandbox", "CallResult", "Client", "Conflict",
     "ExecResult", "Forbidden", "InternalError", "InvalidRequest", "Layer", "Lease",
-    "NotFound", "QuotaExceeded", "Record", "Sandbox", "StreamEvent", "Unauthorized",
+    "NotFound", "Pty", "QuotaExceeded", "Record", "Sandbox", "StreamEvent", "Unauthorized",
     "Unavailable", "WarrenError", "default_token", "default_url",
 ]

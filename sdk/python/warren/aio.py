@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence
 
 from .client import (DEFAULT_TIMEOUT, CallResult, Client, Command, ExecResult, Layer, Lease,
                      Record, Sandbox, StreamEvent)
+from .pty import Pty
 
 _END = object()
 
@@ -109,6 +110,17 @@ class AsyncSandbox:
 
     async def start(self, cmd: Command, **kw: Any) -> str:
         return await asyncio.to_thread(self.sync.start, cmd, **kw)
+
+    async def pty(self, cmd: Command = "sh", **kw: Any) -> Pty:
+        """The same :class:`warren.Pty` as the sync client's (its reads and writes block: call
+        them through ``asyncio.to_thread`` in a loop that must not wait)."""
+        return await asyncio.to_thread(self.sync.pty, cmd, **kw)
+
+    async def send_input(self, exec_id: str, data=b"", eof: bool = False) -> None:
+        await asyncio.to_thread(self.sync.send_input, exec_id, data, eof)
+
+    async def resize(self, exec_id: str, rows: int, cols: int) -> None:
+        await asyncio.to_thread(self.sync.resize, exec_id, rows, cols)
 
     async def exec_result(self, exec_id: str) -> ExecResult:
         return await asyncio.to_thread(self.sync.exec_result, exec_id)

@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import errors
 from ._http import Transport
+from .pty import Pty
 
 DEFAULT_URL = "http://127.0.0.1:7070"
 DEFAULT_TIMEOUT = 600.0
@@ -174,7 +175,8 @@ class Layer(Record):
 
 
 def _exec_body(cmd: Command, *, stdin=None, env=None, cwd=None, timeout=None,
-               max_output_bytes=None, binary=False, step=None, wait=True) -> Dict[str, Any]:
+               max_output_bytes=None, binary=False, step=None, wait=True,
+               stdin_open=False) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
     if isinstance(cmd, str):
         body["cmd"] = cmd
@@ -201,6 +203,8 @@ def _exec_body(cmd: Command, *, stdin=None, env=None, cwd=None, timeout=None,
         body["step"] = step
     if not wait:
         body["wait"] = False
+    if stdin_open:
+        body["stdin_open"] = True
     return body
 
 
@@ -340,14 +344,45 @@ class Sandbox:
         return ExecResult(doc or {})
 
     def start(self, cmd: Command, *, stdin=None, env=None, cwd=None, timeout=None,
-              max_output_bytes=None, binary: bool = False, step=None) -> str:
-        """Start a command without waiting; returns its exec id."""
+              max_output_bytes=None, binary: bool = False, step=None,
+              stdin_open: bool = False) -> str:
+        """Start a command without waiting; returns its exec id. With ``stdin_open``, its
+        stdin stays open for ``send_input`` (after ``stdin``, if given)."""
         body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, timeout=timeout,
-                          max_output_bytes=max_output_bytes, binary=binary, step=step, wait=False)
+                          max_output_bytes=max_output_bytes, binary=binary, step=step, wait=False,
+                          stdin_open=stdin_open)
+        return self._start_body(body)
+
+    def _start_body(self, body: Dict[str, Any]) -> str:
         status, doc = self._http().json_status("POST", self._path + "/exec", body=body)
         if not isinstance(doc, Mapping) or not doc.get("exec_id"):
             raise errors.InternalError("internal", f"exec answered {status} without an exec_id: {doc!r}", status)
         return doc["exec_id"]
+
+    def pty(self, cmd: Command = "sh", *, rows: int = 24, cols: int = 80, env=None, cwd=None,
+            timeout=None, stdin=None) -> Pty:
+        """Start ``cmd`` on a terminal of its own, ``rows`` x ``cols``: a :class:`warren.pty.Pty`
+        to type into, read from, resize and wait on. No deadline unless ``timeout``."""
+        body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, timeout=timeout, wait=False)
+        body.update({"tty": True, "rows": int(rows), "cols": int(cols)})
+        return Pty(self, self._start_body(body))
+
+    def send_input(self, exec_id: str, data: Union[str, bytes] = b"", eof: bool = False) -> None:
+        """Input for a command started with ``stdin_open`` or on a terminal. QuotaExceeded
+        (429) while it does not read what it has; Conflict once it ended."""
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        body: Dict[str, Any] = {"data_b64": base64.b64encode(raw).decode()}
+        if eof:
+            body["eof"] = True
+        self._http().request("POST", self._path + "/execs/" + _quote_id(exec_id) + "/input",
+                             body=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json"})
+
+    def resize(self, exec_id: str, rows: int, cols: int) -> None:
+        """A new size for the terminal of a command started by ``pty``."""
+        self._http().request("POST", self._path + "/execs/" + _quote_id(exec_id) + "/resize",
+                             body=json.dumps({"rows": int(rows), "cols": int(cols)}).encode(),
+                             headers={"Content-Type": "application/json"})
 
     def exec_result(self, exec_id: str) -> ExecResult:
         return ExecResult(self._http().json("GET", self._path + "/execs/" + _quote_id(exec_id)) or {})

@@ -139,6 +139,12 @@ Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::StartExec(const std::
                                                                      const node::ExecSpec& spec) {
   auto box = Find(id);
   if (!box) return NotFound("sandbox", id);
+  // Each exec is a stateless call, its input given whole: nothing stays to type into.
+  if (spec.tty || spec.stdin_open)
+    return Invalid(
+        "a fncall sandbox's exec takes no `tty` or `stdin_open`: its input is given "
+        "whole (`stdin`); use a container, microvm or vm sandbox for a terminal",
+        id);
   JoinFinished();
   auto rec =
       std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary, box->budget);

@@ -4,7 +4,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libboost1.81-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libseccomp-dev
-  libarchive-dev libsqlite3-dev libssl-dev libgtest-dev libgmock-dev libfuse3-dev fuse3 libsimdjson-dev
+  libarchive-dev libsqlite3-dev libssl-dev libpng-dev zlib1g-dev libgtest-dev libgmock-dev libfuse3-dev fuse3 libsimdjson-dev
   erofs-utils busybox-static crun bubblewrap tar
   python3 python3-pytest python3-pytest-timeout python3-yaml curl tmux
   libcurl4-openssl-dev mmdebstrap skopeo umoci docker-registry python3-jwt python3-cryptography openssl

@@ -30,4 +30,5 @@ WARREN_E2E_TARGET=cluster /usr/bin/python3 -m pytest -q -p no:cacheprovider --ti
   tests/e2e/test_lifecycle.py tests/e2e/test_layers.py tests/e2e/test_trajectories.py \
   tests/e2e/test_fs_policy.py tests/e2e/test_metrics.py tests/e2e/test_calls.py \
   tests/e2e/test_network.py tests/e2e/test_https_cache.py tests/e2e/test_tls_client.py \
-  tests/e2e/test_oci_import.py tests/e2e/test_terminal.py tests/e2e/test_openapi.py
+  tests/e2e/test_oci_import.py tests/e2e/test_terminal.py tests/e2e/test_desktop.py \
+  tests/e2e/test_openapi.py

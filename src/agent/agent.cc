@@ -21,6 +21,8 @@
 #include <memory>
 #include <string>
 
+#include "agent/desktop.h"
+#include "agent/desktop_messages.h"
 #include "agent/exec_child.h"
 #include "agent/fs_helper.h"
 #include "agent/protocol.h"
@@ -106,6 +108,13 @@ class Agent {
   void HandleStdin(Message& m);
   void HandleInput(Message& m);
   void HandleResize(Message& m);
+  // A desktop sandbox's screen (agent/desktop.h).
+  void HandleDisplay(Message& m);
+  void HandleScreen(Message& m);
+  void HandleDesktopInput(Message& m);
+  void ReplyData(const std::string& id, const std::string& data);
+  // How every command starts (environment, limits, cgroup, capabilities), argv aside.
+  ChildSpec CommandSpec() const;
   void WriteStdin(Exec& e);
   void HandlePut(Message& m);
   void HandleGet(Message& m);
@@ -141,6 +150,7 @@ class Agent {
   };
   std::deque<Finished> finished_;
   bool connected_ = true;
+  Desktop desktop_;
 
  public:
   int landlock_abi_ = 0;
@@ -531,6 +541,61 @@ void Agent::HandleResize(Message& m) {
   (void)ResizePty(it->second->out ? it->second->out.get() : it->second->in.get(), rows, cols);
 }
 
+ChildSpec Agent::CommandSpec() const {
+  ChildSpec cs;
+  cs.env = base_env_;
+  cs.cwd = "/";
+  cs.nofile = nofile_;
+  cs.agent_oom_score_adj = oom_score_adj_;
+  cs.cgroup_procs_fd = commands_cgroup_.get();
+  cs.keep_caps = whole_machine_;
+  cs.keep_chroot = !microvm_;
+  return cs;
+}
+
+// display {id, width, height} -> ok | err: starts the screen (once; a second ask is ok).
+void Agent::HandleDisplay(Message& m) {
+  const std::string id = m.header.value("id", "");
+  const int w = m.header.value("width", 0), h = m.header.value("height", 0);
+  if (w < agent::DisplaySize::kMin || w > agent::DisplaySize::kMaxWidth ||
+      h < agent::DisplaySize::kMin || h > agent::DisplaySize::kMaxHeight)
+    return ReplyError(id, Invalid("display size out of range"));
+  const bool first = !desktop_.started();
+  Status st = desktop_.Start(CommandSpec(), static_cast<uint16_t>(w), static_cast<uint16_t>(h));
+  if (!st.ok()) return ReplyError(id, st);
+  if (first) base_env_.push_back("DISPLAY=:0");  // every command finds the screen
+  Reply({{"t", "ok"}, {"id", id}});
+}
+
+void Agent::ReplyData(const std::string& id, const std::string& data) {
+  size_t off = 0;
+  do {
+    const size_t n = std::min(data.size() - off, kMaxPayload);
+    const bool last = off + n >= data.size();
+    Reply({{"t", "data"}, {"id", id}, {"last", last}}, data.substr(off, n));
+    off += n;
+  } while (off < data.size());
+}
+
+// screen {id} -> data {id, last} + PNG | err
+void Agent::HandleScreen(Message& m) {
+  const std::string id = m.header.value("id", "");
+  auto png = desktop_.ScreenshotPng();
+  if (!png.ok()) return ReplyError(id, png.status());
+  ReplyData(id, *png);
+  malloc_trim(0);  // a screenshot's buffers are not the idle agent's
+}
+
+// desktop_input {id, steps} -> ok | err
+void Agent::HandleDesktopInput(Message& m) {
+  const std::string id = m.header.value("id", "");
+  auto steps = ParseInputSteps(m.header.value("steps", json::array()));
+  if (!steps.ok()) return ReplyError(id, steps.status());
+  Status st = desktop_.Perform(*steps);
+  if (!st.ok()) return ReplyError(id, st);
+  Reply({{"t", "ok"}, {"id", id}});
+}
+
 void Agent::HandleSignal(Message& m) {
   auto it = execs_.find(m.header.value("id", ""));
   int sig = m.header.value("sig", SIGTERM);
@@ -787,6 +852,7 @@ void Agent::ReapChildren() {
         break;
       }
     }
+    desktop_.Reaped(pid, status);
   }
 }
 
@@ -814,6 +880,12 @@ void Agent::HandleMessage(Message& m) {
     HandleInput(m);
   else if (t == "resize")
     HandleResize(m);
+  else if (t == "display")
+    HandleDisplay(m);
+  else if (t == "screen")
+    HandleScreen(m);
+  else if (t == "desktop_input")
+    HandleDesktopInput(m);
   else if (t == "signal")
     HandleSignal(m);
   else if (t == "put")

@@ -86,6 +86,8 @@ void AddSpecFlags(CLI::App* cmd, SpecFlags* f) {
   Repeatable(cmd->add_option("--writable", f->writable,
                              "a tree inside a read-only one that stays writable (repeatable)"));
   cmd->add_option("--ttl", f->ttl, "seconds until the sandbox is reaped");
+  cmd->add_option("--display", f->display,
+                  "WIDTHxHEIGHT: a screen (the image's Xvfb), for screenshots and input");
   Repeatable(cmd->add_option("--label", f->labels, "K=V (repeatable)"));
   Repeatable(cmd->add_option("--node-selector", f->node_selector,
                              "K=V a label the node must carry; warren.node=NAME picks a node "
@@ -141,6 +143,13 @@ Result<nlohmann::json> SpecJson(const SpecFlags& f) {
   if (!f.lease.empty()) j["lease"] = f.lease;
   if (!f.on_lease_expiry.empty()) j["on_lease_expiry"] = f.on_lease_expiry;
   if (!f.trajectory.empty()) j["trajectory"] = f.trajectory;
+  if (!f.display.empty()) {
+    unsigned w = 0, h = 0;
+    char tail = 0;
+    if (sscanf(f.display.c_str(), "%ux%u%c", &w, &h, &tail) != 2)
+      return Invalid("--display is WIDTHxHEIGHT, e.g. 1280x800", f.display);
+    j["display"] = {{"width", w}, {"height", h}};
+  }
   std::string mode = f.allow.empty() ? f.network : "egress";
   j["network"] = {{"mode", mode}, {"allow", f.allow}};
   if (!f.read_only.empty() || !f.writable.empty())

@@ -35,6 +35,7 @@ struct SpecFlags {
   std::vector<std::string> tools, allow, labels, node_selector, env, read_only, writable;
   double cpu = 0;
   std::string memory, disk;
+  std::string display;  // WIDTHxHEIGHT: a desktop sandbox
   uint64_t pids = 0, ttl = 0;
 };
 // "a,b,,c" -> {"a", "b", "c"}.

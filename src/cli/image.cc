@@ -122,6 +122,9 @@ void AddImage(CLI::App& app) {
                     "registry reference (HOST/REPO:TAG)");
   build->add_option("--debian", *debian, "a Debian suite, built with mmdebstrap (e.g. bookworm)");
   build->add_option("--packages", *packages, "Debian packages to add, comma-separated");
+  auto desktop = std::make_shared<bool>(false);
+  build->add_flag("--desktop", *desktop,
+                  "with --debian: a desktop (Xvfb, openbox, xterm, xedit) for --display sandboxes");
   build->add_option("--kind", *kind, "base|workspace|tool");
   auto ca = std::make_shared<std::string>(), mirror = std::make_shared<std::string>();
   auto insecure = std::make_shared<bool>(false);
@@ -139,6 +142,7 @@ void AddImage(CLI::App& app) {
     src.from_oci = *oci;
     src.debian_suite = *debian;
     src.packages = SplitList(*packages);
+    src.desktop = *desktop;
     src.debian_mirror = !mirror->empty()                 ? *mirror
                         : getenv("WARREN_DEBIAN_MIRROR") ? getenv("WARREN_DEBIAN_MIRROR")
                                                          : "";

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include "agent/desktop_messages.h"
 #include "node/density/density_types.h"
 #include "node/node_wire.h"
 
@@ -87,6 +88,8 @@ const std::vector<NodeService::RouteEntry>& NodeService::Entries() {
        &S::ExecStdin},
       {{M::kPost, "/node/v1/sandboxes/{id}/execs/{exec_id}/resize", kScope, kJsonBodyLimit},
        &S::ResizeExec},
+      {{M::kGet, "/node/v1/sandboxes/{id}/screen", kScope, kJsonBodyLimit}, &S::Screen},
+      {{M::kPost, "/node/v1/sandboxes/{id}/input", kScope, kJsonBodyLimit}, &S::DesktopInput},
       {{M::kPut, "/node/v1/sandboxes/{id}/files", kScope, kFileBodyLimit}, &S::PutFile},
       {{M::kGet, "/node/v1/sandboxes/{id}/files", kScope, kJsonBodyLimit}, &S::GetFile},
   };
@@ -268,6 +271,20 @@ HttpReply NodeService::ResizeExec(HttpRequest& r) {
   auto size = node::ParseWireTerminalSize(*body);
   if (!size.ok()) return Fail(size.status());
   return Done(node_->ResizeExec(r.params.at("id"), r.params.at("exec_id"), *size));
+}
+
+HttpReply NodeService::Screen(HttpRequest& r) {
+  auto png = node_->Screenshot(r.params.at("id"));
+  if (!png.ok()) return Fail(png.status());
+  return HttpReply::Raw(std::move(*png), "image/png");
+}
+
+HttpReply NodeService::DesktopInput(HttpRequest& r) {
+  auto body = BodyJson(r, "send input");
+  if (!body.ok()) return Fail(body.status());
+  auto steps = agent::ParseInputSteps(*body);
+  if (!steps.ok()) return Fail(steps.status());
+  return Done(node_->DesktopInput(r.params.at("id"), *steps));
 }
 
 HttpReply NodeService::PutFile(HttpRequest& r) {

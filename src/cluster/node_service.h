@@ -57,6 +57,8 @@ class NodeService : public server::HttpService {
   server::HttpReply SignalExec(server::HttpRequest&);
   server::HttpReply ExecStdin(server::HttpRequest&);
   server::HttpReply ResizeExec(server::HttpRequest&);
+  server::HttpReply Screen(server::HttpRequest&);
+  server::HttpReply DesktopInput(server::HttpRequest&);
   server::HttpReply PutFile(server::HttpRequest&);
   server::HttpReply GetFile(server::HttpRequest&);
 

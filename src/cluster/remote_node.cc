@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "agent/desktop_messages.h"
 #include "base/utf8.h"
 #include "node/density/density_types.h"
 #include "node/node_wire.h"
@@ -369,6 +370,17 @@ Result<std::string> RemoteNode::ReadFile(const std::string& id, const std::strin
       "read file", "GET",
       SandboxPath(id) + "/files?path=" + client::UrlEncode(path) + "&max=" + std::to_string(max)));
   return std::move(r.body);
+}
+
+Result<std::string> RemoteNode::Screenshot(const std::string& id) {
+  auto r = WARREN_TRY(Call("take a screenshot", "GET", SandboxPath(id) + "/screen"));
+  return std::move(r.body);
+}
+
+Status RemoteNode::DesktopInput(const std::string& id, const std::vector<agent::InputStep>& steps) {
+  return Call("send input", "POST", SandboxPath(id) + "/input",
+              agent::InputStepsToJson(steps).dump(), "application/json")
+      .status();
 }
 
 json RemoteNode::Info() {

@@ -101,6 +101,14 @@ Status SimulatedNode::ResizeExec(const std::string& id, const std::string& exec_
   return NotFound("exec", exec_id);
 }
 
+Result<std::string> SimulatedNode::Screenshot(const std::string& id) {
+  return NothingRunsIn(id, "take a screenshot");
+}
+
+Status SimulatedNode::DesktopInput(const std::string& id, const std::vector<agent::InputStep>&) {
+  return NothingRunsIn(id, "send input");
+}
+
 Status SimulatedNode::WriteFile(const std::string& id, const std::string&, uint32_t,
                                 std::string_view) {
   return NothingRunsIn(id, "write file");

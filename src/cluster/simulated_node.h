@@ -39,6 +39,8 @@ class SimulatedNode : public node::NodeApi {
                                                     const std::string& exec_id) override;
   Status SignalExec(const std::string& id, const std::string& exec_id, int) override;
   Status ResizeExec(const std::string& id, const std::string& exec_id, node::TerminalSize) override;
+  Result<std::string> Screenshot(const std::string& id) override;
+  Status DesktopInput(const std::string& id, const std::vector<agent::InputStep>&) override;
   Status WriteExecStdin(const std::string& id, const std::string& exec_id, std::string_view,
                         bool) override;
   Status WriteFile(const std::string& id, const std::string& path, uint32_t,

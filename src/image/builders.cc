@@ -116,6 +116,14 @@ Result<BuiltTar> FromOci(const BuildSource& s, const std::string& work) {
   return out;
 }
 
+// A desktop image: the X server the agent starts (xvfb), Debian's default window manager for
+// it (openbox: x-window-manager; right click on the desktop opens its menu, whose first
+// entry is the terminal), a terminal (xterm: x-terminal-emulator) with its fonts, a text
+// editor (xedit, in x11-apps) and the X tools a script wants (xwd, xdpyinfo); no xdotool:
+// the agent does input itself.
+const char* const kDesktopPackages[] = {
+    "xvfb", "openbox", "xterm", "xfonts-base", "x11-apps", "x11-utils", "fonts-dejavu-core"};
+
 Result<BuiltTar> FromDebian(const BuildSource& s, const std::string& work) {
   for (char c : s.debian_suite)
     if (!isalnum(static_cast<unsigned char>(c)) && c != '-')
@@ -124,7 +132,10 @@ Result<BuiltTar> FromDebian(const BuildSource& s, const std::string& work) {
   // mmdebstrap's default cleanup already drops apt's package lists and caches.
   std::vector<std::string> argv = {"mmdebstrap", "--variant=apt", "--format=tar"};
   std::string include;
-  for (const auto& p : s.packages) {
+  std::vector<std::string> packages = s.packages;
+  if (s.desktop)
+    packages.insert(packages.begin(), std::begin(kDesktopPackages), std::end(kDesktopPackages));
+  for (const auto& p : packages) {
     for (char c : p)
       if (!isalnum(static_cast<unsigned char>(c)) && !strchr("+-.:=~", c))
         return Invalid("bad Debian package name `" + p + "`");
@@ -154,8 +165,8 @@ Result<BuiltTar> BuildRootfsTar(const BuildSource& s, const std::string& work) {
       !s.from_dir.empty() + !s.from_tar.empty() + !s.from_oci.empty() + !s.debian_suite.empty();
   if (given != 1)
     return Invalid("give exactly one of --from-dir, --from-tar, --from-oci, --debian");
-  if (!s.packages.empty() && s.debian_suite.empty())
-    return Invalid("--packages goes with --debian");
+  if ((!s.packages.empty() || s.desktop) && s.debian_suite.empty())
+    return Invalid("--packages and --desktop go with --debian");
   if (!s.from_dir.empty()) return FromDir(s, work);
   if (!s.from_tar.empty()) {
     if (!Exists(s.from_tar)) return NotFound("file", s.from_tar);

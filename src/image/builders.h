@@ -21,7 +21,10 @@ namespace warren::image {
 struct BuildSource {
   std::string from_dir, from_tar, from_oci, debian_suite;
   std::vector<std::string> packages;  // with debian_suite
-  std::string debian_mirror;          // empty: mmdebstrap's default (deb.debian.org)
+  // With debian_suite: a desktop to start from (kDesktopPackages: an X server, a window
+  // manager, a terminal, an editor), for sandboxes with a `display`.
+  bool desktop = false;
+  std::string debian_mirror;  // empty: mmdebstrap's default (deb.debian.org)
   RegistryOptions registry;
   std::function<void(const std::string&)> progress;
 };

@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "agent/desktop_messages.h"
 #include "agent/fs_helper.h"
 
 namespace warren::node {
@@ -252,6 +253,24 @@ Status AgentConn::WriteInput(const std::string& exec_id, std::string_view data, 
     off += n;
   } while (off < data.size());
   return Status::Ok();
+}
+
+Status AgentConn::StartDisplay(DisplaySize size) {
+  return Request({{"t", "display"}, {"width", size.width}, {"height", size.height}})
+      .status()
+      .Context("start the display");
+}
+
+Result<std::string> AgentConn::Screenshot() {
+  auto png = Request({{"t", "screen"}});
+  if (!png.ok()) return png.status().Context("take a screenshot");
+  return png;
+}
+
+Status AgentConn::DesktopInput(const std::vector<InputStep>& steps) {
+  return Request({{"t", "desktop_input"}, {"steps", agent::InputStepsToJson(steps)}})
+      .status()
+      .Context("send input");
 }
 
 Status AgentConn::Resize(const std::string& exec_id, TerminalSize size) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/display.h"
 #include "agent/protocol.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
@@ -22,6 +23,9 @@
 #include "node/terminal_size.h"
 
 namespace warren::node {
+
+using agent::DisplaySize;
+using agent::InputStep;
 
 struct ExecSpec {
   std::vector<std::string> argv;
@@ -74,6 +78,11 @@ class AgentConn {
   // A new size for a tty command's terminal; the kernel tells its foreground process group
   // (SIGWINCH).
   Status Resize(const std::string& exec_id, TerminalSize size);
+  // A desktop sandbox's screen, through its agent (agent/desktop.h): started once at create,
+  // captured as PNG, given input steps.
+  Status StartDisplay(DisplaySize size);
+  Result<std::string> Screenshot();
+  Status DesktopInput(const std::vector<InputStep>& steps);
   std::shared_ptr<ExecRecord> FindExec(const std::string& exec_id);
   int Running() const;
   // Whether someone waits on one of its running commands (ExecRecord::awaited).

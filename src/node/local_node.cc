@@ -286,7 +286,7 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   // address and files are its own from the start), not a runner.
   // Not over chunked layers yet: a warm sandbox would outlive a blobfsd restart unnoticed.
   const bool poolable = backend == container_.get() && !spec.network.egress && !cfg.fncall_runner &&
-                        cfg.files.empty() && lazy.empty();
+                        cfg.files.empty() && lazy.empty() && !cfg.display;
   if (poolable && warm_) {
     std::string key = std::to_string(cfg.disk_bytes);
     for (const auto& l : cfg.layers) key += (l.tool ? "|tool:" : "|") + l.digest;
@@ -315,12 +315,20 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   auto inst = WARREN_TRY(CreateAttached(backend, cfg, attach ? &spec.network : nullptr, is_vm));
   SandboxRuntime rt{inst->host_pid(), inst->host_uid()};
   auto conn = std::make_shared<AgentConn>(cfg.id, inst->TakeControlSocket());
+  const std::shared_ptr<AgentConn> agent = conn;
   runtime::Instance* made = inst.get();
   Register(cfg.id, std::move(inst), std::move(conn), is_vm, cfg.net_ip != 0);
   if (tracked) Track(cfg.id, made, is_vm, cfg.memory_bytes, cfg.cpus);
   unadmit.Cancel();
   forget_lazy.Cancel();
   if (net_ && spec.network.egress) WriteCaBundle(cfg.id);
+  if (cfg.display) {
+    // Ready means its screen takes input: a create whose X server cannot start fails whole.
+    if (Status st = agent->StartDisplay(*cfg.display); !st.ok()) {
+      (void)DeleteSandbox(cfg.id);
+      return st;
+    }
+  }
   return rt;
 }
 
@@ -878,6 +886,20 @@ Status LocalNode::WriteExecStdin(const std::string& id, const std::string& exec_
                   "the command was started without `stdin_open` or `tty`");
   if (rec->done()) return Status(Code::kConflict, "write input", exec_id, "the command has ended");
   return conn->SendStdin(exec_id, data, eof);
+}
+
+Result<std::string> LocalNode::Screenshot(const std::string& id) {
+  if (Fncall(id)) return fncall::FncallSandboxes::NoState("screenshot", id);
+  auto conn = WARREN_TRY(Conn(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
+  return conn->Screenshot();
+}
+
+Status LocalNode::DesktopInput(const std::string& id, const std::vector<InputStep>& steps) {
+  if (Fncall(id)) return fncall::FncallSandboxes::NoState("input", id);
+  auto conn = WARREN_TRY(Conn(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
+  return conn->DesktopInput(steps);
 }
 
 Status LocalNode::ResizeExec(const std::string& id, const std::string& exec_id, TerminalSize size) {

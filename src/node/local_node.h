@@ -97,6 +97,8 @@ class LocalNode : public NodeApi {
                                               const std::string& exec_id) override;
   Status SignalExec(const std::string& id, const std::string& exec_id, int sig) override;
   Status ResizeExec(const std::string& id, const std::string& exec_id, TerminalSize size) override;
+  Result<std::string> Screenshot(const std::string& id) override;
+  Status DesktopInput(const std::string& id, const std::vector<InputStep>& steps) override;
   Status WriteExecStdin(const std::string& id, const std::string& exec_id, std::string_view data,
                         bool eof) override;
   Status WriteFile(const std::string& id, const std::string& path, uint32_t mode,

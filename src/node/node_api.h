@@ -81,6 +81,10 @@ class NodeApi {
   // command takes no input or has ended.
   virtual Status WriteExecStdin(const std::string& id, const std::string& exec_id,
                                 std::string_view data, bool eof) = 0;
+  // A desktop sandbox's screen as PNG, and input steps for it; kConflict for a sandbox
+  // without a display.
+  virtual Result<std::string> Screenshot(const std::string& id) = 0;
+  virtual Status DesktopInput(const std::string& id, const std::vector<InputStep>& steps) = 0;
   // A new size for the terminal of a command started with ExecSpec::tty.
   virtual Status ResizeExec(const std::string& id, const std::string& exec_id,
                             TerminalSize size) = 0;

@@ -50,6 +50,8 @@ json ToWire(const NodeSandboxSpec& spec) {
           {"cpus", c.cpus},
           {"open_files", c.open_files},
           {"env", c.env},
+          {"display", c.display ? json{{"width", c.display->width}, {"height", c.display->height}}
+                                : json(nullptr)},
           {"network", ToWire(spec.network)}};
 }
 
@@ -89,6 +91,20 @@ Result<NodeSandboxSpec> ParseWireSandboxSpec(const json& j) {
   WARREN_RETURN_IF_ERROR(f.Double("cpus", &c.cpus));
   WARREN_RETURN_IF_ERROR(f.UInt("open_files", &c.open_files));
   WARREN_RETURN_IF_ERROR(f.StringMap("env", &c.env, true));
+  const json* display = nullptr;
+  WARREN_RETURN_IF_ERROR(f.Value("display", &display, false));
+  if (display && !display->is_null()) {
+    JsonFields df(*display, "sandbox spec display");
+    WARREN_RETURN_IF_ERROR(df.Object());
+    uint64_t w = 0, h = 0;
+    WARREN_RETURN_IF_ERROR(df.UInt("width", &w));
+    WARREN_RETURN_IF_ERROR(df.UInt("height", &h));
+    WARREN_RETURN_IF_ERROR(df.NoOthers());
+    if (w < agent::DisplaySize::kMin || w > agent::DisplaySize::kMaxWidth ||
+        h < agent::DisplaySize::kMin || h > agent::DisplaySize::kMaxHeight)
+      return Invalid("sandbox spec: display size out of range");
+    c.display = agent::DisplaySize{static_cast<uint16_t>(w), static_cast<uint16_t>(h)};
+  }
   const json* network = nullptr;
   WARREN_RETURN_IF_ERROR(f.Value("network", &network));
   s.network = WARREN_TRY(ParseWirePolicy(*network));

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/display.h"
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "isolation/cgroup_memory.h"
@@ -65,6 +66,8 @@ struct SandboxConfig {
   // Made ahead of demand by a warm pool (node/warm_pool.h): its agent sets up at the lowest
   // CPU priority, so filling the pool never slows the work that is asked for now.
   bool background = false;
+  // A desktop sandbox: its agent starts the image's X server at this size once it is ready.
+  std::optional<agent::DisplaySize> display;
 };
 
 // What a warm sandbox is given when a create takes it (see Instance::Claim).

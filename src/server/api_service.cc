@@ -51,6 +51,8 @@ const std::vector<ApiService::RouteEntry>& ApiService::Entries() {
        &S::WriteExecInput},
       {{M::kPost, "/v1/sandboxes/{id}/execs/{exec_id}/resize", "exec", kJsonBodyLimit},
        &S::ResizeExec},
+      {{M::kGet, "/v1/sandboxes/{id}/screen", "exec", kJsonBodyLimit}, &S::Screen},
+      {{M::kPost, "/v1/sandboxes/{id}/input", "exec", kJsonBodyLimit}, &S::Input},
       {{M::kGet, "/v1/sandboxes/{id}/files", "exec", kJsonBodyLimit}, &S::GetFile},
       {{M::kPut, "/v1/sandboxes/{id}/files", "exec", kFileBodyLimit}, &S::PutFile},
       {{M::kGet, "/v1/sandboxes/{id}/archive", "exec", kJsonBodyLimit}, &S::GetArchive},
@@ -192,6 +194,16 @@ HttpReply ApiService::SignalExec(HttpRequest& r) {
   if (!rec.ok()) return HttpReply::Error(rec.status());
   Status st = api_->SignalExec(r.who, id, exec_id, r.body);
   return st.ok() ? HttpReply::Json((*rec)->ResultJson()) : HttpReply::Error(st);
+}
+
+HttpReply ApiService::Screen(HttpRequest& r) {
+  auto png = api_->Screen(r.who, r.params.at("id"));
+  if (!png.ok()) return HttpReply::Error(png.status());
+  return HttpReply::Raw(std::move(*png), "image/png");
+}
+
+HttpReply ApiService::Input(HttpRequest& r) {
+  return HttpReply::Of(api_->Input(r.who, r.params.at("id"), r.body));
 }
 
 HttpReply ApiService::WriteExecInput(HttpRequest& r) {

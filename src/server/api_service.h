@@ -59,6 +59,8 @@ class ApiService : public HttpService {
   HttpReply StreamExec(HttpRequest&);
   HttpReply SignalExec(HttpRequest&);
   HttpReply WriteExecInput(HttpRequest&);
+  HttpReply Screen(HttpRequest&);
+  HttpReply Input(HttpRequest&);
   HttpReply ResizeExec(HttpRequest&);
   HttpReply PutFile(HttpRequest&);
   HttpReply GetFile(HttpRequest&);

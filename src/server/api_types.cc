@@ -149,7 +149,8 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
       j, {"backend",       "image",      "workspace",     "tools",          "cpu",
           "memory_mb",     "disk_mb",    "pids",          "open_files",     "network",
           "filesystem",    "env",        "ttl_s",         "idle_timeout_s", "labels",
-          "node_selector", "trajectory", "on_divergence", "lease",          "on_lease_expiry"},
+          "node_selector", "trajectory", "on_divergence", "lease",          "on_lease_expiry",
+          "display"},
       "sandbox spec"));
   SandboxSpec s;
   std::string backend = runtime::BackendName(s.backend);
@@ -249,6 +250,24 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
   WARREN_RETURN_IF_ERROR(GetString(j, "on_lease_expiry", &s.on_lease_expiry));
   if (s.on_lease_expiry != "delete" && s.on_lease_expiry != "pause")
     return Invalid("`on_lease_expiry` must be delete or pause");
+  if (j.contains("display") && !j["display"].is_null()) {
+    const json& d = j["display"];
+    if (!d.is_object()) return Invalid("`display` is {\"width\": W, \"height\": H}");
+    WARREN_RETURN_IF_ERROR(CheckFields(d, {"width", "height"}, "display"));
+    if (!d.contains("width") || !d.contains("height"))
+      return Invalid("`display` needs both `width` and `height`");
+    using agent::DisplaySize;
+    uint64_t w = 1280, h = 800;
+    WARREN_RETURN_IF_ERROR(GetUint(d, "width", &w, DisplaySize::kMin, DisplaySize::kMaxWidth));
+    WARREN_RETURN_IF_ERROR(GetUint(d, "height", &h, DisplaySize::kMin, DisplaySize::kMaxHeight));
+    // The X server of a container or microVM comes from the image and is started by the
+    // agent; a whole machine's screen will be QEMU's own (not yet); a call has none.
+    if (s.backend != runtime::BackendKind::kContainer &&
+        s.backend != runtime::BackendKind::kMicrovm)
+      return Invalid("`display` is for the container and microvm backends (on `" +
+                     std::string(runtime::BackendName(s.backend)) + "` it is not there yet)");
+    s.display = DisplaySize{static_cast<uint16_t>(w), static_cast<uint16_t>(h)};
+  }
   return s;
 }
 
@@ -272,7 +291,9 @@ json ToJson(const SandboxSpec& s) {
             {"trajectory", s.trajectory ? json(*s.trajectory) : json(nullptr)},
             {"on_divergence", s.on_divergence},
             {"lease", s.lease ? json(*s.lease) : json(nullptr)},
-            {"on_lease_expiry", s.on_lease_expiry}};
+            {"on_lease_expiry", s.on_lease_expiry},
+            {"display", s.display ? json{{"width", s.display->width}, {"height", s.display->height}}
+                                  : json(nullptr)}};
   return j;
 }
 

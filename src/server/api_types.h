@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/display.h"
 #include "base/status.h"
 #include "isolation/fs_policy.h"
 #include "node/terminal_size.h"
@@ -48,6 +49,8 @@ struct SandboxSpec {
   std::string on_divergence = "continue";
   std::optional<std::string> lease;
   std::string on_lease_expiry = "delete";
+  // A desktop sandbox: a screen of this size (the image's Xvfb), screenshots and input.
+  std::optional<agent::DisplaySize> display;
 };
 
 Result<SandboxSpec> ParseSandboxSpec(const json& j);

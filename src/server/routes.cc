@@ -13,6 +13,7 @@
 #include "base/utf8.h"
 #include "net/policy.h"
 #include "node/node_wire.h"
+#include "server/input_actions.h"
 
 namespace warren::server {
 
@@ -318,6 +319,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   ns.config.open_files = spec.open_files;
   ns.config.cpus = spec.cpu;
   ns.config.env = spec.env;
+  ns.config.display = spec.display;
   ns.network = WARREN_TRY(net::ParsePolicy(spec.network.mode, spec.network.allow));
 
   // Where it goes: room held there until the sandbox is gone (or this create fails).
@@ -746,6 +748,39 @@ Status Api::SignalExec(const Principal& who, const std::string& id, const std::s
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   node::NodeApi* node = WARREN_TRY(NodeOf(sb));
   return node->SignalExec(id, exec_id, it->second);
+}
+
+Result<Api::DesktopTarget> Api::Desktop(const Principal& who, const std::string& id, const char* op,
+                                        RateGate* gate) {
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (!sb.spec.display)
+    return Status(Code::kConflict, op, id,
+                  "the sandbox has no display (create it with `display`: {\"width\", \"height\"})");
+  if (sb.state != SandboxState::kRunning)
+    return Status(Code::kConflict, op, id, std::string("sandbox is ") + StateName(sb.state));
+  int retry = 0;
+  if (!gate->Take(id, &retry))
+    return Status(Code::kQuota, op, id, "too many requests for this sandbox's screen")
+        .WithRetryAfter(retry);
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  return DesktopTarget{std::move(sb), node};
+}
+
+Result<std::string> Api::Screen(const Principal& who, const std::string& id) {
+  DesktopTarget t = WARREN_TRY(Desktop(who, id, "take a screenshot", &screen_rate_));
+  return t.node->Screenshot(id);
+}
+
+Status Api::Input(const Principal& who, const std::string& id, const std::string& body) {
+  json j = WARREN_TRY(ParseJsonBody(body));
+  // A malformed request is a 400 whatever the sandbox; then the points are checked against
+  // its own screen.
+  using agent::DisplaySize;
+  WARREN_RETURN_IF_ERROR(
+      ParseInputActions(j, DisplaySize{DisplaySize::kMaxWidth, DisplaySize::kMaxHeight}).status());
+  DesktopTarget t = WARREN_TRY(Desktop(who, id, "send input", &input_rate_));
+  auto steps = WARREN_TRY(ParseInputActions(j, *t.sb.spec.display));
+  return t.node->DesktopInput(id, steps);
 }
 
 Status Api::WriteExecInput(const Principal& who, const std::string& id, const std::string& exec_id,

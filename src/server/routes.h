@@ -22,6 +22,7 @@
 #include "server/leases.h"
 #include "server/metrics.h"
 #include "server/quota.h"
+#include "server/rate_gate.h"
 #include "server/reaper.h"
 #include "server/sandbox_record.h"
 #include "server/sandbox_table.h"
@@ -90,6 +91,9 @@ class Api {
   // Input for an exec started with `tty` or `stdin_open` (ParseExecInput's body).
   Status WriteExecInput(const Principal& who, const std::string& id, const std::string& exec_id,
                         const std::string& body);
+  // A desktop sandbox's screen as PNG, and a client's input actions (server/input_actions.h).
+  Result<std::string> Screen(const Principal& who, const std::string& id);
+  Status Input(const Principal& who, const std::string& id, const std::string& body);
   // A new size {"rows", "cols"} for an exec's terminal.
   Status ResizeExec(const Principal& who, const std::string& id, const std::string& exec_id,
                     const std::string& body);
@@ -147,6 +151,17 @@ class Api {
   std::string TempPath(const std::string& what) const { return layers_.TempPath(what); }
 
  private:
+  // A running desktop sandbox's record and node, for its screen and input (`op` names the
+  // ask in errors: 409 without a display, or not running).
+  struct DesktopTarget {
+    SandboxRecord sb;
+    node::NodeApi* node;
+  };
+  Result<DesktopTarget> Desktop(const Principal& who, const std::string& id, const char* op,
+                                RateGate* gate);
+  // Per sandbox: screenshots 10/s (burst 20), input requests 50/s (burst 100).
+  RateGate screen_rate_{10, 20};
+  RateGate input_rate_{50, 100};
   // The absolute `path` of a file operation on running sandbox `id` (no other parameters), and
   // the node that holds the sandbox.
   struct RunningTarget {

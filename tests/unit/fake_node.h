@@ -163,6 +163,13 @@ class FakeNode : public node::NodeApi {
   Status ResizeExec(const std::string& id, const std::string&, node::TerminalSize) override {
     return Op("resize", id);
   }
+  Result<std::string> Screenshot(const std::string& id) override {
+    WARREN_RETURN_IF_ERROR(Op("screen", id));
+    return std::string("\x89PNG");
+  }
+  Status DesktopInput(const std::string& id, const std::vector<agent::InputStep>&) override {
+    return Op("input", id);
+  }
   Status WriteFile(const std::string& id, const std::string& path, uint32_t,
                    std::string_view data) override {
     std::lock_guard lock(mu);
@@ -278,6 +285,10 @@ class ForwardingNode : public node::NodeApi {
   Status ResizeExec(const std::string& id, const std::string& exec_id,
                     node::TerminalSize size) override {
     return to_->ResizeExec(id, exec_id, size);
+  }
+  Result<std::string> Screenshot(const std::string& id) override { return to_->Screenshot(id); }
+  Status DesktopInput(const std::string& id, const std::vector<agent::InputStep>& steps) override {
+    return to_->DesktopInput(id, steps);
   }
   Status WriteFile(const std::string& id, const std::string& path, uint32_t mode,
                    std::string_view data) override {

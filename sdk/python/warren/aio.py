@@ -122,6 +122,21 @@ class AsyncSandbox:
     async def resize(self, exec_id: str, rows: int, cols: int) -> None:
         await asyncio.to_thread(self.sync.resize, exec_id, rows, cols)
 
+    async def screenshot(self) -> bytes:
+        return await asyncio.to_thread(self.sync.screenshot)
+
+    async def input(self, actions) -> None:
+        await asyncio.to_thread(self.sync.input, actions)
+
+    async def click(self, x: int, y: int, button: str = "left", count: int = 1) -> None:
+        await asyncio.to_thread(self.sync.click, x, y, button, count)
+
+    async def type(self, text: str) -> None:
+        await asyncio.to_thread(self.sync.type, text)
+
+    async def key(self, combo: str, repeat: int = 1) -> None:
+        await asyncio.to_thread(self.sync.key, combo, repeat)
+
     async def exec_result(self, exec_id: str) -> ExecResult:
         return await asyncio.to_thread(self.sync.exec_result, exec_id)
 

@@ -454,6 +454,42 @@ class Sandbox:
                     + (f": {last_exc}" if last_exc else ""), None)
             time.sleep(min(0.05 * 2 ** failures, 2.0))
 
+    # -- desktop ----------------------------------------------------------
+    def screenshot(self) -> bytes:
+        """The screen of a sandbox created with ``display``, as PNG bytes."""
+        _, _, data = self._http().request("GET", self._path + "/screen", headers={"Accept": "image/png"})
+        return data
+
+    def input(self, actions: Sequence[Mapping[str, Any]]) -> None:
+        """Performs input ``actions`` in order (see docs/api.md): ``{"type": "move", "x", "y"}``,
+        ``click`` (``x``, ``y``, ``button``, ``count``), ``mouse_down``/``mouse_up``, ``drag``
+        (``from``, ``to``), ``scroll`` (``dx``, ``dy``), ``key`` (``keys``: "ctrl+s"),
+        ``type`` (``text``), ``wait`` (``ms``)."""
+        self._http().request("POST", self._path + "/input",
+                             body=json.dumps({"actions": [dict(a) for a in actions]}).encode(),
+                             headers={"Content-Type": "application/json"})
+
+    def click(self, x: int, y: int, button: str = "left", count: int = 1) -> None:
+        self.input([{"type": "click", "x": int(x), "y": int(y), "button": button, "count": int(count)}])
+
+    def move(self, x: int, y: int) -> None:
+        self.input([{"type": "move", "x": int(x), "y": int(y)}])
+
+    def drag(self, x1: int, y1: int, x2: int, y2: int, button: str = "left") -> None:
+        self.input([{"type": "drag", "from": [int(x1), int(y1)], "to": [int(x2), int(y2)], "button": button}])
+
+    def scroll(self, x: int, y: int, dy: int = 0, dx: int = 0) -> None:
+        """Wheel steps at (x, y): ``dy`` > 0 down, < 0 up; ``dx`` > 0 right."""
+        self.input([{"type": "scroll", "x": int(x), "y": int(y), "dx": int(dx), "dy": int(dy)}])
+
+    def type(self, text: str) -> None:
+        """Types ``text`` into whatever has the keyboard focus."""
+        self.input([{"type": "type", "text": str(text)}])
+
+    def key(self, combo: str, repeat: int = 1) -> None:
+        """Presses a key combination, e.g. ``"ctrl+s"``, ``"Return"``, ``"alt+F4"``."""
+        self.input([{"type": "key", "keys": str(combo), "repeat": int(repeat)}])
+
     # -- files ------------------------------------------------------------
     def write_file(self, path: str, data: Union[str, bytes], mode: int = 0o644) -> None:
         if isinstance(data, str):

@@ -1,0 +1,148 @@
+"""Desktop sandboxes (issue 29): a screen an agent looks at and clicks, on the container backend.
+
+A real Debian desktop image (`warren image build --debian bookworm --desktop`: Xvfb, openbox,
+xterm) and a sandbox with `display`; the test opens a terminal window by clicking and typing
+only, as a computer-use agent would, and checks what it typed through exec. Every screenshot
+it takes is saved under $WARREN_E2E_ARTIFACTS (default /var/tmp/warren-e2e-artifacts/desktop)
+so a person can look at them.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+import e2e_util as u
+
+DESKTOP = "e2e-desktop:1"
+W, H = 1024, 768
+ARTIFACTS = Path(os.environ.get("WARREN_E2E_ARTIFACTS", "/var/tmp/warren-e2e-artifacts")) / "desktop"
+
+
+@pytest.fixture(scope="module")
+def desktop_image(server):
+    r = server.cli("image", "build", DESKTOP, "--debian", "bookworm", "--desktop", timeout=1500)
+    assert r.returncode == 0, f"desktop image build failed ({r.returncode}):\n{r.stderr[-4000:]}"
+    yield DESKTOP
+    server.cli("image", "rm", DESKTOP)
+
+
+@pytest.fixture(scope="module")
+def desk(server, desktop_image):
+    c = server.client()
+    sb = c.create(image=desktop_image, display={"width": W, "height": H}, memory_mb=1024)
+    try:
+        yield sb
+    finally:
+        server.http("DELETE", "/v1/sandboxes/" + sb.id, timeout=60)
+
+
+def png_size(png: bytes):
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", png[:16]
+    return struct.unpack(">II", png[16:24])
+
+
+def save(name: str, png: bytes) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / f"{name}.png").write_bytes(png)
+
+
+def screen_until(sb, changed_from: bytes, timeout=30.0) -> bytes:
+    """A screenshot once the screen differs from `changed_from` (the programs draw when they
+    are ready; an agent looks before it clicks)."""
+    got = u.wait_until(lambda: (lambda p: p if p != changed_from else None)(sb.screenshot()),
+                       timeout=timeout, interval=0.2)
+    assert got, "the screen did not change"
+    return got
+
+
+def test_record_and_screen(server, desk):
+    rec = server.http("GET", f"/v1/sandboxes/{desk.id}").json
+    assert rec["display"] == {"width": W, "height": H}, rec
+    png = desk.screenshot()
+    assert png_size(png) == (W, H)
+    save("00-empty-desktop", png)
+    r = desk.run("echo $DISPLAY; test -S /tmp/.X11-unix/X0 && echo socket")
+    assert r.stdout.split() == [":0", "socket"], r
+
+
+def test_open_a_terminal_by_clicking_and_typing(server, desk):
+    before = desk.screenshot()
+    save("01-before", before)
+    # Right click on the desktop: openbox's menu.
+    desk.click(400, 300, button="right")
+    menu = screen_until(desk, before)
+    save("02-menu", menu)
+    # Its first entry is "Terminal emulator", just under where the menu opened.
+    desk.click(430, 309)
+    term = screen_until(desk, menu)
+    time.sleep(1.0)  # the window's shell starts
+    term = desk.screenshot()
+    save("03-terminal", term)
+    # The new window has the focus: type into it.
+    desk.type("echo typed-on-the-desktop-$((6*7)) > /tmp/from-the-desktop\n")
+    ok = u.wait_until(lambda: desk.run("cat /tmp/from-the-desktop").stdout == "typed-on-the-desktop-42\n",
+                      timeout=20, interval=0.3)
+    after = desk.screenshot()
+    save("04-after-typing", after)
+    assert ok, desk.run("cat /tmp/from-the-desktop; cat /tmp/.warren-display.log")
+    # The text shows: the screen changed where the terminal is.
+    assert after != term
+    # A key combination reaches the program too: ctrl+u clears the line, then the command runs.
+    desk.type("echo not-this")
+    desk.key("ctrl+u")
+    desk.type("echo second > /tmp/second\n")
+    assert u.wait_until(lambda: desk.run("cat /tmp/second").stdout == "second\n", timeout=20, interval=0.3)
+    save("05-after-keys", desk.screenshot())
+
+
+def test_errors_name_what_is_wrong(server, image, desk, sandboxes):
+    base = f"/v1/sandboxes/{desk.id}/input"
+    for actions, word in (([{"type": "fly"}], "action 0 (fly)"),
+                          ([{"type": "click", "x": W, "y": 0}], "action 0 (click)"),
+                          ([{"type": "move", "x": 1, "y": 1}, {"type": "key", "keys": "ctrl+nokey"}], "action 1 (key)"),
+                          ([{"type": "click", "button": "fourth"}], "button"),
+                          ([{"type": "type", "text": "x" * 20000}], "characters"),
+                          ([{"type": "wait", "ms": 60000}], "ms"),
+                          ([], "actions")):
+        err = u.assert_error(server.http("POST", base, {"actions": actions}), 400, "invalid")
+        assert word in err["message"], (actions[:1], err)
+    u.assert_error(server.http("POST", base, {"actions": [{"type": "move", "x": 1, "y": 1}], "x": 1}), 400, "invalid")
+    # A sandbox without a display: 409 for both.
+    r = server.http("POST", "/v1/sandboxes", {"image": image})
+    sandboxes.append(r.json["id"])
+    err = u.assert_error(server.http("GET", f"/v1/sandboxes/{r.json['id']}/screen"), 409, "conflict")
+    assert "display" in err["message"], err
+    u.assert_error(server.http("POST", f"/v1/sandboxes/{r.json['id']}/input",
+                               {"actions": [{"type": "move", "x": 1, "y": 1}]}), 409, "conflict")
+    # Bad displays at create.
+    for display in ({"width": 10, "height": 10}, {"width": 5000, "height": 800}, {"width": 800},
+                    {"width": 800, "height": 600, "depth": 8}):
+        u.assert_error(server.http("POST", "/v1/sandboxes", {"image": image, "display": display}), 400, "invalid")
+    err = u.assert_error(server.http("POST", "/v1/sandboxes", {"image": image, "backend": "fncall",
+                                                               "display": {"width": 800, "height": 600}}),
+                         400, "invalid")
+    assert "display" in err["message"], err
+
+
+def test_an_image_without_an_x_server_fails_the_create_whole(server, image):
+    before = {s["id"] for s in server.http("GET", "/v1/sandboxes").json["sandboxes"]}
+    err = u.assert_error(server.http("POST", "/v1/sandboxes",
+                                     {"image": image, "display": {"width": 800, "height": 600}}),
+                         400, "invalid")
+    assert "Xvfb" in err["message"] and "--desktop" in err["message"], err
+    after = {s["id"] for s in server.http("GET", "/v1/sandboxes").json["sandboxes"]
+             if s["state"] not in ("deleted",)}
+    assert after <= before, after - before
+
+
+def test_screenshots_are_rate_limited_not_refused(server, desk):
+    statuses = [server.http("GET", f"/v1/sandboxes/{desk.id}/screen").status for _ in range(40)]
+    assert statuses[0] == 200 and set(statuses) <= {200, 429}, statuses
+    if 429 in statuses:
+        time.sleep(3)  # the bucket refills
+    assert server.http("GET", f"/v1/sandboxes/{desk.id}/screen").status == 200

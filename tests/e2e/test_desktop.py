@@ -100,6 +100,18 @@ def test_open_a_terminal_by_clicking_and_typing(server, desk):
     save("05-after-keys", desk.screenshot())
 
 
+@pytest.mark.serve_only("the cluster target's nodes run with --no-microvm (VMs are tested on serve)")
+def test_a_microvm_desktop(server, desktop_image, sandboxes):
+    """The same agent in a microVM's guest starts the same screen: a right click opens the menu."""
+    sb = server.client().create(image=desktop_image, backend="microvm", memory_mb=1024,
+                                display={"width": 800, "height": 600})
+    sandboxes.append(sb.id)
+    before = sb.screenshot()
+    assert png_size(before) == (800, 600)
+    sb.click(300, 200, button="right")
+    save("10-microvm-menu", screen_until(sb, before))
+
+
 def test_errors_name_what_is_wrong(server, image, desk, sandboxes):
     base = f"/v1/sandboxes/{desk.id}/input"
     for actions, word in (([{"type": "fly"}], "action 0 (fly)"),

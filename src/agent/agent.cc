@@ -557,8 +557,7 @@ ChildSpec Agent::CommandSpec() const {
 void Agent::HandleDisplay(Message& m) {
   const std::string id = m.header.value("id", "");
   const int w = m.header.value("width", 0), h = m.header.value("height", 0);
-  if (w < agent::DisplaySize::kMin || w > agent::DisplaySize::kMaxWidth ||
-      h < agent::DisplaySize::kMin || h > agent::DisplaySize::kMaxHeight)
+  if (w < 0 || h < 0 || !DisplaySize::Valid(static_cast<uint64_t>(w), static_cast<uint64_t>(h)))
     return ReplyError(id, Invalid("display size out of range"));
   const bool first = !desktop_.started();
   Status st = desktop_.Start(CommandSpec(), static_cast<uint16_t>(w), static_cast<uint16_t>(h));

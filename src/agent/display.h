@@ -11,6 +11,9 @@ namespace warren::agent {
 
 struct DisplaySize {
   static constexpr uint16_t kMin = 64, kMaxWidth = 3840, kMaxHeight = 2160;
+  static constexpr bool Valid(uint64_t w, uint64_t h) {
+    return w >= kMin && w <= kMaxWidth && h >= kMin && h <= kMaxHeight;
+  }
   uint16_t width = 1280;
   uint16_t height = 800;
 };

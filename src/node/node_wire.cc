@@ -100,9 +100,7 @@ Result<NodeSandboxSpec> ParseWireSandboxSpec(const json& j) {
     WARREN_RETURN_IF_ERROR(df.UInt("width", &w));
     WARREN_RETURN_IF_ERROR(df.UInt("height", &h));
     WARREN_RETURN_IF_ERROR(df.NoOthers());
-    if (w < agent::DisplaySize::kMin || w > agent::DisplaySize::kMaxWidth ||
-        h < agent::DisplaySize::kMin || h > agent::DisplaySize::kMaxHeight)
-      return Invalid("sandbox spec: display size out of range");
+    if (!agent::DisplaySize::Valid(w, h)) return Invalid("sandbox spec: display size out of range");
     c.display = agent::DisplaySize{static_cast<uint16_t>(w), static_cast<uint16_t>(h)};
   }
   const json* network = nullptr;

@@ -80,6 +80,7 @@ Result<std::vector<agent::InputStep>> ParseInputSteps(const json& j) {
     return Invalid("input steps: an array of at most " + std::to_string(kMaxInputSteps));
   std::vector<agent::InputStep> steps;
   size_t typed = 0;
+  uint32_t waited = 0;
   for (const json& e : j) {
     if (!e.is_object() || !e.contains("k") || !e["k"].is_string())
       return Invalid("input steps: each is an object with `k`");
@@ -125,6 +126,10 @@ Result<std::vector<agent::InputStep>> ParseInputSteps(const json& j) {
       int ms = 0;
       WARREN_RETURN_IF_ERROR(num("ms", 0, static_cast<int>(kMaxWaitMs), &ms));
       s.ms = static_cast<uint32_t>(ms);
+      waited += s.ms;
+      if (waited > kMaxTotalWaitMs)
+        return Invalid("input steps: more than " + std::to_string(kMaxTotalWaitMs) +
+                       " ms of waits");
     } else {
       return Invalid("input steps: unknown step `" + k + "`");
     }

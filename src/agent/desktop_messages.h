@@ -14,6 +14,9 @@ namespace warren::agent {
 constexpr size_t kMaxInputSteps = 4096;
 constexpr size_t kMaxTypedChars = 16384;
 constexpr uint32_t kMaxWaitMs = 5000;
+// All the waits of one message together: the agent serves its sandbox's other requests only
+// between messages.
+constexpr uint32_t kMaxTotalWaitMs = 10000;
 
 // UTF-8 to code points; false on a malformed sequence.
 bool DecodeUtf8(const std::string& in, std::u32string* out);

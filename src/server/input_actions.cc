@@ -86,6 +86,7 @@ Result<std::vector<InputStep>> ParseInputActions(const json& body, agent::Displa
     return Invalid("`actions` has 1 to " + std::to_string(kMaxInputActions) + " actions");
   std::vector<InputStep> steps;
   size_t typed = 0;
+  uint32_t waited = 0;
   for (size_t i = 0; i < actions.size(); ++i) {
     const json& a = actions[i];
     std::string type = a.is_object() && a.contains("type") && a["type"].is_string()
@@ -216,6 +217,10 @@ Result<std::vector<InputStep>> ParseInputActions(const json& body, agent::Displa
       InputStep s;
       s.kind = K::kWait;
       s.ms = static_cast<uint32_t>(WARREN_TRY(integer(a["ms"], "ms", 0, agent::kMaxWaitMs)));
+      waited += s.ms;
+      if (waited > agent::kMaxTotalWaitMs)
+        return bad("more than " + std::to_string(agent::kMaxTotalWaitMs) +
+                   " ms of waits in one request");
       steps.push_back(s);
     } else {
       return bad("unknown type (move, click, mouse_down, mouse_up, drag, scroll, key, type, wait)");

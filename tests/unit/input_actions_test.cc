@@ -72,6 +72,11 @@ TEST(InputActions, ABadActionIsNamedByIndexAndType) {
             std::string::npos);
   EXPECT_NE(bad({{{"type", "type"}, {"text", "\xff"}}}).find("UTF-8"), std::string::npos);
   EXPECT_NE(bad({{{"type", "wait"}, {"ms", 60000}}}).find("ms"), std::string::npos);
+  EXPECT_NE(bad({{{"type", "wait"}, {"ms", 5000}},
+                 {{"type", "wait"}, {"ms", 5000}},
+                 {{"type", "wait"}, {"ms", 1}}})
+                .find("action 2 (wait)"),
+            std::string::npos);
   EXPECT_NE(bad({{{"type", "scroll"}}}).find("dx"), std::string::npos);
   EXPECT_NE(bad({{{"type", "drag"}, {"from", {1}}, {"to", {2, 2}}}}).find("from"),
             std::string::npos);

@@ -166,7 +166,7 @@ Result<BuiltTar> BuildRootfsTar(const BuildSource& s, const std::string& work) {
   if (given != 1)
     return Invalid("give exactly one of --from-dir, --from-tar, --from-oci, --debian");
   if ((!s.packages.empty() || s.desktop) && s.debian_suite.empty())
-    return Invalid("--packages and --desktop go with --debian");
+    return Invalid("--packages goes with --debian, and so does --desktop");
   if (!s.from_dir.empty()) return FromDir(s, work);
   if (!s.from_tar.empty()) {
     if (!Exists(s.from_tar)) return NotFound("file", s.from_tar);

@@ -63,6 +63,7 @@ def test_python_bytecode_is_not_stale(server, debian_image):
     (["--debian", "bookworm", "--packages", "bad;name"], "bad Debian package name"),
     (["--debian", "../etc"], "a Debian suite is a name"),
     (["--from-dir", "/", "--packages", "python3"], "--packages goes with --debian"),
+    (["--from-dir", "/", "--desktop"], "so does --desktop"),
     (["--packages", "python3"], "exactly one of"),
 ])
 def test_bad_debian_requests_fail_clearly(server, args, why):

@@ -497,7 +497,11 @@ def test_workers_come_from_the_c_zygote_and_hold_only_their_pipes(server, runner
     assert _zygotes(server) == {"native"}
 
 
-NSID = "import os; print(os.readlink('/proc/self/ns/net'))"
+# A net namespace by its cookie (SO_NETNS_COOKIE), which the kernel never gives twice: the
+# inode number of /proc/self/ns/net comes back for a new namespace once an old one is freed,
+# so a discarded namespace's number may well show up again on a fresh one.
+NETNS = "'netns:%d' % int.from_bytes(__import__('socket').socket().getsockopt(1, 71, 8), 'little')"
+NSID = f"print({NETNS})"
 # A connection to an address no route leads to (the call's namespace has only lo): nothing is
 # sent, but Ip: OutNoRoutes counts it.
 NOROUTE = r"""
@@ -507,7 +511,7 @@ for _ in range(5):
         socket.create_connection(("192.0.2.1", 9), timeout=0.2)
     except OSError:
         pass
-print("unreachable", os.readlink("/proc/self/ns/net"))
+print("unreachable", NETNS_HERE)
 """
 SNMP_OUT = ("t = [l.split() for l in open('/proc/net/snmp') if l.startswith('Ip:')]\n"
             "print(dict(zip(t[0][1:], t[1][1:]))['OutNoRoutes'])")
@@ -515,7 +519,7 @@ TALK = r"""
 import os, socket
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
 c = socket.create_connection(s.getsockname()); a, _ = s.accept(); a.sendall(b"hi")
-print(c.recv(2).decode(), os.readlink("/proc/self/ns/net"))
+print(c.recv(2).decode(), NETNS_HERE)
 """
 LISTEN = r"""
 import socket
@@ -530,8 +534,9 @@ dst = socket.inet_pton(socket.AF_INET6, "2001:db8::1")
 # struct in6_flowlabel_req: get + create, shared with anyone, lingering 150 s after its socket
 s.setsockopt(socket.IPPROTO_IPV6, 32, dst + struct.pack("!I", 0xABCDE) + struct.pack("=BBHHHI", 0, 255, 1, 150, 150, 0))
 s.close()
-print(os.readlink("/proc/self/ns/net"))
+print(NETNS_HERE)
 """
+NOROUTE, TALK, FLOWLABEL = (c.replace("NETNS_HERE", NETNS) for c in (NOROUTE, TALK, FLOWLABEL))
 MULTICAST = r"""
 import socket, struct
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

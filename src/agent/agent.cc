@@ -566,6 +566,7 @@ void Agent::HandleDisplay(Message& m) {
   Reply({{"t", "ok"}, {"id", id}});
 }
 
+// data {id, last} + bytes, in messages of at most kMaxPayload (one, empty, for no bytes).
 void Agent::ReplyData(const std::string& id, const std::string& data) {
   size_t off = 0;
   do {
@@ -990,14 +991,7 @@ void Agent::HandleFsChanges(const Message& m) {
   auto report = isolation::ReadChanges(upper.get(), shm.get(), fds, under, limit);
   (void)FreezeVmCommands(vm_commands_dir_.get(), false);
   if (!report.ok()) return ReplyError(id, report.status());
-  const std::string data = EncodeChangeReport(*report);
-  for (size_t off = 0;;) {
-    const size_t n = std::min(data.size() - off, kMaxPayload);
-    const bool last = off + n >= data.size();
-    Reply({{"t", "data"}, {"id", id}, {"last", last}}, data.substr(off, n));
-    off += n;
-    if (last) break;
-  }
+  ReplyData(id, EncodeChangeReport(*report));
 }
 
 // A sandbox made ahead of demand (node/warm_pool.h) is handed to a create: it takes that

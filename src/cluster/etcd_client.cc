@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -117,7 +118,21 @@ Result<json> EtcdClient::Call(const char* path, const json& body, Retry retry,
   const size_t n = options_.endpoints.size();
   const size_t first = preferred_.load(std::memory_order_relaxed);
   Status last(Code::kUnavailable, "etcd " + op, object, "no etcd endpoint");
-  for (size_t i = 0; i < n; ++i) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.retry_budget_ms);
+  auto backoff = std::chrono::milliseconds(50);
+  for (size_t i = 0;; ++i) {
+    if (i > 0 && i % n == 0) {
+      // Every member refused or had no leader: wait a little for an election or a restart.
+      if (Clock::now() + backoff >= deadline) break;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    }
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (i > 0 && left <= 0) break;
+    const long timeout_ms =
+        std::max(200L, std::min(long{options_.request_timeout_ms}, static_cast<long>(left)));
     const size_t idx = (first + i) % n;
     const std::string url = options_.endpoints[idx] + path;
     auto h = handles_->Take();
@@ -132,7 +147,7 @@ Result<json> EtcdClient::Call(const char* path, const json& body, Retry retry,
     curl_easy_setopt(h.get(), CURLOPT_WRITEDATA, &answer);
     curl_easy_setopt(h.get(), CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h.get(), CURLOPT_CONNECTTIMEOUT_MS, long{options_.connect_timeout_ms});
-    curl_easy_setopt(h.get(), CURLOPT_TIMEOUT_MS, long{options_.request_timeout_ms});
+    curl_easy_setopt(h.get(), CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(h.get(), CURLOPT_TCP_NODELAY, 1L);
     const CURLcode rc = curl_easy_perform(h.get());
     long http = 0;

@@ -4,9 +4,10 @@
 // connection) from a pool; each watch runs on a thread of its own.
 //
 // Several endpoints (the members of an etcd cluster): a request goes to the member that last
-// answered and moves on to the next when a member cannot be reached or has no leader. A write
-// whose answer was lost after it was sent is not repeated (it may have happened): the caller
-// gets kUnavailable and decides, usually by reading back.
+// answered and moves on to the next when a member cannot be reached or has no leader, round
+// after round until its retry budget is spent. A write whose answer was lost after it was sent
+// is not repeated (it may have happened): the caller gets kUnavailable and decides, usually by
+// reading back.
 #pragma once
 
 #include <atomic>
@@ -23,7 +24,11 @@ namespace warren::cluster {
 struct EtcdOptions {
   std::vector<std::string> endpoints;  // http://HOST:PORT, at least one
   int connect_timeout_ms = 1000;
-  int request_timeout_ms = 5000;
+  int request_timeout_ms = 5000;  // one try on one member
+  // How long a request that can be sent again keeps going round the members, backing off
+  // between rounds: through an election (a member holds a read that reached it without a
+  // leader for up to 5 s + 2 election timeouts before it answers) and a member restarting.
+  int retry_budget_ms = 12000;
 };
 
 // "http://a:2379,http://b:2379" -> options (each must be http:// or https://HOST:PORT).

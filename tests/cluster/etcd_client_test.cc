@@ -95,5 +95,25 @@ TEST(EtcdClient, ThreeMembersOneStopped) {
   for (int i = 0; i < 10; ++i) EXPECT_EQ(seen[i], std::to_string(i));
 }
 
+// Quorum lost, then back: a read sent in the outage is not failed at the first round of
+// members (one holds it without a leader, the others refuse) but goes round again until a
+// member restarted past that first round answers.
+TEST(EtcdClient, AReadWaitsOutAnOutageWithinItsBudget) {
+  EtcdProcess etcd(3);
+  auto kv = ClientOf(etcd.endpoints());
+  ASSERT_TRUE(kv->Put("/outage", "v").ok());
+  etcd.Stop(1);
+  etcd.Stop(2);
+  Result<KeyValue> got;
+  std::thread read([&] { got = kv->Get("/outage"); });
+  // Past a first round: member 0 holds the read for the whole request timeout (5 s). The
+  // member starts from this thread: its parent-death signal follows the thread that forked.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5500));
+  etcd.Start(1);
+  read.join();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->value, "v");
+}
+
 }  // namespace
 }  // namespace warren::cluster

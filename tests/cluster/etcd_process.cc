@@ -140,6 +140,7 @@ std::unique_ptr<cluster::EtcdClient> ClientOf(const std::string& endpoints, int 
   auto o = cluster::ParseEtcdEndpoints(endpoints);
   EXPECT_TRUE(o.ok());
   o->request_timeout_ms = timeout_ms;
+  o->retry_budget_ms = timeout_ms * 12 / 5;  // the defaults' ratio
   return std::make_unique<cluster::EtcdClient>(*o);
 }
 

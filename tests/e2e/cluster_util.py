@@ -4,7 +4,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -14,10 +13,7 @@ from typing import Dict, List, Optional
 import e2e_util
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = e2e_util.free_port
 
 
 def _b64(s: str) -> str:
@@ -138,7 +134,15 @@ class EtcdCluster:
         log.close()
         self.started_once[i] = True
         if wait and not e2e_util.wait_until(lambda: self._member_ok(i), timeout=60):
-            raise RuntimeError(f"etcd member {i} did not come back")
+            raise RuntimeError(f"etcd member {i} did not come back; its log ends:\n"
+                               + self.log_tail(i))
+
+    def log_tail(self, i: int, lines: int = 30) -> str:
+        try:
+            with open(os.path.join(self.log_dir, f"etcd{i}.log"), errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError as e:
+            return f"(no log: {e})"
 
     def stop(self, i: int) -> None:
         p = self.procs[i]

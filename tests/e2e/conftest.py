@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -106,10 +105,7 @@ def _scratch_base() -> str:
     pytest.fail("no scratch directory on a disk filesystem (set WARREN_E2E_TMP)")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = e2e_util.free_port
 
 
 def safe_rmtree(path: str) -> None:

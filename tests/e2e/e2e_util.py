@@ -5,11 +5,51 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import random
+import socket
 import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
 CONTRACT_CODES = {"not_found", "invalid", "conflict", "quota", "unauthorized",
                   "forbidden", "unavailable", "internal"}
+
+
+# --------------------------------------------------------------------------
+# ports
+# --------------------------------------------------------------------------
+_handed_out: set = set()
+
+
+def _ephemeral_range() -> Tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port() -> int:
+    """A loopback TCP port no one listens on, taken from below the kernel's ephemeral range.
+
+    A port the kernel hands out for `bind(0)` comes from the same range it picks the local
+    ports of outgoing connections from: a server stopped and started again on such a port
+    (an etcd member, a restarted daemon) can find it taken by some client's connection in
+    between and fail with EADDRINUSE. Ports below the range are never picked that way."""
+    low, _ = _ephemeral_range()
+    first = 20000 if low > 21000 else 1024
+    for _ in range(1000):
+        port = random.randrange(first, low)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in {first}..{low - 1}")
 
 
 # --------------------------------------------------------------------------

@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -39,6 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import List, Optional, Tuple
 
 import pytest
+
+import e2e_util
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 TOOLS = {"docker-registry": "docker-registry", "skopeo": "skopeo", "openssl": "openssl"}
@@ -63,10 +64,7 @@ def clean_env(extra: Optional[dict] = None) -> dict:
     return env
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = e2e_util.free_port
 
 
 def _run(argv: List[str], what: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:

@@ -45,6 +45,14 @@ def cluster(tmp_path_factory):
             safe_rmtree(d)
 
 
+@pytest.fixture(autouse=True)
+def etcd_logs_on_failure(cluster):
+    """Each member's last log lines, printed at teardown: pytest shows them when a test fails."""
+    yield
+    for i in range(cluster["etcd"].n):
+        print(f"--- etcd member {i} ---\n{cluster['etcd'].log_tail(i)}")
+
+
 def _exec(api, sid, *argv):
     return api.cli("exec", sid, "--", *argv)
 

@@ -553,14 +553,16 @@ ChildSpec Agent::CommandSpec() const {
   return cs;
 }
 
-// display {id, width, height} -> ok | err: starts the screen (once; a second ask is ok).
+// display {id, width, height, device} -> ok | err: starts the screen (once; a second ask is
+// ok). device: the machine's display device (backend vm) rather than a virtual one.
 void Agent::HandleDisplay(Message& m) {
   const std::string id = m.header.value("id", "");
   const int w = m.header.value("width", 0), h = m.header.value("height", 0);
   if (w < 0 || h < 0 || !DisplaySize::Valid(static_cast<uint64_t>(w), static_cast<uint64_t>(h)))
     return ReplyError(id, Invalid("display size out of range"));
   const bool first = !desktop_.started();
-  Status st = desktop_.Start(CommandSpec(), static_cast<uint16_t>(w), static_cast<uint16_t>(h));
+  Status st = desktop_.Start(CommandSpec(), static_cast<uint16_t>(w), static_cast<uint16_t>(h),
+                             m.header.value("device", false));
   if (!st.ok()) return ReplyError(id, st);
   if (first) base_env_.push_back("DISPLAY=:0");  // every command finds the screen
   Reply({{"t", "ok"}, {"id", id}});

@@ -11,11 +11,13 @@
 #include <thread>
 
 #include "agent/png_writer.h"
+#include "agent/xorg_config.h"
 
 namespace warren::agent {
 namespace {
 
 constexpr const char* kLog = "/tmp/.warren-display.log";
+constexpr const char* kXorgConfig = "/tmp/.warren-xorg.conf";
 constexpr int kDisplay = 0;
 
 pid_t StartProgram(ChildSpec spec, std::vector<std::string> argv, int log_fd, int null_fd) {
@@ -69,28 +71,47 @@ void WaitIdle(pid_t pid, int max_ms) {
 
 }  // namespace
 
-Status Desktop::Start(const ChildSpec& base, uint16_t width, uint16_t height) {
+Status Desktop::Start(const ChildSpec& base, uint16_t width, uint16_t height, bool device) {
   if (started()) return Status::Ok();
   mkdir("/tmp/.X11-unix", 01777);
-  UniqueFd log(open(kLog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+  UniqueFd log(open(kLog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
   UniqueFd null(open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!log || !null) return ErrnoStatus("open", kLog);
   ChildSpec spec = base;
   spec.env.push_back("DISPLAY=:" + std::to_string(kDisplay));
-  const std::string screen = std::to_string(width) + "x" + std::to_string(height) + "x24";
-  xvfb_pid_ = StartProgram(spec,
-                           {"Xvfb", ":" + std::to_string(kDisplay), "-screen", "0", screen,
-                            "-nolisten", "tcp", "-noreset"},
-                           log.get(), null.get());
+  const std::string display = ":" + std::to_string(kDisplay);
+  std::vector<std::string> argv;
+  const char* server = device ? "Xorg" : "Xvfb";
+  if (device) {
+    // The machine's own screen (backend vm): Xorg on its display device, configured here.
+    const std::string tablet = WARREN_TRY(FindInputDevice("Tablet", 5000));
+    const std::string keyboard = WARREN_TRY(FindInputDevice("Keyboard", 5000));
+    const std::string conf = XorgConfig(DisplaySize{width, height}, tablet, keyboard);
+    UniqueFd f(open(kXorgConfig, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!f || write(f.get(), conf.data(), conf.size()) != static_cast<ssize_t>(conf.size()))
+      return ErrnoStatus("write", kXorgConfig);
+    // vt7, as display managers do; -s 0 -dpms: the screen never blanks.
+    argv = {"Xorg",     display, "-config", kXorgConfig, "-nolisten",   "tcp",
+            "-noreset", "-s",    "0",       "-dpms",     "-novtswitch", "vt7"};
+  } else {
+    const std::string screen = std::to_string(width) + "x" + std::to_string(height) + "x24";
+    argv = {"Xvfb", display, "-screen", "0", screen, "-nolisten", "tcp", "-noreset", "-s", "0"};
+  }
+  xvfb_pid_ = StartProgram(spec, argv, log.get(), null.get());
   if (xvfb_pid_ == -2) {
     xvfb_pid_ = -1;
-    return Status(Code::kInvalid, "start the display", "Xvfb",
-                  "the image has no Xvfb: make a desktop image (warren image build NAME "
-                  "--debian bookworm --desktop) or install the xvfb package");
+    return Status(
+        Code::kInvalid, "start the display", server,
+        std::string("the image has no ") + server +
+            ": make a desktop image (warren image build NAME --debian bookworm "
+            "--desktop) or install the " +
+            (device ? "xserver-xorg-core and xserver-xorg-input-evdev packages" : "xvfb package"));
   }
-  if (xvfb_pid_ < 0) return ErrnoStatus("start", "Xvfb");
+  if (xvfb_pid_ < 0) return ErrnoStatus("start", server);
   // Ready when it takes a connection (the lock file and socket come first, then the screen).
-  for (int i = 0; i < 1500 && !x_; ++i) {
+  // Xorg on an emulated machine (TCG) takes longer than Xvfb: up to 60 s.
+  const int tries = device ? 6000 : 1500;
+  for (int i = 0; i < tries && !x_; ++i) {
     if (xvfb_status_) break;
     auto c = X11Connection::Open(kDisplay);
     if (c.ok()) {
@@ -103,9 +124,11 @@ Status Desktop::Start(const ChildSpec& base, uint16_t width, uint16_t height) {
     nanosleep(&ten_ms, nullptr);
   }
   if (!x_)
-    return Status(Code::kUnavailable, "start the display", "Xvfb",
-                  (xvfb_status_ ? "it exited" : "it did not take connections within 15 s") +
-                      std::string(": ") + LogTail());
+    return Status(Code::kUnavailable, "start the display", server,
+                  (xvfb_status_ ? std::string("it exited")
+                                : "it did not take connections within " +
+                                      std::to_string(tries / 100) + " s") +
+                      ": " + LogTail());
   // The image's window manager, if it has one (Debian's alternative for it). Ready once it
   // manages the screen (EWMH's mark on the root window), so that a first click already goes
   // to it; a manager without the mark gets 5 s.

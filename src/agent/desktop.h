@@ -19,10 +19,11 @@ namespace warren::agent {
 
 class Desktop {
  public:
-  // Starts Xvfb :0 at width x height x 24 and, once it takes connections (within 15 s), the
+  // Starts Xvfb :0 at width x height x 24 (with `device`, a whole VM's display device: Xorg
+  // on it, agent/xorg_config.h) and, once it takes connections (within 15 s; Xorg 60 s), the
   // window manager. `base` is how the agent starts a command (environment, limits, cgroup);
   // its stdio is replaced by the display's log, /tmp/.warren-display.log.
-  Status Start(const ChildSpec& base, uint16_t width, uint16_t height);
+  Status Start(const ChildSpec& base, uint16_t width, uint16_t height, bool device = false);
   bool started() const { return xvfb_pid_ > 0; }
   // Called for every child the agent reaps: the X server's end is remembered for errors.
   void Reaped(pid_t pid, int status);

@@ -52,8 +52,23 @@ Status WriteSmall(const std::string& path, const std::string& data) {
   return Status::Ok();
 }
 
-Status LoadModules() {
-  std::ifstream order(kModuleOrderFile);
+// Whether a PCI device of class 03 (display controller) is present: a vm with a screen.
+bool HasDisplayDevice() {
+  DIR* d = opendir("/sys/bus/pci/devices");
+  if (!d) return false;
+  bool found = false;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream cls(std::string("/sys/bus/pci/devices/") + e->d_name + "/class");
+    std::string c;
+    if (cls >> c && c.rfind("0x03", 0) == 0) found = true;
+  }
+  closedir(d);
+  return found;
+}
+
+Status LoadModules(const char* order_file) {
+  std::ifstream order(order_file);
   if (!order) return Status::Ok();  // a kernel with everything built in
   std::string name;
   while (std::getline(order, name)) {
@@ -146,7 +161,8 @@ Status VmInit(UniqueFd* listener, pid_t* relay_pid) {
     return ErrnoStatus("mount sysfs", "/sys");
   if (mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755") != 0)
     return ErrnoStatus("mount devtmpfs", "/dev");
-  WARREN_RETURN_IF_ERROR(LoadModules());
+  WARREN_RETURN_IF_ERROR(LoadModules(kModuleOrderFile));
+  if (HasDisplayDevice()) WARREN_RETURN_IF_ERROR(LoadModules(kDisplayModuleOrderFile));
   // Work that is the same for every sandbox is done here, before `hello`: a template VM is
   // saved after it, so restored VMs start with it done (under TCG each step costs ms).
   WARREN_RETURN_IF_ERROR(PrepareVmCommandsCgroup());

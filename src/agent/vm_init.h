@@ -25,6 +25,8 @@ namespace warren::agent {
 
 inline constexpr const char* kAgentPortName = "warren.agent";
 inline constexpr const char* kModuleOrderFile = "/lib/modules/warren.order";
+// Loaded besides when the machine has a display device (PCI class 03: backend vm's screen).
+inline constexpr const char* kDisplayModuleOrderFile = "/lib/modules/warren-display.order";
 // Where the guest mounts cgroup2 for its commands' cgroup (inside the initramfs).
 inline constexpr const char* kInitCgroupDir = "/run/warren-cgroup";
 // The same hierarchy where systemd mounts it (backend vm, after the hand-over).

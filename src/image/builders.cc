@@ -116,13 +116,15 @@ Result<BuiltTar> FromOci(const BuildSource& s, const std::string& work) {
   return out;
 }
 
-// A desktop image: the X server the agent starts (xvfb), Debian's default window manager for
-// it (openbox: x-window-manager; right click on the desktop opens its menu, whose first
-// entry is the terminal), a terminal (xterm: x-terminal-emulator) with its fonts, a text
-// editor (xedit, in x11-apps) and the X tools a script wants (xwd, xdpyinfo); no xdotool:
-// the agent does input itself.
+// A desktop image: the X servers the agent starts (xvfb in a container or microVM; Xorg with
+// evdev input on a whole VM's display device), Debian's default window manager for it (openbox:
+// x-window-manager; right click on the desktop opens its menu, whose first entry is the
+// terminal), a terminal (xterm: x-terminal-emulator) with its fonts, a text editor (xedit, in
+// x11-apps) and the X tools a script wants (xwd, xdpyinfo); no xdotool: the agent does input
+// itself, or QEMU does.
 const char* const kDesktopPackages[] = {
-    "xvfb", "openbox", "xterm", "xfonts-base", "x11-apps", "x11-utils", "fonts-dejavu-core"};
+    "xvfb",     "xserver-xorg-core", "xserver-xorg-input-evdev", "openbox", "xterm", "xfonts-base",
+    "x11-apps", "x11-utils",         "fonts-dejavu-core"};
 
 Result<BuiltTar> FromDebian(const BuildSource& s, const std::string& work) {
   for (char c : s.debian_suite)

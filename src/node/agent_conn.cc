@@ -255,8 +255,9 @@ Status AgentConn::WriteInput(const std::string& exec_id, std::string_view data, 
   return Status::Ok();
 }
 
-Status AgentConn::StartDisplay(DisplaySize size) {
-  return Request({{"t", "display"}, {"width", size.width}, {"height", size.height}})
+Status AgentConn::StartDisplay(DisplaySize size, bool device) {
+  return Request(
+             {{"t", "display"}, {"width", size.width}, {"height", size.height}, {"device", device}})
       .status()
       .Context("start the display");
 }

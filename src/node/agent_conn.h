@@ -80,7 +80,9 @@ class AgentConn {
   Status Resize(const std::string& exec_id, TerminalSize size);
   // A desktop sandbox's screen, through its agent (agent/desktop.h): started once at create,
   // captured as PNG, given input steps.
-  Status StartDisplay(DisplaySize size);
+  // `device`: the machine has a display device (backend vm): the agent starts an X server
+  // on it (Xorg) instead of a virtual one (Xvfb); screenshots and input are then QEMU's.
+  Status StartDisplay(DisplaySize size, bool device = false);
   Result<std::string> Screenshot();
   Status DesktopInput(const std::vector<InputStep>& steps);
   std::shared_ptr<ExecRecord> FindExec(const std::string& exec_id);

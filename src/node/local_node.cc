@@ -324,7 +324,7 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   if (net_ && spec.network.egress) WriteCaBundle(cfg.id);
   if (cfg.display) {
     // Ready means its screen takes input: a create whose X server cannot start fails whole.
-    if (Status st = agent->StartDisplay(*cfg.display); !st.ok()) {
+    if (Status st = agent->StartDisplay(*cfg.display, made->has_machine_screen()); !st.ok()) {
       (void)DeleteSandbox(cfg.id);
       return st;
     }
@@ -890,16 +890,27 @@ Status LocalNode::WriteExecStdin(const std::string& id, const std::string& exec_
 
 Result<std::string> LocalNode::Screenshot(const std::string& id) {
   if (Fncall(id)) return fncall::FncallSandboxes::NoState("screenshot", id);
-  auto conn = WARREN_TRY(Conn(id));
+  auto e = WARREN_TRY(Find(id));
   WARREN_RETURN_IF_ERROR(Touch(id));
-  return conn->Screenshot();
+  if (e->instance->has_machine_screen()) {
+    // QEMU's own screen: a paused VM's QEMU is frozen and would answer nothing.
+    MutexLock lock(&e->mu);
+    if (e->paused) return Status(Code::kConflict, "take a screenshot", id, "the sandbox is paused");
+    return e->instance->MachineScreenshot();
+  }
+  return e->conn->Screenshot();
 }
 
 Status LocalNode::DesktopInput(const std::string& id, const std::vector<InputStep>& steps) {
   if (Fncall(id)) return fncall::FncallSandboxes::NoState("input", id);
-  auto conn = WARREN_TRY(Conn(id));
+  auto e = WARREN_TRY(Find(id));
   WARREN_RETURN_IF_ERROR(Touch(id));
-  return conn->DesktopInput(steps);
+  if (e->instance->has_machine_screen()) {
+    MutexLock lock(&e->mu);
+    if (e->paused) return Status(Code::kConflict, "send input", id, "the sandbox is paused");
+    return e->instance->MachineInput(steps);
+  }
+  return e->conn->DesktopInput(steps);
 }
 
 Status LocalNode::ResizeExec(const std::string& id, const std::string& exec_id, TerminalSize size) {

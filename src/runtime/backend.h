@@ -116,6 +116,16 @@ class Instance {
   // The CPUs the instance uses by itself while nothing runs in it (a VM's QEMU and idle
   // guest kernel), which density does not count as the sandbox being busy.
   virtual double quiet_cpus() const { return 0; }
+  // A screen the machine itself has (backend vm with a display: QEMU's devices), rather than
+  // one its agent keeps (a container's or microVM's Xvfb): the node asks the instance, not
+  // the agent, for screenshots and input.
+  virtual bool has_machine_screen() const { return false; }
+  virtual Result<std::string> MachineScreenshot() {
+    return Status(Code::kUnavailable, "take a screenshot", "sandbox", "no machine screen");
+  }
+  virtual Status MachineInput(const std::vector<agent::InputStep>& /*steps*/) {
+    return Status(Code::kUnavailable, "send input", "sandbox", "no machine screen");
+  }
   // The host pid of the sandbox's init (the agent), for diagnostics.
   virtual int host_pid() const = 0;
   virtual uint32_t host_uid() const = 0;

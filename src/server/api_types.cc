@@ -261,11 +261,11 @@ Result<SandboxSpec> ParseSandboxSpec(const json& j) {
     WARREN_RETURN_IF_ERROR(GetUint(d, "width", &w, DisplaySize::kMin, DisplaySize::kMaxWidth));
     WARREN_RETURN_IF_ERROR(GetUint(d, "height", &h, DisplaySize::kMin, DisplaySize::kMaxHeight));
     // The X server of a container or microVM comes from the image and is started by the
-    // agent; a whole machine's screen will be QEMU's own (not yet); a call has none.
-    if (s.backend != runtime::BackendKind::kContainer &&
-        s.backend != runtime::BackendKind::kMicrovm)
-      return Invalid("`display` is for the container and microvm backends (on `" +
-                     std::string(runtime::BackendName(s.backend)) + "` it is not there yet)");
+    // agent; a whole machine's screen is QEMU's own; a call has none.
+    if (s.backend == runtime::BackendKind::kFncall)
+      return Invalid(
+          "`display` is for the container, microvm and vm backends (a call has no "
+          "screen)");
     s.display = DisplaySize{static_cast<uint16_t>(w), static_cast<uint16_t>(h)};
   }
   return s;

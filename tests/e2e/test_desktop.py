@@ -1,4 +1,5 @@
-"""Desktop sandboxes (issue 29): a screen an agent looks at and clicks, on the container backend.
+"""Desktop sandboxes (issue 29): a screen an agent looks at and clicks, on the container,
+microvm and vm backends.
 
 A real Debian desktop image (`warren image build --debian bookworm --desktop`: Xvfb, openbox,
 xterm) and a sandbox with `display`; the test opens a terminal window by clicking and typing
@@ -110,6 +111,39 @@ def test_a_microvm_desktop(server, desktop_image, sandboxes):
     assert png_size(before) == (800, 600)
     sb.click(300, 200, button="right")
     save("10-microvm-menu", screen_until(sb, before))
+
+
+@pytest.mark.serve_only("the cluster target's nodes run with --no-microvm (VMs are tested on serve)")
+def test_a_vm_desktop_through_qemu(server, desktop_image, sandboxes):
+    """A whole VM's screen is QEMU's: its display device, screendump and input-send-event on a
+    virtio tablet and keyboard. The guest's own Xorg draws on it; the test opens a terminal by
+    clicking and typing only and checks what it typed through exec."""
+    sb = server.client().create(image=desktop_image, backend="vm", memory_mb=1024,
+                                display={"width": 800, "height": 600})
+    sandboxes.append(sb.id)
+    before = sb.screenshot()
+    assert png_size(before) == (800, 600)
+    save("20-vm-desktop", before)
+    r = sb.run("cat /proc/[0-9]*/comm | grep -x -e Xorg -e Xvfb")
+    assert r.stdout.split() == ["Xorg"], (r.stdout, r.stderr)
+    sb.click(300, 200, button="right")
+    menu = screen_until(sb, before, timeout=60)
+    save("21-vm-menu", menu)
+    sb.click(330, 209)
+    term = screen_until(sb, menu, timeout=60)
+    time.sleep(3.0)  # xterm and its shell start (emulated CPU)
+    save("22-vm-terminal", sb.screenshot())
+    sb.type("echo typed-in-a-vm-$((6*7)) > /tmp/from-the-vm\n")
+    ok = u.wait_until(lambda: sb.run("cat /tmp/from-the-vm").stdout == "typed-in-a-vm-42\n",
+                      timeout=60, interval=0.5)
+    after = sb.screenshot()
+    save("23-vm-after-typing", after)
+    assert ok, sb.run("cat /tmp/from-the-vm; tail -20 /tmp/.warren-display.log").stdout
+    assert after != term
+    # A character no key of the VM's US keyboard types is refused, naming it.
+    err = u.assert_error(server.http("POST", f"/v1/sandboxes/{sb.id}/input",
+                                     {"actions": [{"type": "type", "text": "\u00e9"}]}), 400, "invalid")
+    assert "U+00E9" in err["message"], err
 
 
 def test_errors_name_what_is_wrong(server, image, desk, sandboxes):

@@ -129,10 +129,12 @@ TEST(SandboxSpec, DisplayIsSizedAndOnlyWhereAScreenCanBe) {
   EXPECT_EQ(s->display->width, 1280);
   EXPECT_EQ(ToJson(*s)["display"], json({{"width", 1280}, {"height", 800}}));
   EXPECT_TRUE(ToJson(*ParseSandboxSpec({{"image", "a:b"}}))["display"].is_null());
-  EXPECT_TRUE(ParseSandboxSpec({{"image", "a:b"},
-                                {"backend", "microvm"},
-                                {"display", {{"width", 640}, {"height", 480}}}})
-                  .ok());
+  for (const char* backend : {"microvm", "vm"})
+    EXPECT_TRUE(ParseSandboxSpec({{"image", "a:b"},
+                                  {"backend", backend},
+                                  {"display", {{"width", 640}, {"height", 480}}}})
+                    .ok())
+        << backend;
   for (json bad : {json{{"image", "a:b"}, {"display", {{"width", 10}, {"height", 800}}}},
                    json{{"image", "a:b"}, {"display", {{"width", 800}}}},
                    json{{"image", "a:b"}, {"display", {{"width", 800}, {"height", 600}, {"d", 1}}}},

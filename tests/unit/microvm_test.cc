@@ -11,6 +11,8 @@
 #include "base/unique_fd.h"
 #include "runtime/vm/accel_probe.h"
 #include "runtime/vm/guest_image.h"
+#include "runtime/vm/qemu_keys.h"
+#include "runtime/vm/qmp_screen.h"
 
 namespace warren {
 namespace {
@@ -176,4 +178,42 @@ TEST(AccelProbe, ForcedTcgAndAProbedChoiceWithAReason) {
 }
 
 }  // namespace
+// A whole VM's keyboard as QEMU names its keys: the US layout, Shift where it needs it.
+TEST(QemuKeys, CharactersAndKeysymsOnTheUsLayout) {
+  using runtime::vm::KeyForChar;
+  using runtime::vm::KeyForKeysym;
+  auto is = [](std::optional<runtime::vm::QemuKey> k, const char* qcode, bool shift) {
+    return k && k->qcode == qcode && k->shift == shift;
+  };
+  EXPECT_TRUE(is(KeyForChar('a'), "a", false));
+  EXPECT_TRUE(is(KeyForChar('Q'), "q", true));
+  EXPECT_TRUE(is(KeyForChar('7'), "7", false));
+  EXPECT_TRUE(is(KeyForChar('&'), "7", true));
+  EXPECT_TRUE(is(KeyForChar('$'), "4", true));
+  EXPECT_TRUE(is(KeyForChar('>'), "dot", true));
+  EXPECT_TRUE(is(KeyForChar('~'), "grave_accent", true));
+  EXPECT_TRUE(is(KeyForChar(' '), "spc", false));
+  EXPECT_TRUE(is(KeyForChar('\n'), "ret", false));
+  EXPECT_FALSE(KeyForChar(U'\u00e9'));  // no key for it: refused, not guessed
+  EXPECT_FALSE(KeyForChar(0x7f));
+  EXPECT_TRUE(is(KeyForKeysym(0xff0d), "ret", false));   // Return
+  EXPECT_TRUE(is(KeyForKeysym(0xffe3), "ctrl", false));  // Control_L
+  EXPECT_TRUE(is(KeyForKeysym(0xffc9), "f12", false));   // F12
+  EXPECT_TRUE(is(KeyForKeysym('S'), "s", true));
+  EXPECT_FALSE(KeyForKeysym(0x10020ac));  // the euro sign
+}
+
+// The screen's devices: its size as the preferred mode, and room for two frames of it.
+TEST(QmpScreen, DevicesNameTheSizeAndEnoughVideoMemory) {
+  auto small = runtime::vm::QmpScreen::Devices({800, 600});
+  ASSERT_EQ(small.size(), 3u);
+  EXPECT_NE(small[0].find("bochs-display,"), std::string::npos);
+  EXPECT_NE(small[0].find("xres=800,yres=600"), std::string::npos);
+  EXPECT_NE(small[0].find("vgamem=16777216"), std::string::npos);
+  EXPECT_NE(runtime::vm::QmpScreen::Devices({3840, 2160})[0].find("vgamem=67108864"),
+            std::string::npos);
+  EXPECT_EQ(small[1].rfind("virtio-tablet-pci", 0), 0u);
+  EXPECT_EQ(small[2].rfind("virtio-keyboard-pci", 0), 0u);
+}
+
 }  // namespace warren

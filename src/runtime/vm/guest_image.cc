@@ -87,7 +87,8 @@ Status WriteEntry(archive* a, const std::string& path, mode_t mode, const std::s
 }
 
 Status BuildInitramfs(const std::string& out_path, const std::string& agent_path,
-                      const std::string& module_dir, const std::vector<std::string>& order) {
+                      const std::string& module_dir, const std::vector<std::string>& order,
+                      const std::vector<std::string>& display_order) {
   std::unique_ptr<archive, decltype(&archive_write_free)> a(archive_write_new(),
                                                             archive_write_free);
   archive_write_set_format_cpio_newc(a.get());
@@ -101,14 +102,18 @@ Status BuildInitramfs(const std::string& out_path, const std::string& agent_path
   WARREN_RETURN_IF_ERROR(WriteEntry(a.get(), "dev/console", S_IFCHR | 0600, "", makedev(5, 1)));
   std::string agent = WARREN_TRY(ReadFile(agent_path));
   WARREN_RETURN_IF_ERROR(WriteEntry(a.get(), "init", S_IFREG | 0755, agent));
-  std::string list;
-  for (const auto& rel : order) {
-    std::string base = rel.substr(rel.rfind('/') + 1);
-    WARREN_RETURN_IF_ERROR(WriteEntry(a.get(), "lib/modules/" + base, S_IFREG | 0644,
-                                      WARREN_TRY(ReadFile(module_dir + "/" + rel))));
-    list += base + "\n";
+  for (const auto& [mods, list_name] :
+       {std::pair{&order, "warren.order"}, std::pair{&display_order, "warren-display.order"}}) {
+    std::string list;
+    for (const auto& rel : *mods) {
+      std::string base = rel.substr(rel.rfind('/') + 1);
+      WARREN_RETURN_IF_ERROR(WriteEntry(a.get(), "lib/modules/" + base, S_IFREG | 0644,
+                                        WARREN_TRY(ReadFile(module_dir + "/" + rel))));
+      list += base + "\n";
+    }
+    WARREN_RETURN_IF_ERROR(
+        WriteEntry(a.get(), std::string("lib/modules/") + list_name, S_IFREG | 0644, list));
   }
-  WARREN_RETURN_IF_ERROR(WriteEntry(a.get(), "lib/modules/warren.order", S_IFREG | 0644, list));
   if (archive_write_close(a.get()) != ARCHIVE_OK)
     return Status(Code::kInternal, "finish initramfs", out_path, archive_error_string(a.get()));
   return Status::Ok();
@@ -122,6 +127,14 @@ const std::vector<std::string>& GuestModules() {
       "virtio_mmio", "virtio_pci", "virtio_blk", "virtio_console", "virtio_net", "virtio_rng",
       // libcrc32c (EROFS needs it) asks the crypto API for "crc32c": a soft dependency.
       "crc32c_generic", "erofs", "overlay"};
+  return kModules;
+}
+
+const std::vector<std::string>& GuestDisplayModules() {
+  // A VM's screen (backend vm with a display): QEMU's bochs-display, whose DRM driver gives
+  // the guest /dev/dri/card0 and a framebuffer, and virtio tablet and keyboard as evdev
+  // devices for its X server.
+  static const std::vector<std::string> kModules = {"bochs", "virtio_input", "evdev"};
   return kModules;
 }
 
@@ -225,14 +238,24 @@ Result<GuestImage> PrepareGuestImage(const std::string& cache_dir, const std::st
   auto order =
       WARREN_TRY(ModuleLoadOrder(GuestModules(), WARREN_TRY(ReadFile(mod_dir + "/modules.dep")),
                                  WARREN_TRY(ReadFile(mod_dir + "/modules.builtin"))));
+  // The display's modules load only where a display device is (agent/vm_init.cc): not
+  // one of them is in the base order again.
+  std::vector<std::string> display_order;
+  for (auto& m : WARREN_TRY(ModuleLoadOrder(GuestDisplayModules(),
+                                            WARREN_TRY(ReadFile(mod_dir + "/modules.dep")),
+                                            WARREN_TRY(ReadFile(mod_dir + "/modules.builtin")))))
+    if (std::find(order.begin(), order.end(), m) == order.end())
+      display_order.push_back(std::move(m));
   const std::string agent_sum = WARREN_TRY(Sha256File(agent_path));
-  std::string recipe = "v1\n" + kernel_key + "\n" + agent_sum + "\n";
+  std::string recipe = "v2\n" + kernel_key + "\n" + agent_sum + "\n";
   for (const auto& m : order) recipe += m + "\n";
+  recipe += "display:\n";
+  for (const auto& m : display_order) recipe += m + "\n";
   const std::string initrd_key = Sha256Hex(recipe).substr(0, 16);
   g.initramfs_path = cache_dir + "/initramfs-" + initrd_key + ".cpio";
   if (access(g.initramfs_path.c_str(), R_OK) != 0) {
     const std::string tmp = g.initramfs_path + ".tmp" + std::to_string(getpid());
-    WARREN_RETURN_IF_ERROR(BuildInitramfs(tmp, agent_path, mod_dir, order));
+    WARREN_RETURN_IF_ERROR(BuildInitramfs(tmp, agent_path, mod_dir, order, display_order));
     if (rename(tmp.c_str(), g.initramfs_path.c_str()) != 0)
       return ErrnoStatus("rename", g.initramfs_path);
   }

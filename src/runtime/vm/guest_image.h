@@ -24,6 +24,8 @@ struct GuestImage {
 
 // Modules every microVM loads (their dependencies come along from modules.dep).
 const std::vector<std::string>& GuestModules();
+// Loaded besides, by the guest, only where a display device is (backend vm with a display).
+const std::vector<std::string>& GuestDisplayModules();
 
 // `kernel`: a vmlinuz path, or "" for the newest /boot/vmlinuz-*. Modules come from
 // `modules_root`/<release> (normally /lib/modules).

@@ -34,6 +34,7 @@
 #include "runtime/setup_message.h"
 #include "runtime/vm/qemu_process.h"
 #include "runtime/vm/qmp_client.h"
+#include "runtime/vm/qmp_screen.h"
 #include "sys/unix_socket.h"
 
 namespace warren::runtime::vm {
@@ -267,16 +268,30 @@ struct MicrovmBackend::Template {
 
 namespace {
 
+// The screen a VM's record names (written at create, read when a restarted node adopts it).
+std::optional<agent::DisplaySize> RecordDisplay(const json& rec) {
+  auto d = rec.find("display");
+  if (d == rec.end() || !d->is_object()) return std::nullopt;
+  const int w = d->value("width", 0), h = d->value("height", 0);
+  if (w < 0 || h < 0 ||
+      !agent::DisplaySize::Valid(static_cast<uint64_t>(w), static_cast<uint64_t>(h)))
+    return std::nullopt;
+  return agent::DisplaySize{static_cast<uint16_t>(w), static_cast<uint16_t>(h)};
+}
+
 class MicrovmInstance : public Instance {
  public:
   MicrovmInstance(std::unique_ptr<MicrovmBoot> boot, int pid, uint32_t uid, UniqueFd control,
-                  std::function<Status(bool)> freeze, double quiet_cpus)
+                  std::function<Status(bool)> freeze, double quiet_cpus,
+                  std::optional<agent::DisplaySize> display)
       : boot_(std::move(boot)),
         pid_(pid),
         uid_(uid),
         control_(std::move(control)),
         freeze_(std::move(freeze)),
-        quiet_cpus_(quiet_cpus) {}
+        quiet_cpus_(quiet_cpus) {
+    if (display) screen_.emplace(*display);
+  }
   UniqueFd TakeControlSocket() override { return std::move(control_); }
   Status Destroy() override {
     std::lock_guard lock(mu_);
@@ -290,6 +305,19 @@ class MicrovmInstance : public Instance {
     return boot_ ? boot_->cgroup.paths() : isolation::CgroupPaths{};
   }
   double quiet_cpus() const override { return quiet_cpus_; }
+  bool has_machine_screen() const override { return screen_.has_value(); }
+  Result<std::string> MachineScreenshot() override {
+    std::lock_guard lock(mu_);
+    if (!screen_) return Instance::MachineScreenshot();
+    if (!boot_ || !boot_->qmp) return Status(Code::kNotFound, "take a screenshot", "vm", "gone");
+    return screen_->Screenshot(*boot_->qmp);
+  }
+  Status MachineInput(const std::vector<agent::InputStep>& steps) override {
+    std::lock_guard lock(mu_);
+    if (!screen_) return Instance::MachineInput(steps);
+    if (!boot_ || !boot_->qmp) return Status(Code::kNotFound, "send input", "vm", "gone");
+    return screen_->Input(*boot_->qmp, steps);
+  }
   int host_pid() const override { return pid_; }
   uint32_t host_uid() const override { return uid_; }
 
@@ -301,6 +329,7 @@ class MicrovmInstance : public Instance {
   UniqueFd control_;
   std::function<Status(bool)> freeze_;
   double quiet_cpus_;
+  std::optional<QmpScreen> screen_;  // backend vm with a display; used under mu_
 };
 
 }  // namespace
@@ -375,7 +404,8 @@ json MicrovmBackend::Info() const {
 }
 
 std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, size_t slots,
-                                                  Mode mode, bool full_os) const {
+                                                  Mode mode, bool full_os,
+                                                  std::optional<agent::DisplaySize> display) const {
   const bool kvm = accel_.accel == "kvm";
   std::string append = "console=ttyS0 reboot=t panic=-1 quiet loglevel=3";
   if (!kvm && tsc_khz_) append += " tsc_early_khz=" + std::to_string(tsc_khz_);
@@ -429,6 +459,8 @@ std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, s
          "-blockdev", "driver=raw,node-name=layer" + n + ",file=file" + n + ",read-only=on",
          "-device", "virtio-blk" + bus + ",drive=layer" + n + ",serial=layer" + n});
   }
+  if (display)
+    for (const auto& d : QmpScreen::Devices(*display)) a.insert(a.end(), {"-device", d});
   // The state comes in through QMP once x-ignore-shared is set on this side too.
   if (mode == Mode::kRestore) a.insert(a.end(), {"-incoming", "defer"});
   return a;
@@ -461,7 +493,8 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   if (!null_fd) return ErrnoStatus("open", "/dev/null");
   QemuLaunch l;
   l.binary = opts_.qemu;
-  l.args = QemuArgs(ram_mib, spec.vcpus, spec.layer_fds.size(), spec.mode, spec.full_os);
+  l.args =
+      QemuArgs(ram_mib, spec.vcpus, spec.layer_fds.size(), spec.mode, spec.full_os, spec.display);
   l.fds = {agent_listen.get(),
            qmp_listen.get(),
            kernel.get(),
@@ -573,7 +606,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Adopt(const std::string& id) {
   isolation::Cgroup* cg = &boot->cgroup;
   return std::unique_ptr<Instance>(std::make_unique<MicrovmInstance>(
       std::move(boot), pid, uid, std::move(control),
-      [cg](bool frozen) { return cg->Freeze(frozen); }, QuietCpus()));
+      [cg](bool frozen) { return cg->Freeze(frozen); }, QuietCpus(), RecordDisplay(rec)));
 }
 
 bool MicrovmBackend::Owns(const std::string& id) const {
@@ -931,6 +964,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   ls.netns_fd = cfg.netns_fd;
   ls.bridge_eth0 = cfg.net_ip != 0;
   ls.full_os = cfg.full_os;
+  if (cfg.full_os) ls.display = cfg.display;
   if (tmpl) {
     UniqueFd ph = WARREN_TRY(Reopen(placeholder_fd_, placeholder_));
     while (fds.size() < kLayerSlots) fds.push_back(ph.get());
@@ -1016,13 +1050,14 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   // What a restarted node needs to take this VM over (Adopt).
   {
     const std::string path = RunDir() + "/" + cfg.id + ".vm.json", tmp = path + ".tmp";
-    const std::string doc = json{
-        {"id", cfg.id},
-        {"pid", pid},
-        {"slot", boot->slot.slot()},
-        {"wired", cfg.net_ip != 0},
-        {"full_os",
-         cfg.full_os}}.dump();
+    json rec{{"id", cfg.id},
+             {"pid", pid},
+             {"slot", boot->slot.slot()},
+             {"wired", cfg.net_ip != 0},
+             {"full_os", cfg.full_os}};
+    if (ls.display)
+      rec["display"] = json{{"width", ls.display->width}, {"height", ls.display->height}};
+    const std::string doc = rec.dump();
     UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (!f || write(f.get(), doc.data(), doc.size()) != static_cast<ssize_t>(doc.size()) ||
         rename(tmp.c_str(), path.c_str()) != 0)
@@ -1033,7 +1068,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   isolation::Cgroup* cg = &boot->cgroup;
   return std::unique_ptr<Instance>(std::make_unique<MicrovmInstance>(
       std::move(boot), pid, uid, std::move(control),
-      [cg](bool frozen) { return cg->Freeze(frozen); }, QuietCpus()));
+      [cg](bool frozen) { return cg->Freeze(frozen); }, QuietCpus(), ls.display));
 }
 
 }  // namespace warren::runtime::vm

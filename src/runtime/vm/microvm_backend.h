@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -97,8 +98,10 @@ class MicrovmBackend : public Backend {
   // device state).
   enum class Mode { kCold, kTemplate, kRestore };
   // full_os: backend vm, a q35 PC with virtio over PCI booting the image's own init.
+  // display: QEMU's screen and input devices (backend vm only).
   std::vector<std::string> QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode,
-                                    bool full_os = false) const;
+                                    bool full_os = false,
+                                    std::optional<agent::DisplaySize> display = {}) const;
   struct LaunchSpec {
     std::string name, cgroup_name;
     uint64_t ram_mib = 0;
@@ -109,6 +112,7 @@ class MicrovmBackend : public Backend {
     std::vector<int> layer_fds;
     int state_fd = -1, ram_fd = -1, netns_fd = -1;
     bool bridge_eth0 = false;
+    std::optional<agent::DisplaySize> display;  // backend vm: QEMU's screen and input devices
   };
   Result<std::unique_ptr<MicrovmBoot>> Launch(const LaunchSpec& spec);
   // Connects to a launched (or adopted) QEMU's agent channel and monitor, and starts the relay.

@@ -6,7 +6,7 @@ PACKAGES=(
   libboost1.81-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libseccomp-dev
   libarchive-dev libsqlite3-dev libssl-dev libpng-dev zlib1g-dev libgtest-dev libgmock-dev libfuse3-dev fuse3 libsimdjson-dev
   erofs-utils busybox-static crun bubblewrap tar
-  python3 python3-pytest python3-pytest-timeout python3-yaml curl tmux
+  python3 python3-pytest python3-pytest-timeout python3-yaml curl tmux vncsnapshot
   libcurl4-openssl-dev mmdebstrap skopeo umoci docker-registry python3-jwt python3-cryptography openssl
   python3-prometheus-client
   libmnl-dev libnftables-dev libnetfilter-conntrack-dev libc-ares-dev nftables iproute2 apt-utils

@@ -91,5 +91,6 @@ void AddNet(CLI::App& app);
 void AddFs(CLI::App& app);    // fs
 void AddDiff(CLI::App& app);  // diff
 void AddCall(CLI::App& app);
+void AddVnc(CLI::App& app);  // a desktop sandbox's screen for VNC clients
 
 }  // namespace warren::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   warren::cli::AddCp(app);
   warren::cli::AddToken(app);
   warren::cli::AddPause(app);
+  warren::cli::AddVnc(app);
   warren::cli::AddNet(app);
   warren::cli::AddFs(app);
   warren::cli::AddDiff(app);

@@ -63,6 +63,12 @@ Result<std::vector<uint32_t>> ParseKeyCombo(const std::string& combo) {
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     if (auto it = KeyNames().find(lower); it != KeyNames().end()) {
       keysyms.push_back(it->second);
+    } else if (lower.size() > 2 && lower.size() <= 9 && lower.rfind("0x", 0) == 0 &&
+               lower.find_first_not_of("0123456789abcdef", 2) == std::string::npos) {
+      // A keysym by number, as a VNC viewer sends it (cli/vnc.cc): up to Unicode's 0x110ffff.
+      const unsigned long v = std::stoul(lower.substr(2), nullptr, 16);
+      if (v == 0 || v > 0x110ffff) return Invalid("keysym `" + part + "` out of range");
+      keysyms.push_back(static_cast<uint32_t>(v));
     } else if (part.size() == 1 && static_cast<unsigned char>(part[0]) >= 0x20 &&
                static_cast<unsigned char>(part[0]) < 0x7f) {
       keysyms.push_back(static_cast<unsigned char>(part[0]));  // Latin-1: the keysym is the byte

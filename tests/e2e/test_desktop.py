@@ -11,7 +11,9 @@ so a person can look at them.
 from __future__ import annotations
 
 import os
+import socket
 import struct
+import subprocess
 import time
 from pathlib import Path
 
@@ -144,6 +146,94 @@ def test_a_vm_desktop_through_qemu(server, desktop_image, sandboxes):
     err = u.assert_error(server.http("POST", f"/v1/sandboxes/{sb.id}/input",
                                      {"actions": [{"type": "type", "text": "\u00e9"}]}), 400, "invalid")
     assert "U+00E9" in err["message"], err
+
+
+def _jpeg_size(data: bytes):
+    """(width, height) from a JPEG's start-of-frame segment."""
+    i = 2
+    while i + 9 < len(data):
+        assert data[i] == 0xFF, "not a JPEG segment"
+        marker, length = data[i + 1], struct.unpack(">H", data[i + 2:i + 4])[0]
+        if marker in (0xC0, 0xC1, 0xC2):
+            h, w = struct.unpack(">HH", data[i + 5:i + 9])
+            return w, h
+        i += 2 + length
+    raise AssertionError("no start-of-frame in the JPEG")
+
+
+class _RfbViewer:
+    """A VNC viewer reduced to what the test does (RFC 6143): version 3.8, no security,
+    shared, then pointer events and update requests in the server's pixel format."""
+
+    def __init__(self, port: int):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        assert self._read(12) == b"RFB 003.008\n"
+        self.s.sendall(b"RFB 003.008\n")
+        n = self._read(1)[0]
+        assert 1 in self._read(n)
+        self.s.sendall(b"\x01")
+        assert self._read(4) == b"\0\0\0\0"
+        self.s.sendall(b"\x01")
+        self.width, self.height = struct.unpack(">HH", self._read(4))
+        self.bpp = self._read(16)[0]
+        self.name = self._read(struct.unpack(">I", self._read(4))[0]).decode()
+
+    def _read(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.s.recv(n - len(out))
+            assert chunk, "the server closed the connection"
+            out += chunk
+        return out
+
+    def pointer(self, x: int, y: int, buttons: int) -> None:
+        self.s.sendall(struct.pack(">BBHH", 5, buttons, x, y))
+
+    def update(self, incremental: bool):
+        """Asks for an update; returns its rectangles as (x, y, w, h)."""
+        self.s.sendall(struct.pack(">BBHHHH", 3, int(incremental), 0, 0, self.width, self.height))
+        assert self._read(2)[0] == 0
+        rects = []
+        for _ in range(struct.unpack(">H", self._read(2))[0]):
+            x, y, w, h, enc = struct.unpack(">HHHHi", self._read(12))
+            assert enc == 0  # Raw
+            self._read(w * h * self.bpp // 8)
+            rects.append((x, y, w, h))
+        return rects
+
+
+def test_a_live_view_in_vnc_clients(server, desk, tmp_path):
+    """`warren vnc` serves the screen to VNC clients: a real one (vncsnapshot, RFB 3.3) takes
+    a picture of the screen; a viewer's right click opens the menu, and its next incremental
+    update is the rectangle that changed."""
+    port = u.free_port()
+    proc = subprocess.Popen([server.bin, "vnc", desk.id, "--listen", f"127.0.0.1:{port}"],
+                            env=server.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "connect a VNC client" in proc.stdout.readline()
+        shot = tmp_path / "vnc.jpg"
+        r = subprocess.run(["vncsnapshot", "-allowblank", "-quiet", f"127.0.0.1::{port}", str(shot)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert _jpeg_size(shot.read_bytes()) == (W, H)
+        (ARTIFACTS / "30-vncsnapshot.jpg").write_bytes(shot.read_bytes())
+
+        desk.key("esc")  # no menu open from an earlier test
+        v = _RfbViewer(port)
+        assert (v.width, v.height, v.name) == (W, H, f"warren {desk.id}")
+        assert v.update(incremental=False) == [(0, 0, W, H)]
+        v.pointer(600, 400, 0)
+        v.pointer(600, 400, 4)  # right button down, then up: openbox's menu
+        v.pointer(600, 400, 0)
+        rects = v.update(incremental=True)  # answered once the screen has changed
+        assert len(rects) == 1, rects
+        x, y, w, h = rects[0]
+        assert x <= 600 < x + w + 2 and y <= 400 < y + h + 2 and (w, h) != (W, H), rects[0]
+        save("31-vnc-menu", desk.screenshot())
+        desk.key("esc")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def test_errors_name_what_is_wrong(server, image, desk, sandboxes):

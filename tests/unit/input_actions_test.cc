@@ -90,6 +90,9 @@ TEST(KeyCombo, NamesAliasesCaseAndThePlusKey) {
   EXPECT_EQ(*ParseKeyCombo("Return"), (std::vector<uint32_t>{0xff0d}));
   EXPECT_EQ(*ParseKeyCombo("enter"), (std::vector<uint32_t>{0xff0d}));
   EXPECT_EQ(*ParseKeyCombo("ALT+F4"), (std::vector<uint32_t>{0xffe9, 0xffc1}));
+  EXPECT_EQ(*ParseKeyCombo("0xffe3+0x63"), (std::vector<uint32_t>{0xffe3, 0x63}));  // VNC
+  EXPECT_FALSE(ParseKeyCombo("0x0").ok());
+  EXPECT_FALSE(ParseKeyCombo("0x1234567890").ok());
   EXPECT_EQ(*ParseKeyCombo("ctrl++"), (std::vector<uint32_t>{0xffe3, '+'}));
   EXPECT_EQ(*ParseKeyCombo("S"), (std::vector<uint32_t>{'S'}));
   for (const char* bad : {"", "ctrl+", "+x+", "ctrl+bogus", "a+b+c+d+e+f+g+h+i"})

@@ -147,6 +147,17 @@ Result<BuiltTar> FromDebian(const BuildSource& s, const std::string& work) {
     argv.push_back("--include=" + include);
     out.source += "+" + include;
   }
+  if (s.desktop) {
+    // A browser added to a desktop (--packages chromium) runs as the sandbox's root, where
+    // Chromium's own sandbox cannot start (it needs new user namespaces or a setuid helper,
+    // neither of which a sandbox has) and refuses to run: the sandbox is the boundary, so its
+    // launcher (/usr/bin/chromium, which sources /etc/chromium.d) runs it without.
+    argv.push_back(
+        "--customize-hook=mkdir -p \"$1/etc/chromium.d\" && printf '%s\\n' "
+        "'# warren: the sandbox is the boundary; chromium cannot start its own in it' "
+        "'export CHROMIUM_FLAGS=\"$CHROMIUM_FLAGS --no-sandbox\"' "
+        "> \"$1/etc/chromium.d/warren-sandbox\"");
+  }
   argv.push_back(s.debian_suite);
   argv.push_back(out.path);
   if (!s.debian_mirror.empty()) argv.push_back(s.debian_mirror);

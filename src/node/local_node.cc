@@ -893,9 +893,13 @@ Result<std::string> LocalNode::Screenshot(const std::string& id) {
   auto e = WARREN_TRY(Find(id));
   WARREN_RETURN_IF_ERROR(Touch(id));
   if (e->instance->has_machine_screen()) {
-    // QEMU's own screen: a paused VM's QEMU is frozen and would answer nothing.
-    MutexLock lock(&e->mu);
-    if (e->paused) return Status(Code::kConflict, "take a screenshot", id, "the sandbox is paused");
+    // QEMU's own screen: a paused VM's QEMU is frozen and would answer nothing (checked, not
+    // held: a pause meanwhile makes this one time out).
+    {
+      MutexLock lock(&e->mu);
+      if (e->paused)
+        return Status(Code::kConflict, "take a screenshot", id, "the sandbox is paused");
+    }
     return e->instance->MachineScreenshot();
   }
   return e->conn->Screenshot();
@@ -906,8 +910,10 @@ Status LocalNode::DesktopInput(const std::string& id, const std::vector<InputSte
   auto e = WARREN_TRY(Find(id));
   WARREN_RETURN_IF_ERROR(Touch(id));
   if (e->instance->has_machine_screen()) {
-    MutexLock lock(&e->mu);
-    if (e->paused) return Status(Code::kConflict, "send input", id, "the sandbox is paused");
+    {
+      MutexLock lock(&e->mu);
+      if (e->paused) return Status(Code::kConflict, "send input", id, "the sandbox is paused");
+    }
     return e->instance->MachineInput(steps);
   }
   return e->conn->DesktopInput(steps);

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <lzma.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -240,10 +241,15 @@ Result<GuestImage> PrepareGuestImage(const std::string& cache_dir, const std::st
                                  WARREN_TRY(ReadFile(mod_dir + "/modules.builtin"))));
   // The display's modules load only where a display device is (agent/vm_init.cc): not
   // one of them is in the base order again.
+  // A kernel without them still runs every VM; only a VM's screen would find no driver.
   std::vector<std::string> display_order;
-  for (auto& m : WARREN_TRY(ModuleLoadOrder(GuestDisplayModules(),
-                                            WARREN_TRY(ReadFile(mod_dir + "/modules.dep")),
-                                            WARREN_TRY(ReadFile(mod_dir + "/modules.builtin")))))
+  auto display =
+      ModuleLoadOrder(GuestDisplayModules(), WARREN_TRY(ReadFile(mod_dir + "/modules.dep")),
+                      WARREN_TRY(ReadFile(mod_dir + "/modules.builtin")));
+  if (!display.ok())
+    spdlog::warn("microvm: the guest kernel lacks a display module ({}): VM screens stay dark",
+                 display.status().ToString());
+  for (auto& m : display.ok() ? *display : std::vector<std::string>{})
     if (std::find(order.begin(), order.end(), m) == order.end())
       display_order.push_back(std::move(m));
   const std::string agent_sum = WARREN_TRY(Sha256File(agent_path));

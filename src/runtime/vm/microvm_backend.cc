@@ -313,10 +313,23 @@ class MicrovmInstance : public Instance {
     return screen_->Screenshot(*boot_->qmp);
   }
   Status MachineInput(const std::vector<agent::InputStep>& steps) override {
-    std::lock_guard lock(mu_);
     if (!screen_) return Instance::MachineInput(steps);
-    if (!boot_ || !boot_->qmp) return Status(Code::kNotFound, "send input", "vm", "gone");
-    return screen_->Input(*boot_->qmp, steps);
+    std::vector<QmpScreen::Batch> plan;
+    {
+      std::lock_guard lock(mu_);
+      plan = WARREN_TRY(screen_->Plan(steps));
+    }
+    // The lock is taken per batch and never over a wait: a delete or pause goes between.
+    for (const auto& b : plan) {
+      if (b.events.is_null()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(b.wait_ms));
+        continue;
+      }
+      std::lock_guard lock(mu_);
+      if (!boot_ || !boot_->qmp) return Status(Code::kNotFound, "send input", "vm", "gone");
+      WARREN_RETURN_IF_ERROR(QmpScreen::Send(*boot_->qmp, b));
+    }
+    return Status::Ok();
   }
   int host_pid() const override { return pid_; }
   uint32_t host_uid() const override { return uid_; }
@@ -475,8 +488,10 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   boot->slot = isolation::UidSlot(uids_, *slot);
   const uint32_t uid = boot->slot.range().host_base;
   boot->ram_mib = ram_mib;
-  boot->cgroup = WARREN_TRY(isolation::Cgroup::Create(opts_.cgroup_parent, spec.cgroup_name,
-                                                      QemuLimits(ram_mib, spec.cpus)));
+  boot->cgroup = WARREN_TRY(isolation::Cgroup::Create(
+      opts_.cgroup_parent, spec.cgroup_name,
+      QemuLimits(ram_mib, spec.cpus,
+                 spec.display ? QmpScreen::VideoMemoryBytes(*spec.display) : 0)));
 
   // QEMU listens for the agent channel and its monitor on sockets in our run directory, so a
   // node that restarted connects again (Adopt).
@@ -522,10 +537,12 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   return boot;
 }
 
-isolation::CgroupLimits MicrovmBackend::QemuLimits(uint64_t ram_mib, double cpus) const {
+isolation::CgroupLimits MicrovmBackend::QemuLimits(uint64_t ram_mib, double cpus,
+                                                   uint64_t video_bytes) const {
   isolation::CgroupLimits limits;
-  // Guest RAM plus QEMU itself (and, under TCG, its translation cache).
-  limits.memory_bytes = (ram_mib + (accel_.accel == "kvm" ? 256 : 768)) << 20;
+  // Guest RAM plus QEMU itself (and, under TCG, its translation cache), and a screen's
+  // video memory.
+  limits.memory_bytes = ((ram_mib + (accel_.accel == "kvm" ? 256 : 768)) << 20) + video_bytes;
   limits.pids = 256;  // QEMU threads: vCPUs, I/O workers
   limits.cpus = cpus;
   return limits;

@@ -118,7 +118,7 @@ class MicrovmBackend : public Backend {
   // Connects to a launched (or adopted) QEMU's agent channel and monitor, and starts the relay.
   Status Connect(MicrovmBoot& boot, bool adopting);
   std::string RunDir() const;
-  isolation::CgroupLimits QemuLimits(uint64_t ram_mib, double cpus) const;
+  isolation::CgroupLimits QemuLimits(uint64_t ram_mib, double cpus, uint64_t video_bytes = 0) const;
 
   MicrovmOptions opts_;
   isolation::UidAllocator* uids_;

@@ -50,7 +50,10 @@ Status QmpClient::Handshake(int timeout_ms) {
 
 Result<json> QmpClient::Execute(const std::string& command, const json& args, int timeout_ms,
                                 int pass_fd) {
-  json req = {{"execute", command}};
+  // Each request carries an id and only its own reply is taken: after a timeout, the late
+  // reply of that request is read past, never mistaken for the next one's.
+  const uint64_t id = ++next_id_;
+  json req = {{"execute", command}, {"id", id}};
   if (!args.is_null()) req["arguments"] = args;
   const std::string line = req.dump() + "\n";
   if (pass_fd >= 0) {
@@ -67,6 +70,7 @@ Result<json> QmpClient::Execute(const std::string& command, const json& args, in
   for (;;) {
     json m = WARREN_TRY(ReadMessage(timeout_ms));
     if (m.contains("event")) continue;
+    if (auto got = m.find("id"); got == m.end() || *got != id) continue;  // an earlier one's
     if (m.contains("error")) {
       return Status(Code::kInternal, "qemu " + command, "qmp",
                     m["error"].value("desc", m["error"].dump()));

@@ -1,6 +1,6 @@
 // A minimal QEMU Machine Protocol client over a connected stream socket (QEMU's end given to
 // it with `-chardev socket,fd=N -mon chardev=...,mode=control`). Synchronous: one command at
-// a time, asynchronous events skipped.
+// a time, asynchronous events skipped; each reply matched to its request by id.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -26,6 +26,7 @@ class QmpClient {
   Result<nlohmann::json> ReadMessage(int timeout_ms);
   UniqueFd sock_;
   std::string buf_;
+  uint64_t next_id_ = 0;
 };
 
 }  // namespace warren::runtime::vm

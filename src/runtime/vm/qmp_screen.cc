@@ -6,10 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <nlohmann/json.hpp>
-#include <thread>
 
+#include "agent/png_writer.h"
 #include "runtime/vm/qemu_keys.h"
 
 namespace warren::runtime::vm {
@@ -66,11 +65,16 @@ std::string CodePoint(char32_t c) {
 
 }  // namespace
 
-std::vector<std::string> QmpScreen::Devices(agent::DisplaySize size) {
-  // Video memory for two frames of the largest mode, a power of two of at least 16 MiB.
+uint64_t QmpScreen::VideoMemoryBytes(agent::DisplaySize size) {
+  // Two frames of the screen, a power of two of at least 16 MiB.
   const uint64_t frame = uint64_t{size.width} * size.height * 4;
   uint64_t vram = 16u << 20;
   while (vram < 2 * frame) vram *= 2;
+  return vram;
+}
+
+std::vector<std::string> QmpScreen::Devices(agent::DisplaySize size) {
+  const uint64_t vram = VideoMemoryBytes(size);
   // The screen's EDID names the size as the preferred mode: the guest starts at it.
   return {"bochs-display,romfile=,vgamem=" + std::to_string(vram) +
               ",xres=" + std::to_string(size.width) + ",yres=" + std::to_string(size.height),
@@ -99,46 +103,61 @@ Result<std::string> QmpScreen::Screenshot(QmpClient& qmp) {
   // QEMU truncates when it opens; the offset is shared with its copy, so it starts at 0 too.
   if (lseek(sink_.get(), 0, SEEK_SET) != 0) return ErrnoStatus("lseek", "screen memfd");
   if (ftruncate(png_.get(), 0) != 0) return ErrnoStatus("ftruncate", "screen memfd");
+  // PPM, encoded here: QEMU 7.2's PNG path swaps red and blue (fixed in 8.0) and closes its
+  // copy of the fd without telling the fd set, which then grows by one entry a screenshot.
   auto r = qmp.Execute(
-      "screendump", json{{"filename", "/dev/fdset/" + std::to_string(fdset_)}, {"format", "png"}},
+      "screendump", json{{"filename", "/dev/fdset/" + std::to_string(fdset_)}, {"format", "ppm"}},
       10000);
   if (!r.ok()) return r.status().Context("take a screenshot");
   struct stat st;
   if (fstat(png_.get(), &st) != 0) return ErrnoStatus("fstat", "screen memfd");
-  std::string out(static_cast<size_t>(st.st_size), '\0');
+  // No bigger than the largest screen: QEMU is not trusted with the node's memory.
+  constexpr off_t kMax = off_t{4096} * 4096 * 3 + 64;
+  if (st.st_size <= 0 || st.st_size > kMax)
+    return Internal("take a screenshot", "screen",
+                    "QEMU wrote " + std::to_string(st.st_size) + " bytes");
+  std::string ppm(static_cast<size_t>(st.st_size), '\0');
   size_t got = 0;
-  while (got < out.size()) {
+  while (got < ppm.size()) {
     const ssize_t n =
-        pread(png_.get(), out.data() + got, out.size() - got, static_cast<off_t>(got));
+        pread(png_.get(), ppm.data() + got, ppm.size() - got, static_cast<off_t>(got));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return ErrnoStatus("read", "screen memfd");
     got += static_cast<size_t>(n);
   }
-  if (out.size() < 8 || out.compare(1, 3, "PNG") != 0)
-    return Internal("take a screenshot", "screen", "QEMU wrote no PNG");
-  return out;
+  // "P6 <width> <height> 255" and single whitespace, then the RGB rows.
+  unsigned w = 0, h = 0, max = 0;
+  int header = 0;
+  if (sscanf(ppm.c_str(), "P6 %u %u %u%n", &w, &h, &max, &header) != 3 || max != 255 || w == 0 ||
+      h == 0 || w > 4096 || h > 4096 ||
+      ppm.size() != static_cast<size_t>(header) + 1 + size_t{w} * h * 3)
+    return Internal("take a screenshot", "screen", "QEMU wrote no PPM of the screen");
+  // The guest may have set another mode: input follows what is on the screen.
+  size_.width = static_cast<uint16_t>(w);
+  size_.height = static_cast<uint16_t>(h);
+  agent::PngWriter png(w, h);
+  WARREN_RETURN_IF_ERROR(png.AddRows(ppm.substr(static_cast<size_t>(header) + 1), h));
+  return png.Finish();
 }
 
-Status QmpScreen::Input(QmpClient& qmp, const std::vector<agent::InputStep>& steps) {
+Result<std::vector<QmpScreen::Batch>> QmpScreen::Plan(
+    const std::vector<agent::InputStep>& steps) const {
   using Kind = agent::InputStep::Kind;
-  // Every step as its events first: nothing is sent if one cannot be typed.
-  std::vector<json> batches;  // one input-send-event each; null: a wait
-  std::vector<uint32_t> waits;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const auto& s = steps[i];
-    json events = json::array();
+  std::vector<Batch> out;
+  auto add = [&](json events) { out.push_back(Batch{std::move(events), 0}); };
+  for (const auto& s : steps) {
     switch (s.kind) {
       case Kind::kMove:
-        events.push_back(
-            {{"type", "abs"}, {"data", {{"axis", "x"}, {"value", AbsValue(s.x, size_.width)}}}});
-        events.push_back(
-            {{"type", "abs"}, {"data", {{"axis", "y"}, {"value", AbsValue(s.y, size_.height)}}}});
+        add(json::array(
+            {{{"type", "abs"}, {"data", {{"axis", "x"}, {"value", AbsValue(s.x, size_.width)}}}},
+             {{"type", "abs"},
+              {"data", {{"axis", "y"}, {"value", AbsValue(s.y, size_.height)}}}}}));
         break;
       case Kind::kButton: {
         const char* name = ButtonName(s.button);
         if (!name)
           return Invalid("button " + std::to_string(s.button) + " is not on a VM's tablet");
-        events.push_back({{"type", "btn"}, {"data", {{"down", s.down}, {"button", name}}}});
+        add(json::array({{{"type", "btn"}, {"data", {{"down", s.down}, {"button", name}}}}}));
         break;
       }
       case Kind::kKeys: {
@@ -149,8 +168,12 @@ Status QmpScreen::Input(QmpClient& qmp, const std::vector<agent::InputStep>& ste
           if (k->shift) codes.push_back("shift");
           codes.push_back(k->qcode);
         }
-        for (const auto& c : codes) events.push_back(KeyEvent(c, true));
-        for (auto c = codes.rbegin(); c != codes.rend(); ++c) events.push_back(KeyEvent(*c, false));
+        // Pressed, then released in reverse: two deliveries, so the guest sees the chord held.
+        json down = json::array(), up = json::array();
+        for (const auto& c : codes) down.push_back(KeyEvent(c, true));
+        for (auto c = codes.rbegin(); c != codes.rend(); ++c) up.push_back(KeyEvent(*c, false));
+        add(std::move(down));
+        add(std::move(up));
         break;
       }
       case Kind::kText:
@@ -159,38 +182,31 @@ Status QmpScreen::Input(QmpClient& qmp, const std::vector<agent::InputStep>& ste
           if (!k)
             return Invalid("type: character " + CodePoint(ch) +
                            " has no key on a VM's US keyboard");
-          // A key per call: the guest sees each press and release apart, as from a person.
-          json one = json::array();
-          if (k->shift) one.push_back(KeyEvent("shift", true));
-          one.push_back(KeyEvent(k->qcode, true));
-          one.push_back(KeyEvent(k->qcode, false));
-          if (k->shift) one.push_back(KeyEvent("shift", false));
-          batches.push_back(std::move(one));
-          waits.push_back(0);
+          // A press and a release apart, as from a person (a batch is one sync for the guest).
+          json down = json::array(), up = json::array();
+          if (k->shift) down.push_back(KeyEvent("shift", true));
+          down.push_back(KeyEvent(k->qcode, true));
+          up.push_back(KeyEvent(k->qcode, false));
+          if (k->shift) up.push_back(KeyEvent("shift", false));
+          add(std::move(down));
+          add(std::move(up));
         }
-        continue;
+        break;
       case Kind::kWait:
-        batches.push_back(nullptr);
-        waits.push_back(s.ms);
-        continue;
-    }
-    batches.push_back(std::move(events));
-    waits.push_back(0);
-  }
-  for (size_t i = 0; i < batches.size(); ++i) {
-    if (batches[i].is_null()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(waits[i]));
-      continue;
-    }
-    auto r = qmp.Execute("input-send-event", json{{"events", batches[i]}}, 10000);
-    if (!r.ok()) {
-      // QEMU refuses what its version has no name for (wheel-left before 8.1): the caller's.
-      if (r.status().message().find("does not accept value") != std::string::npos)
-        return Invalid("input: " + r.status().message());
-      return r.status().Context("send input");
+        out.push_back(Batch{nullptr, s.ms});
+        break;
     }
   }
-  return Status::Ok();
+  return out;
+}
+
+Status QmpScreen::Send(QmpClient& qmp, const Batch& batch) {
+  auto r = qmp.Execute("input-send-event", json{{"events", batch.events}}, 10000);
+  if (r.ok()) return Status::Ok();
+  // QEMU refuses what its version has no name for (wheel-left before 8.1): the caller's.
+  if (r.status().message().find("does not accept value") != std::string::npos)
+    return Invalid("input: " + r.status().message());
+  return r.status().Context("send input");
 }
 
 }  // namespace warren::runtime::vm

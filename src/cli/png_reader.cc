@@ -6,7 +6,7 @@
 
 namespace warren::cli {
 
-Result<RgbImage> DecodePng(const std::string& png) {
+Result<RgbImage> DecodePng(const std::string& png, int width, int height) {
   png_image image;
   memset(&image, 0, sizeof image);
   image.version = PNG_IMAGE_VERSION;
@@ -16,10 +16,12 @@ Result<RgbImage> DecodePng(const std::string& png) {
   RgbImage out;
   out.width = static_cast<int>(image.width);
   out.height = static_cast<int>(image.height);
-  if (out.width <= 0 || out.height <= 0 || out.width > 8192 || out.height > 8192) {
+  if (out.width != width || out.height != height) {
     png_image_free(&image);
-    return Invalid("a PNG of " + std::to_string(image.width) + "x" + std::to_string(image.height) +
-                   " is not a screen");
+    return Status(Code::kConflict, "decode screenshot", "png",
+                  "a PNG of " + std::to_string(image.width) + "x" + std::to_string(image.height) +
+                      ", not of the screen's " + std::to_string(width) + "x" +
+                      std::to_string(height));
   }
   out.pixels.resize(PNG_IMAGE_SIZE(image));
   if (!png_image_finish_read(&image, nullptr, out.pixels.data(), 0, nullptr))

@@ -14,6 +14,7 @@ struct RgbImage {
   std::vector<uint8_t> pixels;  // width * height * 3
 };
 
-Result<RgbImage> DecodePng(const std::string& png);
+// A PNG of any other size than width x height is refused before it is decoded.
+Result<RgbImage> DecodePng(const std::string& png, int width, int height);
 
 }  // namespace warren::cli

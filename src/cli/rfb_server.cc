@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 
 namespace warren::cli {
 namespace {
@@ -49,6 +50,22 @@ RfbPixelFormat ParseFormat(const uint8_t* p) {
   f.green_shift = p[11];
   f.blue_shift = p[12];
   return f;
+}
+
+// True colour, 8/16/32 bits, each channel's maximum 2^n-1 (1..8 bits) placed within the pixel:
+// what EncodePixels can shift without overflow.
+bool ValidFormat(const RfbPixelFormat& f) {
+  if (!f.true_colour) return false;
+  if (f.bits_per_pixel != 8 && f.bits_per_pixel != 16 && f.bits_per_pixel != 32) return false;
+  for (auto [max, shift] :
+       {std::pair{f.red_max, f.red_shift}, std::pair{f.green_max, f.green_shift},
+        std::pair{f.blue_max, f.blue_shift}}) {
+    int bits = 0;
+    while (bits < 16 && (1u << bits) - 1 < max) ++bits;
+    if (max == 0 || (1u << bits) - 1 != max || bits > 8 || shift + bits > f.bits_per_pixel)
+      return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -102,16 +119,28 @@ Status RfbSession::WriteAll(const std::string& data) {
 
 Status RfbSession::Handshake(int width, int height, const std::string& name) {
   WARREN_RETURN_IF_ERROR(WriteAll("RFB 003.008\n"));
+  // "RFB 003.00x\n", exactly 12 bytes; nothing of it is echoed (a terminal would run it).
   char version[12];
   WARREN_RETURN_IF_ERROR(ReadExact(version, sizeof version));
-  int major = 0, minor = 0;
-  if (sscanf(version, "RFB %3d.%3d\n", &major, &minor) != 2 || major != 3)
-    return Invalid("not an RFB 3.x client", std::string(version, sizeof version));
+  auto digit = [&](int i) { return version[i] >= '0' && version[i] <= '9'; };
+  if (memcmp(version, "RFB 003.", 8) != 0 || !digit(8) || !digit(9) || !digit(10) ||
+      version[11] != '\n')
+    return Invalid("vnc: the client does not speak RFB 3.x");
+  const int minor = (version[8] - '0') * 100 + (version[9] - '0') * 10 + (version[10] - '0');
   if (minor >= 7) {
     WARREN_RETURN_IF_ERROR(WriteAll(std::string("\x01\x01", 2)));  // one type: None
     uint8_t chosen = 0;
     WARREN_RETURN_IF_ERROR(ReadExact(&chosen, 1));
-    if (chosen != 1) return Invalid("the client chose a security type other than None");
+    if (chosen != 1) {
+      if (minor >= 8) {  // a failed SecurityResult with its reason
+        std::string fail;
+        const std::string why = "only security type None (1) is offered";
+        Put32(fail, 1);
+        Put32(fail, static_cast<uint32_t>(why.size()));
+        (void)WriteAll(fail + why);
+      }
+      return Invalid("vnc: the client chose a security type other than None");
+    }
     if (minor >= 8) WARREN_RETURN_IF_ERROR(WriteAll(std::string(4, '\0')));  // OK
   } else {
     std::string none;
@@ -138,9 +167,10 @@ Result<RfbClientMessage> RfbSession::Read() {
     case 0: {  // SetPixelFormat
       WARREN_RETURN_IF_ERROR(ReadExact(b, 19));
       RfbPixelFormat f = ParseFormat(b + 3);
-      if (!f.true_colour ||
-          (f.bits_per_pixel != 8 && f.bits_per_pixel != 16 && f.bits_per_pixel != 32))
-        return Invalid("vnc: only true-colour pixel formats of 8, 16 or 32 bits are served");
+      if (!ValidFormat(f))
+        return Invalid(
+            "vnc: only true-colour pixel formats of 8, 16 or 32 bits, each channel's "
+            "maximum 2^n-1 and within the pixel, are served");
       format_ = f;
       return m;
     }

@@ -1,8 +1,10 @@
 // warren vnc ID [--listen 127.0.0.1:5900]: a desktop sandbox's screen for a person, in any
-// VNC client. A small RFB server (cli/rfb_server.h) on the user's machine, fed through the
-// public API like any other client: each frame is GET .../screen (so the sandbox's rate
-// limit, 10 a second, is the frame rate), only the rectangle that changed is sent; the
-// viewer's pointer and keys become POST .../input actions. The same for every backend.
+// VNC client. No password (RFB's own is DES of 8 characters): whoever can connect sees and
+// controls the screen with the user's token, so it listens on loopback unless told otherwise. A
+// small RFB server (cli/rfb_server.h) on the user's machine, fed through the public API like any
+// other client: each frame is GET .../screen (so the sandbox's rate limit, 10 a second, is the
+// frame rate), only the rectangle that changed is sent; the viewer's pointer and keys become POST
+// .../input actions. The same for every backend.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -10,6 +12,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -23,6 +26,7 @@ namespace warren::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int kMaxViewers = 8;
 using nlohmann::json;
 
 bool IsModifier(uint32_t keysym) { return keysym >= 0xffe1 && keysym <= 0xffee; }
@@ -125,9 +129,18 @@ class VncViewerSession {
       }
     }
     if (actions.empty()) return Status::Ok();
-    auto r = api_.Request("POST", path_ + "/input", json{{"actions", actions}}.dump());
+    // Over the sandbox's input rate (429): a bare move is dropped (the next supersedes it); a
+    // button, wheel or key is sent again a little later, or the screen would keep a button
+    // pressed that the viewer released.
+    const bool only_move = actions.size() == 1 && actions[0]["type"] == "move";
+    Result<client::Response> r = Status(Code::kUnavailable, "send input", id_, "not sent");
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      r = api_.Request("POST", path_ + "/input", json{{"actions", actions}}.dump());
+      if (!r.ok() || r->status != 429 || only_move) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     if (!r.ok()) return r.status();
-    if (r->status == 429) return Status::Ok();  // over the sandbox's input rate: dropped
+    if (r->status == 429) return Status::Ok();
     if (r->status == 400) {
       // A key the sandbox has no key for: the viewer goes on.
       fprintf(stderr, "warren vnc: input refused: %s\n", r->body.c_str());
@@ -144,9 +157,7 @@ class VncViewerSession {
       return Status::Ok();
     }
     WARREN_RETURN_IF_ERROR(client::ToStatus(*r, "take a screenshot of " + id_));
-    RgbImage frame = WARREN_TRY(DecodePng(r->body));
-    if (frame.width != width_ || frame.height != height_)
-      return Status(Code::kConflict, "vnc", id_, "the screen changed size");
+    RgbImage frame = WARREN_TRY(DecodePng(r->body, width_, height_));
     next_fetch_ = Clock::now() + std::chrono::milliseconds(100);
     Rect d{0, 0, width_, height_};
     if (!full_ && !last_.pixels.empty()) d = Changed(last_, frame);
@@ -211,13 +222,24 @@ int Serve(const std::string& id, const std::string& where, bool once) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return Fail(ErrnoStatus("accept", where));
     }
+    // A few viewers at once (each holds a frame and a connection to the API).
+    static std::atomic<int> viewers{0};
+    if (viewers.load() >= kMaxViewers) {
+      fprintf(stderr, "warren vnc: %d viewers already; one more refused\n", kMaxViewers);
+      continue;
+    }
     int one = 1;
     setsockopt(c.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    // A message begun is finished within 30 s, or the viewer is dropped.
+    timeval rcv{30, 0};
+    setsockopt(c.get(), SOL_SOCKET, SO_RCVTIMEO, &rcv, sizeof rcv);
     auto session = std::make_shared<VncViewerSession>(std::move(c), id, w, h);
+    ++viewers;
     auto run = [session, id] {
       Status st = session->Run();
       if (st.code() != Code::kUnavailable || st.message().find("left") == std::string::npos)
         fprintf(stderr, "warren vnc: %s: %s\n", id.c_str(), st.ToString().c_str());
+      --viewers;
     };
     if (once) {
       run();

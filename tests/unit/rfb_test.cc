@@ -105,6 +105,14 @@ TEST(RfbSession, ColourMapFormatsAreRefused) {
   WriteS(client.get(), std::string("\x00\0\0\0\x08\x08\x00\x00\0\0\0\0\0\0\0\0\0\0\0\0", 20));
   auto m = server.Read();
   EXPECT_EQ(m.status().code(), Code::kInvalid);
+  // True colour, but red shifted past the pixel (a shift of 30 for 8 bits in 32), and a
+  // maximum that is not 2^n-1: both would overflow the encoder.
+  WriteS(client.get(),
+         std::string("\x00\0\0\0\x20\x18\x00\x01\x00\xff\x00\xff\x00\xff\x1e\x08\x00\0\0\0", 20));
+  EXPECT_EQ(server.Read().status().code(), Code::kInvalid);
+  WriteS(client.get(),
+         std::string("\x00\0\0\0\x20\x18\x00\x01\x00\xfe\x00\xff\x00\xff\x10\x08\x00\0\0\0", 20));
+  EXPECT_EQ(server.Read().status().code(), Code::kInvalid);
 }
 
 }  // namespace

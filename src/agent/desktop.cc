@@ -74,7 +74,11 @@ void WaitIdle(pid_t pid, int max_ms) {
 Status Desktop::Start(const ChildSpec& base, uint16_t width, uint16_t height, bool device) {
   if (started()) return Status::Ok();
   mkdir("/tmp/.X11-unix", 01777);
-  UniqueFd log(open(kLog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
+  // The image's /tmp is not ours: whatever stands at these names (a FIFO, a link to another
+  // file) goes, and the files are made afresh.
+  unlink(kLog);
+  unlink(kXorgConfig);
+  UniqueFd log(open(kLog, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
   UniqueFd null(open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!log || !null) return ErrnoStatus("open", kLog);
   ChildSpec spec = base;
@@ -87,7 +91,7 @@ Status Desktop::Start(const ChildSpec& base, uint16_t width, uint16_t height, bo
     const std::string tablet = WARREN_TRY(FindInputDevice("Tablet", 5000));
     const std::string keyboard = WARREN_TRY(FindInputDevice("Keyboard", 5000));
     const std::string conf = XorgConfig(DisplaySize{width, height}, tablet, keyboard);
-    UniqueFd f(open(kXorgConfig, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+    UniqueFd f(open(kXorgConfig, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
     if (!f || write(f.get(), conf.data(), conf.size()) != static_cast<ssize_t>(conf.size()))
       return ErrnoStatus("write", kXorgConfig);
     // vt7, as display managers do; -s 0 -dpms: the screen never blanks.
@@ -155,7 +159,7 @@ void Desktop::Reaped(pid_t pid, int status) {
 }
 
 std::string Desktop::LogTail() const {
-  UniqueFd fd(open(kLog, O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(open(kLog, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (!fd) return "no log";
   std::string all(8192, '\0');
   ssize_t n = pread(fd.get(), all.data(), all.size(), 0);

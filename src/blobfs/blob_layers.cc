@@ -291,7 +291,6 @@ void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
     for (; next < p; ++next)
       if (!ended[next]) give_up(next);
     auto shared = std::make_shared<const std::string>(bytes);
-    cache_->Insert(hex, shared);
     {
       MutexLock lock(&layer->mu);
       ++layer->stats.fetches;
@@ -300,6 +299,7 @@ void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
       layer->stats.fetched_bytes += bytes.size();
       layer->prefetched[index] = true;
     }
+    cache_->Insert(hex, shared);
     ended[p] = true;
     ++landed;
     Land(hex, awaited[p].flight, std::move(shared), false);
@@ -409,7 +409,6 @@ Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_
                 "the store's copy does not match its digest (corrupt)");
   } else {
     bytes = std::make_shared<const std::string>(std::move(*got));
-    cache_->Insert(c.sha256, bytes);
   }
   const double took = Now() - t0;
   {
@@ -425,6 +424,8 @@ Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_
       }
     }
   }
+  // Counted before it is in the cache: a reader served from the cache sees it counted.
+  if (bytes) cache_->Insert(c.sha256, bytes);
   {
     MutexLock lock(&mu_);
     flight->done = true;

@@ -1,0 +1,271 @@
+#include "isolation/layer_tree.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "base/unique_fd.h"
+#include "sys/dir_list.h"
+
+namespace warren::isolation {
+namespace {
+
+constexpr uint32_t kCapRevisionMask = 0xFF000000, kCapRevision2 = 0x02000000,
+                   kCapRevision3 = 0x03000000;
+constexpr uint16_t kAclUser = 0x02, kAclGroup = 0x08;
+
+bool IsWhiteout(const struct stat& st) {
+  return S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0);
+}
+
+// One name beneath `dirfd`, never through a symlink (the occupant's tree).
+int OpenBeneath(int dirfd, const std::string& name, int flags) {
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC | O_NOFOLLOW);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+  return static_cast<int>(syscall(SYS_openat2, dirfd, name.c_str(), &how, sizeof how));
+}
+
+class Applier {
+ public:
+  Applier(int dst_root, const LayerTreeOptions& o) : dst_root_(dst_root), o_(o) {}
+
+  Status Dir(int src, int dst, const std::string& path) {
+    auto names = sys::ListDir(src, ".");
+    if (!names.ok()) return ErrnoStatus("list directory", Shown(path));
+    for (const auto& name : *names) {
+      const std::string p = (path == "/" ? "" : path) + "/" + name;
+      if (o_.skip.count(p)) continue;
+      WARREN_RETURN_IF_ERROR(Entry(src, dst, name, p));
+    }
+    return Status::Ok();
+  }
+
+  LayerTreeStats stats;
+
+ private:
+  static std::string Shown(const std::string& path) { return path.empty() ? "/" : path; }
+
+  Result<std::pair<uid_t, gid_t>> Ids(const struct stat& st, const std::string& path) const {
+    auto shift = [&](uint32_t id) -> int64_t {
+      if (id < o_.id_base || id - o_.id_base >= o_.id_count) return -1;
+      return id - o_.id_base;
+    };
+    const int64_t u = shift(st.st_uid), g = shift(st.st_gid);
+    if (u < 0 || g < 0)
+      return Invalid("an owner outside the sandbox's ids (" + std::to_string(st.st_uid) + ":" +
+                         std::to_string(st.st_gid) + ")",
+                     path);
+    return std::pair{static_cast<uid_t>(u), static_cast<gid_t>(g)};
+  }
+
+  // Whatever `dst/name` is (ours), it goes; the directory's contents first.
+  Status Remove(int dst, const std::string& name, const std::string& path) {
+    if (unlinkat(dst, name.c_str(), 0) == 0 || errno == ENOENT) return Status::Ok();
+    if (errno != EISDIR) return ErrnoStatus("remove", path);
+    UniqueFd d(openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!d) return ErrnoStatus("open", path);
+    auto names = sys::ListDir(d.get(), ".");
+    if (!names.ok()) return names.status();
+    for (const auto& n : *names) WARREN_RETURN_IF_ERROR(Remove(d.get(), n, path + "/" + n));
+    if (unlinkat(dst, name.c_str(), AT_REMOVEDIR) != 0) return ErrnoStatus("remove", path);
+    return Status::Ok();
+  }
+
+  // Extended attributes, ids inside them shifted; overlay's own left out.
+  Status CopyXattrs(int src_fd, int dst_fd, const std::string& path) {
+    std::string names(4096, '\0');
+    ssize_t n = flistxattr(src_fd, names.data(), names.size());
+    if (n < 0 && errno == ERANGE) {
+      n = flistxattr(src_fd, nullptr, 0);
+      if (n > 0) {
+        names.resize(static_cast<size_t>(n));
+        n = flistxattr(src_fd, names.data(), names.size());
+      }
+    }
+    if (n < 0) return errno == ENOTSUP ? Status::Ok() : ErrnoStatus("list xattrs", path);
+    for (size_t off = 0; off < static_cast<size_t>(n);) {
+      const std::string name(names.data() + off);
+      off += name.size() + 1;
+      if (name.rfind("user.overlay.", 0) == 0 || name.rfind("trusted.overlay.", 0) == 0) continue;
+      std::string value(65536, '\0');
+      const ssize_t v = fgetxattr(src_fd, name.c_str(), value.data(), value.size());
+      if (v < 0) {
+        if (errno == ENODATA) continue;  // gone meanwhile
+        return ErrnoStatus("read xattr " + name, path);
+      }
+      value.resize(static_cast<size_t>(v));
+      WARREN_RETURN_IF_ERROR(ShiftXattr(name, &value, path));
+      if (fsetxattr(dst_fd, name.c_str(), value.data(), value.size(), 0) != 0)
+        return ErrnoStatus("write xattr " + name, path);
+    }
+    return Status::Ok();
+  }
+
+  Status ShiftXattr(const std::string& name, std::string* value, const std::string& path) const {
+    auto shift = [&](uint32_t* id) -> bool {
+      if (*id < o_.id_base || *id - o_.id_base >= o_.id_count) return false;
+      *id -= o_.id_base;
+      return true;
+    };
+    if (name == "system.posix_acl_access" || name == "system.posix_acl_default") {
+      // A u32 version, then entries of {u16 tag, u16 perm, u32 id}, little-endian.
+      for (size_t off = 4; off + 8 <= value->size(); off += 8) {
+        uint16_t tag;
+        uint32_t id;
+        memcpy(&tag, value->data() + off, 2);
+        memcpy(&id, value->data() + off + 4, 4);
+        if (tag != kAclUser && tag != kAclGroup) continue;
+        if (!shift(&id)) return Invalid("an ACL names an id outside the sandbox's", path);
+        memcpy(value->data() + off + 4, &id, 4);
+      }
+    } else if (name == "security.capability" && value->size() == 24) {
+      // Revision 3 names the root its capabilities are for: the sandbox's, which in the layer
+      // is root itself, i.e. revision 2.
+      uint32_t magic, root;
+      memcpy(&magic, value->data(), 4);
+      memcpy(&root, value->data() + 20, 4);
+      if ((magic & kCapRevisionMask) == kCapRevision3) {
+        if (!shift(&root) || root != 0)
+          return Invalid("file capabilities for a root other than the sandbox's", path);
+        magic = (magic & ~kCapRevisionMask) | kCapRevision2;
+        memcpy(value->data(), &magic, 4);
+        value->resize(20);
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Owner, mode (after the owner: chown clears set-id bits), xattrs, times.
+  Status Finish(int src_fd, int dst_fd, const struct stat& st, const std::string& path) {
+    auto ids = WARREN_TRY(Ids(st, path));
+    if (fchown(dst_fd, ids.first, ids.second) != 0) return ErrnoStatus("chown", path);
+    if (fchmod(dst_fd, st.st_mode & 07777) != 0) return ErrnoStatus("chmod", path);
+    WARREN_RETURN_IF_ERROR(CopyXattrs(src_fd, dst_fd, path));
+    const timespec times[2] = {st.st_atim, st.st_mtim};
+    if (futimens(dst_fd, times) != 0) return ErrnoStatus("set times", path);
+    return Status::Ok();
+  }
+
+  Status Entry(int src, int dst, const std::string& name, const std::string& path) {
+    struct stat st;
+    if (fstatat(src, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) return Status::Ok();  // gone meanwhile (the sandbox runs)
+      return ErrnoStatus("stat", path);
+    }
+    ++stats.entries;
+    if (IsWhiteout(st)) {
+      ++stats.whiteouts;
+      WARREN_RETURN_IF_ERROR(Remove(dst, name, path));
+      if (mknodat(dst, name.c_str(), S_IFCHR | 0, makedev(0, 0)) != 0)
+        return ErrnoStatus("make whiteout", path);
+      return Status::Ok();
+    }
+    if (S_ISDIR(st.st_mode)) return Directory(src, dst, name, path, st);
+    if (S_ISLNK(st.st_mode)) {
+      std::string target(PATH_MAX, '\0');
+      const ssize_t n = readlinkat(src, name.c_str(), target.data(), target.size());
+      if (n < 0) return ErrnoStatus("read symlink", path);
+      target.resize(static_cast<size_t>(n));
+      auto ids = WARREN_TRY(Ids(st, path));
+      WARREN_RETURN_IF_ERROR(Remove(dst, name, path));
+      if (symlinkat(target.c_str(), dst, name.c_str()) != 0) return ErrnoStatus("symlink", path);
+      if (fchownat(dst, name.c_str(), ids.first, ids.second, AT_SYMLINK_NOFOLLOW) != 0)
+        return ErrnoStatus("chown", path);
+      const timespec times[2] = {st.st_atim, st.st_mtim};
+      if (utimensat(dst, name.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0)
+        return ErrnoStatus("set times", path);
+      return Status::Ok();
+    }
+    WARREN_RETURN_IF_ERROR(Remove(dst, name, path));
+    // A second name of a file already copied: a link to that copy.
+    const auto key = std::pair{st.st_dev, st.st_ino};
+    if (!S_ISDIR(st.st_mode) && st.st_nlink > 1) {
+      if (auto it = links_.find(key); it != links_.end()) {
+        if (linkat(dst_root_, it->second.c_str(), dst, name.c_str(), 0) != 0)
+          return ErrnoStatus("link", path);
+        return Status::Ok();
+      }
+    }
+    if (S_ISREG(st.st_mode)) {
+      UniqueFd in(OpenBeneath(src, name, O_RDONLY | O_NONBLOCK));
+      if (!in) return ErrnoStatus("open", path);
+      UniqueFd out(
+          openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+      if (!out) return ErrnoStatus("create", path);
+      for (;;) {
+        const ssize_t n =
+            copy_file_range(in.get(), nullptr, out.get(), nullptr, size_t{1} << 30, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return ErrnoStatus("copy", path);
+        if (n == 0) break;
+        stats.bytes += static_cast<uint64_t>(n);
+      }
+      WARREN_RETURN_IF_ERROR(Finish(in.get(), out.get(), st, path));
+    } else {
+      // A FIFO, socket or device node: made again, same type and number.
+      if (mknodat(dst, name.c_str(), st.st_mode & S_IFMT, st.st_rdev) != 0)
+        return ErrnoStatus("make node", path);
+      auto ids = WARREN_TRY(Ids(st, path));
+      if (fchownat(dst, name.c_str(), ids.first, ids.second, AT_SYMLINK_NOFOLLOW) != 0)
+        return ErrnoStatus("chown", path);
+      if (fchmodat(dst, name.c_str(), st.st_mode & 07777, 0) != 0)
+        return ErrnoStatus("chmod", path);
+      const timespec times[2] = {st.st_atim, st.st_mtim};
+      if (utimensat(dst, name.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0)
+        return ErrnoStatus("set times", path);
+    }
+    if (st.st_nlink > 1) links_.emplace(key, path.substr(1));
+    return Status::Ok();
+  }
+
+  Status Directory(int src, int dst, const std::string& name, const std::string& path,
+                   const struct stat& st) {
+    UniqueFd in(OpenBeneath(src, name, O_RDONLY | O_DIRECTORY));
+    if (!in) return ErrnoStatus("open directory", path);
+    bool opaque = false;
+    char v[4] = {};
+    for (const char* x : {"user.overlay.opaque", "trusted.overlay.opaque"})
+      if (fgetxattr(in.get(), x, v, sizeof v) == 1 && v[0] == 'y') opaque = true;
+    // Kept as it is below unless it replaces the lower one whole (opaque) or was not one.
+    struct stat was;
+    const bool keep = !opaque && fstatat(dst, name.c_str(), &was, AT_SYMLINK_NOFOLLOW) == 0 &&
+                      S_ISDIR(was.st_mode);
+    if (!keep) {
+      WARREN_RETURN_IF_ERROR(Remove(dst, name, path));
+      if (mkdirat(dst, name.c_str(), 0700) != 0) return ErrnoStatus("mkdir", path);
+    }
+    UniqueFd out(openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!out) return ErrnoStatus("open directory", path);
+    WARREN_RETURN_IF_ERROR(Dir(in.get(), out.get(), path));
+    WARREN_RETURN_IF_ERROR(Finish(in.get(), out.get(), st, path));
+    if (opaque)
+      for (const char* x : {"user.overlay.opaque", "trusted.overlay.opaque"})
+        if (fsetxattr(out.get(), x, "y", 1, 0) != 0) return ErrnoStatus("mark opaque", path);
+    return Status::Ok();
+  }
+
+  const int dst_root_;
+  const LayerTreeOptions& o_;
+  std::map<std::pair<dev_t, ino_t>, std::string> links_;  // source inode -> its first copy
+};
+
+}  // namespace
+
+Result<LayerTreeStats> ApplyLayerTree(int src_dirfd, int dst_dirfd, const LayerTreeOptions& opts) {
+  Applier a(dst_dirfd, opts);
+  WARREN_RETURN_IF_ERROR(a.Dir(src_dirfd, dst_dirfd, "/"));
+  return a.stats;
+}
+
+}  // namespace warren::isolation

@@ -292,14 +292,14 @@ void BlobLayers::StreamPack(const std::shared_ptr<Layer>& layer,
       if (!ended[next]) give_up(next);
     auto shared = std::make_shared<const std::string>(bytes);
     {
-      MutexLock lock(&layer->mu);
+      MutexLock lock(&layer->mu);  // cached and counted as one step (see Fetch)
+      cache_->Insert(hex, shared);
       ++layer->stats.fetches;
       ++layer->stats.prefetched;
       ++layer->stats.packed;
       layer->stats.fetched_bytes += bytes.size();
       layer->prefetched[index] = true;
     }
-    cache_->Insert(hex, shared);
     ended[p] = true;
     ++landed;
     Land(hex, awaited[p].flight, std::move(shared), false);
@@ -412,8 +412,11 @@ Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_
   }
   const double took = Now() - t0;
   {
+    // Counted and cached as one step for whoever reads the stats (under this lock): a reader
+    // served from the cache finds the fetch counted, and a count reached means cached.
     MutexLock lock(&layer.mu);
     if (bytes) {
+      cache_->Insert(c.sha256, bytes);
       ++layer.stats.fetches;
       layer.stats.fetched_bytes += c.length;
       layer.stats.fetch_seconds_sum += took;
@@ -424,8 +427,6 @@ Result<std::shared_ptr<const std::string>> BlobLayers::Fetch(Layer& layer, size_
       }
     }
   }
-  // Counted before it is in the cache: a reader served from the cache sees it counted.
-  if (bytes) cache_->Insert(c.sha256, bytes);
   {
     MutexLock lock(&mu_);
     flight->done = true;

@@ -34,6 +34,18 @@ def _start(server, sid, body) -> str:
     return r.json["exec_id"]
 
 
+def _wait_running(server, sid, cmdline: str, timeout=30) -> None:
+    """Until a process with `cmdline` runs in the sandbox: a ^C sent before the shell has made
+    it the terminal's foreground job would go to the shell instead."""
+    probe = {"argv": ["sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"]}
+
+    def running():
+        r = server.http("POST", f"/v1/sandboxes/{sid}/exec", probe)
+        return r.status == 200 and cmdline in r.json.get("stdout", "")
+    assert u.wait_until(running, timeout=timeout, interval=0.1), f"{cmdline!r} did not start"
+    time.sleep(0.2)  # its shell has set the foreground group before the exec
+
+
 def _input(server, sid, eid, data=None, **kw):
     body = dict(kw)
     if data is not None:
@@ -99,7 +111,7 @@ def test_tty_session_over_the_api(server, sid):
     _input(server, sid, eid, "stty size\n")
     _wait_output(server, sid, eid, b"50 132")
     _input(server, sid, eid, "sleep 600\n")
-    time.sleep(0.5)
+    _wait_running(server, sid, "sleep 600 ")
     _input(server, sid, eid, "\x03")  # ^C: the terminal's line discipline makes it SIGINT
     _input(server, sid, eid, "echo rc=$?\n")
     _wait_output(server, sid, eid, b"rc=130")
@@ -257,9 +269,9 @@ def test_cli_exec_it_behaves_like_a_terminal(server, sid, tmux, tmp_path):
     tmux.keys("Enter")
     tmux.wait_for("40 120")
     # Ctrl-C goes to the command, not to the client.
-    tmux.type("sleep 600")
+    tmux.type("sleep 601")
     tmux.keys("Enter")
-    time.sleep(0.5)
+    _wait_running(server, sid, "sleep 601 ")
     tmux.keys("C-c")
     tmux.type("echo rc=$?")
     tmux.keys("Enter")

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/unique_fd.h"
+#include "isolation/beneath.h"
 #include "sys/dir_list.h"
 
 namespace warren::isolation {
@@ -23,18 +24,6 @@ namespace {
 constexpr uint32_t kCapRevisionMask = 0xFF000000, kCapRevision2 = 0x02000000,
                    kCapRevision3 = 0x03000000;
 constexpr uint16_t kAclUser = 0x02, kAclGroup = 0x08;
-
-bool IsWhiteout(const struct stat& st) {
-  return S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0);
-}
-
-// One name beneath `dirfd`, never through a symlink (the occupant's tree).
-int OpenBeneath(int dirfd, const std::string& name, int flags) {
-  open_how how{};
-  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC | O_NOFOLLOW);
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-  return static_cast<int>(syscall(SYS_openat2, dirfd, name.c_str(), &how, sizeof how));
-}
 
 class Applier {
  public:

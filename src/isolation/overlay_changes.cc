@@ -15,15 +15,12 @@
 #include <set>
 
 #include "base/unique_fd.h"
+#include "isolation/beneath.h"
 #include "isolation/fs_policy.h"
 #include "sys/dir_list.h"
 
 namespace warren::isolation {
 namespace {
-
-bool IsWhiteout(const struct stat& st) {
-  return S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0);
-}
 
 EntryType TypeOf(mode_t m) {
   if (S_ISREG(m)) return EntryType::kFile;
@@ -37,16 +34,6 @@ std::string Rel(const std::string& p) { return p == "/" ? "." : p.substr(1); }
 
 std::string Join(const std::string& dir, const std::string& name) {
   return (dir == "/" ? "" : dir) + "/" + name;
-}
-
-// Every lookup stays beneath its directory fd and follows no symlink on the way (openat2):
-// the occupant's tree is walked by host root, and a symlink swapped in mid-walk must lead
-// nowhere, never to the host's files.
-int OpenBeneath(int dirfd, const std::string& rel, int flags) {
-  open_how how{};
-  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC | O_NOFOLLOW);
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-  return static_cast<int>(syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof how));
 }
 
 // A stat that does not follow a trailing symlink, beneath `dirfd` only: 0 or -1 with errno.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -27,7 +28,8 @@ constexpr uint16_t kAclUser = 0x02, kAclGroup = 0x08;
 
 class Applier {
  public:
-  Applier(int dst_root, const LayerTreeOptions& o) : dst_root_(dst_root), o_(o) {}
+  Applier(int dst_root, const LayerTreeOptions& o, LayerTreeStats* stats)
+      : stats(*stats), dst_root_(dst_root), o_(o) {}
 
   Status Dir(int src, int dst, const std::string& path) {
     auto names = sys::ListDir(src, ".");
@@ -40,7 +42,7 @@ class Applier {
     return Status::Ok();
   }
 
-  LayerTreeStats stats;
+  LayerTreeStats& stats;
 
  private:
   static std::string Shown(const std::string& path) { return path.empty() ? "/" : path; }
@@ -158,6 +160,10 @@ class Applier {
       WARREN_RETURN_IF_ERROR(Remove(dst, name, path));
       if (mknodat(dst, name.c_str(), S_IFCHR | 0, makedev(0, 0)) != 0)
         return ErrnoStatus("make whiteout", path);
+      // Its times too: the same tree must give the same image, and digest.
+      const timespec times[2] = {st.st_atim, st.st_mtim};
+      if (utimensat(dst, name.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0)
+        return ErrnoStatus("set times", path);
       return Status::Ok();
     }
     if (S_ISDIR(st.st_mode)) return Directory(src, dst, name, path, st);
@@ -192,13 +198,25 @@ class Applier {
       UniqueFd out(
           openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
       if (!out) return ErrnoStatus("create", path);
+      // copy_file_range within one filesystem (reflinks, no copy through user space);
+      // sendfile across two (a tmpfs upper into the store's ext4: EXDEV).
+      bool same_fs = true;
       for (;;) {
-        const ssize_t n =
-            copy_file_range(in.get(), nullptr, out.get(), nullptr, size_t{1} << 30, 0);
+        ssize_t n = same_fs
+                        ? copy_file_range(in.get(), nullptr, out.get(), nullptr, size_t{1} << 30, 0)
+                        : sendfile(out.get(), in.get(), nullptr, size_t{1} << 30);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && same_fs && (errno == EXDEV || errno == EOPNOTSUPP || errno == ENOSYS)) {
+          same_fs = false;
+          continue;
+        }
         if (n < 0) return ErrnoStatus("copy", path);
         if (n == 0) break;
         stats.bytes += static_cast<uint64_t>(n);
+        if (o_.max_bytes != 0 && stats.bytes > o_.max_bytes)
+          return Status(Code::kQuota, "snapshot", path,
+                        "the changed files pass " + std::to_string(o_.max_bytes >> 20) +
+                            " MiB, the most this snapshot may hold");
       }
       WARREN_RETURN_IF_ERROR(Finish(in.get(), out.get(), st, path));
     } else {
@@ -251,10 +269,10 @@ class Applier {
 
 }  // namespace
 
-Result<LayerTreeStats> ApplyLayerTree(int src_dirfd, int dst_dirfd, const LayerTreeOptions& opts) {
-  Applier a(dst_dirfd, opts);
-  WARREN_RETURN_IF_ERROR(a.Dir(src_dirfd, dst_dirfd, "/"));
-  return a.stats;
+Status ApplyLayerTree(int src_dirfd, int dst_dirfd, const LayerTreeOptions& opts,
+                      LayerTreeStats* stats) {
+  Applier a(dst_dirfd, opts, stats);
+  return a.Dir(src_dirfd, dst_dirfd, "/");
 }
 
 }  // namespace warren::isolation

@@ -25,6 +25,9 @@ struct LayerTreeOptions {
   uint32_t id_base = 0;        // the source's ids are [id_base, id_base + id_count)
   uint32_t id_count = 65536;   // the layer's are [0, id_count)
   std::set<std::string> skip;  // paths ("/etc/resolv.conf") not taken from the source
+  // File bytes copied into the destination, over every call with the same `stats`, at most
+  // (0: no bound): beyond it the apply stops with kQuota (the caller removes the tree).
+  uint64_t max_bytes = 0;
 };
 
 struct LayerTreeStats {
@@ -32,7 +35,9 @@ struct LayerTreeStats {
 };
 
 // Applies the tree at `src_dirfd` onto the directory at `dst_dirfd` (ours: created by the
-// caller). Errors name the path as the sandbox sees it, never a host path.
-Result<LayerTreeStats> ApplyLayerTree(int src_dirfd, int dst_dirfd, const LayerTreeOptions& opts);
+// caller), adding to `stats` (several trees applied in turn count together against
+// `max_bytes`). Errors name the path as the sandbox sees it, never a host path.
+Status ApplyLayerTree(int src_dirfd, int dst_dirfd, const LayerTreeOptions& opts,
+                      LayerTreeStats* stats);
 
 }  // namespace warren::isolation

@@ -85,13 +85,15 @@ TEST(LayerTree, UpperOverWorkspaceIsOneLayer) {
   UniqueFd wsfd(open(ws.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   UniqueFd upfd(open(up.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   UniqueFd outfd(open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  auto a = isolation::ApplyLayerTree(wsfd.get(), outfd.get(), {});
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  isolation::LayerTreeStats a;
+  Status sa = isolation::ApplyLayerTree(wsfd.get(), outfd.get(), {}, &a);
+  ASSERT_TRUE(sa.ok()) << sa.ToString();
   isolation::LayerTreeOptions shifted;
   shifted.id_base = kBase;
-  auto b = isolation::ApplyLayerTree(upfd.get(), outfd.get(), shifted);
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_EQ(b->whiteouts, 2u);
+  isolation::LayerTreeStats b;
+  Status sb = isolation::ApplyLayerTree(upfd.get(), outfd.get(), shifted, &b);
+  ASSERT_TRUE(sb.ok()) << sb.ToString();
+  EXPECT_EQ(b.whiteouts, 2u);
 
   EXPECT_EQ(Read(out + "/keep"), "kept");
   EXPECT_EQ(Read(out + "/change"), "new");
@@ -131,17 +133,44 @@ TEST(LayerTree, IdsOutsideTheSandboxAreRefusedNamingThePath) {
   UniqueFd out(open((dir + "/out").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   isolation::LayerTreeOptions o;
   o.id_base = kBase;
-  auto r = isolation::ApplyLayerTree(up.get(), out.get(), o);
+  isolation::LayerTreeStats stats;
+  Status r = isolation::ApplyLayerTree(up.get(), out.get(), o, &stats);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Code::kInvalid);
-  EXPECT_NE(r.status().ToString().find("/etc/host-owned"), std::string::npos)
-      << r.status().ToString();
-  EXPECT_EQ(r.status().ToString().find(dir), std::string::npos) << "a host path in the error";
+  EXPECT_EQ(r.code(), Code::kInvalid);
+  EXPECT_NE(r.ToString().find("/etc/host-owned"), std::string::npos) << r.ToString();
+  EXPECT_EQ(r.ToString().find(dir), std::string::npos) << "a host path in the error";
   // Skipped paths are not taken at all.
   o.skip = {"/etc/host-owned"};
   std::filesystem::remove_all(dir + "/out/etc");
-  EXPECT_TRUE(isolation::ApplyLayerTree(up.get(), out.get(), o).ok());
+  EXPECT_TRUE(isolation::ApplyLayerTree(up.get(), out.get(), o, &stats).ok());
   EXPECT_FALSE(std::filesystem::exists(dir + "/out/etc/host-owned"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LayerTree, MoreBytesThanTheBoundStopTheApplyWithAQuotaError) {
+  ASSERT_EQ(geteuid(), 0u);
+  const std::string dir = testing::MakeScratchDir("layer-tree-bound");
+  std::filesystem::create_directories(dir + "/up");
+  std::filesystem::create_directories(dir + "/out");
+  ASSERT_EQ(chown((dir + "/up").c_str(), kBase, kBase), 0);
+  Write(dir + "/up/a", std::string(3000, 'a'), kBase);
+  Write(dir + "/up/b", std::string(3000, 'b'), kBase);
+  UniqueFd up(open((dir + "/up").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd out(open((dir + "/out").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  isolation::LayerTreeOptions o;
+  o.id_base = kBase;
+  o.max_bytes = 5000;  // one file fits, both do not
+  isolation::LayerTreeStats stats;
+  Status r = isolation::ApplyLayerTree(up.get(), out.get(), o, &stats);
+  EXPECT_EQ(r.code(), Code::kQuota) << r.ToString();
+  // The bound counts across calls: a second tree starts from what the first copied.
+  std::filesystem::remove_all(dir + "/out");
+  std::filesystem::create_directories(dir + "/out");
+  UniqueFd out2(open((dir + "/out").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  o.max_bytes = 9000;
+  isolation::LayerTreeStats twice;
+  EXPECT_TRUE(isolation::ApplyLayerTree(up.get(), out2.get(), o, &twice).ok());
+  EXPECT_EQ(isolation::ApplyLayerTree(up.get(), out2.get(), o, &twice).code(), Code::kQuota);
   std::filesystem::remove_all(dir);
 }
 

@@ -75,6 +75,7 @@ const std::vector<NodeService::RouteEntry>& NodeService::Entries() {
       {{M::kPut, "/node/v1/sandboxes/{id}/network", kScope, kJsonBodyLimit}, &S::SetNetwork},
       {{M::kPut, "/node/v1/sandboxes/{id}/filesystem", kScope, kJsonBodyLimit}, &S::SetFilesystem},
       {{M::kGet, "/node/v1/sandboxes/{id}/changes", kScope, kJsonBodyLimit}, &S::Changes},
+      {{M::kPost, "/node/v1/sandboxes/{id}/snapshot", kScope, kJsonBodyLimit}, &S::Snapshot},
       {{M::kGet, "/node/v1/sandboxes/{id}/density", kScope, kJsonBodyLimit}, &S::Density},
       {{M::kPost, "/node/v1/sandboxes/{id}/pause", kScope, kJsonBodyLimit}, &S::Pause},
       {{M::kPost, "/node/v1/sandboxes/{id}/resume", kScope, kJsonBodyLimit}, &S::Resume},
@@ -210,6 +211,16 @@ HttpReply NodeService::Changes(HttpRequest& r) {
   auto report = node_->Changes(r.params.at("id"), under, static_cast<size_t>(*limit));
   if (!report.ok()) return Fail(report.status());
   return HttpReply::Json(node::ToWire(*report));
+}
+
+HttpReply NodeService::Snapshot(HttpRequest& r) {
+  auto body = BodyJson(r, "snapshot");
+  if (!body.ok()) return Fail(body.status());
+  auto spec = node::ParseWireSnapshotSpec(*body);
+  if (!spec.ok()) return Fail(spec.status());
+  auto layer = node_->Snapshot(r.params.at("id"), *spec);
+  if (!layer.ok()) return Fail(layer.status());
+  return HttpReply::Json(node::ToWire(*layer));
 }
 
 HttpReply NodeService::Density(HttpRequest& r) {

@@ -48,6 +48,7 @@ class NodeService : public server::HttpService {
   server::HttpReply SetNetwork(server::HttpRequest&);
   server::HttpReply SetFilesystem(server::HttpRequest&);
   server::HttpReply Changes(server::HttpRequest&);
+  server::HttpReply Snapshot(server::HttpRequest&);
   server::HttpReply Density(server::HttpRequest&);
   server::HttpReply Pause(server::HttpRequest&);
   server::HttpReply Resume(server::HttpRequest&);

@@ -159,6 +159,13 @@ Result<isolation::ChangeReport> RemoteNode::Changes(const std::string& id, const
   return node::ParseWireChanges(j);
 }
 
+Result<node::SnapshotLayer> RemoteNode::Snapshot(const std::string& id,
+                                                 const node::SnapshotSpec& spec) {
+  auto j = WARREN_TRY(
+      CallJson("snapshot sandbox", "POST", SandboxPath(id) + "/snapshot", node::ToWire(spec)));
+  return node::ParseWireSnapshotLayer(j);
+}
+
 Status RemoteNode::PauseSandbox(const std::string& id) {
   return CallDone("pause sandbox", "POST", SandboxPath(id) + "/pause");
 }

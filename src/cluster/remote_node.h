@@ -53,6 +53,8 @@ class RemoteNode : public node::NodeApi {
   int ReapUnadopted(const std::set<std::string>& also_keep = {}) override;
   Status SetNetwork(const std::string& id, const net::Policy& policy) override;
   Status SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) override;
+  Result<node::SnapshotLayer> Snapshot(const std::string& id,
+                                       const node::SnapshotSpec& spec) override;
   Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under,
                                           size_t limit) override;
   Status PauseSandbox(const std::string& id) override;

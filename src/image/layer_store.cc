@@ -312,7 +312,11 @@ Result<BlobInfo> LayerStore::ImportTar(const std::string& tar_path) {
   // archive always gives the same image (and digest).
   const timespec zero[2] = {{0, 0}, {0, 0}};
   utimensat(AT_FDCWD, dir.c_str(), zero, AT_SYMLINK_NOFOLLOW);
-  if (format_ == LayerFormat::kChunked) return ImportTreeChunked(dir);
+  return ImportTree(dir, format_);
+}
+
+Result<BlobInfo> LayerStore::ImportTree(const std::string& dir, LayerFormat format) {
+  if (format == LayerFormat::kChunked) return ImportTreeChunked(dir);
   std::string img = TempPath("erofs");
   Cleanup rm_img([&] { unlink(img.c_str()); });
   auto r = WARREN_TRY(
@@ -321,6 +325,12 @@ Result<BlobInfo> LayerStore::ImportTar(const std::string& tar_path) {
   WARREN_RETURN_IF_ERROR(ZeroBuildTime(img));
   rm_img.Cancel();
   return Commit(img);
+}
+
+Status LayerStore::PublishToSource(const std::string& digest) {
+  if (source_ == nullptr) return Status::Ok();
+  if (IsChunked(digest)) return Invalid("only whole layers are published from a node", digest);
+  return source_->Publish(digest, BlobPath(digest)).Context("publish layer " + digest);
 }
 
 Result<BlobInfo> LayerStore::ImportTreeChunked(const std::string& tree) {

@@ -45,6 +45,13 @@ class LayerStore {
   LayerFormat format() const { return format_; }
   // Builds an EROFS image from a tar file (mkfs.erofs over the unpacked tree) and stores it.
   Result<BlobInfo> ImportTar(const std::string& tar_path);
+  // Builds an EROFS image of the tree at `dir` (ours, not a tenant's: mkfs.erofs reads it
+  // by path) in `format` and stores it. The same tree always gives the same digest.
+  Result<BlobInfo> ImportTree(const std::string& dir, LayerFormat format);
+  // Hands blob `digest` (held here) to the source this store is a cache of, for other nodes
+  // and API servers to use (a sandbox's snapshot, made on its node). Without a source the
+  // store is the one everybody reads: nothing to do. kUnavailable for a read-only source.
+  Status PublishToSource(const std::string& digest);
   // Stores a file that already is an EROFS image (checked by its superblock magic).
   Result<BlobInfo> ImportErofs(const std::string& path);
   // True if `path` starts with an EROFS superblock.

@@ -19,6 +19,7 @@
 #include "isolation/cgroup_files.h"
 #include "isolation/seccomp_policy.h"
 #include "node/fncall/fncall_sandboxes.h"
+#include "node/snapshot_builder.h"
 #include "runtime/container/agent_binary.h"
 #include "runtime/container/container_backend.h"
 
@@ -779,6 +780,30 @@ Result<isolation::ChangeReport> LocalNode::Changes(const std::string& id, const 
     return Status(Code::kConflict, "read changes", id,
                   "a paused microVM cannot answer; resume it first");
   return e->microvm ? e->conn->ReadChanges(under, limit) : e->instance->ReadChanges(under, limit);
+}
+
+Result<SnapshotLayer> LocalNode::Snapshot(const std::string& id, const SnapshotSpec& spec) {
+  if (Fncall(id))
+    return Status(Code::kConflict, "snapshot", id,
+                  "a fncall sandbox keeps nothing between runs: its image is its state");
+  auto e = WARREN_TRY(Find(id));
+  WARREN_RETURN_IF_ERROR(Touch(id));
+  // The files this node wrote for its egress are its own, not the sandbox's: a sandbox made
+  // from the snapshot gets its node's.
+  std::set<std::string> skip;
+  if (net_ && net_->Egress(id)) {
+    for (const auto& f : EgressFiles()) skip.insert(f.first);
+    skip.insert(kCaBundleFile);
+  }
+  return BuildSnapshotLayer(
+      store_, id, spec, skip,
+      [&](int dst, const isolation::LayerTreeOptions& opts, isolation::LayerTreeStats* stats) {
+        MutexLock lock(&e->mu);  // not paused or deleted meanwhile
+        if (e->microvm)
+          return Status(Code::kUnavailable, "snapshot", id,
+                        "snapshots of microVM sandboxes are not supported yet");
+        return e->instance->WriteSnapshotTree(dst, spec.with_workspace, opts, stats);
+      });
 }
 
 Status LocalNode::PauseSandbox(const std::string& id) {

@@ -89,6 +89,7 @@ class LocalNode : public NodeApi {
   Status SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) override;
   Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under,
                                           size_t limit) override;
+  Result<SnapshotLayer> Snapshot(const std::string& id, const SnapshotSpec& spec) override;
   Status PauseSandbox(const std::string& id) override;
   Status ResumeSandbox(const std::string& id) override;
   Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,

@@ -24,6 +24,19 @@ struct NodeSandboxSpec {
   net::Policy network;
 };
 
+// A snapshot (issue 30): the sandbox's changes, with its workspace layer when
+// `with_workspace` (its top layer is one), become one workspace layer in the node's store,
+// published to the shared store where there is one.
+struct SnapshotSpec {
+  bool with_workspace = false;
+  uint64_t max_bytes = 0;  // the most file bytes it may hold; 0: only the node's free space
+};
+struct SnapshotLayer {
+  std::string digest;  // "sha256:<hex>" of the EROFS image
+  uint64_t size = 0;   // the image's bytes
+  uint64_t entries = 0, file_bytes = 0, whiteouts = 0;
+};
+
 struct SandboxRuntime {
   int host_pid = 0;
   uint32_t host_uid = 0;
@@ -68,6 +81,11 @@ class NodeApi {
   // What the occupant changed relative to the sandbox's layers, at or below `under`.
   virtual Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under,
                                                   size_t limit) = 0;
+  // The sandbox's files as a layer (SnapshotSpec); it keeps running (frozen while read).
+  virtual Result<SnapshotLayer> Snapshot(const std::string& id, const SnapshotSpec& spec) {
+    (void)spec;
+    return Status(Code::kUnavailable, "snapshot", id, "not supported by this node");
+  }
   virtual Status PauseSandbox(const std::string& id) = 0;
   virtual Status ResumeSandbox(const std::string& id) = 0;
   virtual Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id,

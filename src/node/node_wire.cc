@@ -201,6 +201,44 @@ Result<E> ByName(const std::string& name, std::initializer_list<E> all, NameOf n
 }
 }  // namespace
 
+json ToWire(const SnapshotSpec& spec) {
+  return {{"with_workspace", spec.with_workspace}, {"max_bytes", spec.max_bytes}};
+}
+
+Result<SnapshotSpec> ParseWireSnapshotSpec(const json& j) {
+  JsonFields f(j, "snapshot");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  SnapshotSpec spec;
+  WARREN_RETURN_IF_ERROR(f.Bool("with_workspace", &spec.with_workspace, true));
+  WARREN_RETURN_IF_ERROR(f.UInt("max_bytes", &spec.max_bytes));
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  return spec;
+}
+
+json ToWire(const SnapshotLayer& layer) {
+  return {{"digest", layer.digest},
+          {"size", layer.size},
+          {"entries", layer.entries},
+          {"file_bytes", layer.file_bytes},
+          {"whiteouts", layer.whiteouts}};
+}
+
+Result<SnapshotLayer> ParseWireSnapshotLayer(const json& j) {
+  JsonFields f(j, "snapshot layer");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  SnapshotLayer l;
+  WARREN_RETURN_IF_ERROR(f.String("digest", &l.digest));
+  if (l.digest.size() != 71 || l.digest.rfind("sha256:", 0) != 0 ||
+      l.digest.find_first_not_of("0123456789abcdef", 7) != std::string::npos)
+    return Invalid("snapshot layer: `digest` must be sha256:<64 hex digits>");
+  WARREN_RETURN_IF_ERROR(f.UInt("size", &l.size));
+  WARREN_RETURN_IF_ERROR(f.UInt("entries", &l.entries));
+  WARREN_RETURN_IF_ERROR(f.UInt("file_bytes", &l.file_bytes));
+  WARREN_RETURN_IF_ERROR(f.UInt("whiteouts", &l.whiteouts));
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  return l;
+}
+
 Result<isolation::ChangeReport> ParseWireChanges(const json& j) {
   using isolation::ChangeKind;
   using isolation::EntryType;

@@ -32,6 +32,11 @@ Result<isolation::FsPolicy> ParseWireFsPolicy(const nlohmann::json& j);
 nlohmann::json ToWire(const SandboxRuntime& rt);
 Result<SandboxRuntime> ParseWireRuntime(const nlohmann::json& j);
 
+nlohmann::json ToWire(const SnapshotSpec& spec);
+Result<SnapshotSpec> ParseWireSnapshotSpec(const nlohmann::json& j);
+nlohmann::json ToWire(const SnapshotLayer& layer);
+Result<SnapshotLayer> ParseWireSnapshotLayer(const nlohmann::json& j);
+
 nlohmann::json ToWire(const isolation::ChangeReport& report);
 Result<isolation::ChangeReport> ParseWireChanges(const nlohmann::json& j);
 

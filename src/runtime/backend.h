@@ -18,6 +18,7 @@
 #include "base/unique_fd.h"
 #include "isolation/cgroup_memory.h"
 #include "isolation/fs_policy.h"
+#include "isolation/layer_tree.h"
 #include "isolation/overlay_changes.h"
 
 namespace warren::runtime {
@@ -106,6 +107,15 @@ class Instance {
                                                       size_t /*limit*/) {
     return Status(Code::kUnavailable, "read changes", "sandbox",
                   "not supported by this backend yet");
+  }
+  // Writes what a snapshot of the sandbox holds (issue 30) into the directory `dst_dirfd`:
+  // its top layer first when `with_top_layer` (the sandbox's workspace: one layer then stands
+  // for both), then its writable layer, with ids as the sandbox sees them. The sandbox is
+  // frozen meanwhile (a paused one stays paused), so the tree is one moment's.
+  virtual Status WriteSnapshotTree(int /*dst_dirfd*/, bool /*with_top_layer*/,
+                                   const isolation::LayerTreeOptions& /*opts*/,
+                                   isolation::LayerTreeStats* /*stats*/) {
+    return Status(Code::kUnavailable, "snapshot", "sandbox", "not supported by this backend yet");
   }
   // The name of its cgroup (a warm sandbox keeps the pool name it was made under: cgroup2
   // cannot rename); empty if the backend does not say.

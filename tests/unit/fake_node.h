@@ -65,6 +65,17 @@ class FakeNode : public node::NodeApi {
     WARREN_RETURN_IF_ERROR(Op("changes", id));
     return isolation::ChangeReport{};
   }
+  // A snapshot's digest names the sandbox and how many were taken of it.
+  Result<node::SnapshotLayer> Snapshot(const std::string& id,
+                                       const node::SnapshotSpec& spec) override {
+    WARREN_RETURN_IF_ERROR(Op("snapshot", id));
+    std::lock_guard lock(mu);
+    snapshots.push_back({id, spec});
+    std::string hex = std::to_string(snapshots.size());
+    hex = std::string(64 - hex.size(), '0') + hex;
+    return node::SnapshotLayer{"sha256:" + hex, 4096, 3, 100, 1};
+  }
+  std::vector<std::pair<std::string, node::SnapshotSpec>> snapshots;
   // A paused sandbox stands as hibernated, one that was never paused as active.
   Result<node::density::SandboxDensity> Density(const std::string& id) override {
     std::lock_guard lock(mu);
@@ -263,6 +274,10 @@ class ForwardingNode : public node::NodeApi {
   }
   Result<node::density::SandboxDensity> Density(const std::string& id) override {
     return to_->Density(id);
+  }
+  Result<node::SnapshotLayer> Snapshot(const std::string& id,
+                                       const node::SnapshotSpec& spec) override {
+    return to_->Snapshot(id, spec);
   }
   Status PauseSandbox(const std::string& id) override { return to_->PauseSandbox(id); }
   Status ResumeSandbox(const std::string& id) override { return to_->ResumeSandbox(id); }

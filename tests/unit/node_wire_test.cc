@@ -134,5 +134,29 @@ TEST(NodeWire, ChangesAndPoliciesRoundTrip) {
   EXPECT_EQ(rt->host_uid, 100000u);
 }
 
+TEST(NodeWire, SnapshotsRoundTripAndADigestIsChecked) {
+  SnapshotSpec spec;
+  spec.with_workspace = true;
+  spec.max_bytes = 5 << 20;
+  auto back = ParseWireSnapshotSpec(ToWire(spec));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->with_workspace);
+  EXPECT_EQ(back->max_bytes, 5u << 20);
+  nlohmann::json extra = ToWire(spec);
+  extra["path"] = "/etc";
+  EXPECT_FALSE(ParseWireSnapshotSpec(extra).ok());
+
+  SnapshotLayer layer{"sha256:" + std::string(64, 'c'), 4096, 7, 100, 2};
+  auto l = ParseWireSnapshotLayer(ToWire(layer));
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->digest, layer.digest);
+  EXPECT_EQ(l->whiteouts, 2u);
+  for (const char* d : {"sha256:../../etc", "md5:abc", ""}) {
+    nlohmann::json j = ToWire(layer);
+    j["digest"] = d;
+    EXPECT_FALSE(ParseWireSnapshotLayer(j).ok()) << d;
+  }
+}
+
 }  // namespace
 }  // namespace warren::node

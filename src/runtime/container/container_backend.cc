@@ -181,6 +181,20 @@ class ContainerInstance : public Instance {
     return r;
   }
 
+  Status WriteSnapshotTree(int dst_dirfd, bool with_top_layer,
+                           const isolation::LayerTreeOptions& opts,
+                           isolation::LayerTreeStats* stats) override {
+    std::lock_guard lock(mu_);
+    if (destroyed_) return Status(Code::kConflict, "snapshot", "sandbox", "deleted");
+    auto frozen = WARREN_TRY(FreezeForNode());
+    isolation::LayerTreeOptions shifted = opts;
+    shifted.id_base = host_uid_;  // the upper and the layer clones show the sandbox's host ids
+    WARREN_RETURN_IF_ERROR(
+        runtime::WriteSnapshotTree(pid_, dst_dirfd, with_top_layer, shifted, stats));
+    if (!AgentAlive()) return Status(Code::kConflict, "snapshot", "sandbox", "its init is gone");
+    return Status::Ok();
+  }
+
   // Freezes the sandbox for a node operation, unless it is paused already (then it stays so):
   // the returned Cleanup thaws it. Called with mu_ held.
   Result<Cleanup> FreezeForNode() {

@@ -163,4 +163,20 @@ Result<isolation::ChangeReport> ReadFsChanges(pid_t agent_pid, const std::string
   return isolation::ReadChanges(upper.get(), shm.ok() ? shm->get() : -1, fds, under, limit);
 }
 
+Status WriteSnapshotTree(pid_t agent_pid, int dst_dirfd, bool with_top_layer,
+                         const isolation::LayerTreeOptions& opts,
+                         isolation::LayerTreeStats* stats) {
+  if (with_top_layer) {
+    const std::string p =
+        "/proc/" + std::to_string(agent_pid) + "/fd/" + std::to_string(agent::kFirstLayerFd);
+    UniqueFd kept(open(p.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!kept) return ErrnoStatus("open kept layer", p);
+    UniqueFd top(openat(kept.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!top) return ErrnoStatus("open kept layer", p);
+    WARREN_RETURN_IF_ERROR(isolation::ApplyLayerTree(top.get(), dst_dirfd, opts, stats));
+  }
+  UniqueFd upper = WARREN_TRY(OpenKept(agent_pid, agent::kStagingDirFd, "upper"));
+  return isolation::ApplyLayerTree(upper.get(), dst_dirfd, opts, stats);
+}
+
 }  // namespace warren::runtime

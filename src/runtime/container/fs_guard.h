@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "isolation/fs_apply.h"
+#include "isolation/layer_tree.h"
 #include "isolation/overlay_changes.h"
 
 namespace warren::runtime {
@@ -28,5 +29,11 @@ Result<isolation::FsPolicyStats> ApplyFsPolicy(pid_t agent_pid, int agent_pidfd,
 
 Result<isolation::ChangeReport> ReadFsChanges(pid_t agent_pid, const std::string& under,
                                               size_t limit);
+
+// A snapshot's tree (Instance::WriteSnapshotTree) into `dst_dirfd`: the agent's top kept
+// layer when `with_top_layer`, then its writable layer, ids shifted back by `opts.id_base`
+// (both are seen through the sandbox's id mapping). The caller has frozen the sandbox.
+Status WriteSnapshotTree(pid_t agent_pid, int dst_dirfd, bool with_top_layer,
+                         const isolation::LayerTreeOptions& opts, isolation::LayerTreeStats* stats);
 
 }  // namespace warren::runtime

@@ -1,0 +1,30 @@
+// Turning a sandbox's tree into a stored layer (issue 30): a scratch directory in the node's
+// layer store (the same filesystem as its blobs), filled by the backend
+// (runtime::Instance::WriteSnapshotTree), made an EROFS image (LayerStore::ImportTree, whole:
+// microVMs mount only whole layers), committed under its digest and published to the shared
+// store. Whatever fails, the scratch tree goes and nothing is half made: a blob exists only
+// once complete, and one no name or sandbox refers to is the layer service's to collect.
+#pragma once
+
+#include <functional>
+
+#include "base/status.h"
+#include "image/layer_store.h"
+#include "isolation/layer_tree.h"
+#include "node/node_api.h"
+
+namespace warren::node {
+
+// Fills the directory `dst_dirfd` (adding to `stats`) under `opts`.
+using WriteTreeFn = std::function<Status(int dst_dirfd, const isolation::LayerTreeOptions& opts,
+                                         isolation::LayerTreeStats* stats)>;
+
+// `skip`: paths the node wrote itself (egress files), left out. The tree may hold at most
+// `spec.max_bytes` of file data, and at most what the store's filesystem has room for twice
+// over (the copy and its image): beyond either, kQuota naming the bound.
+Result<SnapshotLayer> BuildSnapshotLayer(image::LayerStore* store, const std::string& id,
+                                         const SnapshotSpec& spec,
+                                         const std::set<std::string>& skip,
+                                         const WriteTreeFn& write_tree);
+
+}  // namespace warren::node

@@ -90,6 +90,8 @@ void AddPause(CLI::App& app);  // pause and resume
 void AddNet(CLI::App& app);
 void AddFs(CLI::App& app);    // fs
 void AddDiff(CLI::App& app);  // diff
+void AddSnapshot(CLI::App& app);
+void AddFork(CLI::App& app);
 void AddCall(CLI::App& app);
 void AddVnc(CLI::App& app);  // a desktop sandbox's screen for VNC clients
 

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   warren::cli::AddNet(app);
   warren::cli::AddFs(app);
   warren::cli::AddDiff(app);
+  warren::cli::AddSnapshot(app);
+  warren::cli::AddFork(app);
   warren::cli::AddCall(app);
   warren::cli::AddBlobfsd(app);
   std::vector<std::string> args;

@@ -61,6 +61,9 @@ const std::vector<ApiService::RouteEntry>& ApiService::Entries() {
       {{M::kPut, "/v1/sandboxes/{id}/filesystem", "sandbox:write", kJsonBodyLimit},
        &S::SetFilesystem},
       {{M::kGet, "/v1/sandboxes/{id}/changes", "sandbox:read", kJsonBodyLimit}, &S::Changes},
+      // A snapshot also needs image:write (it makes a layer): checked by the Api.
+      {{M::kPost, "/v1/sandboxes/{id}/snapshot", "sandbox:write", kJsonBodyLimit}, &S::Snapshot},
+      {{M::kPost, "/v1/sandboxes/{id}/fork", "sandbox:write", kJsonBodyLimit}, &S::Fork},
       {{M::kPost, "/v1/sandboxes/{id}/pause", "sandbox:write", kJsonBodyLimit}, &S::Pause},
       {{M::kPost, "/v1/sandboxes/{id}/resume", "sandbox:write", kJsonBodyLimit}, &S::Resume},
   };
@@ -245,6 +248,14 @@ HttpReply ApiService::SetFilesystem(HttpRequest& r) {
 
 HttpReply ApiService::Changes(HttpRequest& r) {
   return HttpReply::Of(api_->Changes(r.who, r.params.at("id"), r.query));
+}
+
+HttpReply ApiService::Snapshot(HttpRequest& r) {
+  return HttpReply::Of(api_->Snapshot(r.who, r.params.at("id"), r.body), 201);
+}
+
+HttpReply ApiService::Fork(HttpRequest& r) {
+  return HttpReply::Of(api_->Fork(r.who, r.params.at("id"), r.body), 201);
 }
 
 HttpReply ApiService::Pause(HttpRequest& r) {

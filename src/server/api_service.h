@@ -69,6 +69,8 @@ class ApiService : public HttpService {
   HttpReply SetNetwork(HttpRequest&);
   HttpReply SetFilesystem(HttpRequest&);
   HttpReply Changes(HttpRequest&);
+  HttpReply Snapshot(HttpRequest&);
+  HttpReply Fork(HttpRequest&);
   HttpReply Pause(HttpRequest&);
   HttpReply Resume(HttpRequest&);
 

@@ -88,6 +88,20 @@ Result<json> LayerService::Upload(const std::map<std::string, std::string>& q,
   return rec.ToJson();
 }
 
+Result<json> LayerService::NameSnapshot(const std::string& ref, const std::string& digest,
+                                        uint64_t size, const std::string& source,
+                                        std::string* moved_from) {
+  std::string name, tag;
+  WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
+  if (!store_->Has(digest))
+    return Internal("name snapshot", ref, "its blob " + digest + " is not in the layer store");
+  LayerRecord rec{name, tag, digest, "workspace", NowRfc3339(), source, size};
+  auto old = state_->GetLayer(name, tag);
+  WARREN_RETURN_IF_ERROR(state_->PutLayer(rec));
+  if (old.ok() && old->digest != rec.digest) *moved_from = old->digest;
+  return rec.ToJson();
+}
+
 Result<json> LayerService::List() {
   json arr = json::array();
   for (const auto& l : state_->ListLayers()) arr.push_back(l.ToJson());

@@ -27,6 +27,13 @@ class LayerService {
   // `body_path`.
   Result<nlohmann::json> Upload(const std::map<std::string, std::string>& query,
                                 const std::string& body_path);
+  // Names a blob a node made and published (a sandbox's snapshot) NAME:TAG, a workspace
+  // layer; `source` says where it came from. kInternal when the blob is not in this store
+  // (the node's did not reach it). The caller may hold PinBlobs: the digest the tag named
+  // before, if another, is left in `*moved_from` for it to Collect once it lets go.
+  Result<nlohmann::json> NameSnapshot(const std::string& ref, const std::string& digest,
+                                      uint64_t size, const std::string& source,
+                                      std::string* moved_from);
   Result<nlohmann::json> List();
   // The name goes; the blob stays while a sandbox made from it exists.
   Status Delete(const std::string& ref);

@@ -262,7 +262,8 @@ Status Api::ExpireSandbox(const std::string& id) {
 
 void Api::CountError(Code code) { errors_.Count(code); }
 
-Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool reserved) {
+Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool reserved,
+                            const SandboxRecord::Lineage* lineage) {
   double t0 = NowSeconds();
   // The quota share: taken here, or already by the batch (in item order); given back unless a
   // sandbox ends up holding it.
@@ -287,7 +288,9 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
 
   // Resolve NAME:TAG to digests, top layer first: workspace, tools, base. The sandbox records
   // the digests: tags move, what it was made from does not.
-  auto gc_lock = layers_.PinBlobs();
+  // (A fork holds the pin for all its children: their snapshot is named by no tag yet.)
+  std::shared_lock<std::shared_mutex> gc_lock;
+  if (!lineage) gc_lock = layers_.PinBlobs();
   node::NodeSandboxSpec ns;
   std::vector<SandboxRecord::Layer> made_from;
   auto resolve = [&](const std::string& ref, const char* role) -> Status {
@@ -300,7 +303,14 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
     made_from.push_back({ref, role, rec->digest});
     return Status::Ok();
   };
-  if (spec.workspace) WARREN_RETURN_IF_ERROR(resolve(*spec.workspace, "workspace"));
+  if (lineage) {
+    // A fork's child: its workspace is the snapshot, which its record keeps alive.
+    ns.config.layers.push_back({lineage->snapshot, "", false});
+    made_from.push_back({lineage->snapshot_ref.empty() ? lineage->snapshot : lineage->snapshot_ref,
+                         "workspace", lineage->snapshot});
+  } else if (spec.workspace) {
+    WARREN_RETURN_IF_ERROR(resolve(*spec.workspace, "workspace"));
+  }
   for (const auto& t : spec.tools) WARREN_RETURN_IF_ERROR(resolve(t, "tool"));
   WARREN_RETURN_IF_ERROR(resolve(spec.image, "base"));
 
@@ -339,6 +349,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   sb.state = SandboxState::kCreating;
   sb.spec = spec;
   sb.layers = std::move(made_from);
+  if (lineage) sb.lineage = *lineage;
   // A cluster's store checks the owner's share here, against every API server's inserts.
   SandboxTable::Version written;
   WARREN_RETURN_IF_ERROR(sandboxes_.Insert(sb, LimitsOf(who.quotas), &written));
@@ -353,7 +364,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
     }
   };
   auto rt = node->CreateSandbox(ns);
-  gc_lock.unlock();  // mounted: the kernel holds the blobs open now
+  if (gc_lock.owns_lock()) gc_lock.unlock();  // mounted: the kernel holds the blobs open now
   if (!rt.ok()) {
     drop_record();
     return node::NodeFault(rt.status());
@@ -422,45 +433,9 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
   int64_t n = j["count"].get<int64_t>();
   if (spec.trajectory && n > 1)
     return Invalid("a trajectory belongs to one sandbox: `count` must be 1");
-  // Several creates at once, as many as the fleet says (Fleet::CreatesAtOnce).
-  // Quotas are taken in item order first, so a batch beyond a quota gets its first items.
   std::vector<Result<json>> results(static_cast<size_t>(n));
-  std::vector<bool> reserved(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    Status st = quota_.Reserve(who, spec.cpu, static_cast<int64_t>(spec.memory_mb));
-    reserved[static_cast<size_t>(i)] = st.ok();
-    if (!st.ok()) results[static_cast<size_t>(i)] = st;
-  }
-  // A cluster's store checks shares at each insert, in whatever order the workers reach it:
-  // the items beyond what the owner's share has room for now are refused here, in item
-  // order, as above (the inserts still check: another request may take room meanwhile).
-  if (const ShareLimits limits = LimitsOf(who.quotas); state_->CountsShares() && limits.any()) {
-    Share used = WARREN_TRY(state_->ShareOf(who.name));
-    for (int64_t i = 0; i < n; ++i) {
-      if (!reserved[static_cast<size_t>(i)]) continue;
-      const auto memory_mb = static_cast<int64_t>(spec.memory_mb);
-      Status st = AdmitShare(who.name, limits, used, spec.cpu, memory_mb);
-      if (!st.ok()) {
-        reserved[static_cast<size_t>(i)] = false;
-        results[static_cast<size_t>(i)] = st;
-        continue;
-      }
-      used.sandboxes += 1;
-      used.cpu += spec.cpu;
-      used.memory_mb += memory_mb;
-    }
-  }
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    for (int64_t i; (i = next.fetch_add(1)) < n;)
-      if (reserved[static_cast<size_t>(i)])
-        results[static_cast<size_t>(i)] = CreateOne(who, spec, true);
-  };
-  const int64_t workers = std::min<int64_t>(n, fleet_->CreatesAtOnce());
-  std::vector<std::thread> pool;
-  for (int64_t w = 1; w < workers; ++w) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  std::vector<bool> reserved = WARREN_TRY(ReserveShares(who, spec, n, &results));
+  RunCreates(who, spec, reserved, &results);
   for (int64_t i = 0; i < n; ++i) {
     auto& r = results[static_cast<size_t>(i)];
     if (r.ok()) {
@@ -473,6 +448,66 @@ Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
     }
   }
   return out;
+}
+
+Result<std::vector<bool>> Api::ReserveShares(const Principal& who, const SandboxSpec& spec,
+                                             int64_t n, std::vector<Result<json>>* results) {
+  // Quotas are taken in item order first, so a batch beyond a quota gets its first items.
+  std::vector<bool> reserved(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    Status st = quota_.Reserve(who, spec.cpu, static_cast<int64_t>(spec.memory_mb));
+    reserved[static_cast<size_t>(i)] = st.ok();
+    if (!st.ok()) (*results)[static_cast<size_t>(i)] = st;
+  }
+  // A cluster's store checks shares at each insert, in whatever order the workers reach it:
+  // the items beyond what the owner's share has room for now are refused here, in item
+  // order, as above (the inserts still check: another request may take room meanwhile).
+  if (const ShareLimits limits = LimitsOf(who.quotas); state_->CountsShares() && limits.any()) {
+    auto used = state_->ShareOf(who.name);
+    if (!used.ok()) {
+      ReleaseShares(who, spec, reserved);
+      return used.status();
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (!reserved[static_cast<size_t>(i)]) continue;
+      const auto memory_mb = static_cast<int64_t>(spec.memory_mb);
+      Status st = AdmitShare(who.name, limits, *used, spec.cpu, memory_mb);
+      if (!st.ok()) {
+        quota_.Release(who.name, spec.cpu, memory_mb);
+        reserved[static_cast<size_t>(i)] = false;
+        (*results)[static_cast<size_t>(i)] = st;
+        continue;
+      }
+      used->sandboxes += 1;
+      used->cpu += spec.cpu;
+      used->memory_mb += memory_mb;
+    }
+  }
+  return reserved;
+}
+
+void Api::ReleaseShares(const Principal& who, const SandboxSpec& spec,
+                        const std::vector<bool>& reserved) {
+  for (bool r : reserved)
+    if (r) quota_.Release(who.name, spec.cpu, static_cast<int64_t>(spec.memory_mb));
+}
+
+void Api::RunCreates(const Principal& who, const SandboxSpec& spec,
+                     const std::vector<bool>& reserved, std::vector<Result<json>>* results,
+                     const SandboxRecord::Lineage* lineage) {
+  // Several creates at once, as many as the fleet says (Fleet::CreatesAtOnce).
+  const auto n = static_cast<int64_t>(reserved.size());
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t i; (i = next.fetch_add(1)) < n;)
+      if (reserved[static_cast<size_t>(i)])
+        (*results)[static_cast<size_t>(i)] = CreateOne(who, spec, true, lineage);
+  };
+  const int64_t workers = std::min<int64_t>(n, fleet_->CreatesAtOnce());
+  std::vector<std::thread> pool;
+  for (int64_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
 }
 
 Result<SandboxRecord> Api::Sandbox(const Principal& who, const std::string& id) {
@@ -500,9 +535,12 @@ Result<json> Api::GetSandbox(const Principal& who, const std::string& id) {
 
 Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {
   std::optional<SandboxState> want_state;
+  std::optional<std::string> want_parent;
   std::vector<std::pair<std::string, std::string>> labels;
   for (auto& [k, v] : q) {
-    if (k == "state") {
+    if (k == "parent") {
+      want_parent = v;  // a fork's children (their lineage)
+    } else if (k == "state") {
       // The contract's `deleted` is a state no record is in: it matches nothing.
       if (v == "deleted") return json{{"sandboxes", json::array()}};
       want_state = WARREN_TRY(ParseSandboxState(v));
@@ -524,6 +562,7 @@ Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {
   for (const SandboxRecord& sb : WARREN_TRY(sandboxes_.ListOrError())) {
     if (!who.Owns(sb.owner)) continue;
     if (want_state && sb.state != *want_state) continue;
+    if (want_parent && (!sb.lineage || sb.lineage->parent != *want_parent)) continue;
     bool match = true;
     for (auto& [k, v] : labels)
       if (auto it = sb.spec.labels.find(k); it == sb.spec.labels.end() || it->second != v)

@@ -81,6 +81,12 @@ class Api {
                                        const std::string& body);
   // What the occupant changed relative to the sandbox's layers (?path=PREFIX&limit=N).
   Result<nlohmann::json> Changes(const Principal& who, const std::string& id, const Query& q);
+  // Issue 30 (server/fork.cc). Snapshot {"tag": NAME:TAG, "max_mb"?}: the sandbox's files,
+  // its workspace layer and its changes, as one workspace layer named NAME:TAG. Fork
+  // {"count": N, "tag"?}: N new sandboxes from one snapshot of it, all or none.
+  Result<nlohmann::json> Snapshot(const Principal& who, const std::string& id,
+                                  const std::string& body);
+  Result<nlohmann::json> Fork(const Principal& who, const std::string& id, const std::string& body);
 
   using ExecStart = server::ExecStart;
   Result<ExecStart> StartExec(const Principal& who, const std::string& id, const std::string& body);
@@ -176,8 +182,24 @@ class Api {
   static node::PlacementAsk AskOf(const SandboxSpec& spec,
                                   const std::vector<SandboxRecord::Layer>& layers);
   // `reserved`: the caller already took the quota share (batches do, in item order).
+  // `lineage`: a fork's child, whose workspace is the snapshot it names (spec.workspace is
+  // not resolved).
   Result<nlohmann::json> CreateOne(const Principal& who, const SandboxSpec& spec,
-                                   bool reserved = false);
+                                   bool reserved = false,
+                                   const SandboxRecord::Lineage* lineage = nullptr);
+  // Takes `n` quota shares for `spec` in item order: which were taken; the refusals go in
+  // `results`. Fails only when the shares cannot be read (a cluster's store).
+  Result<std::vector<bool>> ReserveShares(const Principal& who, const SandboxSpec& spec, int64_t n,
+                                          std::vector<Result<nlohmann::json>>* results);
+  void ReleaseShares(const Principal& who, const SandboxSpec& spec,
+                     const std::vector<bool>& reserved);
+  // The creates whose share was reserved, several at once; each result in `results`.
+  void RunCreates(const Principal& who, const SandboxSpec& spec, const std::vector<bool>& reserved,
+                  std::vector<Result<nlohmann::json>>* results,
+                  const SandboxRecord::Lineage* lineage = nullptr);
+  // Snapshots sandbox `sb` on its node into a layer: its digest and size, and the node's
+  // counts. `max_bytes`: the most file bytes it may hold (0: as much as the node has room for).
+  Result<node::SnapshotLayer> SnapshotOf(const SandboxRecord& sb, uint64_t max_bytes);
   // The sandbox record if `who` may see it; not_found otherwise (never forbidden: other
   // principals' sandboxes do not exist for them).
   Result<SandboxRecord> Sandbox(const Principal& who, const std::string& id);

@@ -52,8 +52,9 @@ bool CanMove(SandboxState from, SandboxState to) {
 namespace {
 
 // The record's own fields; every other field belongs to the spec.
-const std::set<std::string> kOwnFields = {
-    "id", "owner", "node", "created_at", "state", "layers", "error", "replay_stopped", "reason"};
+const std::set<std::string> kOwnFields = {"id",     "owner",  "node",  "created_at",
+                                          "state",  "layers", "error", "replay_stopped",
+                                          "reason", "lineage"};
 
 Status RequireString(const json& j, const char* key, std::string* out) {
   if (!j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty())
@@ -109,6 +110,17 @@ Result<SandboxRecord> ParseSandboxRecord(const json& j) {
       return Invalid("sandbox record: `replay_stopped` must be a string");
     r.replay_stopped = j["replay_stopped"].get<std::string>();
   }
+  if (j.contains("lineage")) {
+    const json& l = j["lineage"];
+    if (!l.is_object() || l.size() != 2 || !l.contains("parent") || !l["parent"].is_string() ||
+        !l.contains("snapshot") || !l["snapshot"].is_object() || l["snapshot"].size() != 2 ||
+        !l["snapshot"].contains("ref") || !l["snapshot"]["ref"].is_string() ||
+        !l["snapshot"].contains("digest") || !l["snapshot"]["digest"].is_string())
+      return Invalid("sandbox record: `lineage` is {parent, snapshot: {ref, digest}}");
+    r.lineage = SandboxRecord::Lineage{l["parent"].get<std::string>(),
+                                       l["snapshot"]["digest"].get<std::string>(),
+                                       l["snapshot"]["ref"].get<std::string>()};
+  }
   return r;
 }
 
@@ -127,6 +139,10 @@ json ToJson(const SandboxRecord& r) {
       r.error ? json{{"code", r.error->code}, {"message", r.error->message}} : json(nullptr);
   if (r.replay_stopped) j["replay_stopped"] = *r.replay_stopped;
   if (r.reason) j["reason"] = *r.reason;
+  if (r.lineage)
+    j["lineage"] = {
+        {"parent", r.lineage->parent},
+        {"snapshot", {{"ref", r.lineage->snapshot_ref}, {"digest", r.lineage->snapshot}}}};
   return j;
 }
 

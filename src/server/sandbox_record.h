@@ -52,6 +52,12 @@ struct SandboxRecord {
   struct Error {
     std::string code, message;
   };
+  // A fork's child (issue 30): the sandbox it was forked from and the snapshot it starts
+  // from (also its workspace layer; `snapshot_ref` is the snapshot's NAME:TAG, or empty when
+  // the fork named none).
+  struct Lineage {
+    std::string parent, snapshot, snapshot_ref;
+  };
 
   std::string id;
   std::string owner;  // the principal that made it
@@ -66,6 +72,7 @@ struct SandboxRecord {
   std::optional<std::string> replay_stopped;
   // State `lost` only: why (its node stopped heartbeating, ...).
   std::optional<std::string> reason;
+  std::optional<Lineage> lineage;
 };
 
 Result<SandboxRecord> ParseSandboxRecord(const nlohmann::json& j);

@@ -421,6 +421,107 @@ TEST_F(ApiTest, WarrenServeHasNoNodeToCordon) {
   EXPECT_NE(st.status().ToString().find("cluster"), std::string::npos);
 }
 
+TEST_F(ApiTest, AForkMakesItsChildrenFromOneSnapshotAndRecordsTheirLineage) {
+  const std::string parent = Create({{"image", "py:1"}, {"labels", {{"job", "f"}}}}, admin_)["id"];
+  auto forked = api_->Fork(admin_, parent, R"({"count": 3})");
+  ASSERT_TRUE(forked.ok()) << forked.status().ToString();
+  ASSERT_EQ(node_.snapshots.size(), 1u);  // one moment, however many children
+  EXPECT_EQ(node_.snapshots[0].first, parent);
+  EXPECT_FALSE(node_.snapshots[0].second.with_workspace);  // the parent had none
+  const std::string digest = (*forked)["snapshot"]["digest"];
+  ASSERT_EQ((*forked)["sandboxes"].size(), 3u);
+  std::set<std::string> ids;
+  for (const json& c : (*forked)["sandboxes"]) {
+    const std::string id = c["id"];
+    ids.insert(id);
+    EXPECT_EQ(c["state"], "running");
+    EXPECT_EQ(c["lineage"]["parent"], parent);
+    EXPECT_EQ(c["lineage"]["snapshot"]["digest"], digest);
+    EXPECT_EQ(c["labels"]["job"], "f");  // the parent's spec
+    // Its workspace is the snapshot, over the parent's own layers.
+    const auto& layers = node_.sandboxes[id].spec.config.layers;
+    ASSERT_EQ(layers.size(), 2u);
+    EXPECT_EQ(layers[0].digest, digest);
+    EXPECT_EQ(c["layers"][0]["role"], "workspace");
+    EXPECT_EQ(c["layers"][1]["digest"], "sha256:" + std::string(64, 'a'));
+  }
+  EXPECT_EQ(ids.size(), 3u);
+  EXPECT_EQ((*api_->GetSandbox(admin_, parent))["state"], "running");
+  auto kids = api_->ListSandboxes(admin_, {{"parent", parent}});
+  ASSERT_TRUE(kids.ok());
+  EXPECT_EQ((*kids)["sandboxes"].size(), 3u);
+  // A child's fork stacks: its snapshot has the child's workspace (the first one) under it.
+  const std::string child = *ids.begin();
+  ASSERT_TRUE(api_->Fork(admin_, child, R"({"count": 1})").ok());
+  ASSERT_EQ(node_.snapshots.size(), 2u);
+  EXPECT_TRUE(node_.snapshots[1].second.with_workspace);
+}
+
+TEST_F(ApiTest, AForkIsAllOrNone) {
+  const std::string parent = Create({{"image", "py:1"}}, alice_)["id"];
+  // alice may have 2 sandboxes: the parent and one more. A fork of 2 makes nothing, not
+  // even its snapshot.
+  auto over = api_->Fork(alice_, parent, R"({"count": 2})");
+  ASSERT_EQ(over.status().code(), Code::kQuota) << over.status().ToString();
+  EXPECT_NE(over.status().ToString().find("fork of 2"), std::string::npos);
+  EXPECT_TRUE(node_.snapshots.empty());
+  EXPECT_EQ(state_->ListSandboxes().size(), 1u);
+  // The shares came back: a fork of 1 fits.
+  ASSERT_TRUE(api_->Fork(alice_, parent, R"({"count": 1})").ok());
+  // A create that fails takes the children already made with it.
+  const std::string p2 = Create({{"image", "py:1"}}, admin_)["id"];
+  const size_t before = state_->ListSandboxes().size();
+  node_.fail_next["create"] = Status(Code::kUnavailable, "create sandbox", "x", "no room");
+  auto failed = api_->Fork(admin_, p2, R"({"count": 4})");
+  ASSERT_EQ(failed.status().code(), Code::kUnavailable) << failed.status().ToString();
+  EXPECT_NE(failed.status().ToString().find("removed"), std::string::npos);
+  EXPECT_EQ(state_->ListSandboxes().size(), before);
+  EXPECT_EQ(node_.sandboxes.size(), before);
+}
+
+TEST_F(ApiTest, ForksAndSnapshotsRefuseWhatTheyCannotDo) {
+  const std::string id = Create({{"image", "py:1"}}, alice_)["id"];
+  // Another principal's sandbox does not exist for it.
+  EXPECT_EQ(api_->Fork(Principal{"bob", {"sandbox:*"}, {}}, id, R"({"count": 1})").status().code(),
+            Code::kNotFound);
+  for (const char* bad : {R"({"count": 0})", R"({"count": 1001})", R"({"count": "2"})",
+                          R"({"count": 1, "image": "x:y"})", R"({})", R"([1])"})
+    EXPECT_EQ(api_->Fork(alice_, id, bad).status().code(), Code::kInvalid) << bad;
+  // Naming the snapshot makes a layer: image:write.
+  EXPECT_EQ(api_->Fork(alice_, id, R"({"count": 1, "tag": "s:1"})").status().code(),
+            Code::kForbidden);
+  EXPECT_EQ(api_->Snapshot(alice_, id, R"({"tag": "s:1"})").status().code(), Code::kForbidden);
+  ASSERT_TRUE(api_->SetPaused(alice_, id, true).ok());
+  auto paused = api_->Fork(alice_, id, R"({"count": 1})");
+  EXPECT_EQ(paused.status().code(), Code::kConflict);
+  EXPECT_NE(paused.status().ToString().find("resume"), std::string::npos);
+  EXPECT_TRUE(node_.snapshots.empty());
+  for (const char* bad : {R"({})", R"({"tag": "no tag"})", R"({"tag": "s:1", "max_mb": 0})",
+                          R"({"tag": "s:1", "extra": 1})"})
+    EXPECT_EQ(api_->Snapshot(admin_, id, bad).status().code(), Code::kInvalid) << bad;
+}
+
+TEST_F(ApiTest, ASnapshotIsNamedOnlyOnceItsBlobIsInTheStore) {
+  const std::string id = Create({{"image", "py:1"}}, admin_)["id"];
+  // The fake node's first snapshot: sha256:0...01, which this store does not hold.
+  auto missing = api_->Snapshot(admin_, id, R"({"tag": "s:1"})");
+  EXPECT_EQ(missing.status().code(), Code::kInternal);
+  EXPECT_FALSE(state_->GetLayer("s", "1").ok());
+  const std::string second = "sha256:" + std::string(63, '0') + "2";
+  {
+    FILE* f = fopen(layers_->BlobPath(second).c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fclose(f);
+  }
+  auto named = api_->Snapshot(admin_, id, R"({"tag": "s:1", "max_mb": 5})");
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  EXPECT_EQ((*named)["digest"], second);
+  EXPECT_EQ((*named)["kind"], "workspace");
+  EXPECT_EQ((*named)["snapshot"]["sandbox"], id);
+  EXPECT_EQ(node_.snapshots.back().second.max_bytes, 5ull << 20);
+  EXPECT_EQ(state_->GetLayer("s", "1")->digest, second);
+}
+
 TEST(SandboxRecord, ReasonGoesWithLostOnly) {
   SandboxRecord r;
   r.id = "sb-1";
@@ -441,6 +542,28 @@ TEST(SandboxRecord, ReasonGoesWithLostOnly) {
   EXPECT_FALSE(ParseSandboxRecord(running).ok());
   EXPECT_TRUE(CanMove(SandboxState::kLost, SandboxState::kRunning));
   EXPECT_FALSE(CanMove(SandboxState::kFailed, SandboxState::kLost));
+}
+
+TEST(SandboxRecord, LineageRoundTripsAndIsParsedStrictly) {
+  SandboxRecord r;
+  r.id = "sb-2";
+  r.owner = "o";
+  r.node = "n";
+  r.created_at = "2026-12-02T00:00:00Z";
+  r.state = SandboxState::kRunning;
+  r.spec.image = "py:1";
+  r.lineage = SandboxRecord::Lineage{"sb-1", "sha256:" + std::string(64, 'b'), "snap:1"};
+  auto back = ParseSandboxRecord(ToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_TRUE(back->lineage.has_value());
+  EXPECT_EQ(back->lineage->parent, "sb-1");
+  EXPECT_EQ(back->lineage->snapshot_ref, "snap:1");
+  json bad = ToJson(r);
+  bad["lineage"]["extra"] = 1;
+  EXPECT_FALSE(ParseSandboxRecord(bad).ok());
+  bad = ToJson(r);
+  bad["lineage"]["snapshot"] = "sha256:x";
+  EXPECT_FALSE(ParseSandboxRecord(bad).ok());
 }
 
 }  // namespace

@@ -1,0 +1,186 @@
+// Snapshot and fork (issue 30): the API's half. The node turns a sandbox's files into a layer
+// (node::NodeApi::Snapshot); here that layer gets its name, or becomes the workspace of N new
+// sandboxes made as a batch is, all or none.
+#include <spdlog/spdlog.h>
+
+#include "base/ids.h"
+#include "node/node_api.h"
+#include "server/routes.h"
+
+namespace warren::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kMaxFork = 1000;
+
+// The fields of a snapshot or fork request: each known, each of its type.
+Status CheckFields(const json& j, std::initializer_list<const char*> known, const char* what) {
+  if (!j.is_object()) return Invalid(std::string(what) + " request must be a JSON object");
+  for (const auto& [k, v] : j.items()) {
+    bool ok = false;
+    for (const char* f : known) ok = ok || k == f;
+    if (!ok) return Invalid("unknown field `" + k + "` in " + what + " request");
+  }
+  if (j.contains("tag") && !j["tag"].is_string()) return Invalid("`tag` must be a NAME:TAG string");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<node::SnapshotLayer> Api::SnapshotOf(const SandboxRecord& sb, uint64_t max_bytes) {
+  node::SnapshotSpec ns;
+  ns.with_workspace = !sb.layers.empty() && sb.layers.front().role == "workspace";
+  // What the sandbox wrote is bounded by its disk quota already (its writable layer is that
+  // size); the node bounds the whole by its store's room.
+  ns.max_bytes = max_bytes;
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  auto layer = node->Snapshot(sb.id, ns);
+  if (!layer.ok()) return node::NodeFault(layer.status());
+  return layer;
+}
+
+Result<json> Api::Snapshot(const Principal& who, const std::string& id, const std::string& body) {
+  const double t0 = NowSeconds();
+  if (!who.Allows("image:write"))
+    return Status(Code::kForbidden, "snapshot", id, "the token needs scope image:write too");
+  json j = WARREN_TRY(ParseJsonBody(body));
+  WARREN_RETURN_IF_ERROR(CheckFields(j, {"tag", "max_mb"}, "snapshot"));
+  if (!j.contains("tag")) return Invalid("`tag` (NAME:TAG) is required: it names the snapshot");
+  const std::string ref = j["tag"].get<std::string>();
+  std::string name, tag;
+  WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
+  uint64_t max_bytes = 0;
+  if (j.contains("max_mb")) {
+    if (!j["max_mb"].is_number_unsigned() || j["max_mb"].get<uint64_t>() == 0 ||
+        j["max_mb"].get<uint64_t>() > (1ull << 24))
+      return Invalid("`max_mb` must be an integer from 1 to 16777216");
+    max_bytes = j["max_mb"].get<uint64_t>() << 20;
+  }
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (!IsLive(sb.state))
+    return Status(Code::kConflict, "snapshot", id,
+                  std::string("sandbox is ") + StateName(sb.state));
+  // The blob is named before any collection can see it unnamed.
+  auto pin = layers_.PinBlobs();
+  const node::SnapshotLayer layer = WARREN_TRY(SnapshotOf(sb, max_bytes));
+  std::string moved_from;
+  json out = WARREN_TRY(
+      layers_.NameSnapshot(ref, layer.digest, layer.size, "snapshot of " + id, &moved_from));
+  pin.unlock();
+  if (!moved_from.empty()) layers_.Collect({moved_from});
+  out["snapshot"] = {{"sandbox", id},
+                     {"entries", layer.entries},
+                     {"file_bytes", layer.file_bytes},
+                     {"whiteouts", layer.whiteouts},
+                     {"seconds", NowSeconds() - t0}};
+  spdlog::info("snapshot of {}: {} ({} entries, {} file bytes) in {:.3f} s", id, ref, layer.entries,
+               layer.file_bytes, NowSeconds() - t0);
+  return out;
+}
+
+Result<json> Api::Fork(const Principal& who, const std::string& id, const std::string& body) {
+  const double t0 = NowSeconds();
+  json j = WARREN_TRY(ParseJsonBody(body));
+  WARREN_RETURN_IF_ERROR(CheckFields(j, {"count", "tag"}, "fork"));
+  if (!j.contains("count") || !j["count"].is_number_integer() || j["count"].get<int64_t>() < 1 ||
+      j["count"].get<int64_t>() > kMaxFork)
+    return Invalid("`count` must be an integer from 1 to " + std::to_string(kMaxFork));
+  const int64_t n = j["count"].get<int64_t>();
+  std::string ref;
+  if (j.contains("tag")) {
+    if (!who.Allows("image:write"))
+      return Status(Code::kForbidden, "fork", id, "naming the snapshot needs scope image:write");
+    ref = j["tag"].get<std::string>();
+    std::string name, tag;
+    WARREN_RETURN_IF_ERROR(ParseImageRef(ref, &name, &tag));
+  }
+  SandboxRecord parent = WARREN_TRY(Sandbox(who, id));
+  if (parent.state == SandboxState::kPaused)
+    return Status(Code::kConflict, "fork", id, "sandbox is paused; resume it first");
+  if (parent.state != SandboxState::kRunning)
+    return Status(Code::kConflict, "fork", id,
+                  std::string("sandbox is ") + StateName(parent.state));
+  if (parent.spec.backend == runtime::BackendKind::kFncall)
+    return Status(Code::kConflict, "fork", id,
+                  "a fncall sandbox keeps nothing between runs: create more of its image");
+
+  // The children's spec: the parent's (limits, network, filesystem policy, display, lease,
+  // labels); a trajectory belongs to one sandbox.
+  SandboxSpec spec = parent.spec;
+  spec.trajectory.reset();
+  spec.workspace = ref.empty() ? std::nullopt : std::optional<std::string>(ref);
+
+  // Every child's share first: a fork beyond the quota makes nothing.
+  std::vector<Result<json>> results(static_cast<size_t>(n));
+  std::vector<bool> reserved = WARREN_TRY(ReserveShares(who, spec, n, &results));
+  for (int64_t i = 0; i < n; ++i)
+    if (!reserved[static_cast<size_t>(i)]) {
+      ReleaseShares(who, spec, reserved);
+      Status why = results[static_cast<size_t>(i)].status();
+      return Status(why.code(), "fork", id,
+                    "a fork of " + std::to_string(n) + " is beyond the quota: " + why.message())
+          .WithRetryAfter(why.retry_after_s());
+    }
+
+  auto pin = layers_.PinBlobs();
+  auto layer = SnapshotOf(parent, 0);
+  if (!layer.ok()) {
+    ReleaseShares(who, spec, reserved);
+    return layer.status();
+  }
+  std::string moved_from;
+  if (!ref.empty()) {
+    auto named =
+        layers_.NameSnapshot(ref, layer->digest, layer->size, "snapshot of " + id, &moved_from);
+    if (!named.ok()) {
+      ReleaseShares(who, spec, reserved);
+      pin.unlock();
+      layers_.Collect({layer->digest});
+      return named.status();
+    }
+  }
+  const double snapshot_s = NowSeconds() - t0;
+  const SandboxRecord::Lineage lineage{id, layer->digest, ref};
+  // The pin is held until every child is made: their records keep the snapshot from then on.
+  RunCreates(who, spec, reserved, &results, &lineage);
+  pin.unlock();
+  if (!moved_from.empty()) layers_.Collect({moved_from});
+
+  json made = json::array();
+  std::optional<Status> failed;
+  for (auto& r : results) {
+    if (r.ok())
+      made.push_back(std::move(*r));
+    else if (!failed)
+      failed = r.status();
+  }
+  if (failed) {
+    // All or none: the children made go again, and with them (unless named) the snapshot.
+    for (const json& c : made) {
+      Status st = DeleteSandbox(who, c.value("id", std::string()));
+      if (!st.ok())
+        spdlog::warn("fork of {}: child {} not deleted after the fork failed: {}", id,
+                     c.value("id", std::string()), st.ToString());
+    }
+    layers_.Collect({layer->digest});
+    CountError(failed->code());
+    return Status(failed->code(), "fork", id,
+                  std::to_string(made.size()) + " of " + std::to_string(n) +
+                      " children were made, then removed: " + failed->message());
+  }
+  spdlog::info("fork of {}: {} children in {:.3f} s (snapshot {:.3f} s)", id, n, NowSeconds() - t0,
+               snapshot_s);
+  return json{{"sandboxes", std::move(made)},
+              {"snapshot",
+               {{"ref", ref},
+                {"digest", layer->digest},
+                {"size", layer->size},
+                {"entries", layer->entries},
+                {"file_bytes", layer->file_bytes},
+                {"seconds", snapshot_s}}},
+              {"seconds", NowSeconds() - t0}};
+}
+
+}  // namespace warren::server

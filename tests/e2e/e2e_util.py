@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -291,3 +292,29 @@ def stop_test_hosts(proc, ns: str, veth: str) -> None:
         proc.wait()
     subprocess.run(["ip", "link", "del", veth], capture_output=True)
     subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+_USAGE_ROOTS = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu")
+
+
+def node_usage(server) -> tuple[int, int, int]:
+    """(sandboxes, uid slots, cgroup dirs) in use, not counting the node's warm pool (ready
+    sandboxes it keeps for creates, each with a uid slot and a cgroup per hierarchy). Waits
+    until the pool is not making one, so the three readings agree."""
+    parent = "warren-" + hashlib.sha256(os.path.realpath(server.data_dir).encode()).hexdigest()[:8]
+    roots = [os.path.join(r, parent) for r in _USAGE_ROOTS if os.path.isdir(os.path.join(r, parent))]
+    last = None
+    for _ in range(600):
+        node = server.http("GET", "/v1/nodes").json["nodes"][0]
+        warm = node.get("warm_pool", {})
+        dirs = sum(1 for r in roots for e in os.listdir(r) if e.startswith(("sb-", "warm-")))
+        again = server.http("GET", "/v1/nodes").json["nodes"][0]
+        if warm.get("making", 0) == 0 and again.get("warm_pool", {}) == warm and \
+                again["uid_slots_used"] == node["uid_slots_used"]:
+            ready = warm.get("ready", 0)
+            now = (node["sandboxes"], node["uid_slots_used"] - ready, dirs - ready * len(roots))
+            if now == last:
+                return now
+            last = now
+        time.sleep(0.1)
+    raise AssertionError(f"the node's warm pool never settled: {last}")

@@ -102,6 +102,13 @@ class AsyncSandbox:
         await asyncio.to_thread(self.sync.set_filesystem, read_only, writable)
         return self
 
+    async def snapshot(self, tag: str, *, max_mb: Optional[int] = None) -> Any:
+        return await asyncio.to_thread(self.sync.snapshot, tag, max_mb=max_mb)
+
+    async def fork(self, n: int = 1, *, tag: Optional[str] = None, progress: Optional[Any] = None) -> List["AsyncSandbox"]:
+        children = await asyncio.to_thread(self.sync.fork, n, tag=tag, progress=progress)
+        return [AsyncSandbox(c) for c in children]
+
     async def changes(self, path: Optional[str] = None, *, limit: Optional[int] = None) -> List[Dict[str, Any]]:
         return await asyncio.to_thread(self.sync.changes, path, limit=limit)
 
@@ -232,8 +239,9 @@ class AsyncClient:
     async def get(self, sandbox_id: str) -> AsyncSandbox:
         return AsyncSandbox(await asyncio.to_thread(self.sync.get, sandbox_id))
 
-    async def list(self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None) -> List[AsyncSandbox]:
-        return [AsyncSandbox(s) for s in await asyncio.to_thread(self.sync.list, labels, state)]
+    async def list(self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None,
+                   parent: Optional[str] = None) -> List[AsyncSandbox]:
+        return [AsyncSandbox(s) for s in await asyncio.to_thread(self.sync.list, labels, state, parent)]
 
     async def call(self, language: Optional[str] = None, code: Optional[str] = None, **kw: Any) -> CallResult:
         return await asyncio.to_thread(self.sync.call, language, code, **kw)

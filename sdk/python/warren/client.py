@@ -315,6 +315,66 @@ class Sandbox:
         policy = {"read_only": [str(p) for p in read_only or []], "writable": [str(p) for p in writable or []]}
         return self._set(self._http().json("PUT", self._path + "/filesystem", body=policy))
 
+    def snapshot(self, tag: str, *, max_mb: Optional[int] = None) -> "Layer":
+        """The sandbox's files as a workspace layer named ``tag`` (NAME:TAG).
+
+        The sandbox is frozen while its files are read and keeps running. The layer holds its
+        workspace layer (if it had one) and every change since, deletions included, so
+        ``client.create(image=<same image>, workspace=tag)`` starts with exactly this tree; a
+        snapshot of that sandbox stacks the same way. ``max_mb`` refuses (``QuotaError``) a
+        snapshot holding more file data than that. The result's ``snapshot`` says how many
+        entries and bytes it took and how long.
+        """
+        body: Dict[str, Any] = {"tag": str(tag)}
+        if max_mb is not None:
+            body["max_mb"] = int(max_mb)
+        return Layer(self._http().json("POST", self._path + "/snapshot", body=body) or {})
+
+    def fork(self, n: int = 1, *, tag: Optional[str] = None,
+             progress: Optional[Any] = None, poll_interval: float = 0.5) -> List["Sandbox"]:
+        """``n`` new sandboxes whose files are this one's now (POST .../fork): all or none.
+
+        Each child has its own id, network and limits (this sandbox's spec), and its
+        ``lineage`` names this sandbox and the snapshot it started from; this sandbox keeps
+        running, untouched. Containers fork their files, not their processes. ``tag`` also
+        names the snapshot. ``progress(ready, n)`` is called while the children are made (from
+        this thread, every ``poll_interval`` seconds) and once at the end.
+        """
+        body: Dict[str, Any] = {"count": int(n)}
+        if tag is not None:
+            body["tag"] = str(tag)
+        timeout = self._client.timeout
+        if timeout is not None:
+            timeout = max(timeout, 120.0 + 2.0 * int(n))
+        if progress is None:
+            doc = self._http().json("POST", self._path + "/fork", body=body, timeout=timeout) or {}
+        else:
+            done: Dict[str, Any] = {}
+
+            def call() -> None:
+                try:
+                    done["doc"] = self._http().json("POST", self._path + "/fork", body=body, timeout=timeout)
+                except BaseException as e:  # re-raised in the caller's thread
+                    done["error"] = e
+
+            t = threading.Thread(target=call, name="warren-fork", daemon=True)
+            t.start()
+            while t.is_alive():
+                t.join(poll_interval)
+                if t.is_alive():
+                    try:
+                        ready = [c for c in self._client.list(parent=self.id) if c.state == "running"]
+                        progress(len(ready), int(n))
+                    except errors.WarrenError:
+                        pass  # progress is best effort; the fork's own answer decides
+            if "error" in done:
+                raise done["error"]
+            doc = done.get("doc") or {}
+        children = [Sandbox(self._client, d) for d in doc.get("sandboxes") or []]
+        if progress is not None:
+            progress(len(children), int(n))
+        return children
+
     def changes(self, path: Optional[str] = None, *, limit: Optional[int] = None) -> List[Dict[str, Any]]:
         """What the occupant changed relative to the sandbox's layers, at or below ``path``.
 
@@ -649,10 +709,14 @@ class Client:
     def get(self, sandbox_id: str) -> Sandbox:
         return Sandbox(self, self._t.json("GET", "/v1/sandboxes/" + _quote_id(sandbox_id)))
 
-    def list(self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None) -> List[Sandbox]:
+    def list(self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None,
+             parent: Optional[str] = None) -> List[Sandbox]:
+        """Your sandboxes, those with all of ``labels``, in ``state``, or forked from ``parent``."""
         query = [("label", f"{k}={v}") for k, v in (labels or {}).items()]
         if state:
             query.append(("state", state))
+        if parent:
+            query.append(("parent", parent))
         doc = self._t.json("GET", "/v1/sandboxes", query=query) or {}
         return [Sandbox(self, d) for d in doc.get("sandboxes") or []]
 

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -269,7 +270,11 @@ std::vector<std::string> LayerStore::ListDigests() const {
 
 void LayerStore::ClearTemp() const {
   std::string dir = root_ + "/tmp";
-  for (const auto& n : ListDir(dir)) (void)RemoveTree(dir + "/" + n);
+  // A snapshot's scratch tmpfs (node/snapshot_builder.cc) left by a crash: unmounted first.
+  for (const auto& n : ListDir(dir)) {
+    (void)umount2((dir + "/" + n).c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
+    (void)RemoveTree(dir + "/" + n);
+  }
 }
 
 bool LayerStore::IsErofs(const std::string& path) {

@@ -49,6 +49,9 @@ LocalNode::~LocalNode() {
 Result<std::unique_ptr<LocalNode>> LocalNode::Start(const LocalNodeOptions& opts,
                                                     image::LayerStore* store) {
   std::unique_ptr<LocalNode> node(new LocalNode(opts, store));
+  // What an earlier run's interrupted imports and snapshots left (a snapshot's scratch
+  // tmpfs included): nothing in the store's scratch directory outlives a run.
+  if (store != nullptr) store->ClearTemp();
   if (opts.container_backend) {
     node->container_ = WARREN_TRY(opts.container_backend());
   } else {

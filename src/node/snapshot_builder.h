@@ -22,9 +22,13 @@ using WriteTreeFn = std::function<Status(int dst_dirfd, const isolation::LayerTr
 // `skip`: paths the node wrote itself (egress files), left out. The tree may hold at most
 // `spec.max_bytes` of file data, and at most what the store's filesystem has room for twice
 // over (the copy and its image): beyond either, kQuota naming the bound.
+// The tree is built in RAM (a private tmpfs) up to `ram_max` bytes, and at most a quarter of
+// what the host has available; a larger one again on the store's disk.
+inline constexpr uint64_t kSnapshotRamMax = 1ull << 30;
 Result<SnapshotLayer> BuildSnapshotLayer(image::LayerStore* store, const std::string& id,
                                          const SnapshotSpec& spec,
                                          const std::set<std::string>& skip,
-                                         const WriteTreeFn& write_tree);
+                                         const WriteTreeFn& write_tree,
+                                         uint64_t ram_max = kSnapshotRamMax);
 
 }  // namespace warren::node

@@ -79,6 +79,9 @@ CONTRACT_ROUTES = [
     # as the network policy is, and the tamper report a grader reads before trusting a run.
     ("put", "/v1/sandboxes/{id}/filesystem"),
     ("get", "/v1/sandboxes/{id}/changes"),
+    # The contract's snapshot and fork (issue 30).
+    ("post", "/v1/sandboxes/{id}/snapshot"),
+    ("post", "/v1/sandboxes/{id}/fork"),
     # Additions for the cluster (issue 25): `warren node cordon|uncordon|drain NAME` needs an
     # API; `warren serve` answers invalid (x-warren-status: cluster).
     ("post", "/v1/nodes/{name}/cordon"),
@@ -141,7 +144,7 @@ ADDITIONS = {("ExecRequest", "binary"), ("ExecRequest", "stdin_open"), ("ExecRes
              ("ExecResult", "diverged"), ("ExecResult", "differs"), ("ExecResult", "rerun"),
              ("ExecResult", "recorded"),
              # A cluster (issue 25): a sandbox whose node stopped heartbeating is `lost`, and why.
-             ("Sandbox", "reason"),
+             ("Sandbox", "reason"), ("Sandbox", "lineage"),
              # Labels the sandbox's node must carry (warren.node=NAME: that node).
              ("SandboxSpec", "node_selector"), ("Sandbox", "node_selector")}
 
@@ -827,6 +830,10 @@ def test_operation_against_server(server, ctx, sandboxes, path, method, request)
         sandboxes.extend(s["id"] for s in r.json.get("sandboxes", []))
     if oid == "createSandbox" and r.status == 201:
         sandboxes.append(r.json["id"])
+    if oid == "forkSandbox" and r.status == 201:
+        sandboxes.extend(s["id"] for s in r.json.get("sandboxes", []))
+    if oid == "snapshotSandbox" and r.status == 201:
+        ctx.layers.append(r.json["ref"])
 
     if not live:
         today = op["x-warren-today"]
@@ -898,6 +905,10 @@ def test_unknown_field_is_rejected(server, ctx, sandboxes, path, method, loc):
         sandboxes.extend(s["id"] for s in r.json.get("sandboxes", []))
     if oid == "createSandbox" and r.status == 201:
         sandboxes.append(r.json["id"])
+    if oid == "forkSandbox" and r.status == 201:
+        sandboxes.extend(s["id"] for s in r.json.get("sandboxes", []))
+    if oid == "snapshotSandbox" and r.status == 201:
+        ctx.layers.append(r.json["ref"])
     err = u.assert_error(r, 400, "invalid")
     assert UNKNOWN in err["message"], err
 
@@ -949,6 +960,10 @@ def _check_planned_value(server, ctx, sandboxes, path, method, loc, value, today
         return
     if oid == "createSandbox" and r.status == 201:
         sandboxes.append(r.json["id"])
+    if oid == "forkSandbox" and r.status == 201:
+        sandboxes.extend(s["id"] for s in r.json.get("sandboxes", []))
+    if oid == "snapshotSandbox" and r.status == 201:
+        ctx.layers.append(r.json["ref"])
     err = u.assert_error(r, today["status"], today["code"])
     assert today["message"] in err["message"], err
 

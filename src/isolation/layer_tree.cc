@@ -9,12 +9,14 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <map>
 #include <utility>
 #include <vector>
 
+#include "base/cleanup.h"
 #include "base/unique_fd.h"
 #include "isolation/beneath.h"
 #include "sys/dir_list.h"
@@ -32,6 +34,13 @@ class Applier {
       : stats(*stats), dst_root_(dst_root), o_(o) {}
 
   Status Dir(int src, int dst, const std::string& path) {
+    // The occupant chooses the depth: each level here is a frame and two fds, so it is
+    // bounded, as is the path (a deeper tree is unreachable by path anyway).
+    if (++depth_ > kMaxDepth || path.size() > kMaxPath)
+      return Invalid("deeper than " + std::to_string(kMaxDepth) + " directories or " +
+                         std::to_string(kMaxPath) + " bytes of path",
+                     Shown(path.substr(0, 256)));
+    Cleanup up([this] { --depth_; });
     auto names = sys::ListDir(src, ".");
     if (!names.ok()) return ErrnoStatus("list directory", Shown(path));
     for (const auto& name : *names) {
@@ -45,6 +54,10 @@ class Applier {
   LayerTreeStats& stats;
 
  private:
+  static constexpr int kMaxDepth = 1000;
+  static constexpr size_t kMaxPath = 3072;
+  int depth_ = 0;
+
   static std::string Shown(const std::string& path) { return path.empty() ? "/" : path; }
 
   Result<std::pair<uid_t, gid_t>> Ids(const struct stat& st, const std::string& path) const {
@@ -53,10 +66,7 @@ class Applier {
       return id - o_.id_base;
     };
     const int64_t u = shift(st.st_uid), g = shift(st.st_gid);
-    if (u < 0 || g < 0)
-      return Invalid("an owner outside the sandbox's ids (" + std::to_string(st.st_uid) + ":" +
-                         std::to_string(st.st_gid) + ")",
-                     path);
+    if (u < 0 || g < 0) return Invalid("an owner the sandbox has no id for", path);
     return std::pair{static_cast<uid_t>(u), static_cast<gid_t>(g)};
   }
 
@@ -73,22 +83,46 @@ class Applier {
     return Status::Ok();
   }
 
-  // Extended attributes, ids inside them shifted; overlay's own left out.
-  Status CopyXattrs(int src_fd, int dst_fd, const std::string& path) {
+  // What a layer may carry from a sandbox: its own user.* names (not overlay's bookkeeping),
+  // ACLs and file capabilities. Not trusted.* or other security.* names: the occupant, root
+  // in its user namespace, can set those on its own files, and host root would write them
+  // into a layer every node mounts.
+  static bool Carried(const std::string& name) {
+    if (name.rfind("user.", 0) == 0) return name.rfind("user.overlay.", 0) != 0;
+    return name == "system.posix_acl_access" || name == "system.posix_acl_default" ||
+           name == "security.capability";
+  }
+
+  static Result<std::vector<std::string>> XattrNames(int fd, const std::string& path) {
     std::string names(4096, '\0');
-    ssize_t n = flistxattr(src_fd, names.data(), names.size());
+    ssize_t n = flistxattr(fd, names.data(), names.size());
     if (n < 0 && errno == ERANGE) {
-      n = flistxattr(src_fd, nullptr, 0);
+      n = flistxattr(fd, nullptr, 0);
       if (n > 0) {
         names.resize(static_cast<size_t>(n));
-        n = flistxattr(src_fd, names.data(), names.size());
+        n = flistxattr(fd, names.data(), names.size());
       }
     }
-    if (n < 0) return errno == ENOTSUP ? Status::Ok() : ErrnoStatus("list xattrs", path);
+    if (n < 0 && errno == ENOTSUP) return std::vector<std::string>{};
+    if (n < 0) return ErrnoStatus("list xattrs", path);
+    std::vector<std::string> out;
     for (size_t off = 0; off < static_cast<size_t>(n);) {
-      const std::string name(names.data() + off);
-      off += name.size() + 1;
-      if (name.rfind("user.overlay.", 0) == 0 || name.rfind("trusted.overlay.", 0) == 0) continue;
+      out.emplace_back(names.data() + off);
+      off += out.back().size() + 1;
+    }
+    return out;
+  }
+
+  // The carried extended attributes, exactly (a directory kept from below loses the names its
+  // new source lacks), ids inside them shifted.
+  Status CopyXattrs(int src_fd, int dst_fd, const std::string& path) {
+    const std::vector<std::string> names = WARREN_TRY(XattrNames(src_fd, path));
+    for (const std::string& name : WARREN_TRY(XattrNames(dst_fd, path)))
+      if (Carried(name) && std::find(names.begin(), names.end(), name) == names.end() &&
+          fremovexattr(dst_fd, name.c_str()) != 0 && errno != ENODATA)
+        return ErrnoStatus("remove xattr " + name, path);
+    for (const std::string& name : names) {
+      if (!Carried(name)) continue;
       std::string value(65536, '\0');
       const ssize_t v = fgetxattr(src_fd, name.c_str(), value.data(), value.size());
       if (v < 0) {
@@ -134,6 +168,44 @@ class Applier {
         value->resize(20);
       }
     }
+    return Status::Ok();
+  }
+
+  // A file's data, its holes kept, `size` bytes (its stat's: frozen, it cannot change):
+  // copy_file_range within one filesystem, sendfile across two (a tmpfs upper into the
+  // store's ext4: EXDEV).
+  Status CopyData(int in, int out, off_t size, const std::string& path) {
+    bool same_fs = true;
+    for (off_t off = 0; off < size;) {
+      const off_t data = lseek(in, off, SEEK_DATA);
+      if (data < 0 && errno == ENXIO) break;  // a hole to the end
+      if (data < 0) return ErrnoStatus("seek", path);
+      off_t hole = lseek(in, data, SEEK_HOLE);
+      if (hole < 0) return ErrnoStatus("seek", path);
+      hole = std::min(hole, size);
+      for (off_t pos = data; pos < hole;) {
+        const size_t want = static_cast<size_t>(hole - pos);
+        ssize_t n;
+        if (same_fs) {
+          loff_t ip = pos, op = pos;
+          n = copy_file_range(in, &ip, out, &op, want, 0);
+          if (n < 0 && (errno == EXDEV || errno == EOPNOTSUPP || errno == ENOSYS)) {
+            same_fs = false;
+            continue;
+          }
+        } else {
+          off_t ip = pos;
+          if (lseek(out, pos, SEEK_SET) < 0) return ErrnoStatus("seek", path);
+          n = sendfile(out, in, &ip, want);
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return ErrnoStatus("copy", path);
+        if (n == 0) break;  // shorter than its stat said: the rest stays a hole
+        pos += n;
+      }
+      off = hole;
+    }
+    if (ftruncate(out, size) != 0) return ErrnoStatus("copy", path);
     return Status::Ok();
   }
 
@@ -198,26 +270,14 @@ class Applier {
       UniqueFd out(
           openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
       if (!out) return ErrnoStatus("create", path);
-      // copy_file_range within one filesystem (reflinks, no copy through user space);
-      // sendfile across two (a tmpfs upper into the store's ext4: EXDEV).
-      bool same_fs = true;
-      for (;;) {
-        ssize_t n = same_fs
-                        ? copy_file_range(in.get(), nullptr, out.get(), nullptr, size_t{1} << 30, 0)
-                        : sendfile(out.get(), in.get(), nullptr, size_t{1} << 30);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && same_fs && (errno == EXDEV || errno == EOPNOTSUPP || errno == ENOSYS)) {
-          same_fs = false;
-          continue;
-        }
-        if (n < 0) return ErrnoStatus("copy", path);
-        if (n == 0) break;
-        stats.bytes += static_cast<uint64_t>(n);
-        if (o_.max_bytes != 0 && stats.bytes > o_.max_bytes)
-          return Status(Code::kQuota, "snapshot", path,
-                        "the changed files pass " + std::to_string(o_.max_bytes >> 20) +
-                            " MiB, the most this snapshot may hold");
-      }
+      // Counted at its apparent size before a byte is copied: the image mkfs.erofs makes of
+      // a sparse file is dense.
+      stats.bytes += static_cast<uint64_t>(st.st_size);
+      if (o_.max_bytes != 0 && stats.bytes > o_.max_bytes)
+        return Status(Code::kQuota, "snapshot", path,
+                      "the changed files pass " + std::to_string(o_.max_bytes >> 20) +
+                          " MiB, the most this snapshot may hold");
+      WARREN_RETURN_IF_ERROR(CopyData(in.get(), out.get(), st.st_size, path));
       WARREN_RETURN_IF_ERROR(Finish(in.get(), out.get(), st, path));
     } else {
       // A FIFO, socket or device node: made again, same type and number.

@@ -24,11 +24,11 @@ struct NodeSandboxSpec {
   net::Policy network;
 };
 
-// A snapshot (issue 30): the sandbox's changes, with its workspace layer when
-// `with_workspace` (its top layer is one), become one workspace layer in the node's store,
-// published to the shared store where there is one.
+// A snapshot (issue 30): the sandbox's changes, with its workspace layer when it has one
+// (`workspace`: that layer's digest, its top layer), become one workspace layer in the node's
+// store, published to the shared store where there is one.
 struct SnapshotSpec {
-  bool with_workspace = false;
+  std::string workspace;
   uint64_t max_bytes = 0;  // the most file bytes it may hold; 0: only the node's free space
 };
 struct SnapshotLayer {

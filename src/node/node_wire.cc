@@ -201,15 +201,24 @@ Result<E> ByName(const std::string& name, std::initializer_list<E> all, NameOf n
 }
 }  // namespace
 
+namespace {
+bool IsDigest(const std::string& d) {
+  return d.size() == 71 && d.rfind("sha256:", 0) == 0 &&
+         d.find_first_not_of("0123456789abcdef", 7) == std::string::npos;
+}
+}  // namespace
+
 json ToWire(const SnapshotSpec& spec) {
-  return {{"with_workspace", spec.with_workspace}, {"max_bytes", spec.max_bytes}};
+  return {{"workspace", spec.workspace}, {"max_bytes", spec.max_bytes}};
 }
 
 Result<SnapshotSpec> ParseWireSnapshotSpec(const json& j) {
   JsonFields f(j, "snapshot");
   WARREN_RETURN_IF_ERROR(f.Object());
   SnapshotSpec spec;
-  WARREN_RETURN_IF_ERROR(f.Bool("with_workspace", &spec.with_workspace, true));
+  WARREN_RETURN_IF_ERROR(f.String("workspace", &spec.workspace));
+  if (!spec.workspace.empty() && !IsDigest(spec.workspace))
+    return Invalid("snapshot: `workspace` must be empty or sha256:<64 hex digits>");
   WARREN_RETURN_IF_ERROR(f.UInt("max_bytes", &spec.max_bytes));
   WARREN_RETURN_IF_ERROR(f.NoOthers());
   return spec;
@@ -228,8 +237,7 @@ Result<SnapshotLayer> ParseWireSnapshotLayer(const json& j) {
   WARREN_RETURN_IF_ERROR(f.Object());
   SnapshotLayer l;
   WARREN_RETURN_IF_ERROR(f.String("digest", &l.digest));
-  if (l.digest.size() != 71 || l.digest.rfind("sha256:", 0) != 0 ||
-      l.digest.find_first_not_of("0123456789abcdef", 7) != std::string::npos)
+  if (!IsDigest(l.digest))
     return Invalid("snapshot layer: `digest` must be sha256:<64 hex digits>");
   WARREN_RETURN_IF_ERROR(f.UInt("size", &l.size));
   WARREN_RETURN_IF_ERROR(f.UInt("entries", &l.entries));

@@ -31,10 +31,14 @@ Status CheckFields(const json& j, std::initializer_list<const char*> known, cons
 
 Result<node::SnapshotLayer> Api::SnapshotOf(const SandboxRecord& sb, uint64_t max_bytes) {
   node::SnapshotSpec ns;
-  ns.with_workspace = !sb.layers.empty() && sb.layers.front().role == "workspace";
-  // What the sandbox wrote is bounded by its disk quota already (its writable layer is that
-  // size); the node bounds the whole by its store's room.
+  if (!sb.layers.empty() && sb.layers.front().role == "workspace")
+    ns.workspace = sb.layers.front().digest;
+  // By default what the sandbox could hold: its disk quota (its writable layer's size) and its
+  // workspace layer. Files count at their apparent size (a sparse file's image is dense).
   ns.max_bytes = max_bytes;
+  if (ns.max_bytes == 0)
+    ns.max_bytes =
+        (sb.spec.disk_mb << 20) + (ns.workspace.empty() ? 0 : layers_.Bytes(ns.workspace));
   node::NodeApi* node = WARREN_TRY(NodeOf(sb));
   auto layer = node->Snapshot(sb.id, ns);
   if (!layer.ok()) return node::NodeFault(layer.status());
@@ -66,9 +70,14 @@ Result<json> Api::Snapshot(const Principal& who, const std::string& id, const st
   auto pin = layers_.PinBlobs();
   const node::SnapshotLayer layer = WARREN_TRY(SnapshotOf(sb, max_bytes));
   std::string moved_from;
-  json out = WARREN_TRY(
-      layers_.NameSnapshot(ref, layer.digest, layer.size, "snapshot of " + id, &moved_from));
+  auto named =
+      layers_.NameSnapshot(ref, layer.digest, layer.size, "snapshot of " + id, &moved_from);
   pin.unlock();
+  if (!named.ok()) {
+    layers_.Collect({layer.digest});  // named by nothing
+    return named.status();
+  }
+  json out = std::move(*named);
   if (!moved_from.empty()) layers_.Collect({moved_from});
   out["snapshot"] = {{"sandbox", id},
                      {"entries", layer.entries},
@@ -142,11 +151,16 @@ Result<json> Api::Fork(const Principal& who, const std::string& id, const std::s
     }
   }
   const double snapshot_s = NowSeconds() - t0;
-  const SandboxRecord::Lineage lineage{id, layer->digest, ref};
+  ForkOrigin origin{{id, layer->digest, ref}, parent.layers};
+  if (!origin.below.empty() && origin.below.front().role == "workspace")
+    origin.below.erase(origin.below.begin());  // the snapshot holds it
   // The pin is held until every child is made: their records keep the snapshot from then on.
-  RunCreates(who, spec, reserved, &results, &lineage);
+  RunCreates(who, spec, reserved, &results, &origin);
   pin.unlock();
   if (!moved_from.empty()) layers_.Collect({moved_from});
+  // A child's create does not apply its lease's expiry (Collect would wait for the pin):
+  // done here, for all of them, as the creates would have.
+  if (spec.lease && !leases_.Get(who, *spec.lease).ok()) ExpireLease(*spec.lease);
 
   json made = json::array();
   std::optional<Status> failed;
@@ -158,17 +172,23 @@ Result<json> Api::Fork(const Principal& who, const std::string& id, const std::s
   }
   if (failed) {
     // All or none: the children made go again, and with them (unless named) the snapshot.
+    std::string kept;
     for (const json& c : made) {
-      Status st = DeleteSandbox(who, c.value("id", std::string()));
-      if (!st.ok())
-        spdlog::warn("fork of {}: child {} not deleted after the fork failed: {}", id,
-                     c.value("id", std::string()), st.ToString());
+      const std::string child = c.value("id", std::string());
+      Status st = DeleteSandbox(who, child);
+      if (!st.ok() && st.code() != Code::kNotFound) {
+        spdlog::warn("fork of {}: child {} not deleted after the fork failed: {}", id, child,
+                     st.ToString());
+        kept += (kept.empty() ? "" : ", ") + child;
+      }
     }
     layers_.Collect({layer->digest});
     CountError(failed->code());
     return Status(failed->code(), "fork", id,
                   std::to_string(made.size()) + " of " + std::to_string(n) +
-                      " children were made, then removed: " + failed->message());
+                      " children were made, then removed" +
+                      (kept.empty() ? "" : " (but " + kept + ": delete them)") + ": " +
+                      failed->message());
   }
   spdlog::info("fork of {}: {} children in {:.3f} s (snapshot {:.3f} s)", id, n, NowSeconds() - t0,
                snapshot_s);

@@ -1,6 +1,7 @@
 #include "server/layer_service.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include "base/ids.h"
 #include "base/utf8.h"
@@ -97,9 +98,21 @@ Result<json> LayerService::NameSnapshot(const std::string& ref, const std::strin
     return Internal("name snapshot", ref, "its blob " + digest + " is not in the layer store");
   LayerRecord rec{name, tag, digest, "workspace", NowRfc3339(), source, size};
   auto old = state_->GetLayer(name, tag);
+  if (old.ok() && old->kind != "workspace")
+    return Status(Code::kConflict, "name snapshot", ref,
+                  "it names a " + old->kind + " layer; a snapshot is a workspace layer");
   WARREN_RETURN_IF_ERROR(state_->PutLayer(rec));
   if (old.ok() && old->digest != rec.digest) *moved_from = old->digest;
   return rec.ToJson();
+}
+
+uint64_t LayerService::Bytes(const std::string& digest) const {
+  if (store_->IsChunked(digest)) {
+    auto m = store_->Manifest(digest);
+    return m.ok() ? (*m)->meta_size + (*m)->ChunkBytes() : 0;
+  }
+  struct stat st;
+  return stat(store_->BlobPath(digest).c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
 Result<json> LayerService::List() {

@@ -34,6 +34,9 @@ class LayerService {
   Result<nlohmann::json> NameSnapshot(const std::string& ref, const std::string& digest,
                                       uint64_t size, const std::string& source,
                                       std::string* moved_from);
+  // The bytes a layer's files take at most (its image's size; a chunked one's metadata and
+  // chunks); 0 when the store does not hold it.
+  uint64_t Bytes(const std::string& digest) const;
   Result<nlohmann::json> List();
   // The name goes; the blob stays while a sandbox made from it exists.
   Status Delete(const std::string& ref);

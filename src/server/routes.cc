@@ -263,7 +263,8 @@ Status Api::ExpireSandbox(const std::string& id) {
 void Api::CountError(Code code) { errors_.Count(code); }
 
 Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool reserved,
-                            const SandboxRecord::Lineage* lineage) {
+                            const ForkOrigin* fork) {
+  const SandboxRecord::Lineage* lineage = fork ? &fork->lineage : nullptr;
   double t0 = NowSeconds();
   // The quota share: taken here, or already by the batch (in item order); given back unless a
   // sandbox ends up holding it.
@@ -290,7 +291,7 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   // the digests: tags move, what it was made from does not.
   // (A fork holds the pin for all its children: their snapshot is named by no tag yet.)
   std::shared_lock<std::shared_mutex> gc_lock;
-  if (!lineage) gc_lock = layers_.PinBlobs();
+  if (!fork) gc_lock = layers_.PinBlobs();
   node::NodeSandboxSpec ns;
   std::vector<SandboxRecord::Layer> made_from;
   auto resolve = [&](const std::string& ref, const char* role) -> Status {
@@ -303,16 +304,22 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
     made_from.push_back({ref, role, rec->digest});
     return Status::Ok();
   };
-  if (lineage) {
-    // A fork's child: its workspace is the snapshot, which its record keeps alive.
+  if (fork) {
+    // A fork's child: its workspace is the snapshot, which its record keeps alive, over the
+    // very layers the parent has (the snapshot is a difference from those digests, whatever
+    // their tags name now).
     ns.config.layers.push_back({lineage->snapshot, "", false});
     made_from.push_back({lineage->snapshot_ref.empty() ? lineage->snapshot : lineage->snapshot_ref,
                          "workspace", lineage->snapshot});
-  } else if (spec.workspace) {
-    WARREN_RETURN_IF_ERROR(resolve(*spec.workspace, "workspace"));
+    for (const auto& l : fork->below) {
+      ns.config.layers.push_back({l.digest, "", l.role == "tool"});
+      made_from.push_back(l);
+    }
+  } else {
+    if (spec.workspace) WARREN_RETURN_IF_ERROR(resolve(*spec.workspace, "workspace"));
+    for (const auto& t : spec.tools) WARREN_RETURN_IF_ERROR(resolve(t, "tool"));
+    WARREN_RETURN_IF_ERROR(resolve(spec.image, "base"));
   }
-  for (const auto& t : spec.tools) WARREN_RETURN_IF_ERROR(resolve(t, "tool"));
-  WARREN_RETURN_IF_ERROR(resolve(spec.image, "base"));
 
   if (!reserved) {
     WARREN_RETURN_IF_ERROR(quota_.Reserve(who, spec.cpu, static_cast<int64_t>(spec.memory_mb)));
@@ -389,8 +396,9 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   sb = std::move(*running);
   release.Cancel();  // the sandbox holds its share and its room until deleted (or failed)
   unplace.Cancel();
-  // The lease may have expired while we were creating: then this sandbox goes with it now.
-  if (spec.lease && !leases_.Get(who, *spec.lease).ok()) ExpireLease(*spec.lease);
+  // The lease may have expired while we were creating: then this sandbox goes with it now
+  // (a fork's child: the fork does it, once it lets go of the blob pin Collect waits for).
+  if (!fork && spec.lease && !leases_.Get(who, *spec.lease).ok()) ExpireLease(*spec.lease);
   create_seconds_.Observe(NowSeconds() - t0);
   if (spec.trajectory) trajectories_.Restart(TrajectoryLog::Key(who.name, *spec.trajectory));
   reaper_.Track(id, static_cast<double>(spec.ttl_s), LocalIdleTimeout(spec));
@@ -494,14 +502,14 @@ void Api::ReleaseShares(const Principal& who, const SandboxSpec& spec,
 
 void Api::RunCreates(const Principal& who, const SandboxSpec& spec,
                      const std::vector<bool>& reserved, std::vector<Result<json>>* results,
-                     const SandboxRecord::Lineage* lineage) {
+                     const ForkOrigin* fork) {
   // Several creates at once, as many as the fleet says (Fleet::CreatesAtOnce).
   const auto n = static_cast<int64_t>(reserved.size());
   std::atomic<int64_t> next{0};
   auto work = [&] {
     for (int64_t i; (i = next.fetch_add(1)) < n;)
       if (reserved[static_cast<size_t>(i)])
-        (*results)[static_cast<size_t>(i)] = CreateOne(who, spec, true, lineage);
+        (*results)[static_cast<size_t>(i)] = CreateOne(who, spec, true, fork);
   };
   const int64_t workers = std::min<int64_t>(n, fleet_->CreatesAtOnce());
   std::vector<std::thread> pool;

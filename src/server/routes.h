@@ -181,12 +181,16 @@ class Api {
   // What placement was asked for sandbox `sb` (to give its room back).
   static node::PlacementAsk AskOf(const SandboxSpec& spec,
                                   const std::vector<SandboxRecord::Layer>& layers);
+  // A fork's child: its lineage (the snapshot is its workspace) and the parent's layers
+  // below its workspace, by digest. The fork holds the blob pin for it.
+  struct ForkOrigin {
+    SandboxRecord::Lineage lineage;
+    std::vector<SandboxRecord::Layer> below;
+  };
   // `reserved`: the caller already took the quota share (batches do, in item order).
-  // `lineage`: a fork's child, whose workspace is the snapshot it names (spec.workspace is
-  // not resolved).
+  // `fork`: a fork's child (no name in the spec is resolved; no lease expiry applied).
   Result<nlohmann::json> CreateOne(const Principal& who, const SandboxSpec& spec,
-                                   bool reserved = false,
-                                   const SandboxRecord::Lineage* lineage = nullptr);
+                                   bool reserved = false, const ForkOrigin* fork = nullptr);
   // Takes `n` quota shares for `spec` in item order: which were taken; the refusals go in
   // `results`. Fails only when the shares cannot be read (a cluster's store).
   Result<std::vector<bool>> ReserveShares(const Principal& who, const SandboxSpec& spec, int64_t n,
@@ -195,8 +199,7 @@ class Api {
                      const std::vector<bool>& reserved);
   // The creates whose share was reserved, several at once; each result in `results`.
   void RunCreates(const Principal& who, const SandboxSpec& spec, const std::vector<bool>& reserved,
-                  std::vector<Result<nlohmann::json>>* results,
-                  const SandboxRecord::Lineage* lineage = nullptr);
+                  std::vector<Result<nlohmann::json>>* results, const ForkOrigin* fork = nullptr);
   // Snapshots sandbox `sb` on its node into a layer: its digest and size, and the node's
   // counts. `max_bytes`: the most file bytes it may hold (0: as much as the node has room for).
   Result<node::SnapshotLayer> SnapshotOf(const SandboxRecord& sb, uint64_t max_bytes);

@@ -174,5 +174,73 @@ TEST(LayerTree, MoreBytesThanTheBoundStopTheApplyWithAQuotaError) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(LayerTree, OnlyTheSandboxsOwnXattrsAreCarriedAndHolesAreKept) {
+  ASSERT_EQ(geteuid(), 0u);
+  const std::string dir = testing::MakeScratchDir("layer-tree-xattrs");
+  std::filesystem::create_directories(dir + "/ws/kept");
+  std::filesystem::create_directories(dir + "/up/kept");
+  std::filesystem::create_directories(dir + "/out");
+  ASSERT_EQ(chown((dir + "/up").c_str(), kBase, kBase), 0);
+  ASSERT_EQ(chown((dir + "/up/kept").c_str(), kBase, kBase), 0);
+  // The workspace's directory had a name the occupant removed since.
+  ASSERT_EQ(setxattr((dir + "/ws/kept").c_str(), "user.gone", "1", 1, 0), 0);
+  Write(dir + "/up/f", "x", kBase);
+  for (const char* name : {"user.mine", "trusted.planted", "security.planted"})
+    ASSERT_EQ(setxattr((dir + "/up/f").c_str(), name, "v", 1, 0), 0) << name;
+  // A file of 1 GiB that holds 4 KiB.
+  {
+    UniqueFd f(open((dir + "/up/sparse").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    ASSERT_TRUE(f);
+    ASSERT_EQ(pwrite(f.get(), "data", 4, 512 << 20), 4);
+    ASSERT_EQ(ftruncate(f.get(), 1 << 30), 0);
+    ASSERT_EQ(fchown(f.get(), kBase, kBase), 0);
+  }
+  UniqueFd ws(open((dir + "/ws").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd up(open((dir + "/up").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd out(open((dir + "/out").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  isolation::LayerTreeStats stats;
+  ASSERT_TRUE(isolation::ApplyLayerTree(ws.get(), out.get(), {}, &stats).ok());
+  isolation::LayerTreeOptions o;
+  o.id_base = kBase;
+  Status st = isolation::ApplyLayerTree(up.get(), out.get(), o, &stats);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(Xattr(dir + "/out/f", "user.mine"), "v");
+  EXPECT_EQ(Xattr(dir + "/out/f", "trusted.planted"), "");
+  EXPECT_EQ(Xattr(dir + "/out/f", "security.planted"), "");
+  EXPECT_EQ(Xattr(dir + "/out/kept", "user.gone"), "");
+  struct stat sp = Lstat(dir + "/out/sparse");
+  EXPECT_EQ(sp.st_size, 1 << 30);
+  EXPECT_LT(sp.st_blocks * 512, 1 << 20) << "the hole was filled";
+  // Counted at its apparent size: a bound below it refuses the file before copying it.
+  std::filesystem::remove_all(dir + "/out");
+  std::filesystem::create_directories(dir + "/out");
+  UniqueFd out2(open((dir + "/out").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  o.max_bytes = 100 << 20;
+  isolation::LayerTreeStats bounded;
+  EXPECT_EQ(isolation::ApplyLayerTree(up.get(), out2.get(), o, &bounded).code(), Code::kQuota);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LayerTree, ATreeDeeperThanTheBoundIsRefusedNotWalked) {
+  ASSERT_EQ(geteuid(), 0u);
+  const std::string dir = testing::MakeScratchDir("layer-tree-deep");
+  std::filesystem::create_directories(dir + "/out");
+  std::string p = dir + "/up";
+  ASSERT_EQ(mkdir(p.c_str(), 0755), 0);
+  UniqueFd cur(open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  for (int i = 0; i < 1100; ++i) {  // by fd: the path would pass PATH_MAX
+    ASSERT_EQ(mkdirat(cur.get(), "d", 0755), 0);
+    cur = UniqueFd(openat(cur.get(), "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(cur);
+  }
+  UniqueFd up(open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd out(open((dir + "/out").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  isolation::LayerTreeStats stats;
+  Status st = isolation::ApplyLayerTree(up.get(), out.get(), {}, &stats);
+  EXPECT_EQ(st.code(), Code::kInvalid) << st.ToString();
+  EXPECT_NE(st.ToString().find("deeper than"), std::string::npos) << st.ToString();
+  (void)system(("rm -rf " + dir).c_str());
+}
+
 }  // namespace
 }  // namespace warren

@@ -423,11 +423,15 @@ TEST_F(ApiTest, WarrenServeHasNoNodeToCordon) {
 
 TEST_F(ApiTest, AForkMakesItsChildrenFromOneSnapshotAndRecordsTheirLineage) {
   const std::string parent = Create({{"image", "py:1"}, {"labels", {{"job", "f"}}}}, admin_)["id"];
+  // The tag moves after the parent was made: its children still get the parent's base, which
+  // the snapshot is a difference from.
+  ASSERT_TRUE(
+      state_->PutLayer({"py", "1", "sha256:" + std::string(64, 'e'), "base", "t", "tar", 10}).ok());
   auto forked = api_->Fork(admin_, parent, R"({"count": 3})");
   ASSERT_TRUE(forked.ok()) << forked.status().ToString();
   ASSERT_EQ(node_.snapshots.size(), 1u);  // one moment, however many children
   EXPECT_EQ(node_.snapshots[0].first, parent);
-  EXPECT_FALSE(node_.snapshots[0].second.with_workspace);  // the parent had none
+  EXPECT_EQ(node_.snapshots[0].second.workspace, "");  // the parent had none
   const std::string digest = (*forked)["snapshot"]["digest"];
   ASSERT_EQ((*forked)["sandboxes"].size(), 3u);
   std::set<std::string> ids;
@@ -454,7 +458,7 @@ TEST_F(ApiTest, AForkMakesItsChildrenFromOneSnapshotAndRecordsTheirLineage) {
   const std::string child = *ids.begin();
   ASSERT_TRUE(api_->Fork(admin_, child, R"({"count": 1})").ok());
   ASSERT_EQ(node_.snapshots.size(), 2u);
-  EXPECT_TRUE(node_.snapshots[1].second.with_workspace);
+  EXPECT_EQ(node_.snapshots[1].second.workspace, digest);
 }
 
 TEST_F(ApiTest, AForkIsAllOrNone) {

@@ -136,15 +136,18 @@ TEST(NodeWire, ChangesAndPoliciesRoundTrip) {
 
 TEST(NodeWire, SnapshotsRoundTripAndADigestIsChecked) {
   SnapshotSpec spec;
-  spec.with_workspace = true;
+  spec.workspace = "sha256:" + std::string(64, 'd');
   spec.max_bytes = 5 << 20;
   auto back = ParseWireSnapshotSpec(ToWire(spec));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_TRUE(back->with_workspace);
+  EXPECT_EQ(back->workspace, spec.workspace);
   EXPECT_EQ(back->max_bytes, 5u << 20);
   nlohmann::json extra = ToWire(spec);
   extra["path"] = "/etc";
   EXPECT_FALSE(ParseWireSnapshotSpec(extra).ok());
+  nlohmann::json path_as_digest = ToWire(spec);
+  path_as_digest["workspace"] = "../../blobs/x";
+  EXPECT_FALSE(ParseWireSnapshotSpec(path_as_digest).ok());
 
   SnapshotLayer layer{"sha256:" + std::string(64, 'c'), 4096, 7, 100, 2};
   auto l = ParseWireSnapshotLayer(ToWire(layer));

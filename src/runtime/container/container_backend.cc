@@ -187,6 +187,8 @@ class ContainerInstance : public Instance {
     std::lock_guard lock(mu_);
     if (destroyed_) return Status(Code::kConflict, "snapshot", "sandbox", "deleted");
     auto frozen = WARREN_TRY(FreezeForNode());
+    // Its pid is its agent's still (checked again after: the walk goes through /proc/pid).
+    if (!AgentAlive()) return Status(Code::kConflict, "snapshot", "sandbox", "its init is gone");
     isolation::LayerTreeOptions shifted = opts;
     shifted.id_base = host_uid_;  // the upper and the layer clones show the sandbox's host ids
     WARREN_RETURN_IF_ERROR(

@@ -28,6 +28,7 @@
 #include "agent/protocol.h"
 #include "agent/pty.h"
 #include "agent/setup_messages.h"
+#include "agent/tar_stream.h"
 #include "agent/vm_init.h"
 #include "base/unique_fd.h"
 #include "isolation/devices.h"
@@ -126,6 +127,7 @@ class Agent {
   // the node does for a container (runtime/container/fs_guard.h), in our own namespaces.
   void HandleFsPolicy(const Message& m);
   void HandleFsChanges(const Message& m);
+  void HandleFsSnapshot(const Message& m);
   void ReplyError(const std::string& id, const Status& st);
   void CheckTimers();
   void MaybeFinish(Exec& e);
@@ -904,6 +906,8 @@ void Agent::HandleMessage(Message& m) {
     HandleFsPolicy(m);
   else if (t == "fs_changes")
     HandleFsChanges(m);
+  else if (t == "fs_snapshot")
+    HandleFsSnapshot(m);
 }
 
 void Agent::ReplyError(const std::string& id, const Status& st) {
@@ -994,6 +998,40 @@ void Agent::HandleFsChanges(const Message& m) {
   (void)FreezeVmCommands(vm_commands_dir_.get(), false);
   if (!report.ok()) return ReplyError(id, report.status());
   ReplyData(id, EncodeChangeReport(*report));
+}
+
+// fs_snapshot {id} -> data {id, last} + a pax tar of the writable layer, as it is read | err.
+// A microVM's upper lives in the guest: the node flattens it with the workspace layer it
+// holds itself (node/snapshot_builder.h). The commands are frozen for the whole read, and the
+// agent answers nothing else meanwhile (one loop), which is the point: one moment's tree.
+void Agent::HandleFsSnapshot(const Message& m) {
+  const std::string id = m.header.value("id", "");
+  if (!microvm_)
+    return ReplyError(id, Status(Code::kUnavailable, "snapshot", "sandbox",
+                                 "not read by this agent in this backend"));
+  UniqueFd upper(openat(kStagingDirFd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!upper) return ReplyError(id, ErrnoStatus("open", "upper layer"));
+  if (Status st = FreezeVmCommands(vm_commands_dir_.get(), true); !st.ok())
+    return ReplyError(id, st);
+  std::string piece;
+  auto sink = [&](std::string_view bytes) -> Status {
+    while (!bytes.empty()) {
+      const size_t n = std::min(bytes.size(), kMaxPayload - piece.size());
+      piece.append(bytes.substr(0, n));
+      bytes.remove_prefix(n);
+      if (piece.size() == kMaxPayload) {
+        Reply({{"t", "data"}, {"id", id}, {"last", false}}, piece);
+        piece.clear();
+      }
+    }
+    return Status::Ok();
+  };
+  TarStreamStats stats;
+  Status st = WriteTarStream(upper.get(), sink, &stats);
+  Status thaw = FreezeVmCommands(vm_commands_dir_.get(), false);
+  if (!st.ok()) return ReplyError(id, st);
+  if (!thaw.ok()) return ReplyError(id, thaw);
+  Reply({{"t", "data"}, {"id", id}, {"last", true}}, piece);
 }
 
 // A sandbox made ahead of demand (node/warm_pool.h) is handed to a create: it takes that

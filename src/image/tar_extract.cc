@@ -116,7 +116,8 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,
                      tar_path);
     if (rel.empty()) continue;
     // OCI/AUFS whiteouts become overlayfs ones after extraction (see ApplyWhiteouts).
-    if (std::string base = rel.substr(rel.rfind('/') + 1); base.rfind(".wh.", 0) == 0) {
+    if (std::string base = rel.substr(rel.rfind('/') + 1);
+        limits.oci_whiteouts && base.rfind(".wh.", 0) == 0) {
       if (base == ".wh..wh..opq")
         opaque_dirs.push_back(rel.size() > base.size() ? rel.substr(0, rel.size() - base.size() - 1)
                                                        : "");

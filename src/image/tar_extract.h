@@ -16,6 +16,9 @@ namespace warren::image {
 struct ExtractLimits {
   uint64_t max_bytes = 64ull << 30;
   uint64_t max_entries = 4'000'000;
+  // `.wh.NAME` entries are OCI whiteouts (an image layer's). Off for a tar of an overlay
+  // upper (a microVM's snapshot), whose whiteouts are real and whose `.wh.` names are files.
+  bool oci_whiteouts = true;
 };
 
 Status ExtractTar(const std::string& tar_path, const std::string& dest_dir,

@@ -108,7 +108,11 @@ void AgentConn::OnMessage(agent::Message& m) {
     op = it->second;
   }
   std::lock_guard l(op->mu);
-  if (t == "data") {
+  if (t == "data" && op->sink) {
+    op->last_piece = std::chrono::steady_clock::now();
+    if (op->sink_status.ok()) op->sink_status = op->sink(m.payload);
+    if (m.header.value("last", false)) op->done = true;
+  } else if (t == "data") {
     op->data += m.payload;
     if (m.header.value("last", false)) op->done = true;
   } else if (t == "ok") {
@@ -373,6 +377,32 @@ Status AgentConn::SetFsPolicy(const isolation::FsPolicy& policy) {
   nlohmann::json h = agent::FsPolicyFields(policy);
   h["t"] = "fs_policy";
   return Request(std::move(h)).status();
+}
+
+Status AgentConn::StreamSnapshot(const std::function<Status(std::string_view)>& sink) {
+  std::string id;
+  auto op = NewOp(&id);
+  {
+    std::lock_guard l(op->mu);
+    op->sink = sink;
+  }
+  Status st = Send({{{"t", "fs_snapshot"}, {"id", id}}, ""});
+  if (st.ok()) {
+    std::unique_lock l(op->mu);
+    while (!op->done) {
+      op->cv.wait_for(l, std::chrono::seconds(1));
+      if (!op->done && std::chrono::steady_clock::now() - op->last_piece >
+                           std::chrono::milliseconds(kFileOpTimeoutMs)) {
+        st = Status(Code::kUnavailable, "snapshot", sandbox_id_, "the agent stopped sending");
+        break;
+      }
+    }
+    if (st.ok()) st = op->status.ok() ? op->sink_status : op->status;
+    op->sink = nullptr;  // the reader thread must not call it once we return
+  }
+  MutexLock lock(&mu_);
+  ops_.erase(id);
+  return st;
 }
 
 Result<isolation::ChangeReport> AgentConn::ReadChanges(const std::string& under, size_t limit) {

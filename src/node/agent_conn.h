@@ -2,6 +2,7 @@
 // AgentMux thread) routes replies to exec records and waiting file operations.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -96,6 +97,10 @@ class AgentConn {
   // A microVM's filesystem policy and tamper report, done by its agent (agent/fs_helper.h).
   Status SetFsPolicy(const isolation::FsPolicy& policy);
   Result<isolation::ChangeReport> ReadChanges(const std::string& under, size_t limit);
+  // A microVM's snapshot (agent fs_snapshot): its writable layer as a pax tar, each piece
+  // handed to `sink` as it arrives (a sink error ends the copy and is the answer). There is
+  // no deadline for the whole copy, only between two pieces.
+  Status StreamSnapshot(const std::function<Status(std::string_view)>& sink);
   bool closed() const;
 
  private:
@@ -105,6 +110,10 @@ class AgentConn {
     bool done = false;
     Status status;
     std::string data;
+    // When set, data goes here instead of into `data`; its first error is kept.
+    std::function<Status(std::string_view)> sink;
+    Status sink_status;
+    std::chrono::steady_clock::time_point last_piece = std::chrono::steady_clock::now();
   };
   Status Send(const agent::Message& m);
   // Sends `header` (given an op id) and waits for the agent's ok, data... or err; the data.

@@ -19,6 +19,7 @@
 #include "isolation/cgroup_files.h"
 #include "isolation/seccomp_policy.h"
 #include "node/fncall/fncall_sandboxes.h"
+#include "node/microvm_snapshot.h"
 #include "node/snapshot_builder.h"
 #include "runtime/container/agent_binary.h"
 #include "runtime/container/container_backend.h"
@@ -800,12 +801,16 @@ Result<SnapshotLayer> LocalNode::Snapshot(const std::string& id, const SnapshotS
   }
   return BuildSnapshotLayer(
       store_, id, spec, skip,
-      [&](int dst, const isolation::LayerTreeOptions& opts, isolation::LayerTreeStats* stats) {
+      [&](int dst, const std::string& work, const isolation::LayerTreeOptions& opts,
+          isolation::LayerTreeStats* stats) {
         MutexLock lock(&e->mu);  // not paused or deleted meanwhile
-        if (e->microvm)
-          return Status(Code::kUnavailable, "snapshot", id,
-                        "snapshots of microVM sandboxes are not supported yet");
-        return e->instance->WriteSnapshotTree(dst, spec.with_workspace, opts, stats);
+        if (!e->microvm)
+          return e->instance->WriteSnapshotTree(dst, !spec.workspace.empty(), opts, stats);
+        if (e->paused)
+          return Status(Code::kConflict, "snapshot", id,
+                        "a paused microVM cannot answer; resume it first");
+        return MicrovmSnapshotTree(store_, &mounts_, *e->conn, id, spec.workspace, dst, work, opts,
+                                   stats);
       });
 }
 

@@ -49,14 +49,12 @@ class Scratch {
         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
     WARREN_RETURN_IF_ERROR(sys::MoveMountTo(mnt.get(), dir));
     s.mounted_ = true;
-    s.dir_ = UniqueFd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!s.dir_) return ErrnoStatus("open", dir);
+    WARREN_RETURN_IF_ERROR(s.MakeTree());
     return s;
   }
   static Result<Scratch> OnDisk(const std::string& dir) {
     Scratch s = WARREN_TRY(Make(dir));
-    s.dir_ = UniqueFd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!s.dir_) return ErrnoStatus("open", dir);
+    WARREN_RETURN_IF_ERROR(s.MakeTree());
     return s;
   }
   Scratch() = default;
@@ -70,8 +68,10 @@ class Scratch {
   }
   ~Scratch() { Clear(); }
 
+  // The layer's tree, and beside it (not in the layer) room for a backend's own scratch.
   int fd() const { return dir_.get(); }
-  const std::string& path() const { return path_; }
+  std::string tree() const { return path_ + "/tree"; }
+  std::string work() const { return path_ + "/work"; }
   bool in_ram() const { return mounted_; }
 
  private:
@@ -80,6 +80,13 @@ class Scratch {
     Scratch s;
     s.path_ = dir;
     return s;
+  }
+  Status MakeTree() {
+    for (const std::string& d : {tree(), work()})
+      if (mkdir(d.c_str(), 0700) != 0) return ErrnoStatus("mkdir", d);
+    dir_ = UniqueFd(open(tree().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir_) return ErrnoStatus("open", tree());
+    return Status::Ok();
   }
   void Clear() {
     dir_.Reset();
@@ -120,9 +127,11 @@ Result<SnapshotLayer> BuildSnapshotLayer(image::LayerStore* store, const std::st
   if (ram > 0 && free_room > 0) {
     scratch = WARREN_TRY(Scratch::InRam(scratch_dir, ram));
     opts.max_bytes = std::min(free_room, spec.max_bytes == 0 ? free_room : spec.max_bytes);
-    written = write_tree(scratch.fd(), opts, &stats);
+    written = write_tree(scratch.fd(), scratch.work(), opts, &stats);
   }
-  if (!written.ok() && written.err() == ENOSPC && scratch.in_ram()) {
+  // (EOPNOTSUPP: a tmpfs without user.* xattrs, before Linux 6.6.)
+  if (!written.ok() && (written.err() == ENOSPC || written.err() == EOPNOTSUPP) &&
+      scratch.in_ram()) {
     spdlog::info("snapshot of {}: more than {} MiB, made on disk", id, ram >> 20);
     scratch = Scratch();  // unmounted and removed
     scratch = WARREN_TRY(Scratch::OnDisk(scratch_dir));
@@ -135,7 +144,7 @@ Result<SnapshotLayer> BuildSnapshotLayer(image::LayerStore* store, const std::st
     opts.max_bytes = spec.max_bytes == 0 ? fits : std::min(spec.max_bytes, fits);
     if (opts.max_bytes == 0)
       return Status(Code::kQuota, "snapshot", id, "the node's layer store has no room left");
-    written = write_tree(scratch.fd(), opts, &stats);
+    written = write_tree(scratch.fd(), scratch.work(), opts, &stats);
   }
   if (!written.ok()) {
     if (written.code() == Code::kQuota && (spec.max_bytes == 0 || opts.max_bytes < spec.max_bytes))
@@ -151,7 +160,7 @@ Result<SnapshotLayer> BuildSnapshotLayer(image::LayerStore* store, const std::st
       futimens(scratch.fd(), zero) != 0)
     return ErrnoStatus("set the root's metadata", "snapshot scratch");
   const double t1 = NowSeconds();
-  auto blob = store->ImportTree(scratch.path(), image::LayerFormat::kWhole);
+  auto blob = store->ImportTree(scratch.tree(), image::LayerFormat::kWhole);
   if (!blob.ok()) return blob.status().Context("snapshot " + id);
   const double t2 = NowSeconds();
   WARREN_RETURN_IF_ERROR(store->PublishToSource(blob->digest));

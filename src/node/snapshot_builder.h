@@ -15,8 +15,10 @@
 
 namespace warren::node {
 
-// Fills the directory `dst_dirfd` (adding to `stats`) under `opts`.
-using WriteTreeFn = std::function<Status(int dst_dirfd, const isolation::LayerTreeOptions& opts,
+// Fills the directory `dst_dirfd` (adding to `stats`) under `opts`; `work_dir` is an empty
+// directory of its own on the same filesystem, not part of the layer.
+using WriteTreeFn = std::function<Status(int dst_dirfd, const std::string& work_dir,
+                                         const isolation::LayerTreeOptions& opts,
                                          isolation::LayerTreeStats* stats)>;
 
 // `skip`: paths the node wrote itself (egress files), left out. The tree may hold at most

@@ -42,11 +42,11 @@ class SnapshotBuilderTest : public ::testing::Test {
 
   // Copies src_ into the scratch tree, as a backend does from a sandbox.
   node::WriteTreeFn Writer() {
-    return
-        [this](int dst, const isolation::LayerTreeOptions& opts, isolation::LayerTreeStats* stats) {
-          UniqueFd src(open(src_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-          return isolation::ApplyLayerTree(src.get(), dst, opts, stats);
-        };
+    return [this](int dst, const std::string&, const isolation::LayerTreeOptions& opts,
+                  isolation::LayerTreeStats* stats) {
+      UniqueFd src(open(src_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      return isolation::ApplyLayerTree(src.get(), dst, opts, stats);
+    };
   }
 
   std::string dir_, src_;
@@ -76,7 +76,7 @@ TEST_F(SnapshotBuilderTest, AFailedSnapshotLeavesNothing) {
   EXPECT_EQ(over.status().ToString().find(dir_), std::string::npos) << "a host path";
   auto refused = node::BuildSnapshotLayer(
       store_.get(), "sb-b", {}, {},
-      [](int, const isolation::LayerTreeOptions&, isolation::LayerTreeStats*) {
+      [](int, const std::string&, const isolation::LayerTreeOptions&, isolation::LayerTreeStats*) {
         return Status(Code::kConflict, "snapshot", "sandbox", "its init is gone");
       });
   EXPECT_EQ(refused.status().code(), Code::kConflict);

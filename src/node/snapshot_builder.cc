@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <utility>
@@ -24,6 +25,20 @@ namespace {
 // Left free on the store's filesystem whatever a snapshot needs: creates still find room
 // for the blobs they fetch.
 constexpr uint64_t kStoreReserve = 256ull << 20;
+
+// RAM the snapshots in progress hold for their scratch, node-wide: `ram_max` bounds all of
+// them together (their pages are the daemon's), not each.
+std::atomic<uint64_t> g_ram_held{0};
+
+// Takes up to `want` bytes of the node-wide budget `max`: what it got (0: none left).
+uint64_t HoldRam(uint64_t want, uint64_t max) {
+  uint64_t held = g_ram_held.load();
+  for (;;) {
+    const uint64_t got = held >= max ? 0 : std::min(want, max - held);
+    if (got == 0) return 0;
+    if (g_ram_held.compare_exchange_weak(held, held + got)) return got;
+  }
+}
 
 uint64_t MemAvailable() {
   std::ifstream f("/proc/meminfo");
@@ -115,30 +130,31 @@ Result<SnapshotLayer> BuildSnapshotLayer(image::LayerStore* store, const std::st
   if (statvfs(store_dir.c_str(), &vfs) != 0) return ErrnoStatus("statvfs", store_dir);
   const uint64_t room = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   const uint64_t free_room = room > kStoreReserve ? room - kStoreReserve : 0;
-  const uint64_t ram = std::min(ram_max, MemAvailable() / 4);
+  const uint64_t ram = HoldRam(std::min(ram_max, MemAvailable() / 4), ram_max);
+  Cleanup give_back([&] { g_ram_held -= ram; });
 
   isolation::LayerTreeOptions opts;
   opts.skip = skip;
   isolation::LayerTreeStats stats;
   const double t0 = NowSeconds();
   Scratch scratch;
-  Status written = Status(Code::kQuota, "snapshot", id, "no room");
-  // In RAM first; a tree that outgrows it (ENOSPC) is made again on disk.
+  Status written;
+  bool on_disk = true;
+  // In RAM first; a tree that outgrows it (ENOSPC; EOPNOTSUPP: a tmpfs without user.* xattrs,
+  // before Linux 6.6) is made again on disk.
   if (ram > 0 && free_room > 0) {
     scratch = WARREN_TRY(Scratch::InRam(scratch_dir, ram));
     opts.max_bytes = std::min(free_room, spec.max_bytes == 0 ? free_room : spec.max_bytes);
     written = write_tree(scratch.fd(), scratch.work(), opts, &stats);
+    on_disk = !written.ok() && (written.err() == ENOSPC || written.err() == EOPNOTSUPP);
+    if (on_disk) {
+      spdlog::info("snapshot of {}: more than {} MiB, made on disk", id, ram >> 20);
+      scratch = Scratch();  // unmounted and removed
+      stats = {};
+    }
   }
-  // (EOPNOTSUPP: a tmpfs without user.* xattrs, before Linux 6.6.)
-  if (!written.ok() && (written.err() == ENOSPC || written.err() == EOPNOTSUPP) &&
-      scratch.in_ram()) {
-    spdlog::info("snapshot of {}: more than {} MiB, made on disk", id, ram >> 20);
-    scratch = Scratch();  // unmounted and removed
+  if (on_disk) {
     scratch = WARREN_TRY(Scratch::OnDisk(scratch_dir));
-    stats = {};
-    written = Status::Ok();
-  }
-  if (written.ok() && !scratch.in_ram()) {
     // The copy and its image each take about the tree's bytes.
     const uint64_t fits = free_room / 2;
     opts.max_bytes = spec.max_bytes == 0 ? fits : std::min(spec.max_bytes, fits);

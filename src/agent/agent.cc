@@ -250,6 +250,7 @@ Status Agent::Setup() {
   isolation::RootfsPlan plan;
   plan.layers = std::move(fds);
   plan.disk_bytes = h.disk_bytes;
+  plan.trusted_xattrs = vm;
   std::string root;
   // Order matters: the overlay first (everything else mounts inside it), /proc before the
   // pivot (mounting procfs in a user namespace requires a fully visible procfs to exist in

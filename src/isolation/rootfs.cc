@@ -44,8 +44,11 @@ Status BuildRootfs(RootfsPlan& plan, std::string* merged) {
   for (const char* d : {"upper", "work", "merged"}) WARREN_RETURN_IF_ERROR(MkdirP(d, 0755));
 
   // userxattr: overlay mounted inside a user namespace cannot use trusted.* xattrs; without
-  // it removing a directory that exists in a lower layer fails with EIO.
-  std::string ovl = "lowerdir=" + lowerdir + ",upperdir=upper,workdir=work,userxattr";
+  // it removing a directory that exists in a lower layer fails with EIO. A guest root uses
+  // trusted.* with what userxattr implies spelled out: no redirects, no metacopy, no index,
+  // so the upper stays a plain difference (the change report and snapshots read it so).
+  std::string ovl = "lowerdir=" + lowerdir + ",upperdir=upper,workdir=work," +
+                    (plan.trusted_xattrs ? "redirect_dir=off,metacopy=off,index=off" : "userxattr");
   if (plan.layers.empty()) return Invalid("no layers", "rootfs");
   if (mount("overlay", "merged", "overlay", MS_NODEV, ovl.c_str()) != 0)
     return ErrnoStatus("mount overlay", st + "/merged");

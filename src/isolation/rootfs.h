@@ -24,6 +24,10 @@ struct RootfsPlan {
   std::vector<UniqueFd> layers;  // detached idmapped mounts, top (workspace) first
   uint64_t disk_bytes = 1ull << 30;
   uint64_t inodes = 0;  // 0: derived from disk_bytes
+  // A VM's guest root (not in a user namespace) keeps overlay's marks in trusted.* xattrs:
+  // the guest kernel's tmpfs may have no user.* ones (before Linux 6.6), and without them a
+  // directory made where a lower entry was deleted cannot be marked opaque (EIO).
+  bool trusted_xattrs = false;
 };
 
 // Makes every mount private, mounts the staging tmpfs, attaches the layers and mounts the

@@ -3,7 +3,7 @@
 1, 10 and 100 container sandboxes against plain creates of as many, in the same run.
 
   sudo /usr/bin/python3 bench/snapshot.py [--sizes 0,1,10,100] [--forks 1,10,100]
-                                          [--reps 3] [--json out.json]
+                                          [--vm-forks 1,4] [--reps 3] [--json out.json]
 
 Starts its own `warren serve` (build/warren; --no-network --no-microvm) with a scratch data
 dir under /var/tmp and a busybox image, and measures:
@@ -16,6 +16,10 @@ dir under /var/tmp and a busybox image, and measures:
              runs; against POST /v1/sandboxes:batch of N plain sandboxes of the same image
              (the target: a fork of 100 within 2x of 100 creates). Children share one blob:
              its size is stored once, where a copy per child would take N times it.
+  vm fork    the same for microVMs (a second server, with its microVM backend; TCG here):
+             a fork of N against a batch of N plain microVM creates, which restore the
+             node's template and warm pool (the target: within 2x). A microVM's fork
+             carries its files, not yet its memory.
 """
 
 import argparse
@@ -82,8 +86,12 @@ def bench_snapshot(api, port, token, mib, reps):
         api.call("DELETE", f"/v1/sandboxes/{sid}")
 
 
-def bench_fork(api, n):
-    parent = api.call("POST", "/v1/sandboxes", {"image": IMAGE, "memory_mb": 64})["id"]
+VM_SPEC = {"backend": "microvm", "memory_mb": 256, "cpu": 1, "disk_mb": 256}
+
+
+def bench_fork(api, n, spec=None):
+    spec = dict(spec or {"memory_mb": 64}, image=IMAGE)
+    parent = api.call("POST", "/v1/sandboxes", spec)["id"]
     try:
         write_changes(api, parent, 10)
         t0 = time.perf_counter()
@@ -94,7 +102,7 @@ def bench_fork(api, n):
         for sid in kids:
             api.call("DELETE", f"/v1/sandboxes/{sid}")
         t0 = time.perf_counter()
-        b = api.call("POST", "/v1/sandboxes:batch", {"count": n, "spec": {"image": IMAGE, "memory_mb": 64}})
+        b = api.call("POST", "/v1/sandboxes:batch", {"count": n, "spec": spec})
         create_s = time.perf_counter() - t0
         assert not b["errors"], b["errors"][:2]
         for s in b["sandboxes"]:
@@ -111,6 +119,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="0,1,10,100", help="MiB written before each snapshot")
     ap.add_argument("--forks", default="1,10,100")
+    ap.add_argument("--vm-forks", default="1,4", help="microVM forks (empty: none)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -118,7 +127,7 @@ def main():
         sys.exit("bench/snapshot.py: run as root")
     tmp = tempfile.mkdtemp(prefix="warren-bench-snapshot-", dir="/var/tmp")
     proc, port, token = start_server(tmp, ["--no-network", "--no-microvm"])
-    out = {"snapshot": [], "fork": []}
+    out = {"snapshot": [], "fork": [], "vm_fork": []}
     try:
         build_busybox_image(tmp, port, token, IMAGE)
         api = Api(port, token)
@@ -137,11 +146,26 @@ def main():
                   f"{r['creates_s'] * 1000:>7.0f}ms {r['ratio']:>5.2f}x | "
                   f"{r['shared_layer_bytes'] / 2**20:.1f} MiB once (copies: "
                   f"{r['copies_would_take_bytes'] / 2**20:.0f} MiB)")
-        print("\nmicroVM forks: not measured (a microVM's snapshot is not built yet)")
     finally:
         stop_server(proc)
         log(f"data in {tmp} (removed)")
         os.system(f"rm -rf {tmp}")
+    vm_forks = [int(x) for x in args.vm_forks.split(",") if x]
+    if vm_forks:
+        tmp = tempfile.mkdtemp(prefix="warren-bench-snapshot-vm-", dir="/var/tmp")
+        proc, port, token = start_server(tmp, ["--no-network"])
+        try:
+            build_busybox_image(tmp, port, token, IMAGE)
+            api = Api(port, token)
+            print(f"\n{'vm fork':>8} {'fork':>9} {'(snapshot)':>11} | {'creates':>9} {'ratio':>6}")
+            for n in vm_forks:
+                r = bench_fork(api, n, VM_SPEC)
+                out["vm_fork"].append(r)
+                print(f"{n:>8} {r['fork_s'] * 1000:>7.0f}ms {r['snapshot_s'] * 1000:>9.0f}ms | "
+                      f"{r['creates_s'] * 1000:>7.0f}ms {r['ratio']:>5.2f}x")
+        finally:
+            stop_server(proc)
+            os.system(f"rm -rf {tmp}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)

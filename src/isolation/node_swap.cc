@@ -8,6 +8,7 @@
 
 #include "isolation/swap_file.h"
 #include "isolation/zram_swap.h"
+#include "sys/meminfo.h"
 
 namespace warren::isolation {
 
@@ -47,14 +48,7 @@ Result<std::unique_ptr<NodeSwap>> AdoptNodeSwap(const std::string& state_file) {
 
 SwapStats HostSwapStats() {
   SwapStats s;
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0, total = 0, free = 0;
-  while (in >> key >> kib) {
-    if (key == "SwapTotal:") total = kib << 10;
-    if (key == "SwapFree:") free = kib << 10;
-    in.ignore(64, '\n');
-  }
+  const uint64_t total = sys::MeminfoBytes("SwapTotal"), free = sys::MeminfoBytes("SwapFree");
   s.size_bytes = total;
   s.used_bytes = total - std::min(total, free);
   return s;

@@ -1,6 +1,7 @@
 #include "node/node_wire.h"
 
 #include "base/json_fields.h"
+#include "base/sha256.h"
 #include "base/utf8.h"
 
 namespace warren::node {
@@ -203,8 +204,7 @@ Result<E> ByName(const std::string& name, std::initializer_list<E> all, NameOf n
 
 namespace {
 bool IsDigest(const std::string& d) {
-  return d.size() == 71 && d.rfind("sha256:", 0) == 0 &&
-         d.find_first_not_of("0123456789abcdef", 7) == std::string::npos;
+  return d.rfind("sha256:", 0) == 0 && IsSha256Hex(std::string_view(d).substr(7));
 }
 }  // namespace
 

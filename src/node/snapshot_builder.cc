@@ -10,13 +10,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <utility>
 
 #include "base/cleanup.h"
 #include "base/ids.h"
 #include "base/unique_fd.h"
 #include "image/tar_extract.h"
+#include "sys/meminfo.h"
 #include "sys/mount_api.h"
 
 namespace warren::node {
@@ -38,16 +38,6 @@ uint64_t HoldRam(uint64_t want, uint64_t max) {
     if (got == 0) return 0;
     if (g_ram_held.compare_exchange_weak(held, held + got)) return got;
   }
-}
-
-uint64_t MemAvailable() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb << 10;
-  return 0;
 }
 
 // Where a snapshot's tree is built. Making a file costs about 12 us on a tmpfs and 0.5 ms on
@@ -130,7 +120,7 @@ Result<SnapshotLayer> BuildSnapshotLayer(image::LayerStore* store, const std::st
   if (statvfs(store_dir.c_str(), &vfs) != 0) return ErrnoStatus("statvfs", store_dir);
   const uint64_t room = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   const uint64_t free_room = room > kStoreReserve ? room - kStoreReserve : 0;
-  const uint64_t ram = HoldRam(std::min(ram_max, MemAvailable() / 4), ram_max);
+  const uint64_t ram = HoldRam(std::min(ram_max, sys::MeminfoBytes("MemAvailable") / 4), ram_max);
   Cleanup give_back([&] { g_ram_held -= ram; });
 
   isolation::LayerTreeOptions opts;

@@ -63,6 +63,21 @@ def screen_until(sb, changed_from: bytes, timeout=30.0) -> bytes:
     return got
 
 
+def terminal_shell_started(sb) -> bool:
+    """Whether an xterm runs a shell yet: its window then has the focus and reads keys. A changed
+    screen alone does not say so (the pointer's move highlights the menu entry first), and an
+    emulated CPU takes seconds to start xterm, so the test waits for the process, as an agent
+    waits for the prompt it sees."""
+    stats = sb.run("cat /proc/[0-9]*/stat 2>/dev/null").stdout.splitlines()
+    procs = []
+    for line in stats:
+        pid, rest = line.split(" (", 1)
+        comm, tail = rest.rsplit(") ", 1)
+        procs.append((int(pid), comm, int(tail.split()[1])))
+    terms = {pid for pid, comm, _ in procs if comm == "xterm"}
+    return any(ppid in terms for _, _, ppid in procs)
+
+
 def test_record_and_screen(server, desk):
     rec = server.http("GET", f"/v1/sandboxes/{desk.id}").json
     assert rec["display"] == {"width": W, "height": H}, rec
@@ -82,8 +97,9 @@ def test_open_a_terminal_by_clicking_and_typing(server, desk):
     save("02-menu", menu)
     # Its first entry is "Terminal emulator", just under where the menu opened.
     desk.click(430, 309)
-    term = screen_until(desk, menu)
-    time.sleep(1.0)  # the window's shell starts
+    screen_until(desk, menu)
+    assert u.wait_until(lambda: terminal_shell_started(desk), timeout=30, interval=0.3)
+    time.sleep(0.5)  # the window maps and takes the focus
     term = desk.screenshot()
     save("03-terminal", term)
     # The new window has the focus: type into it.
@@ -132,9 +148,11 @@ def test_a_vm_desktop_through_qemu(server, desktop_image, sandboxes):
     menu = screen_until(sb, before, timeout=60)
     save("21-vm-menu", menu)
     sb.click(330, 209)
-    term = screen_until(sb, menu, timeout=60)
-    time.sleep(3.0)  # xterm and its shell start (emulated CPU)
-    save("22-vm-terminal", sb.screenshot())
+    screen_until(sb, menu, timeout=60)
+    assert u.wait_until(lambda: terminal_shell_started(sb), timeout=90, interval=0.5)
+    time.sleep(2.0)  # the window maps and takes the focus (emulated CPU)
+    term = sb.screenshot()
+    save("22-vm-terminal", term)
     sb.type("echo typed-in-a-vm-$((6*7)) > /tmp/from-the-vm\n")
     ok = u.wait_until(lambda: sb.run("cat /tmp/from-the-vm").stdout == "typed-in-a-vm-42\n",
                       timeout=60, interval=0.5)

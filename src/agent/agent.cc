@@ -123,6 +123,7 @@ class Agent {
   void ReadPipe(Exec& e, int which);
   void ReapChildren();
   void HandleAssign(const Message& m);
+  void HandleVmRefresh(const Message& m);
   // A microVM's filesystem policy and tamper report: the guest's root is ours, so we do what
   // the node does for a container (runtime/container/fs_guard.h), in our own namespaces.
   void HandleFsPolicy(const Message& m);
@@ -903,6 +904,8 @@ void Agent::HandleMessage(Message& m) {
     HandleResume(m);
   else if (t == "assign")
     HandleAssign(m);
+  else if (t == "vm_refresh")
+    HandleVmRefresh(m);
   else if (t == "fs_policy")
     HandleFsPolicy(m);
   else if (t == "fs_changes")
@@ -1053,6 +1056,25 @@ void Agent::HandleAssign(const Message& m) {
   AddBaseEnv(json(h.env));
   nofile_ = h.nofile;
   Reply({{"t", "assigned"}});
+}
+
+// A microVM forked with its memory (agent/setup_messages.h): this guest was its parent a
+// moment ago. It takes the child's randomness, clock, hostname, environment and address
+// before the node lets anything else through (`resume` comes after `refreshed`).
+void Agent::HandleVmRefresh(const Message& m) {
+  auto parsed = ParseVmRefresh(m.header);
+  if (!parsed.ok()) return ReplyError("", parsed.status());
+  if (!microvm_)
+    return ReplyError("", Status(Code::kUnavailable, "refresh", "agent", "not a microVM's agent"));
+  const VmRefreshMessage& h = *parsed;
+  Status st = VmReseed(h.seed, h.now_ns);
+  if (st.ok() && sethostname(h.hostname.data(), h.hostname.size()) != 0)
+    st = ErrnoStatus("sethostname", h.hostname);
+  if (st.ok() && h.net) st = ConfigureVmNet(h.net->ip, h.net->gateway, h.net->mac);
+  if (!st.ok()) return ReplyError("", st);
+  base_env_.clear();
+  AddBaseEnv(json(h.env));
+  Reply({{"t", "refreshed"}});
 }
 
 int Agent::Serve() {

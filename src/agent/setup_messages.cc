@@ -95,6 +95,10 @@ Result<VmSetup> ParseVm(const json& j) {
   return v;
 }
 
+json NetJson(const VmSetup::Net& n) {
+  return {{"ip", n.ip}, {"gateway", n.gateway}, {"mac", n.mac}};
+}
+
 json ToJson(const VmSetup& v) {
   json j = {{"full_os", v.full_os},
             {"layer_serials", v.layer_serials},
@@ -102,7 +106,7 @@ json ToJson(const VmSetup& v) {
             {"pids", v.pids},
             {"seed", v.seed},
             {"now_ns", v.now_ns}};
-  if (v.net) j["net"] = {{"ip", v.net->ip}, {"gateway", v.net->gateway}, {"mac", v.net->mac}};
+  if (v.net) j["net"] = NetJson(*v.net);
   return j;
 }
 
@@ -247,6 +251,31 @@ Result<AssignMessage> ParseAssign(const json& h) {
   if (WARREN_TRY(r.Str("t")) != "assign") return r.Bad("t", "must be assign");
   return AssignMessage{WARREN_TRY(r.Str("hostname")), WARREN_TRY(r.StrMap("env")),
                        WARREN_TRY(r.U64("nofile"))};
+}
+
+json ToJson(const VmRefreshMessage& m) {
+  json j = {{"t", "vm_refresh"},
+            {"hostname", m.hostname},
+            {"env", m.env},
+            {"seed", m.seed},
+            {"now_ns", m.now_ns}};
+  if (m.net) j["net"] = NetJson(*m.net);
+  return j;
+}
+
+Result<VmRefreshMessage> ParseVmRefresh(const json& h) {
+  Reader r(h, "vm_refresh");
+  WARREN_RETURN_IF_ERROR(r.Keys({"t", "hostname", "env", "seed", "now_ns"}, {"net"}));
+  if (WARREN_TRY(r.Str("t")) != "vm_refresh") return r.Bad("t", "must be vm_refresh");
+  VmRefreshMessage m;
+  m.hostname = WARREN_TRY(r.Str("hostname"));
+  m.env = WARREN_TRY(r.StrMap("env"));
+  m.seed = WARREN_TRY(r.Str("seed"));
+  if (m.seed.size() % 2 != 0 || m.seed.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return r.Bad("seed", "must be lowercase hex");
+  m.now_ns = WARREN_TRY(r.I64("now_ns"));
+  if (r.Has("net")) m.net = WARREN_TRY(ParseNet(r.At("net")));
+  return m;
 }
 
 }  // namespace warren::agent

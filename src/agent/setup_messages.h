@@ -91,4 +91,18 @@ struct AssignMessage {
 nlohmann::json ToJson(const AssignMessage& m);
 Result<AssignMessage> ParseAssign(const nlohmann::json& header);
 
+// A microVM forked with its memory (issue 30) carries its parent's identity in RAM: the node
+// gives each child its own before anything else runs. The seed replaces the parent's CRNG
+// state, the clock stood still while the parent was copied, and a wired child has its own
+// address and MAC.
+struct VmRefreshMessage {
+  std::string hostname;
+  std::map<std::string, std::string> env;  // the commands' base environment
+  std::string seed;
+  int64_t now_ns = 0;
+  std::optional<VmSetup::Net> net;
+};
+nlohmann::json ToJson(const VmRefreshMessage& m);
+Result<VmRefreshMessage> ParseVmRefresh(const nlohmann::json& header);
+
 }  // namespace warren::agent

@@ -141,5 +141,31 @@ TEST(SetupMessages, FdSlotsGoInOrderAndComeBackByName) {
   close(p[1]);
 }
 
+TEST(SetupMessages, AVmRefreshRoundTripsAndIsParsedStrictly) {
+  VmRefreshMessage m;
+  m.hostname = "sb-2";
+  m.env = {{"A", "1"}};
+  m.seed = "00ff";
+  m.now_ns = 1700000000000000000;
+  auto back = ParseVmRefresh(ToJson(m));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->hostname, "sb-2");
+  EXPECT_EQ(back->env, m.env);
+  EXPECT_FALSE(back->net.has_value());
+  m.net = VmSetup::Net{"10.0.0.2", "10.0.0.1", "02:57:0a:00:00:02"};
+  back = ParseVmRefresh(ToJson(m));
+  ASSERT_TRUE(back.ok() && back->net.has_value());
+  EXPECT_EQ(back->net->mac, "02:57:0a:00:00:02");
+  nlohmann::json bad = ToJson(m);
+  bad["extra"] = 1;
+  EXPECT_NE(ParseVmRefresh(bad).status().ToString().find("extra"), std::string::npos);
+  bad = ToJson(m);
+  bad["seed"] = "xyz";
+  EXPECT_FALSE(ParseVmRefresh(bad).ok());
+  bad = ToJson(m);
+  bad.erase("now_ns");
+  EXPECT_FALSE(ParseVmRefresh(bad).ok());
+}
+
 }  // namespace
 }  // namespace warren::agent

@@ -247,6 +247,12 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   const runtime::BackendTraits traits = runtime::TraitsOf(spec.backend);
   const bool is_vm = traits.is_vm;
   runtime::SandboxConfig cfg = spec.config;
+  if (!spec.fork.empty()) {
+    // A memory fork's child: the parent's RAM and processes, restored here.
+    if (spec.backend != runtime::BackendKind::kMicrovm)
+      return Invalid("a memory fork's child must be a microVM", cfg.id);
+    cfg.memory = WARREN_TRY(memory_forks_.Find(spec.fork));
+  }
   // Runners belong to the fncall pool, which sizes itself; every other sandbox is admitted
   // against the node's budget times its overcommit ratios.
   const bool tracked = !cfg.fncall_runner;
@@ -285,7 +291,8 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
       cfg.env.emplace(k, proxy);
     cfg.env.emplace("no_proxy", "localhost,127.0.0.1,::1");
     cfg.env.emplace("NO_PROXY", "localhost,127.0.0.1,::1");
-    if (spec.network.egress) cfg.files = EgressFiles();
+    // (A fork's child has its parent's: they are in the memory it restores.)
+    if (spec.network.egress && !cfg.memory) cfg.files = EgressFiles();
   }
   // Served from the warm pool where the request allows: network none (an egress sandbox's
   // address and files are its own from the start), not a runner.
@@ -326,6 +333,15 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   if (tracked) Track(cfg.id, made, is_vm, cfg.memory_bytes, cfg.cpus);
   unadmit.Cancel();
   forget_lazy.Cancel();
+  if (cfg.memory) {
+    // The agent took over its parent's session: it sends nothing until the node says what it
+    // holds (nothing: the parent's commands run on in the child, their output is not followed).
+    if (Status st = agent->Resume(); !st.ok()) {
+      (void)DeleteSandbox(cfg.id);
+      return st.Context("create " + cfg.id);
+    }
+    return rt;  // its CA files and screen are the parent's, running already
+  }
   if (net_ && spec.network.egress) WriteCaBundle(cfg.id);
   if (cfg.display) {
     // Ready means its screen takes input: a create whose X server cannot start fails whole.
@@ -814,6 +830,30 @@ Result<SnapshotLayer> LocalNode::Snapshot(const std::string& id, const SnapshotS
       });
 }
 
+Result<MemoryFork> LocalNode::PrepareFork(const std::string& id) {
+  if (Fncall(id)) return Status(Code::kUnavailable, "fork memory", id, "a fncall sandbox");
+  auto e = WARREN_TRY(Find(id));
+  if (!e->microvm) return Status(Code::kUnavailable, "fork memory", id, "not a microVM");
+  runtime::vm::MicrovmBackend* vm = WARREN_TRY(Microvm());
+  WARREN_RETURN_IF_ERROR(Touch(id));  // a hibernated parent wakes: its QEMU must answer
+  MutexLock lock(&e->mu);             // not paused or deleted meanwhile
+  if (e->paused)
+    return Status(Code::kConflict, "fork", id, "a paused microVM cannot be copied; resume it");
+  auto image = vm->CaptureFork(*e->instance, nullptr);
+  if (!image.ok()) return image.status().Context("fork " + id);
+  MemoryFork out;
+  out.ram_bytes = (*image)->ram_bytes;
+  out.paused_ms = (*image)->paused_ms;
+  out.capture_ms = (*image)->capture_ms;
+  out.token = memory_forks_.Add(std::move(*image), id);
+  return out;
+}
+
+Status LocalNode::EndFork(const std::string& token) {
+  memory_forks_.End(token);
+  return Status::Ok();
+}
+
 Status LocalNode::PauseSandbox(const std::string& id) {
   if (Fncall(id)) return fncall::FncallSandboxes::NoState("pause", id);
   auto e = WARREN_TRY(Find(id));
@@ -840,6 +880,7 @@ Status LocalNode::ResumeSandbox(const std::string& id) {
 }
 
 void LocalNode::DeleteAll() {
+  memory_forks_.Clear();
   std::vector<std::string> ids;
   {
     MutexLock lock(&mu_);

@@ -20,6 +20,7 @@
 #include "node/density/density_manager.h"
 #include "node/fncall/call_pool.h"
 #include "node/lazy_layers.h"
+#include "node/memory_forks.h"
 #include "node/node_api.h"
 #include "node/warm_pool.h"
 #include "runtime/create_faults.h"
@@ -90,6 +91,8 @@ class LocalNode : public NodeApi {
   Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under,
                                           size_t limit) override;
   Result<SnapshotLayer> Snapshot(const std::string& id, const SnapshotSpec& spec) override;
+  Result<MemoryFork> PrepareFork(const std::string& id) override;
+  Status EndFork(const std::string& token) override;
   Status PauseSandbox(const std::string& id) override;
   Status ResumeSandbox(const std::string& id) override;
   Result<std::shared_ptr<ExecRecord>> StartExec(const std::string& id, const std::string& exec_id,
@@ -166,6 +169,7 @@ class LocalNode : public NodeApi {
   Status Touch(const std::string& id);
   nlohmann::json DensityInfo();
   std::unique_ptr<density::DensityManager> density_;
+  MemoryForks memory_forks_;
   // backend->Create in a namespace of the node's network under `policy` (none: no namespace of
   // ours), which the sandbox then keeps; a failure leaves nothing attached.
   Result<std::unique_ptr<runtime::Instance>> CreateAttached(runtime::Backend* backend,

@@ -22,6 +22,9 @@ struct NodeSandboxSpec {
   runtime::BackendKind backend = runtime::BackendKind::kContainer;
   runtime::SandboxConfig config;  // layers carry digests; the node resolves blob paths
   net::Policy network;
+  // A memory fork's child (MemoryFork::token): made from the parent's captured RAM and
+  // processes on the parent's node, over exactly the parent's layers.
+  std::string fork;
 };
 
 // A snapshot (issue 30): the sandbox's changes, with its workspace layer when it has one
@@ -35,6 +38,15 @@ struct SnapshotLayer {
   std::string digest;  // "sha256:<hex>" of the EROFS image
   uint64_t size = 0;   // the image's bytes
   uint64_t entries = 0, file_bytes = 0, whiteouts = 0;
+};
+
+// A microVM's memory and processes, captured once on its node for the children of a fork
+// (issue 30); held there until EndFork.
+struct MemoryFork {
+  std::string token;
+  uint64_t ram_bytes = 0;  // what the capture holds
+  int64_t paused_ms = 0;   // how long the parent stood still
+  int64_t capture_ms = 0;
 };
 
 struct SandboxRuntime {
@@ -85,6 +97,16 @@ class NodeApi {
   virtual Result<SnapshotLayer> Snapshot(const std::string& id, const SnapshotSpec& spec) {
     (void)spec;
     return Status(Code::kUnavailable, "snapshot", id, "not supported by this node");
+  }
+  // Captures microVM `id`'s memory for a fork. kUnavailable where this sandbox or node cannot
+  // (not a microVM, booted cold, a node without it): the caller forks its files instead.
+  virtual Result<MemoryFork> PrepareFork(const std::string& id) {
+    return Status(Code::kUnavailable, "fork memory", id, "not supported by this node");
+  }
+  // The children are made (or the fork failed): the capture goes.
+  virtual Status EndFork(const std::string& token) {
+    (void)token;
+    return Status::Ok();
   }
   virtual Status PauseSandbox(const std::string& id) = 0;
   virtual Status ResumeSandbox(const std::string& id) = 0;

@@ -23,6 +23,10 @@
 
 namespace warren::runtime {
 
+namespace vm {
+struct MemoryImage;  // runtime/vm/microvm_backend.h
+}
+
 struct LayerRef {
   std::string digest;     // "sha256:..."
   std::string blob_path;  // local EROFS file (a chunked layer's: its metadata image)
@@ -69,6 +73,9 @@ struct SandboxConfig {
   bool background = false;
   // A desktop sandbox: its agent starts the image's X server at this size once it is ready.
   std::optional<agent::DisplaySize> display;
+  // A microVM forked with its memory (issue 30): the parent's RAM and devices to restore,
+  // in place of booting or a template. Its layers are the parent's.
+  std::shared_ptr<const vm::MemoryImage> memory;
 };
 
 // What a warm sandbox is given when a create takes it (see Instance::Claim).

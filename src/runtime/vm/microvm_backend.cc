@@ -32,6 +32,7 @@
 #include "base/subprocess.h"
 #include "isolation/cgroup.h"
 #include "runtime/setup_message.h"
+#include "runtime/vm/microvm_boot.h"
 #include "runtime/vm/qemu_process.h"
 #include "runtime/vm/qmp_client.h"
 #include "runtime/vm/qmp_screen.h"
@@ -41,27 +42,6 @@ namespace warren::runtime::vm {
 namespace {
 
 using nlohmann::json;
-
-// Disk slots every microVM has, so that a template's devices match any sandbox's: unused
-// slots point at the placeholder. A sandbox with more layers boots cold.
-constexpr size_t kLayerSlots = 8;
-// Fixed fd numbers inside QEMU (see QemuArgs).
-constexpr int kAgentFd = 3, kQmpFd = 4, kKernelFd = 5, kInitrdFd = 6, kStateFd = 7, kRamFd = 8,
-              kTapFd = 9, kFirstLayerFd = 10;
-// Every VM's NIC has this MAC in QEMU's arguments (a template's arguments must match its
-// restores'); the guest agent then sets the sandbox's own (GuestMac).
-constexpr const char* kTemplateMac = "52:54:00:00:00:01";
-constexpr int kColdBootTimeoutMs = 180000;  // TCG on a busy 2-core host
-constexpr int kSetupTimeoutMs = 60000;
-constexpr int64_t kTemplateRetryMs = 60000;
-constexpr int64_t kWarmIdleMs = 600000;  // warm VMs of a size not asked for in this long go
-constexpr size_t kConsoleTail = 8192;
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // The host's TSC rate: a TCG guest calibrating its own clock hangs now and then without it.
 uint64_t HostTscKhz() {
@@ -84,13 +64,6 @@ std::string FileKey(const std::string& path) {
 Result<UniqueFd> Hold(const std::string& path) {
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return ErrnoStatus("open", path);
-  return fd;
-}
-
-Result<UniqueFd> Reopen(const UniqueFd& held, const std::string& what) {
-  const std::string self = "/proc/self/fd/" + std::to_string(held.get());
-  UniqueFd fd(open(self.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return ErrnoStatus("reopen", what);
   return fd;
 }
 
@@ -135,116 +108,7 @@ Status MakePlaceholder(const std::string& path) {
   return Status::Ok();
 }
 
-// Waits for the next agent message on `sock`, giving up if QEMU exits first.
-Result<agent::Message> WaitMessage(int sock, int qemu_pidfd, int timeout_ms) {
-  const int64_t deadline = NowMs() + timeout_ms;
-  for (;;) {
-    int64_t left = deadline - NowMs();
-    if (left <= 0)
-      return Status(Code::kUnavailable, "wait for the guest agent", "microvm", "timed out");
-    pollfd p[2] = {{sock, POLLIN, 0}, {qemu_pidfd, POLLIN, 0}};
-    int r = poll(p, 2, static_cast<int>(left));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return ErrnoStatus("poll", "guest agent");
-    if (p[0].revents) return agent::Recv(sock);
-    if (p[1].revents)
-      return Status(Code::kUnavailable, "wait for the guest agent", "microvm", "QEMU exited");
-  }
-}
-
-// Loads the template's device state (fd kStateFd, RAM skipped: it is mapped already) and
-// runs the guest. A guest saved stopped stays paused after loading until `cont`.
-Status Restore(QmpClient& q) {
-  WARREN_RETURN_IF_ERROR(
-      q.Execute("migrate-set-capabilities",
-                {{"capabilities", {{{"capability", "x-ignore-shared"}, {"state", true}}}}})
-          .status());
-  WARREN_RETURN_IF_ERROR(
-      q.Execute("migrate-incoming", {{"uri", "fd:" + std::to_string(kStateFd)}}).status());
-  const int64_t deadline = NowMs() + 30000;
-  for (;;) {
-    json st = WARREN_TRY(q.Execute("query-status"));
-    const std::string s = st.value("status", "");
-    if (s == "paused") break;
-    if (s != "inmigrate") return Internal("restore microvm", "qemu", "state after loading: " + s);
-    if (NowMs() > deadline)
-      return Internal("restore microvm", "qemu", "loading the template did not finish");
-    usleep(2000);
-  }
-  return q.Execute("cont").status();
-}
-
-std::string Ip4(uint32_t be) {
-  char buf[INET_ADDRSTRLEN];
-  in_addr a{be};
-  return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "";
-}
-
-// The VM's own MAC, locally administered and unique on the node's bridge (from its address);
-// not the namespace's eth0 MAC, which that namespace's bridge would drop as its own.
-std::string GuestMac(uint32_t be_ip) {
-  const auto* b = reinterpret_cast<const uint8_t*>(&be_ip);
-  char buf[18];
-  snprintf(buf, sizeof buf, "02:57:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3]);
-  return buf;
-}
-
-std::string HexRandom(size_t n) {
-  std::string raw(n, '\0');
-  if (getrandom(raw.data(), n, 0) != static_cast<ssize_t>(n)) return "";
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) out += kHex[c >> 4], out += kHex[c & 15];
-  return out;
-}
-
 }  // namespace
-
-// One running QEMU and what it holds. Destroying it kills QEMU and releases everything.
-struct MicrovmBoot {
-  isolation::UidSlot slot;
-  isolation::Cgroup cgroup;
-  QemuProcess qemu;
-  std::unique_ptr<QmpClient> qmp;
-  UniqueFd control;  // the node's end of the agent's packet socket
-  UniqueFd stop;     // eventfd ending the relay
-  std::thread relay;
-  std::mutex console_mu;
-  std::string console;  // the guest console's last kConsoleTail bytes
-  uint64_t ram_mib = 0;
-  std::string run_base;  // RUN_DIR/<name>: .agent and .qmp sockets QEMU listens on
-  std::string record;    // RUN_DIR/<id>.vm.json, once the sandbox is running
-
-  std::string ConsoleTail() {
-    std::lock_guard lock(console_mu);
-    return console;
-  }
-  // The agent's next message, of type `type` ("" any); failures name `what` and quote the
-  // console.
-  Result<agent::Message> Await(const std::string& type, int timeout_ms, const std::string& what) {
-    auto m = WaitMessage(control.get(), qemu.pidfd.get(), timeout_ms);
-    if (!m.ok()) return m.status().Context(what + " (console: " + ConsoleTail() + ")");
-    const std::string t = m->header.value("t", "");
-    if (!type.empty() && t != type)
-      return Internal(what, "microvm", "unexpected agent message " + t);
-    return m;
-  }
-  void Shutdown() {
-    KillQemu(qemu);
-    if (stop) {
-      uint64_t one = 1;
-      (void)!write(stop.get(), &one, sizeof one);
-    }
-    if (relay.joinable()) relay.join();
-    (void)cgroup.Destroy();
-    if (!run_base.empty()) {
-      unlink((run_base + ".agent").c_str());
-      unlink((run_base + ".qmp").c_str());
-    }
-    if (!record.empty()) unlink(record.c_str());
-  }
-  ~MicrovmBoot() { Shutdown(); }
-};
 
 struct MicrovmBackend::Template {
   std::mutex mu;           // held while the template is being made or loaded
@@ -265,87 +129,6 @@ struct MicrovmBackend::Template {
   int64_t warm_failed_at_ms = 0;
   int64_t last_wanted_ms = 0;
 };
-
-namespace {
-
-// The screen a VM's record names (written at create, read when a restarted node adopts it).
-std::optional<agent::DisplaySize> RecordDisplay(const json& rec) {
-  auto d = rec.find("display");
-  if (d == rec.end() || !d->is_object()) return std::nullopt;
-  const int w = d->value("width", 0), h = d->value("height", 0);
-  if (w < 0 || h < 0 ||
-      !agent::DisplaySize::Valid(static_cast<uint64_t>(w), static_cast<uint64_t>(h)))
-    return std::nullopt;
-  return agent::DisplaySize{static_cast<uint16_t>(w), static_cast<uint16_t>(h)};
-}
-
-class MicrovmInstance : public Instance {
- public:
-  MicrovmInstance(std::unique_ptr<MicrovmBoot> boot, int pid, uint32_t uid, UniqueFd control,
-                  std::function<Status(bool)> freeze, double quiet_cpus,
-                  std::optional<agent::DisplaySize> display)
-      : boot_(std::move(boot)),
-        pid_(pid),
-        uid_(uid),
-        control_(std::move(control)),
-        freeze_(std::move(freeze)),
-        quiet_cpus_(quiet_cpus) {
-    if (display) screen_.emplace(*display);
-  }
-  UniqueFd TakeControlSocket() override { return std::move(control_); }
-  Status Destroy() override {
-    std::lock_guard lock(mu_);
-    boot_.reset();
-    return Status::Ok();
-  }
-  Status Pause() override { return freeze_(true); }
-  Status Resume() override { return freeze_(false); }
-  isolation::CgroupPaths cgroup_paths() const override {
-    std::lock_guard lock(mu_);
-    return boot_ ? boot_->cgroup.paths() : isolation::CgroupPaths{};
-  }
-  double quiet_cpus() const override { return quiet_cpus_; }
-  bool has_machine_screen() const override { return screen_.has_value(); }
-  Result<std::string> MachineScreenshot() override {
-    std::lock_guard lock(mu_);
-    if (!screen_) return Instance::MachineScreenshot();
-    if (!boot_ || !boot_->qmp) return Status(Code::kNotFound, "take a screenshot", "vm", "gone");
-    return screen_->Screenshot(*boot_->qmp);
-  }
-  Status MachineInput(const std::vector<agent::InputStep>& steps) override {
-    if (!screen_) return Instance::MachineInput(steps);
-    std::vector<QmpScreen::Batch> plan;
-    {
-      std::lock_guard lock(mu_);
-      plan = WARREN_TRY(screen_->Plan(steps));
-    }
-    // The lock is taken per batch and never over a wait: a delete or pause goes between.
-    for (const auto& b : plan) {
-      if (b.events.is_null()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(b.wait_ms));
-        continue;
-      }
-      std::lock_guard lock(mu_);
-      if (!boot_ || !boot_->qmp) return Status(Code::kNotFound, "send input", "vm", "gone");
-      WARREN_RETURN_IF_ERROR(QmpScreen::Send(*boot_->qmp, b));
-    }
-    return Status::Ok();
-  }
-  int host_pid() const override { return pid_; }
-  uint32_t host_uid() const override { return uid_; }
-
- private:
-  mutable std::mutex mu_;
-  std::unique_ptr<MicrovmBoot> boot_;
-  int pid_;
-  uint32_t uid_;
-  UniqueFd control_;
-  std::function<Status(bool)> freeze_;
-  double quiet_cpus_;
-  std::optional<QmpScreen> screen_;  // backend vm with a display; used under mu_
-};
-
-}  // namespace
 
 MicrovmBackend::~MicrovmBackend() {
   {
@@ -413,6 +196,8 @@ json MicrovmBackend::Info() const {
           {"vm_boots", full_os_boots_.load()},
           {"warm_pool", opts_.snapshots ? opts_.warm_pool : 0},
           {"warm_starts", warm_starts_.load()},
+          {"forks", forks_.load()},
+          {"fork_children", fork_children_.load()},
           {"warm_ready", warm_ready_.load()}};
 }
 
@@ -435,9 +220,11 @@ std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, s
     // The template writes its RAM into our memfd (share=on); a restored VM maps the sealed
     // memfd copy-on-write (share=off): it starts with the template's memory without copying
     // it, and shares every page it does not write with the template and the other VMs.
-    a.insert(a.end(), {"-object", "memory-backend-file,id=ram,size=" + ram +
-                                      ",mem-path=/proc/self/fd/" + std::to_string(kRamFd) +
-                                      ",share=" + (mode == Mode::kTemplate ? "on" : "off")});
+    // A fork's capture shares its RAM with us too: the incoming migration fills our memfd.
+    const bool shared = mode == Mode::kTemplate || mode == Mode::kCapture;
+    a.insert(a.end(),
+             {"-object", "memory-backend-file,id=ram,size=" + ram + ",mem-path=/proc/self/fd/" +
+                             std::to_string(kRamFd) + ",share=" + (shared ? "on" : "off")});
   }
   a.insert(a.end(), {"-accel", kvm ? "kvm" : "tcg", "-cpu", kvm ? "host" : "max", "-m", ram, "-smp",
                      std::to_string(vcpus), "-nodefaults", "-no-user-config", "-display", "none",
@@ -446,8 +233,8 @@ std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, s
                      "-kernel", "/proc/self/fd/" + std::to_string(kKernelFd)});
   // A restored VM never reads its kernel or initramfs again (its RAM is the template's): it
   // gets the small compressed kernel, only so QEMU can set the machine up, and no initramfs.
-  if (mode != Mode::kRestore)
-    a.insert(a.end(), {"-initrd", "/proc/self/fd/" + std::to_string(kInitrdFd)});
+  const bool incoming = mode == Mode::kRestore || mode == Mode::kCapture;
+  if (!incoming) a.insert(a.end(), {"-initrd", "/proc/self/fd/" + std::to_string(kInitrdFd)});
   const std::string rom = full_os ? ",romfile=" : "";
   a.insert(a.end(),
            {"-append",  append,
@@ -475,7 +262,7 @@ std::vector<std::string> MicrovmBackend::QemuArgs(uint64_t ram_mib, int vcpus, s
   if (display)
     for (const auto& d : QmpScreen::Devices(*display)) a.insert(a.end(), {"-device", d});
   // The state comes in through QMP once x-ignore-shared is set on this side too.
-  if (mode == Mode::kRestore) a.insert(a.end(), {"-incoming", "defer"});
+  if (incoming) a.insert(a.end(), {"-incoming", "defer"});
   return a;
 }
 
@@ -488,6 +275,8 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   boot->slot = isolation::UidSlot(uids_, *slot);
   const uint32_t uid = boot->slot.range().host_base;
   boot->ram_mib = ram_mib;
+  boot->vcpus = spec.vcpus;
+  boot->memory_backend = spec.mode == Mode::kRestore;
   boot->cgroup = WARREN_TRY(isolation::Cgroup::Create(
       opts_.cgroup_parent, spec.cgroup_name,
       QemuLimits(ram_mib, spec.cpus,
@@ -499,7 +288,7 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   if (mkdir(RunDir().c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", RunDir());
   UniqueFd agent_listen = WARREN_TRY(sys::ListenUnix(boot->run_base + ".agent", SOCK_STREAM, 2));
   UniqueFd qmp_listen = WARREN_TRY(sys::ListenUnix(boot->run_base + ".qmp", SOCK_STREAM, 2));
-  const bool bz = spec.mode == Mode::kRestore;
+  const bool bz = spec.mode == Mode::kRestore || spec.mode == Mode::kCapture;
   UniqueFd kernel = WARREN_TRY(
       Reopen(bz ? bzimage_fd_ : kernel_fd_, bz ? guest_.bzimage_path : guest_.kernel_path));
   UniqueFd initrd = WARREN_TRY(Reopen(initrd_fd_, guest_.initramfs_path));
@@ -533,7 +322,7 @@ Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::Launch(const LaunchSpec& sp
   boot->cgroup.CloseCloneFd();
   agent_listen.Reset();
   qmp_listen.Reset();
-  WARREN_RETURN_IF_ERROR(Connect(*boot, /*adopting=*/false).Context("start microvm " + name));
+  WARREN_RETURN_IF_ERROR(Connect(*boot, spec.session).Context("start microvm " + name));
   return boot;
 }
 
@@ -550,9 +339,15 @@ isolation::CgroupLimits MicrovmBackend::QemuLimits(uint64_t ram_mib, double cpus
 
 std::string MicrovmBackend::RunDir() const { return "/run/warren/" + opts_.cgroup_parent; }
 
-Status MicrovmBackend::Connect(MicrovmBoot& boot, bool adopting) {
+Status MicrovmBackend::Connect(MicrovmBoot& boot, Session session) {
   UniqueFd agent = WARREN_TRY(sys::ConnectUnix(boot.run_base + ".agent", SOCK_STREAM));
   UniqueFd qmp = WARREN_TRY(sys::ConnectUnix(boot.run_base + ".qmp", SOCK_STREAM));
+  if (session == Session::kNone) {
+    boot.idle_agent = std::move(agent);
+    boot.qmp = std::make_unique<QmpClient>(std::move(qmp));
+    return boot.qmp->Handshake(30000);
+  }
+  const bool adopting = session == Session::kAdopt;
   int packet_sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, packet_sv) != 0)
     return ErrnoStatus("socketpair", "agent packets");
@@ -616,7 +411,10 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Adopt(const std::string& id) {
   boot->qemu.adopted = true;
   if (!uids_->Claim(slot)) return Status(Code::kConflict, "adopt microvm", id, "uid slot in use");
   boot->slot = isolation::UidSlot(uids_, slot);
-  WARREN_RETURN_IF_ERROR(Connect(*boot, /*adopting=*/true).Context("adopt microvm " + id));
+  boot->ram_mib = rec.value("ram_mib", uint64_t{0});
+  boot->vcpus = rec.value("vcpus", 1);
+  boot->memory_backend = rec.value("memory_backend", false) && boot->ram_mib > 0;
+  WARREN_RETURN_IF_ERROR(Connect(*boot, Session::kAdopt).Context("adopt microvm " + id));
   boot->record = RunDir() + "/" + id + ".vm.json";
   const uint32_t uid = boot->slot.range().host_base;
   UniqueFd control = std::move(boot->control);
@@ -690,22 +488,6 @@ Result<std::shared_ptr<MicrovmBackend::Template>> MicrovmBackend::TemplateFor(ui
 
 namespace {
 
-Result<UniqueFd> NewRamMemfd(uint64_t ram_mib) {
-  UniqueFd fd(memfd_create("warren-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd) return ErrnoStatus("memfd_create", "template RAM");
-  if (ftruncate(fd.get(), static_cast<off_t>(ram_mib << 20)) != 0)
-    return ErrnoStatus("ftruncate", "template RAM");
-  return fd;
-}
-
-// No VM may change the template's RAM (write() or a shared writable mapping): sealed, the
-// memfd can only be mapped privately, copy-on-write.
-Status SealRam(int fd) {
-  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
-    return ErrnoStatus("seal", "template RAM");
-  return Status::Ok();
-}
-
 // Copies the data extents of `from` to `to` at the same offsets (both sparse-aware).
 Status CopySparse(int from, int to, const std::string& what) {
   std::string buf(1 << 20, '\0');
@@ -773,18 +555,7 @@ Status MicrovmBackend::MakeTemplate(Template& t, uint64_t ram_mib, int vcpus) {
   WARREN_RETURN_IF_ERROR(q.Execute("stop").status());
   WARREN_RETURN_IF_ERROR(q.Execute("getfd", {{"fdname", "state"}}, 10000, out.get()).status());
   WARREN_RETURN_IF_ERROR(q.Execute("migrate", {{"uri", "fd:state"}}).status());
-  const int64_t deadline = NowMs() + 60000;
-  for (;;) {
-    json m = WARREN_TRY(q.Execute("query-migrate"));
-    const std::string st = m.value("status", "");
-    if (st == "completed") break;
-    if (st == "failed" || st == "cancelled")
-      return Internal("save template", t.state_path,
-                      "migration " + st + ": " + m.value("error-desc", ""));
-    if (NowMs() > deadline)
-      return Internal("save template", t.state_path, "migration did not finish");
-    usleep(10000);
-  }
+  WARREN_RETURN_IF_ERROR(AwaitMigration(q, 60000, "save template"));
   boot.reset();  // QEMU gone: no writable shared mapping of the RAM is left, so it can be sealed
   WARREN_RETURN_IF_ERROR(SealRam(ram.get()));
   // Kept on disk (sparse) so a restarted daemon does not boot the template again.
@@ -952,6 +723,7 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   const uint64_t ram = GuestRamMiB(cfg.memory_bytes);
   const int vcpus = std::clamp(static_cast<int>(std::ceil(cfg.cpus > 0 ? cfg.cpus : 1)), 1, 16);
   if (cfg.layers.empty()) return Invalid("no layers", cfg.id);
+  if (cfg.memory) return CreateFromFork(cfg);
   std::vector<UniqueFd> owned;
   std::vector<int> fds;
   for (const auto& l : cfg.layers) {
@@ -1064,28 +836,34 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
 
   const int pid = boot->qemu.pid;
   const uint32_t uid = boot->slot.range().host_base;
-  // What a restarted node needs to take this VM over (Adopt).
-  {
-    const std::string path = RunDir() + "/" + cfg.id + ".vm.json", tmp = path + ".tmp";
-    json rec{{"id", cfg.id},
-             {"pid", pid},
-             {"slot", boot->slot.slot()},
-             {"wired", cfg.net_ip != 0},
-             {"full_os", cfg.full_os}};
-    if (ls.display)
-      rec["display"] = json{{"width", ls.display->width}, {"height", ls.display->height}};
-    const std::string doc = rec.dump();
-    UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (!f || write(f.get(), doc.data(), doc.size()) != static_cast<ssize_t>(doc.size()) ||
-        rename(tmp.c_str(), path.c_str()) != 0)
-      return ErrnoStatus("write", path);
-    boot->record = path;
-  }
+  WARREN_RETURN_IF_ERROR(WriteRecord(*boot, cfg, ls.display));
   UniqueFd control = std::move(boot->control);
   isolation::Cgroup* cg = &boot->cgroup;
   return std::unique_ptr<Instance>(std::make_unique<MicrovmInstance>(
       std::move(boot), pid, uid, std::move(control),
       [cg](bool frozen) { return cg->Freeze(frozen); }, QuietCpus(), ls.display));
+}
+
+// What a restarted node needs to take this VM over (Adopt), and to fork it after that.
+Status MicrovmBackend::WriteRecord(MicrovmBoot& boot, const SandboxConfig& cfg,
+                                   const std::optional<agent::DisplaySize>& display) {
+  const std::string path = RunDir() + "/" + cfg.id + ".vm.json", tmp = path + ".tmp";
+  json rec{{"id", cfg.id},
+           {"pid", boot.qemu.pid},
+           {"slot", boot.slot.slot()},
+           {"wired", cfg.net_ip != 0},
+           {"full_os", cfg.full_os},
+           {"memory_backend", boot.memory_backend},
+           {"ram_mib", boot.ram_mib},
+           {"vcpus", boot.vcpus}};
+  if (display) rec["display"] = json{{"width", display->width}, {"height", display->height}};
+  const std::string doc = rec.dump();
+  UniqueFd f(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!f || write(f.get(), doc.data(), doc.size()) != static_cast<ssize_t>(doc.size()) ||
+      rename(tmp.c_str(), path.c_str()) != 0)
+    return ErrnoStatus("write", path);
+  boot.record = path;
+  return Status::Ok();
 }
 
 }  // namespace warren::runtime::vm

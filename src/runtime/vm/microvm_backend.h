@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,7 +50,20 @@ struct MicrovmOptions {
   int warm_pool = 2;
 };
 
-struct MicrovmBoot;  // one running QEMU and what it holds (microvm_backend.cc)
+struct MicrovmBoot;  // one running QEMU and what it holds (microvm_boot.h)
+
+// A running microVM's memory and device state, captured for a fork (issue 30): the RAM in a
+// sealed memfd its children map copy-on-write, as a template's; the state is the rest of
+// QEMU's migration stream. Held until the last child has started (a child's mapping keeps
+// the pages it reads).
+struct MemoryImage {
+  UniqueFd ram, state;
+  uint64_t ram_mib = 0;
+  int vcpus = 1;
+  uint64_t ram_bytes = 0;  // what the RAM memfd holds
+  int64_t paused_ms = 0;   // how long the parent stood still
+  int64_t capture_ms = 0;  // the whole capture
+};
 
 class MicrovmBackend : public Backend {
  public:
@@ -72,6 +86,14 @@ class MicrovmBackend : public Backend {
   // timers and the agent's channel, emulated. Measured here on 2 vCPUs: 0.02-0.11 CPUs in
   // 1 s samples under TCG; a KVM guest idles at about a tenth of that.
   double QuietCpus() const { return accel_.accel == "kvm" ? 0.03 : 0.15; }
+
+  // A fork of `parent`'s memory: a capture QEMU takes in the parent's RAM by migration while
+  // the parent is stopped (`while_stopped` runs then), the parent runs on, and the capture's
+  // device state is saved. kUnavailable: this VM cannot be forked so (booted cold, a whole
+  // VM); the caller forks its files only.
+  Result<std::shared_ptr<MemoryImage>> CaptureFork(Instance& parent,
+                                                   const std::function<void()>& while_stopped);
+  uint64_t forks() const { return forks_.load(); }
 
   // The guest RAM a sandbox with `memory_bytes` for its commands gets (kernel, agent, page
   // cache need some on top), in MiB.
@@ -96,12 +118,18 @@ class MicrovmBackend : public Backend {
   // How a QEMU starts: booting (anonymous RAM), booting a template (RAM in a memfd it shares
   // with us) or restoring one (that memfd, sealed, mapped copy-on-write, plus the saved
   // device state).
-  enum class Mode { kCold, kTemplate, kRestore };
+  // kCapture: a fork's capture, a restore's devices whose RAM is shared with us so that the
+  // incoming migration fills our memfd.
+  enum class Mode { kCold, kTemplate, kRestore, kCapture };
   // full_os: backend vm, a q35 PC with virtio over PCI booting the image's own init.
   // display: QEMU's screen and input devices (backend vm only).
   std::vector<std::string> QemuArgs(uint64_t ram_mib, int vcpus, size_t slots, Mode mode,
                                     bool full_os = false,
                                     std::optional<agent::DisplaySize> display = {}) const;
+  // How the node's agent channel starts: a new session (a sync each way), taking over one
+  // the guest had (adopt), or none (a capture never runs its guest: nothing may be queued
+  // into a port whose state it saves).
+  enum class Session { kNew, kAdopt, kNone };
   struct LaunchSpec {
     std::string name, cgroup_name;
     uint64_t ram_mib = 0;
@@ -113,10 +141,18 @@ class MicrovmBackend : public Backend {
     int state_fd = -1, ram_fd = -1, netns_fd = -1;
     bool bridge_eth0 = false;
     std::optional<agent::DisplaySize> display;  // backend vm: QEMU's screen and input devices
+    Session session = Session::kNew;
   };
   Result<std::unique_ptr<MicrovmBoot>> Launch(const LaunchSpec& spec);
   // Connects to a launched (or adopted) QEMU's agent channel and monitor, and starts the relay.
-  Status Connect(MicrovmBoot& boot, bool adopting);
+  Status Connect(MicrovmBoot& boot, Session session);
+  Result<std::shared_ptr<MemoryImage>> Capture(MicrovmBoot& parent,
+                                               const std::function<void()>& while_stopped);
+  // A memory fork's child (SandboxConfig::memory): the image restored, then given its own
+  // identity (agent::VmRefreshMessage).
+  Result<std::unique_ptr<Instance>> CreateFromFork(const SandboxConfig& cfg);
+  Status WriteRecord(MicrovmBoot& boot, const SandboxConfig& cfg,
+                     const std::optional<agent::DisplaySize>& display);
   std::string RunDir() const;
   isolation::CgroupLimits QemuLimits(uint64_t ram_mib, double cpus, uint64_t video_bytes = 0) const;
 
@@ -135,7 +171,8 @@ class MicrovmBackend : public Backend {
   bool stopping_ = false;
   std::thread filler_;
   // Figures for /v1/nodes.
-  std::atomic<uint64_t> restores_{0}, cold_boots_{0}, full_os_boots_{0}, warm_starts_{0};
+  std::atomic<uint64_t> restores_{0}, cold_boots_{0}, full_os_boots_{0}, warm_starts_{0}, forks_{0},
+      fork_children_{0};
   std::atomic<int> warm_ready_{0};
 };
 

@@ -93,7 +93,9 @@ void AddSnapshot(CLI::App& app) {
 
 void AddFork(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "fork", "make N sandboxes from a sandbox's files now (all or none); prints their ids");
+      "fork",
+      "make N sandboxes from a sandbox now (all or none; a microVM's memory and processes "
+      "too); prints their ids");
   auto id = std::make_shared<std::string>();
   auto n = std::make_shared<int64_t>(1);
   auto tag = std::make_shared<std::string>();
@@ -116,10 +118,15 @@ void AddFork(CLI::App& app) {
     if (*as_json) return void(printf("%s\n", j->dump(2).c_str()));
     for (const auto& c : j->value("sandboxes", nlohmann::json::array()))
       printf("%s\n", c.value("id", "").c_str());
-    fprintf(stderr, "%zu forked from %s in %.2f s (snapshot %.2f s)\n",
-            j->value("sandboxes", nlohmann::json::array()).size(), id->c_str(),
-            j->value("seconds", 0.0),
-            j->value("snapshot", nlohmann::json::object()).value("seconds", 0.0));
+    const size_t made = j->value("sandboxes", nlohmann::json::array()).size();
+    const nlohmann::json memory = j->value("memory", nlohmann::json());
+    if (memory.is_object())
+      fprintf(stderr, "%zu forked from %s with its memory in %.2f s (it stood still %.2f s)\n",
+              made, id->c_str(), j->value("seconds", 0.0), memory.value("paused_seconds", 0.0));
+    else
+      fprintf(stderr, "%zu forked from %s in %.2f s (snapshot %.2f s)\n", made, id->c_str(),
+              j->value("seconds", 0.0),
+              j->value("snapshot", nlohmann::json::object()).value("seconds", 0.0));
   });
 }
 

@@ -3,6 +3,7 @@
 // sandboxes made as a batch is, all or none.
 #include <spdlog/spdlog.h>
 
+#include "base/cleanup.h"
 #include "base/ids.h"
 #include "node/node_api.h"
 #include "server/routes.h"
@@ -133,11 +134,39 @@ Result<json> Api::Fork(const Principal& who, const std::string& id, const std::s
           .WithRetryAfter(why.retry_after_s());
     }
 
+  // A microVM forks with its memory and processes where its node can (the files alone
+  // otherwise: a cold-booted VM, a node that cannot); everything else forks its files.
+  std::optional<node::MemoryFork> memory;
+  node::NodeApi* node = nullptr;
+  if (parent.spec.backend == runtime::BackendKind::kMicrovm) {
+    auto found = NodeOf(parent);
+    auto prepared =
+        found.ok() ? (*found)->PrepareFork(id) : Result<node::MemoryFork>(found.status());
+    if (prepared.ok()) {
+      memory = std::move(*prepared);
+      node = *found;
+    } else if (prepared.status().code() == Code::kUnavailable) {
+      spdlog::info("fork of {}: files only: {}", id, prepared.status().ToString());
+    } else {
+      ReleaseShares(who, spec, reserved);
+      return node::NodeFault(prepared.status());
+    }
+  }
+  Cleanup end_fork([&] {
+    if (memory) (void)node->EndFork(memory->token);
+  });
+
+  // The snapshot: the children's workspace in a files fork; in a memory fork only when it is
+  // to be named (the children's files are in the memory they restore, over the parent's disks).
   auto pin = layers_.PinBlobs();
-  auto layer = SnapshotOf(parent, 0);
-  if (!layer.ok()) {
-    ReleaseShares(who, spec, reserved);
-    return layer.status();
+  std::optional<node::SnapshotLayer> layer;
+  if (!memory || !ref.empty()) {
+    auto made = SnapshotOf(parent, 0);
+    if (!made.ok()) {
+      ReleaseShares(who, spec, reserved);
+      return made.status();
+    }
+    layer = std::move(*made);
   }
   std::string moved_from;
   if (!ref.empty()) {
@@ -151,12 +180,21 @@ Result<json> Api::Fork(const Principal& who, const std::string& id, const std::s
     }
   }
   const double snapshot_s = NowSeconds() - t0;
-  ForkOrigin origin{{id, layer->digest, ref}, parent.layers};
-  if (!origin.below.empty() && origin.below.front().role == "workspace")
+  ForkOrigin origin;
+  origin.lineage.parent = id;
+  origin.below = parent.layers;
+  if (layer) origin.lineage.snapshot = layer->digest, origin.lineage.snapshot_ref = ref;
+  if (memory) {
+    origin.lineage.memory = true;
+    origin.node = parent.node;
+    origin.memory = memory->token;
+  } else if (!origin.below.empty() && origin.below.front().role == "workspace") {
     origin.below.erase(origin.below.begin());  // the snapshot holds it
+  }
   // The pin is held until every child is made: their records keep the snapshot from then on.
   RunCreates(who, spec, reserved, &results, &origin);
   pin.unlock();
+  end_fork.Run();
   if (!moved_from.empty()) layers_.Collect({moved_from});
   // A child's create does not apply its lease's expiry (Collect would wait for the pin):
   // done here, for all of them, as the creates would have.
@@ -182,7 +220,7 @@ Result<json> Api::Fork(const Principal& who, const std::string& id, const std::s
         kept += (kept.empty() ? "" : ", ") + child;
       }
     }
-    layers_.Collect({layer->digest});
+    if (layer) layers_.Collect({layer->digest});
     CountError(failed->code());
     return Status(failed->code(), "fork", id,
                   std::to_string(made.size()) + " of " + std::to_string(n) +
@@ -190,17 +228,23 @@ Result<json> Api::Fork(const Principal& who, const std::string& id, const std::s
                       (kept.empty() ? "" : " (but " + kept + ": delete them)") + ": " +
                       failed->message());
   }
-  spdlog::info("fork of {}: {} children in {:.3f} s (snapshot {:.3f} s)", id, n, NowSeconds() - t0,
+  spdlog::info("fork of {}: {} children{} in {:.3f} s ({} {:.3f} s)", id, n,
+               memory ? " with its memory" : "", NowSeconds() - t0, memory ? "capture" : "snapshot",
                snapshot_s);
-  return json{{"sandboxes", std::move(made)},
-              {"snapshot",
-               {{"ref", ref},
-                {"digest", layer->digest},
-                {"size", layer->size},
-                {"entries", layer->entries},
-                {"file_bytes", layer->file_bytes},
-                {"seconds", snapshot_s}}},
-              {"seconds", NowSeconds() - t0}};
+  json out{{"sandboxes", std::move(made)}, {"seconds", NowSeconds() - t0}};
+  if (layer)
+    out["snapshot"] = {{"ref", ref},
+                       {"digest", layer->digest},
+                       {"size", layer->size},
+                       {"entries", layer->entries},
+                       {"file_bytes", layer->file_bytes},
+                       {"seconds", snapshot_s}};
+  out["memory"] = memory
+                      ? json{{"ram_bytes", memory->ram_bytes},
+                             {"paused_seconds", static_cast<double>(memory->paused_ms) / 1000.0},
+                             {"capture_seconds", static_cast<double>(memory->capture_ms) / 1000.0}}
+                      : json(nullptr);
+  return out;
 }
 
 }  // namespace warren::server

@@ -304,7 +304,14 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
     made_from.push_back({ref, role, rec->digest});
     return Status::Ok();
   };
-  if (fork) {
+  if (fork && !fork->memory.empty()) {
+    // A memory fork's child: the parent's disks under the parent's memory, as they are.
+    for (const auto& l : fork->below) {
+      ns.config.layers.push_back({l.digest, "", l.role == "tool"});
+      made_from.push_back(l);
+    }
+    ns.fork = fork->memory;
+  } else if (fork) {
     // A fork's child: its workspace is the snapshot, which its record keeps alive, over the
     // very layers the parent has (the snapshot is a difference from those digests, whatever
     // their tags name now).
@@ -342,6 +349,8 @@ Result<json> Api::CreateOne(const Principal& who, const SandboxSpec& spec, bool 
   // Where it goes: room held there until the sandbox is gone (or this create fails).
   node::PlacementAsk ask = AskOf(spec, made_from);
   ask.sandbox_id = id;
+  // Where the parent's memory is.
+  if (fork && !fork->memory.empty()) ask.node_selector[node::kNodeNameLabel] = fork->node;
   const double placing = NowSeconds();
   const std::string node_name = WARREN_TRY(fleet_->Place(ask));
   placement_seconds_.Observe(NowSeconds() - placing);

@@ -183,9 +183,12 @@ class Api {
                                   const std::vector<SandboxRecord::Layer>& layers);
   // A fork's child: its lineage (the snapshot is its workspace) and the parent's layers
   // below its workspace, by digest. The fork holds the blob pin for it.
+  // A memory fork's child (`memory`: the node's MemoryFork token) is made on the parent's
+  // `node` over all of the parent's layers (`below`), its snapshot only named.
   struct ForkOrigin {
     SandboxRecord::Lineage lineage;
     std::vector<SandboxRecord::Layer> below;
+    std::string node, memory;
   };
   // `reserved`: the caller already took the quota share (batches do, in item order).
   // `fork`: a fork's child (no name in the spec is resolved; no lease expiry applied).

@@ -111,15 +111,27 @@ Result<SandboxRecord> ParseSandboxRecord(const json& j) {
     r.replay_stopped = j["replay_stopped"].get<std::string>();
   }
   if (j.contains("lineage")) {
+    // {parent, memory, snapshot?: {ref, digest}}: a files fork has its snapshot; a memory
+    // fork has one only when it was named too.
     const json& l = j["lineage"];
-    if (!l.is_object() || l.size() != 2 || !l.contains("parent") || !l["parent"].is_string() ||
-        !l.contains("snapshot") || !l["snapshot"].is_object() || l["snapshot"].size() != 2 ||
-        !l["snapshot"].contains("ref") || !l["snapshot"]["ref"].is_string() ||
-        !l["snapshot"].contains("digest") || !l["snapshot"]["digest"].is_string())
-      return Invalid("sandbox record: `lineage` is {parent, snapshot: {ref, digest}}");
-    r.lineage = SandboxRecord::Lineage{l["parent"].get<std::string>(),
-                                       l["snapshot"]["digest"].get<std::string>(),
-                                       l["snapshot"]["ref"].get<std::string>()};
+    const char* shape = "sandbox record: `lineage` is {parent, memory, snapshot?: {ref, digest}}";
+    if (!l.is_object() || !l.contains("parent") || !l["parent"].is_string()) return Invalid(shape);
+    SandboxRecord::Lineage lin;
+    lin.parent = l["parent"].get<std::string>();
+    for (const auto& [k, v] : l.items()) {
+      if (k == "parent") continue;
+      if (k == "memory" && v.is_boolean()) {
+        lin.memory = v.get<bool>();
+      } else if (k == "snapshot" && v.is_object() && v.size() == 2 && v.contains("ref") &&
+                 v["ref"].is_string() && v.contains("digest") && v["digest"].is_string()) {
+        lin.snapshot = v["digest"].get<std::string>();
+        lin.snapshot_ref = v["ref"].get<std::string>();
+      } else {
+        return Invalid(shape);
+      }
+    }
+    if (lin.snapshot.empty() && !lin.memory) return Invalid(shape);
+    r.lineage = std::move(lin);
   }
   return r;
 }
@@ -139,10 +151,12 @@ json ToJson(const SandboxRecord& r) {
       r.error ? json{{"code", r.error->code}, {"message", r.error->message}} : json(nullptr);
   if (r.replay_stopped) j["replay_stopped"] = *r.replay_stopped;
   if (r.reason) j["reason"] = *r.reason;
-  if (r.lineage)
-    j["lineage"] = {
-        {"parent", r.lineage->parent},
-        {"snapshot", {{"ref", r.lineage->snapshot_ref}, {"digest", r.lineage->snapshot}}}};
+  if (r.lineage) {
+    json l = {{"parent", r.lineage->parent}, {"memory", r.lineage->memory}};
+    if (!r.lineage->snapshot.empty())
+      l["snapshot"] = {{"ref", r.lineage->snapshot_ref}, {"digest", r.lineage->snapshot}};
+    j["lineage"] = std::move(l);
+  }
   return j;
 }
 

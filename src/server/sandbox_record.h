@@ -55,8 +55,11 @@ struct SandboxRecord {
   // A fork's child (issue 30): the sandbox it was forked from and the snapshot it starts
   // from (also its workspace layer; `snapshot_ref` is the snapshot's NAME:TAG, or empty when
   // the fork named none).
+  // A fork's child: its parent, the snapshot it was made from ("" for a memory fork that was
+  // not named) and whether it carries the parent's memory and processes (a microVM).
   struct Lineage {
     std::string parent, snapshot, snapshot_ref;
+    bool memory = false;
   };
 
   std::string id;

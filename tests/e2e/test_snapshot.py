@@ -3,12 +3,16 @@
 A snapshot is the sandbox's files as one workspace layer: a sandbox made from it shows the
 same tree, byte for byte and metadata for metadata (compared by a manifest each sandbox
 writes of itself: type, mode, owner, mtime, xattrs, content digest, symlink target, which
-names share an inode). A fork is N sandboxes from one snapshot, all or none.
+names share an inode). A fork is N sandboxes from one snapshot, all or none; a microVM's
+fork also carries its memory and running processes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import time
 
 import pytest
 
@@ -334,3 +338,65 @@ def test_a_microvm_snapshot_and_fork(server, image, sandboxes):
         with pytest.raises(warren.errors.Conflict):
             vm.snapshot(tag + "-paused")
         vm.resume()
+
+
+def _count(sb) -> int:
+    out = _run(sb, "cat /tmp/c 2>/dev/null || echo 0").strip()
+    return int(out or 0)
+
+
+def _microvm_info(server) -> dict:
+    return server.http("GET", "/v1/nodes").json["nodes"][0].get("microvm", {})
+
+
+def _run_dir_entries(server, prefix: str) -> list:
+    parent = "warren-" + hashlib.sha256(os.path.realpath(server.data_dir).encode()).hexdigest()[:8]
+    d = os.path.join("/run/warren", parent)
+    return [e for e in os.listdir(d) if e.startswith(prefix)] if os.path.isdir(d) else []
+
+
+@pytest.mark.serve_only("the cluster target's nodes run with --no-microvm (VMs are tested on serve)")
+def test_a_microvm_fork_carries_its_processes(server, image, sandboxes):
+    """A microVM forks with its memory: a process counting in the parent counts on in each child
+    from where the parent was, with the parent's pid; each child has its own hostname, clock and
+    randomness, and what one child does is seen by no other. The capture leaves nothing behind."""
+    loop = "echo $$ > /tmp/pid; i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done"
+    with server.client() as client:
+        vm = client.create(image=image, **MICROVM)
+        sandboxes.append(vm.id)
+        vm.start(["sh", "-c", loop])
+        assert e2e_util.wait_until(lambda: _count(vm) >= 10, timeout=60, interval=0.3), _count(vm)
+        before = _count(vm)
+        pid = _run(vm, "cat /tmp/pid").strip()
+        forks = _microvm_info(server).get("forks", 0)
+        kids = vm.fork(2)
+        sandboxes.extend(k.id for k in kids)
+        assert _microvm_info(server)["forks"] == forks + 1
+        seeds = set()
+        for k in kids:
+            assert k.backend == "microvm" and k.lineage == {"parent": vm.id, "memory": True}, k.lineage
+            first = _count(k)
+            assert first >= before, (first, before)  # carried on, not started again
+            assert _run(k, "cat /tmp/pid; kill -0 $(cat /tmp/pid) && echo alive").split() == [pid, "alive"]
+            assert e2e_util.wait_until(lambda: _count(k) > first, timeout=30, interval=0.3)
+            assert _run(k, "hostname").strip() == k.id
+            assert abs(int(_run(k, "date +%s")) - time.time()) < 10
+            seeds.add(_run(k, "head -c 16 /dev/urandom | od -An -tx1"))
+        assert len(seeds) == 2
+        # Each its own: a file one child writes and a process it ends are its alone.
+        _run(kids[0], "echo mine > /tmp/only-here; kill $(cat /tmp/pid)")
+        time.sleep(1.0)
+        stopped = _count(kids[0])
+        time.sleep(1.0)
+        assert _count(kids[0]) == stopped
+        for other in (kids[1], vm):
+            assert _run(other, "ls /tmp/only-here 2>&1 || true").startswith("ls:")
+            now = _count(other)
+            assert e2e_util.wait_until(lambda: _count(other) > now, timeout=30, interval=0.3)
+        assert _run(vm, "hostname").strip() == vm.id
+        # The capture's QEMU, cgroup and sockets are gone; the children delete cleanly.
+        assert _run_dir_entries(server, "fork-") == []
+        for k in kids:
+            k.delete()
+            sandboxes.remove(k.id)
+            assert not _run_dir_entries(server, k.id)

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
+
 #include "fake_node.h"
 #include "image/tar_extract.h"
 #include "server/routes.h"
@@ -461,6 +463,58 @@ TEST_F(ApiTest, AForkMakesItsChildrenFromOneSnapshotAndRecordsTheirLineage) {
   EXPECT_EQ(node_.snapshots[1].second.workspace, digest);
 }
 
+TEST_F(ApiTest, AMicrovmForksWithItsMemoryOverExactlyItsLayers) {
+  node_.memory_forks = true;
+  const std::string parent = Create({{"image", "py:1"}, {"backend", "microvm"}}, admin_)["id"];
+  auto forked = api_->Fork(admin_, parent, R"({"count": 3})");
+  ASSERT_TRUE(forked.ok()) << forked.status().ToString();
+  EXPECT_TRUE(node_.snapshots.empty());  // its files are in the memory the children restore
+  ASSERT_EQ(node_.prepared_forks, std::vector<std::string>{parent});  // one capture for all
+  EXPECT_EQ(node_.ended_forks, std::vector<std::string>{"token-1"});
+  EXPECT_FALSE(forked->contains("snapshot"));
+  EXPECT_EQ((*forked)["memory"]["ram_bytes"], 1 << 20);
+  ASSERT_EQ((*forked)["sandboxes"].size(), 3u);
+  for (const json& c : (*forked)["sandboxes"]) {
+    EXPECT_EQ(c["lineage"], json({{"parent", parent}, {"memory", true}}));
+    const auto& spec = node_.sandboxes[c["id"]].spec;
+    EXPECT_EQ(spec.fork, "token-1");
+    ASSERT_EQ(spec.config.layers.size(), 1u);  // the parent's base, no snapshot over it
+    EXPECT_EQ(spec.config.layers[0].digest, "sha256:" + std::string(64, 'a'));
+  }
+  // Named too: one snapshot for the tag (the fake's blob is in no store, so naming it fails,
+  // and the capture still ends).
+  auto named = api_->Fork(admin_, parent, R"({"count": 1, "tag": "kept:1"})");
+  EXPECT_FALSE(named.ok());
+  EXPECT_EQ(node_.snapshots.size(), 1u);
+  EXPECT_EQ(node_.ended_forks.size(), 2u);
+  // A container never asks for memory; a node that cannot forks the microVM's files.
+  const std::string box = Create({{"image", "py:1"}}, admin_)["id"];
+  ASSERT_TRUE(api_->Fork(admin_, box, R"({"count": 1})").ok());
+  EXPECT_EQ(node_.prepared_forks.size(), 2u);
+  node_.memory_forks = false;
+  auto files = api_->Fork(admin_, parent, R"({"count": 1})");
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  EXPECT_EQ((*files)["sandboxes"][0]["lineage"]["memory"], false);
+  EXPECT_TRUE((*files)["memory"].is_null());
+}
+
+TEST_F(ApiTest, AMemoryForkThatFailsRemovesItsChildrenAndEndsTheCapture) {
+  node_.memory_forks = true;
+  const std::string parent = Create({{"image", "py:1"}, {"backend", "microvm"}}, admin_)["id"];
+  std::atomic<int> creates{0};
+  node_.during_create = [&](const std::string&) {
+    std::lock_guard lock(node_.mu);  // the creates run in parallel
+    if (++creates == 2) node_.fail_next["create"] = Status(Code::kInternal, "restore", "vm", "x");
+  };
+  auto forked = api_->Fork(admin_, parent, R"({"count": 3})");
+  ASSERT_FALSE(forked.ok());
+  EXPECT_EQ(node_.ended_forks.size(), 1u);
+  auto kids = api_->ListSandboxes(admin_, {{"parent", parent}});
+  ASSERT_TRUE(kids.ok());
+  EXPECT_TRUE((*kids)["sandboxes"].empty());
+  EXPECT_EQ(node_.sandboxes.size(), 1u);  // the parent alone
+}
+
 TEST_F(ApiTest, AForkIsAllOrNone) {
   const std::string parent = Create({{"image", "py:1"}}, alice_)["id"];
   // alice may have 2 sandboxes: the parent and one more. A fork of 2 makes nothing, not
@@ -567,6 +621,15 @@ TEST(SandboxRecord, LineageRoundTripsAndIsParsedStrictly) {
   EXPECT_FALSE(ParseSandboxRecord(bad).ok());
   bad = ToJson(r);
   bad["lineage"]["snapshot"] = "sha256:x";
+  EXPECT_FALSE(ParseSandboxRecord(bad).ok());
+  // A memory fork that was not named has no snapshot; a lineage with neither is refused.
+  r.lineage = SandboxRecord::Lineage{"sb-1", "", "", true};
+  back = ParseSandboxRecord(ToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->lineage->memory);
+  EXPECT_FALSE(ToJson(r)["lineage"].contains("snapshot"));
+  bad = ToJson(r);
+  bad["lineage"]["memory"] = false;
   EXPECT_FALSE(ParseSandboxRecord(bad).ok());
 }
 

@@ -76,6 +76,21 @@ class FakeNode : public node::NodeApi {
     return node::SnapshotLayer{"sha256:" + hex, 4096, 3, 100, 1};
   }
   std::vector<std::pair<std::string, node::SnapshotSpec>> snapshots;
+  // Memory forks (a microVM node's): off, PrepareFork is unavailable and forks take files.
+  bool memory_forks = false;
+  Result<node::MemoryFork> PrepareFork(const std::string& id) override {
+    if (!memory_forks) return NodeApi::PrepareFork(id);
+    WARREN_RETURN_IF_ERROR(Op("fork", id));
+    std::lock_guard lock(mu);
+    prepared_forks.push_back(id);
+    return node::MemoryFork{"token-" + std::to_string(prepared_forks.size()), 1 << 20, 5, 10};
+  }
+  Status EndFork(const std::string& token) override {
+    std::lock_guard lock(mu);
+    ended_forks.push_back(token);
+    return Status::Ok();
+  }
+  std::vector<std::string> prepared_forks, ended_forks;
   // A paused sandbox stands as hibernated, one that was never paused as active.
   Result<node::density::SandboxDensity> Density(const std::string& id) override {
     std::lock_guard lock(mu);
@@ -279,6 +294,10 @@ class ForwardingNode : public node::NodeApi {
                                        const node::SnapshotSpec& spec) override {
     return to_->Snapshot(id, spec);
   }
+  Result<node::MemoryFork> PrepareFork(const std::string& id) override {
+    return to_->PrepareFork(id);
+  }
+  Status EndFork(const std::string& token) override { return to_->EndFork(token); }
   Status PauseSandbox(const std::string& id) override { return to_->PauseSandbox(id); }
   Status ResumeSandbox(const std::string& id) override { return to_->ResumeSandbox(id); }
   Result<std::shared_ptr<node::ExecRecord>> StartExec(const std::string& id,

@@ -336,8 +336,9 @@ class Sandbox:
 
         Each child has its own id, network and limits (this sandbox's spec), and its
         ``lineage`` names this sandbox and the snapshot it started from; this sandbox keeps
-        running, untouched. Containers fork their files, not their processes. ``tag`` also
-        names the snapshot. ``progress(ready, n)`` is called while the children are made (from
+        running, untouched. Containers fork their files, not their processes; a microVM's
+        children also carry on its memory and running processes (``lineage["memory"]`` is
+        true). ``tag`` also names the snapshot. ``progress(ready, n)`` is called while the children are made (from
         this thread, every ``poll_interval`` seconds) and once at the end.
         """
         body: Dict[str, Any] = {"count": int(n)}

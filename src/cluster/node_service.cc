@@ -76,6 +76,8 @@ const std::vector<NodeService::RouteEntry>& NodeService::Entries() {
       {{M::kPut, "/node/v1/sandboxes/{id}/filesystem", kScope, kJsonBodyLimit}, &S::SetFilesystem},
       {{M::kGet, "/node/v1/sandboxes/{id}/changes", kScope, kJsonBodyLimit}, &S::Changes},
       {{M::kPost, "/node/v1/sandboxes/{id}/snapshot", kScope, kJsonBodyLimit}, &S::Snapshot},
+      {{M::kPost, "/node/v1/sandboxes/{id}/fork", kScope, kJsonBodyLimit}, &S::PrepareFork},
+      {{M::kDelete, "/node/v1/forks/{token}", kScope, 0}, &S::EndFork},
       {{M::kGet, "/node/v1/sandboxes/{id}/density", kScope, kJsonBodyLimit}, &S::Density},
       {{M::kPost, "/node/v1/sandboxes/{id}/pause", kScope, kJsonBodyLimit}, &S::Pause},
       {{M::kPost, "/node/v1/sandboxes/{id}/resume", kScope, kJsonBodyLimit}, &S::Resume},
@@ -221,6 +223,18 @@ HttpReply NodeService::Snapshot(HttpRequest& r) {
   auto layer = node_->Snapshot(r.params.at("id"), *spec);
   if (!layer.ok()) return Fail(layer.status());
   return HttpReply::Json(node::ToWire(*layer));
+}
+
+HttpReply NodeService::PrepareFork(HttpRequest& r) {
+  auto fork = node_->PrepareFork(r.params.at("id"));
+  if (!fork.ok()) return Fail(fork.status());
+  return HttpReply::Json(node::ToWire(*fork));
+}
+
+HttpReply NodeService::EndFork(HttpRequest& r) {
+  const std::string& token = r.params.at("token");
+  if (!node::IsForkToken(token)) return Fail(Invalid("end fork: not a fork's token"));
+  return Done(node_->EndFork(token));
 }
 
 HttpReply NodeService::Density(HttpRequest& r) {

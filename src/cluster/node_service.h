@@ -49,6 +49,8 @@ class NodeService : public server::HttpService {
   server::HttpReply SetFilesystem(server::HttpRequest&);
   server::HttpReply Changes(server::HttpRequest&);
   server::HttpReply Snapshot(server::HttpRequest&);
+  server::HttpReply PrepareFork(server::HttpRequest&);
+  server::HttpReply EndFork(server::HttpRequest&);
   server::HttpReply Density(server::HttpRequest&);
   server::HttpReply Pause(server::HttpRequest&);
   server::HttpReply Resume(server::HttpRequest&);

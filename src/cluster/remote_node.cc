@@ -166,6 +166,16 @@ Result<node::SnapshotLayer> RemoteNode::Snapshot(const std::string& id,
   return node::ParseWireSnapshotLayer(j);
 }
 
+Result<node::MemoryFork> RemoteNode::PrepareFork(const std::string& id) {
+  auto j = WARREN_TRY(CallJson("fork memory", "POST", SandboxPath(id) + "/fork", json::object()));
+  return node::ParseWireMemoryFork(j);
+}
+
+Status RemoteNode::EndFork(const std::string& token) {
+  if (!node::IsForkToken(token)) return Invalid("end fork: not a fork's token");
+  return CallDone("end fork", "DELETE", "/node/v1/forks/" + token);
+}
+
 Status RemoteNode::PauseSandbox(const std::string& id) {
   return CallDone("pause sandbox", "POST", SandboxPath(id) + "/pause");
 }

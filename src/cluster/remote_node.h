@@ -55,6 +55,8 @@ class RemoteNode : public node::NodeApi {
   Status SetFilesystem(const std::string& id, const isolation::FsPolicy& policy) override;
   Result<node::SnapshotLayer> Snapshot(const std::string& id,
                                        const node::SnapshotSpec& spec) override;
+  Result<node::MemoryFork> PrepareFork(const std::string& id) override;
+  Status EndFork(const std::string& token) override;
   Result<isolation::ChangeReport> Changes(const std::string& id, const std::string& under,
                                           size_t limit) override;
   Status PauseSandbox(const std::string& id) override;

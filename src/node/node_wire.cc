@@ -53,7 +53,8 @@ json ToWire(const NodeSandboxSpec& spec) {
           {"env", c.env},
           {"display", c.display ? json{{"width", c.display->width}, {"height", c.display->height}}
                                 : json(nullptr)},
-          {"network", ToWire(spec.network)}};
+          {"network", ToWire(spec.network)},
+          {"fork", spec.fork}};
 }
 
 Result<NodeSandboxSpec> ParseWireSandboxSpec(const json& j) {
@@ -107,6 +108,9 @@ Result<NodeSandboxSpec> ParseWireSandboxSpec(const json& j) {
   const json* network = nullptr;
   WARREN_RETURN_IF_ERROR(f.Value("network", &network));
   s.network = WARREN_TRY(ParseWirePolicy(*network));
+  WARREN_RETURN_IF_ERROR(f.String("fork", &s.fork, false));
+  if (!s.fork.empty() && !IsForkToken(s.fork))
+    return Invalid("sandbox spec: `fork` must be a fork's token (32 hex digits)");
   WARREN_RETURN_IF_ERROR(f.NoOthers());
   return s;
 }
@@ -245,6 +249,30 @@ Result<SnapshotLayer> ParseWireSnapshotLayer(const json& j) {
   WARREN_RETURN_IF_ERROR(f.UInt("whiteouts", &l.whiteouts));
   WARREN_RETURN_IF_ERROR(f.NoOthers());
   return l;
+}
+
+json ToWire(const MemoryFork& fork) {
+  return {{"token", fork.token},
+          {"ram_bytes", fork.ram_bytes},
+          {"paused_ms", fork.paused_ms},
+          {"capture_ms", fork.capture_ms}};
+}
+
+Result<MemoryFork> ParseWireMemoryFork(const json& j) {
+  JsonFields f(j, "memory fork");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  MemoryFork m;
+  WARREN_RETURN_IF_ERROR(f.String("token", &m.token));
+  if (!IsForkToken(m.token)) return Invalid("memory fork: `token` must be 32 hex digits");
+  WARREN_RETURN_IF_ERROR(f.UInt("ram_bytes", &m.ram_bytes));
+  WARREN_RETURN_IF_ERROR(f.Int("paused_ms", &m.paused_ms));
+  WARREN_RETURN_IF_ERROR(f.Int("capture_ms", &m.capture_ms));
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  return m;
+}
+
+bool IsForkToken(const std::string& s) {
+  return s.size() == 32 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 Result<isolation::ChangeReport> ParseWireChanges(const json& j) {

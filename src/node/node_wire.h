@@ -36,6 +36,10 @@ nlohmann::json ToWire(const SnapshotSpec& spec);
 Result<SnapshotSpec> ParseWireSnapshotSpec(const nlohmann::json& j);
 nlohmann::json ToWire(const SnapshotLayer& layer);
 Result<SnapshotLayer> ParseWireSnapshotLayer(const nlohmann::json& j);
+nlohmann::json ToWire(const MemoryFork& fork);
+Result<MemoryFork> ParseWireMemoryFork(const nlohmann::json& j);
+// A node's MemoryFork token: 32 lowercase hex digits (node/memory_forks.h).
+bool IsForkToken(const std::string& s);
 
 nlohmann::json ToWire(const isolation::ChangeReport& report);
 Result<isolation::ChangeReport> ParseWireChanges(const nlohmann::json& j);

@@ -470,14 +470,14 @@ TEST_F(ApiTest, AMicrovmForksWithItsMemoryOverExactlyItsLayers) {
   ASSERT_TRUE(forked.ok()) << forked.status().ToString();
   EXPECT_TRUE(node_.snapshots.empty());  // its files are in the memory the children restore
   ASSERT_EQ(node_.prepared_forks, std::vector<std::string>{parent});  // one capture for all
-  EXPECT_EQ(node_.ended_forks, std::vector<std::string>{"token-1"});
+  EXPECT_EQ(node_.ended_forks, std::vector<std::string>{testing::FakeNode::ForkToken(1)});
   EXPECT_FALSE(forked->contains("snapshot"));
   EXPECT_EQ((*forked)["memory"]["ram_bytes"], 1 << 20);
   ASSERT_EQ((*forked)["sandboxes"].size(), 3u);
   for (const json& c : (*forked)["sandboxes"]) {
     EXPECT_EQ(c["lineage"], json({{"parent", parent}, {"memory", true}}));
     const auto& spec = node_.sandboxes[c["id"]].spec;
-    EXPECT_EQ(spec.fork, "token-1");
+    EXPECT_EQ(spec.fork, testing::FakeNode::ForkToken(1));
     ASSERT_EQ(spec.config.layers.size(), 1u);  // the parent's base, no snapshot over it
     EXPECT_EQ(spec.config.layers[0].digest, "sha256:" + std::string(64, 'a'));
   }

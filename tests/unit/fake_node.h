@@ -83,7 +83,7 @@ class FakeNode : public node::NodeApi {
     WARREN_RETURN_IF_ERROR(Op("fork", id));
     std::lock_guard lock(mu);
     prepared_forks.push_back(id);
-    return node::MemoryFork{"token-" + std::to_string(prepared_forks.size()), 1 << 20, 5, 10};
+    return node::MemoryFork{ForkToken(prepared_forks.size()), 1 << 20, 5, 10};
   }
   Status EndFork(const std::string& token) override {
     std::lock_guard lock(mu);
@@ -91,6 +91,11 @@ class FakeNode : public node::NodeApi {
     return Status::Ok();
   }
   std::vector<std::string> prepared_forks, ended_forks;
+  // The token of the n-th fork (1-based): 32 hex digits, as a node's.
+  static std::string ForkToken(size_t n) {
+    const std::string d = std::to_string(n);
+    return std::string(32 - d.size(), '0') + d;
+  }
   // A paused sandbox stands as hibernated, one that was never paused as active.
   Result<node::density::SandboxDensity> Density(const std::string& id) override {
     std::lock_guard lock(mu);

@@ -53,6 +53,9 @@ TEST(NodeWire, SandboxSpecRefusesWhatANodeMustNotBeTold) {
   json bad_digest = wire;
   bad_digest["layers"][0]["digest"] = "../../blob";
   EXPECT_FALSE(ParseWireSandboxSpec(bad_digest).ok());
+  json bad_fork = wire;
+  bad_fork["fork"] = "../x";
+  EXPECT_FALSE(ParseWireSandboxSpec(bad_fork).ok());
   json missing = wire;
   missing.erase("memory_bytes");
   auto st = ParseWireSandboxSpec(missing).status();
@@ -132,6 +135,24 @@ TEST(NodeWire, ChangesAndPoliciesRoundTrip) {
   ASSERT_TRUE(rt.ok());
   EXPECT_EQ(rt->host_pid, 1234);
   EXPECT_EQ(rt->host_uid, 100000u);
+}
+
+TEST(NodeWire, AMemoryForkAndItsChildRoundTrip) {
+  NodeSandboxSpec child = Spec();
+  child.fork = std::string(32, 'e');
+  auto back = ParseWireSandboxSpec(ToWire(child));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->fork, child.fork);
+  EXPECT_TRUE(ParseWireSandboxSpec(ToWire(Spec()))->fork.empty());
+  MemoryFork m{std::string(32, 'f'), 123 << 20, 550, 830};
+  auto f = ParseWireMemoryFork(ToWire(m));
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->token, m.token);
+  EXPECT_EQ(f->ram_bytes, m.ram_bytes);
+  EXPECT_EQ(f->capture_ms, 830);
+  json j = ToWire(m);
+  j["token"] = "short";
+  EXPECT_FALSE(ParseWireMemoryFork(j).ok());
 }
 
 TEST(NodeWire, SnapshotsRoundTripAndADigestIsChecked) {

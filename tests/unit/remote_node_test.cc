@@ -109,6 +109,29 @@ TEST_F(RemoteNodeTest, SandboxOperationsArriveAsAsked) {
   EXPECT_TRUE(fake_.deleted.count("sb-1"));
 }
 
+TEST_F(RemoteNodeTest, AMemoryForkTravelsWithItsToken) {
+  auto node = Connect();
+  ASSERT_TRUE(node->CreateSandbox(Spec("sb-1")).ok());
+  // A node that cannot: kUnavailable comes back as such (the API then forks files).
+  EXPECT_EQ(node->PrepareFork("sb-1").status().code(), Code::kUnavailable);
+  fake_.memory_forks = true;
+  auto fork = node->PrepareFork("sb-1");
+  ASSERT_TRUE(fork.ok()) << fork.status().ToString();
+  EXPECT_EQ(fork->token, testing::FakeNode::ForkToken(1));
+  EXPECT_EQ(fork->ram_bytes, 1u << 20);
+  EXPECT_EQ(fork->paused_ms, 5);
+  auto child = Spec("sb-2");
+  child.fork = fork->token;
+  ASSERT_TRUE(node->CreateSandbox(child).ok());
+  {
+    std::lock_guard lock(fake_.mu);
+    EXPECT_EQ(fake_.sandboxes["sb-2"].spec.fork, fork->token);
+  }
+  EXPECT_TRUE(node->EndFork(fork->token).ok());
+  EXPECT_EQ(fake_.ended_forks, std::vector<std::string>{fork->token});
+  EXPECT_EQ(node->EndFork("../../x").code(), Code::kInvalid);
+}
+
 TEST_F(RemoteNodeTest, FailuresComeBackWhole) {
   auto node = Connect();
   Status missing = node->DeleteSandbox("nope");

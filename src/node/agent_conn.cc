@@ -223,6 +223,14 @@ void AgentConn::AdoptExecs(std::vector<std::shared_ptr<ExecRecord>> recs) {
   for (auto& r : recs) execs_.Adopt(std::move(r));
 }
 
+std::vector<ExecSpill::Loaded> AgentConn::CopyRunningExecs() {
+  MutexLock lock(&mu_);
+  std::vector<ExecSpill::Loaded> out;
+  for (auto& [eid, rec] : execs_.records())
+    if (!rec->done() && !channels_.count(eid)) out.push_back(rec->CopyForFork());
+  return out;
+}
+
 Status AgentConn::Resume() {
   nlohmann::json have = nlohmann::json::object();
   {

@@ -71,6 +71,9 @@ class AgentConn {
   // After a daemon restart: takes the records rebuilt from their spill files, then asks the
   // agent to resume (it resends what came after what we hold, and the exits we missed).
   void AdoptExecs(std::vector<std::shared_ptr<ExecRecord>> recs);
+  // Copies of the records of the commands running now (not channels, whose output goes to
+  // their caller): a memory fork's children adopt them.
+  std::vector<ExecSpill::Loaded> CopyRunningExecs();
   Status Resume();
   Status Signal(const std::string& exec_id, int sig);
   // More stdin for a command started with stdin_open, tty or as a channel. The caller checks

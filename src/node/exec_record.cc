@@ -230,6 +230,21 @@ std::shared_ptr<ExecRecord> ExecRecord::Restore(ExecSpill::Loaded l, const std::
   return rec;
 }
 
+ExecSpill::Loaded ExecRecord::CopyForFork() const {
+  MutexLock lock(&mu_);
+  ExecSpill::Loaded out;
+  out.meta = {{"id", id_},         {"max_output", max_output_},
+              {"binary", binary_}, {"stdin_open", stdin_open_},
+              {"tty", tty_},       {"started_unix", UnixNow() - (NowSeconds() - started_)}};
+  for (int i = 0; i < 2; ++i) {
+    ExecSpill::Loaded::Frame f{i + 1, "", received_[i]};
+    for (const auto& c : chunks_)
+      if (c.stream == i + 1) f.kept += c.data;
+    out.frames.push_back(std::move(f));
+  }
+  return out;
+}
+
 std::string ExecRecord::RawOutput(int stream) const {
   MutexLock lock(&mu_);
   std::string out;

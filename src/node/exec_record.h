@@ -104,6 +104,9 @@ class ExecRecord {
   // Bytes the agent sent per stream (stdout, stderr), kept or not: where a resumed agent
   // continues from.
   std::pair<uint64_t, uint64_t> received() const;
+  // What Restore needs to rebuild this record as it is now (the output kept and received per
+  // stream), without a spill: a memory fork's child follows its parent's running commands.
+  ExecSpill::Loaded CopyForFork() const;
   // A record rebuilt from its spill files after a daemon restart.
   static std::shared_ptr<ExecRecord> Restore(ExecSpill::Loaded loaded,
                                              const std::string& sandbox_id,

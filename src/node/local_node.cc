@@ -247,11 +247,13 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   const runtime::BackendTraits traits = runtime::TraitsOf(spec.backend);
   const bool is_vm = traits.is_vm;
   runtime::SandboxConfig cfg = spec.config;
+  std::shared_ptr<const MemoryForks::Fork> fork;
   if (!spec.fork.empty()) {
     // A memory fork's child: the parent's RAM and processes, restored here.
     if (spec.backend != runtime::BackendKind::kMicrovm)
       return Invalid("a memory fork's child must be a microVM", cfg.id);
-    cfg.memory = WARREN_TRY(memory_forks_.Find(spec.fork));
+    fork = WARREN_TRY(memory_forks_.Find(spec.fork));
+    cfg.memory = fork->image;
   }
   // Runners belong to the fncall pool, which sizes itself; every other sandbox is admitted
   // against the node's budget times its overcommit ratios.
@@ -333,9 +335,17 @@ Result<SandboxRuntime> LocalNode::CreateSandboxNow(const NodeSandboxSpec& spec) 
   if (tracked) Track(cfg.id, made, is_vm, cfg.memory_bytes, cfg.cpus);
   unadmit.Cancel();
   forget_lazy.Cancel();
-  if (cfg.memory) {
+  if (fork) {
+    // The parent's commands run on in the child: it follows them from the output the parent's
+    // records held when the parent stopped (the agent sends again what came after, from its
+    // ring). No spill: a node restart loses these copies.
+    std::vector<std::shared_ptr<ExecRecord>> recs;
+    for (const auto& c : fork->execs)
+      recs.push_back(ExecRecord::Restore(ExecSpill::Loaded{c.meta, c.frames, nullptr}, cfg.id,
+                                         agent->budget()));
+    agent->AdoptExecs(std::move(recs));
     // The agent took over its parent's session: it sends nothing until the node says what it
-    // holds (nothing: the parent's commands run on in the child, their output is not followed).
+    // holds.
     if (Status st = agent->Resume(); !st.ok()) {
       (void)DeleteSandbox(cfg.id);
       return st.Context("create " + cfg.id);
@@ -839,13 +849,14 @@ Result<MemoryFork> LocalNode::PrepareFork(const std::string& id) {
   MutexLock lock(&e->mu);             // not paused or deleted meanwhile
   if (e->paused)
     return Status(Code::kConflict, "fork", id, "a paused microVM cannot be copied; resume it");
-  auto image = vm->CaptureFork(*e->instance, nullptr);
+  std::vector<ExecSpill::Loaded> execs;
+  auto image = vm->CaptureFork(*e->instance, [&] { execs = e->conn->CopyRunningExecs(); });
   if (!image.ok()) return image.status().Context("fork " + id);
   MemoryFork out;
   out.ram_bytes = (*image)->ram_bytes;
   out.paused_ms = (*image)->paused_ms;
   out.capture_ms = (*image)->capture_ms;
-  out.token = memory_forks_.Add(std::move(*image), id);
+  out.token = memory_forks_.Add(std::move(*image), std::move(execs), id);
   return out;
 }
 

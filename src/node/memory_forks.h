@@ -10,6 +10,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "node/exec_spill.h"
 #include "runtime/vm/microvm_backend.h"
 
 namespace warren::node {
@@ -18,24 +19,32 @@ class MemoryForks {
  public:
   static constexpr int64_t kAbandonedMs = 10 * 60 * 1000;
 
-  // Holds `image`, captured from sandbox `parent`: its token.
-  std::string Add(std::shared_ptr<const runtime::vm::MemoryImage> image, const std::string& parent);
-  // The image of fork `token`; kNotFound once it ended.
-  Result<std::shared_ptr<const runtime::vm::MemoryImage>> Find(const std::string& token);
+  // An exec record as the parent's node held it when the parent stopped (no spill).
+  struct ExecCopy {
+    nlohmann::json meta;
+    std::vector<ExecSpill::Loaded::Frame> frames;
+  };
+  struct Fork {
+    std::shared_ptr<const runtime::vm::MemoryImage> image;
+    std::vector<ExecCopy> execs;  // the parent's commands running then
+    std::string parent;
+    int64_t made_ms = 0;
+  };
+
+  // Holds `image` and `execs`, captured from sandbox `parent`: its token.
+  std::string Add(std::shared_ptr<const runtime::vm::MemoryImage> image,
+                  std::vector<ExecSpill::Loaded> execs, const std::string& parent);
+  // Fork `token` (shared: each child takes its own copies); kNotFound once it ended.
+  Result<std::shared_ptr<const Fork>> Find(const std::string& token);
   void End(const std::string& token);
   void Clear();
   size_t size() const;
 
  private:
-  struct Fork {
-    std::shared_ptr<const runtime::vm::MemoryImage> image;
-    std::string parent;
-    int64_t made_ms = 0;
-  };
   void DropAbandonedLocked(int64_t now_ms);
 
   mutable std::mutex mu_;
-  std::map<std::string, Fork> forks_;
+  std::map<std::string, std::shared_ptr<const Fork>> forks_;
 };
 
 }  // namespace warren::node

@@ -360,11 +360,11 @@ def test_a_microvm_fork_carries_its_processes(server, image, sandboxes):
     """A microVM forks with its memory: a process counting in the parent counts on in each child
     from where the parent was, with the parent's pid; each child has its own hostname, clock and
     randomness, and what one child does is seen by no other. The capture leaves nothing behind."""
-    loop = "echo $$ > /tmp/pid; i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done"
+    loop = "echo $$ > /tmp/pid; i=0; while :; do i=$((i+1)); echo $i > /tmp/c; echo $i; sleep 0.1; done"
     with server.client() as client:
         vm = client.create(image=image, **MICROVM)
         sandboxes.append(vm.id)
-        vm.start(["sh", "-c", loop])
+        eid = vm.start(["sh", "-c", loop], timeout=900)
         assert e2e_util.wait_until(lambda: _count(vm) >= 10, timeout=60, interval=0.3), _count(vm)
         before = _count(vm)
         pid = _run(vm, "cat /tmp/pid").strip()
@@ -382,17 +382,30 @@ def test_a_microvm_fork_carries_its_processes(server, image, sandboxes):
             assert _run(k, "hostname").strip() == k.id
             assert abs(int(_run(k, "date +%s")) - time.time()) < 10
             seeds.add(_run(k, "head -c 16 /dev/urandom | od -An -tx1"))
+            # The parent's command is the child's too: its record goes on from the parent's
+            # output, without a gap.
+            res = k.exec_result(eid)
+            assert res.state == "running", res.__dict__
+            lines = [int(x) for x in res.stdout.split()]
+            assert lines[:3] == [1, 2, 3] and lines == list(range(1, len(lines) + 1)), lines[-5:]
+            assert len(lines) > before
         assert len(seeds) == 2
+        # Ended in one child through the API: there only.
+        kids[1].signal(eid, "KILL")
+        assert e2e_util.wait_until(lambda: kids[1].exec_result(eid).state != "running", timeout=30)
+        assert kids[1].exec_result(eid).signal == "KILL"
+        assert kids[0].exec_result(eid).state == "running"
+        assert vm.exec_result(eid).state == "running"
         # Each its own: a file one child writes and a process it ends are its alone.
         _run(kids[0], "echo mine > /tmp/only-here; kill $(cat /tmp/pid)")
         time.sleep(1.0)
         stopped = _count(kids[0])
         time.sleep(1.0)
         assert _count(kids[0]) == stopped
-        for other in (kids[1], vm):
-            assert _run(other, "ls /tmp/only-here 2>&1 || true").startswith("ls:")
-            now = _count(other)
-            assert e2e_util.wait_until(lambda: _count(other) > now, timeout=30, interval=0.3)
+        assert _run(kids[1], "ls /tmp/only-here 2>&1 || true").startswith("ls:")
+        now = _count(vm)
+        assert e2e_util.wait_until(lambda: _count(vm) > now, timeout=30, interval=0.3)
+        assert _run(vm, "ls /tmp/only-here 2>&1 || true").startswith("ls:")
         assert _run(vm, "hostname").strip() == vm.id
         # The capture's QEMU, cgroup and sockets are gone; the children delete cleanly.
         assert _run_dir_entries(server, "fork-") == []

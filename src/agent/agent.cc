@@ -124,6 +124,7 @@ class Agent {
   void ReapChildren();
   void HandleAssign(const Message& m);
   void HandleVmRefresh(const Message& m);
+  void HandleClock(const Message& m);
   // A microVM's filesystem policy and tamper report: the guest's root is ours, so we do what
   // the node does for a container (runtime/container/fs_guard.h), in our own namespaces.
   void HandleFsPolicy(const Message& m);
@@ -906,6 +907,8 @@ void Agent::HandleMessage(Message& m) {
     HandleAssign(m);
   else if (t == "vm_refresh")
     HandleVmRefresh(m);
+  else if (t == "clock")
+    HandleClock(m);
   else if (t == "fs_policy")
     HandleFsPolicy(m);
   else if (t == "fs_changes")
@@ -1075,6 +1078,14 @@ void Agent::HandleVmRefresh(const Message& m) {
   base_env_.clear();
   AddBaseEnv(json(h.env));
   Reply({{"t", "refreshed"}});
+}
+
+// clock {now_ns}: a microVM's guest stood still while its QEMU was stopped (a fork's capture);
+// its realtime clock takes the node's. No answer (best effort: a guest a moment late is not
+// an error anyone could act on).
+void Agent::HandleClock(const Message& m) {
+  if (!microvm_ || !m.header.contains("now_ns") || !m.header["now_ns"].is_number_integer()) return;
+  (void)VmReseed("", m.header["now_ns"].get<int64_t>());
 }
 
 int Agent::Serve() {

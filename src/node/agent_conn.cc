@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include <set>
 
@@ -229,6 +230,12 @@ std::vector<ExecSpill::Loaded> AgentConn::CopyRunningExecs() {
   for (auto& [eid, rec] : execs_.records())
     if (!rec->done() && !channels_.count(eid)) out.push_back(rec->CopyForFork());
   return out;
+}
+
+Status AgentConn::SetGuestClock() {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return Send({{{"t", "clock"}, {"now_ns", int64_t{now.tv_sec} * 1000000000 + now.tv_nsec}}, ""});
 }
 
 Status AgentConn::Resume() {

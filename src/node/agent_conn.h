@@ -74,6 +74,9 @@ class AgentConn {
   // Copies of the records of the commands running now (not channels, whose output goes to
   // their caller): a memory fork's children adopt them.
   std::vector<ExecSpill::Loaded> CopyRunningExecs();
+  // A microVM's guest clock stood still (its QEMU was stopped, for a fork's capture): the
+  // agent sets it to the node's realtime clock now. Nothing answers.
+  Status SetGuestClock();
   Status Resume();
   Status Signal(const std::string& exec_id, int sig);
   // More stdin for a command started with stdin_open, tty or as a channel. The caller checks

@@ -852,6 +852,9 @@ Result<MemoryFork> LocalNode::PrepareFork(const std::string& id) {
   std::vector<ExecSpill::Loaded> execs;
   auto image = vm->CaptureFork(*e->instance, [&] { execs = e->conn->CopyRunningExecs(); });
   if (!image.ok()) return image.status().Context("fork " + id);
+  // Its guest's clock stood still while it was copied.
+  if (Status st = e->conn->SetGuestClock(); !st.ok())
+    spdlog::warn("fork of {}: its clock was not set again: {}", id, st.ToString());
   MemoryFork out;
   out.ram_bytes = (*image)->ram_bytes;
   out.paused_ms = (*image)->paused_ms;

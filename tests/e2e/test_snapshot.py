@@ -278,7 +278,8 @@ def test_cli_snapshot_and_fork(server, image, sandboxes):
     for k in kids:
         assert server.cli("exec", k, "--", "cat", "/root/f").stdout == "cli\n"
         doc = json.loads(server.cli("inspect", k).stdout)
-        assert doc["lineage"] == {"parent": sid, "snapshot": {"ref": tag + "2", "digest": digest}}
+        assert doc["lineage"] == {"parent": sid, "memory": False,
+                                  "snapshot": {"ref": tag + "2", "digest": digest}}
     r = server.cli("snapshot", sid)
     assert r.returncode != 0 and "--tag" in r.stderr
 

@@ -170,11 +170,12 @@ Result<std::unique_ptr<MicrovmBackend>> MicrovmBackend::Start(const MicrovmOptio
   for (const auto& f : own) Touch(f);
   PruneCache(opts.cache_dir, own);
   mkdir((opts.cache_dir + "/templates").c_str(), 0700);
-  // Sockets of warm or template VMs an earlier run left (their QEMUs went with their cgroups).
+  // Sockets of warm, template or fork-capture VMs an earlier run left (their QEMUs went with
+  // their cgroups).
   if (DIR* d = opendir(b->RunDir().c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string n = e->d_name;
-      if (n.rfind("warm-", 0) == 0 || n.rfind("template-", 0) == 0)
+      if (n.rfind("warm-", 0) == 0 || n.rfind("template-", 0) == 0 || n.rfind("fork-", 0) == 0)
         unlink((b->RunDir() + "/" + n).c_str());
     }
     closedir(d);

@@ -139,6 +139,34 @@ MicrovmBackend::~MicrovmBackend() {
   if (filler_.joinable()) filler_.join();
 }
 
+int MicrovmBackend::GuestVcpus(double cpus) {
+  return std::clamp(static_cast<int>(std::ceil(cpus > 0 ? cpus : 1)), 1, 16);
+}
+
+MicrovmBackend::LaunchSpec MicrovmBackend::PlaceholderLaunch(const std::string& name,
+                                                             uint64_t ram_mib, int vcpus, Mode mode,
+                                                             int placeholder) {
+  LaunchSpec ls;
+  ls.name = ls.cgroup_name = name;
+  ls.ram_mib = ram_mib;
+  ls.vcpus = vcpus;
+  ls.cpus = vcpus;
+  ls.mode = mode;
+  ls.layer_fds.assign(kLayerSlots, placeholder);
+  return ls;
+}
+
+Status MicrovmBackend::OpenLayers(const SandboxConfig& cfg, std::vector<UniqueFd>* owned,
+                                  std::vector<int>* fds) {
+  for (const auto& l : cfg.layers) {
+    UniqueFd f(open(l.blob_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f) return ErrnoStatus("open layer", l.blob_path);
+    fds->push_back(f.get());
+    owned->push_back(std::move(f));
+  }
+  return Status::Ok();
+}
+
 uint64_t MicrovmBackend::GuestRamMiB(uint64_t memory_bytes) {
   // Kernel, initramfs (agent and modules) and the guest's own page cache need ~130 MiB.
   return std::max<uint64_t>(memory_bytes >> 20, 64) + 192;
@@ -526,14 +554,9 @@ Status MicrovmBackend::LoadTemplate(Template& t, uint64_t ram_mib) {
 Status MicrovmBackend::MakeTemplate(Template& t, uint64_t ram_mib, int vcpus) {
   UniqueFd ph = WARREN_TRY(Reopen(placeholder_fd_, placeholder_));
   UniqueFd ram = WARREN_TRY(NewRamMemfd(ram_mib));
-  LaunchSpec ls;
+  LaunchSpec ls =
+      PlaceholderLaunch("template-" + HexRandom(4), ram_mib, vcpus, Mode::kTemplate, ph.get());
   ls.name = "template";
-  ls.cgroup_name = "template-" + HexRandom(4);
-  ls.ram_mib = ram_mib;
-  ls.vcpus = vcpus;
-  ls.cpus = vcpus;
-  ls.mode = Mode::kTemplate;
-  ls.layer_fds.assign(kLayerSlots, ph.get());
   ls.ram_fd = ram.get();
   auto boot = WARREN_TRY(Launch(ls));
   // The guest agent says hello once it waits for its setup: that is the moment to save.
@@ -581,13 +604,8 @@ Status MicrovmBackend::MakeTemplate(Template& t, uint64_t ram_mib, int vcpus) {
 Result<std::unique_ptr<MicrovmBoot>> MicrovmBackend::MakeWarm(Template& t) {
   UniqueFd ph = WARREN_TRY(Reopen(placeholder_fd_, placeholder_));
   UniqueFd state = WARREN_TRY(Reopen(t.state, t.state_path));
-  LaunchSpec ls;
-  ls.name = ls.cgroup_name = "warm-" + HexRandom(6);
-  ls.ram_mib = t.ram_mib;
-  ls.vcpus = t.vcpus;
-  ls.cpus = t.vcpus;
-  ls.mode = Mode::kRestore;
-  ls.layer_fds.assign(kLayerSlots, ph.get());
+  LaunchSpec ls =
+      PlaceholderLaunch("warm-" + HexRandom(6), t.ram_mib, t.vcpus, Mode::kRestore, ph.get());
   ls.state_fd = state.get();
   ls.ram_fd = t.ram.get();
   auto boot = WARREN_TRY(Launch(ls));
@@ -722,17 +740,12 @@ void MicrovmBackend::FillLoop() {
 
 Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cfg) {
   const uint64_t ram = GuestRamMiB(cfg.memory_bytes);
-  const int vcpus = std::clamp(static_cast<int>(std::ceil(cfg.cpus > 0 ? cfg.cpus : 1)), 1, 16);
+  const int vcpus = GuestVcpus(cfg.cpus);
   if (cfg.layers.empty()) return Invalid("no layers", cfg.id);
   if (cfg.memory) return CreateFromFork(cfg);
   std::vector<UniqueFd> owned;
   std::vector<int> fds;
-  for (const auto& l : cfg.layers) {
-    UniqueFd f(open(l.blob_path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!f) return ErrnoStatus("open layer", l.blob_path);
-    fds.push_back(f.get());
-    owned.push_back(std::move(f));
-  }
+  WARREN_RETURN_IF_ERROR(OpenLayers(cfg, &owned, &fds));
   std::shared_ptr<Template> tmpl;
   UniqueFd state;
   // A full OS boots cold: its init's start is the sandbox's own (no template to restore).

@@ -98,6 +98,8 @@ class MicrovmBackend : public Backend {
   // The guest RAM a sandbox with `memory_bytes` for its commands gets (kernel, agent, page
   // cache need some on top), in MiB.
   static uint64_t GuestRamMiB(uint64_t memory_bytes);
+  // The vCPUs a sandbox asking for `cpus` gets (whole ones, 1 to 16).
+  static int GuestVcpus(double cpus);
 
  private:
   struct Template;
@@ -143,6 +145,13 @@ class MicrovmBackend : public Backend {
     std::optional<agent::DisplaySize> display;  // backend vm: QEMU's screen and input devices
     Session session = Session::kNew;
   };
+  // A VM of the node's own (template, warm, fork capture): cgroup `name`, its CPUs its
+  // vCPUs, every disk slot the placeholder.
+  static LaunchSpec PlaceholderLaunch(const std::string& name, uint64_t ram_mib, int vcpus,
+                                      Mode mode, int placeholder);
+  // The sandbox's layer blobs opened in its order: `fds` to pass, `owned` to close after.
+  static Status OpenLayers(const SandboxConfig& cfg, std::vector<UniqueFd>* owned,
+                           std::vector<int>* fds);
   Result<std::unique_ptr<MicrovmBoot>> Launch(const LaunchSpec& spec);
   // Connects to a launched (or adopted) QEMU's agent channel and monitor, and starts the relay.
   Status Connect(MicrovmBoot& boot, Session session);

@@ -116,9 +116,9 @@ Result<UniqueFd> NewRamMemfd(uint64_t ram_mib, const char* name) {
 
 // No VM may change the template's RAM (write() or a shared writable mapping): sealed, the
 // memfd can only be mapped privately, copy-on-write.
-Status SealRam(int fd) {
+Status SealRam(int fd, const char* what) {
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
-    return ErrnoStatus("seal", "template RAM");
+    return ErrnoStatus("seal", what);
   return Status::Ok();
 }
 

@@ -54,7 +54,7 @@ std::string GuestMac(uint32_t be_ip);
 std::string HexRandom(size_t n);
 // Guest RAM in a memfd QEMU shares with us; sealed, it can only be mapped copy-on-write.
 Result<UniqueFd> NewRamMemfd(uint64_t ram_mib, const char* name = "warren-template-ram");
-Status SealRam(int fd);
+Status SealRam(int fd, const char* what = "template RAM");
 // Waits for an outgoing migration on `q` to complete.
 Status AwaitMigration(QmpClient& q, int timeout_ms, const std::string& what);
 // Waits for `q`'s guest to reach run state `want` from "inmigrate" (an incoming migration).

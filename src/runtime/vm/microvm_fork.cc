@@ -35,12 +35,6 @@ constexpr int kForkMigrateTimeoutMs = 120000;  // 1 GiB of guest RAM under TCG o
 // 64 GiB/s: QEMU's default (128 MiB/s) would throttle a copy from a stopped parent.
 constexpr uint64_t kUnthrottled = uint64_t{1} << 36;
 
-Status SealState(int fd) {
-  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
-    return ErrnoStatus("seal", "fork state");
-  return Status::Ok();
-}
-
 // The incoming migration reads every page it is sent to check whether it is zero, and a
 // shared memfd allocates a page on each read: the capture ends as large as the guest's RAM.
 // The guest's free pages are zero and no child reads them, so they go back as holes.
@@ -114,13 +108,8 @@ Result<std::shared_ptr<MemoryImage>> MicrovmBackend::Capture(
   // Its devices are the restore's (the same arguments but share=on); its disks are
   // placeholders, never read (its guest never runs).
   UniqueFd ph = WARREN_TRY(Reopen(placeholder_fd_, placeholder_));
-  LaunchSpec ls;
-  ls.name = ls.cgroup_name = "fork-" + HexRandom(6);
-  ls.ram_mib = parent.ram_mib;
-  ls.vcpus = parent.vcpus;
-  ls.cpus = parent.vcpus;
-  ls.mode = Mode::kCapture;
-  ls.layer_fds.assign(kLayerSlots, ph.get());
+  LaunchSpec ls = PlaceholderLaunch("fork-" + HexRandom(6), parent.ram_mib, parent.vcpus,
+                                    Mode::kCapture, ph.get());
   ls.state_fd = to_capture.get();
   ls.ram_fd = image->ram.get();
   ls.session = Session::kNone;
@@ -170,8 +159,8 @@ Result<std::shared_ptr<MemoryImage>> MicrovmBackend::Capture(
   WARREN_RETURN_IF_ERROR(AwaitMigration(cq, kForkMigrateTimeoutMs, "save the fork's state"));
   capture.reset();  // QEMU gone: no writable shared mapping is left, so the RAM can be sealed
   WARREN_RETURN_IF_ERROR(PunchZeroPages(image->ram.get(), image->ram_mib << 20));
-  WARREN_RETURN_IF_ERROR(SealRam(image->ram.get()));
-  WARREN_RETURN_IF_ERROR(SealState(image->state.get()));
+  WARREN_RETURN_IF_ERROR(SealRam(image->ram.get(), "fork RAM"));
+  WARREN_RETURN_IF_ERROR(SealRam(image->state.get(), "fork state"));
   struct stat sb;
   if (fstat(image->ram.get(), &sb) == 0)
     image->ram_bytes = static_cast<uint64_t>(sb.st_blocks) * 512;
@@ -189,17 +178,12 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::CreateFromFork(const SandboxCo
     return Invalid("a memory fork with more than " + std::to_string(kLayerSlots) + " layers",
                    cfg.id);
   // Its RAM and CPUs are the parent's: a different size would not load.
-  const int vcpus = std::clamp(static_cast<int>(std::ceil(cfg.cpus > 0 ? cfg.cpus : 1)), 1, 16);
+  const int vcpus = GuestVcpus(cfg.cpus);
   if (GuestRamMiB(cfg.memory_bytes) != image.ram_mib || vcpus != image.vcpus)
     return Invalid("a memory fork's memory and CPUs must be its parent's", cfg.id);
   std::vector<UniqueFd> owned;
   std::vector<int> fds;
-  for (const auto& l : cfg.layers) {
-    UniqueFd f(open(l.blob_path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!f) return ErrnoStatus("open layer", l.blob_path);
-    fds.push_back(f.get());
-    owned.push_back(std::move(f));
-  }
+  WARREN_RETURN_IF_ERROR(OpenLayers(cfg, &owned, &fds));
   UniqueFd ph = WARREN_TRY(Reopen(placeholder_fd_, placeholder_));
   while (fds.size() < kLayerSlots) fds.push_back(ph.get());
   UniqueFd state = WARREN_TRY(Reopen(image.state, "fork state"));

@@ -309,6 +309,11 @@ nlohmann::json ExecRecord::FinalResultJson() const {
   return ResultJsonLocked(done_);
 }
 
+ExecOutcome ExecRecord::outcome() const {
+  MutexLock lock(&mu_);
+  return outcome_;
+}
+
 nlohmann::json ExecRecord::ResultJsonLocked(bool ended) const {
   std::string out[2];
   for (const auto& c : chunks_) out[c.stream - 1] += c.data;

@@ -120,6 +120,8 @@ class ExecRecord {
   // `notify` (if set) is kept and called once on the next change, from another thread.
   Snapshot Poll(uint64_t after, std::function<void()> notify);
 
+  // How the command ended (meaningful once done()), without building the result's output.
+  ExecOutcome outcome() const;
   // The contract's ExecResult; the final seq is used for the stream's result line.
   nlohmann::json ResultJson() const;
   // The same once the command ended, even before the end is announced (for the finisher).

@@ -38,6 +38,7 @@ struct Reply {
   // request id, the log gets the whole status, which may name host paths.
   std::string internal_detail;
   int retry_after_s = 0;  // with 429 or 503: the Retry-After header
+  std::vector<std::pair<std::string, std::string>> headers;  // the service's own
 };
 
 // Output strings are sanitized already; `replace` keeps any stray invalid byte from turning a
@@ -104,6 +105,18 @@ Result<Target> ParseTarget(std::string_view target) {
     }
   }
   return t;
+}
+
+// The request's headers by lower-case name (repeated ones joined by ", ").
+Headers HeadersOf(const http::request_parser<http::empty_body>::value_type& req) {
+  Headers out;
+  for (const auto& f : req) {
+    std::string name(f.name_string());
+    for (char& c : name) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+    auto& slot = out[name];
+    slot = slot.empty() ? std::string(f.value()) : slot + ", " + std::string(f.value());
+  }
+  return out;
 }
 
 Method ToMethod(http::verb v) {
@@ -242,6 +255,54 @@ struct HttpServer::Impl {
     }
   }
 
+  // A feed's bytes as a chunked body until it is done. The feed is cancelled if the client
+  // goes away (or the server stops) first.
+  net::awaitable<void> WriteFeed(beast::tcp_stream& stream, unsigned version,
+                                 std::shared_ptr<StreamFeed> feed,
+                                 const std::vector<std::pair<std::string, std::string>>& extra) {
+    struct CancelUnlessDone {
+      StreamFeed* f;
+      bool done = false;
+      ~CancelUnlessDone() {
+        if (!done) f->Cancel();
+      }
+    } guard{feed.get()};
+    http::response<http::empty_body> res{http::status::ok, version};
+    res.set(http::field::server, "warren");
+    res.set(http::field::content_type, feed->content_type());
+    for (const auto& [k, v] : extra) res.set(k, v);
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr{res};
+    stream.expires_never();
+    co_await http::async_write_header(stream, sr, net::use_awaitable);
+    auto ex = co_await net::this_coro::executor;
+    for (;;) {
+      auto timer = std::make_shared<net::steady_timer>(ex);
+      // As in WaitChange: the notifier may run on any thread, after the server stopped.
+      std::weak_ptr<net::steady_timer> weak_timer = timer;
+      std::weak_ptr<PostGate> weak_gate = gate;
+      StreamFeed::Take take = feed->Poll([weak_timer, weak_gate, ex] {
+        auto g = weak_gate.lock();
+        if (!g) return;
+        std::lock_guard<std::mutex> lock(g->mu);
+        if (!g->open) return;
+        if (auto t = weak_timer.lock()) net::post(ex, [t] { t->cancel(); });
+      });
+      if (!take.bytes.empty())
+        co_await net::async_write(stream, http::make_chunk(net::buffer(take.bytes)),
+                                  net::use_awaitable);
+      if (take.done) {
+        guard.done = true;
+        co_await net::async_write(stream, http::make_chunk_last(), net::use_awaitable);
+        co_return;
+      }
+      if (!take.bytes.empty()) continue;  // more may be ready at once
+      timer->expires_after(take.wait);
+      boost::system::error_code ec;
+      co_await timer->async_wait(net::redirect_error(net::use_awaitable, ec));
+    }
+  }
+
   net::awaitable<Reply> Route(beast::tcp_stream& stream, beast::flat_buffer& buf,
                               http::request_parser<http::empty_body>& hp, bool* streamed);
 
@@ -285,6 +346,28 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     }
   }
   const Principal& who = principal ? *principal : kAnonymous;
+  const Headers headers = HeadersOf(hreq);
+  if (spec) {
+    Status admitted = service->Admit(match.index, headers);
+    if (!admitted.ok()) {
+      Reply r = Error(admitted);
+      // A small body is read and dropped, so the client (which may still be sending it) gets
+      // the answer rather than a reset connection; a large one is not taken at all.
+      constexpr uint64_t kDrainLimit = 1 << 20;
+      if (hreq[http::field::expect] == "100-continue" ||
+          (hp.content_length() && *hp.content_length() > kDrainLimit)) {
+        r.close = true;
+        co_return r;
+      }
+      http::request_parser<http::string_body> drain{std::move(hp)};
+      drain.body_limit(kDrainLimit);
+      beast::error_code ec;
+      stream.expires_after(std::chrono::seconds(30));
+      co_await http::async_read(stream, buf, drain, net::redirect_error(net::use_awaitable, ec));
+      r.close = static_cast<bool>(ec);
+      co_return r;
+    }
+  }
   if (hreq[http::field::expect] == "100-continue") {
     http::response<http::empty_body> cont{http::status::continue_, hreq.version()};
     co_await http::async_write(stream, cont, net::use_awaitable);
@@ -298,7 +381,7 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     r.close = true;
     co_return r;
   }
-  HttpRequest req{who, match.params, target->query, {}, {}};
+  HttpRequest req{who, match.params, target->query, {}, {}, headers};
   if (spec && spec->body_to == BodyTo::kFile) {
     req.body_file = service->UploadPath();
     if (req.body_file.empty()) co_return Error(Internal("read upload", "", "no upload path"));
@@ -365,11 +448,16 @@ net::awaitable<Reply> HttpServer::Impl::Answer(beast::tcp_stream& stream, unsign
       *streamed = true;
       co_await Stream(stream, version, std::move(r.exec), r.after, r.exact);
       co_return Reply{};
+    case HttpReply::kStreamFeed:
+      *streamed = true;
+      co_await WriteFeed(stream, version, std::move(r.feed), r.headers);
+      co_return Reply{};
     case HttpReply::kBody:
       break;
   }
-  co_return Reply{static_cast<http::status>(r.status), std::move(r.content_type),
-                  std::move(r.body)};
+  Reply out{static_cast<http::status>(r.status), std::move(r.content_type), std::move(r.body)};
+  out.headers = std::move(r.headers);
+  co_return out;
 }
 
 net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
@@ -453,6 +541,7 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket sock) {
     if (!reply.allow.empty()) res.set(http::field::allow, reply.allow);
     if (reply.retry_after_s > 0)
       res.set(http::field::retry_after, std::to_string(reply.retry_after_s));
+    for (const auto& [k, v] : reply.headers) res.set(k, v);
     res.keep_alive(keep_alive && !reply.close);
     res.body() = std::move(reply.body);
     res.prepare_payload();

@@ -46,6 +46,13 @@ HttpReply HttpReply::StreamExec(std::shared_ptr<node::ExecRecord> rec, uint64_t 
   return r;
 }
 
+HttpReply HttpReply::Feed(std::shared_ptr<StreamFeed> feed) {
+  HttpReply r;
+  r.kind = kStreamFeed;
+  r.feed = std::move(feed);
+  return r;
+}
+
 int HttpStatusOf(Code code) {
   switch (code) {
     case Code::kOk:

@@ -5,7 +5,8 @@
 // request ids and logs, keep-alive, and the long-lived replies (waiting for an exec, or its
 // NDJSON stream), which it runs on its event loop rather than on a blocking thread.
 //
-// Two services use it: the public API (server/api_service.h) and a cluster node's API for
+// Three services use it: the public API (server/api_service.h), E2B's API beside it
+// (server/e2b/e2b_service.h, joined by server/service_chain.h) and a cluster node's API for
 // API servers (cluster/node_service.h).
 #pragma once
 
@@ -15,15 +16,20 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 #include "node/exec_record.h"
 #include "server/auth.h"
 #include "server/route_table.h"
+#include "server/stream_feed.h"
 
 namespace warren::server {
 
 using Query = std::map<std::string, std::string>;
+// Request headers by lower-case name; a repeated header's values joined by ", ".
+using Headers = std::map<std::string, std::string>;
 
 // One request as routed and read.
 struct HttpRequest {
@@ -32,12 +38,18 @@ struct HttpRequest {
   const Query& query;
   std::string body;       // BodyTo::kMemory
   std::string body_file;  // BodyTo::kFile: removed after the handler
+  const Headers& headers;
+  // The request's header value of lower-case `name`, "" when absent.
+  std::string Header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
 };
 
-// One answer: a body, an error, or an exec whose end (kWaitExec) or stream (kStreamExec) the
-// front end serves.
+// One answer: a body, an error, an exec whose end (kWaitExec) or stream (kStreamExec) the
+// front end serves, or a feed it writes out as a chunked body (kStreamFeed).
 struct HttpReply {
-  enum Kind { kBody, kError, kWaitExec, kStreamExec };
+  enum Kind { kBody, kError, kWaitExec, kStreamExec, kStreamFeed };
   Kind kind = kBody;
   int status = 200;
   std::string content_type = "application/json";
@@ -48,6 +60,10 @@ struct HttpReply {
   // kStreamExec: every line carries `data_b64` too, the chunk's bytes exactly (a mirror of the
   // exec elsewhere rebuilds its output from them; `data` is sanitized chunk by chunk).
   bool exact = false;
+  std::shared_ptr<StreamFeed> feed;  // kStreamFeed
+  // Extra response headers (kBody, kStreamFeed): paging tokens, Retry-After of a protocol
+  // that shapes its own errors.
+  std::vector<std::pair<std::string, std::string>> headers;
 
   static HttpReply Json(const nlohmann::json& j, int status = 200);
   static HttpReply Raw(std::string body, std::string content_type, int status = 200);
@@ -60,6 +76,7 @@ struct HttpReply {
   static HttpReply WaitExec(std::shared_ptr<node::ExecRecord> rec);
   static HttpReply StreamExec(std::shared_ptr<node::ExecRecord> rec, uint64_t after,
                               bool exact = false);
+  static HttpReply Feed(std::shared_ptr<StreamFeed> feed);
 };
 
 // The HTTP status an error of `code` is answered with (400, 404, 409, 429, 401, 403, 503, 500).
@@ -77,6 +94,14 @@ class HttpService {
   // Answers request `req` to route `route` (an index into routes()). Runs on a blocking
   // thread; an exception becomes a 500.
   virtual HttpReply Handle(int route, HttpRequest& req) = 0;
+  // Whether a request to `route` may go on, from its headers alone, before its body is read:
+  // services whose routes authenticate by other headers than Authorization (E2B's X-API-Key)
+  // refuse strangers here rather than after taking their upload. The error is answered.
+  virtual Status Admit(int route, const Headers& headers) {
+    (void)route;
+    (void)headers;
+    return Status::Ok();
+  }
   // A fresh path for a BodyTo::kFile upload ("": the service takes none).
   virtual std::string UploadPath() const { return ""; }
   // Every error answered, by code (metrics).

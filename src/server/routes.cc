@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -437,6 +438,36 @@ Result<json> Api::CreateSandbox(const Principal& who, const std::string& body) {
   return CreateOne(who, spec);
 }
 
+Result<SandboxRecord> Api::CreateSandbox(const Principal& who, const SandboxSpec& spec) {
+  json made = WARREN_TRY(CreateOne(who, spec));
+  return sandboxes_.Get(made.at("id").get<std::string>());
+}
+
+Result<std::vector<SandboxRecord>> Api::OwnedSandboxes(const Principal& who) {
+  std::vector<SandboxRecord> out;
+  for (SandboxRecord& sb : WARREN_TRY(sandboxes_.ListOrError()))
+    if (who.Owns(sb.owner)) out.push_back(std::move(sb));
+  return out;
+}
+
+Result<SandboxRecord> Api::SetTimeout(const Principal& who, const std::string& id, double seconds) {
+  if (!(seconds >= 0) || seconds > 365.0 * 86400)
+    return Invalid("a timeout must be 0 to 365 days in seconds");
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (!IsLive(sb.state))
+    return Status(Code::kConflict, "set timeout", id,
+                  std::string("sandbox is ") + StateName(sb.state));
+  const double created = ParseRfc3339(sb.created_at);
+  const double age = created > 0 ? std::max(0.0, UnixNow() - created) : 0;
+  const auto ttl = static_cast<uint64_t>(std::ceil(age + seconds));
+  SandboxRecord updated = WARREN_TRY(sandboxes_.Update(id, [&](SandboxRecord& r) {
+    r.spec.ttl_s = ttl;
+    return Status::Ok();
+  }));
+  reaper_.Track(id, seconds, LocalIdleTimeout(updated.spec));
+  return updated;
+}
+
 Result<json> Api::CreateBatch(const Principal& who, const std::string& body) {
   json j = WARREN_TRY(ParseJsonBody(body));
   if (!j.is_object()) return Invalid("batch request must be an object {count, spec}");
@@ -737,7 +768,10 @@ Result<json> Api::Changes(const Principal& who, const std::string& id, const Que
 Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& id,
                                       const std::string& body) {
   json j = WARREN_TRY(ParseJsonBody(body));
-  ExecRequest r = WARREN_TRY(ParseExecRequest(j));
+  return StartExec(who, id, WARREN_TRY(ParseExecRequest(j)));
+}
+
+Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& id, ExecRequest r) {
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   if (sb.state != SandboxState::kRunning)
     return Status(Code::kConflict, "exec", id, std::string("sandbox is ") + StateName(sb.state));
@@ -801,9 +835,14 @@ Status Api::SignalExec(const Principal& who, const std::string& id, const std::s
       {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP}, {"CONT", SIGCONT}};
   auto it = kSignals.find(name);
   if (it == kSignals.end()) return Invalid("unknown signal `" + name + "`");
+  return SignalExec(who, id, exec_id, it->second);
+}
+
+Status Api::SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,
+                       int signal) {
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   node::NodeApi* node = WARREN_TRY(NodeOf(sb));
-  return node->SignalExec(id, exec_id, it->second);
+  return node->SignalExec(id, exec_id, signal);
 }
 
 Result<Api::DesktopTarget> Api::Desktop(const Principal& who, const std::string& id, const char* op,
@@ -842,7 +881,11 @@ Status Api::Input(const Principal& who, const std::string& id, const std::string
 Status Api::WriteExecInput(const Principal& who, const std::string& id, const std::string& exec_id,
                            const std::string& body) {
   json j = WARREN_TRY(ParseJsonBody(body));
-  ExecInput in = WARREN_TRY(ParseExecInput(j));
+  return WriteExecInput(who, id, exec_id, WARREN_TRY(ParseExecInput(j)));
+}
+
+Status Api::WriteExecInput(const Principal& who, const std::string& id, const std::string& exec_id,
+                           const ExecInput& in) {
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   if (sb.state != SandboxState::kRunning)
     return Status(Code::kConflict, "write input", id,
@@ -856,12 +899,17 @@ Status Api::ResizeExec(const Principal& who, const std::string& id, const std::s
   json j = WARREN_TRY(ParseJsonBody(body));
   auto size = node::ParseWireTerminalSize(j);
   if (!size.ok()) return Invalid(size.status().message());
+  return ResizeExec(who, id, exec_id, *size);
+}
+
+Status Api::ResizeExec(const Principal& who, const std::string& id, const std::string& exec_id,
+                       node::TerminalSize size) {
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   if (sb.state != SandboxState::kRunning)
     return Status(Code::kConflict, "resize terminal", id,
                   std::string("sandbox is ") + StateName(sb.state));
   node::NodeApi* node = WARREN_TRY(NodeOf(sb));
-  return node->ResizeExec(id, exec_id, *size);
+  return node->ResizeExec(id, exec_id, size);
 }
 
 namespace {
@@ -893,12 +941,41 @@ Status Api::PutFile(const Principal& who, const std::string& id, const Query& q,
   }
   for (auto& [k, v] : q)
     if (k != "path" && k != "mode") return Invalid("unknown query parameter `" + k + "`");
+  return WriteFile(who, id, path, mode, body);
+}
+
+Status Api::WriteFile(const Principal& who, const std::string& id, const std::string& path,
+                      uint32_t mode, std::string_view data) {
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   if (sb.state != SandboxState::kRunning)
     return Status(Code::kConflict, "write file", id,
                   std::string("sandbox is ") + StateName(sb.state));
   node::NodeApi* node = WARREN_TRY(NodeOf(sb));
-  return node->WriteFile(id, path, mode, body);
+  return node->WriteFile(id, path, mode, data);
+}
+
+Result<std::shared_ptr<node::ExecRecord>> Api::RunInSandbox(const Principal& who,
+                                                            const std::string& id,
+                                                            std::vector<std::string> argv,
+                                                            const std::string* stdin_data,
+                                                            uint64_t max_output) {
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (sb.state != SandboxState::kRunning)
+    return Status(Code::kConflict, "run in sandbox", id,
+                  std::string("sandbox is ") + StateName(sb.state));
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  node::ExecSpec es;
+  es.argv = std::move(argv);
+  es.timeout_ms = 300000;
+  es.max_output = max_output;
+  es.binary = true;
+  if (stdin_data) {
+    es.has_stdin = true;
+    es.stdin_data = *stdin_data;
+  }
+  auto rec = WARREN_TRY(node->StartExec(id, NewExecId(), es));
+  if (!rec->WaitDone(310000)) return Status(Code::kUnavailable, "run in sandbox", id, "timed out");
+  return rec;
 }
 
 namespace {

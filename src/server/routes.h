@@ -68,6 +68,25 @@ class Api {
   Result<bool> EndIfIdle(const std::string& id);
 
   Result<nlohmann::json> CreateSandbox(const Principal& who, const std::string& body);
+  // Typed forms for protocols served beside the contract's (server/e2b/): the same checks,
+  // quotas and records.
+  Result<SandboxRecord> CreateSandbox(const Principal& who, const SandboxSpec& spec);
+  Result<SandboxRecord> FindSandbox(const Principal& who, const std::string& id) {
+    return Sandbox(who, id);
+  }
+  // Every sandbox `who` sees, in no particular order.
+  Result<std::vector<SandboxRecord>> OwnedSandboxes(const Principal& who);
+  // Sandbox `id` ends `seconds` from now (its ttl_s becomes its age plus `seconds`).
+  Result<SandboxRecord> SetTimeout(const Principal& who, const std::string& id, double seconds);
+  // Runs `argv` in running sandbox `id` as its root and waits for it (at most 5 minutes):
+  // the record, whatever its exit status. `stdin_data`: its input, or none.
+  Result<std::shared_ptr<node::ExecRecord>> RunInSandbox(const Principal& who,
+                                                         const std::string& id,
+                                                         std::vector<std::string> argv,
+                                                         const std::string* stdin_data,
+                                                         uint64_t max_output);
+  Status WriteFile(const Principal& who, const std::string& id, const std::string& path,
+                   uint32_t mode, std::string_view data);
   Result<nlohmann::json> CreateBatch(const Principal& who, const std::string& body);
   Result<nlohmann::json> GetSandbox(const Principal& who, const std::string& id);
   Result<nlohmann::json> ListSandboxes(const Principal& who, const Query& q);
@@ -90,19 +109,26 @@ class Api {
 
   using ExecStart = server::ExecStart;
   Result<ExecStart> StartExec(const Principal& who, const std::string& id, const std::string& body);
+  Result<ExecStart> StartExec(const Principal& who, const std::string& id, ExecRequest r);
   Result<std::shared_ptr<node::ExecRecord>> GetExec(const Principal& who, const std::string& id,
                                                     const std::string& exec_id);
   Status SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,
                     const std::string& body);
+  Status SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,
+                    int signal);
   // Input for an exec started with `tty` or `stdin_open` (ParseExecInput's body).
   Status WriteExecInput(const Principal& who, const std::string& id, const std::string& exec_id,
                         const std::string& body);
+  Status WriteExecInput(const Principal& who, const std::string& id, const std::string& exec_id,
+                        const ExecInput& in);
   // A desktop sandbox's screen as PNG, and a client's input actions (server/input_actions.h).
   Result<std::string> Screen(const Principal& who, const std::string& id);
   Status Input(const Principal& who, const std::string& id, const std::string& body);
   // A new size {"rows", "cols"} for an exec's terminal.
   Status ResizeExec(const Principal& who, const std::string& id, const std::string& exec_id,
                     const std::string& body);
+  Status ResizeExec(const Principal& who, const std::string& id, const std::string& exec_id,
+                    node::TerminalSize size);
   void ObserveExec(double seconds) { exec_seconds_.Observe(seconds); }
 
   Status PutFile(const Principal& who, const std::string& id, const Query& q,

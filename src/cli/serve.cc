@@ -27,8 +27,10 @@
 #include "server/api_service.h"
 #include "server/api_types.h"
 #include "server/auth.h"
+#include "server/e2b/e2b_service.h"
 #include "server/http_server.h"
 #include "server/routes.h"
+#include "server/service_chain.h"
 #include "server/state_store.h"
 
 namespace warren::cli {
@@ -129,7 +131,10 @@ int Serve(const std::string& listen, const std::string& data_dir, const NodeFlag
   server::ServerOptions sopts;
   sopts.listen = listen;
   server::ApiService service(&api, &tokens);
-  server::HttpServer http(&service, sopts);
+  // E2B's API beside the contract's, on the same port (docs/e2b.md).
+  server::e2b::E2bService e2b(&api, &tokens, *token);
+  server::ServiceChain both(&service, &e2b);
+  server::HttpServer http(&both, sopts);
   if (Status st = http.Start(); !st.ok()) return Fail(st);
   spdlog::info(
       "warren serve: listening on {} (port {}), data in {}, admin token in {}/admin.token, cgroups "

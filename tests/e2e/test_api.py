@@ -206,7 +206,7 @@ def test_garbage_request_line(server):
 # -- bad paths ----------------------------------------------------------------
 @pytest.mark.parametrize("method,path", [
     ("GET", "/v1/nope"),
-    ("GET", "/v2/sandboxes"),
+    ("GET", "/v3/sandboxes"),  # (/v2/sandboxes is E2B's list: docs/e2b.md)
     ("GET", "/v1/sandboxes/sb-does-not-exist"),
     ("DELETE", "/v1/sandboxes/sb-does-not-exist"),
     ("PUT", "/v1/sandboxes/sb-does-not-exist/network"),

@@ -1,0 +1,99 @@
+#include "server/e2b/connect_protocol.h"
+
+#include "base/utf8.h"
+
+namespace warren::server::e2b {
+
+using nlohmann::json;
+
+const char* ConnectCodeOf(Code c) {
+  switch (c) {
+    case Code::kOk:
+      return "ok";
+    case Code::kInvalid:
+      return "invalid_argument";
+    case Code::kNotFound:
+      return "not_found";
+    case Code::kConflict:
+      return "failed_precondition";
+    case Code::kQuota:
+      return "resource_exhausted";
+    case Code::kUnauthorized:
+      return "unauthenticated";
+    case Code::kForbidden:
+      return "permission_denied";
+    case Code::kUnavailable:
+      return "unavailable";
+    case Code::kInternal:
+      return "internal";
+  }
+  return "unknown";
+}
+
+int ConnectHttpStatus(std::string_view code) {
+  // connect-go's table (protocol_connect.go, connectCodeToHTTP).
+  if (code == "canceled") return 499;
+  if (code == "invalid_argument" || code == "failed_precondition" || code == "out_of_range")
+    return 400;
+  if (code == "deadline_exceeded") return 504;
+  if (code == "not_found") return 404;
+  if (code == "already_exists" || code == "aborted") return 409;
+  if (code == "permission_denied") return 403;
+  if (code == "resource_exhausted") return 429;
+  if (code == "unimplemented") return 501;
+  if (code == "unavailable") return 503;
+  if (code == "unauthenticated") return 401;
+  return 500;
+}
+
+std::string Frame(const json& message, uint8_t flags) {
+  std::string body = message.dump(-1, ' ', false, json::error_handler_t::replace);
+  const auto n = static_cast<uint32_t>(body.size());
+  std::string out;
+  out.reserve(5 + body.size());
+  out.push_back(static_cast<char>(flags));
+  for (int shift = 24; shift >= 0; shift -= 8)
+    out.push_back(static_cast<char>((n >> shift) & 0xff));
+  out += body;
+  return out;
+}
+
+std::string EndStream() { return Frame(json::object(), kEndStreamFlag); }
+
+std::string EndStream(std::string_view code, std::string_view message) {
+  return Frame({{"error", {{"code", code}, {"message", SanitizeUtf8(message)}}}}, kEndStreamFlag);
+}
+
+std::string EndStream(const Status& error) {
+  return EndStream(ConnectCodeOf(error.code()), error.ToString());
+}
+
+Result<json> ParseStreamRequest(std::string_view body) {
+  if (body.size() < 5) return Invalid("a stream's request must be one Connect frame");
+  const auto flags = static_cast<uint8_t>(body[0]);
+  if (flags & 0x01) return Invalid("compressed Connect frames are not supported");
+  uint32_t n = 0;
+  for (int i = 1; i <= 4; ++i) n = (n << 8) | static_cast<uint8_t>(body[static_cast<size_t>(i)]);
+  if (n != body.size() - 5) return Invalid("a stream's request must be exactly one Connect frame");
+  return ParseUnaryRequest(body.substr(5));
+}
+
+Result<json> ParseUnaryRequest(std::string_view body) {
+  if (body.empty()) return json::object();
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Invalid("the request is not a JSON object");
+  return j;
+}
+
+HttpReply UnaryOk(const json& message) { return HttpReply::Json(message, 200); }
+
+HttpReply UnaryError(std::string_view code, std::string_view message) {
+  return HttpReply::Json({{"code", code}, {"message", SanitizeUtf8(message)}},
+                         ConnectHttpStatus(code));
+}
+
+HttpReply UnaryError(const Status& error) {
+  return UnaryError(ConnectCodeOf(error.code()), error.ToString());
+}
+
+}  // namespace warren::server::e2b

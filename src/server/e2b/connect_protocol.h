@@ -1,0 +1,42 @@
+// The Connect protocol (connectrpc.com/docs/protocol) as E2B's in-sandbox daemon speaks it,
+// JSON encoding only: unary calls answer 200 with the message, or an error status with
+// {"code": NAME, "message"}; server streams answer 200 application/connect+json with frames
+// of 1 flag byte, a 4-byte big-endian length and the JSON, the last flagged 0x02 (end of
+// stream), carrying the error if the call failed.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "server/http_service.h"
+
+namespace warren::server::e2b {
+
+// Connect's name for an error of Warren code `c`.
+const char* ConnectCodeOf(Code c);
+// The HTTP status a unary call's error of Connect code `code` is answered with.
+int ConnectHttpStatus(std::string_view code);
+
+inline constexpr std::string_view kStreamContentType = "application/connect+json";
+inline constexpr uint8_t kEndStreamFlag = 0x02;
+
+// One frame of a stream.
+std::string Frame(const nlohmann::json& message, uint8_t flags = 0);
+// The end-of-stream frame: {} on success, {"error": {...}} otherwise.
+std::string EndStream();
+std::string EndStream(std::string_view code, std::string_view message);
+std::string EndStream(const Status& error);
+
+// The request message of a server-stream call (one frame, as clients send it).
+Result<nlohmann::json> ParseStreamRequest(std::string_view body);
+// The request message of a unary call (its JSON body; empty is {}).
+Result<nlohmann::json> ParseUnaryRequest(std::string_view body);
+
+HttpReply UnaryOk(const nlohmann::json& message);
+HttpReply UnaryError(std::string_view code, std::string_view message);
+HttpReply UnaryError(const Status& error);
+
+}  // namespace warren::server::e2b

@@ -1,0 +1,102 @@
+// E2bService: enough of E2B's API that the unmodified `e2b` SDK runs against Warren, served
+// beside the contract's API on the same listener (server/service_chain.h). Two parts:
+//   - the control plane (POST /sandboxes, GET /v2/sandboxes, ...), authenticated by
+//     X-API-Key, which carries a Warren token with its scopes and quotas;
+//   - envd, E2B's in-sandbox daemon (Connect RPCs process.Process/* and
+//     filesystem.Filesystem/*, /files, /health), routed by the E2b-Sandbox-Id header and
+//     authenticated by the sandbox's access token (X-Access-Token).
+// Everything goes through server/routes.h's Api, as the contract's own routes do. docs/e2b.md
+// says what is supported and how it differs from E2B.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "server/auth.h"
+#include "server/e2b/access_token.h"
+#include "server/e2b/fs_tools.h"
+#include "server/e2b/process_table.h"
+#include "server/http_service.h"
+#include "server/routes.h"
+
+namespace warren::server::e2b {
+
+class E2bService : public HttpService {
+ public:
+  // `secret`: the server's admin token, from which sandboxes' access tokens are derived.
+  E2bService(Api* api, TokenRegistry* tokens, std::string_view secret);
+  const RouteTable& routes() const override;
+  std::optional<Principal> Authenticate(std::string_view) const override { return std::nullopt; }
+  Status Admit(int route, const Headers& headers) override;
+  HttpReply Handle(int route, HttpRequest& req) override;
+  std::string UploadPath() const override { return api_->TempPath("e2b-upload"); }
+  void CountError(Code code) override { api_->CountError(code); }
+
+ private:
+  enum class Auth { kRead, kWrite, kEnvd, kHealth };
+  using Handler = HttpReply (E2bService::*)(HttpRequest&);
+  struct RouteEntry {
+    RouteSpec spec;
+    Handler handler;
+    Auth auth;
+  };
+  static const std::vector<RouteEntry>& Entries();
+
+  // The principal behind X-API-Key.
+  std::optional<Principal> ApiKeyPrincipal(const Headers& h) const;
+  const Principal& Caller(const HttpRequest& r) const;
+
+  // Control plane (e2b_service.cc).
+  HttpReply Create(HttpRequest& r);
+  HttpReply ListV1(HttpRequest& r);
+  HttpReply ListV2(HttpRequest& r);
+  HttpReply Get(HttpRequest& r);
+  HttpReply Kill(HttpRequest& r);
+  HttpReply SetTimeout(HttpRequest& r);
+  HttpReply Pause(HttpRequest& r);
+  HttpReply Connect(HttpRequest& r);
+  HttpReply Metrics(HttpRequest& r);
+
+  // envd, process.Process (envd_process.cc).
+  HttpReply ProcessStart(HttpRequest& r);
+  HttpReply ProcessConnect(HttpRequest& r);
+  HttpReply ProcessList(HttpRequest& r);
+  HttpReply ProcessSendInput(HttpRequest& r);
+  HttpReply ProcessCloseStdin(HttpRequest& r);
+  HttpReply ProcessSendSignal(HttpRequest& r);
+  HttpReply ProcessUpdate(HttpRequest& r);
+  HttpReply Unimplemented(HttpRequest& r);
+
+  // envd, filesystem.Filesystem, /files and /health (envd_files.cc).
+  HttpReply FsStat(HttpRequest& r);
+  HttpReply FsListDir(HttpRequest& r);
+  HttpReply FsMakeDir(HttpRequest& r);
+  HttpReply FsMove(HttpRequest& r);
+  HttpReply FsRemove(HttpRequest& r);
+  HttpReply FsWatchDir(HttpRequest& r);
+  HttpReply FilesGet(HttpRequest& r);
+  HttpReply FilesPost(HttpRequest& r);
+  HttpReply Health(HttpRequest& r);
+
+  // The running sandbox an envd call is for, or the 502 that E2B's proxy answers for one that
+  // is gone (the SDK reads it as "not running").
+  struct Target {
+    std::string id;
+    SandboxRecord sb;
+  };
+  Result<Target> EnvdTarget(const HttpRequest& r);
+  static HttpReply Gone(const std::string& id);
+  FsTools ToolsFor(const std::string& id);
+  // Writes `size` bytes of file `fd` from `offset` to `path` in sandbox `id`.
+  Status WriteFromFile(const std::string& id, const std::string& path, int fd, uint64_t offset,
+                       uint64_t size);
+
+  Api* api_;
+  TokenRegistry* tokens_;
+  AccessTokens access_;
+  ProcessTable processes_;
+  // Whom envd calls act as: the access token already named the one sandbox they may touch.
+  const Principal envd_{"e2b-envd", {"admin"}, {}};
+};
+
+}  // namespace warren::server::e2b

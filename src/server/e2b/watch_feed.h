@@ -1,0 +1,65 @@
+// WatchFeed: envd's filesystem.WatchDir as a server stream, by polling. Twice a second a
+// thread lists the directory in the sandbox (FsTools) and compares it with the last listing:
+// a new path is a create event, a gone one a remove, a changed size or time a write, changed
+// permissions a chmod. No renames (a rename shows as a remove and a create), and changes
+// undone within one period go unseen. The kernel's inotify would see every change, but
+// inside the sandbox it needs a watcher process there; polling needs only the image's tools.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "base/thread_annotations.h"
+#include "server/e2b/fs_tools.h"
+#include "server/stream_feed.h"
+
+namespace warren::server::e2b {
+
+class WatchFeed : public StreamFeed {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::milliseconds kPeriod{500};
+  // `initial`: the listing at the call (its errors were the call's).
+  WatchFeed(FsTools tools, std::string dir, uint32_t depth, std::vector<EntryInfo> initial,
+            std::chrono::milliseconds keepalive, std::optional<Clock::time_point> deadline);
+  ~WatchFeed() override;
+  std::string content_type() const override;
+  Take Poll(std::function<void()> notify) override;
+  void Cancel() override { Stop(); }
+
+ private:
+  struct Seen {
+    int64_t size;
+    double modified;
+    uint32_t mode;
+  };
+  using Listing = std::map<std::string, Seen>;
+  static Listing ListingOf(const std::vector<EntryInfo>& entries);
+  void Loop();
+  void Stop();
+  // The events from `before` to `after`, names relative to the watched directory.
+  std::vector<std::string> Diff(const Listing& before, const Listing& after) const;
+
+  FsTools tools_;
+  const std::string dir_;
+  const uint32_t depth_;
+  const std::chrono::milliseconds keepalive_;
+  const std::optional<Clock::time_point> deadline_;
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool started_ GUARDED_BY(mu_) = false;
+  bool ended_ GUARDED_BY(mu_) = false;
+  std::string pending_ GUARDED_BY(mu_);  // frames not yet taken
+  std::optional<Status> failed_ GUARDED_BY(mu_);
+  std::function<void()> notify_ GUARDED_BY(mu_);
+  Clock::time_point last_write_ GUARDED_BY(mu_);
+  Listing last_;  // the thread's own
+  std::thread thread_;
+};
+
+}  // namespace warren::server::e2b

@@ -26,3 +26,30 @@ if ((${#missing[@]})); then
 fi
 # Chunked layers are mounted through FUSE (blobfsd): the kernel's fuse device.
 [[ -e /dev/fuse ]] || modprobe fuse || echo "warning: no /dev/fuse: chunked layers cannot be read" >&2
+# The E2B SDK tests (tests/e2b, run by tests/e2e/test_e2b_sdk.py) drive the real `e2b` npm
+# package, pinned in tests/e2b/package-lock.json, on Node.js. Its undici 7 needs Node.js
+# >= 20.18.1: Debian 12's own nodejs (18) is too old, so a newer one (NodeSource's nodejs 20.x,
+# say) must be installed already; Debian's is only the fallback when there is no node at all.
+NODE_MIN=20.18.1
+node_missing=()
+command -v node >/dev/null || node_missing+=(nodejs)
+command -v npm >/dev/null || node_missing+=(npm)
+if ((${#node_missing[@]})); then
+  echo "installing: ${node_missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${node_missing[@]}"
+fi
+node_version=$(node --version 2>/dev/null | sed 's/^v//' || true)
+if [[ -z $node_version || $(printf '%s\n%s\n' "$NODE_MIN" "$node_version" | sort -V | head -n1) != "$NODE_MIN" ]]; then
+  echo "error: the E2B SDK tests (tests/e2b) need Node.js >= $NODE_MIN (the e2b package's" \
+    "undici 7 does); found ${node_version:-none}. Debian 12's own nodejs is 18: install" \
+    "Node.js $NODE_MIN or later (e.g. NodeSource's nodejs 20.x) and run this again." >&2
+  exit 1
+fi
+e2b_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/e2b"
+if [[ ! -e $e2b_dir/node_modules/.package-lock.json || $e2b_dir/package-lock.json -nt $e2b_dir/node_modules/.package-lock.json ||
+  $e2b_dir/package.json -nt $e2b_dir/node_modules/.package-lock.json ]]; then
+  echo "installing tests/e2b's npm packages (npm ci)"
+  npm ci --prefix "$e2b_dir" --no-audit --no-fund
+fi

@@ -78,6 +78,7 @@ void AgentConn::OnMessage(agent::Message& m) {
     } else {
       ExecOutcome o;
       o.error = m.header.value("error", "exec failed");
+      o.not_started = true;
       rec->Finish(o);
     }
     return;

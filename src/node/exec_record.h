@@ -34,7 +34,8 @@ struct ExecOutcome {
   std::string signal;  // "" when not killed by a signal
   bool timed_out = false;
   bool truncated[2] = {false, false};
-  std::string error;  // the sandbox died or the exec could not start
+  std::string error;         // the sandbox died or the exec could not start
+  bool not_started = false;  // `error` is the agent's: the command could not start (bad cwd)
 };
 
 // Output bytes a whole sandbox may hold on the host at once (all its exec records, running or

@@ -75,6 +75,9 @@ struct ExecRequest {
   // Limits::kMaxOutputBytes of output.
   std::optional<node::TerminalSize> tty;
   bool stdin_open = false;
+  // Not in the contract's JSON: variables a protocol served beside it sets unless the sandbox
+  // or the request does (E2B's HOME and USER).
+  std::map<std::string, std::string> env_defaults;
 };
 
 Result<ExecRequest> ParseExecRequest(const json& j);

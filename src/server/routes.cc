@@ -798,6 +798,7 @@ Result<Api::ExecStart> Api::StartExec(const Principal& who, const std::string& i
   // What a terminal program needs to know what it draws on, unless the sandbox or the
   // request says (the CLI sends the client's own).
   if (r.tty) es.env_defaults["TERM"] = "xterm";
+  for (const auto& [k, v] : r.env_defaults) es.env_defaults.emplace(k, v);
   if (recorded) return trajectories_.StartExec(sb, r, std::move(es));
   // Every exec's run time goes into warren_exec_seconds, however its result is fetched.
   es.on_record = [this](const std::shared_ptr<node::ExecRecord>& rec) {

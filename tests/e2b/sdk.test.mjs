@@ -24,6 +24,7 @@ import {
   FileNotFoundError,
   FilesystemEventType,
   FileType,
+  InvalidArgumentError,
   Sandbox,
   SandboxError,
   SandboxNotFoundError,
@@ -328,12 +329,33 @@ describe('e2b SDK 2.51.0 against warren serve', () => {
     assert.equal((await sbx.commands.run('id -u; pwd')).stdout, '0\n/root\n')
     assert.equal((await sbx.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
     assert.equal((await sbx.commands.run('id -u', { user: 'root' })).stdout, '0\n')
+    // envd's environment: the user's home and name; a cwd that is not there is the caller's error.
+    assert.equal((await sbx.commands.run('echo "$HOME $USER"')).stdout, '/root root\n')
+    await rejectsWith(sbx.commands.run('pwd', { cwd: '/no/such/dir' }), InvalidArgumentError, 'bad cwd')
 
     // Several at once.
     const many = await Promise.all(
       [1, 2, 3, 4, 5].map((i) => sbx.commands.run(`sleep 0.2; echo ${i}`)),
     )
     assert.deepEqual(many.map((x) => x.stdout), ['1\n', '2\n', '3\n', '4\n', '5\n'])
+  })
+
+  it('runs a terminal: input, output, resize, exit', TEST, async () => {
+    let out = ''
+    const dec = new TextDecoder()
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }) } })
+    const enc = new TextEncoder()
+    await sbx.pty.sendInput(term.pid, enc.encode('stty size\n'))
+    const until = async (what) => {
+      for (let i = 0; i < 100 && !out.includes(what); i++) await sleep(50)
+      assert.ok(out.includes(what), `no ${JSON.stringify(what)} in the terminal's output: ${JSON.stringify(out)}`)
+    }
+    await until('24 80')
+    await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+    await sbx.pty.sendInput(term.pid, enc.encode('stty size; exit 0\n'))
+    await until('30 100')
+    const r = await term.wait()
+    assert.equal(r.exitCode, 0)
   })
 
   it('rejects a failing command with CommandExitError', TEST, async () => {

@@ -113,6 +113,9 @@ FsTools E2bService::ToolsFor(const std::string& id) {
     auto rec =
         WARREN_TRY(api_->RunInSandbox(envd_, id, std::move(argv), nullptr, kToolOutputBytes));
     node::ExecOutcome o = rec->outcome();
+    if (o.not_started)  // no /bin/sh in the image
+      return Status(Code::kConflict, "run in sandbox", id,
+                    "the sandbox's image lacks the tools for it (sh): " + o.error);
     if (!o.error.empty()) return Status(Code::kUnavailable, "run in sandbox", id, o.error);
     return ToolOutput{o.exit_code, rec->RawOutput(1), rec->RawOutput(2)};
   });

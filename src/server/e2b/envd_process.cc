@@ -91,6 +91,8 @@ HttpReply E2bService::ProcessStart(HttpRequest& r) {
   er.argv.push_back(req->process.cmd);
   er.argv.insert(er.argv.end(), req->process.args.begin(), req->process.args.end());
   er.env = req->process.envs;
+  // envd's: the user's home and name, unless the sandbox's environment says otherwise.
+  er.env_defaults = {{"HOME", "/root"}, {"USER", "root"}, {"LOGNAME", "root"}};
   er.cwd = req->process.cwd ? ResolvePath(*req->process.cwd) : "/root";
   // The call's deadline is the command's (envd kills it then); without one it runs for as
   // long as the sandbox does.

@@ -54,6 +54,8 @@ StreamFeed::Take ExecFeed::Poll(std::function<void()> notify) {
     node::ExecOutcome o = rec_->outcome();
     if (o.timed_out)  // the deadline Start gave it: as envd, the call's deadline passed
       t.bytes += EndStream("deadline_exceeded", "the command's deadline passed");
+    else if (o.not_started)  // as envd answers a bad cwd or a missing program
+      t.bytes += EndStream("invalid_argument", o.error);
     else if (!o.error.empty() && o.signal.empty())
       t.bytes += EndStream("unavailable", o.error);  // the sandbox died under it
     else

@@ -18,6 +18,7 @@
 #include "server/e2b/exec_feed.h"
 #include "server/e2b/fs_tools.h"
 #include "server/e2b/process_table.h"
+#include "server/e2b/watch_feed.h"
 
 namespace warren::server::e2b {
 namespace {
@@ -1085,6 +1086,28 @@ TEST(E2bAccessTokens, MatchesOnlyTheRightToken) {
   std::string flipped = t;
   flipped.back() = flipped.back() == '0' ? '1' : '0';
   EXPECT_FALSE(a.Matches("sb-1", flipped));
+}
+
+}  // namespace
+}  // namespace warren::server::e2b
+
+namespace warren::server::e2b {
+namespace {
+
+TEST(E2bWatchSlots, BoundsWatchesPerSandboxAndGivesThemBack) {
+  auto slots = std::make_shared<WatchSlots>();
+  std::vector<std::unique_ptr<WatchSlots::Slot>> held;
+  for (int i = 0; i < WatchSlots::kPerSandbox; ++i) {
+    auto s = slots->Take("sb-a");
+    ASSERT_TRUE(s.ok()) << i;
+    held.push_back(std::move(*s));
+  }
+  auto refused = slots->Take("sb-a");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kQuota);
+  EXPECT_TRUE(slots->Take("sb-b").ok());  // another sandbox's are its own
+  held.pop_back();                        // one watch ends: its slot is free again
+  EXPECT_TRUE(slots->Take("sb-a").ok());
 }
 
 }  // namespace

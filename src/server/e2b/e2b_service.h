@@ -16,6 +16,7 @@
 #include "server/e2b/access_token.h"
 #include "server/e2b/fs_tools.h"
 #include "server/e2b/process_table.h"
+#include "server/e2b/watch_feed.h"
 #include "server/http_service.h"
 #include "server/routes.h"
 
@@ -95,6 +96,7 @@ class E2bService : public HttpService {
   TokenRegistry* tokens_;
   AccessTokens access_;
   ProcessTable processes_;
+  std::shared_ptr<WatchSlots> watches_ = std::make_shared<WatchSlots>();
   // Whom envd calls act as: the access token already named the one sandbox they may touch.
   const Principal envd_{"e2b-envd", {"admin"}, {}};
 };

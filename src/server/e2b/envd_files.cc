@@ -190,14 +190,16 @@ HttpReply E2bService::FsWatchDir(HttpRequest& r) {
   if (!path.ok()) return fail(path.status());
   const std::string dir = ResolvePath(*path);
   const uint32_t depth = msg->value("recursive", false) ? 64 : 1;
+  auto slot = watches_->Take(t.id);
+  if (!slot.ok()) return fail(slot.status());
   FsTools tools = ToolsFor(t.id);
   auto initial = tools.List(dir, depth);
   if (!initial.ok()) return fail(initial.status());
   const std::string v = r.Header("keepalive-ping-interval");
   const long keepalive_s = std::clamp(v.empty() ? 15L : strtol(v.c_str(), nullptr, 10), 1L, 300L);
-  return HttpReply::Feed(
-      std::make_shared<WatchFeed>(std::move(tools), dir, depth, std::move(*initial),
-                                  std::chrono::seconds(keepalive_s), Deadline(r)));
+  return HttpReply::Feed(std::make_shared<WatchFeed>(
+      std::move(tools), dir, depth, std::move(*initial), std::chrono::seconds(keepalive_s),
+      Deadline(r), std::move(*slot)));
 }
 
 HttpReply E2bService::FilesGet(HttpRequest& r) {

@@ -6,15 +6,37 @@
 
 namespace warren::server::e2b {
 
+Result<std::unique_ptr<WatchSlots::Slot>> WatchSlots::Take(const std::string& sandbox) {
+  MutexLock lock(&mu_);
+  int& held = held_[sandbox];
+  if (held >= kPerSandbox || total_ >= kPerServer) {
+    if (held == 0) held_.erase(sandbox);
+    return Status(
+        Code::kQuota, "watch directory", sandbox,
+        "too many directory watches (at most " + std::to_string(kPerSandbox) + " per sandbox)");
+  }
+  ++held;
+  ++total_;
+  return std::make_unique<Slot>(shared_from_this(), sandbox);
+}
+
+void WatchSlots::Give(const std::string& sandbox) {
+  MutexLock lock(&mu_);
+  --total_;
+  if (--held_[sandbox] <= 0) held_.erase(sandbox);
+}
+
 WatchFeed::WatchFeed(FsTools tools, std::string dir, uint32_t depth, std::vector<EntryInfo> initial,
-                     std::chrono::milliseconds keepalive, std::optional<Clock::time_point> deadline)
+                     std::chrono::milliseconds keepalive, std::optional<Clock::time_point> deadline,
+                     std::unique_ptr<WatchSlots::Slot> slot)
     : tools_(std::move(tools)),
       dir_(std::move(dir)),
       depth_(depth),
       keepalive_(keepalive),
       deadline_(deadline),
       last_write_(Clock::now()),
-      last_(ListingOf(initial)) {
+      last_(ListingOf(initial)),
+      slot_(std::move(slot)) {
   thread_ = std::thread([this] { Loop(); });
 }
 

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -19,13 +20,43 @@
 
 namespace warren::server::e2b {
 
+// Bounds the watches (each a thread listing a directory twice a second) that one sandbox and
+// the whole server hold, so that a tenant's loop of WatchDir calls cannot pile up threads.
+class WatchSlots : public std::enable_shared_from_this<WatchSlots> {
+ public:
+  static constexpr int kPerSandbox = 16;
+  static constexpr int kPerServer = 512;
+  // Held by a feed while it watches.
+  class Slot {
+   public:
+    Slot(std::shared_ptr<WatchSlots> owner, std::string sandbox)
+        : owner_(std::move(owner)), sandbox_(std::move(sandbox)) {}
+    ~Slot() { owner_->Give(sandbox_); }
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+
+   private:
+    std::shared_ptr<WatchSlots> owner_;
+    std::string sandbox_;
+  };
+  // A slot for one more watch of `sandbox`; kQuota when it or the server has its most.
+  Result<std::unique_ptr<Slot>> Take(const std::string& sandbox);
+
+ private:
+  void Give(const std::string& sandbox);
+  Mutex mu_;
+  std::map<std::string, int> held_ GUARDED_BY(mu_);
+  int total_ GUARDED_BY(mu_) = 0;
+};
+
 class WatchFeed : public StreamFeed {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kPeriod{500};
   // `initial`: the listing at the call (its errors were the call's).
   WatchFeed(FsTools tools, std::string dir, uint32_t depth, std::vector<EntryInfo> initial,
-            std::chrono::milliseconds keepalive, std::optional<Clock::time_point> deadline);
+            std::chrono::milliseconds keepalive, std::optional<Clock::time_point> deadline,
+            std::unique_ptr<WatchSlots::Slot> slot);
   ~WatchFeed() override;
   std::string content_type() const override;
   Take Poll(std::function<void()> notify) override;
@@ -59,6 +90,7 @@ class WatchFeed : public StreamFeed {
   std::function<void()> notify_ GUARDED_BY(mu_);
   Clock::time_point last_write_ GUARDED_BY(mu_);
   Listing last_;  // the thread's own
+  const std::unique_ptr<WatchSlots::Slot> slot_;
   std::thread thread_;
 };
 

@@ -194,12 +194,13 @@ struct HttpServer::Impl {
     // the server stopped (the gate).
     std::weak_ptr<net::steady_timer> weak_timer = timer;
     std::weak_ptr<PostGate> weak_gate = gate;
-    auto snap = rec->Poll(after, [weak_timer, weak_gate, ex] {
+    // No copy of the executor in the notifier: a record may destroy it after the io_context.
+    auto snap = rec->Poll(after, [weak_timer, weak_gate] {
       auto g = weak_gate.lock();
       if (!g) return;
       std::lock_guard<std::mutex> lock(g->mu);
       if (!g->open) return;
-      if (auto t = weak_timer.lock()) net::post(ex, [t] { t->cancel(); });
+      if (auto t = weak_timer.lock()) net::post(t->get_executor(), [t] { t->cancel(); });
     });
     if (!snap.chunks.empty() || snap.done) co_return;
     boost::system::error_code ec;
@@ -281,13 +282,21 @@ struct HttpServer::Impl {
       // As in WaitChange: the notifier may run on any thread, after the server stopped.
       std::weak_ptr<net::steady_timer> weak_timer = timer;
       std::weak_ptr<PostGate> weak_gate = gate;
-      StreamFeed::Take take = feed->Poll([weak_timer, weak_gate, ex] {
-        auto g = weak_gate.lock();
-        if (!g) return;
-        std::lock_guard<std::mutex> lock(g->mu);
-        if (!g->open) return;
-        if (auto t = weak_timer.lock()) net::post(ex, [t] { t->cancel(); });
-      });
+      StreamFeed::Take take;
+      try {
+        take = feed->Poll([weak_timer, weak_gate] {
+          auto g = weak_gate.lock();
+          if (!g) return;
+          std::lock_guard<std::mutex> lock(g->mu);
+          if (!g->open) return;
+          if (auto t = weak_timer.lock()) net::post(t->get_executor(), [t] { t->cancel(); });
+        });
+      } catch (const std::exception& e) {
+        // Mid-body no error can be answered: the connection goes (the client sees the
+        // stream cut off), the server's log says why.
+        spdlog::error("stream feed failed: {}", e.what());
+        throw boost::system::system_error(net::error::operation_aborted);
+      }
       if (!take.bytes.empty())
         co_await net::async_write(stream, http::make_chunk(net::buffer(take.bytes)),
                                   net::use_awaitable);

@@ -451,15 +451,20 @@ Result<std::vector<SandboxRecord>> Api::OwnedSandboxes(const Principal& who) {
 }
 
 Result<SandboxRecord> Api::SetTimeout(const Principal& who, const std::string& id, double seconds) {
-  if (!(seconds >= 0) || seconds > 365.0 * 86400)
-    return Invalid("a timeout must be 0 to 365 days in seconds");
+  // A sandbox lives at most 30 days from its creation (ParseSandboxSpec's bound on ttl_s,
+  // which every record read back is held to).
+  constexpr double kMaxTtlS = 30 * 86400;
+  if (!(seconds >= 0) || seconds > kMaxTtlS)
+    return Invalid("a timeout must be 0 to 30 days in seconds");
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   if (!IsLive(sb.state))
     return Status(Code::kConflict, "set timeout", id,
                   std::string("sandbox is ") + StateName(sb.state));
   const double created = ParseRfc3339(sb.created_at);
   const double age = created > 0 ? std::max(0.0, UnixNow() - created) : 0;
-  const auto ttl = static_cast<uint64_t>(std::ceil(age + seconds));
+  if (age + seconds > kMaxTtlS)
+    return Invalid("a sandbox lives at most 30 days from its creation", id);
+  const auto ttl = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(age + seconds)));
   SandboxRecord updated = WARREN_TRY(sandboxes_.Update(id, [&](SandboxRecord& r) {
     r.spec.ttl_s = ttl;
     return Status::Ok();
@@ -959,7 +964,7 @@ Result<std::shared_ptr<node::ExecRecord>> Api::RunInSandbox(const Principal& who
                                                             const std::string& id,
                                                             std::vector<std::string> argv,
                                                             const std::string* stdin_data,
-                                                            uint64_t max_output) {
+                                                            uint64_t max_output, int timeout_ms) {
   SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
   if (sb.state != SandboxState::kRunning)
     return Status(Code::kConflict, "run in sandbox", id,
@@ -967,7 +972,7 @@ Result<std::shared_ptr<node::ExecRecord>> Api::RunInSandbox(const Principal& who
   node::NodeApi* node = WARREN_TRY(NodeOf(sb));
   node::ExecSpec es;
   es.argv = std::move(argv);
-  es.timeout_ms = 300000;
+  es.timeout_ms = timeout_ms;
   es.max_output = max_output;
   es.binary = true;
   if (stdin_data) {
@@ -975,7 +980,8 @@ Result<std::shared_ptr<node::ExecRecord>> Api::RunInSandbox(const Principal& who
     es.stdin_data = *stdin_data;
   }
   auto rec = WARREN_TRY(node->StartExec(id, NewExecId(), es));
-  if (!rec->WaitDone(310000)) return Status(Code::kUnavailable, "run in sandbox", id, "timed out");
+  if (!rec->WaitDone(timeout_ms + 10000))
+    return Status(Code::kUnavailable, "run in sandbox", id, "timed out");
   return rec;
 }
 

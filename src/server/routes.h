@@ -78,13 +78,11 @@ class Api {
   Result<std::vector<SandboxRecord>> OwnedSandboxes(const Principal& who);
   // Sandbox `id` ends `seconds` from now (its ttl_s becomes its age plus `seconds`).
   Result<SandboxRecord> SetTimeout(const Principal& who, const std::string& id, double seconds);
-  // Runs `argv` in running sandbox `id` as its root and waits for it (at most 5 minutes):
+  // Runs `argv` in running sandbox `id` as its root and waits for it (killed at `timeout_ms`):
   // the record, whatever its exit status. `stdin_data`: its input, or none.
-  Result<std::shared_ptr<node::ExecRecord>> RunInSandbox(const Principal& who,
-                                                         const std::string& id,
-                                                         std::vector<std::string> argv,
-                                                         const std::string* stdin_data,
-                                                         uint64_t max_output);
+  Result<std::shared_ptr<node::ExecRecord>> RunInSandbox(
+      const Principal& who, const std::string& id, std::vector<std::string> argv,
+      const std::string* stdin_data, uint64_t max_output, int timeout_ms = 300000);
   Status WriteFile(const Principal& who, const std::string& id, const std::string& path,
                    uint32_t mode, std::string_view data);
   Result<nlohmann::json> CreateBatch(const Principal& who, const std::string& body);

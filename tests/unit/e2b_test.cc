@@ -1044,18 +1044,33 @@ TEST(E2bProcessTable, FinishedProcessesDropOut) {
   ASSERT_EQ(running.size(), 1u);
   EXPECT_EQ(running[0].pid, p2);
   // A pid is never handed out again while the sandbox lives.
-  EXPECT_EQ(t.Add("sb-1", {"sh"}, std::nullopt, false, NewRecord()), p2 + 1);
+  auto r3 = NewRecord();
+  EXPECT_EQ(t.Add("sb-1", {"sh"}, std::nullopt, false, r3), p2 + 1);
+}
+
+TEST(E2bProcessTable, HoldsNoRecordTheNodeLetGoOf) {
+  // The node keeps a running command's record; once it lets go (a deleted sandbox's), the
+  // table keeps neither the record nor its output.
+  ProcessTable t;
+  auto rec = NewRecord();
+  std::weak_ptr<node::ExecRecord> weak = rec;
+  const uint32_t pid = t.Add("sb-1", {"sh"}, std::nullopt, false, rec);
+  rec.reset();
+  EXPECT_TRUE(weak.expired());
+  EXPECT_FALSE(t.Find("sb-1", pid, std::nullopt).has_value());
+  EXPECT_TRUE(t.Running("sb-1").empty());
 }
 
 TEST(E2bProcessTable, ForgetSandbox) {
   ProcessTable t;
-  (void)t.Add("sb-1", {"sh"}, std::nullopt, false, NewRecord());
-  (void)t.Add("sb-2", {"sh"}, std::nullopt, false, NewRecord());
+  auto r1 = NewRecord(), r2 = NewRecord(), r3 = NewRecord();
+  (void)t.Add("sb-1", {"sh"}, std::nullopt, false, r1);
+  (void)t.Add("sb-2", {"sh"}, std::nullopt, false, r2);
   t.ForgetSandbox("sb-1");
   EXPECT_TRUE(t.Running("sb-1").empty());
   EXPECT_FALSE(t.Find("sb-1", 1000, std::nullopt).has_value());
   EXPECT_EQ(t.Running("sb-2").size(), 1u);
-  EXPECT_EQ(t.Add("sb-1", {"sh"}, std::nullopt, false, NewRecord()), 1000u);
+  EXPECT_EQ(t.Add("sb-1", {"sh"}, std::nullopt, false, r3), 1000u);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,10 +1,28 @@
 #include "server/e2b/connect_protocol.h"
 
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+
+#include "base/ids.h"
 #include "base/utf8.h"
 
 namespace warren::server::e2b {
 
 using nlohmann::json;
+
+std::string PublicMessage(const Status& error) {
+  if (error.code() != Code::kInternal) return error.ToString();
+  const std::string ref = RandomHex(6);
+  spdlog::error("e2b ref={} internal error: {}", ref, error.ToString());
+  const std::string op = error.op().empty() ? "request" : error.op();
+  return op + ": internal error (ref " + ref + "; the server's log has the details)";
+}
+
+bool OutOfSpace(const Status& error) {
+  return error.err() == ENOSPC || error.err() == EDQUOT ||
+         error.ToString().find("No space left") != std::string::npos;
+}
 
 const char* ConnectCodeOf(Code c) {
   switch (c) {
@@ -65,7 +83,7 @@ std::string EndStream(std::string_view code, std::string_view message) {
 }
 
 std::string EndStream(const Status& error) {
-  return EndStream(ConnectCodeOf(error.code()), error.ToString());
+  return EndStream(ConnectCodeOf(error.code()), PublicMessage(error));
 }
 
 Result<json> ParseStreamRequest(std::string_view body) {
@@ -93,7 +111,7 @@ HttpReply UnaryError(std::string_view code, std::string_view message) {
 }
 
 HttpReply UnaryError(const Status& error) {
-  return UnaryError(ConnectCodeOf(error.code()), error.ToString());
+  return UnaryError(ConnectCodeOf(error.code()), PublicMessage(error));
 }
 
 }  // namespace warren::server::e2b

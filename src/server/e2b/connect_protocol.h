@@ -15,6 +15,12 @@
 
 namespace warren::server::e2b {
 
+// What a tenant may read of `error`: the whole of it, but for an internal one (which may name
+// host paths) only its operation; the whole goes to the server's log.
+std::string PublicMessage(const Status& error);
+// Whether `error` is a full disk (ENOSPC, or a message saying so from inside the sandbox).
+bool OutOfSpace(const Status& error);
+
 // Connect's name for an error of Warren code `c`.
 const char* ConnectCodeOf(Code c);
 // The HTTP status a unary call's error of Connect code `code` is answered with.

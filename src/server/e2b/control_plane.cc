@@ -4,6 +4,7 @@
 
 #include "base/ids.h"
 #include "base/utf8.h"
+#include "server/e2b/connect_protocol.h"
 
 namespace warren::server::e2b {
 
@@ -72,20 +73,20 @@ std::optional<std::string> E2bState(const SandboxRecord& sb) {
   return std::nullopt;
 }
 
-json SandboxJson(const SandboxRecord& sb, const std::string& access_token) {
+json SandboxJson(const SandboxRecord& sb, const std::optional<std::string>& access_token) {
   return {{"sandboxID", sb.id},
           {"templateID", TemplateOfImage(sb.spec.image)},
           {"alias", TemplateOfImage(sb.spec.image)},
           {"clientID", "warren"},
           {"envdVersion", kEnvdVersion},
-          {"envdAccessToken", access_token},
+          {"envdAccessToken", access_token ? json(*access_token) : json(nullptr)},
           {"trafficAccessToken", nullptr},
           {"domain", nullptr}};
 }
 
-json DetailJson(const SandboxRecord& sb, const std::string& access_token) {
+json DetailJson(const SandboxRecord& sb, const std::optional<std::string>& access_token) {
   json j = Common(sb);
-  j["envdAccessToken"] = access_token;
+  j["envdAccessToken"] = access_token ? json(*access_token) : json(nullptr);
   j["allowInternetAccess"] = sb.spec.network.mode != "none";
   j["domain"] = nullptr;
   return j;
@@ -191,10 +192,9 @@ HttpReply ApiError(int status, const std::string& message) {
 
 HttpReply ApiError(const Status& st) {
   int status = HttpStatusOf(st.code());
-  const std::string msg = st.ToString();
   // Out of room in the sandbox: E2B's 507 (the SDK's NotEnoughSpaceError).
-  if (msg.find("No space left") != std::string::npos || msg.find("ENOSPC") != std::string::npos)
-    status = 507;
+  if (OutOfSpace(st)) status = 507;
+  const std::string msg = PublicMessage(st);
   HttpReply r = ApiError(status, msg);
   if (st.retry_after_s() > 0)
     r.headers.emplace_back("Retry-After", std::to_string(st.retry_after_s()));

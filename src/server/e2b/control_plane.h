@@ -29,8 +29,9 @@ std::string TemplateOfImage(const std::string& image);
 std::optional<std::string> E2bState(const SandboxRecord& sb);
 
 // The create/connect answer (`Sandbox`), the detail of GET /sandboxes/{id} and a list's item.
-nlohmann::json SandboxJson(const SandboxRecord& sb, const std::string& access_token);
-nlohmann::json DetailJson(const SandboxRecord& sb, const std::string& access_token);
+// `access_token`: none for a caller that may not run commands in it.
+nlohmann::json SandboxJson(const SandboxRecord& sb, const std::optional<std::string>& access_token);
+nlohmann::json DetailJson(const SandboxRecord& sb, const std::optional<std::string>& access_token);
 nlohmann::json ListedJson(const SandboxRecord& sb);
 
 struct ListQuery {

@@ -24,6 +24,8 @@ constexpr double kDefaultTimeoutS = 300;
 E2bService::E2bService(Api* api, TokenRegistry* tokens, std::string_view secret)
     : api_(api), tokens_(tokens), access_(secret) {}
 
+E2bService::~E2bService() { watches_->WaitIdle(std::chrono::seconds(40)); }
+
 const std::vector<E2bService::RouteEntry>& E2bService::Entries() {
   using M = Method;
   using S = E2bService;
@@ -110,6 +112,18 @@ Status E2bService::Admit(int route, const Headers& h) {
 
 HttpReply E2bService::Handle(int route, HttpRequest& req) {
   const RouteEntry& e = Entries()[static_cast<size_t>(route)];
+  try {
+    return Dispatch(e, req);
+  } catch (const nlohmann::json::exception& ex) {
+    // A field of the wrong type (value() and get<>() throw): the caller's mistake.
+    const std::string why = std::string("a field has the wrong type: ") + ex.what();
+    if (e.auth == Auth::kEnvd && e.spec.path.find('.') != std::string_view::npos)
+      return UnaryError("invalid_argument", why);
+    return ApiError(400, why);
+  }
+}
+
+HttpReply E2bService::Dispatch(const RouteEntry& e, HttpRequest& req) {
   if (e.auth == Auth::kRead || e.auth == Auth::kWrite) {
     // Admitted a moment ago; a key removed meanwhile is refused now.
     auto who = ApiKeyPrincipal(req.headers);
@@ -121,6 +135,13 @@ HttpReply E2bService::Handle(int route, HttpRequest& req) {
 }
 
 const Principal& E2bService::Caller(const HttpRequest& r) const { return r.who; }
+
+std::optional<std::string> E2bService::AccessTokenFor(const Principal& who,
+                                                      const std::string& id) const {
+  // The token runs commands and writes files in the sandbox: the contract's `exec` scope.
+  if (!who.Allows("exec")) return std::nullopt;
+  return access_.For(id);
+}
 
 HttpReply E2bService::Create(HttpRequest& r) {
   json body = r.body.empty() ? json::object() : json::parse(r.body, nullptr, false);
@@ -154,10 +175,10 @@ HttpReply E2bService::Create(HttpRequest& r) {
   if (!sb.ok()) {
     // An image that does not exist is E2B's unknown template.
     if (sb.status().code() == Code::kNotFound)
-      return ApiError(404, "template `" + tpl + "` not found: " + sb.status().ToString());
+      return ApiError(404, "template `" + tpl + "` not found: " + PublicMessage(sb.status()));
     return ApiError(sb.status());
   }
-  return HttpReply::Json(SandboxJson(*sb, access_.For(sb->id)), 201);
+  return HttpReply::Json(SandboxJson(*sb, AccessTokenFor(Caller(r), sb->id)), 201);
 }
 
 HttpReply E2bService::ListV1(HttpRequest& r) {
@@ -191,7 +212,7 @@ HttpReply E2bService::Get(HttpRequest& r) {
   auto sb = api_->FindSandbox(Caller(r), id);
   if (!sb.ok()) return ApiError(sb.status());
   if (!E2bState(*sb)) return ApiError(404, "sandbox " + id + " is not running");
-  return HttpReply::Json(DetailJson(*sb, access_.For(id)));
+  return HttpReply::Json(DetailJson(*sb, AccessTokenFor(Caller(r), id)));
 }
 
 HttpReply E2bService::Kill(HttpRequest& r) {
@@ -246,7 +267,7 @@ HttpReply E2bService::Connect(HttpRequest& r) {
   }
   auto now = api_->FindSandbox(Caller(r), id);
   if (!now.ok()) return ApiError(now.status());
-  return HttpReply::Json(SandboxJson(*now, access_.For(id)), status);
+  return HttpReply::Json(SandboxJson(*now, AccessTokenFor(Caller(r), id)), status);
 }
 
 HttpReply E2bService::Metrics(HttpRequest& r) {

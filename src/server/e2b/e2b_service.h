@@ -26,6 +26,9 @@ class E2bService : public HttpService {
  public:
   // `secret`: the server's admin token, from which sandboxes' access tokens are derived.
   E2bService(Api* api, TokenRegistry* tokens, std::string_view secret);
+  // Waits for the directory watches' threads (each leaves within one listing) to let go of
+  // the Api.
+  ~E2bService() override;
   const RouteTable& routes() const override;
   std::optional<Principal> Authenticate(std::string_view) const override { return std::nullopt; }
   Status Admit(int route, const Headers& headers) override;
@@ -42,6 +45,9 @@ class E2bService : public HttpService {
     Auth auth;
   };
   static const std::vector<RouteEntry>& Entries();
+  HttpReply Dispatch(const RouteEntry& e, HttpRequest& req);
+  // The sandbox's envd access token for `who`, if it may run commands there (`exec`).
+  std::optional<std::string> AccessTokenFor(const Principal& who, const std::string& id) const;
 
   // The principal behind X-API-Key.
   std::optional<Principal> ApiKeyPrincipal(const Headers& h) const;

@@ -31,6 +31,9 @@ constexpr uint64_t kWholeWriteBytes = 8ull << 20;
 constexpr size_t kStreamPiece = 56 << 10;
 // The most of a listing's or stat's output kept.
 constexpr uint64_t kToolOutputBytes = 32ull << 20;
+// A stat or listing that takes longer is the sandbox's trouble; a blocking thread of the
+// server's is not held for it.
+constexpr int kToolTimeoutMs = 30000;
 
 // A filesystem call's error: envd's already_exists for MakeDir's conflict.
 HttpReply FsError(const Status& st) {
@@ -42,9 +45,8 @@ HttpReply FsError(const Status& st) {
 // envd's REST error ({"code": <int>, "message"}) for /files.
 HttpReply RestError(const Status& st) {
   int status = HttpStatusOf(st.code());
-  const std::string msg = st.ToString();
-  if (msg.find("No space left") != std::string::npos || msg.find("ENOSPC") != std::string::npos)
-    status = 507;
+  if (OutOfSpace(st)) status = 507;
+  const std::string msg = PublicMessage(st);
   if (st.code() == Code::kConflict) status = 400;  // not a file, a directory's path, ...
   return HttpReply::Json({{"code", status}, {"message", SanitizeUtf8(msg)}}, status);
 }
@@ -110,8 +112,8 @@ json WriteInfo(const std::string& path) {
 
 FsTools E2bService::ToolsFor(const std::string& id) {
   return FsTools([this, id](std::vector<std::string> argv) -> Result<ToolOutput> {
-    auto rec =
-        WARREN_TRY(api_->RunInSandbox(envd_, id, std::move(argv), nullptr, kToolOutputBytes));
+    auto rec = WARREN_TRY(
+        api_->RunInSandbox(envd_, id, std::move(argv), nullptr, kToolOutputBytes, kToolTimeoutMs));
     node::ExecOutcome o = rec->outcome();
     if (o.not_started)  // no /bin/sh in the image
       return Status(Code::kConflict, "run in sandbox", id,

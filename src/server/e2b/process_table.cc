@@ -13,7 +13,7 @@ uint32_t ProcessTable::Add(const std::string& sandbox, ProcessConfig config,
   Prune(&s);
   s.last_add = NowSeconds();
   const uint32_t pid = s.next_pid++;
-  s.by_pid[pid] = Process{pid, std::move(config), std::move(tag), pty, std::move(rec)};
+  s.by_pid[pid] = Entry{std::move(config), std::move(tag), pty, rec};
   return pid;
 }
 
@@ -23,8 +23,12 @@ std::optional<ProcessTable::Process> ProcessTable::Find(const std::string& sandb
   auto it = sandboxes_.find(sandbox);
   if (it == sandboxes_.end()) return std::nullopt;
   Prune(&it->second);
-  for (const auto& [p, proc] : it->second.by_pid)
-    if (tag ? proc.tag == tag : p == pid) return proc;
+  for (const auto& [p, e] : it->second.by_pid) {
+    if (tag ? e.tag != tag : p != pid) continue;
+    auto rec = e.rec.lock();
+    if (!rec || rec->done()) return std::nullopt;
+    return Process{p, e.config, e.tag, e.pty, std::move(rec)};
+  }
   return std::nullopt;
 }
 
@@ -34,7 +38,9 @@ std::vector<ProcessTable::Process> ProcessTable::Running(const std::string& sand
   auto it = sandboxes_.find(sandbox);
   if (it == sandboxes_.end()) return out;
   Prune(&it->second);
-  for (const auto& [pid, proc] : it->second.by_pid) out.push_back(proc);
+  for (const auto& [pid, e] : it->second.by_pid)
+    if (auto rec = e.rec.lock(); rec && !rec->done())
+      out.push_back(Process{pid, e.config, e.tag, e.pty, std::move(rec)});
   return out;
 }
 
@@ -58,7 +64,10 @@ void ProcessTable::PruneAll() {
 }
 
 void ProcessTable::Prune(Sandbox* s) {
-  std::erase_if(s->by_pid, [](const auto& kv) { return kv.second.rec->done(); });
+  std::erase_if(s->by_pid, [](const auto& kv) {
+    auto rec = kv.second.rec.lock();
+    return !rec || rec->done();
+  });
 }
 
 }  // namespace warren::server::e2b

@@ -24,7 +24,7 @@ class ProcessTable {
     ProcessConfig config;
     std::optional<std::string> tag;
     bool pty = false;
-    std::shared_ptr<node::ExecRecord> rec;
+    std::shared_ptr<node::ExecRecord> rec;  // in what Find and Running answer: held
   };
   // Records a started exec of sandbox `sandbox`: its pid.
   uint32_t Add(const std::string& sandbox, ProcessConfig config, std::optional<std::string> tag,
@@ -37,9 +37,17 @@ class ProcessTable {
   void ForgetSandbox(const std::string& sandbox);
 
  private:
+  // The table holds a record weakly: its node keeps it while the command runs, and its output
+  // is the node's to let go of (a deleted sandbox's, at once).
+  struct Entry {
+    ProcessConfig config;
+    std::optional<std::string> tag;
+    bool pty = false;
+    std::weak_ptr<node::ExecRecord> rec;
+  };
   struct Sandbox {
     uint32_t next_pid = 1000;  // as a small system's first user processes would be
-    std::map<uint32_t, Process> by_pid;
+    std::map<uint32_t, Entry> by_pid;
     double last_add = 0;  // monotonic seconds
   };
   // Drops the processes that ended.

@@ -24,31 +24,29 @@ void WatchSlots::Give(const std::string& sandbox) {
   MutexLock lock(&mu_);
   --total_;
   if (--held_[sandbox] <= 0) held_.erase(sandbox);
+  if (total_ == 0) idle_.notify_all();
+}
+
+void WatchSlots::WaitIdle(std::chrono::milliseconds timeout) {
+  MutexLock lock(&mu_);
+  idle_.wait_for(mu_, timeout, [&]() REQUIRES(mu_) { return total_ == 0; });
 }
 
 WatchFeed::WatchFeed(FsTools tools, std::string dir, uint32_t depth, std::vector<EntryInfo> initial,
                      std::chrono::milliseconds keepalive, std::optional<Clock::time_point> deadline,
                      std::unique_ptr<WatchSlots::Slot> slot)
-    : tools_(std::move(tools)),
-      dir_(std::move(dir)),
-      depth_(depth),
-      keepalive_(keepalive),
-      deadline_(deadline),
-      last_write_(Clock::now()),
-      last_(ListingOf(initial)),
-      slot_(std::move(slot)) {
-  thread_ = std::thread([this] { Loop(); });
+    : keepalive_(keepalive), deadline_(deadline), last_write_(Clock::now()) {
+  std::thread(Loop, state_, std::move(tools), std::move(dir), depth, ListingOf(initial),
+              std::move(slot))
+      .detach();
 }
 
-WatchFeed::~WatchFeed() {
-  Stop();
-  if (thread_.joinable()) thread_.join();
-}
+WatchFeed::~WatchFeed() { Stop(); }
 
 void WatchFeed::Stop() {
-  MutexLock lock(&mu_);
-  stop_ = true;
-  cv_.notify_all();
+  MutexLock lock(&state_->mu);
+  state_->stop = true;
+  state_->cv.notify_all();
 }
 
 std::string WatchFeed::content_type() const { return std::string(kStreamContentType); }
@@ -59,9 +57,10 @@ WatchFeed::Listing WatchFeed::ListingOf(const std::vector<EntryInfo>& entries) {
   return out;
 }
 
-std::vector<std::string> WatchFeed::Diff(const Listing& before, const Listing& after) const {
+std::vector<std::string> WatchFeed::Diff(const std::string& dir, const Listing& before,
+                                         const Listing& after) {
   std::vector<std::string> frames;
-  const std::string prefix = dir_ == "/" ? "/" : dir_ + "/";
+  const std::string prefix = dir == "/" ? "/" : dir + "/";
   auto name = [&](const std::string& path) {
     return path.rfind(prefix, 0) == 0 ? path.substr(prefix.size()) : path;
   };
@@ -85,35 +84,40 @@ std::vector<std::string> WatchFeed::Diff(const Listing& before, const Listing& a
   return frames;
 }
 
-void WatchFeed::Loop() {
+void WatchFeed::Loop(std::shared_ptr<State> state, FsTools tools, std::string dir, uint32_t depth,
+                     Listing last, std::unique_ptr<WatchSlots::Slot> slot) {
+  (void)slot;  // held until this thread leaves
   for (;;) {
     {
-      MutexLock lock(&mu_);
-      cv_.wait_for(mu_, kPeriod, [&]() REQUIRES(mu_) { return stop_; });
-      if (stop_ || failed_) return;
+      MutexLock lock(&state->mu);
+      state->cv.wait_for(state->mu, kPeriod, [&]() REQUIRES(state->mu) { return state->stop; });
+      if (state->stop || state->failed) return;
     }
-    auto listing = tools_.List(dir_, depth_);
+    auto listing = tools.List(dir, depth);
     std::function<void()> notify;
     {
-      MutexLock lock(&mu_);
-      if (stop_) return;
+      MutexLock lock(&state->mu);
+      if (state->stop) return;
       if (!listing.ok()) {
-        failed_ = listing.status();
+        state->failed = listing.status();
       } else {
         Listing now = ListingOf(*listing);
-        for (auto& f : Diff(last_, now)) pending_ += f;
-        last_ = std::move(now);
-        if (pending_.empty()) continue;
+        for (auto& f : Diff(dir, last, now)) state->pending += f;
+        last = std::move(now);
+        if (state->pending.size() > kMaxPendingBytes)
+          state->failed = Status(Code::kQuota, "watch directory", dir,
+                                 "the client does not take the events as fast as they come");
+        else if (state->pending.empty())
+          continue;
       }
-      notify = std::move(notify_);
-      notify_ = nullptr;
+      notify = std::move(state->notify);
+      state->notify = nullptr;
     }
     if (notify) notify();
   }
 }
 
 StreamFeed::Take WatchFeed::Poll(std::function<void()> notify) {
-  MutexLock lock(&mu_);
   Take t;
   if (ended_) {
     t.done = true;
@@ -123,20 +127,24 @@ StreamFeed::Take WatchFeed::Poll(std::function<void()> notify) {
     t.bytes += Frame({{"start", nlohmann::json::object()}});
     started_ = true;
   }
-  t.bytes += std::move(pending_);
-  pending_.clear();
+  std::optional<Status> failed;
+  {
+    MutexLock lock(&state_->mu);
+    t.bytes += std::move(state_->pending);
+    state_->pending.clear();
+    failed = state_->failed;
+    if (t.bytes.empty()) state_->notify = std::move(notify);
+  }
   const auto now = Clock::now();
-  if (failed_ || (deadline_ && now >= *deadline_)) {
-    t.bytes += failed_ ? EndStream(*failed_) : EndStream();
+  if (failed || (deadline_ && now >= *deadline_)) {
+    t.bytes += failed ? EndStream(*failed) : EndStream();
     ended_ = t.done = true;
-    stop_ = true;
-    cv_.notify_all();
+    Stop();
     return t;
   }
   if (t.bytes.empty() && now - last_write_ >= keepalive_)
     t.bytes = Frame({{"keepalive", nlohmann::json::object()}});
   if (!t.bytes.empty()) last_write_ = now;
-  if (t.bytes.empty()) notify_ = std::move(notify);
   auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(last_write_ + keepalive_ - now);
   if (deadline_)
     wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(*deadline_ - now));

@@ -41,10 +41,13 @@ class WatchSlots : public std::enable_shared_from_this<WatchSlots> {
   };
   // A slot for one more watch of `sandbox`; kQuota when it or the server has its most.
   Result<std::unique_ptr<Slot>> Take(const std::string& sandbox);
+  // Waits until every slot is given back (the watch threads left), at most `timeout`.
+  void WaitIdle(std::chrono::milliseconds timeout);
 
  private:
   void Give(const std::string& sandbox);
   Mutex mu_;
+  std::condition_variable_any idle_;
   std::map<std::string, int> held_ GUARDED_BY(mu_);
   int total_ GUARDED_BY(mu_) = 0;
 };
@@ -53,10 +56,15 @@ class WatchFeed : public StreamFeed {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kPeriod{500};
-  // `initial`: the listing at the call (its errors were the call's).
+  // Events not yet taken by a client that stopped reading: beyond this the watch ends.
+  static constexpr size_t kMaxPendingBytes = 1 << 20;
+  // `initial`: the listing at the call (its errors were the call's). The slot goes with the
+  // polling thread, which may outlive the feed by one listing.
   WatchFeed(FsTools tools, std::string dir, uint32_t depth, std::vector<EntryInfo> initial,
             std::chrono::milliseconds keepalive, std::optional<Clock::time_point> deadline,
             std::unique_ptr<WatchSlots::Slot> slot);
+  // Never waits for the thread (it runs on the front end's event loop): the thread sees the
+  // stop at its next turn and leaves, giving back its slot.
   ~WatchFeed() override;
   std::string content_type() const override;
   Take Poll(std::function<void()> notify) override;
@@ -69,29 +77,30 @@ class WatchFeed : public StreamFeed {
     uint32_t mode;
   };
   using Listing = std::map<std::string, Seen>;
+  // What the feed and its thread share.
+  struct State {
+    Mutex mu;
+    std::condition_variable_any cv;
+    bool stop GUARDED_BY(mu) = false;
+    std::string pending GUARDED_BY(mu);  // frames not yet taken
+    std::optional<Status> failed GUARDED_BY(mu);
+    std::function<void()> notify GUARDED_BY(mu);
+  };
   static Listing ListingOf(const std::vector<EntryInfo>& entries);
-  void Loop();
+  static void Loop(std::shared_ptr<State> state, FsTools tools, std::string dir, uint32_t depth,
+                   Listing last, std::unique_ptr<WatchSlots::Slot> slot);
+  // The events from `before` to `after`, names relative to the watched directory `dir`.
+  static std::vector<std::string> Diff(const std::string& dir, const Listing& before,
+                                       const Listing& after);
   void Stop();
-  // The events from `before` to `after`, names relative to the watched directory.
-  std::vector<std::string> Diff(const Listing& before, const Listing& after) const;
 
-  FsTools tools_;
-  const std::string dir_;
-  const uint32_t depth_;
   const std::chrono::milliseconds keepalive_;
   const std::optional<Clock::time_point> deadline_;
-  Mutex mu_;
-  std::condition_variable_any cv_;
-  bool stop_ GUARDED_BY(mu_) = false;
-  bool started_ GUARDED_BY(mu_) = false;
-  bool ended_ GUARDED_BY(mu_) = false;
-  std::string pending_ GUARDED_BY(mu_);  // frames not yet taken
-  std::optional<Status> failed_ GUARDED_BY(mu_);
-  std::function<void()> notify_ GUARDED_BY(mu_);
-  Clock::time_point last_write_ GUARDED_BY(mu_);
-  Listing last_;  // the thread's own
-  const std::unique_ptr<WatchSlots::Slot> slot_;
-  std::thread thread_;
+  const std::shared_ptr<State> state_ = std::make_shared<State>();
+  // The feed's own (Poll is called by one coroutine at a time).
+  bool started_ = false;
+  bool ended_ = false;
+  Clock::time_point last_write_;
 };
 
 }  // namespace warren::server::e2b

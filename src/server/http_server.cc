@@ -1,7 +1,12 @@
 #include "server/http_server.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -119,6 +124,50 @@ Headers HeadersOf(const http::request_parser<http::empty_body>::value_type& req)
   return out;
 }
 
+// BodyTo::kStream's body: the read end of a pipe the front end writes the body into as it
+// arrives. Whether the body came whole is told apart from a cut-off one by `state`, set
+// before the write end is closed.
+class PipeBody : public BodyStream {
+ public:
+  enum State { kArriving, kComplete, kCut };
+  // `stopping`: the server is going; a reader waiting for bytes that will never come (the
+  // event loop that writes them is stopped) gives up.
+  PipeBody(int read_fd, std::shared_ptr<std::atomic<bool>> stopping)
+      : fd_(read_fd), stopping_(std::move(stopping)) {}
+  ~PipeBody() override { CloseReader(); }
+  Result<size_t> Read(char* buf, size_t n) override {
+    for (;;) {
+      const int fd = fd_.load();
+      if (fd < 0) return Invalid("the request body was cut off");
+      pollfd p{fd, POLLIN, 0};
+      const int ready = poll(&p, 1, 200);
+      if (ready < 0 && errno != EINTR)
+        return Status(Code::kInvalid, "read request body", "", "poll failed", errno);
+      if (ready <= 0) {
+        if (stopping_->load())
+          return Status(Code::kUnavailable, "read request body", "", "the server is stopping");
+        continue;
+      }
+      ssize_t k = read(fd, buf, n);
+      if (k > 0) return static_cast<size_t>(k);
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0) return Status(Code::kInvalid, "read request body", "", "read failed", errno);
+      if (state.load(std::memory_order_acquire) == kComplete) return size_t{0};
+      return Invalid("the request body was cut off");
+    }
+  }
+  // The handler answered: what it did not read is refused (the writer gets EPIPE).
+  void CloseReader() {
+    const int fd = fd_.exchange(-1);
+    if (fd >= 0) close(fd);
+  }
+  std::atomic<int> state{kArriving};
+
+ private:
+  std::atomic<int> fd_;
+  std::shared_ptr<std::atomic<bool>> stopping_;
+};
+
 Method ToMethod(http::verb v) {
   switch (v) {
     case http::verb::get:
@@ -153,6 +202,8 @@ struct HttpServer::Impl {
   HttpService* service;
   ServerOptions opts;
   std::shared_ptr<PostGate> gate = std::make_shared<PostGate>();
+  // Set by Stop before it waits for the blocking pool: streamed bodies' readers give up.
+  std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
   net::io_context ioc;
   net::thread_pool blocking;
   tcp::acceptor acceptor;
@@ -315,6 +366,12 @@ struct HttpServer::Impl {
   net::awaitable<Reply> Route(beast::tcp_stream& stream, beast::flat_buffer& buf,
                               http::request_parser<http::empty_body>& hp, bool* streamed);
 
+  // BodyTo::kStream: runs the handler on the blocking pool while this coroutine writes the
+  // body into its pipe as it arrives; then answers what the handler returned.
+  net::awaitable<Reply> StreamBody(beast::tcp_stream& stream, beast::flat_buffer& buf,
+                                   http::request_parser<http::empty_body>& hp, unsigned version,
+                                   uint64_t limit, int route, HttpRequest& req, bool* streamed);
+
   // The front end's reply to a service's answer: long-lived ones (an exec's end or stream)
   // are served here, on the event loop.
   net::awaitable<Reply> Answer(beast::tcp_stream& stream, unsigned version, HttpReply r,
@@ -391,6 +448,8 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
     co_return r;
   }
   HttpRequest req{who, match.params, target->query, {}, {}, headers};
+  if (spec && spec->body_to == BodyTo::kStream)
+    co_return co_await StreamBody(stream, buf, hp, version, limit, match.index, req, streamed);
   if (spec && spec->body_to == BodyTo::kFile) {
     req.body_file = service->UploadPath();
     if (req.body_file.empty()) co_return Error(Internal("read upload", "", "no upload path"));
@@ -444,6 +503,82 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
   }
   HttpReply answer = co_await Blocking([&] { return service->Handle(match.index, req); });
   co_return co_await Answer(stream, version, std::move(answer), streamed);
+}
+
+net::awaitable<Reply> HttpServer::Impl::StreamBody(beast::tcp_stream& stream,
+                                                   beast::flat_buffer& buf,
+                                                   http::request_parser<http::empty_body>& hp,
+                                                   unsigned version, uint64_t limit, int route,
+                                                   HttpRequest& req, bool* streamed) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    co_return Error(Status(Code::kInternal, "make request body pipe", "", "pipe2 failed", errno));
+  (void)fcntl(fds[1], F_SETPIPE_SZ, 1 << 20);  // fewer wakeups for a large upload
+  auto body = std::make_shared<PipeBody>(fds[0], stopping);
+  auto ex = co_await net::this_coro::executor;
+  net::posix::stream_descriptor writer(ex, fds[1]);
+  req.body_stream = body.get();
+
+  // The handler runs beside this coroutine. It is told apart from its end by a flag and a
+  // timer that only this connection's strand touches: the end is posted to it.
+  auto done = std::make_shared<net::steady_timer>(ex, std::chrono::steady_clock::time_point::max());
+  auto finished = std::make_shared<bool>(false);
+  auto answer = std::make_shared<HttpReply>();
+  auto failure = std::make_shared<std::string>();
+  net::post(blocking, [this, route, &req, body, answer, failure, done, finished] {
+    try {
+      *answer = service->Handle(route, req);
+    } catch (const std::exception& e) {
+      *failure = e.what();
+    }
+    body->CloseReader();
+    net::post(done->get_executor(), [done, finished] {
+      *finished = true;
+      done->cancel();
+    });
+  });
+
+  http::request_parser<http::buffer_body> bp{std::move(hp)};
+  bp.body_limit(limit);
+  std::vector<char> chunk(256 << 10);
+  stream.expires_after(std::chrono::minutes(30));
+  bool reader_gone = false;
+  uint64_t dropped = 0;
+  constexpr uint64_t kDrainLimit = 1 << 20;  // read and dropped after the handler answered
+  while (!bp.is_done()) {
+    bp.get().body().data = chunk.data();
+    bp.get().body().size = chunk.size();
+    beast::error_code ec;
+    co_await http::async_read(stream, buf, bp, net::redirect_error(net::use_awaitable, ec));
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) break;  // the client went away, or sent more than the limit
+    const size_t n = chunk.size() - bp.get().body().size;
+    if (reader_gone) {
+      if ((dropped += n) > kDrainLimit) break;
+      continue;
+    }
+    if (n == 0) continue;
+    boost::system::error_code wec;
+    co_await net::async_write(writer, net::buffer(chunk.data(), n),
+                              net::redirect_error(net::use_awaitable, wec));
+    if (wec) reader_gone = true;  // the handler answered without reading the rest
+  }
+  const bool complete = bp.is_done();
+  body->state.store(complete ? PipeBody::kComplete : PipeBody::kCut, std::memory_order_release);
+  boost::system::error_code ignored;
+  writer.close(ignored);
+  if (!*finished) {
+    boost::system::error_code ec;
+    co_await done->async_wait(net::redirect_error(net::use_awaitable, ec));
+  }
+  Reply r;
+  if (!failure->empty()) {
+    r = Error(Internal("handle request", "", *failure));
+  } else {
+    r = co_await Answer(stream, version, std::move(*answer), streamed);
+  }
+  if (!complete) r.close = true;  // the rest of the body is still on its way, or never came
+  co_return r;
 }
 
 net::awaitable<Reply> HttpServer::Impl::Answer(beast::tcp_stream& stream, unsigned version,
@@ -602,6 +737,9 @@ Status HttpServer::Start() {
   if (!ec) acc.bind(ep, ec);
   if (!ec) acc.listen(1024, ec);
   if (ec) return Status(Code::kUnavailable, "listen", l, ec.message());
+  // A streamed body is written into a pipe whose reader (the handler) may have answered and
+  // closed it: EPIPE, never the signal that would end the daemon.
+  signal(SIGPIPE, SIG_IGN);
   net::co_spawn(impl_->ioc, impl_->Listen(), net::detached);
   for (int i = 0; i < impl_->opts.io_threads; ++i)
     impl_->threads.emplace_back([this] { impl_->ioc.run(); });
@@ -615,6 +753,7 @@ void HttpServer::Stop() {
   if (!impl_) return;
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
+  impl_->stopping->store(true);
   impl_->ioc.stop();
   for (auto& t : impl_->threads)
     if (t.joinable()) t.join();

@@ -31,6 +31,17 @@ using Query = std::map<std::string, std::string>;
 // Request headers by lower-case name; a repeated header's values joined by ", ".
 using Headers = std::map<std::string, std::string>;
 
+// BodyTo::kStream: the request's body as it arrives, read by the handler while the front end
+// still receives it (nothing is held whole, in memory or on disk).
+class BodyStream {
+ public:
+  virtual ~BodyStream() = default;
+  // Up to `n` bytes into `buf`, blocking until some arrive: how many; 0 at the end of the
+  // body; kInvalid if the body was cut off (the client went away, or sent more than the
+  // route's limit).
+  virtual Result<size_t> Read(char* buf, size_t n) = 0;
+};
+
 // One request as routed and read.
 struct HttpRequest {
   const Principal& who;
@@ -39,6 +50,7 @@ struct HttpRequest {
   std::string body;       // BodyTo::kMemory
   std::string body_file;  // BodyTo::kFile: removed after the handler
   const Headers& headers;
+  BodyStream* body_stream = nullptr;  // BodyTo::kStream
   // The request's header value of lower-case `name`, "" when absent.
   std::string Header(const std::string& name) const {
     auto it = headers.find(name);

@@ -17,6 +17,7 @@ const char* MethodName(Method m);
 enum class BodyTo {
   kMemory,  // read into a string (up to body_limit)
   kFile,    // streamed to a temporary file (layer uploads)
+  kStream,  // handed to the handler as it arrives (HttpRequest::body_stream)
 };
 
 struct RouteSpec {

@@ -17,7 +17,9 @@
 #include "server/e2b/envd_messages.h"
 #include "server/e2b/exec_feed.h"
 #include "server/e2b/fs_tools.h"
+#include "server/e2b/multipart.h"
 #include "server/e2b/process_table.h"
+#include "server/e2b/sandbox_file_writer.h"
 #include "server/e2b/watch_feed.h"
 
 namespace warren::server::e2b {
@@ -1123,6 +1125,129 @@ TEST(E2bWatchSlots, BoundsWatchesPerSandboxAndGivesThemBack) {
   EXPECT_TRUE(slots->Take("sb-b").ok());  // another sandbox's are its own
   held.pop_back();                        // one watch ends: its slot is free again
   EXPECT_TRUE(slots->Take("sb-a").ok());
+}
+
+}  // namespace
+}  // namespace warren::server::e2b
+
+namespace warren::server::e2b {
+namespace {
+
+// Collects what a MultipartStream hands out.
+struct CollectParts : MultipartStream::Handler {
+  struct Got {
+    std::string name, filename, content_type, data;
+    bool ended = false;
+  };
+  std::vector<Got> parts;
+  Status BeginPart(const MultipartPart& p) override {
+    parts.push_back({p.name, p.filename, p.content_type, "", false});
+    return Status::Ok();
+  }
+  Status PartData(std::string_view b) override {
+    parts.back().data.append(b);
+    return Status::Ok();
+  }
+  Status EndPart() override {
+    parts.back().ended = true;
+    return Status::Ok();
+  }
+};
+
+const std::string kBoundary = "----formdata-undici-0123456789";
+
+std::string UndiciBody(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::string b = "preamble\r\n";
+  for (const auto& [name, data] : files)
+    b += "--" + kBoundary + "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"" +
+         name + "\"\r\nContent-Type: application/octet-stream\r\n\r\n" + data + "\r\n";
+  return b + "--" + kBoundary + "--\r\nepilogue";
+}
+
+TEST(E2bMultipartStream, SameAnswerFedWholeOrByteByByte) {
+  // Content that holds CRLFs and every prefix of the delimiter.
+  std::string tricky = "a\r\nb\r\n--";
+  for (size_t i = 1; i < kBoundary.size(); ++i) tricky += "\r\n--" + kBoundary.substr(0, i) + "x";
+  const std::string body =
+      UndiciBody({{"/tmp/a.txt", "hello"}, {"b%22q.bin", tricky}, {"/tmp/empty", ""}});
+  for (size_t step : {body.size(), size_t{1}, size_t{2}, size_t{7}, size_t{64}}) {
+    MultipartStream ms(kBoundary);
+    CollectParts got;
+    for (size_t off = 0; off < body.size(); off += step)
+      ASSERT_TRUE(ms.Feed(std::string_view(body).substr(off, step), &got).ok()) << step;
+    ASSERT_TRUE(ms.Finish().ok()) << step;
+    ASSERT_EQ(got.parts.size(), 3u) << step;
+    EXPECT_EQ(got.parts[0].filename, "/tmp/a.txt");
+    EXPECT_EQ(got.parts[0].data, "hello");
+    EXPECT_EQ(got.parts[1].filename, "b\"q.bin");
+    EXPECT_EQ(got.parts[1].data, tricky) << step;
+    EXPECT_EQ(got.parts[2].data, "");
+    EXPECT_EQ(got.parts[0].content_type, "application/octet-stream");
+    for (const auto& p : got.parts) EXPECT_TRUE(p.ended);
+  }
+}
+
+TEST(E2bMultipartStream, OpensWithoutPreambleAndRefusesACutBody) {
+  std::string body = UndiciBody({{"/x", "12345"}});
+  body = body.substr(body.find("--" + kBoundary));  // no preamble
+  {
+    MultipartStream ms(kBoundary);
+    CollectParts got;
+    ASSERT_TRUE(ms.Feed(body, &got).ok());
+    EXPECT_TRUE(ms.Finish().ok());
+    ASSERT_EQ(got.parts.size(), 1u);
+    EXPECT_EQ(got.parts[0].data, "12345");
+  }
+  for (size_t cut : {size_t{5}, body.find("12345") + 2, body.size() - 12}) {
+    MultipartStream ms(kBoundary);
+    CollectParts got;
+    ASSERT_TRUE(ms.Feed(body.substr(0, cut), &got).ok()) << cut;
+    Status st = ms.Finish();
+    EXPECT_FALSE(st.ok()) << cut;
+    EXPECT_EQ(st.code(), Code::kInvalid);
+  }
+  MultipartStream none(kBoundary);
+  CollectParts got;
+  ASSERT_TRUE(none.Feed("no boundary at all", &got).ok());
+  EXPECT_FALSE(none.Finish().ok());
+}
+
+TEST(E2bMultipartStream, RefusesHugeHeadersAndNestedParts) {
+  MultipartStream ms(kBoundary);
+  CollectParts got;
+  std::string body = "--" + kBoundary + "\r\nX-Pad: " + std::string(20000, 'a');
+  EXPECT_FALSE(ms.Feed(body, &got).ok());
+  MultipartStream nested(kBoundary);
+  std::string n = "--" + kBoundary +
+                  "\r\nContent-Type: multipart/mixed; boundary=q\r\n\r\nx\r\n--" + kBoundary +
+                  "--\r\n";
+  EXPECT_FALSE(nested.Feed(n, &got).ok());
+}
+
+}  // namespace
+}  // namespace warren::server::e2b
+
+namespace warren::server::e2b {
+namespace {
+
+TEST(E2bGzipInflater, InflatesInPiecesAndRefusesGarbage) {
+  // gzip.compress(b"hello hello hello\n", mtime=0), base64.
+  std::string gz;
+  ASSERT_TRUE(Base64Decode("H4sIAAAAAAACA8tIzcnJV8hAkFwAO3yK3xIAAAA=", &gz));
+  for (size_t step : {gz.size(), size_t{1}, size_t{3}}) {
+    GzipInflater g;
+    std::string out;
+    for (size_t off = 0; off < gz.size(); off += step)
+      ASSERT_TRUE(g.Inflate(std::string_view(gz).substr(off, step), &out).ok());
+    EXPECT_TRUE(g.Finish().ok());
+    EXPECT_EQ(out, "hello hello hello\n");
+  }
+  GzipInflater cut;
+  std::string out;
+  ASSERT_TRUE(cut.Inflate(std::string_view(gz).substr(0, 10), &out).ok());
+  EXPECT_FALSE(cut.Finish().ok());
+  GzipInflater bad;
+  EXPECT_FALSE(bad.Inflate("this is not gzip at all", &out).ok());
 }
 
 }  // namespace

@@ -14,8 +14,8 @@ using nlohmann::json;
 namespace {
 
 constexpr uint64_t kJsonLimit = 8ull << 20;
-// Uploads go to a temporary file as they arrive, then into the sandbox piece by piece.
-constexpr uint64_t kUploadLimit = 16ull << 30;
+// Uploads go into the sandbox as they arrive (its disk bounds them); this bounds one request.
+constexpr uint64_t kUploadLimit = 64ull << 30;
 // E2B's default life of a sandbox.
 constexpr double kDefaultTimeoutS = 300;
 
@@ -69,7 +69,7 @@ const std::vector<E2bService::RouteEntry>& E2bService::Entries() {
       {r(M::kPost, "/filesystem.Filesystem/GetWatcherEvents"), &S::Unimplemented, A::kEnvd},
       {r(M::kPost, "/filesystem.Filesystem/RemoveWatcher"), &S::Unimplemented, A::kEnvd},
       {r(M::kGet, "/files"), &S::FilesGet, A::kEnvd},
-      {r(M::kPost, "/files", kUploadLimit, BodyTo::kFile), &S::FilesPost, A::kEnvd},
+      {r(M::kPost, "/files", kUploadLimit, BodyTo::kStream), &S::FilesPost, A::kEnvd},
       {r(M::kGet, "/health"), &S::Health, A::kHealth},
   };
   return kRoutes;
@@ -128,7 +128,8 @@ HttpReply E2bService::Dispatch(const RouteEntry& e, HttpRequest& req) {
     // Admitted a moment ago; a key removed meanwhile is refused now.
     auto who = ApiKeyPrincipal(req.headers);
     if (!who) return ApiError(401, "missing or wrong X-API-Key");
-    HttpRequest as{*who, req.params, req.query, std::move(req.body), req.body_file, req.headers};
+    HttpRequest as{*who,          req.params,  req.query,      std::move(req.body),
+                   req.body_file, req.headers, req.body_stream};
     return (this->*e.handler)(as);
   }
   return (this->*e.handler)(req);

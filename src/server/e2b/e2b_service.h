@@ -33,7 +33,6 @@ class E2bService : public HttpService {
   std::optional<Principal> Authenticate(std::string_view) const override { return std::nullopt; }
   Status Admit(int route, const Headers& headers) override;
   HttpReply Handle(int route, HttpRequest& req) override;
-  std::string UploadPath() const override { return api_->TempPath("e2b-upload"); }
   void CountError(Code code) override { api_->CountError(code); }
 
  private:
@@ -94,9 +93,6 @@ class E2bService : public HttpService {
   Result<Target> EnvdTarget(const HttpRequest& r);
   static HttpReply Gone(const std::string& id);
   FsTools ToolsFor(const std::string& id);
-  // Writes `size` bytes of file `fd` from `offset` to `path` in sandbox `id`.
-  Status WriteFromFile(const std::string& id, const std::string& path, int fd, uint64_t offset,
-                       uint64_t size);
 
   Api* api_;
   TokenRegistry* tokens_;

@@ -1,20 +1,14 @@
 // envd's filesystem.Filesystem service, its /files upload and download, and /health.
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include <chrono>
-#include <thread>
 
-#include "base/unique_fd.h"
 #include "base/utf8.h"
 #include "server/api_types.h"
 #include "server/e2b/connect_protocol.h"
 #include "server/e2b/e2b_service.h"
 #include "server/e2b/envd_target.h"
 #include "server/e2b/multipart.h"
+#include "server/e2b/sandbox_file_writer.h"
 #include "server/e2b/watch_feed.h"
 
 namespace warren::server::e2b {
@@ -24,11 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// A file this small goes into the sandbox in one message; larger ones stream through `cat`.
-constexpr uint64_t kWholeWriteBytes = 8ull << 20;
-// One agent message at most (agent/protocol.h's kMaxPayload is 60 KiB): the agent takes or
-// refuses a piece whole, so a refused one can simply be sent again.
-constexpr size_t kStreamPiece = 56 << 10;
 // The most of a listing's or stat's output kept.
 constexpr uint64_t kToolOutputBytes = 32ull << 20;
 // A stat or listing that takes longer is the sandbox's trouble; a blocking thread of the
@@ -72,33 +61,6 @@ std::optional<Clock::time_point> Deadline(const HttpRequest& r) {
   long long ms = v.empty() ? 0 : strtoll(v.c_str(), &end, 10);
   if (ms <= 0 || *end) return std::nullopt;
   return Clock::now() + std::chrono::milliseconds(ms);
-}
-
-// Inflates gzip file `src` into a new file `dst`.
-Status Gunzip(const std::string& src, const std::string& dst) {
-  gzFile in = gzopen(src.c_str(), "rb");
-  if (!in) return Invalid("read the gzip upload");
-  UniqueFd out(open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!out) {
-    gzclose(in);
-    return Status(Code::kInternal, "inflate upload", "", "cannot create a temporary file", errno);
-  }
-  std::string buf(1 << 20, '\0');
-  Status st = Status::Ok();
-  for (;;) {
-    int n = gzread(in, buf.data(), static_cast<unsigned>(buf.size()));
-    if (n < 0) {
-      st = Invalid("the upload is not valid gzip");
-      break;
-    }
-    if (n == 0) break;
-    if (write(out.get(), buf.data(), static_cast<size_t>(n)) != n) {
-      st = Status(Code::kInternal, "inflate upload", "", "write failed", errno);
-      break;
-    }
-  }
-  gzclose(in);
-  return st;
 }
 
 json WriteInfo(const std::string& path) {
@@ -214,65 +176,39 @@ HttpReply E2bService::FilesGet(HttpRequest& r) {
   return HttpReply::Raw(std::move(*data), "application/octet-stream");
 }
 
-Status E2bService::WriteFromFile(const std::string& id, const std::string& path, int fd,
-                                 uint64_t offset, uint64_t size) {
-  auto read_at = [&](uint64_t off, size_t n, std::string* out) -> Status {
-    out->resize(n);
-    size_t got = 0;
-    while (got < n) {
-      ssize_t k = pread(fd, out->data() + got, n - got, static_cast<off_t>(off + got));
-      if (k <= 0) return Status(Code::kInternal, "read upload", "", "short read", errno);
-      got += static_cast<size_t>(k);
-    }
+namespace {
+
+// The parts of a multipart upload, each written into the sandbox as its bytes arrive.
+class PartsToSandbox : public MultipartStream::Handler {
+ public:
+  PartsToSandbox(Api* api, const Principal& who, std::string sandbox, std::string query_path)
+      : api_(api), who_(who), sandbox_(std::move(sandbox)), query_path_(std::move(query_path)) {}
+  Status BeginPart(const MultipartPart& part) override {
+    // One file to the query's path (a single write), or each to its own (the part's filename).
+    std::string target = !query_path_.empty() && written_.empty() ? query_path_ : part.filename;
+    if (target.empty()) return Invalid("a part names no file path");
+    if (target.find('\0') != std::string::npos) return Invalid("bad path", target);
+    file_ = std::make_unique<SandboxFileWriter>(api_, who_, sandbox_, ResolvePath(target));
     return Status::Ok();
-  };
-  if (size <= kWholeWriteBytes) {
-    std::string data;
-    WARREN_RETURN_IF_ERROR(read_at(offset, size, &data));
-    return api_->WriteFile(envd_, id, path, 0644, data);
   }
-  // Larger: piece by piece into `cat` in the sandbox, at the pace it writes (the agent holds
-  // at most 1 MiB of unread input and says so: then we wait a moment and send again).
-  ExecRequest er;
-  er.argv = {"/bin/sh", "-c", "mkdir -p -- \"$(dirname -- \"$1\")\" && exec cat > \"$1\"", "sh",
-             path};
-  er.cwd = "/";
-  er.timeout_s = 3600;
-  er.wait = false;
-  er.stdin_open = true;
-  er.max_output_bytes = 64 << 10;
-  auto started = WARREN_TRY(api_->StartExec(envd_, id, std::move(er)));
-  auto rec = started.rec;
-  std::string piece;
-  for (uint64_t off = 0; off < size;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kStreamPiece, size - off));
-    WARREN_RETURN_IF_ERROR(read_at(offset + off, n, &piece));
-    ExecInput in;
-    in.data = std::move(piece);
-    for (int attempt = 0;; ++attempt) {
-      Status st = api_->WriteExecInput(envd_, id, rec->id(), in);
-      if (st.ok()) break;
-      if (st.code() != Code::kQuota || attempt > 30000 || rec->done()) {
-        (void)api_->SignalExec(envd_, id, rec->id(), SIGKILL);
-        return st;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    piece = std::move(in.data);
-    off += n;
+  Status PartData(std::string_view bytes) override { return file_->Write(bytes); }
+  Status EndPart() override {
+    WARREN_RETURN_IF_ERROR(file_->Close());
+    written_.push_back(WriteInfo(file_->path()));
+    file_.reset();
+    return Status::Ok();
   }
-  ExecInput eof;
-  eof.eof = true;
-  WARREN_RETURN_IF_ERROR(api_->WriteExecInput(envd_, id, rec->id(), eof));
-  if (!rec->WaitDone(600000)) return Status(Code::kUnavailable, "write file", path, "timed out");
-  node::ExecOutcome o = rec->outcome();
-  if (o.exit_code != 0) {
-    std::string err = SanitizeUtf8(rec->RawOutput(2).substr(0, 2000));
-    if (!o.error.empty()) err = o.error;
-    return Status(Code::kInvalid, "write file", path, "writing failed: " + err);
-  }
-  return Status::Ok();
-}
+  json written() const { return written_; }
+
+ private:
+  Api* api_;
+  const Principal& who_;
+  const std::string sandbox_, query_path_;
+  std::unique_ptr<SandboxFileWriter> file_;
+  json written_ = json::array();
+};
+
+}  // namespace
 
 HttpReply E2bService::FilesPost(HttpRequest& r) {
   WARREN_E2B_TARGET(t, r);
@@ -280,46 +216,54 @@ HttpReply E2bService::FilesPost(HttpRequest& r) {
   const std::string encoding = r.Header("content-encoding");
   std::string query_path;
   if (auto it = r.query.find("path"); it != r.query.end()) query_path = it->second;
-  std::string body_file = r.body_file;
-  struct RemoveLater {
-    std::string p;
-    ~RemoveLater() {
-      if (!p.empty()) unlink(p.c_str());
-    }
-  } inflated;
-  if (!encoding.empty() && encoding != "identity") {
-    if (encoding != "gzip") return RestError(Invalid("Content-Encoding must be gzip"));
-    inflated.p = body_file + ".inflated";
-    Status st = Gunzip(body_file, inflated.p);
-    if (!st.ok()) return RestError(st);
-    body_file = inflated.p;
-  }
-  UniqueFd fd(open(body_file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return RestError(Status(Code::kInternal, "read upload", "", "open failed", errno));
-  json written = json::array();
+  if (!encoding.empty() && encoding != "identity" && encoding != "gzip")
+    return RestError(Invalid("Content-Encoding must be gzip"));
+  std::optional<GzipInflater> gunzip;
+  if (encoding == "gzip") gunzip.emplace();
+
+  // The body, piece by piece as it arrives, to either a multipart parser or one file.
+  std::optional<MultipartStream> multipart;
+  std::optional<PartsToSandbox> parts;
+  std::unique_ptr<SandboxFileWriter> single;
   if (content_type.rfind("multipart/", 0) == 0) {
     auto boundary = MultipartBoundary(content_type);
     if (!boundary.ok()) return RestError(boundary.status());
-    auto parts = ScanMultipartFile(body_file, *boundary);
-    if (!parts.ok()) return RestError(parts.status());
-    for (const auto& p : *parts) {
-      // One file to the query's path, or each to its own (the part's filename).
-      std::string target = !query_path.empty() && parts->size() == 1 ? query_path : p.filename;
-      if (target.empty()) return RestError(Invalid("a part names no file path"));
-      target = ResolvePath(target);
-      Status st = WriteFromFile(t.id, target, fd.get(), p.offset, p.size);
-      if (!st.ok()) return RestError(st);
-      written.push_back(WriteInfo(target));
-    }
+    multipart.emplace(*boundary);
+    parts.emplace(api_, envd_, t.id, query_path);
   } else {
     if (query_path.empty()) return RestError(Invalid("query parameter `path` is required"));
-    struct stat st {};
-    if (fstat(fd.get(), &st) != 0)
-      return RestError(Status(Code::kInternal, "read upload", "", "fstat failed", errno));
-    const std::string target = ResolvePath(query_path);
-    Status w = WriteFromFile(t.id, target, fd.get(), 0, static_cast<uint64_t>(st.st_size));
-    if (!w.ok()) return RestError(w);
-    written.push_back(WriteInfo(target));
+    if (query_path.find('\0') != std::string::npos) return RestError(Invalid("bad path"));
+    single = std::make_unique<SandboxFileWriter>(api_, envd_, t.id, ResolvePath(query_path));
+  }
+  auto take = [&](std::string_view bytes) -> Status {
+    if (multipart) return multipart->Feed(bytes, &*parts);
+    return single->Write(bytes);
+  };
+  std::string piece(256 << 10, '\0'), inflated;
+  for (;;) {
+    auto n = r.body_stream->Read(piece.data(), piece.size());
+    if (!n.ok()) return RestError(n.status());
+    if (*n == 0) break;
+    std::string_view got(piece.data(), *n);
+    Status st;
+    if (gunzip) {
+      inflated.clear();
+      st = gunzip->Inflate(got, &inflated);
+      if (st.ok()) st = take(inflated);
+    } else {
+      st = take(got);
+    }
+    if (!st.ok()) return RestError(st);
+  }
+  if (gunzip)
+    if (Status st = gunzip->Finish(); !st.ok()) return RestError(st);
+  json written = json::array();
+  if (multipart) {
+    if (Status st = multipart->Finish(); !st.ok()) return RestError(st);
+    written = parts->written();
+  } else {
+    if (Status st = single->Close(); !st.ok()) return RestError(st);
+    written.push_back(WriteInfo(single->path()));
   }
   if (written.empty()) return RestError(Invalid("the upload holds no file"));
   return HttpReply::Json(written);

@@ -309,6 +309,109 @@ Result<std::string> MultipartBoundary(std::string_view content_type) {
   return Malformed("the Content-Type has no boundary");
 }
 
+MultipartStream::MultipartStream(std::string_view boundary)
+    : delimiter_("\r\n--" + std::string(boundary)) {}
+
+Status MultipartStream::Feed(std::string_view bytes, Handler* handler) {
+  pending_.append(bytes);
+  for (;;) {
+    switch (state_) {
+      case State::kPreamble: {
+        const size_t at = pending_.find(delimiter_);
+        if (at == std::string::npos) {
+          // Keep what could still be the start of the delimiter.
+          if (pending_.size() >= delimiter_.size())
+            pending_.erase(0, pending_.size() - (delimiter_.size() - 1));
+          return Status::Ok();
+        }
+        pending_.erase(0, at + delimiter_.size());
+        state_ = State::kAfterDelimiter;
+        break;
+      }
+      case State::kAfterDelimiter: {
+        if (pending_.size() < 2) return Status::Ok();
+        if (pending_.starts_with("--")) {
+          state_ = State::kEpilogue;
+          break;
+        }
+        const size_t pad = std::min(pending_.find_first_not_of(" \t"), pending_.size());
+        const std::string_view rest = std::string_view(pending_).substr(pad);
+        if (rest.size() < 2) {
+          if (pending_.size() > kMaxDelimiterTail)
+            return Malformed("a boundary line has more after the boundary");
+          return Status::Ok();
+        }
+        if (!rest.starts_with("\r\n"))
+          return Malformed("a boundary line has more after the boundary");
+        if (parts_ == kMultipartMaxParts) return Malformed("more than 10000 parts");
+        ++parts_;
+        pending_.erase(0, pad + 2);
+        state_ = State::kHeaders;
+        break;
+      }
+      case State::kHeaders: {
+        MultipartPart part;
+        size_t content = 0;
+        if (pending_.starts_with("\r\n")) {
+          content = 2;  // no headers at all
+        } else {
+          const size_t end = pending_.find("\r\n\r\n");
+          if (end == std::string::npos) {
+            if (pending_.size() >= kMultipartMaxHeaderBytes)
+              return Malformed(PartName(parts_) + " has headers over 16 KiB");
+            return Status::Ok();
+          }
+          if (end + 4 > kMultipartMaxHeaderBytes)
+            return Malformed(PartName(parts_) + " has headers over 16 KiB");
+          WARREN_RETURN_IF_ERROR(ApplyHeaders(pending_.substr(0, end), parts_, &part));
+          content = end + 4;
+        }
+        if (pending_.size() < content) return Status::Ok();
+        pending_.erase(0, content);
+        WARREN_RETURN_IF_ERROR(handler->BeginPart(part));
+        state_ = State::kBody;
+        break;
+      }
+      case State::kBody: {
+        const size_t at = pending_.find(delimiter_);
+        if (at == std::string::npos) {
+          // All but a possible start of the delimiter is the part's.
+          if (pending_.size() >= delimiter_.size()) {
+            const size_t n = pending_.size() - (delimiter_.size() - 1);
+            WARREN_RETURN_IF_ERROR(handler->PartData(std::string_view(pending_).substr(0, n)));
+            pending_.erase(0, n);
+          }
+          return Status::Ok();
+        }
+        if (at > 0)
+          WARREN_RETURN_IF_ERROR(handler->PartData(std::string_view(pending_).substr(0, at)));
+        WARREN_RETURN_IF_ERROR(handler->EndPart());
+        pending_.erase(0, at + delimiter_.size());
+        state_ = State::kAfterDelimiter;
+        break;
+      }
+      case State::kEpilogue:
+        pending_.clear();
+        return Status::Ok();
+    }
+  }
+}
+
+Status MultipartStream::Finish() {
+  switch (state_) {
+    case State::kEpilogue:
+      return Status::Ok();
+    case State::kPreamble:
+      return Malformed("no opening boundary");
+    case State::kHeaders:
+    case State::kBody:
+      return Malformed(PartName(parts_) + " has no terminating boundary");
+    case State::kAfterDelimiter:
+      break;
+  }
+  return Malformed("the body ends without its closing boundary");
+}
+
 Result<std::vector<MultipartPart>> ScanMultipartFile(const std::string& path,
                                                      std::string_view boundary) {
   return detail::ScanMultipartFileForTest(path, boundary, kChunkBytes);

@@ -45,6 +45,36 @@ Result<std::string> MultipartBoundary(std::string_view content_type);
 Result<std::vector<MultipartPart>> ScanMultipartFile(const std::string& path,
                                                      std::string_view boundary);
 
+// The same format read as it arrives: bytes in, parts out, holding only a delimiter's length
+// of look-behind and one part's headers. Used for uploads streamed straight into a sandbox.
+class MultipartStream {
+ public:
+  class Handler {
+   public:
+    virtual ~Handler() = default;
+    // A part begins (`offset` and `size` are not known and stay 0).
+    virtual Status BeginPart(const MultipartPart& part) = 0;
+    virtual Status PartData(std::string_view bytes) = 0;
+    virtual Status EndPart() = 0;
+  };
+  // `boundary` as MultipartBoundary returns it.
+  explicit MultipartStream(std::string_view boundary);
+  // More of the body. Errors as ScanMultipartFile's; the handler's own are returned as they are.
+  Status Feed(std::string_view bytes, Handler* handler);
+  // The body ended: an error unless its closing delimiter came.
+  Status Finish();
+  size_t parts() const { return parts_; }
+
+ private:
+  enum class State { kPreamble, kAfterDelimiter, kHeaders, kBody, kEpilogue };
+  State state_ = State::kPreamble;
+  const std::string delimiter_;  // CRLF "--" boundary
+  // Not yet consumed. Starts as CRLF, so that a body opening with "--boundary" has its first
+  // delimiter found like every later one.
+  std::string pending_ = "\r\n";
+  size_t parts_ = 0;
+};
+
 namespace detail {
 // ScanMultipartFile reading `chunk_bytes` at a time: small chunks put delimiters across
 // chunk edges in tests.

@@ -416,7 +416,8 @@ net::awaitable<Reply> HttpServer::Impl::Route(beast::tcp_stream& stream, beast::
   if (spec) {
     Status admitted = service->Admit(match.index, headers);
     if (!admitted.ok()) {
-      Reply r = Error(admitted);
+      bool unused = false;
+      Reply r = co_await Answer(stream, version, service->Refusal(match.index, admitted), &unused);
       // A small body is read and dropped, so the client (which may still be sending it) gets
       // the answer rather than a reset connection; a large one is not taken at all.
       constexpr uint64_t kDrainLimit = 1 << 20;

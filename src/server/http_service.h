@@ -114,6 +114,11 @@ class HttpService {
     (void)headers;
     return Status::Ok();
   }
+  // The answer to a request Admit refused, in the service's own error shape.
+  virtual HttpReply Refusal(int route, const Status& refused) {
+    (void)route;
+    return HttpReply::Error(refused);
+  }
   // A fresh path for a BodyTo::kFile upload ("": the service takes none).
   virtual std::string UploadPath() const { return ""; }
   // Every error answered, by code (metrics).

@@ -30,4 +30,9 @@ Status ServiceChain::Admit(int route, const Headers& headers) {
   return second_->Admit(route - first_size_, headers);
 }
 
+HttpReply ServiceChain::Refusal(int route, const Status& refused) {
+  if (route < first_size_) return first_->Refusal(route, refused);
+  return second_->Refusal(route - first_size_, refused);
+}
+
 }  // namespace warren::server

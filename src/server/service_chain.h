@@ -20,6 +20,7 @@ class ServiceChain : public HttpService {
   }
   HttpReply Handle(int route, HttpRequest& req) override;
   Status Admit(int route, const Headers& headers) override;
+  HttpReply Refusal(int route, const Status& refused) override;
   std::string UploadPath() const override { return first_->UploadPath(); }
   void CountError(Code code) override { first_->CountError(code); }
 

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "base/ids.h"
@@ -101,6 +102,21 @@ Result<json> ParseUnaryRequest(std::string_view body) {
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Invalid("the request is not a JSON object");
   return j;
+}
+
+std::optional<std::chrono::steady_clock::time_point> CallDeadline(std::string_view timeout_ms) {
+  const std::string v(timeout_ms);
+  char* end = nullptr;
+  const long long ms = v.empty() ? 0 : strtoll(v.c_str(), &end, 10);
+  if (ms <= 0 || *end) return std::nullopt;
+  constexpr long long kMaxMs = 7LL * 86400 * 1000;
+  return std::chrono::steady_clock::now() + std::chrono::milliseconds(std::min(ms, kMaxMs));
+}
+
+std::chrono::milliseconds KeepaliveInterval(std::string_view seconds) {
+  const std::string v(seconds);
+  const long s = v.empty() ? 15 : strtol(v.c_str(), nullptr, 10);
+  return std::chrono::seconds(std::clamp(s, 1L, 300L));
 }
 
 HttpReply UnaryOk(const json& message) { return HttpReply::Json(message, 200); }

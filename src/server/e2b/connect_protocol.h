@@ -5,8 +5,10 @@
 // stream), carrying the error if the call failed.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -40,6 +42,13 @@ std::string EndStream(const Status& error);
 Result<nlohmann::json> ParseStreamRequest(std::string_view body);
 // The request message of a unary call (its JSON body; empty is {}).
 Result<nlohmann::json> ParseUnaryRequest(std::string_view body);
+
+// A call's deadline from its Connect-Timeout-Ms header value (none when absent or not a
+// positive number; at most a week away).
+std::optional<std::chrono::steady_clock::time_point> CallDeadline(std::string_view timeout_ms);
+// How long a quiet stream waits before a keepalive, from the Keepalive-Ping-Interval header
+// value (seconds; 15 when absent; 1 to 300).
+std::chrono::milliseconds KeepaliveInterval(std::string_view seconds);
 
 HttpReply UnaryOk(const nlohmann::json& message);
 HttpReply UnaryError(std::string_view code, std::string_view message);

@@ -110,6 +110,12 @@ Status E2bService::Admit(int route, const Headers& h) {
   return Status::Ok();
 }
 
+HttpReply E2bService::Refusal(int route, const Status& refused) {
+  const RouteEntry& e = Entries()[static_cast<size_t>(route)];
+  if (e.spec.path.find('.') != std::string_view::npos) return UnaryError(refused);
+  return ApiError(refused);
+}
+
 HttpReply E2bService::Handle(int route, HttpRequest& req) {
   const RouteEntry& e = Entries()[static_cast<size_t>(route)];
   try {

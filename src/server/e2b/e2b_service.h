@@ -32,6 +32,8 @@ class E2bService : public HttpService {
   const RouteTable& routes() const override;
   std::optional<Principal> Authenticate(std::string_view) const override { return std::nullopt; }
   Status Admit(int route, const Headers& headers) override;
+  // E2B's shapes: {"code": 401, ...} for the control plane and /files, Connect's for RPCs.
+  HttpReply Refusal(int route, const Status& refused) override;
   HttpReply Handle(int route, HttpRequest& req) override;
   void CountError(Code code) override { api_->CountError(code); }
 

@@ -56,11 +56,7 @@ class FailedWatch : public StreamFeed {
 };
 
 std::optional<Clock::time_point> Deadline(const HttpRequest& r) {
-  const std::string v = r.Header("connect-timeout-ms");
-  char* end = nullptr;
-  long long ms = v.empty() ? 0 : strtoll(v.c_str(), &end, 10);
-  if (ms <= 0 || *end) return std::nullopt;
-  return Clock::now() + std::chrono::milliseconds(ms);
+  return CallDeadline(r.Header("connect-timeout-ms"));
 }
 
 json WriteInfo(const std::string& path) {
@@ -159,11 +155,9 @@ HttpReply E2bService::FsWatchDir(HttpRequest& r) {
   FsTools tools = ToolsFor(t.id);
   auto initial = tools.List(dir, depth);
   if (!initial.ok()) return fail(initial.status());
-  const std::string v = r.Header("keepalive-ping-interval");
-  const long keepalive_s = std::clamp(v.empty() ? 15L : strtol(v.c_str(), nullptr, 10), 1L, 300L);
   return HttpReply::Feed(std::make_shared<WatchFeed>(
-      std::move(tools), dir, depth, std::move(*initial), std::chrono::seconds(keepalive_s),
-      Deadline(r), std::move(*slot)));
+      std::move(tools), dir, depth, std::move(*initial),
+      KeepaliveInterval(r.Header("keepalive-ping-interval")), Deadline(r), std::move(*slot)));
 }
 
 HttpReply E2bService::FilesGet(HttpRequest& r) {

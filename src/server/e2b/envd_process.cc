@@ -40,21 +40,12 @@ HttpReply StreamError(std::string_view code, std::string_view message) {
   return HttpReply::Feed(std::make_shared<FailedStream>(EndStream(code, message)));
 }
 
-// Connect-Timeout-Ms: the call's deadline.
 std::optional<Clock::time_point> Deadline(const HttpRequest& r) {
-  const std::string v = r.Header("connect-timeout-ms");
-  if (v.empty()) return std::nullopt;
-  char* end = nullptr;
-  long long ms = strtoll(v.c_str(), &end, 10);
-  if (*end || ms <= 0) return std::nullopt;
-  return Clock::now() + std::chrono::milliseconds(ms);
+  return CallDeadline(r.Header("connect-timeout-ms"));
 }
 
-// Keepalive-Ping-Interval (seconds): how long a quiet stream waits before a keepalive.
 std::chrono::milliseconds Keepalive(const HttpRequest& r) {
-  const std::string v = r.Header("keepalive-ping-interval");
-  long s = v.empty() ? 15 : strtol(v.c_str(), nullptr, 10);
-  return std::chrono::seconds(std::clamp(s, 1L, 300L));
+  return KeepaliveInterval(r.Header("keepalive-ping-interval"));
 }
 
 // An error of a process call: an ended (or never known) process is envd's not_found.
@@ -87,23 +78,34 @@ HttpReply E2bService::ProcessStart(HttpRequest& r) {
   auto req = ParseStartRequest(*msg);
   if (!req.ok()) return StreamError(req.status());
   const auto deadline = Deadline(r);
-  ExecRequest er;
-  er.argv.push_back(req->process.cmd);
-  er.argv.insert(er.argv.end(), req->process.args.begin(), req->process.args.end());
-  er.env = req->process.envs;
-  // envd's: the user's home and name, unless the sandbox's environment says otherwise.
-  er.env_defaults = {{"HOME", "/root"}, {"USER", "root"}, {"LOGNAME", "root"}};
-  er.cwd = req->process.cwd ? ResolvePath(*req->process.cwd) : "/root";
+  // In the contract's shape, so that its checks apply (NUL bytes, variable names, 1 MiB of
+  // command line and environment).
+  json argv = json::array({req->process.cmd});
+  for (const auto& a : req->process.args) argv.push_back(a);
   // The call's deadline is the command's (envd kills it then); without one it runs for as
   // long as the sandbox does.
-  er.timeout_s = Limits::kMaxTimeoutS;
+  double timeout_s = Limits::kMaxTimeoutS;
   if (deadline)
-    er.timeout_s = std::max(0.001, std::chrono::duration<double>(*deadline - Clock::now()).count());
-  er.wait = false;
-  er.max_output_bytes = Limits::kMaxOutputBytes;
-  er.binary = true;
-  er.tty = req->pty;
-  er.stdin_open = req->stdin && !req->pty;
+    timeout_s = std::clamp(std::chrono::duration<double>(*deadline - Clock::now()).count(), 0.001,
+                           Limits::kMaxTimeoutS);
+  json spec = {{"argv", argv},
+               {"env", req->process.envs},
+               {"cwd", req->process.cwd ? ResolvePath(*req->process.cwd) : "/root"},
+               {"timeout_s", timeout_s},
+               {"wait", false},
+               {"max_output_bytes", Limits::kMaxOutputBytes},
+               {"binary", true},
+               {"stdin_open", req->stdin && !req->pty},
+               {"tty", req->pty.has_value()}};
+  if (req->pty) {
+    spec["rows"] = req->pty->rows;
+    spec["cols"] = req->pty->cols;
+  }
+  auto parsed = ParseExecRequest(spec);
+  if (!parsed.ok()) return StreamError(parsed.status());
+  ExecRequest er = std::move(*parsed);
+  // envd's: the user's home and name, unless the sandbox's environment says otherwise.
+  er.env_defaults = {{"HOME", "/root"}, {"USER", "root"}, {"LOGNAME", "root"}};
   auto started = api_->StartExec(envd_, t.id, std::move(er));
   if (!started.ok()) return StreamError(started.status());
   const bool pty = req->pty.has_value();

@@ -439,6 +439,12 @@ describe('e2b SDK 2.51.0 against warren serve', () => {
     await h2.sendStdin('12345')
     await h2.closeStdin()
     assert.equal((await h2.wait()).stdout.trim(), '5')
+    // More at once than the sandbox holds unread (1 MiB), to a command slow to read it: all
+    // of it arrives, once.
+    const h3 = await sbx.commands.run('sleep 1; wc -c', { background: true, stdin: true })
+    await sbx.commands.sendStdin(h3.pid, 'y'.repeat(3 * MiB))
+    await sbx.commands.closeStdin(h3.pid)
+    assert.equal((await h3.wait()).stdout.trim(), String(3 * MiB))
   })
 
   it('ends a command at its own timeout; the sandbox carries on', TEST, async () => {

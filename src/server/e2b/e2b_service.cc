@@ -54,7 +54,7 @@ const std::vector<E2bService::RouteEntry>& E2bService::Entries() {
       {r(M::kPost, "/process.Process/Start"), &S::ProcessStart, A::kEnvd},
       {r(M::kPost, "/process.Process/Connect"), &S::ProcessConnect, A::kEnvd},
       {r(M::kPost, "/process.Process/List"), &S::ProcessList, A::kEnvd},
-      {r(M::kPost, "/process.Process/SendInput", 4ull << 20), &S::ProcessSendInput, A::kEnvd},
+      {r(M::kPost, "/process.Process/SendInput", 16ull << 20), &S::ProcessSendInput, A::kEnvd},
       {r(M::kPost, "/process.Process/CloseStdin"), &S::ProcessCloseStdin, A::kEnvd},
       {r(M::kPost, "/process.Process/SendSignal"), &S::ProcessSendSignal, A::kEnvd},
       {r(M::kPost, "/process.Process/Update"), &S::ProcessUpdate, A::kEnvd},

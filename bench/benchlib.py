@@ -79,7 +79,7 @@ class WarrenServe:
     and its CLI. stop() ends it (SIGTERM, then SIGKILL after two minutes) and removes the
     data directory, and the log if the serve exited cleanly."""
 
-    def __init__(self, warren, scratch, name, args=()):
+    def __init__(self, warren, scratch, name, args=(), warm_pool=0):
         import socket
         import subprocess
         import tempfile
@@ -95,7 +95,7 @@ class WarrenServe:
         self.log = open(self.data + ".log", "ab")
         self.proc = subprocess.Popen(
             [warren, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data,
-             "--no-microvm", "--warm-pool", "0", *args],
+             "--no-microvm", "--warm-pool", str(warm_pool), *args],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         for _ in range(600):
             if self.proc.poll() is not None:

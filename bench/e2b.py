@@ -36,19 +36,17 @@ import re
 import select
 import shutil
 import signal
-import socket
 import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
-from benchlib import BenchError, Stopped, _raise_stopped, log, percentile  # noqa: E402
+from benchlib import BenchError, Stopped, WarrenServe, _raise_stopped, log, percentile  # noqa: E402
 
 import warren  # noqa: E402  (sdk/python)
 
@@ -92,56 +90,19 @@ def check_node() -> str:
 
 # -- the server -----------------------------------------------------------------------------
 
-class Server:
-    """This run's `warren serve`: free loopback port, data dir under /var/tmp (log beside it,
-    kept only if the serve failed)."""
+class Server(WarrenServe):
+    """This run's `warren serve` (benchlib's: a free loopback port, a data dir under
+    /var/tmp), plus the environment for the CLI and the warm pool's counters."""
 
-    def __init__(self, binary: str, extra: list):
-        self.data = tempfile.mkdtemp(prefix="warren-bench-e2b-", dir="/var/tmp")
-        self.log_path = self.data + ".log"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.token = None
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data,
-             "--no-microvm", "--no-network", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-
-    def wait_ready(self):
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchError(f"warren serve exited {self.proc.returncode}: see {self.log_path}")
-            try:
-                urllib.request.urlopen(self.url + "/healthz", timeout=1).read()
-                if os.path.exists(os.path.join(self.data, "admin.token")):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise BenchError(f"warren serve did not answer in 60 s: see {self.log_path}")
-        self.token = open(os.path.join(self.data, "admin.token")).read().strip()
+    def __init__(self, binary: str, warm_pool: int):
+        super().__init__(binary, "/var/tmp", "e2b", ["--no-network"], warm_pool=warm_pool)
         self.env = dict(os.environ, WARREN_URL=self.url, WARREN_TOKEN=self.token)
-
-    def http(self, method: str, path: str, body=None):
-        req = urllib.request.Request(self.url + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Authorization": "Bearer " + self.token,
-                                              "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            data = r.read()
-            return json.loads(data) if data else None
 
     def warm_counters(self):
         """(hits, misses) of the node's container warm pool, or None if not reported."""
         try:
             nodes = self.http("GET", "/v1/nodes").get("nodes", [])
-        except (OSError, ValueError):
+        except (OSError, ValueError, BenchError):
             return None
 
         def find(o):
@@ -162,35 +123,6 @@ class Server:
 
         wp = find(nodes)
         return (wp["hits"], wp["misses"]) if wp else None
-
-    def delete_all(self):
-        if not self.token:
-            return
-        try:
-            for sb in self.http("GET", "/v1/sandboxes").get("sandboxes", []):
-                if sb.get("state") not in ("deleted", "stopping"):
-                    try:
-                        self.http("DELETE", "/v1/sandboxes/" + sb["id"])
-                    except OSError:
-                        pass
-        except (OSError, ValueError):
-            pass
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.data, ignore_errors=True)
-        if self.proc.returncode == 0:
-            try:
-                os.unlink(self.log_path)
-            except OSError:
-                pass
 
 
 def build_base_image(server: Server, binary: str, scratch: str):
@@ -499,18 +431,15 @@ def main():
         log(f"warning: 1-minute load average {load1:.2f} on {os.cpu_count()} CPUs: the figures will be noisy")
 
     signal.signal(signal.SIGTERM, _raise_stopped)
-    serve_args = ["--no-microvm", "--no-network"]
-    extra = []
-    if args.warm_pool is not None:
-        extra = ["--warm-pool", str(args.warm_pool)]
-        serve_args += extra
+    # The server's default warm pool (2), unless asked: both loops' creates are served warm.
+    warm_pool = 2 if args.warm_pool is None else args.warm_pool
+    serve_args = ["--no-microvm", "--no-network", "--warm-pool", str(warm_pool)]
     scratch = tempfile.mkdtemp(prefix="warren-bench-e2b-tmp-", dir="/var/tmp")
     server = None
     rc = 0
     try:
         log("starting warren serve ...")
-        server = Server(args.bin, extra)
-        server.wait_ready()
+        server = Server(args.bin, warm_pool)
         log(f"building {IMAGE} ...")
         build_base_image(server, args.bin, scratch)
         m = measure(args, node, server)

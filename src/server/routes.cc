@@ -960,16 +960,14 @@ Status Api::WriteFile(const Principal& who, const std::string& id, const std::st
   return node->WriteFile(id, path, mode, data);
 }
 
-Result<std::shared_ptr<node::ExecRecord>> Api::RunInSandbox(const Principal& who,
-                                                            const std::string& id,
-                                                            std::vector<std::string> argv,
-                                                            const std::string* stdin_data,
-                                                            uint64_t max_output, int timeout_ms) {
-  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
-  if (sb.state != SandboxState::kRunning)
-    return Status(Code::kConflict, "run in sandbox", id,
-                  std::string("sandbox is ") + StateName(sb.state));
-  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+namespace {
+
+// Starts `argv` in sandbox `id` as its root and waits until it ends (killed at `timeout_ms`).
+Result<std::shared_ptr<node::ExecRecord>> StartAndWait(node::NodeApi* node, const std::string& id,
+                                                       const std::string& what,
+                                                       std::vector<std::string> argv,
+                                                       const std::string* stdin_data,
+                                                       uint64_t max_output, int timeout_ms) {
   node::ExecSpec es;
   es.argv = std::move(argv);
   es.timeout_ms = timeout_ms;
@@ -980,9 +978,24 @@ Result<std::shared_ptr<node::ExecRecord>> Api::RunInSandbox(const Principal& who
     es.stdin_data = *stdin_data;
   }
   auto rec = WARREN_TRY(node->StartExec(id, NewExecId(), es));
-  if (!rec->WaitDone(timeout_ms + 10000))
-    return Status(Code::kUnavailable, "run in sandbox", id, "timed out");
+  if (!rec->WaitDone(timeout_ms + 10000)) return Status(Code::kUnavailable, what, id, "timed out");
   return rec;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<node::ExecRecord>> Api::RunInSandbox(const Principal& who,
+                                                            const std::string& id,
+                                                            std::vector<std::string> argv,
+                                                            const std::string* stdin_data,
+                                                            uint64_t max_output, int timeout_ms) {
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  if (sb.state != SandboxState::kRunning)
+    return Status(Code::kConflict, "run in sandbox", id,
+                  std::string("sandbox is ") + StateName(sb.state));
+  node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+  return StartAndWait(node, id, "run in sandbox", std::move(argv), stdin_data, max_output,
+                      timeout_ms);
 }
 
 namespace {
@@ -994,17 +1007,8 @@ Result<std::shared_ptr<node::ExecRecord>> RunTool(node::NodeApi* node, const std
                                                   std::vector<std::string> argv,
                                                   const std::string* stdin_data,
                                                   uint64_t max_output) {
-  node::ExecSpec es;
-  es.argv = std::move(argv);
-  es.timeout_ms = 300000;
-  es.max_output = max_output;
-  es.binary = true;
-  if (stdin_data) {
-    es.has_stdin = true;
-    es.stdin_data = *stdin_data;
-  }
-  auto rec = WARREN_TRY(node->StartExec(id, NewExecId(), es));
-  if (!rec->WaitDone(310000)) return Status(Code::kUnavailable, what, id, "timed out");
+  auto rec =
+      WARREN_TRY(StartAndWait(node, id, what, std::move(argv), stdin_data, max_output, 300000));
   json r = rec->ResultJson();
   if (r.contains("error"))
     return Status(Code::kUnavailable, what, id, r["error"].get<std::string>());

@@ -119,6 +119,43 @@ std::chrono::milliseconds KeepaliveInterval(std::string_view seconds) {
   return std::chrono::seconds(std::clamp(s, 1L, 300L));
 }
 
+std::chrono::milliseconds StreamPacer::Pace(Clock::time_point now, std::string* bytes,
+                                            const std::string& keepalive_frame) {
+  using std::chrono::milliseconds;
+  if (bytes->empty() && now - last_write_ >= keepalive_) *bytes = keepalive_frame;
+  if (!bytes->empty()) last_write_ = now;
+  auto wait = std::chrono::duration_cast<milliseconds>(last_write_ + keepalive_ - now);
+  if (deadline_) wait = std::min(wait, std::chrono::duration_cast<milliseconds>(*deadline_ - now));
+  return std::max(wait, milliseconds(1));
+}
+
+namespace {
+
+class FailedStream : public StreamFeed {
+ public:
+  explicit FailedStream(std::string frame) : frame_(std::move(frame)) {}
+  std::string content_type() const override { return std::string(kStreamContentType); }
+  Take Poll(std::function<void()>) override {
+    Take t;
+    t.bytes = std::move(frame_);
+    t.done = true;
+    return t;
+  }
+
+ private:
+  std::string frame_;
+};
+
+}  // namespace
+
+HttpReply StreamError(const Status& error) {
+  return HttpReply::Feed(std::make_shared<FailedStream>(EndStream(error)));
+}
+
+HttpReply StreamError(std::string_view code, std::string_view message) {
+  return HttpReply::Feed(std::make_shared<FailedStream>(EndStream(code, message)));
+}
+
 HttpReply UnaryOk(const json& message) { return HttpReply::Json(message, 200); }
 
 HttpReply UnaryError(std::string_view code, std::string_view message) {

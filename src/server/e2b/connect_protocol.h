@@ -50,6 +50,30 @@ std::optional<std::chrono::steady_clock::time_point> CallDeadline(std::string_vi
 // value (seconds; 15 when absent; 1 to 300).
 std::chrono::milliseconds KeepaliveInterval(std::string_view seconds);
 
+// The pace of a server stream between its frames: a keepalive after `keepalive` of silence,
+// and its deadline.
+class StreamPacer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  StreamPacer(std::chrono::milliseconds keepalive, std::optional<Clock::time_point> deadline)
+      : keepalive_(keepalive), deadline_(deadline), last_write_(Clock::now()) {}
+  bool DeadlinePassed(Clock::time_point now) const { return deadline_ && now >= *deadline_; }
+  // Called with what a poll will write (`bytes`): adds `keepalive_frame` to an empty one when
+  // silence has lasted long enough, and says how long to wait before polling again.
+  std::chrono::milliseconds Pace(Clock::time_point now, std::string* bytes,
+                                 const std::string& keepalive_frame);
+
+ private:
+  const std::chrono::milliseconds keepalive_;
+  const std::optional<Clock::time_point> deadline_;
+  Clock::time_point last_write_;
+};
+
+// A server stream that fails before it starts: 200 and only the end-of-stream frame with the
+// error, as connect-go answers.
+HttpReply StreamError(const Status& error);
+HttpReply StreamError(std::string_view code, std::string_view message);
+
 HttpReply UnaryOk(const nlohmann::json& message);
 HttpReply UnaryError(std::string_view code, std::string_view message);
 HttpReply UnaryError(const Status& error);

@@ -40,21 +40,6 @@ HttpReply RestError(const Status& st) {
   return HttpReply::Json({{"code", status}, {"message", SanitizeUtf8(msg)}}, status);
 }
 
-class FailedWatch : public StreamFeed {
- public:
-  explicit FailedWatch(std::string frame) : frame_(std::move(frame)) {}
-  std::string content_type() const override { return std::string(kStreamContentType); }
-  Take Poll(std::function<void()>) override {
-    Take t;
-    t.bytes = std::move(frame_);
-    t.done = true;
-    return t;
-  }
-
- private:
-  std::string frame_;
-};
-
 std::optional<Clock::time_point> Deadline(const HttpRequest& r) {
   return CallDeadline(r.Header("connect-timeout-ms"));
 }
@@ -141,20 +126,17 @@ HttpReply E2bService::FsRemove(HttpRequest& r) {
 
 HttpReply E2bService::FsWatchDir(HttpRequest& r) {
   WARREN_E2B_TARGET(t, r);
-  auto fail = [](const Status& st) {
-    return HttpReply::Feed(std::make_shared<FailedWatch>(EndStream(st)));
-  };
   auto msg = ParseStreamRequest(r.body);
-  if (!msg.ok()) return fail(msg.status());
+  if (!msg.ok()) return StreamError(msg.status());
   auto path = PathField(*msg);
-  if (!path.ok()) return fail(path.status());
+  if (!path.ok()) return StreamError(path.status());
   const std::string dir = ResolvePath(*path);
   const uint32_t depth = msg->value("recursive", false) ? 64 : 1;
   auto slot = watches_->Take(t.id);
-  if (!slot.ok()) return fail(slot.status());
+  if (!slot.ok()) return StreamError(slot.status());
   FsTools tools = ToolsFor(t.id);
   auto initial = tools.List(dir, depth);
-  if (!initial.ok()) return fail(initial.status());
+  if (!initial.ok()) return StreamError(initial.status());
   return HttpReply::Feed(std::make_shared<WatchFeed>(
       std::move(tools), dir, depth, std::move(*initial),
       KeepaliveInterval(r.Header("keepalive-ping-interval")), Deadline(r), std::move(*slot)));

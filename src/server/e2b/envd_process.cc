@@ -16,31 +16,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// A stream that fails before it starts: 200 and only the end-of-stream frame with the error,
-// as connect-go answers.
-class FailedStream : public StreamFeed {
- public:
-  explicit FailedStream(std::string frame) : frame_(std::move(frame)) {}
-  std::string content_type() const override { return std::string(kStreamContentType); }
-  Take Poll(std::function<void()>) override {
-    Take t;
-    t.bytes = std::move(frame_);
-    t.done = true;
-    return t;
-  }
-
- private:
-  std::string frame_;
-};
-
-HttpReply StreamError(const Status& st) {
-  return HttpReply::Feed(std::make_shared<FailedStream>(EndStream(st)));
-}
-
-HttpReply StreamError(std::string_view code, std::string_view message) {
-  return HttpReply::Feed(std::make_shared<FailedStream>(EndStream(code, message)));
-}
-
 std::optional<Clock::time_point> Deadline(const HttpRequest& r) {
   return CallDeadline(r.Header("connect-timeout-ms"));
 }

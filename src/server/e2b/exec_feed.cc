@@ -20,13 +20,7 @@ std::string EventFrame(json event) { return Frame({{"event", std::move(event)}})
 
 ExecFeed::ExecFeed(std::shared_ptr<node::ExecRecord> rec, uint32_t pid, bool pty, uint64_t after,
                    std::chrono::milliseconds keepalive, std::optional<Clock::time_point> deadline)
-    : rec_(std::move(rec)),
-      pid_(pid),
-      pty_(pty),
-      keepalive_(keepalive),
-      deadline_(deadline),
-      after_(after),
-      last_write_(Clock::now()) {}
+    : rec_(std::move(rec)), pid_(pid), pty_(pty), pacer_(keepalive, deadline), after_(after) {}
 
 std::string ExecFeed::content_type() const { return std::string(kStreamContentType); }
 
@@ -63,17 +57,13 @@ StreamFeed::Take ExecFeed::Poll(std::function<void()> notify) {
     ended_ = t.done = true;
     return t;
   }
-  if (deadline_ && now >= *deadline_) {
+  if (pacer_.DeadlinePassed(now)) {
     t.bytes += EndStream("deadline_exceeded", "the call's deadline passed");
     ended_ = t.done = true;
     return t;
   }
-  if (t.bytes.empty() && now - last_write_ >= keepalive_) t.bytes = EventFrame(KeepaliveEvent());
-  if (!t.bytes.empty()) last_write_ = now;
-  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(last_write_ + keepalive_ - now);
-  if (deadline_)
-    wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(*deadline_ - now));
-  t.wait = std::max(wait, std::chrono::milliseconds(1));
+  static const std::string kKeepalive = EventFrame(KeepaliveEvent());
+  t.wait = pacer_.Pace(now, &t.bytes, kKeepalive);
   return t;
 }
 

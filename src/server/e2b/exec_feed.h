@@ -11,6 +11,7 @@
 
 #include "base/thread_annotations.h"
 #include "node/exec_record.h"
+#include "server/e2b/connect_protocol.h"
 #include "server/stream_feed.h"
 
 namespace warren::server::e2b {
@@ -28,13 +29,11 @@ class ExecFeed : public StreamFeed {
   const std::shared_ptr<node::ExecRecord> rec_;
   const uint32_t pid_;
   const bool pty_;
-  const std::chrono::milliseconds keepalive_;
-  const std::optional<Clock::time_point> deadline_;
   Mutex mu_;
+  StreamPacer pacer_ GUARDED_BY(mu_);
   uint64_t after_ GUARDED_BY(mu_);
   bool started_ GUARDED_BY(mu_) = false;
   bool ended_ GUARDED_BY(mu_) = false;
-  Clock::time_point last_write_ GUARDED_BY(mu_);
 };
 
 }  // namespace warren::server::e2b

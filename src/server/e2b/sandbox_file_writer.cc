@@ -104,17 +104,8 @@ Status GzipInflater::Inflate(std::string_view in, std::string* out) {
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
   z.avail_in = static_cast<uInt>(in.size());
   char buf[64 << 10];
-  while (z.avail_in > 0 && !impl_->ended) {
-    z.next_out = reinterpret_cast<Bytef*>(buf);
-    z.avail_out = sizeof(buf);
-    const int rc = inflate(&z, Z_NO_FLUSH);
-    if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
-      return Invalid("the upload is not valid gzip");
-    out->append(buf, sizeof(buf) - z.avail_out);
-    if (rc == Z_STREAM_END) impl_->ended = true;
-    if (rc == Z_BUF_ERROR && z.avail_out == sizeof(buf)) break;  // needs more input
-  }
-  // Output may still wait in zlib's window with no input left.
+  // Until the input is used and zlib has no more output for it (it may hold some back when
+  // the buffer fills), or the stream ended.
   while (!impl_->ended) {
     z.next_out = reinterpret_cast<Bytef*>(buf);
     z.avail_out = sizeof(buf);
@@ -123,7 +114,7 @@ Status GzipInflater::Inflate(std::string_view in, std::string* out) {
       return Invalid("the upload is not valid gzip");
     out->append(buf, sizeof(buf) - z.avail_out);
     if (rc == Z_STREAM_END) impl_->ended = true;
-    if (z.avail_out != 0) break;
+    if (rc == Z_BUF_ERROR || (z.avail_in == 0 && z.avail_out != 0)) break;
   }
   return Status::Ok();
 }

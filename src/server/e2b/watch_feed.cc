@@ -35,7 +35,7 @@ void WatchSlots::WaitIdle(std::chrono::milliseconds timeout) {
 WatchFeed::WatchFeed(FsTools tools, std::string dir, uint32_t depth, std::vector<EntryInfo> initial,
                      std::chrono::milliseconds keepalive, std::optional<Clock::time_point> deadline,
                      std::unique_ptr<WatchSlots::Slot> slot)
-    : keepalive_(keepalive), deadline_(deadline), last_write_(Clock::now()) {
+    : pacer_(keepalive, deadline) {
   std::thread(Loop, state_, std::move(tools), std::move(dir), depth, ListingOf(initial),
               std::move(slot))
       .detach();
@@ -136,19 +136,14 @@ StreamFeed::Take WatchFeed::Poll(std::function<void()> notify) {
     if (t.bytes.empty()) state_->notify = std::move(notify);
   }
   const auto now = Clock::now();
-  if (failed || (deadline_ && now >= *deadline_)) {
+  if (failed || pacer_.DeadlinePassed(now)) {
     t.bytes += failed ? EndStream(*failed) : EndStream();
     ended_ = t.done = true;
     Stop();
     return t;
   }
-  if (t.bytes.empty() && now - last_write_ >= keepalive_)
-    t.bytes = Frame({{"keepalive", nlohmann::json::object()}});
-  if (!t.bytes.empty()) last_write_ = now;
-  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(last_write_ + keepalive_ - now);
-  if (deadline_)
-    wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(*deadline_ - now));
-  t.wait = std::max(wait, std::chrono::milliseconds(1));
+  static const std::string kKeepalive = Frame({{"keepalive", nlohmann::json::object()}});
+  t.wait = pacer_.Pace(now, &t.bytes, kKeepalive);
   return t;
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "base/thread_annotations.h"
+#include "server/e2b/connect_protocol.h"
 #include "server/e2b/fs_tools.h"
 #include "server/stream_feed.h"
 
@@ -94,13 +95,11 @@ class WatchFeed : public StreamFeed {
                                        const Listing& after);
   void Stop();
 
-  const std::chrono::milliseconds keepalive_;
-  const std::optional<Clock::time_point> deadline_;
+  StreamPacer pacer_;
   const std::shared_ptr<State> state_ = std::make_shared<State>();
   // The feed's own (Poll is called by one coroutine at a time).
   bool started_ = false;
   bool ended_ = false;
-  Clock::time_point last_write_;
 };
 
 }  // namespace warren::server::e2b

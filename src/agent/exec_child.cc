@@ -40,9 +40,13 @@ struct Prepared {
 int ChildMain(void* arg) {
   Prepared& p = *static_cast<Prepared*>(arg);
   const ChildSpec& s = *p.spec;
-  // The agent ignores SIGPIPE (the only disposition it changes; this child has its own copy
-  // of the table) and blocked every signal around the spawn: undo both for the command.
-  signal(SIGPIPE, SIG_DFL);
+  // Every signal the command may get at its default: the agent ignores SIGPIPE, and may have
+  // been started ignoring others (a daemon started in the background by a shell without job
+  // control ignores SIGINT and SIGQUIT, and an ignored signal stays ignored across exec: ^C in
+  // a terminal would then stop nothing). This child has its own copy of the table. The agent
+  // also blocked every signal around the spawn: undo that too.
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);

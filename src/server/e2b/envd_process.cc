@@ -1,13 +1,13 @@
 // envd's process.Process service over Warren's execs.
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 #include "server/api_types.h"
 #include "server/e2b/connect_protocol.h"
 #include "server/e2b/e2b_service.h"
 #include "server/e2b/envd_target.h"
 #include "server/e2b/exec_feed.h"
+#include "server/e2b/sandbox_file_writer.h"
 
 namespace warren::server::e2b {
 
@@ -120,25 +120,9 @@ HttpReply E2bService::ProcessSendInput(HttpRequest& r) {
   if (!in.ok()) return UnaryError(in.status());
   auto proc = processes_.Find(t.id, in->process.pid, in->process.tag);
   if (!proc) return UnaryError("not_found", "no running process with that pid or tag");
-  // In pieces of one agent message, each taken or refused whole, so that input the command
-  // is slow to read is delivered once: a refused piece waits (up to 5 s of no progress) and
-  // goes again, rather than the call failing after part of it went.
-  constexpr size_t kPiece = 56 << 10;
-  const std::string& data = in->data;
-  for (size_t off = 0; off < data.size() || off == 0;) {
-    ExecInput piece;
-    piece.data = data.substr(off, kPiece);
-    Status st = api_->WriteExecInput(envd_, t.id, proc->rec->id(), piece);
-    for (int attempt = 0; st.code() == Code::kQuota && attempt < 2500 && !proc->rec->done();
-         ++attempt) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      st = api_->WriteExecInput(envd_, t.id, proc->rec->id(), piece);
-    }
-    if (!st.ok()) return ProcessError(st);
-    off += piece.data.size();
-    if (data.empty()) break;
-  }
-  return UnaryOk(json::object());
+  // Up to 5 s without progress, rather than failing after part of it went.
+  Status st = SendInputInPieces(api_, envd_, t.id, *proc->rec, in->data, 2500);
+  return st.ok() ? UnaryOk(json::object()) : ProcessError(st);
 }
 
 HttpReply E2bService::ProcessCloseStdin(HttpRequest& r) {

@@ -54,22 +54,30 @@ Status SandboxFileWriter::StartStreaming() {
   return Status::Ok();
 }
 
-Status SandboxFileWriter::Send(std::string_view data) {
-  for (size_t off = 0; off < data.size();) {
-    const size_t n = std::min(kPieceBytes, data.size() - off);
-    ExecInput in;
-    in.data = std::string(data.substr(off, n));
-    for (int attempt = 0;; ++attempt) {
-      Status st = api_->WriteExecInput(who_, sandbox_, cat_->id(), in);
-      if (st.ok()) break;
-      // The agent holds 1 MiB unread at most: `cat` is behind; wait a moment (up to a minute
-      // without progress) and send the same piece again.
-      if (st.code() != Code::kQuota || attempt > 30000 || cat_->done()) return st;
+Status SendInputInPieces(Api* api, const Principal& who, const std::string& sandbox,
+                         const node::ExecRecord& rec, std::string_view data, int max_attempts) {
+  size_t off = 0;
+  do {
+    ExecInput piece;
+    piece.data = std::string(data.substr(off, kInputPieceBytes));
+    Status st = api->WriteExecInput(who, sandbox, rec.id(), piece);
+    // The agent holds 1 MiB unread at most: the command is behind; wait a moment and send
+    // the same piece again.
+    for (int attempt = 0; st.code() == Code::kQuota && attempt < max_attempts && !rec.done();
+         ++attempt) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      st = api->WriteExecInput(who, sandbox, rec.id(), piece);
     }
-    off += n;
-  }
+    WARREN_RETURN_IF_ERROR(st);
+    off += piece.data.size();
+  } while (off < data.size());
   return Status::Ok();
+}
+
+Status SandboxFileWriter::Send(std::string_view data) {
+  if (data.empty()) return Status::Ok();
+  // Up to a minute without progress.
+  return SendInputInPieces(api_, who_, sandbox_, *cat_, data, 30000);
 }
 
 Status SandboxFileWriter::Close() {

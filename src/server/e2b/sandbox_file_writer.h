@@ -16,12 +16,20 @@
 
 namespace warren::server::e2b {
 
+// One agent message at most (agent/protocol.h's kMaxPayload is 60 KiB): the agent takes or
+// refuses a piece whole, so a refused one can simply be sent again.
+inline constexpr size_t kInputPieceBytes = 56 << 10;
+
+// Writes `data` to the stdin of running command `rec` in pieces of one agent message, each
+// taken or refused whole, so that input the command is slow to read is delivered once: a
+// refused piece waits 2 ms and goes again, up to `max_attempts` times. Empty `data` still
+// makes one (empty) write.
+Status SendInputInPieces(Api* api, const Principal& who, const std::string& sandbox,
+                         const node::ExecRecord& rec, std::string_view data, int max_attempts);
+
 class SandboxFileWriter {
  public:
   static constexpr size_t kWholeWriteBytes = 8 << 20;
-  // One agent message at most (agent/protocol.h's kMaxPayload is 60 KiB): the agent takes or
-  // refuses a piece whole, so a refused one can simply be sent again.
-  static constexpr size_t kPieceBytes = 56 << 10;
 
   SandboxFileWriter(Api* api, const Principal& who, std::string sandbox, std::string path);
   // Kills the `cat` if the file was not closed (its partial file goes with it).

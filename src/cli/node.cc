@@ -9,6 +9,7 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "cluster/keys.h"
 #include "cluster/kv_state_store.h"
 #include "cluster/membership.h"
+#include "cluster/mirror_directory.h"
 #include "cluster/node_reconcile.h"
 #include "cluster/node_service.h"
 #include "image/blob_source.h"
@@ -39,6 +41,9 @@ struct ClusterNodeFlags {
   std::string etcd = "http://127.0.0.1:2379";
   std::string listen = "127.0.0.1:7071";
   std::string advertise;  // ADDR:PORT API servers reach the node at (default: --listen)
+  // ADDR[:PORT] other nodes' proxies reach this node's package mirror at (default: the
+  // advertised address, any free port).
+  std::string mirror_listen;
   std::string data_dir = "/var/lib/warren-node";
   std::string name;
   std::string layer_store;
@@ -145,6 +150,12 @@ int RunNode(const ClusterNodeFlags& f) {
   auto secret = cluster::LoadOrCreateClusterSecret(&etcd);
   if (!secret.ok()) return Fail(secret.status().Context("join the cluster"));
 
+  // The cluster's nodes as this node sees them, for the package mirror: who owns which key
+  // (cluster/mirror_directory.h). Before the node, whose proxy asks it until it stops.
+  cluster::NodeDirectory directory(&etcd);
+  if (Status st = directory.Start(); !st.ok()) return Fail(st.Context("list the cluster's nodes"));
+  cluster::MirrorDirectory mirror_peers(&directory, f.name, *secret);
+
   image::LayerStore layers(f.data_dir);
   if (Status st = layers.Init(); !st.ok()) return Fail(st);
   // Layers come from the cluster's shared store; without one, only what this node holds.
@@ -197,6 +208,29 @@ int RunNode(const ClusterNodeFlags& f) {
   if (advertise.size() > 2 && advertise.substr(advertise.size() - 2) == ":0")
     advertise = advertise.substr(0, advertise.size() - 1) + std::to_string(http.port());
 
+  // The package mirror: other nodes ask this one for the keys it owns (net/mirror_peers.h).
+  std::string mirror;
+  if (nopts->network) {
+    std::string where = f.mirror_listen.empty() ? advertise : f.mirror_listen;
+    std::string host = where;
+    uint16_t port = 0;
+    if (size_t colon = where.rfind(':'); colon != std::string::npos) {
+      host = where.substr(0, colon);
+      if (!f.mirror_listen.empty()) {
+        const std::string digits = where.substr(colon + 1);
+        unsigned v = 0;
+        auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+        if (ec != std::errc() || end != digits.data() + digits.size() || v > 65535)
+          return Fail(Invalid("--mirror-listen wants IPv4ADDR[:PORT]", f.mirror_listen));
+        port = static_cast<uint16_t>(v);
+      }
+    }
+    auto taken = (*node)->ServeMirrorPeers(host, port, &mirror_peers);
+    if (!taken.ok())
+      return Fail(taken.status().Context("serve the package mirror (see --mirror-listen)"));
+    mirror = host + ":" + std::to_string(*taken);
+  }
+
   const cluster::Resources capacity = Capacity(f.data_dir);
   const std::string started_at = NowRfc3339();
   node::LocalNode* local = node->get();
@@ -204,6 +238,7 @@ int RunNode(const ClusterNodeFlags& f) {
     cluster::NodeRecord r;
     r.name = f.name;
     r.address = "http://" + advertise;
+    r.mirror = mirror;
     r.capacity = capacity;
     r.labels = labels;
     r.started_at = started_at;
@@ -255,6 +290,9 @@ void AddNode(CLI::App& app) {
   cmd->add_option("--listen", f->listen, "ADDR:PORT to serve API servers on");
   cmd->add_option("--advertise", f->advertise,
                   "ADDR:PORT API servers reach this node at (default: --listen)");
+  cmd->add_option("--mirror-listen", f->mirror_listen,
+                  "IPv4ADDR[:PORT] other nodes' egress proxies fetch package files and metadata "
+                  "this node owns from (default: the --advertise address, any free port)");
   cmd->add_option("--data-dir", f->data_dir, "layers cache, exec journals (a real disk)");
   cmd->add_option("--name", f->name, "the node's name in the cluster (unique)");
   cmd->add_option("--layer-store", f->layer_store,

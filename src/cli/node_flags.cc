@@ -119,6 +119,10 @@ Result<node::LocalNodeOptions> LocalNodeOptionsOf(const NodeFlags& f, const std:
   }
   nopts.net.ca_dir = data_dir + "/egress-ca";
   nopts.net.upstream_ca = net.upstream_ca;
+  if (auto fresh = warren::net::FreshnessWindows::Parse(net.fresh); fresh.ok())
+    nopts.net.fresh = *fresh;
+  else
+    return Invalid("--proxy-fresh: " + fresh.status().message(), net.fresh);
   if (mkdir(nopts.spill_dir.c_str(), 0700) != 0 && errno != EEXIST)
     return ErrnoStatus("mkdir", nopts.spill_dir);
   nopts.microvm = !vm.off;
@@ -176,6 +180,11 @@ void AddNodeFlags(CLI::App* cmd, NodeFlags* f) {
   cmd->add_option(
       "--proxy-upstream-ca", net->upstream_ca,
       "CA bundle the proxy verifies intercepted upstream servers with (default: the system's)");
+  cmd->add_option(
+      "--proxy-fresh", net->fresh,
+      "how long registry metadata (npm packuments, PyPI indexes, apt's InRelease and Packages) "
+      "is served from the proxy's cache before it is revalidated upstream: seconds for every "
+      "registry, or per registry like npm=60,pypi=60,apt=120,other=0 (default)");
   cmd->add_flag("--no-network", net->off,
                 "no sandbox networking: every sandbox gets loopback only");
   VmFlags* vm = &f->vm;

@@ -22,6 +22,7 @@ struct NetFlags {
   // HTTPS package hosts whose downloads the proxy caches (docs/design.md, "HTTPS package cache").
   std::string intercept = "pypi.org,files.pythonhosted.org,registry.npmjs.org";
   std::string upstream_ca;
+  std::string fresh;  // --proxy-fresh
 };
 
 struct VmFlags {

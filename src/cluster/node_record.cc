@@ -69,6 +69,7 @@ Result<NodeRecord> ParseNodeRecord(const json& j) {
   WARREN_RETURN_IF_ERROR(f.String("started_at", &n.started_at));
   WARREN_RETURN_IF_ERROR(f.Double("memory_overcommit", &n.memory_overcommit, false));
   WARREN_RETURN_IF_ERROR(f.Double("cpu_overcommit", &n.cpu_overcommit, false));
+  WARREN_RETURN_IF_ERROR(f.String("mirror", &n.mirror, false));
   if (n.memory_overcommit < 0 || n.cpu_overcommit < 0)
     return Invalid("node record: overcommit ratios are 0 (not set) or more");
   WARREN_RETURN_IF_ERROR(f.NoOthers());
@@ -88,7 +89,8 @@ json ToJson(const NodeRecord& n) {
           {"sandboxes", n.sandboxes},
           {"started_at", n.started_at},
           {"memory_overcommit", n.memory_overcommit},
-          {"cpu_overcommit", n.cpu_overcommit}};
+          {"cpu_overcommit", n.cpu_overcommit},
+          {"mirror", n.mirror}};
 }
 
 Result<NodeAdmin> ParseNodeAdmin(const json& j) {

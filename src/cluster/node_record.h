@@ -39,6 +39,9 @@ struct NodeRecord {
   // it reclaims idle memory, node/density), which placement honours over the API server's
   // policy; 0: not set, the policy's.
   double memory_overcommit = 0, cpu_overcommit = 0;
+  // HOST:PORT of the node's package-mirror peer listener (net/mirror_peers.h): the other
+  // nodes' egress proxies fetch the keys this node owns through it. Empty: none.
+  std::string mirror;
 };
 
 Result<NodeRecord> ParseNodeRecord(const nlohmann::json& j);

@@ -4,13 +4,16 @@
 //   CONNECT host:port   - host and port must be allowed; the tunnel's TLS ClientHello must
 //                         name the same host (or another allowed one): no domain fronting;
 //   GET http://host/... - host (and the Host header, which must agree) must be allowed;
-//                         package downloads are served from and stored in the shared
-//                         PackageCache.
+//                         package downloads and registry metadata are served from and
+//                         stored in the shared PackageCache (net/cache_policy.h says what
+//                         and for how long), concurrent misses collapsed into one fetch
+//                         (net/fetch_flights.h).
 // Destinations on the host itself, loopback, link-local (metadata) and the sandbox subnet
 // are refused whatever a name resolves to. A policy change cuts the sandbox's connections
 // it no longer allows. Bytes are counted per sandbox and by source (upstream or cache).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -26,6 +29,9 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "net/cache_policy.h"
+#include "net/fetch_flights.h"
+#include "net/mirror_peers.h"
 #include "net/node_ca.h"
 #include "net/package_cache.h"
 #include "net/policy.h"
@@ -35,6 +41,7 @@ namespace warren::net {
 
 class Network;
 class Resolver;
+struct Upstream;  // egress_proxy.cc: a connection to a registry or a peer
 
 struct ProxyOptions {
   uint32_t addr = 0;  // network byte order
@@ -46,6 +53,7 @@ struct ProxyOptions {
   size_t max_connections = 1024;
   size_t max_per_sandbox = 128;
   uint64_t cache_entry_bytes = 2ull << 30;  // larger downloads pass through unstored
+  FreshnessWindows fresh;                   // how long registry metadata serves unasked
   // HTTPS package hosts whose downloads are cached (net/node_ca.h): CONNECTs to port 443 of
   // these are answered with a certificate of the node CA kept in `ca_dir`, and the upstream
   // is verified against `upstream_ca` (empty: the system's store). Empty list: none.
@@ -63,6 +71,11 @@ class EgressProxy {
   void Recheck(uint32_t src);
   // A deleted sandbox's counters go.
   void Forget(const std::string& id);
+  // In a cluster: serves the package mirror's peers (other nodes' proxies asking for keys
+  // this node owns, with `peers`' credential) on HOST:PORT (0: any free port), and asks
+  // `peers` who owns what this node misses (net/mirror_peers.h). `peers` outlives the proxy.
+  Status ServePeers(const std::string& host, uint16_t port, const MirrorPeers* peers);
+  uint16_t peer_port() const { return peer_port_; }
   nlohmann::json Stats();
   // The node CA's certificate (PEM) sandboxes trust; empty when nothing is intercepted.
   std::string ca_pem() const { return ca_ ? ca_->cert_pem() : std::string(); }
@@ -77,11 +90,15 @@ class EgressProxy {
         resolver_(resolver),
         cache_(opts.cache_dir, opts.cache_bytes),
         intercept_(opts.intercept) {}
-  void Accept();
+  // Accepts on `listener` until the proxy stops: sandboxes' connections, or peers'.
+  void Accept(int listener, bool peers);
   void Work();  // a worker thread: serves accepted connections one after another
   void Serve(Conn* c);
   friend struct ProxySession;
   Result<UniqueFd> Connect(const std::string& host, uint16_t port, const Policy& policy);
+  // A connection to a peer's listener (an address from the cluster's directory, not from a
+  // tenant: none of a sandbox's destination rules apply).
+  bool ConnectPeer(const std::string& address, Upstream* up);
   bool Forbidden(uint32_t addr);
   void Count(Conn* c, uint64_t upstream, uint64_t cached);
   // Whether a CONNECT to host:port is answered with our certificate (see ProxyOptions).
@@ -90,16 +107,36 @@ class EgressProxy {
   // Whether the sandbox behind `c` may reach host:port now; its policy in `policy`.
   bool Allowed(Conn* c, const std::string& host, uint16_t port, std::string* why,
                Policy* policy = nullptr);
+  // Whether a stored answer serves without asking upstream: immutable, or metadata within
+  // its registry's freshness window.
+  bool Current(const CacheEntry& e) const;
+  // Whether current metadata is in the last quarter of its window: revalidated ahead.
+  bool RevalidateAhead(const CacheEntry& e) const;
+
+  // What the cache did for each registry's requests (Stats, /metrics).
+  enum class CacheEvent { kHit, kRevalidated, kMiss, kChanged, kCollapsed, kPeer };
+  struct RegistryCounters {
+    std::atomic<uint64_t> hit{0}, revalidated{0}, miss{0}, changed{0}, collapsed{0}, peer{0};
+    std::atomic<uint64_t> upstream_bytes{0}, cache_bytes{0}, peer_bytes{0};
+  };
+  void CountCache(Registry r, CacheEvent e);
+  RegistryCounters& counters(Registry r) { return registries_[static_cast<size_t>(r)]; }
 
   ProxyOptions opts_;
   Network* net_;
   Resolver* resolver_;
   PackageCache cache_;
+  FetchFlights flights_;
+  std::array<RegistryCounters, std::size(kAllRegistries)> registries_;
   InterceptList intercept_;
   std::unique_ptr<NodeCa> ca_;
   SslCtxPtr server_ctx_, client_ctx_;
   UniqueFd listener_, wake_;
   std::thread acceptor_;
+  UniqueFd peer_listener_;
+  std::thread peer_acceptor_;
+  uint16_t peer_port_ = 0;
+  std::atomic<const MirrorPeers*> peers_{nullptr};
 
   std::mutex mu_;
   std::condition_variable cv_;

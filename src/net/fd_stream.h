@@ -26,12 +26,13 @@ class ByteStream {
   // Some bytes into `data` (0 and ec set at the end or on error or timeout).
   virtual size_t ReadSome(void* data, size_t size, boost::system::error_code& ec) = 0;
   virtual size_t WriteSome(const iovec* iov, int iovcnt, boost::system::error_code& ec) = 0;
-  // `size` bytes of the file `file_fd` from its start; `count` hears of each piece sent.
-  virtual bool SendFile(int file_fd, uint64_t size, const std::function<void(uint64_t)>& count) {
+  // `size` bytes of the file `file_fd` from `from`; `count` hears of each piece sent.
+  virtual bool SendFile(int file_fd, uint64_t from, uint64_t size,
+                        const std::function<void(uint64_t)>& count) {
     char tmp[65536];
-    for (uint64_t off = 0; off < size;) {
+    for (uint64_t off = from, end = from + size; off < end;) {
       ssize_t n =
-          pread(file_fd, tmp, std::min<uint64_t>(sizeof tmp, size - off), static_cast<off_t>(off));
+          pread(file_fd, tmp, std::min<uint64_t>(sizeof tmp, end - off), static_cast<off_t>(off));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0 || !WriteAll(tmp, static_cast<size_t>(n))) return false;
       off += static_cast<uint64_t>(n);
@@ -167,11 +168,13 @@ class FdStream : public ByteStream {
   }
 
   // The kernel copies the file to the socket: no pass through our memory.
-  bool SendFile(int file_fd, uint64_t size, const std::function<void(uint64_t)>& count) override {
-    off_t off = 0;
+  bool SendFile(int file_fd, uint64_t from, uint64_t size,
+                const std::function<void(uint64_t)>& count) override {
+    off_t off = static_cast<off_t>(from);
+    const uint64_t end = from + size;
     boost::system::error_code ec;
-    while (static_cast<uint64_t>(off) < size) {
-      ssize_t n = sendfile(fd_, file_fd, &off, size - static_cast<uint64_t>(off));
+    while (static_cast<uint64_t>(off) < end) {
+      ssize_t n = sendfile(fd_, file_fd, &off, end - static_cast<uint64_t>(off));
       if (n > 0) {
         out_ += static_cast<uint64_t>(n);
         count(static_cast<uint64_t>(n));

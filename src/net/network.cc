@@ -169,6 +169,7 @@ Status Network::Init() {
   po.intercept = opts_.intercept;
   po.ca_dir = opts_.ca_dir;
   po.upstream_ca = opts_.upstream_ca;
+  po.fresh = opts_.fresh;
   proxy_ = WARREN_TRY(EgressProxy::Start(po, this, resolver_.get()));
   if (!opts_.state_dir.empty() && mkdir(opts_.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
     return ErrnoStatus("mkdir", opts_.state_dir);
@@ -198,6 +199,13 @@ Network::~Network() {
   if (forwarding_on_) RestoreHostForwarding(AnotherLiveBridge(opts_.bridge));
   // Empty now that every sandbox is detached (a crash leaves it for the next run's adoption).
   if (!opts_.state_dir.empty()) rmdir(opts_.state_dir.c_str());
+}
+
+Result<uint16_t> Network::ServeMirrorPeers(const std::string& host, uint16_t port,
+                                           const MirrorPeers* peers) {
+  if (!proxy_) return Status(Code::kUnavailable, "serve package mirror peers", host, "no proxy");
+  WARREN_RETURN_IF_ERROR(proxy_->ServePeers(host, port, peers));
+  return proxy_->peer_port();
 }
 
 std::string Network::proxy_url() const {

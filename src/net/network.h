@@ -45,6 +45,7 @@ struct NetworkOptions {
   std::vector<std::string> intercept;  // HTTPS package hosts cached through the node CA
   std::string ca_dir;                  // where the node CA lives
   std::string upstream_ca;             // CAs the proxy trusts upstream (empty: the system's)
+  FreshnessWindows fresh;              // how long registry metadata serves unasked
 };
 
 // What a sandbox is given: the namespace to run in (the backend enters it) and its address.
@@ -64,6 +65,9 @@ class Network {
   // The node CA egress sandboxes trust for the proxy's HTTPS cache (empty: none).
   std::string ca_pem() const { return proxy_ ? proxy_->ca_pem() : std::string(); }
   bool has_ca() const { return proxy_ && proxy_->has_ca(); }
+  // In a cluster: the proxy serves the package mirror's peers on HOST:PORT; the port it took.
+  Result<uint16_t> ServeMirrorPeers(const std::string& host, uint16_t port,
+                                    const MirrorPeers* peers);
   // Whether the sandbox `id` is in egress mode now.
   bool Egress(const std::string& id);
   const NetworkOptions& options() const { return opts_; }

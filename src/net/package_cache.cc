@@ -24,67 +24,6 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 
 }  // namespace
 
-CacheKind ClassifyForCache(std::string_view path) {
-  if (auto q = path.find('?'); q != std::string_view::npos)
-    return CacheKind::kNone;  // queries vary
-  if (path.find("/by-hash/") != std::string_view::npos) return CacheKind::kImmutable;
-  for (std::string_view ext :
-       {".deb", ".udeb", ".ddeb", ".whl", ".tgz", ".tar.gz", ".tar.xz", ".tar.bz2", ".tar.zst",
-        ".zip", ".dsc", ".diff.gz", ".gem", ".crate"})
-    if (EndsWith(path, ext)) return CacheKind::kImmutable;
-  std::string_view last = path.substr(path.rfind('/') + 1);
-  if (last == "InRelease" || last == "Release" || last == "Release.gpg") return CacheKind::kIndex;
-  for (std::string_view prefix :
-       {"Packages", "Sources", "Translation-", "Contents-", "Components-", "Index"})
-    if (last.substr(0, prefix.size()) == prefix) return CacheKind::kIndex;
-  if (path.find("/simple/") != std::string_view::npos) return CacheKind::kIndex;  // PEP 503 pages
-  return CacheKind::kNone;
-}
-
-bool OneVariantForAll(std::string_view vary, std::string_view content_encoding) {
-  auto trim = [](std::string_view t) {
-    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
-    while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
-    return t;
-  };
-  auto lower_eq = [](std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-             return std::tolower(static_cast<unsigned char>(x)) ==
-                    std::tolower(static_cast<unsigned char>(y));
-           });
-  };
-  bool any = false;
-  for (size_t start = 0; start <= vary.size();) {
-    size_t comma = vary.find(',', start);
-    if (comma == std::string_view::npos) comma = vary.size();
-    std::string_view token = trim(vary.substr(start, comma - start));
-    start = comma + 1;
-    if (token.empty()) continue;
-    if (!lower_eq(token, "accept-encoding")) return false;
-    any = true;
-  }
-  return !any || IdentityEncoded(content_encoding);
-}
-
-bool MayCarryCredential(std::string_view name) {
-  std::string n(name);
-  for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  for (std::string_view w :
-       {"authorization", "authentication", "cookie", "token", "secret", "password", "passwd",
-        "credential", "signature", "apikey", "api-key", "api_key", "-api", "x-auth"})
-    if (n.find(w) != std::string::npos) return true;
-  return false;
-}
-
-bool IdentityEncoded(std::string_view ce) {
-  while (!ce.empty() && (ce.front() == ' ' || ce.front() == '\t')) ce.remove_prefix(1);
-  while (!ce.empty() && (ce.back() == ' ' || ce.back() == '\t')) ce.remove_suffix(1);
-  return ce.empty() ||
-         (ce.size() == 8 && std::equal(ce.begin(), ce.end(), "identity", [](char x, char y) {
-            return std::tolower(static_cast<unsigned char>(x)) == y;
-          }));
-}
-
 Status PackageCache::Init() {
   if (dir_.empty()) return Status::Ok();  // no cache: every lookup misses, nothing is stored
   if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", dir_);
@@ -104,24 +43,36 @@ Status PackageCache::Init() {
   return Status::Ok();
 }
 
-std::string PackageCache::Key(const std::string& url) const { return dir_ + "/" + Sha256Hex(url); }
+std::string PackageCache::Path(const std::string& key) const { return dir_ + "/" + Sha256Hex(key); }
 
-std::optional<CacheEntry> PackageCache::Lookup(const std::string& url) {
+namespace {
+
+Registry RegistryNamed(std::string_view name) {
+  for (Registry r : kAllRegistries)
+    if (RegistryName(r) == name) return r;
+  return Registry::kOther;
+}
+
+}  // namespace
+
+std::optional<CacheEntry> PackageCache::Lookup(const std::string& key) {
   if (dir_.empty()) return std::nullopt;
-  const std::string key = Key(url);
-  std::ifstream in(key + ".json");
+  const std::string path = Path(key);
+  std::ifstream in(path + ".json");
   if (!in) return std::nullopt;
   std::stringstream ss;
   ss << in.rdbuf();
   nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (!j.is_object() || j.value("url", "") != url) return std::nullopt;  // digest collision or junk
+  if (!j.is_object() || j.value("url", "") != key) return std::nullopt;  // digest collision or junk
   CacheEntry e;
-  e.url = url;
+  e.key = key;
   e.kind = j.value("kind", "") == "immutable" ? CacheKind::kImmutable : CacheKind::kIndex;
+  e.registry = RegistryNamed(j.value("registry", "other"));
+  e.validated_ms = j.value("validated_ms", int64_t{0});
   e.status = j.value("status", 200);
   e.size = j.value("size", uint64_t{0});
   e.headers = j.value("headers", std::map<std::string, std::string>{});
-  const std::string body = key + ".body";
+  const std::string body = path + ".body";
   e.body = std::make_shared<UniqueFd>(open(body.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st;
   if (!*e.body || fstat(e.body->get(), &st) != 0 || static_cast<uint64_t>(st.st_size) != e.size)
@@ -130,11 +81,43 @@ std::optional<CacheEntry> PackageCache::Lookup(const std::string& url) {
   return e;
 }
 
-std::unique_ptr<PackageCache::Writer> PackageCache::Begin(const std::string& url) {
+bool PackageCache::WriteMeta(const std::string& path, const CacheEntry& meta) {
+  nlohmann::json j = {{"url", meta.key},
+                      {"kind", meta.kind == CacheKind::kImmutable ? "immutable" : "index"},
+                      {"registry", RegistryName(meta.registry)},
+                      {"validated_ms", meta.validated_ms},
+                      {"status", meta.status},
+                      {"size", meta.size},
+                      {"headers", meta.headers}};
+  const std::string s = j.dump();
+  UniqueFd m(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!m || write(m.get(), s.data(), s.size()) != static_cast<ssize_t>(s.size())) {
+    unlink(path.c_str());
+    return false;
+  }
+  return true;
+}
+
+void PackageCache::Revalidated(const CacheEntry& entry, int64_t validated_ms) {
+  if (dir_.empty()) return;
+  CacheEntry meta = entry;
+  meta.validated_ms = validated_ms;
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  const std::string path = Path(entry.key), tmp = path + ".tmp." + std::to_string(rng()) + ".json";
+  // Only if the body is still the one this entry describes: a replacement since then has its
+  // own metadata, which must not be overwritten with this one's.
+  struct stat now, had;
+  if (!WriteMeta(tmp, meta) || stat((path + ".body").c_str(), &now) != 0 ||
+      fstat(entry.body->get(), &had) != 0 || now.st_ino != had.st_ino ||
+      rename(tmp.c_str(), (path + ".json").c_str()) != 0)
+    unlink(tmp.c_str());
+}
+
+std::unique_ptr<PackageCache::Writer> PackageCache::Begin(const std::string& key) {
   if (dir_.empty()) return nullptr;
   auto w = std::unique_ptr<Writer>(new Writer());
   w->cache_ = this;
-  w->key_ = Key(url);
+  w->key_ = Path(key);
   static thread_local std::mt19937_64 rng(std::random_device{}());
   w->tmp_ = w->key_ + ".tmp." + std::to_string(rng());
   w->fd_ = UniqueFd(open(w->tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
@@ -159,26 +142,23 @@ bool PackageCache::Writer::Append(const char* data, size_t n) {
   return true;
 }
 
-void PackageCache::Writer::Commit(CacheEntry meta) {
-  if (failed_ || written_ != meta.size) return;
-  nlohmann::json j = {{"url", meta.url},
-                      {"kind", meta.kind == CacheKind::kImmutable ? "immutable" : "index"},
-                      {"status", meta.status},
-                      {"size", meta.size},
-                      {"headers", meta.headers}};
-  const std::string s = j.dump(), meta_tmp = tmp_ + ".json";
-  UniqueFd m(open(meta_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!m || write(m.get(), s.data(), s.size()) != static_cast<ssize_t>(s.size())) {
-    unlink(meta_tmp.c_str());
-    return;
-  }
+std::shared_ptr<UniqueFd> PackageCache::Writer::OpenReader() const {
+  auto fd = std::make_shared<UniqueFd>(open(tmp_.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!*fd) return nullptr;
+  return fd;
+}
+
+bool PackageCache::Writer::Commit(CacheEntry meta) {
+  if (failed_ || written_ != meta.size) return false;
+  const std::string meta_tmp = tmp_ + ".json";
+  if (!cache_->WriteMeta(meta_tmp, meta)) return false;
   struct stat old;
   const bool replaced = stat((key_ + ".body").c_str(), &old) == 0;
   // Body first, then its metadata: a reader that finds the new metadata finds its body.
   if (rename(tmp_.c_str(), (key_ + ".body").c_str()) != 0 ||
       rename(meta_tmp.c_str(), (key_ + ".json").c_str()) != 0) {
     unlink(meta_tmp.c_str());
-    return;
+    return false;
   }
   done_ = true;
   if (replaced)
@@ -187,6 +167,7 @@ void PackageCache::Writer::Commit(CacheEntry meta) {
     ++cache_->entries_;
   cache_->total_ += written_;
   cache_->EvictIfFull();
+  return true;
 }
 
 void PackageCache::EvictIfFull() {

@@ -1,13 +1,9 @@
-// The egress proxy's shared cache of package downloads (plain HTTP: Debian archives, PyPI
-// and npm mirrors). What is cached, and how it is reused:
-//   immutable - files named by version or digest (.deb, wheels, sdists, npm tarballs,
-//               by-hash/ indexes): served from the cache as long as it holds them;
-//   index     - InRelease, Packages, Sources, pip's /simple/ pages...: stored with their
-//               validators (ETag, Last-Modified) and revalidated upstream on every use; a
-//               304 serves the stored copy. Without a validator they are not reused.
-// Responses marked no-store or private, and requests with credentials, are never stored.
-// One file per entry under the cache directory, named by the URL's digest, with its
-// metadata beside it; least recently used entries go when the cache is over its size.
+// The egress proxy's shared cache of package downloads and registry metadata: storage only
+// (what is kept and for how long is net/cache_policy.h). One file per entry under the cache
+// directory, named by its key's digest, with its metadata beside it; least recently used
+// entries go when the cache is over its size. A body being written can be read as it grows
+// (Writer::OpenReader), so clients that asked for it at the same time are served while it
+// arrives (net/fetch_flights.h).
 #pragma once
 
 #include <atomic>
@@ -20,29 +16,17 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "net/cache_policy.h"
 
 namespace warren::net {
 
-enum class CacheKind { kNone, kImmutable, kIndex };
-
-// How a URL path is cached (see above).
-CacheKind ClassifyForCache(std::string_view path);
-
-// Whether a response with these `Vary` and `Content-Encoding` headers may serve every client:
-// one copy is stored per URL, so no variants, except the unencoded variant of a response that
-// varies by Accept-Encoding only (CDNs add that to everything; every client takes identity).
-bool OneVariantForAll(std::string_view vary, std::string_view content_encoding);
-// Whether a request header may carry a credential: Authorization and Cookie, and the names
-// registries use instead (X-JFrog-Art-Api, Private-Token, X-Api-Key, X-Auth-Token...). A
-// request with one is never cached: its answer may be for that client only. Metadata that
-// merely mentions auth (npm's `npm-auth-type: web`, sent with every npm request) is not one.
-bool MayCarryCredential(std::string_view header_name);
-// No Content-Encoding, or identity: the body as every client can take it.
-bool IdentityEncoded(std::string_view content_encoding);
-
 struct CacheEntry {
-  std::string url;
+  std::string key;  // net::CacheKey: the URL, and what else the answer varies by
   CacheKind kind = CacheKind::kNone;
+  Registry registry = Registry::kOther;
+  // When upstream last said this copy is current (wall clock, ms since the epoch): stored,
+  // or revalidated with a 304.
+  int64_t validated_ms = 0;
   int status = 200;
   std::map<std::string, std::string> headers;  // Content-Type, ETag, Last-Modified, ...
   uint64_t size = 0;
@@ -55,15 +39,20 @@ class PackageCache {
   PackageCache(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {}
   Status Init();
 
-  std::optional<CacheEntry> Lookup(const std::string& url);
+  std::optional<CacheEntry> Lookup(const std::string& key);
+  // Upstream confirmed the stored copy (a 304): it is current as of `validated_ms`.
+  void Revalidated(const CacheEntry& entry, int64_t validated_ms);
 
   // A new entry being written while the response streams to the client.
   class Writer {
    public:
     ~Writer();  // not committed: removed
     bool Append(const char* data, size_t n);
+    // Another descriptor of the body being written, for readers that follow it as it grows
+    // (it stays valid after Commit renames the file, and after an abandoned write).
+    std::shared_ptr<UniqueFd> OpenReader() const;
     // Makes the entry visible (replacing an older one) if `size` bytes were written.
-    void Commit(CacheEntry meta);
+    bool Commit(CacheEntry meta);
 
    private:
     friend class PackageCache;
@@ -73,13 +62,14 @@ class PackageCache {
     uint64_t written_ = 0;
     bool failed_ = false, done_ = false;
   };
-  std::unique_ptr<Writer> Begin(const std::string& url);
+  std::unique_ptr<Writer> Begin(const std::string& key);
 
   uint64_t bytes() const { return total_.load(); }
   uint64_t entries() const { return entries_.load(); }
 
  private:
-  std::string Key(const std::string& url) const;
+  std::string Path(const std::string& key) const;
+  bool WriteMeta(const std::string& path, const CacheEntry& meta);
   void EvictIfFull();
 
   std::string dir_;

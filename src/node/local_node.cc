@@ -174,6 +174,14 @@ Status LocalNode::StartServices() {
   return Status::Ok();
 }
 
+Result<uint16_t> LocalNode::ServeMirrorPeers(const std::string& host, uint16_t port,
+                                             const net::MirrorPeers* peers) {
+  if (!net_)
+    return Status(Code::kUnavailable, "serve package mirror peers", opts_.name,
+                  "this node has no sandbox networking");
+  return net_->ServeMirrorPeers(host, port, peers);
+}
+
 Status LocalNode::StartFncall(fncall::ImageResolver resolve, fncall::PoolOptions opts) {
   if (calls_) return Status(Code::kConflict, "start fncall", opts_.name, "started already");
   calls_ = std::make_unique<fncall::CallService>(this, std::move(resolve), std::move(opts));

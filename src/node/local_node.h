@@ -80,6 +80,11 @@ class LocalNode : public NodeApi {
   // this node); until then fncall creates are refused.
   Status StartFncall(fncall::ImageResolver resolve, fncall::PoolOptions opts);
   fncall::CallService* calls() { return calls_.get(); }
+  // In a cluster: this node's egress proxy serves the package mirror's peers on HOST:PORT
+  // (net/mirror_peers.h) and asks `peers` for what it misses; the port taken. `peers`
+  // outlives the node. Unavailable without sandbox networking.
+  Result<uint16_t> ServeMirrorPeers(const std::string& host, uint16_t port,
+                                    const net::MirrorPeers* peers);
   Result<nlohmann::json> RunCall(const nlohmann::json& request, bool batch) override;
   Result<SandboxRuntime> CreateSandbox(const NodeSandboxSpec& spec) override;
   Status DeleteSandbox(const std::string& id) override;

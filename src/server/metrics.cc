@@ -223,6 +223,25 @@ void AddNode(Families& f, const json& info, const std::string& node) {
     c("warren_egress_connections_total", sb, Num(b.value("connections", uint64_t{0})));
   }
   c("warren_egress_refused_total", "", Num(proxy.value("refused", uint64_t{0})));
+  // The package cache per registry: what each request got (hit: served unasked; revalidated:
+  // a 304 upstream; miss: no copy; changed: a new copy; collapsed: served from another
+  // client's fetch; peer: served by the cluster node owning it) and the bytes it took from
+  // upstream, from this node's cache and from peers.
+  json regs = proxy.value("registries", json::object());
+  if (regs.is_object())
+    for (auto& [name, r] : regs.items()) {
+      if (!r.is_object()) continue;
+      const std::string reg = "registry=\"" + name + "\"";
+      for (const char* result : {"hit", "revalidated", "miss", "changed", "collapsed", "peer"})
+        c("warren_package_cache_requests_total",
+          Join(reg, std::string("result=\"") + result + "\""), Num(r.value(result, uint64_t{0})));
+      c("warren_package_cache_bytes_total", Join(reg, "source=\"upstream\""),
+        Num(r.value("upstream_bytes", uint64_t{0})));
+      c("warren_package_cache_bytes_total", Join(reg, "source=\"cache\""),
+        Num(r.value("cache_bytes", uint64_t{0})));
+      c("warren_package_cache_bytes_total", Join(reg, "source=\"peer\""),
+        Num(r.value("peer_bytes", uint64_t{0})));
+    }
   AddLayersOnDemand(f, info.value("layers_on_demand", json::object()), node);
   AddDensity(f, info.value("density", json::object()), node);
   g("warren_egress_cache_bytes", "", Num(proxy.value("cache_size_bytes", uint64_t{0})));

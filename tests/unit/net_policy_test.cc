@@ -3,8 +3,8 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include "net/cache_policy.h"
 #include "net/dns_message.h"
-#include "net/package_cache.h"
 #include "net/policy.h"
 #include "net/tls_sni.h"
 
@@ -25,6 +25,10 @@ TEST(PackageCacheTest, StoresOnlyAVariantEveryClientTakes) {
   EXPECT_FALSE(OneVariantForAll("Accept-Encoding", "gzip"));
   EXPECT_FALSE(OneVariantForAll("Accept", ""));
   EXPECT_FALSE(OneVariantForAll("Accept-Encoding, Accept", ""));
+  // Keyed by Accept (npm packuments, PEP 691 pages): varying by it is what the key holds.
+  EXPECT_TRUE(OneVariantForAll("Accept-Encoding, Accept", "", true));
+  EXPECT_FALSE(OneVariantForAll("Accept, Accept-Encoding", "gzip", true));
+  EXPECT_FALSE(OneVariantForAll("Accept, User-Agent", "", true));
   EXPECT_FALSE(OneVariantForAll("*", ""));
   for (const char* h :
        {"Authorization", "Cookie", "X-JFrog-Art-Api", "Private-Token", "X-Api-Key", "X-Auth-Token",

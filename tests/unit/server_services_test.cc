@@ -134,6 +134,9 @@ TEST(Metrics, NodeSeriesComeFromItsInfo) {
          {{"upstream_bytes", 10},
           {"cache_bytes", 20},
           {"refused", 1},
+          {"registries",
+           {{"npm",
+             {{"hit", 9}, {"collapsed", 3}, {"upstream_bytes", 100}, {"cache_bytes", 900}}}}},
           {"sandboxes", {{"sb-x", {{"upstream_bytes", 4}, {"connections", 2}}}}}}},
         {"dns", {{"answered", 5}}}}}};
   const std::string s = RenderNodeMetrics({info});
@@ -144,6 +147,13 @@ TEST(Metrics, NodeSeriesComeFromItsInfo) {
       << s;
   EXPECT_TRUE(Has(s, R"(warren_egress_connections_total{sandbox="sb-x"} 2)")) << s;
   EXPECT_TRUE(Has(s, "warren_egress_refused_total 1")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_package_cache_requests_total{registry="npm",result="hit"} 9)")) << s;
+  EXPECT_TRUE(Has(s, R"(warren_package_cache_requests_total{registry="npm",result="collapsed"} 3)"))
+      << s;
+  EXPECT_TRUE(Has(s, R"(warren_package_cache_requests_total{registry="npm",result="miss"} 0)"))
+      << s;
+  EXPECT_TRUE(Has(s, R"(warren_package_cache_bytes_total{registry="npm",source="cache"} 900)"))
+      << s;
   EXPECT_TRUE(Has(s, R"(warren_dns_queries_total{result="answered"} 5)")) << s;
 }
 

@@ -264,6 +264,8 @@ struct ProxySession {
           !SameSecret(auth.substr(7), peers->credential()))
         return Error(http::status::proxy_authentication_required,
                      "the package mirror's peers need the cluster's credential");
+      // Checked: it is no credential of the request's own (which would keep it uncached).
+      h.erase(http::field::proxy_authorization);
       std::string target(h.target());
       bool https = false;
       if (target.size() > 8 && boost::beast::iequals(target.substr(0, 8), "https://")) {

@@ -18,7 +18,8 @@ echo "== end-to-end and security tests (pytest)"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider --timeout=1200 tests/e2e tests/security
 # The contract's modules again, against a cluster on this machine (etcd, 3 nodes, 2 API
 # servers; see WARREN_E2E_TARGET in tests/e2e/conftest.py): the same tests, CLI and SDK,
-# unchanged. Tests of what only `warren serve` has are marked serve_only and listed.
+# unchanged. Tests of what only `warren serve` has are marked serve_only and listed (and those
+# of what only a cluster has, cluster_only, run only here).
 # Not here: restarts of serve itself (test_restart.py, test_two_servers.py), VMs (test_vm.py,
 # test_microvm.py), and test_debian_image.py (image building is the same code, and
 # test_oci_import.py publishes images to the cluster's shared store). test_openapi.py runs
@@ -29,6 +30,7 @@ WARREN_E2E_TARGET=cluster /usr/bin/python3 -m pytest -q -p no:cacheprovider --ti
   tests/e2e/test_auth.py tests/e2e/test_batch.py tests/e2e/test_leases.py \
   tests/e2e/test_lifecycle.py tests/e2e/test_layers.py tests/e2e/test_trajectories.py \
   tests/e2e/test_fs_policy.py tests/e2e/test_metrics.py tests/e2e/test_calls.py \
-  tests/e2e/test_network.py tests/e2e/test_https_cache.py tests/e2e/test_tls_client.py \
+  tests/e2e/test_network.py tests/e2e/test_https_cache.py tests/e2e/test_package_mirror.py \
+  tests/e2e/test_tls_client.py \
   tests/e2e/test_oci_import.py tests/e2e/test_terminal.py tests/e2e/test_desktop.py \
   tests/e2e/test_openapi.py

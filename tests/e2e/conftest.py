@@ -52,6 +52,15 @@ NET_HOSTS.update({
     "passthrough.test": f"{TLS_UPSTREAM}.2", "untrusted.test": f"{TLS_UPSTREAM}.3",
 })
 TLS_INTERCEPT = "pypi.test,files.test,npm.test,untrusted.test"
+# The package-mirror tests (test_package_mirror.py): a registry host for npm, PyPI (both over
+# HTTPS, intercepted) and apt (plain HTTP) in a namespace of their own, at MIRROR_UPSTREAM.2.
+MIRROR_UPSTREAM = "10.251.2"
+MIRROR_HOSTS = ("npm.mirror.test", "pypi.mirror.test", "deb.mirror.test")
+NET_HOSTS.update({name: f"{MIRROR_UPSTREAM}.2" for name in MIRROR_HOSTS})
+TLS_INTERCEPT += ",npm.mirror.test,pypi.mirror.test"
+# How long the server serves registry metadata without asking upstream (--proxy-fresh): short,
+# so a test can see a change upstream after it, long enough that an install fits inside it.
+PROXY_FRESH_S = 12
 
 
 def make_test_ca(directory: str) -> dict:
@@ -375,7 +384,7 @@ def server(tmp_path_factory):
     # another module, whose globals the tests here would not see.
     srv.test_ca = make_test_ca(data_dir)
     srv.extra_args = ["--dns-hosts", hosts, "--proxy-intercept", TLS_INTERCEPT,
-                      "--proxy-upstream-ca", srv.test_ca["crt"]]
+                      "--proxy-upstream-ca", srv.test_ca["crt"], "--proxy-fresh", str(PROXY_FRESH_S)]
     try:
         srv.start()
         _SERVER = srv
@@ -395,6 +404,13 @@ def _debian_image(server, ref: str, packages: str) -> str:
         r = server.cli("image", "build", ref, "--debian", "bookworm", "--packages", packages, timeout=900)
         assert r.returncode == 0, f"{ref} image build failed:\n{r.stderr[-4000:]}"
     return ref
+
+
+@pytest.fixture(scope="session")
+def tools_image(server):
+    """A Debian userland with the real package clients: pip, npm, apt, curl and Node.js
+    (test_https_cache.py and test_package_mirror.py share it)."""
+    return _debian_image(server, "e2e-tools:1", "python3-pip,curl,nodejs,npm,ca-certificates")
 
 
 @pytest.fixture(scope="session")
@@ -505,19 +521,22 @@ def pytest_configure(config):
         "markers", "serve_only(why): checks what only `warren serve` has (its data dir, its "
         "SQLite, its node's details) or a feature a cluster does not serve yet; not run against "
         "a cluster (WARREN_E2E_TARGET=cluster), which lists each one with `why`")
+    config.addinivalue_line(
+        "markers", "cluster_only(why): checks what only a cluster has (several nodes); run in "
+        "the suite's cluster pass, deselected (and listed) against `warren serve`")
 
 
 def pytest_collection_modifyitems(config, items):
     """Against a cluster, the serve_only tests are deselected (and listed), not skipped: they
-    run against `warren serve` in the same suite."""
-    if os.environ.get("WARREN_E2E_TARGET", "serve") != "cluster":
-        return
+    run against `warren serve` in the same suite; against `warren serve`, the cluster_only
+    ones, which run in the suite's cluster pass."""
+    marker = "serve_only" if os.environ.get("WARREN_E2E_TARGET", "serve") == "cluster" else "cluster_only"
     keep, gone = [], []
     for it in items:
-        m = it.get_closest_marker("serve_only")
+        m = it.get_closest_marker(marker)
         if m:
             gone.append(it)
-            print(f"\nserve only: {it.nodeid}: {m.args[0] if m.args else ''}", file=sys.stderr)
+            print(f"\n{marker.replace('_', ' ')}: {it.nodeid}: {m.args[0] if m.args else ''}", file=sys.stderr)
         else:
             keep.append(it)
     if gone:

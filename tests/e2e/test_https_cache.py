@@ -27,7 +27,6 @@ from conftest import TLS_UPSTREAM, make_test_leaf
 
 HERE = Path(__file__).resolve().parent
 UP2, UP3 = f"{TLS_UPSTREAM}.2", f"{TLS_UPSTREAM}.3"
-PIP_IMAGE = "e2e-pip:1"
 WHEEL = "warren_hello-1.0-py3-none-any.whl"
 WHEEL_PATH = f"/packages/9a/0b/{WHEEL}"
 TARBALL_PATH = "/warren-hello/-/warren-hello-1.0.0.tgz"
@@ -96,9 +95,9 @@ def tls_upstream(tmp_path_factory, server):
 
 
 @pytest.fixture(scope="module")
-def pip_image(server):
+def pip_image(tools_image):
     """A Debian userland with the real clients: pip, curl and Node.js."""
-    return conftest._debian_image(server, PIP_IMAGE, "python3-pip,curl,nodejs,ca-certificates")
+    return tools_image
 
 
 ALLOW = ["pypi.test:443/tcp", "files.test:443/tcp", "npm.test:443/tcp", "passthrough.test:443/tcp",

@@ -123,13 +123,15 @@ def twice(server, image, sandboxes, log: Path, script: str) -> tuple[int, int]:
 def test_npm_second_install_fetches_almost_nothing_upstream(server, tools_image, sandboxes, mirror):
     """npm install of a 31-package tree: the second sandbox's install takes its packuments and
     tarballs from the cache (the issue's case: packuments were fetched whole every time)."""
-    hits = cache_counter(server, "npm", "hit")
+    served = cache_counter(server, "npm", "hit") + cache_counter(server, "npm", "revalidated")
     script = (f"mkdir -p /tmp/app && cd /tmp/app && npm install {NPM_FLAGS} deep-0 && "
               "node -e 'console.log(require(\"deep-0\"))' && ls node_modules | wc -l")
     first, second = twice(server, tools_image, sandboxes, mirror["log"], script)
     assert first > 31 * 15_000, first  # every tarball (18 KB) came from upstream once
     assert second <= first * 0.05, f"second install fetched {second} of {first} bytes upstream"
-    assert cache_counter(server, "npm", "hit") >= hits + 62  # 31 packuments and 31 tarballs
+    # 31 tarballs from the cache, and 31 packuments from it unasked or after a 304 (an install
+    # on a quarter of a CPU outlasts the e2e server's 12 s window).
+    assert cache_counter(server, "npm", "hit") + cache_counter(server, "npm", "revalidated") >= served + 62
 
 
 def test_pip_second_install_fetches_almost_nothing_upstream(server, tools_image, sandboxes, mirror):

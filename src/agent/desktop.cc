@@ -38,34 +38,49 @@ pid_t StartProgram(ChildSpec spec, std::vector<std::string> argv, int log_fd, in
   return failed ? -2 : pid;
 }
 
-// CPU time (user + system, in clock ticks) of process `pid` so far; -1 once it is gone.
-long CpuTicks(pid_t pid) {
+// What /proc says of process `pid`: its state letter and its CPU time so far (user + system,
+// in clock ticks); ticks -1 once it is gone.
+struct ProcSample {
+  char state = '?';
+  long ticks = -1;
+  bool operator==(const ProcSample&) const = default;
+};
+
+ProcSample SampleProc(pid_t pid) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
   UniqueFd fd(open(path, O_RDONLY | O_CLOEXEC));
-  if (!fd) return -1;
+  if (!fd) return {};
   char buf[1024];
   ssize_t n = read(fd.get(), buf, sizeof buf - 1);
-  if (n <= 0) return -1;
+  if (n <= 0) return {};
   buf[n] = '\0';
   // After "(comm)", which may hold spaces: state is field 3, utime 14 and stime 15.
   const char* p = strrchr(buf, ')');
-  if (!p) return -1;
+  if (!p) return {};
+  char state = '?';
   unsigned long utime = 0, stime = 0;
-  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2)
-    return -1;
-  return static_cast<long>(utime + stime);
+  if (sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &state, &utime, &stime) !=
+      3)
+    return {};
+  return {state, static_cast<long>(utime + stime)};
 }
 
-void WaitIdle(pid_t pid, int max_ms) {
-  long last = CpuTicks(pid);
+// Waits until the window manager and the X server have both been asleep in their event loops
+// for 200 ms (state S, no CPU used), within `max_ms`. CPU time alone is not enough: on a busy
+// host, and more so in an emulated guest, a manager still reading its theme from disk (state
+// D) or waiting for its turn (R) uses no CPU for a while without being ready.
+void WaitIdle(pid_t wm, pid_t x_server, int max_ms) {
+  ProcSample last_wm = SampleProc(wm), last_x = SampleProc(x_server);
   int quiet_ms = 0;
-  for (int waited = 0; waited < max_ms && quiet_ms < 200 && last >= 0; waited += 50) {
+  for (int waited = 0; waited < max_ms && quiet_ms < 200 && last_wm.ticks >= 0; waited += 50) {
     timespec fifty_ms{0, 50 * 1000 * 1000};
     nanosleep(&fifty_ms, nullptr);
-    const long now = CpuTicks(pid);
-    quiet_ms = now == last ? quiet_ms + 50 : 0;
-    last = now;
+    const ProcSample now_wm = SampleProc(wm), now_x = SampleProc(x_server);
+    const bool asleep = now_wm.state == 'S' && (now_x.ticks < 0 || now_x.state == 'S');
+    quiet_ms = asleep && now_wm == last_wm && now_x == last_x ? quiet_ms + 50 : 0;
+    last_wm = now_wm;
+    last_x = now_x;
   }
 }
 
@@ -145,8 +160,8 @@ Status Desktop::Start(const ChildSpec& base, uint16_t width, uint16_t height, bo
     }
     // The mark comes early in a manager's start; the rest (its theme, fonts, menus: openbox
     // takes 2 s here) must be done too, or the first clicks go nowhere. Done is when it has
-    // used no CPU for 200 ms, within 10 s.
-    WaitIdle(wm, 10000);
+    // been asleep for 200 ms, within 30 s (an emulated guest on a busy host is slow).
+    WaitIdle(wm, xvfb_pid_, 30000);
   }
   return Status::Ok();
 }

@@ -128,7 +128,7 @@ def test_a_microvm_desktop(server, desktop_image, sandboxes):
     before = sb.screenshot()
     assert png_size(before) == (800, 600)
     sb.click(300, 200, button="right")
-    save("10-microvm-menu", screen_until(sb, before))
+    save("10-microvm-menu", screen_until(sb, before, timeout=60))
 
 
 @pytest.mark.serve_only("the cluster target's nodes run with --no-microvm (VMs are tested on serve)")

@@ -161,6 +161,14 @@ bool SameSecret(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// What of a request, beside its path, says which registry's client asks (cache_policy.h).
+RequestHints HintsOf(const http::request_header<>& h) {
+  RequestHints hints{h[http::field::accept], h[http::field::user_agent]};
+  for (const auto& f : h)
+    if (boost::beast::iequals(f.name_string().substr(0, 4), "npm-")) hints.npm_headers = true;
+  return hints;
+}
+
 std::string HostOnly(std::string host) {
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
@@ -281,9 +289,7 @@ struct ProxySession {
         authority = authority.substr(0, authority.find_first_of("/?"));
         if (authority.find(':') == std::string_view::npos || authority.back() == ']') u.port = 443;
       }
-      RequestHints hints{h[http::field::accept], h[http::field::user_agent]};
-      for (const auto& f : h)
-        if (boost::beast::iequals(f.name_string().substr(0, 4), "npm-")) hints.npm_headers = true;
+      const RequestHints hints = HintsOf(h);
       if ((h.method() != http::verb::get && h.method() != http::verb::head) || !req.is_done() ||
           ClassifyRequest(u.path, hints).kind == CacheKind::kNone)
         return Error(http::status::forbidden, "peers ask only for package files and metadata");
@@ -584,9 +590,7 @@ struct ProxySession {
     const bool client_keep_alive = req.keep_alive();
     const std::string url = (https ? "https://" : "http://") + HostOnly(Canonical(u.host)) + ":" +
                             std::to_string(u.port) + u.path;
-    RequestHints hints{h[http::field::accept], h[http::field::user_agent]};
-    for (const auto& f : h)
-      if (boost::beast::iequals(f.name_string().substr(0, 4), "npm-")) hints.npm_headers = true;
+    const RequestHints hints = HintsOf(h);
     const CacheClass cls = ClassifyRequest(u.path, hints);
     const CacheKind kind = cls.kind;
     bool cacheable = (h.method() == http::verb::get || h.method() == http::verb::head) &&

@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -100,9 +101,10 @@ def pypi_tree(root: Path, base: str, prefix: str) -> None:
         pypi_project(root, base, f"{prefix}-{name}", {"1.0": [f"{prefix}-{r}" for r in requires]})
 
 
-def apt_repo(root: Path, prefix: str, top: str = "debian") -> None:
+def apt_repo(root: Path, prefix: str, top: str = "debian", says: str = "") -> None:
     """A real (unsigned) Debian repository under root/TOP for the suite bookworm:
-    PREFIX-hello depends on PREFIX-lib, 200 KB each (uncompressed .debs)."""
+    PREFIX-hello depends on PREFIX-lib, 200 KB each (uncompressed .debs); with `says`,
+    PREFIX-hello also installs the program /usr/bin/PREFIX-hello that prints it."""
     work = Path(tempfile.mkdtemp(prefix="warren-registry-deb-"))
     try:
         for name, depends in ((f"{prefix}-lib", ""), (f"{prefix}-hello", f"{prefix}-lib")):
@@ -113,6 +115,10 @@ def apt_repo(root: Path, prefix: str, top: str = "debian") -> None:
                 f"Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: Warren tests <t@warren.invalid>\n"
                 + (f"Depends: {depends}\n" if depends else "") + f"Description: {name} of the mirror tests\n")
             (pkg / f"usr/share/{prefix}/{name}.dat").write_bytes(os.urandom(200_000))
+            if says and depends:  # the -hello package
+                (pkg / "usr/bin").mkdir(parents=True)
+                (pkg / f"usr/bin/{name}").write_text(f"#!/bin/sh\necho {shlex.quote(says)}\n")
+                os.chmod(pkg / f"usr/bin/{name}", 0o755)
             pool = root / top / "pool/main" / name[0] / name
             pool.mkdir(parents=True)
             subprocess.run(["dpkg-deb", "-Znone", "--root-owner-group", "--build", str(pkg),

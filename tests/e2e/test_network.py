@@ -9,7 +9,6 @@ import base64
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -21,6 +20,7 @@ import pytest
 
 import conftest
 import e2e_util
+import package_registries
 from conftest import NET_UPSTREAM
 
 UP2, UP3 = f"{NET_UPSTREAM}.2", f"{NET_UPSTREAM}.3"
@@ -40,7 +40,8 @@ def upstream(tmp_path_factory):
     root = tmp_path_factory.mktemp("upstream-www")
     log = root.parent / "upstream-requests.log"
     log.write_text("")
-    _build_debian_repo(root)
+    # A real Debian repository: what apt-get fetches in the package-cache tests.
+    package_registries.apt_repo(root, "warren", "debian", says="hello from a cached package")
     (root / "hello.txt").write_text("hello from upstream\n")
     with open(root / "big.bin", "wb") as f:
         f.write(os.urandom(1 << 20) * 8)
@@ -51,40 +52,6 @@ def upstream(tmp_path_factory):
         yield {"root": root, "log": log, "ns": ns}
     finally:
         e2e_util.stop_test_hosts(proc, ns, veth)
-
-
-def _build_debian_repo(root: Path) -> None:
-    """A real (unsigned) Debian repository with one small package, made with dpkg-deb and
-    apt-ftparchive: what apt-get fetches in the package-cache test."""
-    pkg = Path(tempfile.mkdtemp(prefix="warren-e2e-deb-"))
-    try:
-        (pkg / "DEBIAN").mkdir()
-        (pkg / "usr/bin").mkdir(parents=True)
-        (pkg / "DEBIAN/control").write_text(textwrap.dedent("""\
-            Package: warren-hello
-            Version: 1.0
-            Architecture: all
-            Maintainer: Warren tests <tests@warren.invalid>
-            Description: says hello from a package fetched through the egress proxy
-            """))
-        (pkg / "usr/bin/warren-hello").write_text("#!/bin/sh\necho hello from a cached package\n")
-        os.chmod(pkg / "usr/bin/warren-hello", 0o755)
-        pool = root / "debian/pool/main/w/warren-hello"
-        pool.mkdir(parents=True)
-        _sh("dpkg-deb", "--root-owner-group", "--build", str(pkg), str(pool / "warren-hello_1.0_all.deb"))
-    finally:
-        shutil.rmtree(pkg)
-    dist = root / "debian/dists/bookworm"
-    (dist / "main/binary-amd64").mkdir(parents=True)
-    packages = subprocess.run(["apt-ftparchive", "packages", "pool"], cwd=root / "debian", check=True,
-                              capture_output=True, text=True)
-    (dist / "main/binary-amd64/Packages").write_text(packages.stdout)
-    release = subprocess.run(
-        ["apt-ftparchive", "-o", "APT::FTPArchive::Release::Suite=bookworm",
-         "-o", "APT::FTPArchive::Release::Codename=bookworm", "-o", "APT::FTPArchive::Release::Components=main",
-         "-o", "APT::FTPArchive::Release::Architectures=amd64", "release", "."],
-        cwd=dist, check=True, capture_output=True, text=True)
-    (dist / "Release").write_text(release.stdout)
 
 
 def make(server, runner, sandboxes, allow=None, mode=None, beside=None):

@@ -113,7 +113,8 @@ std::string DnsServer::Answer(uint32_t src, const std::string& msg) {
     spdlog::debug("dns: {} asked for {}: not allowed", Ip4String(src), q->name);
     return BuildDnsResponse(msg, *q, kRcodeNxDomain);
   }
-  // Allowed names exist; we only have IPv4 answers (there is no IPv6 egress).
+  // Allowed names exist. A sandbox's own link is IPv4 only (its IPv6 goes through the proxy):
+  // other questions (AAAA among them) get an empty answer, so its clients connect over IPv4.
   if (q->qtype != kDnsTypeA) {
     ++answered_;
     return BuildDnsResponse(msg, *q, kRcodeOk);

@@ -29,6 +29,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "net/address_ranges.h"
 #include "net/cache_policy.h"
 #include "net/fetch_flights.h"
 #include "net/mirror_peers.h"
@@ -99,7 +100,11 @@ class EgressProxy {
   // A connection to a peer's listener (an address from the cluster's directory, not from a
   // tenant: none of a sandbox's destination rules apply).
   bool ConnectPeer(const std::string& address, Upstream* up);
+  // Never reached whatever the rules say: the node itself, loopback, link-local, multicast,
+  // the sandbox network; for IPv6 also an address standing for a forbidden IPv4 one.
   bool Forbidden(uint32_t addr);
+  bool Forbidden6(const Ip6& addr);
+  void RefreshLocalAddresses();  // under mu_
   void Count(Conn* c, uint64_t upstream, uint64_t cached);
   // Whether a CONNECT to host:port is answered with our certificate (see ProxyOptions).
   bool Intercepts(const std::string& host, uint16_t port) const;
@@ -153,6 +158,7 @@ class EgressProxy {
   Bytes total_;
   uint64_t total_intercepted_ = 0;
   std::set<uint32_t> local_addrs_;
+  std::set<Ip6> local_addrs6_;
   int64_t local_addrs_at_ = 0;
 };
 

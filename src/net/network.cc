@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "base/sha256.h"
+#include "net/address_ranges.h"
 #include "net/conntrack.h"
 #include "net/dns_server.h"
 #include "net/host_forwarding.h"

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cstring>
 
+#include "net/address_ranges.h"
+
 namespace warren::net {
 namespace {
 
@@ -15,14 +17,6 @@ bool ParsePort(std::string_view s, uint16_t* out) {
   if (ec != std::errc() || p != s.data() + s.size() || v > 65535 || s.empty()) return false;
   *out = static_cast<uint16_t>(v);
   return true;
-}
-
-bool PrefixMatches(const uint8_t* a, const uint8_t* b, int prefix) {
-  int full = prefix / 8, rest = prefix % 8;
-  if (memcmp(a, b, static_cast<size_t>(full)) != 0) return false;
-  if (rest == 0) return true;
-  uint8_t mask = static_cast<uint8_t>(0xff << (8 - rest));
-  return (a[full] & mask) == (b[full] & mask);
 }
 
 }  // namespace
@@ -186,21 +180,6 @@ std::vector<std::string> Policy::Texts() const {
   std::vector<std::string> out;
   for (const auto& r : rules) out.push_back(r.text);
   return out;
-}
-
-bool IsInternalAddress(uint32_t addr) {
-  const uint32_t a = ntohl(addr);
-  struct Net {
-    uint32_t net;
-    int prefix;
-  };
-  static constexpr Net kNets[] = {
-      {0x0a000000, 8},  {0xac100000, 12}, {0xc0a80000, 16}, {0x64400000, 10}, {0xc0000000, 24},
-      {0xc6120000, 15}, {0xf0000000, 4},  {0xa83f8110, 32},  // 168.63.129.16 (Azure)
-      {0x7f000000, 8},  {0xa9fe0000, 16}, {0x00000000, 8},  {0xe0000000, 3}};
-  for (const Net& n : kNets)
-    if ((a >> (32 - n.prefix)) == (n.net >> (32 - n.prefix))) return true;
-  return false;
 }
 
 std::vector<size_t> DomainRuleIndexes(const Policy& p, std::string_view name) {

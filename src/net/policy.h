@@ -52,10 +52,6 @@ struct Policy {
 Result<EgressRule> ParseRule(std::string_view text);
 // mode "none" or "egress"; rules need egress.
 Result<Policy> ParsePolicy(std::string_view mode, const std::vector<std::string>& allow);
-// Addresses a name from upstream DNS must not lead to unless an address rule names them:
-// private, shared (CGNAT), benchmarking and reserved ranges, and cloud platform endpoints
-// (a hostile or rebinding DNS server would otherwise open the node's own networks).
-bool IsInternalAddress(uint32_t addr);  // network byte order
 // Indexes, among the policy's domain rules only, of those that match `name`.
 std::vector<size_t> DomainRuleIndexes(const Policy& p, std::string_view name);
 // Lowercases and strips one trailing dot; empty if `name` is not a valid DNS name.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -37,8 +38,15 @@ void OnAddrinfo(void* arg, int status, int /*timeouts*/, ares_addrinfo* res) {
   if (status != ARES_SUCCESS || !res) return;
   uint32_t ttl = kMaxTtl;
   for (ares_addrinfo_node* n = res->nodes; n; n = n->ai_next) {
-    if (n->ai_family != AF_INET) continue;
-    a->r.addrs.push_back(reinterpret_cast<sockaddr_in*>(n->ai_addr)->sin_addr.s_addr);
+    if (n->ai_family == AF_INET) {
+      a->r.addrs.push_back(reinterpret_cast<sockaddr_in*>(n->ai_addr)->sin_addr.s_addr);
+    } else if (n->ai_family == AF_INET6) {
+      Ip6 v6;
+      memcpy(v6.data(), &reinterpret_cast<sockaddr_in6*>(n->ai_addr)->sin6_addr, 16);
+      a->r.addrs6.push_back(v6);
+    } else {
+      continue;
+    }
     ttl = std::min<uint32_t>(ttl, static_cast<uint32_t>(std::max(0, n->ai_ttl)));
   }
   a->r.ttl_s = std::clamp(ttl, kMinTtl, kMaxTtl);
@@ -65,12 +73,21 @@ Result<std::unique_ptr<Resolver>> Resolver::Create(const std::string& hosts_file
       std::string ip, name;
       if (!(words >> ip)) continue;
       in_addr a{};
-      if (inet_pton(AF_INET, ip.c_str(), &a) != 1) continue;  // IPv6 lines: no IPv6 egress
+      Ip6 a6{};
+      const bool v4 = inet_pton(AF_INET, ip.c_str(), &a) == 1;
+      if (!v4 && inet_pton(AF_INET6, ip.c_str(), a6.data()) != 1)
+        return Invalid("bad address `" + ip + "` at line " + std::to_string(lineno), hosts_file);
       while (words >> name) {
         std::string n = NormalizeName(name);
         if (n.empty())
           return Invalid("bad name `" + name + "` at line " + std::to_string(lineno), hosts_file);
-        r->hosts_[n].push_back(a.s_addr);
+        Resolution& entry = r->hosts_[n];
+        entry.ttl_s = kHostsTtl;
+        entry.trusted = true;
+        if (v4)
+          entry.addrs.push_back(a.s_addr);
+        else
+          entry.addrs6.push_back(a6);
       }
     }
   }
@@ -80,8 +97,7 @@ Result<std::unique_ptr<Resolver>> Resolver::Create(const std::string& hosts_file
 Resolver::~Resolver() = default;
 
 Result<Resolution> Resolver::Resolve(const std::string& name) {
-  if (auto it = hosts_.find(name); it != hosts_.end())
-    return Resolution{it->second, kHostsTtl, true};
+  if (auto it = hosts_.find(name); it != hosts_.end()) return it->second;
   const int64_t now = NowMs();
   {
     std::lock_guard lock(mu_);
@@ -115,7 +131,7 @@ Result<Resolution> Resolver::Upstream(const std::string& name) {
   }
   Answer a;
   ares_addrinfo_hints hints{};
-  hints.ai_family = AF_INET;
+  hints.ai_family = AF_UNSPEC;  // A and AAAA, asked at once
   ares_getaddrinfo(ch, name.c_str(), nullptr, &hints, OnAddrinfo, &a);
   // poll, not select: the daemon's fds run far past FD_SETSIZE with many sandboxes.
   while (!a.done) {
@@ -143,7 +159,7 @@ Result<Resolution> Resolver::Upstream(const std::string& name) {
   }
   ares_destroy(ch);  // completes a pending query with ARES_EDESTRUCTION
   if (a.status == ARES_ENOTFOUND || a.status == ARES_ENODATA || a.status == ARES_ENONAME ||
-      (a.status == ARES_SUCCESS && a.r.addrs.empty()))
+      (a.status == ARES_SUCCESS && a.r.addrs.empty() && a.r.addrs6.empty()))
     return NotFound("name", name);
   if (a.status != ARES_SUCCESS)
     return Status(Code::kUnavailable, "resolve", name,

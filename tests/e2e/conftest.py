@@ -38,10 +38,15 @@ IMAGE = "t:1"
 # at NET_UPSTREAM.2 and .3, which the server's --dns-hosts file names. Never anything outside
 # this machine.
 NET_UPSTREAM = "10.251.0"
+# The same namespace's IPv6 network (unique-local, routed from the host only): the proxy's
+# IPv6 egress, to a name with only an IPv6 address.
+NET_UPSTREAM6 = "fd77:251:0"
 NET_HOSTS = {
     "pkg.test": f"{NET_UPSTREAM}.2", "deb.debian.org": f"{NET_UPSTREAM}.2", "a.wild.test": f"{NET_UPSTREAM}.2",
     "other.test": f"{NET_UPSTREAM}.3",
     "loop.wild.test": "127.0.0.1", "meta.wild.test": "169.254.169.254",  # what a proxy must never reach
+    "v6.test": f"{NET_UPSTREAM6}::2",
+    "loop6.wild.test": "::1", "mapped6.wild.test": "::ffff:169.254.169.254",  # never, in IPv6
 }
 # The HTTPS package-cache tests (test_https_cache.py) have their own namespace: TLS servers at
 # TLS_UPSTREAM.2 (certificates from the test CA, which the server's --proxy-upstream-ca

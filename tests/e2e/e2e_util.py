@@ -257,11 +257,13 @@ def unique(prefix: str = "e2e") -> str:
     return f"{prefix}-{os.getpid()}-{time.time_ns() % 10**9}"
 
 
-def start_test_hosts(ns: str, veth: str, prefix: str, ips: Iterable[str], argv: List[str]):
+def start_test_hosts(ns: str, veth: str, prefix: str, ips: Iterable[str], argv: List[str],
+                     prefix6: str = "", ips6: Iterable[str] = ()):
     """Test hosts in a network namespace `ns` the caller names (never anything outside this
     machine): `ips` on its eth0, routed from the host through the veth `veth` (host side
-    `prefix`.1/24), running `argv` there, which must print `ready` once it serves. Returns the
-    process; stop_test_hosts undoes all of it."""
+    `prefix`.1/24), and as many IPv6 `ips6` (host side `prefix6`::1/64), running `argv` there,
+    which must print `ready` once it serves. Returns the process; stop_test_hosts undoes all
+    of it."""
     import subprocess
 
     def sh(*a):
@@ -276,6 +278,12 @@ def start_test_hosts(ns: str, veth: str, prefix: str, ips: Iterable[str], argv: 
     sh("ip", "-n", ns, "link", "set", "eth0", "up")
     sh("ip", "-n", ns, "link", "set", "lo", "up")
     sh("ip", "-n", ns, "route", "add", "default", "via", f"{prefix}.1")
+    if ips6:
+        # nodad: usable at once, not after a second of duplicate detection.
+        sh("ip", "-6", "addr", "add", f"{prefix6}::1/64", "dev", veth, "nodad")
+        for ip in ips6:
+            sh("ip", "-n", ns, "-6", "addr", "add", f"{ip}/64", "dev", "eth0", "nodad")
+        sh("ip", "-n", ns, "-6", "route", "add", "default", "via", f"{prefix6}::1")
     proc = subprocess.Popen(["ip", "netns", "exec", ns] + argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     line = proc.stdout.readline().strip()

@@ -21,9 +21,10 @@ import pytest
 import conftest
 import e2e_util
 import package_registries
-from conftest import NET_UPSTREAM
+from conftest import NET_UPSTREAM, NET_UPSTREAM6
 
 UP2, UP3 = f"{NET_UPSTREAM}.2", f"{NET_UPSTREAM}.3"
+UP6 = f"{NET_UPSTREAM6}::2"  # v6.test
 HTTP_PORT, ECHO_PORT = 80, 9007
 HERE = Path(__file__).resolve().parent
 
@@ -48,7 +49,8 @@ def upstream(tmp_path_factory):
     proc = None
     try:
         proc = e2e_util.start_test_hosts(ns, veth, NET_UPSTREAM, (UP2, UP3), [
-            "/usr/bin/python3", str(HERE / "net_upstream.py"), str(root), str(log), str(HTTP_PORT), str(ECHO_PORT)])
+            "/usr/bin/python3", str(HERE / "net_upstream.py"), str(root), str(log), str(HTTP_PORT), str(ECHO_PORT)],
+            prefix6=NET_UPSTREAM6, ips6=(UP6,))
         yield {"root": root, "log": log, "ns": ns}
     finally:
         e2e_util.stop_test_hosts(proc, ns, veth)
@@ -337,6 +339,29 @@ def test_proxy_enforces_the_policy_by_name_and_host_header(server, runner, sandb
     for host in ("loop.wild.test", "meta.wild.test"):
         r = proxy_get(sb, f"http://{host}:{HTTP_PORT}/")
         assert r["status"] == 403 and "loopback" in r["why"], (host, r)
+
+
+def test_proxy_reaches_an_ipv6_only_host_under_the_same_policy(server, runner, sandboxes, upstream):
+    """IPv6 egress through the proxy: `v6.test` has only an IPv6 address (the test host's, in
+    the node's hosts file). Allowed by name it is fetched; an IPv6 literal needs an address
+    rule, as an IPv4 one does; loopback and an IPv6 address standing for a forbidden IPv4
+    one are never reached, whatever the rules say."""
+    by_name = make(server, runner, sandboxes, allow=["v6.test"])
+    ok = proxy_get(by_name, "http://v6.test/hello.txt")
+    assert ok["status"] == 200 and ok["len"] == len("hello from upstream\n"), ok
+    literal = f"http://[{UP6}]/hello.txt"
+    refused = proxy_get(by_name, literal)
+    assert refused["status"] == 403 and "not allowed" in refused["why"], refused
+    by_rule = make(server, runner, sandboxes, allow=[f"[{NET_UPSTREAM6}::/64]:80/tcp"])
+    ok = proxy_get(by_rule, literal)
+    assert ok["status"] == 200 and ok["len"] == len("hello from upstream\n"), ok
+    assert proxy_get(by_rule, "http://v6.test/hello.txt")["status"] == 403  # not by name
+    anything = make(server, runner, sandboxes, allow=["::/0", "*.wild.test"])
+    for url in (f"http://[::1]:{HTTP_PORT}/", f"http://[::ffff:127.0.0.1]:{HTTP_PORT}/",
+                f"http://[::ffff:169.254.169.254]:{HTTP_PORT}/", f"http://[fe80::1]:{HTTP_PORT}/",
+                f"http://loop6.wild.test:{HTTP_PORT}/", f"http://mapped6.wild.test:{HTTP_PORT}/"):
+        r = proxy_get(anything, url)
+        assert r["status"] == 403 and "loopback" in r["why"], (url, r)
 
 
 def test_connect_checks_the_tls_server_name(server, runner, sandboxes, upstream):

@@ -1,0 +1,33 @@
+// Which addresses a sandbox's traffic may be led to: the ranges that public DNS must not open
+// (a hostile or rebinding server would otherwise reach the node's own networks), for IPv4 and
+// IPv6, and the IPv4 address an IPv6 one stands for.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+
+namespace warren::net {
+
+using Ip6 = std::array<uint8_t, 16>;
+
+// Private, shared (CGNAT), benchmarking and reserved ranges, loopback, link-local, multicast
+// and cloud platform endpoints: reachable only when an address rule names them.
+bool IsInternalAddress(uint32_t addr);  // network byte order
+
+// The IPv6 counterpart: unspecified, loopback, unique-local (fc00::/7), link- and site-local,
+// multicast, discard-only, documentation and the IETF's protocol block (Teredo among them),
+// NAT64's local-use prefix; and an address that stands for an IPv4 one (below) is as
+// internal as that one.
+bool IsInternalAddress6(const Ip6& addr);
+
+// The IPv4 address an IPv6 one stands for, in the forms by which a connect or a gateway
+// reaches it: v4-mapped (::ffff:a.b.c.d, which the kernel connects over IPv4), the
+// deprecated v4-compatible (::a.b.c.d), NAT64's well-known prefix (64:ff9b::/96) and 6to4
+// (2002:AABB:CCDD::/48). nullopt for any other address.
+std::optional<uint32_t> EmbeddedIpv4(const Ip6& addr);  // network byte order
+
+// Whether the first `prefix` bits of `a` and `b` agree.
+bool PrefixMatches(const uint8_t* a, const uint8_t* b, int prefix);
+
+}  // namespace warren::net

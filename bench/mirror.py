@@ -133,6 +133,7 @@ cache_log {home}/cache.log
 access_log {home}/access.log
 cache_effective_user proxy
 hosts_file {self.hosts}
+dns_nameservers 127.0.0.1
 """)
         sh("ip", "netns", "exec", NS, "squid", "-z", "-N", "-f", str(conf))
         self.squid = subprocess.Popen(["ip", "netns", "exec", NS, "squid", "-N", "-f", str(conf)],

@@ -43,6 +43,13 @@ constexpr Ip6 Bytes(std::initializer_list<uint8_t> head) {
   return a;
 }
 
+template <size_t N>
+bool InAny(const Ip6& a, const Net6 (&nets)[N]) {
+  for (const Net6& n : nets)
+    if (PrefixMatches(a.data(), n.net.data(), n.prefix)) return true;
+  return false;
+}
+
 uint32_t V4At(const Ip6& a, size_t at) {
   uint32_t v;
   memcpy(&v, a.data() + at, 4);
@@ -63,8 +70,20 @@ std::optional<uint32_t> EmbeddedIpv4(const Ip6& a) {
   return std::nullopt;
 }
 
+bool IsNeverReachable6(const Ip6& a) {
+  static constexpr Net6 kNets[] = {
+      {Bytes({}), 96},                                          // ::, ::1, v4-compatible
+      {Bytes({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}), 96},  // v4-mapped
+      {Bytes({0xfe, 0x80}), 10},                                // link-local
+      {Bytes({0xfe, 0xc0}), 10},                                // site-local (deprecated)
+      {Bytes({0xff}), 8},                                       // multicast
+  };
+  return InAny(a, kNets);
+}
+
 bool IsInternalAddress6(const Ip6& a) {
   if (auto v4 = EmbeddedIpv4(a)) return IsInternalAddress(*v4);
+  if (IsNeverReachable6(a)) return true;  // link- and site-local, multicast
   static constexpr Net6 kNets[] = {
       {Bytes({0x00, 0x64, 0xff, 0x9b, 0x00, 0x01}), 48},  // NAT64, local use
       {Bytes({0x01, 0x00}), 64},                          // discard-only
@@ -72,13 +91,8 @@ bool IsInternalAddress6(const Ip6& a) {
       {Bytes({0x20, 0x01, 0x0d, 0xb8}), 32},              // documentation
       {Bytes({0x3f, 0xff}), 20},                          // documentation (RFC 9637)
       {Bytes({0xfc}), 7},                                 // unique local
-      {Bytes({0xfe, 0x80}), 10},                          // link-local
-      {Bytes({0xfe, 0xc0}), 10},                          // site-local (deprecated)
-      {Bytes({0xff}), 8},                                 // multicast
   };
-  for (const Net6& n : kNets)
-    if (PrefixMatches(a.data(), n.net.data(), n.prefix)) return true;
-  return false;
+  return InAny(a, kNets);
 }
 
 }  // namespace warren::net

@@ -21,6 +21,11 @@ bool IsInternalAddress(uint32_t addr);  // network byte order
 // internal as that one.
 bool IsInternalAddress6(const Ip6& addr);
 
+// IPv6 addresses no sandbox traffic goes to whatever its rules say: ::/96 (::, ::1 and the
+// v4-compatible form), ::ffff:0:0/96 (the kernel connects it over IPv4, past every IPv6 rule:
+// a sandbox writes the IPv4 address instead), link- and site-local, multicast.
+bool IsNeverReachable6(const Ip6& addr);
+
 // The IPv4 address an IPv6 one stands for, in the forms by which a connect or a gateway
 // reaches it: v4-mapped (::ffff:a.b.c.d, which the kernel connects over IPv4), the
 // deprecated v4-compatible (::a.b.c.d), NAT64's well-known prefix (64:ff9b::/96) and 6to4

@@ -1203,16 +1203,7 @@ bool EgressProxy::Forbidden(uint32_t a) {
 }
 
 bool EgressProxy::Forbidden6(const Ip6& a) {
-  static constexpr Ip6 kZero{};
-  static constexpr Ip6 kLinkLocal{0xfe, 0x80}, kSiteLocal{0xfe, 0xc0}, kMulticast{0xff};
-  // ::/96 holds :: and ::1 (v4-compatible); ::ffff:0:0/96 the kernel connects over IPv4, past
-  // every IPv6 rule: both are refused outright, as a sandbox can write the IPv4 address.
-  static constexpr Ip6 kMapped{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (PrefixMatches(a.data(), kZero.data(), 96) || PrefixMatches(a.data(), kMapped.data(), 96) ||
-      PrefixMatches(a.data(), kLinkLocal.data(), 10) ||
-      PrefixMatches(a.data(), kSiteLocal.data(), 10) ||
-      PrefixMatches(a.data(), kMulticast.data(), 8))
-    return true;
+  if (IsNeverReachable6(a)) return true;
   // NAT64 and 6to4 gateways translate to the IPv4 address inside.
   if (auto v4 = EmbeddedIpv4(a); v4 && Forbidden(*v4)) return true;
   std::lock_guard lock(mu_);

@@ -47,6 +47,14 @@ TEST(AddressRangesTest, InternalIpv6) {
     EXPECT_FALSE(IsInternalAddress6(A6(s))) << s;
 }
 
+TEST(AddressRangesTest, NeverReachableIpv6) {
+  for (const char* s :
+       {"::", "::1", "::10.0.0.1", "::ffff:8.8.8.8", "fe80::1", "fec0::1", "ff02::1"})
+    EXPECT_TRUE(IsNeverReachable6(A6(s))) << s;
+  for (const char* s : {"fd00::2", "2606:4700::1", "64:ff9b::7f00:1", "::fffe:10.0.0.1"})
+    EXPECT_FALSE(IsNeverReachable6(A6(s))) << s;
+}
+
 TEST(AddressRangesTest, EmbeddedIpv4) {
   EXPECT_EQ(EmbeddedIpv4(A6("::ffff:169.254.169.254")), A("169.254.169.254"));
   EXPECT_EQ(EmbeddedIpv4(A6("::127.0.0.1")), A("127.0.0.1"));

@@ -30,6 +30,7 @@
 #include "agent/setup_messages.h"
 #include "agent/tar_stream.h"
 #include "agent/vm_init.h"
+#include "agent/vm_net.h"
 #include "base/unique_fd.h"
 #include "isolation/devices.h"
 #include "isolation/fs_apply.h"
@@ -237,7 +238,7 @@ Status Agent::Setup() {
                                 O_PATH | O_DIRECTORY | O_CLOEXEC));
     lap("cgroup");
     if (h.vm->net) {
-      WARREN_RETURN_IF_ERROR(ConfigureVmNet(h.vm->net->ip, h.vm->net->gateway, h.vm->net->mac));
+      WARREN_RETURN_IF_ERROR(ConfigureVmNet(*h.vm->net));
       lap("net");
     }
   }
@@ -1073,7 +1074,7 @@ void Agent::HandleVmRefresh(const Message& m) {
   Status st = VmReseed(h.seed, h.now_ns);
   if (st.ok() && sethostname(h.hostname.data(), h.hostname.size()) != 0)
     st = ErrnoStatus("sethostname", h.hostname);
-  if (st.ok() && h.net) st = ConfigureVmNet(h.net->ip, h.net->gateway, h.net->mac);
+  if (st.ok() && h.net) st = ConfigureVmNet(*h.net);
   if (!st.ok()) return ReplyError("", st);
   base_env_.clear();
   AddBaseEnv(json(h.env));

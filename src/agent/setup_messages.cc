@@ -75,9 +75,13 @@ class Reader {
 
 Result<VmSetup::Net> ParseNet(const json& j) {
   Reader r(j, "setup.vm.net");
-  WARREN_RETURN_IF_ERROR(r.Keys({"ip", "gateway", "mac"}, {}));
-  return VmSetup::Net{WARREN_TRY(r.Str("ip")), WARREN_TRY(r.Str("gateway")),
-                      WARREN_TRY(r.Str("mac"))};
+  WARREN_RETURN_IF_ERROR(r.Keys({"ip", "gateway", "mac"}, {"ip6", "gateway6"}));
+  VmSetup::Net n{WARREN_TRY(r.Str("ip")), WARREN_TRY(r.Str("gateway")), WARREN_TRY(r.Str("mac"))};
+  if (r.Has("ip6")) n.ip6 = WARREN_TRY(r.Str("ip6"));
+  if (r.Has("gateway6")) n.gateway6 = WARREN_TRY(r.Str("gateway6"));
+  if (n.ip6.empty() != n.gateway6.empty())
+    return Invalid("setup.vm.net", "ip6 and gateway6 come together");
+  return n;
 }
 
 Result<VmSetup> ParseVm(const json& j) {
@@ -96,7 +100,9 @@ Result<VmSetup> ParseVm(const json& j) {
 }
 
 json NetJson(const VmSetup::Net& n) {
-  return {{"ip", n.ip}, {"gateway", n.gateway}, {"mac", n.mac}};
+  json j = {{"ip", n.ip}, {"gateway", n.gateway}, {"mac", n.mac}};
+  if (!n.ip6.empty()) j["ip6"] = n.ip6, j["gateway6"] = n.gateway6;
+  return j;
 }
 
 json ToJson(const VmSetup& v) {

@@ -33,6 +33,7 @@ struct SetupFile {
 struct VmSetup {
   struct Net {
     std::string ip, gateway, mac;
+    std::string ip6, gateway6;  // empty: no IPv6 (the node gives sandboxes none)
   };
   bool full_os = false;
   std::vector<std::string> layer_serials;  // the disks' serials, top layer first

@@ -277,48 +277,6 @@ Result<UniqueFd> MakeVmCommandsCgroup(const std::string& cgroup_root, uint64_t m
   return procs;
 }
 
-Status ConfigureVmNet(const std::string& ip, const std::string& gateway, const std::string& mac) {
-  UniqueFd s(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!s) return ErrnoStatus("socket", "guest network");
-  auto sin = [](sockaddr* sa, const std::string& addr) {
-    auto* in = reinterpret_cast<sockaddr_in*>(sa);
-    in->sin_family = AF_INET;
-    return inet_pton(AF_INET, addr.c_str(), &in->sin_addr) == 1;
-  };
-  ifreq ifr{};
-  strncpy(ifr.ifr_name, "eth0", IFNAMSIZ - 1);
-  unsigned m[6];
-  if (sscanf(mac.c_str(), "%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) != 6)
-    return Invalid("bad MAC", mac);
-  ifr.ifr_hwaddr.sa_family = ARPHRD_ETHER;
-  for (int i = 0; i < 6; ++i) ifr.ifr_hwaddr.sa_data[i] = static_cast<char>(m[i]);
-  if (ioctl(s.get(), SIOCSIFHWADDR, &ifr) != 0) return ErrnoStatus("set MAC", "eth0");
-  if (!sin(&ifr.ifr_addr, ip)) return Invalid("bad address", ip);
-  if (ioctl(s.get(), SIOCSIFADDR, &ifr) != 0) return ErrnoStatus("set address", "eth0");
-  sin(&ifr.ifr_netmask, "255.255.255.255");
-  if (ioctl(s.get(), SIOCSIFNETMASK, &ifr) != 0) return ErrnoStatus("set netmask", "eth0");
-  if (ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) return ErrnoStatus("get flags", "eth0");
-  ifr.ifr_flags |= IFF_UP;
-  if (ioctl(s.get(), SIOCSIFFLAGS, &ifr) != 0) return ErrnoStatus("link up", "eth0");
-  char dev[] = "eth0";
-  rtentry host{};
-  if (!sin(&host.rt_dst, gateway)) return Invalid("bad gateway", gateway);
-  sin(&host.rt_genmask, "255.255.255.255");
-  host.rt_flags = RTF_UP | RTF_HOST;
-  host.rt_dev = dev;
-  if (ioctl(s.get(), SIOCADDRT, &host) != 0 && errno != EEXIST)
-    return ErrnoStatus("route to gateway", gateway);
-  rtentry def{};
-  sin(&def.rt_dst, "0.0.0.0");
-  sin(&def.rt_genmask, "0.0.0.0");
-  sin(&def.rt_gateway, gateway);
-  def.rt_flags = RTF_UP | RTF_GATEWAY;
-  def.rt_dev = dev;
-  if (ioctl(s.get(), SIOCADDRT, &def) != 0 && errno != EEXIST)
-    return ErrnoStatus("default route", gateway);
-  return Status::Ok();
-}
-
 Status MountVmProcAndDev(const std::string& root) {
   const std::string proc = root + "/proc", dev = root + "/dev";
   if (mount("proc", proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)

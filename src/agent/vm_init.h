@@ -85,10 +85,6 @@ Status PrepareVmCommandsCgroup();
 Result<UniqueFd> MakeVmCommandsCgroup(const std::string& cgroup_root, uint64_t memory_bytes,
                                       uint64_t pids);
 
-// The guest's NIC (eth0): its MAC, its /32 address, an on-link route to the gateway and the
-// default route through it. The node's firewall decides what any of it may reach.
-Status ConfigureVmNet(const std::string& ip, const std::string& gateway, const std::string& mac);
-
 // /proc, and /dev as devtmpfs with devpts and a /dev/shm, under `root`.
 Status MountVmProcAndDev(const std::string& root);
 

@@ -88,6 +88,7 @@ Result<node::LocalNodeOptions> LocalNodeOptionsOf(const NodeFlags& f, const std:
   nopts.net.table = nopts.cgroup_parent;
   nopts.net.bridge = "wr" + Sha256Hex(key).substr(0, 8);
   nopts.net.subnet = net.subnet;
+  nopts.net.ipv6 = !net.no_ipv6;
   nopts.net.pool_bare = net.pool;
   nopts.net.pool_wired = net.pool == 0 ? 0 : std::max<size_t>(1, net.pool / 2);
   nopts.net.dns_hosts = net.dns_hosts;
@@ -185,6 +186,10 @@ void AddNodeFlags(CLI::App* cmd, NodeFlags* f) {
       "how long registry metadata (npm packuments, PyPI indexes, apt's InRelease and Packages) "
       "is served from the proxy's cache before it is revalidated upstream: seconds for every "
       "registry, or per registry like npm=60,pypi=60,apt=120,other=0 (default)");
+  cmd->add_flag("--no-net-ipv6", net->no_ipv6,
+                "sandboxes get IPv4 only (their IPv6 then goes through the egress proxy); by "
+                "default they get IPv6 too where the host has it and can forward it for them "
+                "alone (Linux 6.17's force_forwarding)");
   cmd->add_flag("--no-network", net->off,
                 "no sandbox networking: every sandbox gets loopback only");
   VmFlags* vm = &f->vm;

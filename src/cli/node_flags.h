@@ -16,6 +16,7 @@ namespace warren::cli {
 struct NetFlags {
   std::string subnet = "10.89.0.0/16";
   bool off = false;
+  bool no_ipv6 = false;  // --no-net-ipv6
   size_t pool = 8;
   std::string dns_hosts, dns_upstream;
   std::string cache_size;

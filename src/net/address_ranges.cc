@@ -14,6 +14,18 @@ bool PrefixMatches(const uint8_t* a, const uint8_t* b, int prefix) {
   return (a[full] & mask) == (b[full] & mask);
 }
 
+Ip6 SandboxAddress6(uint32_t addr) {
+  Ip6 a = kSandboxPrefix6;
+  memcpy(a.data() + 12, &addr, 4);
+  return a;
+}
+
+std::string Ip6String(const Ip6& addr) {
+  char buf[INET6_ADDRSTRLEN];
+  inet_ntop(AF_INET6, addr.data(), buf, sizeof buf);
+  return buf;
+}
+
 bool IsInternalAddress(uint32_t addr) {
   const uint32_t a = ntohl(addr);
   struct Net {

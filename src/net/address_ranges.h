@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace warren::net {
 
@@ -31,6 +32,14 @@ bool IsNeverReachable6(const Ip6& addr);
 // deprecated v4-compatible (::a.b.c.d), NAT64's well-known prefix (64:ff9b::/96) and 6to4
 // (2002:AABB:CCDD::/48). nullopt for any other address.
 std::optional<uint32_t> EmbeddedIpv4(const Ip6& addr);  // network byte order
+
+// A sandbox's IPv6 address is its IPv4 one inside this unique-local /96 ("Warren" after fd):
+// no second allocator, no second record, and the node's IPv6 subnet is its IPv4 subnet with
+// 96 added to the prefix, as distinct between the nodes of a host as their IPv4 subnets are.
+inline constexpr Ip6 kSandboxPrefix6 = {0xfd, 0x57, 0x61, 0x72, 0x72, 0x65, 0x6e, 0x00};
+Ip6 SandboxAddress6(uint32_t addr);  // network byte order
+
+std::string Ip6String(const Ip6& addr);
 
 // Whether the first `prefix` bits of `a` and `b` agree.
 bool PrefixMatches(const uint8_t* a, const uint8_t* b, int prefix);

@@ -3,16 +3,15 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 
 #include "base/status.h"
-#include "net/policy.h"
+#include "net/remote_end.h"
 
 namespace warren::net {
 
-// For each IPv4 TCP/UDP connection from `src` (network byte order), asks `keep(dst, dport,
-// proto)` and deletes the entry when it says no. Returns how many were deleted.
-Result<int> DeleteConnections(uint32_t src,
-                              const std::function<bool(uint32_t, uint16_t, Proto)>& keep);
+// For each TCP/UDP connection from the sandbox at `src` (its IPv4 address, network byte
+// order; its IPv6 one is SandboxAddress6 of it), asks `keep` and deletes the entry when it
+// says no. Returns how many were deleted.
+Result<int> DeleteConnections(uint32_t src, const KeepConnection& keep);
 
 }  // namespace warren::net

@@ -45,27 +45,34 @@ std::optional<DnsQuestion> ParseDnsQuery(std::string_view m) {
 }
 
 std::string BuildDnsResponse(std::string_view query, const DnsQuestion& q, uint8_t rcode,
-                             const std::vector<uint32_t>& addrs, uint32_t ttl) {
+                             const std::vector<uint32_t>& addrs, uint32_t ttl,
+                             const std::vector<Ip6>& addrs6) {
   std::string out;
   Put16(&out, q.id);
   // QR, the query's opcode (0) and RD, RA (we recurse), the code.
   Put16(&out, static_cast<uint16_t>(0x8000 | (q.flags & 0x0100) | 0x0080 | (rcode & 0xf)));
-  const bool answer = rcode == kRcodeOk && q.qtype == kDnsTypeA;
-  Put16(&out, 1);                                                 // QDCOUNT
-  Put16(&out, static_cast<uint16_t>(answer ? addrs.size() : 0));  // ANCOUNT
-  Put16(&out, 0);                                                 // NSCOUNT
-  Put16(&out, 0);                                                 // ARCOUNT
+  const bool ok = rcode == kRcodeOk;
+  const size_t count = !ok                       ? 0
+                       : q.qtype == kDnsTypeA    ? addrs.size()
+                       : q.qtype == kDnsTypeAAAA ? addrs6.size()
+                                                 : 0;
+  Put16(&out, 1);                             // QDCOUNT
+  Put16(&out, static_cast<uint16_t>(count));  // ANCOUNT
+  Put16(&out, 0);                             // NSCOUNT
+  Put16(&out, 0);                             // ARCOUNT
   out.append(query.substr(12, q.question_end - 12));
-  if (answer) {
-    for (uint32_t a : addrs) {
-      Put16(&out, 0xc00c);  // the name: a pointer to the question's
-      Put16(&out, kDnsTypeA);
-      Put16(&out, 1);  // IN
-      Put32(&out, ttl);
-      Put16(&out, 4);
-      out.append(reinterpret_cast<const char*>(&a), 4);  // already network order
-    }
-  }
+  auto record = [&](uint16_t type, const void* data, uint16_t size) {
+    Put16(&out, 0xc00c);  // the name: a pointer to the question's
+    Put16(&out, type);
+    Put16(&out, 1);  // IN
+    Put32(&out, ttl);
+    Put16(&out, size);
+    out.append(static_cast<const char*>(data), size);  // already network order
+  };
+  if (count && q.qtype == kDnsTypeA)
+    for (uint32_t a : addrs) record(kDnsTypeA, &a, 4);
+  if (count && q.qtype == kDnsTypeAAAA)
+    for (const Ip6& a : addrs6) record(kDnsTypeAAAA, a.data(), 16);
   return out;
 }
 

@@ -1,6 +1,6 @@
-// The few DNS messages the node's resolver speaks (RFC 1035): it reads one question and
-// answers with A records or an error code. Hand-written: c-ares resolves upstream but does
-// not parse or build server-side messages, and this subset is small.
+// The few DNS messages the node's resolver speaks (RFC 1035, RFC 3596): it reads one question
+// and answers with A or AAAA records or an error code. Hand-written: c-ares resolves upstream but
+// does not parse or build server-side messages, and this subset is small.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "net/address_ranges.h"
 
 namespace warren::net {
 
@@ -27,9 +29,10 @@ struct DnsQuestion {
 // (a response, another opcode, no question, malformed or compressed names).
 std::optional<DnsQuestion> ParseDnsQuery(std::string_view msg);
 // A response to `q` (echoing its question from `query`) with `rcode` and, for A, `addrs`
-// (network byte order) each with `ttl`.
+// (network byte order), for AAAA, `addrs6`, each with `ttl`.
 std::string BuildDnsResponse(std::string_view query, const DnsQuestion& q, uint8_t rcode,
-                             const std::vector<uint32_t>& addrs = {}, uint32_t ttl = 0);
+                             const std::vector<uint32_t>& addrs = {}, uint32_t ttl = 0,
+                             const std::vector<Ip6>& addrs6 = {});
 // A header-only error answer for a query we could not parse past its id.
 std::string BuildDnsError(std::string_view query, uint8_t rcode);
 

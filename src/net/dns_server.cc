@@ -113,9 +113,11 @@ std::string DnsServer::Answer(uint32_t src, const std::string& msg) {
     spdlog::debug("dns: {} asked for {}: not allowed", Ip4String(src), q->name);
     return BuildDnsResponse(msg, *q, kRcodeNxDomain);
   }
-  // Allowed names exist. A sandbox's own link is IPv4 only (its IPv6 goes through the proxy):
-  // other questions (AAAA among them) get an empty answer, so its clients connect over IPv4.
-  if (q->qtype != kDnsTypeA) {
+  // Allowed names exist. Questions other than A and AAAA get an empty answer, and so does
+  // AAAA where sandboxes have no IPv6 (their IPv6 then goes through the proxy): their
+  // clients connect over IPv4.
+  const bool v6 = q->qtype == kDnsTypeAAAA && net_->ipv6();
+  if (q->qtype != kDnsTypeA && !v6) {
     ++answered_;
     return BuildDnsResponse(msg, *q, kRcodeOk);
   }
@@ -127,9 +129,9 @@ std::string DnsServer::Answer(uint32_t src, const std::string& msg) {
   }
   // Allowed before the client hears of them: its connect right after must pass. Only what
   // was allowed is answered.
-  std::vector<uint32_t> addrs = net_->AllowResolved(src, name, *r, kAllowSlackS);
+  Resolution allowed = net_->AllowResolved(src, name, *r, kAllowSlackS, v6 ? AF_INET6 : AF_INET);
   ++answered_;
-  return BuildDnsResponse(msg, *q, kRcodeOk, addrs, r->ttl_s);
+  return BuildDnsResponse(msg, *q, kRcodeOk, allowed.addrs, r->ttl_s, allowed.addrs6);
 }
 
 }  // namespace warren::net

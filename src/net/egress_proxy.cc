@@ -1204,6 +1204,8 @@ bool EgressProxy::Forbidden(uint32_t a) {
 
 bool EgressProxy::Forbidden6(const Ip6& a) {
   if (IsNeverReachable6(a)) return true;
+  // Sandboxes, of this node and of any other.
+  if (PrefixMatches(a.data(), kSandboxPrefix6.data(), 96)) return true;
   // NAT64 and 6to4 gateways translate to the IPv4 address inside.
   if (auto v4 = EmbeddedIpv4(a); v4 && Forbidden(*v4)) return true;
   std::lock_guard lock(mu_);

@@ -15,8 +15,6 @@ std::string Ip4String(uint32_t addr) {
   return buf;
 }
 
-namespace {}  // namespace
-
 std::string Firewall::Chain(uint32_t ip) const { return "sb_" + std::to_string(ntohl(ip)); }
 
 Result<std::unique_ptr<Firewall>> Firewall::Create(const FirewallConfig& cfg) {
@@ -29,87 +27,105 @@ Result<std::unique_ptr<Firewall>> Firewall::Create(const FirewallConfig& cfg) {
   const std::string t = "inet " + cfg.table, br = "\"" + cfg.bridge + "\"";
   const std::string subnet = Ip4String(cfg.subnet) + "/" + std::to_string(cfg.prefix);
   const std::string gw = Ip4String(cfg.gateway);
-  // Dropping a missing table fails; create it first so the delete always has a target.
-  std::string rules =
-      "add table " + t + "\n" + "delete table " + t + "\n" + "table " + t +
-      " {\n"
-      // sandbox address -> jump to its chain
-      "  map sandboxes { type ipv4_addr : verdict; }\n"
-      // sandboxes in egress mode: they may use the resolver and the proxy
-      "  set egress_on { type ipv4_addr; }\n"
-      "  chain input_hook {\n"
-      "    type filter hook input priority filter - 5; policy accept;\n"
-      "    iifname " +
-      br +
-      " jump from_sandbox_to_host\n"
-      "    ip saddr " +
-      subnet +
-      " drop\n"  // a sandbox address from anywhere else is forged
-      "  }\n"
-      "  chain from_sandbox_to_host {\n"
-      "    meta nfproto ipv6 drop\n"
-      "    ip saddr != " +
-      subnet +
-      " drop\n"
-      "    ct state established,related accept\n"
-      "    ip saddr @egress_on ip daddr " +
-      gw +
-      " udp dport 53 accept\n"
-      "    ip saddr @egress_on ip daddr " +
-      gw + " tcp dport " + std::to_string(cfg.proxy_port) +
-      " accept\n"
-      "    meta l4proto tcp reject with tcp reset\n"
-      "    reject with icmpx admin-prohibited\n"
-      "  }\n"
-      "  chain forward_hook {\n"
-      "    type filter hook forward priority filter - 5; policy accept;\n"
-      "    iifname " +
-      br +
-      " jump from_sandbox\n"
-      "    oifname " +
-      br +
-      " jump to_sandbox\n"
-      "    ip saddr " +
-      subnet + " drop\n" +
-      // The host did not forward before we turned forwarding on for sandboxes: it
-      // still forwards nothing else. Another node's sandboxes on this host (its
-      // bridge in the same link group) are that node's table's to judge.
-      (cfg.forward_only_sandboxes
-           ? "    meta iifgroup != " + std::to_string(kSandboxBridgeGroup) +
-                 " meta oifgroup != " + std::to_string(kSandboxBridgeGroup) + " drop\n"
-           : "") +
-      "  }\n"
-      "  chain from_sandbox {\n"
-      "    meta nfproto ipv6 reject with icmpx admin-prohibited\n"
-      "    ip saddr != " +
-      subnet +
-      " drop\n"
-      "    ct state established,related accept\n"
-      // a connection whose conntrack entry we deleted (no longer allowed): cut it
-      "    ct state != new meta l4proto tcp reject with tcp reset\n"
-      "    ct state != new drop\n"
-      "    meta l4proto != { tcp, udp } reject with icmpx admin-prohibited\n"
-      // other sandboxes, the bridge network, link-local (cloud metadata) and
-      // multicast: never, whatever the rules say
-      "    ip daddr { " +
-      subnet +
-      ", 169.254.0.0/16, 224.0.0.0/3, 0.0.0.0/8, 127.0.0.0/8 } "
-      "reject with icmpx admin-prohibited\n"
-      "    ip saddr vmap @sandboxes\n"
-      "    meta l4proto tcp reject with tcp reset\n"
-      "    reject with icmpx admin-prohibited\n"
-      "  }\n"
-      "  chain to_sandbox {\n"
-      "    ct state established,related accept\n"
-      "    drop\n"
-      "  }\n"
-      "  chain postrouting_hook {\n"
-      "    type nat hook postrouting priority srcnat; policy accept;\n"
-      "    ip saddr " +
-      subnet + " oifname != " + br +
-      " masquerade\n"
-      "  }\n"
-      "}\n";
+  const std::string subnet6 =
+      Ip6String(SandboxAddress6(cfg.subnet)) + "/" + std::to_string(96 + cfg.prefix);
+  const std::string group = std::to_string(kSandboxBridgeGroup);
+  // The host did not forward before we turned forwarding on for sandboxes: it still
+  // forwards nothing else. Another node's sandboxes on this host (its bridge in the same
+  // link group) are that node's table's to judge.
+  auto forward_only = [&](const char* family) {
+    return std::string("    meta nfproto ") + family + " meta iifgroup != " + group +
+           " meta oifgroup != " + group + " drop\n";
+  };
+  std::string rules = "add table " + t + "\n" + "delete table " + t + "\n";
+  rules += "table " + t + " {\n";
+  // sandbox address -> jump to its chain
+  rules += "  map sandboxes { type ipv4_addr : verdict; }\n";
+  rules += "  map sandboxes6 { type ipv6_addr : verdict; }\n";
+  // sandboxes in egress mode: they may use the resolver and the proxy
+  rules += "  set egress_on { type ipv4_addr; }\n";
+
+  rules += "  chain input_hook {\n";
+  rules += "    type filter hook input priority filter - 5; policy accept;\n";
+  rules += "    iifname " + br + " jump from_sandbox_to_host\n";
+  // a sandbox address from anywhere else is forged
+  rules += "    ip saddr " + subnet + " drop\n";
+  if (cfg.ipv6) rules += "    ip6 saddr " + subnet6 + " drop\n";
+  rules += "  }\n";
+
+  rules += "  chain from_sandbox_to_host {\n";
+  if (cfg.ipv6) {
+    // A sandbox finds its gateway's link address, and answers the host's question for its
+    // own: neighbour discovery only, which never leaves the link (hop limit 255). Its
+    // other multicast (router solicitations, listener reports) is dropped without a word.
+    rules +=
+        "    icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 "
+        "accept\n";
+    rules += "    ip6 daddr ff00::/8 drop\n";
+    rules += "    ip6 saddr != { " + subnet6 + ", fe80::/10 } drop\n";
+  } else {
+    rules += "    meta nfproto ipv6 drop\n";
+  }
+  rules += "    ip saddr != " + subnet + " drop\n";
+  rules += "    ct state established,related accept\n";
+  rules += "    ip saddr @egress_on ip daddr " + gw + " udp dport 53 accept\n";
+  rules += "    ip saddr @egress_on ip daddr " + gw + " tcp dport " +
+           std::to_string(cfg.proxy_port) + " accept\n";
+  rules += "    meta l4proto tcp reject with tcp reset\n";
+  rules += "    reject with icmpx admin-prohibited\n";
+  rules += "  }\n";
+
+  rules += "  chain forward_hook {\n";
+  rules += "    type filter hook forward priority filter - 5; policy accept;\n";
+  rules += "    iifname " + br + " jump from_sandbox\n";
+  rules += "    oifname " + br + " jump to_sandbox\n";
+  rules += "    ip saddr " + subnet + " drop\n";
+  if (cfg.ipv6) rules += "    ip6 saddr " + subnet6 + " drop\n";
+  if (cfg.forward_only_sandboxes) rules += forward_only("ipv4");
+  if (cfg.ipv6 && cfg.forward_only_sandboxes6) rules += forward_only("ipv6");
+  rules += "  }\n";
+
+  rules += "  chain from_sandbox {\n";
+  if (cfg.ipv6)
+    rules += "    ip6 saddr != " + subnet6 + " drop\n";
+  else
+    rules += "    meta nfproto ipv6 reject with icmpx admin-prohibited\n";
+  rules += "    ip saddr != " + subnet + " drop\n";
+  rules += "    ct state established,related accept\n";
+  // a connection whose conntrack entry we deleted (no longer allowed): cut it
+  rules += "    ct state != new meta l4proto tcp reject with tcp reset\n";
+  rules += "    ct state != new drop\n";
+  rules += "    meta l4proto != { tcp, udp } reject with icmpx admin-prohibited\n";
+  // other sandboxes, the bridge network, link-local (cloud metadata) and multicast: never,
+  // whatever the rules say. For IPv6 also the forms the kernel would carry over IPv4
+  // (address_ranges.h, IsNeverReachable6).
+  rules += "    ip daddr { " + subnet +
+           ", 169.254.0.0/16, 224.0.0.0/3, 0.0.0.0/8, 127.0.0.0/8 } "
+           "reject with icmpx admin-prohibited\n";
+  if (cfg.ipv6) {
+    // Sandboxes of every node (they all live in one /96), not only of this one.
+    const std::string sandboxes6 = Ip6String(kSandboxPrefix6) + "/96";
+    rules += "    ip6 daddr { " + sandboxes6 +
+             ", ::/96, ::ffff:0:0/96, fe80::/10, fec0::/10, ff00::/8 } "
+             "reject with icmpx admin-prohibited\n";
+    rules += "    ip6 saddr vmap @sandboxes6\n";
+  }
+  rules += "    ip saddr vmap @sandboxes\n";
+  rules += "    meta l4proto tcp reject with tcp reset\n";
+  rules += "    reject with icmpx admin-prohibited\n";
+  rules += "  }\n";
+
+  rules += "  chain to_sandbox {\n";
+  rules += "    ct state established,related accept\n";
+  rules += "    drop\n";
+  rules += "  }\n";
+
+  rules += "  chain postrouting_hook {\n";
+  rules += "    type nat hook postrouting priority srcnat; policy accept;\n";
+  rules += "    ip saddr " + subnet + " oifname != " + br + " masquerade\n";
+  if (cfg.ipv6) rules += "    ip6 saddr " + subnet6 + " oifname != " + br + " masquerade\n";
+  rules += "  }\n";
+  rules += "}\n";
   WARREN_RETURN_IF_ERROR(fw->Run(rules, "create nftables table", cfg.table));
   return fw;
 }
@@ -189,9 +205,13 @@ std::string Firewall::SetName(uint32_t ip, uint64_t gen, size_t k) const {
   return Chain(ip) + "_g" + std::to_string(gen) + "_d" + std::to_string(k);
 }
 
+std::string Firewall::SetName6(uint32_t ip, uint64_t gen, size_t k) const {
+  return SetName(ip, gen, k) + "_6";
+}
+
 // The sandbox chain's body for `policy`: one rule per address rule (rules, not set elements:
-// users' CIDRs may overlap, which interval sets refuse), one per domain rule matching the
-// set its names' addresses land in. Sets of generation `gen` are created.
+// users' CIDRs may overlap, which interval sets refuse), one per domain rule and family
+// matching the set its names' addresses land in. Sets of generation `gen` are created.
 std::string Firewall::PolicyCommands(uint32_t ip, const Policy& policy, uint64_t gen) const {
   const std::string t = "inet " + cfg_.table, c = Chain(ip);
   std::string cmds;
@@ -210,17 +230,38 @@ std::string Firewall::PolicyCommands(uint32_t ip, const Policy& policy, uint64_t
   size_t k = 0;
   for (const auto& r : policy.rules) {
     if (r.is_domain()) {
-      const std::string set = SetName(ip, gen, k++);
+      const std::string set = SetName(ip, gen, k);
       cmds += "add set " + t + " " + set + " { type ipv4_addr; flags timeout; size 4096; }\n";
       cmds += "add rule " + t + " " + c + " ip daddr @" + set + match(r) + " accept\n";
-    } else if (r.family == AF_INET) {  // no IPv6 egress
+      if (cfg_.ipv6) {
+        const std::string set6 = SetName6(ip, gen, k);
+        cmds += "add set " + t + " " + set6 + " { type ipv6_addr; flags timeout; size 4096; }\n";
+        cmds += "add rule " + t + " " + c + " ip6 daddr @" + set6 + match(r) + " accept\n";
+      }
+      ++k;
+    } else if (r.family == AF_INET) {
       uint32_t a;
       memcpy(&a, r.addr.data(), 4);
       cmds += "add rule " + t + " " + c + " ip daddr " + Ip4String(a) + "/" +
               std::to_string(r.prefix) + match(r) + " accept\n";
+    } else if (cfg_.ipv6) {
+      Ip6 a;
+      memcpy(a.data(), r.addr.data(), a.size());
+      cmds += "add rule " + t + " " + c + " ip6 daddr " + Ip6String(a) + "/" +
+              std::to_string(r.prefix) + match(r) + " accept\n";
     }
   }
   // Nothing matched: back in from_sandbox, which refuses (TCP reset, else ICMP).
+  return cmds;
+}
+
+std::string Firewall::DeleteSets(uint32_t ip, uint64_t gen, size_t domains) const {
+  const std::string t = "inet " + cfg_.table;
+  std::string cmds;
+  for (size_t k = 0; k < domains; ++k) {
+    cmds += "delete set " + t + " " + SetName(ip, gen, k) + "\n";
+    if (cfg_.ipv6) cmds += "delete set " + t + " " + SetName6(ip, gen, k) + "\n";
+  }
   return cmds;
 }
 
@@ -238,6 +279,9 @@ Status Firewall::AddSandbox(uint32_t ip, const Policy& policy) {
   std::string cmds = "add chain " + t + " " + c + "\nflush chain " + t + " " + c + "\n" +
                      PolicyCommands(ip, policy, st.gen) + "add element " + t + " sandboxes { " +
                      addr + " : jump " + c + " }\n";
+  if (cfg_.ipv6)
+    cmds += "add element " + t + " sandboxes6 { " + Ip6String(SandboxAddress6(ip)) + " : jump " +
+            c + " }\n";
   if (policy.egress) cmds += "add element " + t + " egress_on { " + addr + " }\n";
   Status s = Run(cmds, "add sandbox to firewall", addr);
   if (!s.ok()) {
@@ -255,9 +299,7 @@ Status Firewall::SetPolicy(uint32_t ip, const Policy& policy) {
   if (it == state_.end()) return NotFound("firewall chain of", addr);
   SbState& st = it->second;
   // One transaction: there is no moment with neither the old nor the new policy.
-  std::string cmds = "flush chain " + t + " " + c + "\n";
-  for (size_t k = 0; k < st.domains; ++k)
-    cmds += "delete set " + t + " " + SetName(ip, st.gen, k) + "\n";
+  std::string cmds = "flush chain " + t + " " + c + "\n" + DeleteSets(ip, st.gen, st.domains);
   cmds += PolicyCommands(ip, policy, st.gen + 1);
   // "add" of a present element is fine; "delete" of an absent one is not: add first.
   cmds += "add element " + t + " egress_on { " + addr + " }\n";
@@ -268,19 +310,30 @@ Status Firewall::SetPolicy(uint32_t ip, const Policy& policy) {
   return Status::Ok();
 }
 
+Status Firewall::AddElement(const std::string& set, const std::string& addr, uint32_t ttl_s) {
+  const std::string s = "inet " + cfg_.table + " " + set;
+  const std::string elem = "{ " + addr + " timeout " + std::to_string(ttl_s) + "s }";
+  // Re-adding an element does not extend its timeout: add (so the delete finds it), delete
+  // and add again, in one transaction.
+  return Run("add element " + s + " " + elem + "\ndelete element " + s + " " + elem +
+                 "\nadd element " + s + " " + elem + "\n",
+             "allow resolved address", addr);
+}
+
 Status Firewall::AllowResolved(uint32_t ip, uint32_t a, size_t domain_rule, uint32_t ttl_s) {
-  const std::string t = "inet " + cfg_.table;
   std::lock_guard lock(state_mu_);
   auto it = state_.find(ip);
   if (it == state_.end() || domain_rule >= it->second.domains)
     return Status::Ok();  // policy moved on
-  const std::string set = t + " " + SetName(ip, it->second.gen, domain_rule);
-  const std::string elem = "{ " + Ip4String(a) + " timeout " + std::to_string(ttl_s) + "s }";
-  // Re-adding an element does not extend its timeout: add (so the delete finds it), delete
-  // and add again, in one transaction.
-  return Run("add element " + set + " " + elem + "\ndelete element " + set + " " + elem +
-                 "\nadd element " + set + " " + elem + "\n",
-             "allow resolved address", Ip4String(a));
+  return AddElement(SetName(ip, it->second.gen, domain_rule), Ip4String(a), ttl_s);
+}
+
+Status Firewall::AllowResolved6(uint32_t ip, const Ip6& a, size_t domain_rule, uint32_t ttl_s) {
+  std::lock_guard lock(state_mu_);
+  auto it = state_.find(ip);
+  if (!cfg_.ipv6 || it == state_.end() || domain_rule >= it->second.domains)
+    return Status::Ok();  // policy moved on, or no IPv6 here
+  return AddElement(SetName6(ip, it->second.gen, domain_rule), Ip6String(a), ttl_s);
 }
 
 Status Firewall::RemoveSandbox(uint32_t ip) {
@@ -288,21 +341,14 @@ Status Firewall::RemoveSandbox(uint32_t ip) {
   std::lock_guard lock(state_mu_);
   auto it = state_.find(ip);
   if (it == state_.end()) return Status::Ok();
-  std::string cmds = "add element " + t + " egress_on { " + addr +
-                     " }\n"
-                     "delete element " +
-                     t + " egress_on { " + addr +
-                     " }\n"
-                     "delete element " +
-                     t + " sandboxes { " + addr +
-                     " }\n"
-                     "flush chain " +
-                     t + " " + c +
-                     "\n"
-                     "delete chain " +
-                     t + " " + c + "\n";
-  for (size_t k = 0; k < it->second.domains; ++k)
-    cmds += "delete set " + t + " " + SetName(ip, it->second.gen, k) + "\n";
+  std::string cmds = "add element " + t + " egress_on { " + addr + " }\n";
+  cmds += "delete element " + t + " egress_on { " + addr + " }\n";
+  cmds += "delete element " + t + " sandboxes { " + addr + " }\n";
+  if (cfg_.ipv6)
+    cmds += "delete element " + t + " sandboxes6 { " + Ip6String(SandboxAddress6(ip)) + " }\n";
+  cmds += "flush chain " + t + " " + c + "\n";
+  cmds += "delete chain " + t + " " + c + "\n";
+  cmds += DeleteSets(ip, it->second.gen, it->second.domains);
   Status s = Run(cmds, "remove sandbox from firewall", addr);
   state_.erase(it);
   return s;

@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "net/address_ranges.h"
 
 struct mnl_socket;
 
@@ -38,6 +39,11 @@ class RtNetlink {
   Status AddAddress4(int ifindex, uint32_t addr, int prefix);
   // Default route via `gw` on `ifindex`, on-link (the sandbox's address is a /32).
   Status AddDefaultRoute4(int ifindex, uint32_t gw);
+  // Adds `addr`/`prefix` (IPv6) to the link, usable at once: no duplicate address detection
+  // (the node hands out every address on its bridge, so there is nobody to collide with).
+  Status AddAddress6(int ifindex, const Ip6& addr, int prefix);
+  // Default IPv6 route via `gw` on `ifindex`, on-link (the sandbox's address is a /128).
+  Status AddDefaultRoute6(int ifindex, const Ip6& gw);
   // The link's index, or 0 if there is none by that name.
   int Index(const std::string& name);
 

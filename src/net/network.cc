@@ -125,6 +125,20 @@ Status Network::Init() {
   // firewall does not refuse.
   forwarding_was_off_ = WARREN_TRY(TurnOnHostForwarding());
   forwarding_on_ = true;
+  bool forwarding6_was_off = false;
+  if (opts_.ipv6) {
+    auto f6 = TurnOnHostForwarding6();
+    if (!f6.ok()) {
+      spdlog::warn("sandboxes get no IPv6: {}", f6.status().ToString());
+    } else if (*f6 == Forwarding6::kUnavailable) {
+      spdlog::info(
+          "sandboxes get no IPv6: the host has none, or cannot forward it for them alone "
+          "(force_forwarding, Linux 6.17)");
+    } else {
+      ipv6_ = forwarding6_on_ = true;
+      forwarding6_was_off = *f6 == Forwarding6::kWasOff;
+    }
+  }
   bridge_index_ = host_nl_->Index(opts_.bridge);
   if (bridge_index_ == 0) {
     WARREN_RETURN_IF_ERROR(host_nl_->CreateBridge(opts_.bridge));
@@ -154,9 +168,27 @@ Status Network::Init() {
   WARREN_RETURN_IF_ERROR(host_nl_->AddAddress4(bridge_index_, gateway_, prefix_));
   WARREN_RETURN_IF_ERROR(host_nl_->SetUp(bridge_index_, true));
   (void)WriteNetSysctl("net/ipv4/conf/" + opts_.bridge + "/send_redirects", "0");
-  (void)WriteNetSysctl("net/ipv6/conf/" + opts_.bridge + "/disable_ipv6", "1");
-  FirewallConfig fc{opts_.table,      opts_.bridge,       subnet_, prefix_, gateway_,
-                    opts_.proxy_port, forwarding_was_off_};
+  const std::string bridge6 = "net/ipv6/conf/" + opts_.bridge + "/";
+  if (ipv6_) {
+    // The gateway of sandboxes' IPv6, and nothing else: it learns no routes or addresses
+    // from the bridge (a sandbox cannot send router advertisements, but nor should it try).
+    for (const char* key : {"accept_ra", "autoconf", "accept_dad"})
+      (void)WriteNetSysctl(bridge6 + key, "0");
+    WARREN_RETURN_IF_ERROR(WriteNetSysctl(bridge6 + "disable_ipv6", "0"));
+    WARREN_RETURN_IF_ERROR(host_nl_->AddAddress6(bridge_index_, gateway6(), 96 + prefix_));
+  } else {
+    (void)WriteNetSysctl(bridge6 + "disable_ipv6", "1");
+  }
+  FirewallConfig fc;
+  fc.table = opts_.table;
+  fc.bridge = opts_.bridge;
+  fc.subnet = subnet_;
+  fc.prefix = prefix_;
+  fc.gateway = gateway_;
+  fc.proxy_port = opts_.proxy_port;
+  fc.forward_only_sandboxes = forwarding_was_off_;
+  fc.ipv6 = ipv6_;
+  fc.forward_only_sandboxes6 = forwarding6_was_off;
   firewall_ = WARREN_TRY(Firewall::Create(fc));
   resolver_ = WARREN_TRY(Resolver::Create(opts_.dns_hosts, opts_.dns_upstream));
   dns_ = WARREN_TRY(DnsServer::Start(gateway_, 53, this, resolver_.get()));
@@ -197,7 +229,11 @@ Network::~Network() {
   wired_.clear();
   firewall_.reset();
   if (made_bridge_ && host_nl_) (void)host_nl_->DeleteLink(bridge_index_);
-  if (forwarding_on_) RestoreHostForwarding(AnotherLiveBridge(opts_.bridge));
+  if (forwarding_on_ || forwarding6_on_) {
+    const bool others = AnotherLiveBridge(opts_.bridge);
+    if (forwarding_on_) RestoreHostForwarding(others);
+    if (forwarding6_on_) RestoreHostForwarding6(others);
+  }
   // Empty now that every sandbox is detached (a crash leaves it for the next run's adoption).
   if (!opts_.state_dir.empty()) rmdir(opts_.state_dir.c_str());
 }
@@ -249,7 +285,9 @@ Status Network::Wire(int netns_fd, uint32_t ip) {
     RtNetlink nl = WARREN_TRY(RtNetlink::Open());
     int idx = nl.Index("eth0");
     if (!idx) return Internal("wire sandbox", name, "eth0 did not appear");
-    return nl.AddAddress4(idx, ip, 32);
+    WARREN_RETURN_IF_ERROR(nl.AddAddress4(idx, ip, 32));
+    if (ipv6_) WARREN_RETURN_IF_ERROR(nl.AddAddress6(idx, SandboxAddress6(ip), 128));
+    return Status::Ok();
   });
   if (!st.ok()) {
     // Deleting our end takes eth0 along: a later attempt must not clash with it.
@@ -268,6 +306,7 @@ Status Network::SetLink(int netns_fd, bool egress) {
     // once from connect(), not a timeout.
     WARREN_RETURN_IF_ERROR(nl.SetUp(idx, egress));
     if (egress) WARREN_RETURN_IF_ERROR(nl.AddDefaultRoute4(idx, gateway_));
+    if (egress && ipv6_) WARREN_RETURN_IF_ERROR(nl.AddDefaultRoute6(idx, gateway6()));
     return Status::Ok();
   });
 }
@@ -275,10 +314,20 @@ Status Network::SetLink(int netns_fd, bool egress) {
 Result<Network::Pooled> Network::MakeNamespace(bool wired) {
   Pooled p;
   p.netns = WARREN_TRY(CreateNetns([&]() -> Status {
-    // The sandbox's root is not root of this namespace: let it bind low ports anyway. No
-    // IPv6 on the links we add (there is no IPv6 egress); ::1 on lo stays.
+    // The sandbox's root is not root of this namespace: let it bind low ports anyway.
     WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv4/ip_unprivileged_port_start", "0"));
-    WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv6/conf/default/disable_ipv6", "1"));
+    if (ipv6_) {
+      // eth0's IPv6 is what the node gives it, usable at once: no duplicate address
+      // detection (the node hands out every address on the bridge), no router solicitations
+      // or advertisements, no addresses of its own making; kept while the link is down in
+      // mode none (IPv6 otherwise flushes it, and the next egress would find none).
+      for (const char* key : {"accept_ra", "autoconf", "accept_dad", "router_solicitations"})
+        WARREN_RETURN_IF_ERROR(WriteNetSysctl(std::string("net/ipv6/conf/default/") + key, "0"));
+      WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv6/conf/default/keep_addr_on_down", "1"));
+    } else {
+      // No IPv6 on the links we add; ::1 on lo stays.
+      WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv6/conf/default/disable_ipv6", "1"));
+    }
     // Mounting sysfs needs privilege over the network namespace, which the sandbox lacks:
     // we make its /sys here (it shows this namespace's links) and the agent attaches it.
     p.sysfs = WARREN_TRY(
@@ -351,7 +400,7 @@ Result<Attachment> Network::Attach(const std::string& id, const Policy& policy, 
   if (sb->ip) {
     sb->firewall = firewall_->AddSandboxAsync(sb->ip, policy);
   }
-  Attachment a{sb->netns.get(), sb->sysfs.get(), sb->ip};
+  Attachment a{sb->netns.get(), sb->sysfs.get(), sb->ip, ipv6_ && sb->ip != 0};
   SaveRecord(id, *sb);
   const bool hit = !made_now;
   const uint64_t us = static_cast<uint64_t>(
@@ -396,15 +445,31 @@ Result<UniqueFd> Network::OpenNetns(const Sandbox& sb) {
   return fd;
 }
 
-bool Network::Keeps(const Sandbox& sb, uint32_t dst, uint16_t port, Proto p) const {
+bool Network::Keeps(const Sandbox& sb, const RemoteEnd& end) const {
   if (!sb.policy.egress) return false;
-  if (dst == gateway_) return port == 53 || (p == Proto::kTcp && port == opts_.proxy_port);
-  if (sb.policy.AllowsAddress(AF_INET, reinterpret_cast<const uint8_t*>(&dst), port, p))
-    return true;
-  auto it = sb.resolved.find(dst);
-  if (it == sb.resolved.end() || it->second.expiry_ms < NowMs()) return false;
-  for (const EgressRule* r : sb.policy.RulesForName(it->second.name))
-    if (r->MatchesPort(port, p)) return true;
+  if (end.family == AF_INET && end.v4() == gateway_)
+    return end.port == 53 || (end.proto == Proto::kTcp && end.port == opts_.proxy_port);
+  if (sb.policy.AllowsAddress(end.family, end.addr.data(), end.port, end.proto)) return true;
+  const Resolved* r = nullptr;
+  if (end.family == AF_INET) {
+    auto it = sb.resolved.find(end.v4());
+    if (it != sb.resolved.end()) r = &it->second;
+  } else {
+    auto it = sb.resolved6.find(end.addr);
+    if (it != sb.resolved6.end()) r = &it->second;
+  }
+  if (!r || r->expiry_ms < NowMs()) return false;
+  for (const EgressRule* rule : sb.policy.RulesForName(r->name))
+    if (rule->MatchesPort(end.port, end.proto)) return true;
+  return false;
+}
+
+bool Network::NamedByAddressRule(const Policy& policy, int family, const uint8_t* addr) {
+  for (const auto& rule : policy.rules)
+    if (!rule.is_domain() && rule.family == family &&
+        rule.MatchesAddress(family, addr, rule.port_lo,
+                            rule.proto == Proto::kAny ? Proto::kTcp : rule.proto))
+      return true;
   return false;
 }
 
@@ -453,26 +518,31 @@ Status Network::SetPolicy(const std::string& id, const Policy& policy) {
     if (!sb->keep_link) link = SetLink(netns.get(), policy.egress).Context(ctx);
     // Names resolved before stay reachable if the new policy still allows them.
     const int64_t now = NowMs();
+    auto still_allowed = [&](const Resolved& r) {
+      return r.expiry_ms > now && !policy.RulesForName(r.name).empty();
+    };
     std::vector<std::pair<uint32_t, Resolved>> keep;
+    std::vector<std::pair<Ip6, Resolved>> keep6;
     {
       std::lock_guard lock(mu_);
-      for (auto it = sb->resolved.begin(); it != sb->resolved.end();) {
-        if (it->second.expiry_ms > now && !policy.RulesForName(it->second.name).empty()) {
-          keep.emplace_back(it->first, it->second);
-          ++it;
-        } else {
-          it = sb->resolved.erase(it);
-        }
-      }
+      std::erase_if(sb->resolved, [&](const auto& kv) { return !still_allowed(kv.second); });
+      std::erase_if(sb->resolved6, [&](const auto& kv) { return !still_allowed(kv.second); });
+      keep.assign(sb->resolved.begin(), sb->resolved.end());
+      keep6.assign(sb->resolved6.begin(), sb->resolved6.end());
     }
+    auto ttl = [&](const Resolved& r) {
+      return static_cast<uint32_t>((r.expiry_ms - now) / 1000 + 1);
+    };
     for (auto& [addr, r] : keep)
       for (size_t k : DomainRuleIndexes(policy, r.name))
-        (void)firewall_->AllowResolved(sb->ip, addr, k,
-                                       static_cast<uint32_t>((r.expiry_ms - now) / 1000 + 1));
+        (void)firewall_->AllowResolved(sb->ip, addr, k, ttl(r));
+    for (auto& [addr, r] : keep6)
+      for (size_t k : DomainRuleIndexes(policy, r.name))
+        (void)firewall_->AllowResolved6(sb->ip, addr, k, ttl(r));
     // Cut the sandbox's own end of what is no longer allowed (it learns at once)...
-    auto keep_fn = [&](uint32_t dst, uint16_t port, Proto p) {
+    auto keep_fn = [&](const RemoteEnd& end) {
       std::lock_guard lock(mu_);
-      return Keeps(*sb, dst, port, p);
+      return Keeps(*sb, end);
     };
     Status destroyed =
         RunInNetns(netns.get(), [&]() -> Status { return DestroySockets(keep_fn).status(); });
@@ -503,7 +573,7 @@ void Network::Detach(const std::string& id) {
     Status st = firewall_->RemoveSandbox(sb->ip);
     if (!st.ok()) spdlog::warn("detach network of {}: {}", id, st.ToString());
     // The address goes back to the pool: nothing of this sandbox may follow it.
-    (void)DeleteConnections(sb->ip, [](uint32_t, uint16_t, Proto) { return false; });
+    (void)DeleteConnections(sb->ip, [](const RemoteEnd&) { return false; });
     if (proxy_) proxy_->Recheck(sb->ip);
     ReleaseIp(sb->ip);
   }
@@ -597,12 +667,15 @@ bool Network::PolicyOf(uint32_t ip, Policy* out, std::string* id) {
   return true;
 }
 
-std::vector<uint32_t> Network::AllowResolved(uint32_t ip, const std::string& name,
-                                             const Resolution& r, uint32_t slack_s) {
+Resolution Network::AllowResolved(uint32_t ip, const std::string& name, const Resolution& r,
+                                  uint32_t slack_s, int family) {
   // Under the change lock: a policy change in between would otherwise see its fresh sets
   // refilled from the old policy.
   std::lock_guard change(change_mu_);
-  std::vector<uint32_t> allowed;
+  Resolution allowed;
+  allowed.ttl_s = r.ttl_s;
+  allowed.trusted = r.trusted;
+  if (family == AF_INET6 && !ipv6_) return allowed;
   std::vector<size_t> rules;
   {
     std::lock_guard lock(mu_);
@@ -614,29 +687,48 @@ std::vector<uint32_t> Network::AllowResolved(uint32_t ip, const std::string& nam
     const int64_t now = NowMs(), expiry = now + int64_t{r.ttl_s + slack_s} * 1000;
     // Bounded per sandbox: a name that resolves to ever new addresses cannot grow our state
     // (or its set) without end. Expired entries go first.
-    if (sb->resolved.size() >= kMaxResolvedPerSandbox)
-      std::erase_if(sb->resolved, [&](const auto& kv) { return kv.second.expiry_ms < now; });
-    for (uint32_t a : r.addrs) {
-      if (allowed.size() >= kMaxAddrsPerAnswer) break;
-      if (!r.trusted && IsInternalAddress(a)) {
-        bool named = false;
-        for (const auto& rule : sb->policy.rules)
-          named |= !rule.is_domain() && rule.family == AF_INET &&
-                   rule.MatchesAddress(AF_INET, reinterpret_cast<const uint8_t*>(&a), rule.port_lo,
-                                       rule.proto == Proto::kAny ? Proto::kTcp : rule.proto);
-        if (!named) continue;
+    auto remember = [&](auto& resolved, const auto& a) {
+      if (resolved.size() >= kMaxResolvedPerSandbox) {
+        std::erase_if(resolved, [&](const auto& kv) { return kv.second.expiry_ms < now; });
+        if (!resolved.count(a) && resolved.size() >= kMaxResolvedPerSandbox) return false;
       }
-      if (!sb->resolved.count(a) && sb->resolved.size() >= kMaxResolvedPerSandbox) break;
-      auto& e = sb->resolved[a];
+      auto& e = resolved[a];
       if (e.expiry_ms < expiry) e = Resolved{name, expiry};
-      allowed.push_back(a);
+      return true;
+    };
+    if (family == AF_INET) {
+      for (uint32_t a : r.addrs) {
+        if (allowed.addrs.size() >= kMaxAddrsPerAnswer) break;
+        const auto* bytes = reinterpret_cast<const uint8_t*>(&a);
+        if (!r.trusted && IsInternalAddress(a) && !NamedByAddressRule(sb->policy, AF_INET, bytes))
+          continue;
+        if (!remember(sb->resolved, a)) break;
+        allowed.addrs.push_back(a);
+      }
+    } else {
+      for (const Ip6& a : r.addrs6) {
+        if (allowed.addrs6.size() >= kMaxAddrsPerAnswer) break;
+        // The firewall refuses these whatever the rules say: no use answering them.
+        if (IsNeverReachable6(a)) continue;
+        if (!r.trusted && IsInternalAddress6(a) &&
+            !NamedByAddressRule(sb->policy, AF_INET6, a.data()))
+          continue;
+        if (!remember(sb->resolved6, a)) break;
+        allowed.addrs6.push_back(a);
+      }
     }
   }
-  for (uint32_t a : allowed)
-    for (size_t k : rules) {
-      Status st = firewall_->AllowResolved(ip, a, k, r.ttl_s + slack_s);
+  const uint32_t ttl = r.ttl_s + slack_s;
+  for (size_t k : rules) {
+    for (uint32_t a : allowed.addrs) {
+      Status st = firewall_->AllowResolved(ip, a, k, ttl);
       if (!st.ok()) spdlog::warn("allow {} for {}: {}", Ip4String(a), Ip4String(ip), st.ToString());
     }
+    for (const Ip6& a : allowed.addrs6) {
+      Status st = firewall_->AllowResolved6(ip, a, k, ttl);
+      if (!st.ok()) spdlog::warn("allow {} for {}: {}", Ip6String(a), Ip4String(ip), st.ToString());
+    }
+  }
   return allowed;
 }
 
@@ -645,6 +737,10 @@ nlohmann::json Network::Info() {
   return {{"bridge", opts_.bridge},
           {"subnet", opts_.subnet},
           {"gateway", Ip4String(gateway_)},
+          {"ipv6", ipv6_},
+          {"subnet6", ipv6_ ? nlohmann::json(Ip6String(SandboxAddress6(subnet_)) + "/" +
+                                             std::to_string(96 + prefix_))
+                            : nlohmann::json(nullptr)},
           {"sandboxes", sandboxes_.size()},
           {"wired", by_ip_.size()},
           {"dns", dns_ ? dns_->Stats() : nlohmann::json(nullptr)},

@@ -26,6 +26,7 @@
 #include "net/firewall.h"
 #include "net/netlink.h"
 #include "net/policy.h"
+#include "net/remote_end.h"
 #include "net/resolver.h"
 
 namespace warren::net {
@@ -46,6 +47,9 @@ struct NetworkOptions {
   std::string ca_dir;                  // where the node CA lives
   std::string upstream_ca;             // CAs the proxy trusts upstream (empty: the system's)
   FreshnessWindows fresh;              // how long registry metadata serves unasked
+  // Sandboxes in egress mode get IPv6 too (SandboxAddress6 of their IPv4 address), where the
+  // host has IPv6 and can forward it for them alone (net/host_forwarding.h).
+  bool ipv6 = true;
 };
 
 // What a sandbox is given: the namespace to run in (the backend enters it) and its address.
@@ -53,6 +57,7 @@ struct Attachment {
   int netns_fd = -1;  // owned by the Network; valid until Detach
   int sysfs_fd = -1;  // a detached read-only sysfs of that namespace (-1: none), for /sys
   uint32_t ip = 0;    // network byte order; 0 until it is first wired for egress
+  bool ipv6 = false;  // it has SandboxAddress6(ip) too, through gateway6()
 };
 
 class Network {
@@ -61,6 +66,9 @@ class Network {
   ~Network();
 
   uint32_t gateway() const { return gateway_; }
+  // Whether sandboxes get IPv6 on this node, and their IPv6 gateway (the bridge).
+  bool ipv6() const { return ipv6_; }
+  Ip6 gateway6() const { return SandboxAddress6(gateway_); }
   std::string proxy_url() const;
   // The node CA egress sandboxes trust for the proxy's HTTPS cache (empty: none).
   std::string ca_pem() const { return proxy_ ? proxy_->ca_pem() : std::string(); }
@@ -95,11 +103,12 @@ class Network {
   // For the resolver and the proxy: the policy of the sandbox at `ip` (false: none there).
   bool PolicyOf(uint32_t ip, Policy* out, std::string* id = nullptr);
   // The resolver found `r` for the allowed `name` asked by the sandbox at `ip`: the
-  // addresses it may have (at most 16; none internal unless from the operator's hosts file or
-  // named by an address rule) are made reachable, on the ports the name's rules give, for
-  // the answer's TTL plus `slack_s`. Returns those addresses: the answer the sandbox gets.
-  std::vector<uint32_t> AllowResolved(uint32_t ip, const std::string& name, const Resolution& r,
-                                      uint32_t slack_s);
+  // addresses of `family` it may have (at most 16; none internal unless from the operator's
+  // hosts file or named by an address rule; IPv6 only if the node gives sandboxes IPv6) are
+  // made reachable, on the ports the name's rules give, for the answer's TTL plus `slack_s`.
+  // Returns those addresses: the answer the sandbox gets.
+  Resolution AllowResolved(uint32_t ip, const std::string& name, const Resolution& r,
+                           uint32_t slack_s, int family);
 
   nlohmann::json Info();
 
@@ -122,6 +131,7 @@ class Network {
     uint32_t ip = 0;
     Policy policy;
     std::map<uint32_t, Resolved> resolved;  // what its allowed names resolved to
+    std::map<Ip6, Resolved> resolved6;
   };
   explicit Network(const NetworkOptions& opts) : opts_(opts) {}
   Status Init();
@@ -138,7 +148,9 @@ class Network {
   void ReleaseIp(uint32_t ip);
   void FillPool();
   void SaveRecord(const std::string& id, const Sandbox& sb);
-  bool Keeps(const Sandbox& sb, uint32_t dst, uint16_t port, Proto p) const;
+  bool Keeps(const Sandbox& sb, const RemoteEnd& end) const;
+  // Whether the policy's address rules name `addr` (an internal address DNS may then give).
+  static bool NamedByAddressRule(const Policy& policy, int family, const uint8_t* addr);
 
   NetworkOptions opts_;
   // Held for the network's whole life (first in, last out): the bridge's alias names it.
@@ -151,6 +163,8 @@ class Network {
   bool made_bridge_ = false;
   bool forwarding_was_off_ = false;  // before any node turned it on (net/host_forwarding.h)
   bool forwarding_on_ = false;       // we turned it on: put back when we go, if we are last
+  bool ipv6_ = false;                // sandboxes get IPv6
+  bool forwarding6_on_ = false;
   std::unique_ptr<Firewall> firewall_;
   std::unique_ptr<Resolver> resolver_;
   std::unique_ptr<DnsServer> dns_;

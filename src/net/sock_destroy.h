@@ -4,17 +4,15 @@
 // than when it next sends or times out.
 #pragma once
 
-#include <cstdint>
-#include <functional>
-
 #include "base/status.h"
-#include "net/policy.h"
+#include "net/remote_end.h"
 
 namespace warren::net {
 
-// In the calling thread's network namespace: every IPv4 TCP and connected UDP socket whose
-// remote end (address, port, protocol) `keep` rejects is destroyed; loopback and sockets to
-// the namespace's own addresses are left alone. Returns how many were destroyed.
-Result<int> DestroySockets(const std::function<bool(uint32_t, uint16_t, Proto)>& keep);
+// In the calling thread's network namespace: every TCP and connected UDP socket, IPv4 or
+// IPv6, whose remote end `keep` rejects is destroyed (an IPv6 socket connected to a
+// v4-mapped address is asked about as IPv4, the family it really uses); loopback and
+// sockets to the namespace's own addresses are left alone. Returns how many were destroyed.
+Result<int> DestroySockets(const KeepConnection& keep);
 
 }  // namespace warren::net

@@ -456,6 +456,10 @@ Result<std::unique_ptr<runtime::Instance>> LocalNode::CreateAttached(runtime::Ba
     cfg.netns_fd = a.netns_fd;
     cfg.sysfs_fd = a.sysfs_fd;
     if (a.ip) cfg.net_ip = a.ip, cfg.net_gateway = net_->gateway();
+    if (a.ip && a.ipv6) {
+      cfg.net_ip6 = net::Ip6String(net::SandboxAddress6(a.ip));
+      cfg.net_gateway6 = net::Ip6String(net_->gateway6());
+    }
   }
   auto inst = WARREN_TRY(backend->Create(cfg));
   if (policy) {

@@ -64,6 +64,8 @@ struct SandboxConfig {
   // microVMs: the sandbox's address and gateway (network byte order) when its namespace has an
   // egress link (eth0) to bridge the VM's NIC to; 0: no link.
   uint32_t net_ip = 0, net_gateway = 0;
+  // With net_ip, when the node gives sandboxes IPv6: the guest's IPv6 address and gateway.
+  std::string net_ip6, net_gateway6;
   // Backend vm: a full OS (q35, the image's own init) rather than a microVM.
   bool full_os = false;
   // Files the agent writes into the sandbox before it is ready: (path, content), mode 0644.

@@ -1,7 +1,7 @@
 """Test hosts for the network tests, run inside a network namespace the test made (never
 anything outside this machine): an HTTP server over a directory that logs every request with
-its status, a TCP echo server and a UDP echo server, on every address of the namespace (the HTTP server
-on its IPv6 addresses too).
+its status, a TCP echo server and a UDP echo server, on every address of the namespace, IPv4
+and IPv6.
 tls_upstream.py serves the same directory handler over HTTPS.
 
 usage: net_upstream.py DIR LOG HTTP_PORT ECHO_PORT"""
@@ -44,13 +44,17 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.server_name, self.server_port = "upstream", self.server_address[1]
 
 
-class HTTPServer6(HTTPServer):
-    """The same server on the namespace's IPv6 addresses (only IPv6: IPv4 has its own)."""
+class V6Only:
+    """A server on the namespace's IPv6 addresses only (IPv4 has its own)."""
     address_family = socket.AF_INET6
 
     def server_bind(self):
         self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         super().server_bind()
+
+
+class HTTPServer6(V6Only, HTTPServer):
+    pass
 
 
 class Echo(socketserver.BaseRequestHandler):
@@ -73,6 +77,14 @@ class UdpEcho(socketserver.BaseRequestHandler):
         sock.sendto(data, self.client_address)
 
 
+class EchoServer6(V6Only, EchoServer):
+    pass
+
+
+class UdpEchoServer6(V6Only, socketserver.ThreadingUDPServer):
+    pass
+
+
 def serve(servers):
     for s in servers[1:]:
         threading.Thread(target=s.serve_forever, daemon=True).start()
@@ -84,4 +96,5 @@ if __name__ == "__main__":
     Handler.root, Handler.log_path, http_port, echo_port = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     serve([HTTPServer(("0.0.0.0", http_port), Handler), EchoServer(("0.0.0.0", echo_port), Echo),
            socketserver.ThreadingUDPServer(("0.0.0.0", echo_port), UdpEcho),
-           HTTPServer6(("::", http_port), Handler)])
+           HTTPServer6(("::", http_port), Handler), EchoServer6(("::", echo_port), Echo),
+           UdpEchoServer6(("::", echo_port), UdpEcho)])

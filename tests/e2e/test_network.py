@@ -6,6 +6,7 @@ root occupant tries. The only hosts reached are in a network namespace this modu
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import re
@@ -216,7 +217,9 @@ def test_raw_sockets_ipv6_and_network_changes_are_refused(server, runner, sandbo
         print(json.dumps(res))""")
     assert out["raw"] in (1, 13) and out["packet"] in (1, 13, 97) and out["raw6"] in (1, 13, 97), out
     assert out["ping"] in (1, 13), out
-    assert out["v6"] in (101, 99, 97), out  # no IPv6 route at all
+    # Its IPv6 goes to the firewall, which refuses what no rule allows (a TCP reset,
+    # ECONNREFUSED); a node whose host cannot forward IPv6 gives it no route at all.
+    assert out["v6"] in (111, 101, 99, 97), out
     assert out["link_down"] == 1 and out["set_addr"] == 1, out  # EPERM: not its namespace to change
     assert out["sysctl"] in (1, 13, 30), out
 
@@ -273,19 +276,23 @@ def test_stage_change_closes_the_network_within_a_second(server, runner, sandbox
 @pytest.mark.parametrize("backend", ["microvm", "vm"])
 def test_vm_egress_follows_the_same_policy(request, server, sandboxes, upstream, backend):
     """A microVM's NIC (and a whole VM's, systemd as init) is bridged into its sandbox's
-    namespace: the same firewall, resolver and proxy decide what it reaches, and a stage
-    change refuses new connections at once."""
+    namespace: the same firewall, resolver and proxy decide what it reaches, over IPv4 and
+    IPv6 (the guest's agent gives eth0 the sandbox's IPv6 address too), and a stage change
+    refuses new connections at once."""
     image = request.getfixturevalue("runner" if backend == "microvm" else "vm_image")
     sb = server.client().create({"image": image, "backend": backend, "network": {
-        "mode": "egress", "allow": [f"pkg.test:{ECHO_PORT}/tcp", f"pkg.test:{HTTP_PORT}/tcp"]}})
+        "mode": "egress", "allow": [f"pkg.test:{ECHO_PORT}/tcp", f"pkg.test:{HTTP_PORT}/tcp",
+                                    f"v6.test:{ECHO_PORT}/tcp"]}})
     sandboxes.append(sb.id)
-    out = probe(sb, f"""
+    out = probe(sb, PROBE6 + textwrap.dedent(f"""
         import urllib.request
         print(json.dumps({{
             "by_name": tcp("pkg.test", {ECHO_PORT}), "other_name": name("other.test"),
             "other_host": tcp("{UP3}", {ECHO_PORT}), "other_port": tcp("{UP2}", 22),
             "proxy": urllib.request.urlopen("http://pkg.test/hello.txt", timeout=20).read().decode(),
-        }}))""")
+            "v6": tcp6("v6.test", {ECHO_PORT}), "v6_other_port": tcp6("{UP6}", {HTTP_PORT}),
+        }}))"""))
+    assert out["v6"] == "ok:ping6" and out["v6_other_port"].startswith("ConnectionRefused"), out
     assert out["by_name"] == "ok:ping", out
     assert out["other_name"] == "gaierror", out
     assert out["other_host"].startswith("ConnectionRefusedError"), out
@@ -362,6 +369,88 @@ def test_proxy_reaches_an_ipv6_only_host_under_the_same_policy(server, runner, s
                 f"http://loop6.wild.test:{HTTP_PORT}/", f"http://mapped6.wild.test:{HTTP_PORT}/"):
         r = proxy_get(anything, url)
         assert r["status"] == 403 and "loopback" in r["why"], (url, r)
+
+
+PROBE6 = """
+def tcp6(host, port, t=4):
+    s = socket.socket(socket.AF_INET6); s.settimeout(t)
+    try:
+        s.connect((host, port)); s.sendall(b"ping6"); d = s.recv(16); s.close()
+        return "ok:" + d.decode(errors="replace")
+    except Exception as e:
+        return f"{type(e).__name__}:{getattr(e, 'errno', '')}"
+def udp6(host, port, t=2):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); s.settimeout(t)
+    try:
+        s.sendto(b"ping6", (host, port)); return "ok:" + s.recv(16).decode()
+    except Exception as e:
+        return f"{type(e).__name__}:{getattr(e, 'errno', '')}"
+def aaaa(n):
+    try: return sorted({a[4][0] for a in socket.getaddrinfo(n, 80, socket.AF_INET6, socket.SOCK_STREAM)})
+    except Exception as e: return f"{type(e).__name__}"
+def own6():
+    return open("/proc/net/if_inet6").read()
+"""
+
+
+def test_sandboxes_reach_ipv6_hosts_directly_under_the_same_policy(server, runner, sandboxes, upstream):
+    """A sandbox in egress mode has an IPv6 address of its own (its IPv4 one inside the node's
+    unique-local /96) and an IPv6 default route: an IPv6-only host is reached directly, by an
+    allowed name (the node's DNS answers AAAA and opens what it answers) or by an address rule,
+    on the rule's ports only; everything else is refused as for IPv4, and a policy change cuts
+    an IPv6 connection as fast as an IPv4 one."""
+    nodes = server.http("GET", "/v1/nodes").json["nodes"]
+    assert all(n["network"]["ipv6"] for n in nodes), [n["network"] for n in nodes]
+    by_name = make(server, runner, sandboxes, allow=[f"v6.test:{ECHO_PORT}/tcp"])
+    out = probe(by_name, PROBE6 + textwrap.dedent(f"""
+        print(json.dumps({{
+            "own": own6(), "aaaa": aaaa("v6.test"), "a": name("v6.test"),
+            "by_name": tcp6("v6.test", {ECHO_PORT}), "by_address_then": tcp6("{UP6}", {ECHO_PORT}),
+            "other_port": tcp6("{UP6}", {HTTP_PORT}), "udp": udp6("{UP6}", {ECHO_PORT}),
+            "not_allowed_name": aaaa("pkg.test"), "ipv4_still": tcp("{UP2}", {ECHO_PORT}),
+        }}))"""))
+    assert "fd57617272656e00" in out["own"], out["own"]  # its address in the node's /96
+    assert out["aaaa"] == [ipaddress.ip_address(UP6).compressed] and out["a"] == "gaierror", out  # IPv6 only: no A record
+    assert out["by_name"] == "ok:ping6" and out["by_address_then"] == "ok:ping6", out
+    assert out["other_port"].startswith("ConnectionRefusedError"), out  # the rule's port only
+    assert not out["udp"].startswith("ok"), out
+    assert out["not_allowed_name"] == "gaierror", out
+    assert out["ipv4_still"].startswith("ConnectionRefusedError"), out
+
+    by_rule = make(server, runner, sandboxes, allow=[f"[{NET_UPSTREAM6}::/64]:{ECHO_PORT}"])
+    out = probe(by_rule, PROBE6 + textwrap.dedent(f"""
+        print(json.dumps({{"tcp": tcp6("{UP6}", {ECHO_PORT}), "udp": udp6("{UP6}", {ECHO_PORT}),
+                          "name": aaaa("v6.test"), "other_port": tcp6("{UP6}", {HTTP_PORT}),
+                          "host": tcp6("{NET_UPSTREAM6}::1", {ECHO_PORT})}}))"""))
+    assert out["tcp"] == "ok:ping6" and out["udp"] == "ok:ping6", out
+    assert out["name"] == "gaierror", out  # an address rule opens no name
+    assert out["other_port"].startswith("ConnectionRefusedError"), out
+    # The node's own address on that net: the host is never a destination.
+    assert not out["host"].startswith("ok"), out
+
+    # Never, whatever the rules say: other sandboxes, link-local, the v4-mapped forms.
+    anything = make(server, runner, sandboxes, allow=["::/0"])
+    own = anything.run("python3 -c \"print(open('/proc/net/if_inet6').read())\"").stdout
+    other = next(l.split()[0] for l in by_rule.run("cat /proc/net/if_inet6").stdout.splitlines()
+                 if l.startswith("fd57"))
+    other = ":".join(other[i:i + 4] for i in range(0, 32, 4))
+    out = probe(anything, PROBE6 + textwrap.dedent(f"""
+        print(json.dumps({{"sandbox": tcp6("{other}", {ECHO_PORT}, t=2),
+                          "mapped": tcp6("::ffff:{UP2}", {ECHO_PORT}, t=2),
+                          "any": tcp6("{UP6}", {ECHO_PORT})}}))"""))
+    assert out["any"] == "ok:ping6", (out, own)
+    assert not out["sandbox"].startswith("ok") and not out["mapped"].startswith("ok"), out
+    via_proxy = proxy_get(anything, f"http://[{other}]:{HTTP_PORT}/")
+    assert via_proxy["status"] == 403 and "sandbox network" in via_proxy["why"], via_proxy
+
+    assert_cut_within_a_second(
+        by_rule, f"s = socket.socket(socket.AF_INET6); s.connect(('{UP6}', {ECHO_PORT}))",
+        lambda: by_rule.set_network(mode="egress", allow=[f"{UP3}/32"]), "IPv6 connection")
+    # Through mode none (link down) and back: its address and route are there again.
+    by_rule.set_network(None)
+    assert probe(by_rule, PROBE6 + f"print(json.dumps(tcp6('{UP6}', {ECHO_PORT})))").startswith("OSError:101")
+    by_rule.set_network([f"[{UP6}/128]:{ECHO_PORT}/tcp"])
+    assert probe(by_rule, PROBE6 + f"print(json.dumps(tcp6('{UP6}', {ECHO_PORT})))") == "ok:ping6"
 
 
 def test_connect_checks_the_tls_server_name(server, runner, sandboxes, upstream):

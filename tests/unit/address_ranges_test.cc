@@ -34,6 +34,15 @@ TEST(AddressRangesTest, InternalIpv4) {
     EXPECT_FALSE(IsInternalAddress(A(s))) << s;
 }
 
+TEST(AddressRangesTest, SandboxIpv6IsItsIpv4InTheNodesPrefix) {
+  EXPECT_EQ(Ip6String(SandboxAddress6(A("10.89.0.7"))), "fd57:6172:7265:6e00::a59:7");
+  EXPECT_EQ(SandboxAddress6(A("10.89.0.7")), A6("fd57:6172:7265:6e00::10.89.0.7"));
+  // Unique-local: internal to public DNS, and never one of the ranges no rule opens.
+  EXPECT_TRUE(IsInternalAddress6(SandboxAddress6(A("10.89.0.7"))));
+  EXPECT_FALSE(IsNeverReachable6(SandboxAddress6(A("10.89.0.7"))));
+  EXPECT_FALSE(EmbeddedIpv4(SandboxAddress6(A("10.89.0.7"))));
+}
+
 TEST(AddressRangesTest, InternalIpv6) {
   for (const char* s : {"::", "::1", "fd00::2", "fc12::1", "fe80::1", "fec0::1", "ff02::1",
                         "100::1", "2001:db8::1", "2001::1", "3fff::1", "64:ff9b:1::a"})

@@ -144,6 +144,25 @@ TEST(DnsMessageTest, ParsesAQueryAndAnswersIt) {
   EXPECT_EQ(nx[7], 0);
 }
 
+TEST(DnsMessageTest, AnswersAaaaWithIpv6AddressesOnly) {
+  std::string q = Query("v6.example", kDnsTypeAAAA);
+  auto parsed = ParseDnsQuery(q);
+  ASSERT_TRUE(parsed);
+  Ip6 a{};
+  ASSERT_EQ(inet_pton(AF_INET6, "2001:db8::7", a.data()), 1);
+  std::string r = BuildDnsResponse(q, *parsed, kRcodeOk, {A("192.0.2.1")}, 60, {a});
+  EXPECT_EQ(r[7], 1) << "one answer: the AAAA, not the A";
+  ASSERT_EQ(r.size(), q.size() + 12 + 16);
+  EXPECT_EQ(r.substr(q.size() + 2, 2), std::string("\x00\x1c", 2)) << "type AAAA";
+  EXPECT_EQ(r.substr(q.size() + 10, 2), std::string("\x00\x10", 2)) << "16 bytes of data";
+  EXPECT_EQ(r.substr(r.size() - 16), std::string(reinterpret_cast<const char*>(a.data()), 16));
+  // An A question is answered from the IPv4 addresses alone.
+  std::string q4 = Query("v6.example", kDnsTypeA);
+  std::string r4 = BuildDnsResponse(q4, *ParseDnsQuery(q4), kRcodeOk, {}, 60, {a});
+  EXPECT_EQ(r4[7], 0);
+  EXPECT_EQ(r4.size(), q4.size());
+}
+
 TEST(DnsMessageTest, RefusesMalformedQueries) {
   std::string q = Query("example.com", kDnsTypeA);
   EXPECT_FALSE(ParseDnsQuery(q.substr(0, 11)));

@@ -46,6 +46,16 @@ TEST(SetupMessages, RoundTrip) {
   auto vback = ParseSetup(ToJson(vm));
   ASSERT_TRUE(vback.ok()) << vback.status().ToString();
   EXPECT_EQ(ToJson(*vback), ToJson(vm));
+  EXPECT_FALSE(ToJson(vm)["vm"]["net"].contains("ip6")) << "no IPv6: no keys for it";
+  vm.vm->net->ip6 = "fd57:6172:7265:6e00::a00:2";
+  vm.vm->net->gateway6 = "fd57:6172:7265:6e00::a00:1";
+  vback = ParseSetup(ToJson(vm));
+  ASSERT_TRUE(vback.ok()) << vback.status().ToString();
+  EXPECT_EQ(vback->vm->net->ip6, vm.vm->net->ip6);
+  EXPECT_EQ(vback->vm->net->gateway6, vm.vm->net->gateway6);
+  json half = ToJson(vm);
+  half["vm"]["net"].erase("gateway6");
+  EXPECT_EQ(ParseSetup(half).status().code(), Code::kInvalid) << "an address without a gateway";
 
   ReadyMessage r{{{"rootfs", 3}, {"pivot", 1}}, 3, ""};
   auto rback = ParseReady(ToJson(r));

@@ -824,7 +824,8 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::Create(const SandboxConfig& cf
   vm.seed = HexRandom(32);
   vm.now_ns = int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
   if (cfg.net_ip)
-    vm.net = agent::VmSetup::Net{Ip4(cfg.net_ip), Ip4(cfg.net_gateway), GuestMac(cfg.net_ip)};
+    vm.net = agent::VmSetup::Net{Ip4(cfg.net_ip), Ip4(cfg.net_gateway), GuestMac(cfg.net_ip),
+                                 cfg.net_ip6, cfg.net_gateway6};
   const int64_t t_running = NowMs();
   WARREN_RETURN_IF_ERROR(agent::Send(boot->control.get(), agent::Message{agent::ToJson(setup), ""})
                              .Context("setup " + cfg.id));

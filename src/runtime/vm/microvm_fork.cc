@@ -218,7 +218,8 @@ Result<std::unique_ptr<Instance>> MicrovmBackend::CreateFromFork(const SandboxCo
   refresh.seed = HexRandom(32);
   refresh.now_ns = int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
   if (cfg.net_ip)
-    refresh.net = agent::VmSetup::Net{Ip4(cfg.net_ip), Ip4(cfg.net_gateway), GuestMac(cfg.net_ip)};
+    refresh.net = agent::VmSetup::Net{Ip4(cfg.net_ip), Ip4(cfg.net_gateway), GuestMac(cfg.net_ip),
+                                      cfg.net_ip6, cfg.net_gateway6};
   WARREN_RETURN_IF_ERROR(
       agent::Send(boot->control.get(), agent::Message{agent::ToJson(refresh), ""})
           .Context("refresh the fork " + cfg.id));

@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import BenchError  # noqa: E402
 from service import Api, log, pct, start_server, REPO  # noqa: E402
 
 UP = "10.252.0"
@@ -143,9 +145,39 @@ def create_exec(api, image, network, n):
     return samples
 
 
-def serve(tmp, pool, hosts, upstream_ca):
+def serve(tmp, pool, hosts, upstream_ca, extra=()):
     return start_server(tmp, ["--net-subnet", SUBNET, "--net-pool", str(pool), "--dns-hosts", hosts,
-                              "--proxy-intercept", "big.bench", "--proxy-upstream-ca", upstream_ca])
+                              "--proxy-intercept", "big.bench", "--proxy-upstream-ca", upstream_ca, *extra])
+
+
+def ipv6_ab(tmp, hosts, upstream_ca, n, rounds):
+    """What sandbox IPv6 costs on the egress path: `warren serve` with it (the default) and
+    with `--no-net-ipv6`, in alternating rounds so that the host's drift falls on both. No
+    pool (`--net-pool 0`): every attach makes its namespace, veth, addresses and routes on the
+    create path, and the firewall loads the chain with its sets of both families."""
+    out = {"ipv6": [], "ipv4_only": []}
+    for r in range(rounds):
+        for label, extra in (("ipv6", ()), ("ipv4_only", ("--no-net-ipv6",))):
+            d = os.path.join(tmp, f"ab-{label}-{r}")
+            os.makedirs(d)
+            proc, port, token = serve(d, 0, hosts, upstream_ca, extra)
+            try:
+                api = Api(port, token)
+                img = image(port, token, d)
+                if node_net(api)["ipv6"] != (label == "ipv6"):
+                    raise BenchError(f"{label}: the node says ipv6={node_net(api)['ipv6']}")
+                lat = create_exec(api, img, {"mode": "egress", "allow": ["big.bench"]}, n)
+                pool = node_net(api)["pool"]
+                row = {"attach_us_miss": pool["attach_us_miss"],
+                       "create_exec_p50_ms": pct([x * 1000 for x in lat], 50)}
+                out[label].append(row)
+                log(f"round {r} {label}: {row}")
+            finally:
+                stop(proc)
+    for label in ("ipv6", "ipv4_only"):
+        rows = out[label]
+        out[label + "_median"] = {k: statistics.median(x[k] for x in rows) for k in rows[0]}
+    return out
 
 
 def stop(proc):
@@ -225,8 +257,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=40)
     ap.add_argument("--json")
-    ap.add_argument("--sections", default="setup,parallel,proxy,https",
-                    help="comma-separated: setup (with the pool and without), parallel, proxy, https")
+    ap.add_argument("--sections", default="setup,parallel,proxy,https,ipv6",
+                    help="comma-separated: setup (with the pool and without), parallel, proxy, https, "
+                         "ipv6 (an A/B against --no-net-ipv6)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the ipv6 A/B")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/network.py must run as root")
@@ -296,6 +330,8 @@ def main():
                     out["proxy_https_MBps"] = https_throughput(api, port, token, upstream.ca)
             stop(proc)
             proc = None
+        if "ipv6" in sections:
+            out["ipv6_ab"] = ipv6_ab(tmp, hosts, upstream.ca, n, args.rounds)
     finally:
         if proc:
             stop(proc)

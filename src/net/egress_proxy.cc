@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
@@ -31,7 +30,6 @@ namespace http = boost::beast::http;
 using boost::system::error_code;
 
 constexpr int kIdleMs = 120000;  // a client or upstream silent this long is dropped
-constexpr int kConnectMs = 10000;
 constexpr int kSniWaitMs = 10000;
 constexpr size_t kHeaderLimit = 64 * 1024;
 
@@ -58,17 +56,6 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-bool InNet(uint32_t addr, uint32_t net, int prefix) {
-  uint32_t mask = prefix == 0 ? 0 : htonl(~0u << (32 - prefix));
-  return (addr & mask) == (net & mask);
-}
-
-uint32_t Net(const char* s) {
-  in_addr a{};
-  inet_pton(AF_INET, s, &a);
-  return a.s_addr;
 }
 
 bool ParseHostPort(std::string_view s, uint16_t default_port, std::string* host, uint16_t* port) {
@@ -1169,153 +1156,6 @@ bool EgressProxy::Intercepts(const std::string& host, uint16_t port) const {
 void EgressProxy::CountIntercepted() {
   std::lock_guard lock(mu_);
   ++total_intercepted_;
-}
-
-void EgressProxy::RefreshLocalAddresses() {
-  if (NowMs() - local_addrs_at_ <= 10000) return;
-  local_addrs_.clear();
-  local_addrs6_.clear();
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (ifaddrs* i = list; i; i = i->ifa_next) {
-      if (!i->ifa_addr) continue;
-      if (i->ifa_addr->sa_family == AF_INET) {
-        local_addrs_.insert(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
-      } else if (i->ifa_addr->sa_family == AF_INET6) {
-        Ip6 a;
-        memcpy(a.data(), &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, 16);
-        local_addrs6_.insert(a);
-      }
-    }
-    freeifaddrs(list);
-  }
-  local_addrs_at_ = NowMs();
-}
-
-bool EgressProxy::Forbidden(uint32_t a) {
-  if (InNet(a, Net("0.0.0.0"), 8) || InNet(a, Net("127.0.0.0"), 8) ||
-      InNet(a, Net("169.254.0.0"), 16) || InNet(a, Net("224.0.0.0"), 3) ||
-      InNet(a, opts_.subnet, opts_.prefix))
-    return true;
-  std::lock_guard lock(mu_);
-  RefreshLocalAddresses();
-  return local_addrs_.count(a) > 0;
-}
-
-bool EgressProxy::Forbidden6(const Ip6& a) {
-  if (IsNeverReachable6(a)) return true;
-  // Sandboxes, of this node and of any other.
-  if (PrefixMatches(a.data(), kSandboxPrefix6.data(), 96)) return true;
-  // NAT64 and 6to4 gateways translate to the IPv4 address inside.
-  if (auto v4 = EmbeddedIpv4(a); v4 && Forbidden(*v4)) return true;
-  std::lock_guard lock(mu_);
-  RefreshLocalAddresses();
-  return local_addrs6_.count(a) > 0;
-}
-
-namespace {
-
-// One address to try, of either family.
-struct Destination {
-  int family = AF_INET;
-  Ip6 addr{};  // the first 4 bytes for IPv4
-
-  static Destination V4(uint32_t a) {
-    Destination d;
-    memcpy(d.addr.data(), &a, 4);
-    return d;
-  }
-  static Destination V6(const Ip6& a) { return {AF_INET6, a}; }
-  uint32_t v4() const {
-    uint32_t a;
-    memcpy(&a, addr.data(), 4);
-    return a;
-  }
-  std::string ToString() const {
-    char buf[INET6_ADDRSTRLEN];
-    inet_ntop(family, addr.data(), buf, sizeof buf);
-    return buf;
-  }
-  socklen_t Fill(uint16_t port, sockaddr_storage* ss) const {
-    *ss = {};
-    if (family == AF_INET) {
-      auto* sa = reinterpret_cast<sockaddr_in*>(ss);
-      sa->sin_family = AF_INET;
-      sa->sin_port = htons(port);
-      sa->sin_addr.s_addr = v4();
-      return sizeof *sa;
-    }
-    auto* sa = reinterpret_cast<sockaddr_in6*>(ss);
-    sa->sin6_family = AF_INET6;
-    sa->sin6_port = htons(port);
-    memcpy(&sa->sin6_addr, addr.data(), 16);
-    return sizeof *sa;
-  }
-};
-
-}  // namespace
-
-Result<UniqueFd> EgressProxy::Connect(const std::string& host, uint16_t port,
-                                      const Policy& policy) {
-  // IPv4 first, then IPv6: the order sandboxes had before the proxy spoke IPv6, and a name
-  // whose only addresses are IPv6 is still reached.
-  std::vector<Destination> dests;
-  bool trusted = true;  // an address the sandbox named itself was checked against its rules
-  int family;
-  Ip6 lit;
-  if (ParseAddress(host, &family, &lit)) {
-    dests.push_back(Destination{family, lit});  // an IPv4 literal in the first 4 bytes
-  } else {
-    std::string name = NormalizeName(host);
-    if (name.empty()) return Invalid("not a host name", host);
-    Resolution r = WARREN_TRY(resolver_->Resolve(name));
-    for (uint32_t a : r.addrs) dests.push_back(Destination::V4(a));
-    for (const Ip6& a : r.addrs6) dests.push_back(Destination::V6(a));
-    trusted = r.trusted;
-  }
-  const std::string what = host + ":" + std::to_string(port);
-  Status last = Status(Code::kUnavailable, "connect", what, "no usable address");
-  for (const Destination& d : dests) {
-    const std::string shown = d.ToString();
-    const bool v4 = d.family == AF_INET;
-    if (v4 ? Forbidden(d.v4()) : Forbidden6(d.addr)) {
-      last = Status(Code::kForbidden, "connect", what,
-                    shown +
-                        " is on the node itself, loopback, link-local, multicast or the sandbox "
-                        "network");
-      continue;
-    }
-    const bool internal = v4 ? IsInternalAddress(d.v4()) : IsInternalAddress6(d.addr);
-    if (!trusted && internal && !policy.AllowsAddress(d.family, d.addr.data(), port, Proto::kTcp)) {
-      last = Status(Code::kForbidden, "connect", what,
-                    shown + " is an internal address; only an address rule can open it");
-      continue;
-    }
-    UniqueFd fd(socket(d.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd) return ErrnoStatus("socket", what);
-    sockaddr_storage ss;
-    const socklen_t len = d.Fill(port, &ss);
-    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 && errno != EINPROGRESS) {
-      last = ErrnoStatus("connect", what + " (" + shown + ")");
-      continue;
-    }
-    pollfd p{fd.get(), POLLOUT, 0};
-    if (poll(&p, 1, kConnectMs) <= 0) {
-      last = Status(Code::kUnavailable, "connect", what + " (" + shown + ")", "timed out");
-      continue;
-    }
-    int err = 0;
-    socklen_t errlen = sizeof err;
-    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &errlen);
-    if (err != 0) {
-      last = ErrnoStatus("connect", what + " (" + shown + ")", err);
-      continue;
-    }
-    int one = 1;
-    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-  }
-  return last;
 }
 
 void EgressProxy::Count(Conn* c, uint64_t upstream, uint64_t cached) {

@@ -1,5 +1,6 @@
-// The far end of a sandbox's connection, as what cuts connections after a policy change
-// sees it (its own sockets, the host's connection tracking), in either family.
+// The far end of a sandbox's connection, in either family: as what cuts connections after a
+// policy change sees it (its own sockets, the host's connection tracking), and as the egress
+// proxy connects to it.
 #pragma once
 
 #include <sys/socket.h>
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 
 #include "net/address_ranges.h"
 #include "net/policy.h"
@@ -29,6 +31,9 @@ struct RemoteEnd {
     memcpy(&a, addr.data(), 4);
     return a;
   }
+  std::string AddressString() const;
+  // The socket address to connect to; returns its length.
+  socklen_t Fill(sockaddr_storage* ss) const;
 };
 
 // Whether a connection to `end` may stay.

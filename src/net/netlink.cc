@@ -147,71 +147,70 @@ Status RtNetlink::DeleteLink(int ifindex) {
   return Talk(nlh, "delete link", std::to_string(ifindex));
 }
 
-Status RtNetlink::AddAddress4(int ifindex, uint32_t addr, int prefix) {
-  char buf[MNL_SOCKET_BUFFER_SIZE];
+namespace {
+
+// RTM_NEWADDR for `family`, its address attributes still to add.
+nlmsghdr* AddressMsg(char* buf, int family, int ifindex, int prefix, uint32_t flags) {
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
   nlh->nlmsg_type = RTM_NEWADDR;
   nlh->nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
   auto* ifa = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifaddrmsg)));
-  ifa->ifa_family = AF_INET;
+  ifa->ifa_family = static_cast<unsigned char>(family);
   ifa->ifa_prefixlen = static_cast<unsigned char>(prefix);
   ifa->ifa_scope = RT_SCOPE_UNIVERSE;
   ifa->ifa_index = static_cast<uint32_t>(ifindex);
-  mnl_attr_put_u32(nlh, IFA_LOCAL, addr);
-  mnl_attr_put_u32(nlh, IFA_ADDRESS, addr);
-  return Talk(nlh, "add address", Ip4(addr) + "/" + std::to_string(prefix));
+  ifa->ifa_flags = static_cast<unsigned char>(flags);
+  return nlh;
 }
 
-Status RtNetlink::AddDefaultRoute4(int ifindex, uint32_t gw) {
-  char buf[MNL_SOCKET_BUFFER_SIZE];
+// RTM_NEWROUTE of the default route for `family` out of `ifindex`, on-link (the sandbox's
+// address is a host route), its gateway still to add.
+nlmsghdr* DefaultRouteMsg(char* buf, int family, int ifindex) {
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
   nlh->nlmsg_type = RTM_NEWROUTE;
   nlh->nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
   auto* rtm = static_cast<rtmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(rtmsg)));
-  rtm->rtm_family = AF_INET;
+  rtm->rtm_family = static_cast<unsigned char>(family);
   rtm->rtm_dst_len = 0;
   rtm->rtm_table = RT_TABLE_MAIN;
   rtm->rtm_protocol = RTPROT_STATIC;
   rtm->rtm_scope = RT_SCOPE_UNIVERSE;
   rtm->rtm_type = RTN_UNICAST;
   rtm->rtm_flags = RTNH_F_ONLINK;
-  mnl_attr_put_u32(nlh, RTA_GATEWAY, gw);
   mnl_attr_put_u32(nlh, RTA_OIF, static_cast<uint32_t>(ifindex));
-  return Talk(nlh, "add default route", "via " + Ip4(gw));
+  return nlh;
+}
+
+}  // namespace
+
+Status RtNetlink::AddAddress4(int ifindex, uint32_t addr, int prefix) {
+  char buf[MNL_SOCKET_BUFFER_SIZE];
+  nlmsghdr* nlh = AddressMsg(buf, AF_INET, ifindex, prefix, 0);
+  mnl_attr_put_u32(nlh, IFA_LOCAL, addr);
+  mnl_attr_put_u32(nlh, IFA_ADDRESS, addr);
+  return Talk(nlh, "add address", Ip4(addr) + "/" + std::to_string(prefix));
 }
 
 Status RtNetlink::AddAddress6(int ifindex, const Ip6& addr, int prefix) {
   char buf[MNL_SOCKET_BUFFER_SIZE];
-  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
-  nlh->nlmsg_type = RTM_NEWADDR;
-  nlh->nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
-  auto* ifa = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifaddrmsg)));
-  ifa->ifa_family = AF_INET6;
-  ifa->ifa_prefixlen = static_cast<unsigned char>(prefix);
-  ifa->ifa_scope = RT_SCOPE_UNIVERSE;
-  ifa->ifa_index = static_cast<uint32_t>(ifindex);
-  ifa->ifa_flags = IFA_F_NODAD;
+  nlmsghdr* nlh = AddressMsg(buf, AF_INET6, ifindex, prefix, IFA_F_NODAD);
   mnl_attr_put(nlh, IFA_LOCAL, addr.size(), addr.data());
   mnl_attr_put(nlh, IFA_ADDRESS, addr.size(), addr.data());
   mnl_attr_put_u32(nlh, IFA_FLAGS, IFA_F_NODAD);
   return Talk(nlh, "add address", Ip6String(addr) + "/" + std::to_string(prefix));
 }
 
+Status RtNetlink::AddDefaultRoute4(int ifindex, uint32_t gw) {
+  char buf[MNL_SOCKET_BUFFER_SIZE];
+  nlmsghdr* nlh = DefaultRouteMsg(buf, AF_INET, ifindex);
+  mnl_attr_put_u32(nlh, RTA_GATEWAY, gw);
+  return Talk(nlh, "add default route", "via " + Ip4(gw));
+}
+
 Status RtNetlink::AddDefaultRoute6(int ifindex, const Ip6& gw) {
   char buf[MNL_SOCKET_BUFFER_SIZE];
-  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
-  nlh->nlmsg_type = RTM_NEWROUTE;
-  nlh->nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
-  auto* rtm = static_cast<rtmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(rtmsg)));
-  rtm->rtm_family = AF_INET6;
-  rtm->rtm_dst_len = 0;
-  rtm->rtm_table = RT_TABLE_MAIN;
-  rtm->rtm_protocol = RTPROT_STATIC;
-  rtm->rtm_scope = RT_SCOPE_UNIVERSE;
-  rtm->rtm_type = RTN_UNICAST;
-  rtm->rtm_flags = RTNH_F_ONLINK;
+  nlmsghdr* nlh = DefaultRouteMsg(buf, AF_INET6, ifindex);
   mnl_attr_put(nlh, RTA_GATEWAY, gw.size(), gw.data());
-  mnl_attr_put_u32(nlh, RTA_OIF, static_cast<uint32_t>(ifindex));
   return Talk(nlh, "add default route", "via " + Ip6String(gw));
 }
 

@@ -26,9 +26,9 @@ int64_t NowMs() {
       .count();
 }
 
-bool InNet(uint32_t addr, uint32_t net, int prefix) {
-  uint32_t mask = prefix == 0 ? 0 : htonl(~0u << (32 - prefix));
-  return (addr & mask) == (net & mask);
+bool InNet(uint32_t addr, uint32_t net, int prefix) {  // both network byte order
+  return PrefixMatches(reinterpret_cast<const uint8_t*>(&addr),
+                       reinterpret_cast<const uint8_t*>(&net), prefix);
 }
 
 }  // namespace

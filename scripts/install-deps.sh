@@ -13,6 +13,7 @@ PACKAGES=(
   qemu-system-x86 linux-image-amd64 liblzma-dev libzstd-dev
   etcd-server etcd-client
   clang clang-format
+  chromium
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -52,4 +53,12 @@ if [[ ! -e $e2b_dir/node_modules/.package-lock.json || $e2b_dir/package-lock.jso
   $e2b_dir/package.json -nt $e2b_dir/node_modules/.package-lock.json ]]; then
   echo "installing tests/e2b's npm packages (npm ci)"
   npm ci --prefix "$e2b_dir" --no-audit --no-fund
+fi
+# The dashboard's tests (tests/ui, run by tests/e2e/test_dashboard.py) drive Debian's chromium
+# with puppeteer-core, pinned in tests/ui/package-lock.json.
+ui_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/ui"
+if [[ ! -e $ui_dir/node_modules/.package-lock.json || $ui_dir/package-lock.json -nt $ui_dir/node_modules/.package-lock.json ||
+  $ui_dir/package.json -nt $ui_dir/node_modules/.package-lock.json ]]; then
+  echo "installing tests/ui's npm packages (npm ci)"
+  npm ci --prefix "$ui_dir" --no-audit --no-fund
 fi

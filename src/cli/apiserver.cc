@@ -33,6 +33,8 @@
 #include "server/auth.h"
 #include "server/http_server.h"
 #include "server/routes.h"
+#include "server/service_chain.h"
+#include "server/ui_service.h"
 
 namespace warren::cli {
 namespace {
@@ -182,7 +184,10 @@ int RunApiServer(const ApiServerFlags& f) {
   server::ApiService service(&api, &tokens);
   server::ServerOptions sopts;
   sopts.listen = f.listen;
-  server::HttpServer http(&service, sopts);
+  // The dashboard at /ui, as on `warren serve`.
+  server::UiService ui;
+  server::ServiceChain with_ui(&service, &ui);
+  server::HttpServer http(&with_ui, sopts);
   if (Status st = http.Start(); !st.ok()) return Fail(st);
   spdlog::info("warren apiserver: listening on {} (port {}), etcd {}, layers in {}", f.listen,
                http.port(), f.etcd, f.layer_store);

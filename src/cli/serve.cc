@@ -32,6 +32,7 @@
 #include "server/routes.h"
 #include "server/service_chain.h"
 #include "server/state_store.h"
+#include "server/ui_service.h"
 
 namespace warren::cli {
 namespace {
@@ -134,7 +135,10 @@ int Serve(const std::string& listen, const std::string& data_dir, const NodeFlag
   // E2B's API beside the contract's, on the same port (docs/e2b.md).
   server::e2b::E2bService e2b(&api, &tokens, *token);
   server::ServiceChain both(&service, &e2b);
-  server::HttpServer http(&both, sopts);
+  // The dashboard at /ui (docs/design.md, "Dashboard").
+  server::UiService ui;
+  server::ServiceChain all(&both, &ui);
+  server::HttpServer http(&all, sopts);
   if (Status st = http.Start(); !st.ok()) return Fail(st);
   spdlog::info(
       "warren serve: listening on {} (port {}), data in {}, admin token in {}/admin.token, cgroups "

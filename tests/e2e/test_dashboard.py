@@ -47,10 +47,11 @@ def test_dashboard_pages_in_chromium(server, image, runner, sandboxes, tokens, t
         sb = client.create({"image": image, "labels": {"job": job, "n": str(i)}})
         sandboxes.append(sb.id)
         made.append({"id": sb.id, "label": f"n={i}"})
-    # A live exec: a line a second for long enough that the browser sees it run.
-    lines = [f"line-{i}" for i in range(8)]
+    # A live exec: two lines a second for a minute, so the browser follows it while it runs.
+    lines = [f"line-{i}" for i in range(120)]
     exec_id = client.get(made[0]["id"]).start(
-        ["sh", "-c", "for i in 0 1 2 3 4 5 6 7; do echo line-$i; sleep 1; done"], timeout=120)
+        ["sh", "-c", "i=0; while [ $i -lt 120 ]; do echo line-$i; i=$((i+1)); sleep 0.5; done"],
+        timeout=300)
     # A trajectory of two steps, the first replayed in a second sandbox.
     traj = u.unique("traj")
     first = server.http("POST", "/v1/sandboxes", {"image": image, "trajectory": traj}).json["id"]

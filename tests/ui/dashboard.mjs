@@ -114,8 +114,14 @@ try {
   await step("exec: live output follows", async () => {
     await go(`/sandboxes/${plan.exec.sandbox}/execs/${plan.exec.id}`);
     await waitText(page, "#exec-output", plan.exec.lines[0], 30000);
+    // Still running: what arrives next comes through the open stream.
+    const running = await page.$eval("#exec-status", (e) => e.textContent);
+    if (!running.startsWith("following")) throw new Error(`the exec was over already: ${running}`);
+    const seen = await page.$eval("#exec-output", (e) => e.textContent.split("\n").length);
+    await page.waitForFunction((n) => document.querySelector("#exec-output").textContent.split("\n").length > n + 2,
+      { timeout: 30000 }, seen);
     await shot(page, "04-exec-live");
-    await waitText(page, "#exec-output", plan.exec.lines[plan.exec.lines.length - 1], 60000);
+    await waitText(page, "#exec-output", plan.exec.lines[plan.exec.lines.length - 1], 120000);
     await waitText(page, "#exec-status", "exited 0", 30000);
     await shot(page, "05-exec-done");
   });

@@ -82,6 +82,7 @@ const std::vector<NodeService::RouteEntry>& NodeService::Entries() {
       {{M::kPost, "/node/v1/sandboxes/{id}/pause", kScope, kJsonBodyLimit}, &S::Pause},
       {{M::kPost, "/node/v1/sandboxes/{id}/resume", kScope, kJsonBodyLimit}, &S::Resume},
       {{M::kPut, "/node/v1/sandboxes/{id}/execs/{exec_id}", kScope, kJsonBodyLimit}, &S::StartExec},
+      {{M::kGet, "/node/v1/sandboxes/{id}/execs", kScope, kJsonBodyLimit}, &S::ExecHistory},
       {{M::kGet, "/node/v1/sandboxes/{id}/execs/{exec_id}", kScope, kJsonBodyLimit}, &S::GetExec},
       {{M::kGet, "/node/v1/sandboxes/{id}/execs/{exec_id}/stream", kScope, kJsonBodyLimit},
        &S::StreamExec},
@@ -259,6 +260,12 @@ HttpReply NodeService::StartExec(HttpRequest& r) {
   auto rec = node_->StartExec(r.params.at("id"), r.params.at("exec_id"), *spec);
   if (!rec.ok()) return Fail(rec.status());
   return HttpReply::Json({{"exec_id", (*rec)->id()}}, 201);
+}
+
+HttpReply NodeService::ExecHistory(HttpRequest& r) {
+  auto execs = node_->ExecHistory(r.params.at("id"));
+  if (!execs.ok()) return Fail(execs.status());
+  return HttpReply::Json(node::ToWire(*execs));
 }
 
 HttpReply NodeService::GetExec(HttpRequest& r) {

@@ -55,6 +55,7 @@ class NodeService : public server::HttpService {
   server::HttpReply Pause(server::HttpRequest&);
   server::HttpReply Resume(server::HttpRequest&);
   server::HttpReply StartExec(server::HttpRequest&);
+  server::HttpReply ExecHistory(server::HttpRequest&);
   server::HttpReply GetExec(server::HttpRequest&);
   server::HttpReply StreamExec(server::HttpRequest&);
   server::HttpReply SignalExec(server::HttpRequest&);

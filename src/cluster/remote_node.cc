@@ -350,6 +350,11 @@ void RemoteNode::Retire(const std::string& key, const std::shared_ptr<node::Exec
   }
 }
 
+Result<std::vector<node::ExecSummary>> RemoteNode::ExecHistory(const std::string& id) {
+  auto j = WARREN_TRY(CallJson("list execs", "GET", SandboxPath(id) + "/execs"));
+  return node::ParseWireExecHistory(j);
+}
+
 Status RemoteNode::SignalExec(const std::string& id, const std::string& exec_id, int sig) {
   return CallDone("signal exec", "POST",
                   SandboxPath(id) + "/execs/" + client::UrlEncode(exec_id) + "/signal",

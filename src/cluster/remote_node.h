@@ -68,6 +68,7 @@ class RemoteNode : public node::NodeApi {
   Result<std::shared_ptr<node::ExecRecord>> GetExec(const std::string& id,
                                                     const std::string& exec_id) override;
   Status SignalExec(const std::string& id, const std::string& exec_id, int sig) override;
+  Result<std::vector<node::ExecSummary>> ExecHistory(const std::string& id) override;
   Status ResizeExec(const std::string& id, const std::string& exec_id,
                     node::TerminalSize size) override;
   Result<std::string> Screenshot(const std::string& id) override;

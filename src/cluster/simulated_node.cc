@@ -84,6 +84,12 @@ Result<std::shared_ptr<node::ExecRecord>> SimulatedNode::GetExec(const std::stri
   return NotFound("exec", exec_id);
 }
 
+// Nothing runs in a simulated sandbox: its history is empty.
+Result<std::vector<node::ExecSummary>> SimulatedNode::ExecHistory(const std::string& id) {
+  WARREN_RETURN_IF_ERROR(Known(id, "list execs"));
+  return std::vector<node::ExecSummary>{};
+}
+
 Status SimulatedNode::SignalExec(const std::string& id, const std::string& exec_id, int) {
   WARREN_RETURN_IF_ERROR(Known(id, "signal exec"));
   return NotFound("exec", exec_id);

@@ -38,6 +38,7 @@ class SimulatedNode : public node::NodeApi {
   Result<std::shared_ptr<node::ExecRecord>> GetExec(const std::string& id,
                                                     const std::string& exec_id) override;
   Status SignalExec(const std::string& id, const std::string& exec_id, int) override;
+  Result<std::vector<node::ExecSummary>> ExecHistory(const std::string& id) override;
   Status ResizeExec(const std::string& id, const std::string& exec_id, node::TerminalSize) override;
   Result<std::string> Screenshot(const std::string& id) override;
   Status DesktopInput(const std::string& id, const std::vector<agent::InputStep>&) override;

@@ -310,6 +310,11 @@ bool AgentConn::AnyExecAwaited() const {
   return false;
 }
 
+std::vector<ExecSummary> AgentConn::ExecHistory() const {
+  MutexLock lock(&mu_);
+  return execs_.Summaries();
+}
+
 std::shared_ptr<ExecRecord> AgentConn::FindExec(const std::string& exec_id) {
   MutexLock lock(&mu_);
   return execs_.Find(exec_id);

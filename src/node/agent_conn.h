@@ -93,6 +93,8 @@ class AgentConn {
   Result<std::string> Screenshot();
   Status DesktopInput(const std::vector<InputStep>& steps);
   std::shared_ptr<ExecRecord> FindExec(const std::string& exec_id);
+  // The commands it keeps (running and the last finished ones), in start order.
+  std::vector<ExecSummary> ExecHistory() const;
   int Running() const;
   // Whether someone waits on one of its running commands (ExecRecord::awaited).
   bool AnyExecAwaited() const;

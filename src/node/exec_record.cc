@@ -191,6 +191,12 @@ std::shared_ptr<ExecRecord> ExecRecord::Restore(ExecSpill::Loaded l, const std::
                                           m.value("max_output", uint64_t{1} << 20),
                                           m.value("binary", false), std::move(budget));
   rec->SetInput(m.value("stdin_open", false), m.value("tty", false));
+  if (auto it = m.find("argv"); it != m.end() && it->is_array()) {
+    std::vector<std::string> argv;
+    for (const auto& a : *it)
+      if (a.is_string()) argv.push_back(a.get<std::string>());
+    rec->SetCommand(std::move(argv));
+  }
   {
     MutexLock lock(&rec->mu_);
     // Started when the meta says, on our monotonic clock.
@@ -235,7 +241,8 @@ ExecSpill::Loaded ExecRecord::CopyForFork() const {
   ExecSpill::Loaded out;
   out.meta = {{"id", id_},         {"max_output", max_output_},
               {"binary", binary_}, {"stdin_open", stdin_open_},
-              {"tty", tty_},       {"started_unix", UnixNow() - (NowSeconds() - started_)}};
+              {"tty", tty_},       {"started_unix", UnixNow() - (NowSeconds() - started_)},
+              {"argv", argv_}};
   for (int i = 0; i < 2; ++i) {
     ExecSpill::Loaded::Frame f{i + 1, "", received_[i]};
     for (const auto& c : chunks_)
@@ -309,6 +316,26 @@ nlohmann::json ExecRecord::FinalResultJson() const {
   return ResultJsonLocked(done_);
 }
 
+ExecSummary ExecRecord::Summary() const {
+  MutexLock lock(&mu_);
+  ExecSummary s;
+  s.exec_id = id_;
+  s.argv = argv_;
+  s.started_unix = UnixNow() - (NowSeconds() - started_);
+  s.running = !published_;
+  s.duration_ms =
+      fixed_duration_ms_ >= 0
+          ? fixed_duration_ms_
+          : static_cast<int64_t>(((done_ ? finished_ : NowSeconds()) - started_) * 1000);
+  s.output_bytes = bytes_[0] + bytes_[1];
+  if (published_) {
+    if (outcome_.exit_code >= 0) s.exit_code = outcome_.exit_code;
+    s.signal = outcome_.signal;
+    s.timed_out = outcome_.timed_out;
+  }
+  return s;
+}
+
 ExecOutcome ExecRecord::outcome() const {
   MutexLock lock(&mu_);
   return outcome_;
@@ -365,6 +392,13 @@ void ExecBook::Settle() {
       ++it;
     }
   }
+}
+
+std::vector<ExecSummary> ExecBook::Summaries() const {
+  std::vector<ExecSummary> out;
+  out.reserve(order_.size());
+  for (const auto& r : order_) out.push_back(r->Summary());
+  return out;
 }
 
 size_t ExecBook::Running() const {

@@ -38,6 +38,20 @@ struct ExecOutcome {
   bool not_started = false;  // `error` is the agent's: the command could not start (bad cwd)
 };
 
+// One exec as a sandbox's history lists it: what ran, when, and how it ended, without its
+// output (GET /v1/sandboxes/{id}/execs).
+struct ExecSummary {
+  std::string exec_id;
+  std::vector<std::string> argv;  // empty for a record restored from before argv was kept
+  double started_unix = 0;
+  bool running = true;
+  std::optional<int> exit_code;
+  std::string signal;
+  bool timed_out = false;
+  int64_t duration_ms = 0;
+  uint64_t output_bytes = 0;  // held on the node, both streams
+};
+
 // Output bytes a whole sandbox may hold on the host at once (all its exec records, running or
 // kept): however many commands an occupant runs, host memory stays bounded. Shared by the
 // records of one sandbox.
@@ -67,6 +81,9 @@ class ExecRecord {
   }
   bool stdin_open() const { return stdin_open_; }
   bool tty() const { return tty_; }
+  // What runs, for the sandbox's exec history. Set once, before the record is shared.
+  void SetCommand(std::vector<std::string> argv) { argv_ = std::move(argv); }
+  ExecSummary Summary() const;
 
   void AppendOutput(int stream, std::string_view data);
   void Finish(const ExecOutcome& outcome);
@@ -147,6 +164,7 @@ class ExecRecord {
   const uint64_t max_output_;
   const bool binary_;
   bool stdin_open_ = false, tty_ = false;  // SetInput
+  std::vector<std::string> argv_;          // SetCommand
   double started_ GUARDED_BY(mu_);         // monotonic; set back when restored from a spill
   mutable Mutex mu_;
   std::vector<OutputChunk> chunks_ GUARDED_BY(mu_);
@@ -189,6 +207,8 @@ class ExecBook {
   void Adopt(std::shared_ptr<ExecRecord> rec);
   std::shared_ptr<ExecRecord> Find(const std::string& id) const;
   const ExecMap& records() const { return by_id_; }
+  // The kept records, in start order.
+  std::vector<ExecSummary> Summaries() const;
   size_t Running() const;
 
  private:

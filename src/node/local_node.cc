@@ -931,8 +931,10 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::StartExec(const std::string& id,
       std::make_shared<ExecRecord>(exec_id, id, spec.max_output, spec.binary, conn->budget());
   const bool tty = spec.tty.has_value();
   rec->SetInput(spec.stdin_open || spec.channel || tty, tty);
+  rec->SetCommand(spec.argv);
   if (!opts_.spill_dir.empty() && !spec.channel) {
     auto spill = entry->journal->Begin({{"id", exec_id},
+                                        {"argv", spec.argv},
                                         {"binary", spec.binary},
                                         {"stdin_open", spec.stdin_open || tty},
                                         {"tty", tty},
@@ -965,6 +967,12 @@ Result<std::shared_ptr<ExecRecord>> LocalNode::GetExec(const std::string& id,
   auto rec = conn->FindExec(exec_id);
   if (!rec) return NotFound("exec", exec_id);
   return rec;
+}
+
+Result<std::vector<ExecSummary>> LocalNode::ExecHistory(const std::string& id) {
+  if (Fncall(id)) return fncall_->ExecHistory(id);
+  auto conn = WARREN_TRY(Conn(id));
+  return conn->ExecHistory();
 }
 
 Status LocalNode::SignalExec(const std::string& id, const std::string& exec_id, int sig) {

@@ -105,6 +105,7 @@ class LocalNode : public NodeApi {
   Result<std::shared_ptr<ExecRecord>> GetExec(const std::string& id,
                                               const std::string& exec_id) override;
   Status SignalExec(const std::string& id, const std::string& exec_id, int sig) override;
+  Result<std::vector<ExecSummary>> ExecHistory(const std::string& id) override;
   Status ResizeExec(const std::string& id, const std::string& exec_id, TerminalSize size) override;
   Result<std::string> Screenshot(const std::string& id) override;
   Status DesktopInput(const std::string& id, const std::vector<InputStep>& steps) override;

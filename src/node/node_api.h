@@ -116,6 +116,9 @@ class NodeApi {
   virtual Result<std::shared_ptr<ExecRecord>> GetExec(const std::string& id,
                                                       const std::string& exec_id) = 0;
   virtual Status SignalExec(const std::string& id, const std::string& exec_id, int sig) = 0;
+  // The commands sandbox `id` keeps (running, and its last finished ones), in start order.
+  // A sandbox that keeps none (fncall) has an empty history.
+  virtual Result<std::vector<ExecSummary>> ExecHistory(const std::string& id) = 0;
   // More input for a running command started with ExecSpec::stdin_open, tty or channel; `eof`
   // closes its stdin (a terminal gets its end-of-file character instead). kConflict when the
   // command takes no input or has ended.

@@ -142,6 +142,51 @@ Result<TerminalSize> ParseWireTerminalSize(const json& j) {
   return TerminalSize{static_cast<uint16_t>(rows), static_cast<uint16_t>(cols)};
 }
 
+json ToWire(const std::vector<ExecSummary>& execs) {
+  json list = json::array();
+  for (const ExecSummary& e : execs) {
+    json j = {{"exec_id", e.exec_id},           {"argv", e.argv},
+              {"started_unix", e.started_unix}, {"running", e.running},
+              {"timed_out", e.timed_out},       {"duration_ms", e.duration_ms},
+              {"output_bytes", e.output_bytes}};
+    if (e.exit_code) j["exit_code"] = *e.exit_code;
+    if (!e.signal.empty()) j["signal"] = e.signal;
+    list.push_back(std::move(j));
+  }
+  return {{"execs", std::move(list)}};
+}
+
+Result<std::vector<ExecSummary>> ParseWireExecHistory(const json& j) {
+  JsonFields f(j, "exec history");
+  WARREN_RETURN_IF_ERROR(f.Object());
+  const json* list = nullptr;
+  WARREN_RETURN_IF_ERROR(f.Value("execs", &list));
+  WARREN_RETURN_IF_ERROR(f.NoOthers());
+  if (!list->is_array()) return Invalid("exec history: `execs` must be an array");
+  std::vector<ExecSummary> out;
+  for (const json& item : *list) {
+    JsonFields e(item, "exec summary");
+    WARREN_RETURN_IF_ERROR(e.Object());
+    ExecSummary s;
+    int64_t exit_code = -1;
+    uint64_t duration_ms = 0;
+    WARREN_RETURN_IF_ERROR(e.String("exec_id", &s.exec_id));
+    WARREN_RETURN_IF_ERROR(e.Strings("argv", &s.argv));
+    WARREN_RETURN_IF_ERROR(e.Double("started_unix", &s.started_unix));
+    WARREN_RETURN_IF_ERROR(e.Bool("running", &s.running, true));
+    WARREN_RETURN_IF_ERROR(e.Bool("timed_out", &s.timed_out));
+    WARREN_RETURN_IF_ERROR(e.UInt("duration_ms", &duration_ms));
+    WARREN_RETURN_IF_ERROR(e.UInt("output_bytes", &s.output_bytes));
+    WARREN_RETURN_IF_ERROR(e.Int("exit_code", &exit_code, false));
+    WARREN_RETURN_IF_ERROR(e.String("signal", &s.signal, false));
+    WARREN_RETURN_IF_ERROR(e.NoOthers());
+    if (exit_code >= 0) s.exit_code = static_cast<int>(exit_code);
+    s.duration_ms = static_cast<int64_t>(duration_ms);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 Result<ExecSpec> ParseWireExecSpec(const json& j) {
   JsonFields f(j, "exec spec");
   WARREN_RETURN_IF_ERROR(f.Object());

@@ -23,6 +23,10 @@ Result<ExecSpec> ParseWireExecSpec(const nlohmann::json& j);
 // {"rows", "cols"}, each 1 to TerminalSize::kMax (an exec's `tty`, a resize).
 Result<TerminalSize> ParseWireTerminalSize(const nlohmann::json& j);
 
+// A sandbox's exec history: {"execs": [ExecSummary...]}.
+nlohmann::json ToWire(const std::vector<ExecSummary>& execs);
+Result<std::vector<ExecSummary>> ParseWireExecHistory(const nlohmann::json& j);
+
 nlohmann::json ToWire(const net::Policy& policy);
 Result<net::Policy> ParseWirePolicy(const nlohmann::json& j);
 

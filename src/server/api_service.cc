@@ -41,6 +41,7 @@ const std::vector<ApiService::RouteEntry>& ApiService::Entries() {
       {{M::kGet, "/v1/sandboxes/{id}", "sandbox:read", kJsonBodyLimit}, &S::GetSandbox},
       {{M::kDelete, "/v1/sandboxes/{id}", "sandbox:write", kJsonBodyLimit}, &S::DeleteSandbox},
       {{M::kPost, "/v1/sandboxes/{id}/exec", "exec", kJsonBodyLimit}, &S::StartExec},
+      {{M::kGet, "/v1/sandboxes/{id}/execs", "exec", kJsonBodyLimit}, &S::ExecHistory},
       {{M::kGet, "/v1/sandboxes/{id}/execs/{exec_id}", "exec", kJsonBodyLimit}, &S::GetExec},
       {{M::kGet, "/v1/sandboxes/{id}/execs/{exec_id}/stream", "exec", kJsonBodyLimit},
        &S::StreamExec},
@@ -174,6 +175,10 @@ HttpReply ApiService::StartExec(HttpRequest& r) {
   if (!started.ok()) return HttpReply::Error(started.status());
   if (!started->wait) return HttpReply::Json({{"exec_id", started->rec->id()}}, 202);
   return HttpReply::WaitExec(started->rec);
+}
+
+HttpReply ApiService::ExecHistory(HttpRequest& r) {
+  return HttpReply::Of(api_->ExecHistory(r.who, r.params.at("id")));
 }
 
 HttpReply ApiService::GetExec(HttpRequest& r) {

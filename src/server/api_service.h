@@ -55,6 +55,7 @@ class ApiService : public HttpService {
   HttpReply GetSandbox(HttpRequest&);
   HttpReply DeleteSandbox(HttpRequest&);
   HttpReply StartExec(HttpRequest&);
+  HttpReply ExecHistory(HttpRequest&);
   HttpReply GetExec(HttpRequest&);
   HttpReply StreamExec(HttpRequest&);
   HttpReply SignalExec(HttpRequest&);

@@ -15,6 +15,7 @@
 #include "net/policy.h"
 #include "node/node_wire.h"
 #include "server/input_actions.h"
+#include "server/sandbox_query.h"
 
 namespace warren::server {
 
@@ -587,42 +588,19 @@ Result<json> Api::GetSandbox(const Principal& who, const std::string& id) {
 }
 
 Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {
-  std::optional<SandboxState> want_state;
-  std::optional<std::string> want_parent;
-  std::vector<std::pair<std::string, std::string>> labels;
-  for (auto& [k, v] : q) {
-    if (k == "parent") {
-      want_parent = v;  // a fork's children (their lineage)
-    } else if (k == "state") {
-      // The contract's `deleted` is a state no record is in: it matches nothing.
-      if (v == "deleted") return json{{"sandboxes", json::array()}};
-      want_state = WARREN_TRY(ParseSandboxState(v));
-    } else if (k == "label") {
-      // Several label filters arrive joined by '&' in one value (see http_server.cc).
-      std::stringstream ss(v);
-      std::string item;
-      while (std::getline(ss, item, '&')) {
-        size_t eq = item.find('=');
-        if (eq == std::string::npos) return Invalid("label filter must be KEY=VALUE", item);
-        labels.emplace_back(item.substr(0, eq), item.substr(eq + 1));
-      }
-    } else {
-      return Invalid("unknown query parameter `" + k + "`");
-    }
-  }
-  json out = json::array();
+  const SandboxQuery query = WARREN_TRY(ParseSandboxQuery(q));
   // An unreadable store is an error, never "you have no sandboxes".
-  for (const SandboxRecord& sb : WARREN_TRY(sandboxes_.ListOrError())) {
-    if (!who.Owns(sb.owner)) continue;
-    if (want_state && sb.state != *want_state) continue;
-    if (want_parent && (!sb.lineage || sb.lineage->parent != *want_parent)) continue;
-    bool match = true;
-    for (auto& [k, v] : labels)
-      if (auto it = sb.spec.labels.find(k); it == sb.spec.labels.end() || it->second != v)
-        match = false;
-    if (match) out.push_back(ToJson(sb));
-  }
-  return json{{"sandboxes", out}};
+  const std::vector<SandboxRecord> all = WARREN_TRY(sandboxes_.ListOrError());
+  std::vector<const SandboxRecord*> visible;
+  visible.reserve(all.size());
+  for (const SandboxRecord& sb : all)
+    if (who.Owns(sb.owner)) visible.push_back(&sb);
+  const SandboxPage page = SelectPage(visible, query);
+  json out = json::array();
+  for (const SandboxRecord* sb : page.items) out.push_back(ToJson(*sb));
+  json j{{"sandboxes", std::move(out)}, {"total", page.total}};
+  if (!page.next_page_token.empty()) j["next_page_token"] = page.next_page_token;
+  return j;
 }
 
 Status Api::DeleteSandbox(const Principal& who, const std::string& id) {
@@ -826,6 +804,33 @@ Result<std::shared_ptr<node::ExecRecord>> Api::GetExec(const Principal& who, con
   if (sb.spec.trajectory) return trajectories_.GetExec(sb, exec_id);
   node::NodeApi* node = WARREN_TRY(NodeOf(sb));
   return node->GetExec(id, exec_id);
+}
+
+Result<json> Api::ExecHistory(const Principal& who, const std::string& id) {
+  SandboxRecord sb = WARREN_TRY(Sandbox(who, id));
+  std::vector<node::ExecSummary> execs;
+  // Only a live sandbox's node keeps its commands; one that ended has no history left.
+  if (IsLive(sb.state)) {
+    node::NodeApi* node = WARREN_TRY(NodeOf(sb));
+    auto got = node->ExecHistory(id);
+    if (got.ok())
+      execs = std::move(*got);
+    else if (got.status().code() != Code::kNotFound)
+      return got.status();
+  }
+  json list = json::array();
+  for (const node::ExecSummary& e : execs) {
+    list.push_back({{"exec_id", e.exec_id},
+                    {"argv", e.argv},
+                    {"started_at", Rfc3339(e.started_unix)},
+                    {"state", e.running ? "running" : "exited"},
+                    {"exit_code", e.exit_code ? json(*e.exit_code) : json(nullptr)},
+                    {"signal", e.signal.empty() ? json(nullptr) : json(e.signal)},
+                    {"timed_out", e.timed_out},
+                    {"duration_ms", e.duration_ms},
+                    {"output_bytes", e.output_bytes}});
+  }
+  return json{{"execs", std::move(list)}};
 }
 
 Status Api::SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,

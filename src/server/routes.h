@@ -110,6 +110,9 @@ class Api {
   Result<ExecStart> StartExec(const Principal& who, const std::string& id, ExecRequest r);
   Result<std::shared_ptr<node::ExecRecord>> GetExec(const Principal& who, const std::string& id,
                                                     const std::string& exec_id);
+  // The commands a live sandbox's node keeps (running and the last finished ones), oldest
+  // first, without their output: {"execs": [...]}.
+  Result<nlohmann::json> ExecHistory(const Principal& who, const std::string& id);
   Status SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,
                     const std::string& body);
   Status SignalExec(const Principal& who, const std::string& id, const std::string& exec_id,

@@ -96,6 +96,32 @@ TEST_F(ApiTest, ASandboxLivesAndGoesThroughItsRecord) {
   EXPECT_EQ(tokens_->Authenticate("Bearer secret")->name, "admin");
 }
 
+TEST_F(ApiTest, ASandboxsExecHistoryListsItsCommandsWithoutOutput) {
+  const std::string id = Create({{"image", "py:1"}}, alice_)["id"];
+  Exec(id, {"hostname"}, alice_);
+  Exec(id, {"exit", "3"}, alice_);
+  auto held = api_->StartExec(alice_, id, R"({"argv": ["hold"], "wait": false})");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  auto h = api_->ExecHistory(alice_, id);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  const json& execs = (*h)["execs"];
+  ASSERT_EQ(execs.size(), 3u);
+  std::map<std::string, json> by_cmd;
+  for (const json& e : execs) {
+    EXPECT_FALSE(e.contains("stdout"));
+    EXPECT_EQ(e["started_at"].get<std::string>().size(), 24u);  // RFC 3339, milliseconds
+    by_cmd[e["argv"][0]] = e;
+  }
+  EXPECT_EQ(by_cmd["hostname"]["exit_code"], 0);
+  EXPECT_EQ(by_cmd["hostname"]["output_bytes"], id.size() + 1);
+  EXPECT_EQ(by_cmd["exit"]["exit_code"], 3);
+  EXPECT_EQ(by_cmd["hold"]["state"], "running");
+  EXPECT_TRUE(by_cmd["hold"]["exit_code"].is_null());
+  // Another principal does not see it; a sandbox that is gone has no history.
+  EXPECT_EQ(api_->ExecHistory(Principal{"bob", {"sandbox:*"}, {}}, id).status().code(),
+            Code::kNotFound);
+}
+
 TEST_F(ApiTest, ANodeFailureIsInternalAndLeavesNoRecordAndNoQuota) {
   // A host ENOENT in the node's own work is not the tenant's not_found.
   node_.fail_next["create"] = ErrnoStatus("mount layer", "/var/lib/warren/blobs/x", ENOENT);

@@ -163,7 +163,9 @@ class FakeNode : public node::NodeApi {
       if (!rec) {
         rec = std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary);
         sb.execs[exec_id] = rec;
-      } else {
+      }
+      rec->SetCommand(a);
+      if (a.size() == 1 && a[0] == "hold") {
         if (spec.on_record) spec.on_record(rec);
         return rec;  // held
       }
@@ -186,6 +188,14 @@ class FakeNode : public node::NodeApi {
   }
   Status SignalExec(const std::string& id, const std::string&, int) override {
     return Op("signal", id);
+  }
+  Result<std::vector<node::ExecSummary>> ExecHistory(const std::string& id) override {
+    std::lock_guard lock(mu);
+    auto it = sandboxes.find(id);
+    if (it == sandboxes.end()) return NotFound("sandbox", id);
+    std::vector<node::ExecSummary> out;
+    for (const auto& [eid, rec] : it->second.execs) out.push_back(rec->Summary());
+    return out;
   }
   Status WriteExecStdin(const std::string& id, const std::string&, std::string_view,
                         bool) override {
@@ -316,6 +326,9 @@ class ForwardingNode : public node::NodeApi {
   }
   Status SignalExec(const std::string& id, const std::string& exec_id, int sig) override {
     return to_->SignalExec(id, exec_id, sig);
+  }
+  Result<std::vector<node::ExecSummary>> ExecHistory(const std::string& id) override {
+    return to_->ExecHistory(id);
   }
   Status WriteExecStdin(const std::string& id, const std::string& exec_id, std::string_view data,
                         bool eof) override {

@@ -110,6 +110,28 @@ TEST(NodeWire, ExecSpecCarriesItsTerminalAndOpenStdin) {
   EXPECT_TRUE(ParseWireTerminalSize({{"rows", 1000}, {"cols", 1}}).ok());
 }
 
+TEST(NodeWire, ExecHistoryRoundTripsAndRefusesStrangers) {
+  ExecSummary done{"ex-1", {"sh", "-c", "exit 3"}, 1765000000.5, false, 3, "", false, 12, 40};
+  ExecSummary killed{"ex-2",    {"sleep", "9"}, 1765000001.0, false, std::nullopt,
+                     "SIGKILL", true,           900,          0};
+  ExecSummary running{"ex-3", {"yes"}, 1765000002.0, true, std::nullopt, "", false, 5, 4096};
+  auto back = ParseWireExecHistory(ToWire(std::vector<ExecSummary>{done, killed, running}));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 3u);
+  EXPECT_EQ((*back)[0].argv, done.argv);
+  EXPECT_EQ((*back)[0].exit_code, 3);
+  EXPECT_DOUBLE_EQ((*back)[0].started_unix, done.started_unix);
+  EXPECT_EQ((*back)[1].signal, "SIGKILL");
+  EXPECT_FALSE((*back)[1].exit_code.has_value());
+  EXPECT_TRUE((*back)[1].timed_out);
+  EXPECT_TRUE((*back)[2].running);
+  EXPECT_EQ((*back)[2].output_bytes, 4096u);
+  json bad = ToWire(std::vector<ExecSummary>{done});
+  bad["execs"][0]["host_path"] = "/var/lib/warren";
+  EXPECT_EQ(ParseWireExecHistory(bad).status().code(), Code::kInvalid);
+  EXPECT_EQ(ParseWireExecHistory(json{{"execs", 3}}).status().code(), Code::kInvalid);
+}
+
 TEST(NodeWire, ChangesAndPoliciesRoundTrip) {
   isolation::ChangeReport r;
   r.truncated = true;

@@ -118,6 +118,13 @@ Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::GetExec(const std::st
   return rec;
 }
 
+Result<std::vector<node::ExecSummary>> FncallSandboxes::ExecHistory(const std::string& id) {
+  auto box = Find(id);
+  if (!box) return NotFound("sandbox", id);
+  MutexLock lock(&mu_);
+  return box->execs.Summaries();
+}
+
 void FncallSandboxes::JoinFinished() {
   std::vector<Worker> done;
   {
@@ -148,8 +155,10 @@ Result<std::shared_ptr<node::ExecRecord>> FncallSandboxes::StartExec(const std::
   JoinFinished();
   auto rec =
       std::make_shared<node::ExecRecord>(exec_id, id, spec.max_output, spec.binary, box->budget);
+  rec->SetCommand(spec.argv);
   if (box->journal) {
     auto spill = box->journal->Begin({{"id", exec_id},
+                                      {"argv", spec.argv},
                                       {"binary", spec.binary},
                                       {"max_output", spec.max_output},
                                       {"started_unix", UnixNow()}});

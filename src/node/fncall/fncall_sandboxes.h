@@ -42,6 +42,7 @@ class FncallSandboxes {
   Result<std::shared_ptr<node::ExecRecord>> StartExec(const std::string& id,
                                                       const std::string& exec_id,
                                                       const node::ExecSpec& spec);
+  Result<std::vector<node::ExecSummary>> ExecHistory(const std::string& id);
   Result<std::shared_ptr<node::ExecRecord>> GetExec(const std::string& id,
                                                     const std::string& exec_id);
   // What a fncall sandbox cannot do (files, pause, signals, stdin): 409 saying why.

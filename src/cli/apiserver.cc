@@ -167,6 +167,7 @@ int RunApiServer(const ApiServerFlags& f) {
                               [&fleet](const std::string& node) { return fleet.Node(node); });
   api.SetCalls(&calls);
   api.StartReaper();
+  api.StartHistory();
   // Creates a dead replica left half-made: every replica looks, the first to remove one wins.
   Periodic orphan_sweep(std::chrono::seconds(2), [&api] { api.CleanOrphanedCreates(); });
   // Every sandbox's TTL, whichever replica made it: one replica at a time sweeps the TTL index.

@@ -129,6 +129,7 @@ int Serve(const std::string& listen, const std::string& data_dir, const NodeFlag
   if (stale > 0) spdlog::warn("reaped {} sandbox cgroup(s) left by an earlier run", stale);
   api.SweepBlobs();
   api.StartReaper();
+  api.StartHistory();
   server::ServerOptions sopts;
   sopts.listen = listen;
   server::ApiService service(&api, &tokens);

@@ -18,6 +18,7 @@ const std::vector<ApiService::RouteEntry>& ApiService::Entries() {
       {{M::kGet, "/healthz", "", kJsonBodyLimit, BodyTo::kMemory, true}, &S::Health},
       {{M::kHead, "/healthz", "", kJsonBodyLimit, BodyTo::kMemory, true}, &S::Health},
       {{M::kGet, "/metrics", "", kJsonBodyLimit}, &S::Metrics},
+      {{M::kGet, "/v1/stats", "", kJsonBodyLimit}, &S::Stats},
       {{M::kGet, "/v1/nodes", "", kJsonBodyLimit}, &S::Nodes},
       {{M::kPost, "/v1/nodes/{name}/cordon", "admin", kJsonBodyLimit}, &S::CordonNode},
       {{M::kPost, "/v1/nodes/{name}/uncordon", "admin", kJsonBodyLimit}, &S::UncordonNode},
@@ -85,6 +86,8 @@ HttpReply ApiService::Handle(int route, HttpRequest& req) {
 }
 
 HttpReply ApiService::Health(HttpRequest&) { return HttpReply::Json({{"ok", true}}); }
+
+HttpReply ApiService::Stats(HttpRequest&) { return HttpReply::Json(api_->Stats()); }
 
 HttpReply ApiService::Metrics(HttpRequest&) {
   return HttpReply::Raw(api_->Metrics(), "text/plain; version=0.0.4");

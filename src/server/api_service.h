@@ -32,6 +32,7 @@ class ApiService : public HttpService {
   // One handler per route (see Entries()).
   HttpReply Health(HttpRequest&);
   HttpReply Metrics(HttpRequest&);
+  HttpReply Stats(HttpRequest&);
   HttpReply Nodes(HttpRequest&);
   HttpReply CordonNode(HttpRequest&);
   HttpReply UncordonNode(HttpRequest&);

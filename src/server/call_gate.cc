@@ -53,7 +53,36 @@ Result<json> CallGate::Admit(const Principal& who, int64_t n,
   auto t0 = std::chrono::steady_clock::now();
   auto r = run();
   seconds_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  CountVerdicts(r);
   return r;
+}
+
+void CallGate::CountVerdicts(const Result<json>& r) {
+  auto verdict_of = [](const json& one) -> std::string {
+    if (auto v = one.find("verdict"); v != one.end() && v->is_string()) return *v;
+    return "error";
+  };
+  MutexLock lock(&mu_);
+  if (!r.ok()) {
+    ++verdicts_["error"];
+    return;
+  }
+  if (auto batch = r->find("results"); batch != r->end() && batch->is_array()) {
+    for (const json& one : *batch) ++verdicts_[verdict_of(one)];
+    return;
+  }
+  ++verdicts_[verdict_of(*r)];
+}
+
+CallGate::Stats CallGate::stats() const {
+  Stats s;
+  if (json st = calls_ ? calls_->Stats() : json(); st.contains("runners"))
+    s.runners = st["runners"];
+  MutexLock lock(&mu_);
+  s.admitted = admitted_;
+  s.refused = refused_;
+  s.verdicts = verdicts_;
+  return s;
 }
 
 std::string CallGate::RenderMetrics() const {
@@ -73,6 +102,9 @@ std::string CallGate::RenderMetrics() const {
   o << "# TYPE warren_calls_admitted_total counter\nwarren_calls_admitted_total " << admitted_
     << "\n";
   o << "# TYPE warren_calls_refused_total counter\nwarren_calls_refused_total " << refused_ << "\n";
+  o << "# TYPE warren_call_verdicts_total counter\n";
+  for (const auto& [verdict, n] : verdicts_)
+    o << "warren_call_verdicts_total{verdict=\"" << verdict << "\"} " << n << "\n";
   return o.str();
 }
 

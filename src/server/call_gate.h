@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -34,6 +35,14 @@ class CallGate {
   // The calls' lines of /metrics.
   std::string RenderMetrics() const;
 
+  // What the dashboard shows of calls: counts so far and the node's runner pool.
+  struct Stats {
+    uint64_t admitted = 0, refused = 0;
+    std::map<std::string, uint64_t> verdicts;          // a call's verdict, or "error" (no verdict)
+    nlohmann::json runners = nlohmann::json::array();  // the service's runners, as it says
+  };
+  Stats stats() const;
+
  private:
   // Runs `n` calls' worth of work under the caller's call quotas, counting them.
   Result<nlohmann::json> Admit(const Principal& who, int64_t n,
@@ -45,6 +54,9 @@ class CallGate {
   mutable Mutex mu_;
   uint64_t admitted_ GUARDED_BY(mu_) = 0;
   uint64_t refused_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t> verdicts_ GUARDED_BY(mu_);
+  // Counts the verdicts of a call's or a batch's answer.
+  void CountVerdicts(const Result<nlohmann::json>& r);
 };
 
 }  // namespace warren::server

@@ -12,6 +12,11 @@ void Histogram::Observe(double s) {
   sum_ += s;
 }
 
+Histogram::Totals Histogram::totals() const {
+  MutexLock lock(&mu_);
+  return {total_, sum_};
+}
+
 std::string Histogram::Render(const std::string& name) const {
   MutexLock lock(&mu_);
   std::ostringstream o;

@@ -14,6 +14,12 @@ class Histogram {
   void Observe(double seconds);
   // The histogram in the text exposition format, as metric `name`.
   std::string Render(const std::string& name) const;
+  // Observations so far and their sum (seconds).
+  struct Totals {
+    uint64_t count = 0;
+    double sum = 0;
+  };
+  Totals totals() const;
 
  private:
   // From 100 us: placement and reservations are measured here too, and their goal is in ms.

@@ -59,6 +59,8 @@ Api::Api(StateStore* state, StateStore* durable, node::Fleet* fleet, image::Laye
                [this] {
                  for (const auto& lease : leases_.TakeExpired()) ExpireLease(lease);
                }}),
+      // An hour at 10 s a sample.
+      history_([this] { return SampleCounters(); }, std::chrono::seconds(10), 360),
       trajectories_(durable, fleet, &sandboxes_,
                     [this](double seconds) { exec_seconds_.Observe(seconds); }) {
   // A store that counts shares is a cluster's, shared by API server replicas: quotas are
@@ -98,7 +100,10 @@ void Api::NodeLost(const std::string& node, const std::string& reason) {
   if (n > 0) spdlog::warn("node {} left: {} sandbox(es) lost ({})", node, n, reason);
 }
 
-Api::~Api() { StopReaper(); }
+Api::~Api() {
+  StopHistory();
+  StopReaper();
+}
 
 void Api::StartReaper() { reaper_.Start(); }
 
@@ -1175,6 +1180,40 @@ Result<json> Api::SetNodeAdmin(const std::string& node, NodeAdmin action) {
   }
   out["deleted"] = deleted;
   return out;
+}
+
+FleetSample Api::SampleCounters() const {
+  FleetSample s;
+  const Histogram::Totals creates = create_seconds_.totals(), execs = exec_seconds_.totals();
+  s.creates = creates.count;
+  s.create_seconds = creates.sum;
+  s.execs = execs.count;
+  s.exec_seconds = execs.sum;
+  s.calls = calls_.stats().admitted;
+  for (const auto& [key, n] : sandboxes_.counts())
+    if (n > 0) s.sandboxes[std::string(StateName(key.second))] += n;
+  return s;
+}
+
+json Api::Stats() {
+  json history = json::array();
+  for (const FleetSample& s : history_.Samples())
+    history.push_back({{"at", Rfc3339(s.unix_time)},
+                       {"creates", s.creates},
+                       {"create_seconds", s.create_seconds},
+                       {"execs", s.execs},
+                       {"exec_seconds", s.exec_seconds},
+                       {"calls", s.calls},
+                       {"sandboxes", s.sandboxes}});
+  const CallGate::Stats calls = calls_.stats();
+  return {{"interval_s", std::chrono::duration<double>(history_.interval()).count()},
+          {"history", std::move(history)},
+          {"calls",
+           {{"enabled", calls_.enabled()},
+            {"admitted", calls.admitted},
+            {"refused", calls.refused},
+            {"verdicts", calls.verdicts},
+            {"runners", calls.runners}}}};
 }
 
 std::string Api::Metrics() {

@@ -21,6 +21,7 @@
 #include "server/layer_service.h"
 #include "server/leases.h"
 #include "server/metrics.h"
+#include "server/metrics_history.h"
 #include "server/quota.h"
 #include "server/rate_gate.h"
 #include "server/reaper.h"
@@ -180,6 +181,11 @@ class Api {
   enum class NodeAdmin { kCordon, kUncordon, kDrain };
   Result<nlohmann::json> SetNodeAdmin(const std::string& node, NodeAdmin action);
   std::string Metrics();
+  // The dashboard's figures (GET /v1/stats): the last hour of this API server's samples and
+  // its calls' verdicts and runner pool. Sampling runs between StartHistory and StopHistory.
+  nlohmann::json Stats();
+  void StartHistory() { history_.Start(); }
+  void StopHistory() { history_.Stop(); }
   void CountError(Code code);
   std::string TempPath(const std::string& what) const { return layers_.TempPath(what); }
 
@@ -254,6 +260,8 @@ class Api {
   Histogram create_seconds_, exec_seconds_, placement_seconds_;
   CallGate calls_;        // after quota_, whose tracker it shares
   SandboxReaper reaper_;  // after what its hooks use
+  // After what it samples: the counters above.
+  MetricsHistory history_;
   // Marks the sandbox as used now (idle timeout).
   void Touch(const SandboxRecord& sb);
   // The idle timeout this replica's reaper keeps for `spec` (none where use is recorded).
@@ -262,6 +270,7 @@ class Api {
   // Gives back the quota share and the node room a sandbox record held (once).
   void ReleaseQuotaOf(const SandboxRecord& sb);
   ErrorCounts errors_;
+  FleetSample SampleCounters() const;
   // Last: destroyed first, draining its recorder (which updates sandbox records).
   TrajectoryService trajectories_;
 };

@@ -12,6 +12,7 @@
 #include "node/fncall/call_pool.h"
 #include "server/call_gate.h"
 #include "server/metrics.h"
+#include "server/metrics_history.h"
 #include "server/reaper.h"
 
 namespace warren::server {
@@ -59,6 +60,73 @@ TEST(CallGate, ABatchCountsAsManyCallsAsItHolds) {
   EXPECT_TRUE(Has(m, "warren_call_seconds_count 1")) << m;
   EXPECT_TRUE(Has(m, "warren_calls_running 0")) << m;
   service.Shutdown();
+}
+
+// A fncall service that answers what the test scripted.
+class ScriptedCalls : public fncall::Calls {
+ public:
+  Result<json> Call(const json& rq) override {
+    if (rq.value("code", "") == "fail") return Internal("call", "runner", "died");
+    return json{{"verdict", rq.value("code", "ok")}};
+  }
+  Result<json> CallBatch(const json& rq) override {
+    json out = json::array();
+    for (const json& c : rq["calls"]) {
+      auto r = Call(c);
+      out.push_back(r.ok() ? *r : json{{"error", {{"code", "internal"}}}});
+    }
+    return json{{"results", out}};
+  }
+  json Stats() const override {
+    return {{"runners", json::array({{{"id", "r1"}, {"inflight", 0}}})}, {"calls", 0}};
+  }
+  void Shutdown() override {}
+};
+
+TEST(CallGate, CountsEachCallsVerdictForTheDashboard) {
+  ScriptedCalls calls;
+  QuotaTracker quota;
+  CallGate gate(&quota);
+  gate.SetService(&calls);
+  ASSERT_TRUE(gate.Call(Caller(8), R"({"code":"ok"})").ok());
+  ASSERT_TRUE(gate.Call(Caller(8), R"({"code":"wrong_answer"})").ok());
+  EXPECT_FALSE(gate.Call(Caller(8), R"({"code":"fail"})").ok());
+  ASSERT_TRUE(
+      gate.CallBatch(Caller(8), R"({"calls":[{"code":"ok"},{"code":"timeout"},{"code":"fail"}]})")
+          .ok());
+  const CallGate::Stats st = gate.stats();
+  EXPECT_EQ(st.admitted, 6u);
+  EXPECT_EQ(st.verdicts, (std::map<std::string, uint64_t>{
+                             {"ok", 2}, {"wrong_answer", 1}, {"timeout", 1}, {"error", 2}}));
+  EXPECT_EQ(st.runners.size(), 1u);
+  EXPECT_TRUE(Has(gate.RenderMetrics(), "warren_call_verdicts_total{verdict=\"ok\"} 2"));
+}
+
+TEST(MetricsHistory, KeepsTheLastSamplesAndAddsOneTakenNow) {
+  uint64_t creates = 0;
+  MetricsHistory history(
+      [&] {
+        FleetSample s;
+        s.creates = creates;
+        s.sandboxes["running"] = static_cast<int64_t>(creates);
+        return s;
+      },
+      std::chrono::hours(1), 360);
+  for (int i = 0; i < 400; ++i) {
+    creates = static_cast<uint64_t>(i);
+    history.SampleNow();
+  }
+  creates = 1000;
+  auto samples = history.Samples();
+  ASSERT_EQ(samples.size(), 361u);
+  EXPECT_EQ(samples.front().creates, 40u);  // the 40 oldest went
+  EXPECT_EQ(samples[359].creates, 399u);
+  EXPECT_EQ(samples.back().creates, 1000u);
+  EXPECT_GE(samples.back().unix_time, samples.front().unix_time);
+  EXPECT_GT(samples.front().unix_time, 1.7e9);
+  // The thread samples at once when started and stops promptly (its interval is an hour).
+  history.Start();
+  history.Stop();
 }
 
 struct ReaperProbe {

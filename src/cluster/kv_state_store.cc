@@ -169,6 +169,15 @@ Result<std::vector<json>> KvStateStore::ReadSandboxes() {
   return all;
 }
 
+Result<std::vector<server::StateStore::StoredText>> KvStateStore::ReadSandboxTexts() {
+  auto listed = WARREN_TRY(kv_->List(keys::kSandboxes));
+  std::vector<StoredText> out;
+  out.reserve(listed.kvs.size());
+  for (auto& item : listed.kvs)
+    out.push_back({item.key.substr(keys::kSandboxes.size()), std::move(item.value)});
+  return out;
+}
+
 Status KvStateStore::RemoveWith(const std::string& id, const std::vector<Compare>& compare) {
   auto item = kv_->Get(keys::Sandbox(id));
   if (!item.ok() && item.status().code() == Code::kNotFound)  // removing what is gone

@@ -33,6 +33,7 @@ class KvStateStore : public server::StateStore {
   Result<nlohmann::json> GetSandbox(const std::string& id) override;
   std::vector<nlohmann::json> ListSandboxes() override;  // logs an error, answers empty
   Result<std::vector<nlohmann::json>> ReadSandboxes() override;
+  Result<std::vector<StoredText>> ReadSandboxTexts() override;
   Status RemoveSandbox(const std::string& id) override;
   // The stamp is the key's mod revision; the write compares it in one transaction.
   Result<Stamped> GetSandboxStamped(const std::string& id) override;

@@ -76,8 +76,6 @@ void CallGate::CountVerdicts(const Result<json>& r) {
 
 CallGate::Stats CallGate::stats() const {
   Stats s;
-  if (json st = calls_ ? calls_->Stats() : json(); st.contains("runners"))
-    s.runners = st["runners"];
   MutexLock lock(&mu_);
   s.admitted = admitted_;
   s.refused = refused_;

@@ -35,11 +35,10 @@ class CallGate {
   // The calls' lines of /metrics.
   std::string RenderMetrics() const;
 
-  // What the dashboard shows of calls: counts so far and the node's runner pool.
+  // What the dashboard shows of calls: counts so far (the runner pools are the nodes').
   struct Stats {
     uint64_t admitted = 0, refused = 0;
-    std::map<std::string, uint64_t> verdicts;          // a call's verdict, or "error" (no verdict)
-    nlohmann::json runners = nlohmann::json::array();  // the service's runners, as it says
+    std::map<std::string, uint64_t> verdicts;  // a call's verdict, or "error" (no verdict)
   };
   Stats stats() const;
 

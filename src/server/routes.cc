@@ -595,11 +595,11 @@ Result<json> Api::GetSandbox(const Principal& who, const std::string& id) {
 Result<json> Api::ListSandboxes(const Principal& who, const Query& q) {
   const SandboxQuery query = WARREN_TRY(ParseSandboxQuery(q));
   // An unreadable store is an error, never "you have no sandboxes".
-  const std::vector<SandboxRecord> all = WARREN_TRY(sandboxes_.ListOrError());
+  const std::vector<SandboxTable::Shared> all = WARREN_TRY(sandboxes_.ListShared());
   std::vector<const SandboxRecord*> visible;
   visible.reserve(all.size());
-  for (const SandboxRecord& sb : all)
-    if (who.Owns(sb.owner)) visible.push_back(&sb);
+  for (const SandboxTable::Shared& sb : all)
+    if (who.Owns(sb->owner)) visible.push_back(sb.get());
   const SandboxPage page = SelectPage(visible, query);
   json out = json::array();
   for (const SandboxRecord* sb : page.items) out.push_back(ToJson(*sb));
@@ -1206,6 +1206,17 @@ json Api::Stats() {
                        {"calls", s.calls},
                        {"sandboxes", s.sandboxes}});
   const CallGate::Stats calls = calls_.stats();
+  // The runner pools are the nodes' (a cluster's API servers only send calls on): as each
+  // node reports its own, labelled with the node.
+  json runners = json::array();
+  for (const json& info : fleet_->Infos()) {
+    auto fncall = info.find("fncall");
+    if (fncall == info.end() || !fncall->is_object() || !fncall->contains("runners")) continue;
+    for (json r : (*fncall)["runners"]) {
+      r["node"] = info.value("name", "");
+      runners.push_back(std::move(r));
+    }
+  }
   return {{"interval_s", std::chrono::duration<double>(history_.interval()).count()},
           {"history", std::move(history)},
           {"calls",
@@ -1213,7 +1224,7 @@ json Api::Stats() {
             {"admitted", calls.admitted},
             {"refused", calls.refused},
             {"verdicts", calls.verdicts},
-            {"runners", calls.runners}}}};
+            {"runners", std::move(runners)}}}};
 }
 
 std::string Api::Metrics() {

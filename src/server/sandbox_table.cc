@@ -35,6 +35,32 @@ Result<std::vector<SandboxRecord>> SandboxTable::ListOrError() {
   return out;
 }
 
+Result<std::vector<SandboxTable::Shared>> SandboxTable::ListShared() {
+  std::vector<StateStore::StoredText> texts = WARREN_TRY(store_->ReadSandboxTexts());
+  std::vector<Shared> out;
+  out.reserve(texts.size());
+  std::unordered_map<std::string, Parsed> next;
+  next.reserve(texts.size());
+  MutexLock lock(&parsed_mu_);
+  for (auto& [id, text] : texts) {
+    Parsed p;
+    if (auto it = parsed_.find(id); it != parsed_.end() && it->second.text == text) {
+      p = std::move(it->second);
+    } else {
+      auto rec = ParseSandboxRecord(nlohmann::json::parse(text, nullptr, false));
+      if (!rec.ok()) {
+        spdlog::error("skipping a sandbox record that does not parse: {}", rec.status().ToString());
+        continue;
+      }
+      p = {std::move(text), std::make_shared<const SandboxRecord>(std::move(*rec))};
+    }
+    out.push_back(p.rec);
+    next.emplace(id, std::move(p));
+  }
+  parsed_ = std::move(next);  // records that went are forgotten
+  return out;
+}
+
 Result<SandboxRecord> SandboxTable::Get(const std::string& id) {
   json j = WARREN_TRY(store_->GetSandbox(id));
   auto rec = ParseSandboxRecord(j);

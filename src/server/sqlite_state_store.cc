@@ -131,6 +131,16 @@ std::vector<nlohmann::json> SqliteStateStore::ListSandboxes() {
   return out;
 }
 
+Result<std::vector<StateStore::StoredText>> SqliteStateStore::ReadSandboxTexts() {
+  MutexLock lock(&mu_);
+  Stmt st(db_, "SELECT id, doc FROM sandboxes");
+  std::vector<StoredText> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) out.push_back({st.Text(0), st.Text(1)});
+  if (rc != SQLITE_DONE) return DbError(db_, "list sandboxes");
+  return out;
+}
+
 Status SqliteStateStore::RemoveSandbox(const std::string& id) {
   MutexLock lock(&mu_);
   Stmt st(db_, "DELETE FROM sandboxes WHERE id = ?");

@@ -21,6 +21,7 @@ class SqliteStateStore : public StateStore {
   Status PutSandbox(const nlohmann::json& sandbox) override;
   Result<nlohmann::json> GetSandbox(const std::string& id) override;
   std::vector<nlohmann::json> ListSandboxes() override;
+  Result<std::vector<StoredText>> ReadSandboxTexts() override;
   Status RemoveSandbox(const std::string& id) override;
   Status RemoveSandboxIf(const std::string& id, const std::string& stamp) override;
   // The stamp is the stored text itself: one process writes, so comparing it is enough.

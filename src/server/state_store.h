@@ -35,6 +35,16 @@ class StateStore {
   // The same, or the store's error (a caller that answers a tenant must not take an
   // unreadable store for an empty one).
   virtual Result<std::vector<nlohmann::json>> ReadSandboxes() { return ListSandboxes(); }
+  // Every record as stored, unparsed and in no particular order: (id, document text). A
+  // reader that keeps what it parsed before parses only the records that changed since.
+  struct StoredText {
+    std::string id, text;
+  };
+  virtual Result<std::vector<StoredText>> ReadSandboxTexts() {
+    std::vector<StoredText> out;
+    for (const auto& j : WARREN_TRY(ReadSandboxes())) out.push_back({j.value("id", ""), j.dump()});
+    return out;
+  }
   virtual Status RemoveSandbox(const std::string& id) = 0;
   // A sandbox record with the stamp of its version (opaque; it changes with every write).
   struct Stamped {

@@ -33,4 +33,5 @@ WARREN_E2E_TARGET=cluster /usr/bin/python3 -m pytest -q -p no:cacheprovider --ti
   tests/e2e/test_network.py tests/e2e/test_https_cache.py tests/e2e/test_package_mirror.py \
   tests/e2e/test_tls_client.py \
   tests/e2e/test_oci_import.py tests/e2e/test_terminal.py tests/e2e/test_desktop.py \
+  tests/e2e/test_dashboard.py \
   tests/e2e/test_openapi.py

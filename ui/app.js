@@ -6,11 +6,12 @@
 
 const TOKEN_KEY = "warren.token";
 const REFRESH_MS = 2000;
-const HOUR_OF_SAMPLES = 3600 * 1000 / REFRESH_MS;
+const PAGE_SIZE = 100;
+const HOUR_MS = 3600 * 1000;  // sandboxes a list page asks the server for
 
 let timer = null;     // the current view's refresh
 let aborter = null;   // the current view's open streams
-const samples = [];   // fleet charts: what this tab has seen, at most an hour of it
+let generation = 0;   // renders so far: a render overtaken by a newer one sets no timer
 
 class ApiError extends Error {
   constructor(status, code, message) {
@@ -122,7 +123,8 @@ function chart(title, points, unit) {
   svg.setAttribute("role", "img");
   svg.setAttribute("aria-label", title);
   const max = Math.max(1e-9, ...points.map((p) => p.v));
-  const t0 = points.length ? points[0].t : 0, t1 = points.length ? points[points.length - 1].t : 1;
+  // The x axis is the last hour, whatever part of it the server has samples for.
+  const t1 = points.length ? points[points.length - 1].t : Date.now(), t0 = t1 - HOUR_MS;
   const x = (t) => pad + (w - 2 * pad) * (t1 > t0 ? (t - t0) / (t1 - t0) : 1);
   const y = (v) => h - pad - (h - 2 * pad) * (v / max);
   const text = (tx, ty, s) => {
@@ -131,6 +133,8 @@ function chart(title, points, unit) {
     e.textContent = s;
     svg.append(e);
   };
+  text(pad, h - 8, "an hour ago");
+  text(w - pad - 22, h - 8, "now");
   text(pad, 14, `${title} (now ${points.length ? points[points.length - 1].v.toFixed(2) : "-"} ${unit}, max ${max.toFixed(2)})`);
   if (points.length > 1) {
     const line = document.createElementNS(svg.namespaceURI, "polyline");
@@ -145,10 +149,29 @@ function chart(title, points, unit) {
 
 // --- views -----------------------------------------------------------------------------
 
+// Rates and mean latencies over the hour the server kept (GET /v1/stats): the difference of
+// each two samples; a counter that went down is a restart of the server, not a point.
+function historySeries(history) {
+  const rate = [], createLat = [], execLat = [], live = [], calls = [];
+  for (let i = 1; i < history.length; i++) {
+    const a = history[i - 1], b = history[i];
+    const t = Date.parse(b.at), dt = (t - Date.parse(a.at)) / 1000;
+    if (dt <= 0 || b.creates < a.creates || b.execs < a.execs || b.calls < a.calls) continue;
+    const dc = b.creates - a.creates, de = b.execs - a.execs;
+    rate.push({ t, v: dc / dt });
+    calls.push({ t, v: (b.calls - a.calls) / dt });
+    createLat.push({ t, v: dc > 0 ? 1000 * (b.create_seconds - a.create_seconds) / dc : 0 });
+    execLat.push({ t, v: de > 0 ? 1000 * (b.exec_seconds - a.exec_seconds) / de : 0 });
+    live.push({ t, v: (b.sandboxes.running || 0) + (b.sandboxes.paused || 0) });
+  }
+  return { rate, createLat, execLat, live, calls };
+}
+
 async function fleetView(main) {
-  const [nodes, metricsText] = await Promise.all([
+  const [nodes, metricsText, stats] = await Promise.all([
     apiJson("/v1/nodes").catch((e) => e),
     api("/metrics").then((r) => r.text()).catch((e) => e),
+    apiJson("/v1/stats").catch((e) => e),
   ]);
   const parts = [el("h1", {}, "Fleet")];
   if (!(metricsText instanceof Error)) {
@@ -159,37 +182,25 @@ async function fleetView(main) {
       backends[s.labels.backend] = (backends[s.labels.backend] || 0) + s.value;
     }
     const total = Object.values(states).reduce((a, b) => a + b, 0);
+    const link = (q) => "#/sandboxes?" + new URLSearchParams(q);
     parts.push(el("div", { class: "tiles", id: "sandbox-counts" },
       el("div", { class: "tile" }, el("div", { class: "n", id: "sandboxes-total" }, total),
         el("div", { class: "l" }, "sandboxes")),
-      Object.entries(states).map(([k, v]) => el("div", { class: "tile", "data-state": k },
+      Object.entries(states).map(([k, v]) => el("a", { class: "tile", "data-state": k, href: link({ state: k }) },
         el("div", { class: "n" }, v), el("div", { class: "l" }, k))),
-      Object.entries(backends).map(([k, v]) => el("div", { class: "tile", "data-backend": k },
+      Object.entries(backends).map(([k, v]) => el("a", { class: "tile", "data-backend": k, href: link({ backend: k }) },
         el("div", { class: "n" }, v), el("div", { class: "l" }, "backend " + k)))));
-    const now = Date.now();
-    const sample = {
-      t: now,
-      creates: sum(m, "warren_create_seconds_count"),
-      createSum: sum(m, "warren_create_seconds_sum"),
-      execs: sum(m, "warren_exec_seconds_count"),
-      execSum: sum(m, "warren_exec_seconds_sum"),
-    };
-    samples.push(sample);
-    while (samples.length > HOUR_OF_SAMPLES) samples.shift();
-    const rate = [], createLat = [], execLat = [];
-    for (let i = 1; i < samples.length; i++) {
-      const a = samples[i - 1], b = samples[i], dt = (b.t - a.t) / 1000;
-      if (dt <= 0 || b.creates < a.creates) continue;  // a restart reset the counters
-      rate.push({ t: b.t, v: (b.creates - a.creates) / dt });
-      const dc = b.creates - a.creates, de = b.execs - a.execs;
-      createLat.push({ t: b.t, v: dc > 0 ? 1000 * (b.createSum - a.createSum) / dc : 0 });
-      execLat.push({ t: b.t, v: de > 0 ? 1000 * (b.execSum - a.execSum) / de : 0 });
-    }
-    parts.push(el("h2", {}, "Since this page opened"),
-      el("div", { class: "tiles" }, chart("creates/s", rate, "/s"),
-        chart("create latency", createLat, "ms"), chart("exec latency", execLat, "ms")));
   } else {
     parts.push(refusal(metricsText));
+  }
+  parts.push(el("h2", {}, "The last hour"));
+  if (!(stats instanceof Error)) {
+    const h = historySeries(stats.history || []);
+    parts.push(el("div", { class: "tiles", id: "fleet-charts" },
+      chart("creates/s", h.rate, "/s"), chart("create latency (mean)", h.createLat, "ms"),
+      chart("exec latency (mean)", h.execLat, "ms"), chart("live sandboxes", h.live, "")));
+  } else {
+    parts.push(refusal(stats));
   }
   parts.push(el("h2", {}, "Nodes"));
   if (nodes instanceof Error) {
@@ -208,11 +219,12 @@ async function fleetView(main) {
   main.replaceChildren(...parts);
 }
 
-// A cluster node reports capacity and use (NodeResources); `warren serve`'s node its density.
+// A cluster node reports its capacity, what placement reserved on it (the sandboxes'
+// requests) and what they use now (NodeRecord); `warren serve`'s node its density.
 function nodeCpu(n) {
   if (n.capacity?.cpu_milli !== undefined) {
-    const used = (n.used?.cpu_milli || 0) / 1000, total = n.capacity.cpu_milli / 1000;
-    return el("div", {}, `${used} / ${total}`, bar(used, total));
+    const reserved = (n.reserved?.cpu_milli || 0) / 1000, total = n.capacity.cpu_milli / 1000;
+    return el("div", {}, `${reserved} of ${total} reserved`, bar(reserved, total));
   }
   if (n.density?.committed_cpus !== undefined) return `${n.density.committed_cpus} committed`;
   return "";
@@ -220,8 +232,10 @@ function nodeCpu(n) {
 
 function nodeMemory(n) {
   if (n.capacity?.memory_mb !== undefined) {
-    const used = (n.used?.memory_mb || 0) * 1048576, total = n.capacity.memory_mb * 1048576;
-    return el("div", {}, `${bytes(used)} / ${bytes(total)}`, bar(used, total));
+    const mb = 1048576, total = n.capacity.memory_mb * mb;
+    const reserved = (n.reserved?.memory_mb || 0) * mb, used = (n.used?.memory_mb || 0) * mb;
+    return el("div", {}, `${bytes(reserved)} of ${bytes(total)} reserved, ${bytes(used)} in use`,
+      bar(reserved, total));
   }
   const d = n.density;
   if (d?.memory_budget_bytes) {
@@ -236,13 +250,17 @@ function currentQuery() {
   return new URLSearchParams(q);
 }
 
+// The list pages and filters on the server (GET /v1/sandboxes with `limit` and
+// `page_token`): a fleet of 100,000 sandboxes costs the browser one page.
+const FILTERS = ["label", "job", "state", "backend", "image", "limit"];
+
 async function sandboxesView(main) {
   const q = currentQuery();
+  const input = (name, hint) => el("label", {}, hint,
+    el("input", { name, value: q.get(name) || "", placeholder: name === "label" ? "k=v" : "" }));
   const form = el("form", { class: "filters", id: "sandbox-filters" },
-    el("label", {}, "label (k=v)", el("input", { name: "label", value: q.get("label") || "" })),
-    el("label", {}, "state", el("input", { name: "state", value: q.get("state") || "" })),
-    el("label", {}, "backend", el("input", { name: "backend", value: q.get("backend") || "" })),
-    el("label", {}, "image", el("input", { name: "image", value: q.get("image") || "" })),
+    input("label", "label (k=v)"), input("job", "job"), input("state", "state"),
+    input("backend", "backend"), input("image", "image (name:tag)"),
     el("button", { type: "submit" }, "Filter"));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -250,57 +268,102 @@ async function sandboxesView(main) {
     for (const [k, v] of new FormData(form)) if (v) p.set(k, v);
     location.hash = "#/sandboxes" + (p.toString() ? "?" + p : "");
   });
-  const server = new URLSearchParams();
+  const server = new URLSearchParams({ limit: q.get("limit") || String(PAGE_SIZE) });
   if (q.get("label")) server.append("label", q.get("label"));
-  if (q.get("state")) server.set("state", q.get("state"));
-  let list;
+  if (q.get("job")) server.append("label", "job=" + q.get("job"));
+  for (const k of ["state", "backend", "image"]) if (q.get(k)) server.set(k, q.get(k));
+  if (q.get("page")) server.set("page_token", q.get("page"));
+  let answer;
   try {
-    list = (await apiJson("/v1/sandboxes?" + server)).sandboxes || [];
+    answer = await apiJson("/v1/sandboxes?" + server);
   } catch (e) {
     main.replaceChildren(el("h1", {}, "Sandboxes"), form, refusal(e));
     return;
   }
-  if (q.get("backend")) list = list.filter((s) => s.backend === q.get("backend"));
-  if (q.get("image")) list = list.filter((s) => (s.image || "").includes(q.get("image")));
-  main.replaceChildren(el("h1", {}, "Sandboxes"), form,
-    el("p", { class: "muted", id: "sandbox-count" }, `${list.length} sandboxes`),
+  const list = answer.sandboxes || [];
+  const here = new URLSearchParams();
+  for (const k of FILTERS) if (q.get(k)) here.set(k, q.get(k));
+  const first = Number(q.get("from") || 0);
+  const pager = el("p", { class: "muted pager" },
+    el("span", { id: "sandbox-count" },
+      list.length ? `${first + 1}–${first + list.length} of ${answer.total}` : `0 of ${answer.total}`),
+    q.get("page") ? el("a", { href: "#/sandboxes?" + here, id: "first-page" }, "first page") : null,
+    answer.next_page_token ? el("a", {
+      id: "next-page",
+      href: "#/sandboxes?" + new URLSearchParams([...here,
+        ["page", answer.next_page_token], ["from", String(first + list.length)]]),
+    }, "next page") : null);
+  main.replaceChildren(el("h1", {}, "Sandboxes"), form, pager,
     table(["id", "state", "backend", "image", "labels", "created"],
       list.map((s) => [el("a", { href: "#/sandboxes/" + s.id, class: "sandbox-link" }, s.id),
         s.state, s.backend || "", s.image || "", labelsText(s.labels), s.created_at || ""])));
 }
 
+// A sandbox: its record, its exec history (GET .../execs) refreshed in place, and the
+// output of its newest running command streaming in as it comes.
 async function sandboxView(main, id) {
   let sb;
   try {
     sb = await apiJson("/v1/sandboxes/" + encodeURIComponent(id));
   } catch (e) {
     main.replaceChildren(el("h1", {}, id), refusal(e));
-    return;
+    return null;
   }
   const pretty = (v) => el("pre", {}, JSON.stringify(v, null, 2));
-  const follow = el("form", { class: "filters", id: "follow-form" },
-    el("label", {}, "follow exec", el("input", { name: "exec", placeholder: "ex-..." })),
-    el("button", { type: "submit" }, "Follow"));
-  follow.addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    const exec = new FormData(follow).get("exec");
-    if (exec) location.hash = `#/sandboxes/${id}/execs/${exec}`;
-  });
+  const state = el("div", { class: "n", id: "sandbox-state" }, sb.state);
+  const history = el("div", { id: "exec-history" });
+  const liveTitle = el("p", { class: "muted", id: "live-exec" }, "no command running");
+  const liveOut = el("pre", { id: "live-output" });
   main.replaceChildren(
     el("h1", {}, "Sandbox ", el("code", {}, sb.id)),
     el("div", { class: "tiles" },
-      el("div", { class: "tile" }, el("div", { class: "n", id: "sandbox-state" }, sb.state),
-        el("div", { class: "l" }, "state")),
+      el("div", { class: "tile" }, state, el("div", { class: "l" }, "state")),
       el("div", { class: "tile" }, el("div", { class: "n" }, sb.backend || ""),
         el("div", { class: "l" }, "backend")),
       el("div", { class: "tile" }, el("div", { class: "n" }, sb.image || ""),
-        el("div", { class: "l" }, "image"))),
-    el("h2", {}, "Limits"), pretty(sb.limits || pick(sb, ["cpu", "memory_mb", "disk_mb", "pids", "timeout"])),
+        el("div", { class: "l" }, "image")),
+      sb.trajectory ? el("a", { class: "tile", href: "#/trajectories/" + encodeURIComponent(sb.trajectory) },
+        el("div", { class: "n" }, sb.trajectory), el("div", { class: "l" }, "trajectory")) : null),
+    el("h2", {}, "Exec history"), history,
+    el("h2", {}, "Live output"), liveTitle, liveOut,
+    el("h2", {}, "Limits"), pretty(pick(sb, ["cpu", "memory_mb", "disk_mb", "pids", "ttl_s", "idle_timeout_s", "open_files"])),
     el("h2", {}, "Network policy"), pretty(sb.network || { mode: "none" }),
-    el("h2", {}, "Lineage"), pretty(sb.lineage || {}),
+    el("h2", {}, "Filesystem policy"), pretty(sb.filesystem || {}),
+    el("h2", {}, "Lineage"), pretty({ lineage: sb.lineage || null, layers: sb.layers || [] }),
     el("h2", {}, "Labels"), pretty(sb.labels || {}),
-    el("h2", {}, "Exec output"), follow,
     el("h2", {}, "Everything"), pretty(sb));
+
+  let following = null;  // the exec whose output streams into the live pane
+  const signal = aborter.signal;
+  const refresh = async () => {
+    const [now, h] = await Promise.all([
+      apiJson("/v1/sandboxes/" + encodeURIComponent(id)).catch((e) => e),
+      apiJson(`/v1/sandboxes/${encodeURIComponent(id)}/execs`).catch((e) => e),
+    ]);
+    if (!(now instanceof Error)) state.textContent = now.state;
+    if (h instanceof Error) { history.replaceChildren(refusal(h)); return; }
+    const execs = (h.execs || []).slice().reverse();  // newest first
+    history.replaceChildren(execs.length ? table(
+      ["exec", "command", "state", "exit", "started", "time", "output"],
+      execs.map((e) => [
+        el("a", { class: "exec-link", href: `#/sandboxes/${id}/execs/${e.exec_id}` }, e.exec_id),
+        el("code", {}, e.argv.join(" ")), e.state,
+        e.exit_code ?? (e.signal || (e.timed_out ? "timed out" : "")),
+        e.started_at, e.duration_ms + " ms", bytes(e.output_bytes)]),
+      (r, i) => ({ class: "exec " + execs[i].state }))
+      : el("p", { class: "muted" }, "no command has run"));
+    const running = execs.find((e) => e.state === "running");
+    if (running && running.exec_id !== following && !signal.aborted) {
+      following = running.exec_id;
+      liveOut.replaceChildren();
+      liveTitle.replaceChildren("following ", el("code", {}, running.argv.join(" ")), " (",
+        el("a", { href: `#/sandboxes/${id}/execs/${running.exec_id}` }, running.exec_id), ")");
+      followExec(id, running.exec_id, liveOut, liveTitle, signal)
+        .finally(() => { if (following === running.exec_id) following = null; });
+    }
+  };
+  await refresh();
+  return refresh;
 }
 
 function pick(o, keys) {
@@ -310,14 +373,9 @@ function pick(o, keys) {
 }
 
 // An exec's output as it arrives: the API's NDJSON stream, resumed after the last sequence
-// number seen if the connection drops.
-async function execView(main, id, execId) {
-  const out = el("pre", { id: "exec-output" });
-  const status = el("p", { class: "muted", id: "exec-status" }, "following…");
-  main.replaceChildren(el("h1", {}, "Exec ", el("code", {}, execId), " in ",
-    el("a", { href: "#/sandboxes/" + id }, id)), status, out);
+// number seen if the connection drops. Ends when the result line comes (shown in `status`).
+async function followExec(id, execId, out, status, signal) {
   let after = 0;
-  const signal = aborter.signal;
   for (let attempt = 0; attempt < 100 && !signal.aborted; attempt++) {
     try {
       const res = await api(`/v1/sandboxes/${encodeURIComponent(id)}/execs/${encodeURIComponent(execId)}/stream?after=${after}`,
@@ -356,6 +414,16 @@ async function execView(main, id, execId) {
   }
 }
 
+async function execView(main, id, execId) {
+  const out = el("pre", { id: "exec-output" });
+  const status = el("p", { class: "muted", id: "exec-status" }, "following…");
+  main.replaceChildren(el("h1", {}, "Exec ", el("code", {}, execId), " in ",
+    el("a", { href: "#/sandboxes/" + id }, id)), status, out);
+  await followExec(id, execId, out, status, aborter.signal);
+}
+
+// Layers and their tags; how many sandboxes use each comes from the server's filtered count
+// (`total` of a one-item page), so it costs one small answer per image, whatever the fleet.
 async function imagesView(main) {
   let layers;
   try {
@@ -364,31 +432,46 @@ async function imagesView(main) {
     main.replaceChildren(el("h1", {}, "Images"), refusal(e));
     return;
   }
-  const list = layers.layers || layers.images || [];
+  const list = (layers.layers || layers.images || []).slice(0, 200);
+  const uses = await Promise.all(list.map((l) => {
+    const ref = l.ref || `${l.name}:${l.tag}`;
+    return apiJson("/v1/sandboxes?" + new URLSearchParams({ image: ref, limit: "1" }))
+      .then((a) => el("a", { class: "image-uses", href: "#/sandboxes?" + new URLSearchParams({ image: ref }) },
+        String(a.total)))
+      .catch(() => el("span", { class: "muted", title: "this token may not list sandboxes" }, "—"));
+  }));
   main.replaceChildren(el("h1", {}, "Images"),
-    table(["name", "digest", "size", "created"], list.map((l) => [
-      el("span", { class: "image-name" }, l.name || l.ref || (l.tags || []).join(", ")),
-      el("code", {}, (l.digest || "").slice(0, 19)), bytes(l.size_bytes ?? l.size), l.created_at || ""])));
+    table(["name", "tag", "kind", "digest", "size", "sandboxes", "created"], list.map((l, i) => [
+      el("span", { class: "image-name" }, l.name || l.ref || ""), l.tag || "", l.kind || "",
+      el("code", { title: l.digest || "" }, (l.digest || "").slice(0, 19)), bytes(l.size_bytes ?? l.size),
+      uses[i], l.created_at || ""])));
 }
 
+// fncall: calls per second over the hour, verdicts and the runner pool (GET /v1/stats).
 async function callsView(main) {
-  let text;
+  let stats;
   try {
-    text = await (await api("/metrics")).text();
+    stats = await apiJson("/v1/stats");
   } catch (e) {
     main.replaceChildren(el("h1", {}, "fncall"), refusal(e));
     return;
   }
-  const m = parseMetrics(text);
-  const verdicts = {};
-  for (const x of m.filter((x) => x.name === "warren_calls_total"))
-    verdicts[x.labels.verdict || x.labels.status || "all"] = (verdicts[x.labels.verdict || x.labels.status || "all"] || 0) + x.value;
-  const runners = m.filter((x) => x.name === "warren_fncall_runners");
+  const c = stats.calls || {};
+  const h = historySeries(stats.history || []);
+  const tile = (n, l, attrs = {}) => el("div", { class: "tile", ...attrs }, el("div", { class: "n" }, n),
+    el("div", { class: "l" }, l));
   main.replaceChildren(el("h1", {}, "fncall"),
-    el("div", { class: "tiles", id: "call-verdicts" }, Object.entries(verdicts).map(([k, v]) =>
-      el("div", { class: "tile", "data-verdict": k }, el("div", { class: "n" }, v), el("div", { class: "l" }, k)))),
+    c.enabled ? "" : el("p", { class: "muted" }, "fncall is not enabled on this server"),
+    el("div", { class: "tiles" }, tile(c.admitted ?? 0, "calls admitted"), tile(c.refused ?? 0, "refused (quota)")),
+    el("h2", {}, "Verdicts"),
+    el("div", { class: "tiles", id: "call-verdicts" }, Object.entries(c.verdicts || {}).map(([k, v]) =>
+      tile(v, k, { "data-verdict": k }))),
+    el("h2", {}, "The last hour"),
+    el("div", { class: "tiles" }, chart("calls/s", h.calls, "/s")),
     el("h2", {}, "Runner pool"),
-    table(["runner", "count"], runners.map((r) => [labelsText(r.labels), String(r.value)])));
+    table(["node", "runner", "image", "in flight", "served", "healthy", "zygote"], (c.runners || []).map((r) => [
+      r.node ?? "", el("code", { class: "runner" }, r.id ?? ""), r.image ?? "", String(r.inflight ?? ""),
+      String(r.served ?? ""), r.healthy ? "yes" : "no", r.zygote ? "yes" : "no"])));
 }
 
 async function trajectoriesView(main, id) {
@@ -400,7 +483,24 @@ async function trajectoriesView(main, id) {
     const v = new FormData(form).get("id");
     if (v) location.hash = "#/trajectories/" + encodeURIComponent(v);
   });
-  if (!id) { main.replaceChildren(el("h1", {}, "Trajectories"), form); return; }
+  if (!id) {
+    // The trajectories the live sandboxes record (the newest 1,000 sandboxes): one click to
+    // each; any other by its id.
+    let list = [];
+    try {
+      const a = await apiJson("/v1/sandboxes?limit=1000&state=running");
+      const seen = new Map();
+      for (const sb of a.sandboxes || []) if (sb.trajectory) seen.set(sb.trajectory, sb);
+      list = [...seen.entries()];
+    } catch (_) { /* a token that may not list sandboxes still opens one by id */ }
+    main.replaceChildren(el("h1", {}, "Trajectories"), form,
+      el("h2", {}, "Recorded by running sandboxes"),
+      list.length ? table(["trajectory", "sandbox", "created"], list.map(([t, sb]) => [
+        el("a", { class: "trajectory-link", href: "#/trajectories/" + encodeURIComponent(t) }, t),
+        el("a", { href: "#/sandboxes/" + sb.id }, sb.id), sb.created_at || ""]))
+        : el("p", { class: "muted" }, "none"));
+    return;
+  }
   let t;
   try {
     t = await apiJson("/v1/trajectories/" + encodeURIComponent(id));
@@ -450,6 +550,7 @@ function showLogin(main, why) {
 }
 
 async function render(why) {
+  const gen = ++generation;
   clearInterval(timer);
   timer = null;
   if (aborter) aborter.abort();
@@ -470,16 +571,22 @@ async function render(why) {
   };
   const view = views[path[0]] || views.fleet;
   const live = path[0] === "fleet" || path[0] === "calls" || (path[0] === "sandboxes" && path.length <= 2);
+  let refresh = view;
   try {
-    await view();
+    // A view that keeps open streams refreshes its parts in place (the function it returns)
+    // rather than being drawn again.
+    const own = await view();
+    if (typeof own === "function") refresh = own;
   } catch (e) {
     main.replaceChildren(refusal(e));
   }
-  // Live views poll the API; an exec view streams instead.
-  // A refresh waits while the user is typing in one of the view's fields.
+  if (gen !== generation) return;
+  // Live views poll the API (an exec's output streams instead). A refresh waits while the
+  // user types in one of the view's fields, and while the tab is hidden.
   if (live && token())
     timer = setInterval(() => {
-      if (document.activeElement?.tagName !== "INPUT") view().catch(() => {});
+      if (document.hidden || document.activeElement?.tagName === "INPUT") return;
+      refresh().catch(() => {});
     }, REFRESH_MS);
 }
 

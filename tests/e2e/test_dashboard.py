@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -73,9 +74,28 @@ def test_dashboard_pages_in_chromium(server, image, runner, sandboxes, tokens, t
     assert client.call("python", "print(1)").stdout.strip() == "1"
     _, narrow = tokens(scopes=["image:read"])
 
+    # What the pages read, through the API: a page of the job's sandboxes at a time with the
+    # number that match, the exec history, the hour of samples and the calls' verdicts.
+    page1 = server.http("GET", f"/v1/sandboxes?label=job={job}&limit=2").json
+    assert [s["id"] for s in page1["sandboxes"]] == [m["id"] for m in made[:2]], page1
+    assert page1["total"] == 3 and page1["next_page_token"], page1
+    page2 = server.http("GET", f"/v1/sandboxes?label=job={job}&limit=2&page_token="
+                        + urllib.parse.quote(page1["next_page_token"])).json
+    assert [s["id"] for s in page2["sandboxes"]] == [made[2]["id"]] and "next_page_token" not in page2
+    assert server.http("GET", "/v1/sandboxes?limit=0").status == 400
+    by_image = server.http("GET", "/v1/sandboxes?" + urllib.parse.urlencode(
+        {"image": image, "label": f"job={job}", "backend": "container", "limit": 1})).json
+    assert by_image["total"] == 3, by_image
+    history = server.http("GET", f"/v1/sandboxes/{made[0]['id']}/execs").json["execs"]
+    assert [(e["exec_id"], e["state"]) for e in history][-1] == (exec_id, "running"), history
+    assert history[-1]["argv"][0] == "sh" and history[-1]["exit_code"] is None, history
+    stats = server.http("GET", "/v1/stats").json
+    assert stats["interval_s"] == 10 and stats["history"][-1]["creates"] >= 4, stats["history"][-1]
+    assert stats["calls"]["verdicts"].get("ok", 0) >= 1, stats["calls"]
+
     plan = {"url": server.url, "token": server.token, "narrow_token": narrow,
             "screenshots": str(ARTIFACTS), "chromium": chromium,
-            "sandboxes": made, "image": image.split(":")[0],
+            "sandboxes": made, "job": job, "image": image.split(":")[0], "image_ref": image,
             "exec": {"sandbox": made[0]["id"], "id": exec_id, "lines": lines},
             "trajectory": {"id": traj, "steps": 2}}
     plan_file = tmp_path / "plan.json"

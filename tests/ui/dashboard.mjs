@@ -81,13 +81,15 @@ try {
     await page.waitForSelector("#sandboxes-total");
   });
 
-  await step("fleet: counts, nodes, charts", async () => {
+  await step("fleet: counts, nodes, the hour's charts", async () => {
     await page.waitForFunction((n) => Number(document.querySelector("#sandboxes-total")?.textContent) >= n,
       { timeout: 20000 }, plan.sandboxes.length);
     await page.waitForSelector("table .node-name");
-    // Two refreshes give the charts their first points.
-    await page.waitForFunction(() => document.querySelectorAll("svg.chart polyline").length >= 3,
+    await page.waitForSelector("#sandbox-counts [data-backend=container]");
+    // The charts come from the server's samples (GET /v1/stats): four, each with a title.
+    await page.waitForFunction(() => document.querySelectorAll("#fleet-charts svg.chart").length === 4,
       { timeout: 20000 });
+    await waitText(page, "#fleet-charts svg.chart text", "creates/s");
     await shot(page, "01-fleet");
   });
 
@@ -104,11 +106,32 @@ try {
     const others = plan.sandboxes.filter((s) => s.label !== first.label).map((s) => s.id);
     if (shown.some((id) => others.includes(id))) throw new Error(`filter leaked: ${shown}`);
   });
-  await step("sandbox: spec, limits, network", async () => {
-    const [first] = plan.sandboxes;
-    await go(`/sandboxes/${first.id}`);
+  await step("sandboxes: a page at a time, filtered by job, backend and image", async () => {
+    const q = new URLSearchParams({ job: plan.job, backend: "container", image: plan.image_ref, limit: "2" });
+    await go(`/sandboxes?${q}`);
+    await waitText(page, "#sandbox-count", "1–2 of 3");
+    const one = await page.$$eval("a.sandbox-link", (as) => as.map((a) => a.textContent));
+    if (one.join() !== plan.sandboxes.slice(0, 2).map((s) => s.id).join()) throw new Error(`page 1: ${one}`);
+    await page.click("#next-page");
+    await waitText(page, "#sandbox-count", "3–3 of 3");
+    const two = await page.$$eval("a.sandbox-link", (as) => as.map((a) => a.textContent));
+    if (two.join() !== plan.sandboxes[2].id) throw new Error(`page 2: ${two}`);
+    if (await page.$("#next-page")) throw new Error("a next page after the last");
+    await shot(page, "02b-sandboxes-paged");
+    await go(`/sandboxes?${new URLSearchParams({ job: plan.job, backend: "vm" })}`);
+    await waitText(page, "#sandbox-count", "0 of 0");
+  });
+  await step("sandbox: spec, limits, network, exec history, live output", async () => {
+    await go(`/sandboxes/${plan.exec.sandbox}`);
     await waitText(page, "#sandbox-state", "running");
     await waitText(page, "pre", '"mode"');
+    await waitText(page, "#exec-history tr.exec.running a.exec-link", plan.exec.id);
+    // The running command's output streams into the page while it runs.
+    await waitText(page, "#live-exec", plan.exec.id);
+    await waitText(page, "#live-output", plan.exec.lines[0], 30000);
+    const seen = await page.$eval("#live-output", (e) => e.textContent.split("\n").length);
+    await page.waitForFunction((n) => document.querySelector("#live-output").textContent.split("\n").length > n + 2,
+      { timeout: 30000 }, seen);
     await shot(page, "03-sandbox");
   });
   await step("exec: live output follows", async () => {
@@ -125,22 +148,29 @@ try {
     await waitText(page, "#exec-status", "exited 0", 30000);
     await shot(page, "05-exec-done");
   });
-  await step("trajectory: steps, replayed marked", async () => {
-    await go(`/trajectories/${plan.trajectory.id}`);
+  await step("trajectory: listed, steps, replayed marked", async () => {
+    await go("/trajectories");
+    await waitText(page, "a.trajectory-link", plan.trajectory.id);
+    await page.click(`a.trajectory-link[href="#/trajectories/${encodeURIComponent(plan.trajectory.id)}"]`);
     await page.waitForSelector("tr.step");
     const rows = await page.$$eval("tr.step", (rs) => rs.length);
     if (rows !== plan.trajectory.steps) throw new Error(`${rows} steps shown, ${plan.trajectory.steps} made`);
     await page.waitForSelector("tr.replayed");
     await shot(page, "06-trajectory");
   });
-  await step("images: the test's image", async () => {
+  await step("images: the test's image and the sandboxes using it", async () => {
     await go("/images");
     await waitText(page, ".image-name", plan.image);
+    const uses = await page.$$eval("tr", (rows, name) => rows
+      .filter((r) => r.querySelector(".image-name")?.textContent === name)
+      .map((r) => Number(r.querySelector(".image-uses")?.textContent || "0")), plan.image);
+    if (!uses.some((n) => n >= plan.sandboxes.length)) throw new Error(`uses shown: ${uses}`);
     await shot(page, "07-images");
   });
-  await step("fncall: verdicts", async () => {
+  await step("fncall: verdicts and the runner pool", async () => {
     await go("/calls");
-    await page.waitForSelector("#call-verdicts .tile");
+    await page.waitForSelector("#call-verdicts .tile[data-verdict=ok]");
+    await page.waitForSelector("table code.runner");
     await shot(page, "08-calls");
   });
 

@@ -94,6 +94,10 @@ CONTRACT_ROUTES = [
     # Desktops (issue 29): the contract's screen and input.
     ("get", "/v1/sandboxes/{id}/screen"),
     ("post", "/v1/sandboxes/{id}/input"),
+    # The dashboard (issue 32): a sandbox's exec history, and the last hour of the API
+    # server's figures with the calls' verdicts and the nodes' runners.
+    ("get", "/v1/sandboxes/{id}/execs"),
+    ("get", "/v1/stats"),
 ]
 
 # The contract's schemas and their fields; fields beyond these must be marked x-warren-addition.

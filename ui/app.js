@@ -570,6 +570,8 @@ async function render(why) {
     trajectories: () => trajectoriesView(main, path[1]),
   };
   const view = views[path[0]] || views.fleet;
+  // A new view starts empty: what the last one showed must not pass for this one's answer.
+  main.replaceChildren(el("p", { class: "muted", id: "loading" }, "loading…"));
   const live = path[0] === "fleet" || path[0] === "calls" || (path[0] === "sandboxes" && path.length <= 2);
   let refresh = view;
   try {

@@ -100,7 +100,8 @@ try {
   });
   await step("sandboxes: filtered on the server by label", async () => {
     const [first] = plan.sandboxes;
-    await go(`/sandboxes?label=${encodeURIComponent(first.label)}`);
+    await go(`/sandboxes?${new URLSearchParams({ label: first.label, job: plan.job })}`);
+    await waitText(page, "#sandbox-count", "1–1 of 1");
     await waitText(page, "a.sandbox-link", first.id);
     const shown = await page.$$eval("a.sandbox-link", (as) => as.map((a) => a.textContent));
     const others = plan.sandboxes.filter((s) => s.label !== first.label).map((s) => s.id);

@@ -26,16 +26,14 @@ pid_t StartProgram(ChildSpec spec, std::vector<std::string> argv, int log_fd, in
   spec.stdout_fd = log_fd;
   spec.stderr_fd = log_fd;
   spec.tty = false;
-  int err[2];
-  if (pipe2(err, O_CLOEXEC) != 0) return -1;
-  spec.error_fd = err[1];
-  pid_t pid = SpawnChild(spec);
-  close(err[1]);
-  char buf[64] = {};
-  // A failed exec (no such program) is reported on the pipe, then the child exits 127.
-  const bool failed = read(err[0], buf, sizeof buf - 1) > 0;
-  close(err[0]);
-  return failed ? -2 : pid;
+  const Spawned child = SpawnChild(spec);
+  if (child.pid < 0) return -1;
+  // A failed exec (no such program) is reported in the spawn, and the child exits 127.
+  if (child.failed_stage) {
+    waitpid(child.pid, nullptr, 0);
+    return -2;
+  }
+  return child.pid;
 }
 
 // What /proc says of process `pid`: its state letter and its CPU time so far (user + system,

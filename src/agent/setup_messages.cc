@@ -135,6 +135,7 @@ json ToJson(const SetupMessage& m) {
             {"sysfs", m.sysfs},
             {"commands_cgroup", m.commands_cgroup},
             {"listen", m.listen}};
+  if (m.privileged_channel) j["privileged_channel"] = true;
   if (m.vm) j["vm"] = ToJson(*m.vm);
   return j;
 }
@@ -144,7 +145,7 @@ Result<SetupMessage> ParseSetup(const json& h) {
   WARREN_RETURN_IF_ERROR(
       r.Keys({"t", "hostname", "disk_bytes", "layers", "tool_layers", "loopback", "files", "nofile",
               "landlock", "env", "sysfs", "commands_cgroup", "listen"},
-             {"vm"}));
+             {"vm", "privileged_channel"}));
   if (WARREN_TRY(r.Str("t")) != "setup") return r.Bad("t", "must be setup");
   SetupMessage m;
   m.hostname = WARREN_TRY(r.Str("hostname"));
@@ -177,6 +178,7 @@ Result<SetupMessage> ParseSetup(const json& h) {
   m.sysfs = WARREN_TRY(r.Bool("sysfs"));
   m.commands_cgroup = WARREN_TRY(r.Bool("commands_cgroup"));
   m.listen = WARREN_TRY(r.Bool("listen"));
+  if (r.Has("privileged_channel")) m.privileged_channel = WARREN_TRY(r.Bool("privileged_channel"));
   if (r.Has("vm")) {
     m.vm = WARREN_TRY(ParseVm(r.At("vm")));
     if (m.sysfs || m.commands_cgroup || m.listen)

@@ -58,6 +58,10 @@ struct SetupMessage {
   bool sysfs = false;
   bool commands_cgroup = false;
   bool listen = false;
+  // The node will start a channel command that keeps the sandbox root's capabilities (an
+  // fncall runner's dispatcher). Otherwise the agent narrows its bounding set as it seals the
+  // sandbox, once for every command it starts.
+  bool privileged_channel = false;
   std::optional<VmSetup> vm;
 };
 

@@ -17,7 +17,7 @@ uint64_t KeptCapabilities(bool chroot) {
   return m;
 }
 
-int RestrictCapabilitiesRaw(bool chroot) {
+int NarrowBoundingSetRaw(bool chroot) {
   const uint64_t keep = KeptCapabilities(chroot);
   for (int c = 0; c <= 63; ++c) {
     if (keep & (1ull << c)) continue;
@@ -26,6 +26,19 @@ int RestrictCapabilitiesRaw(bool chroot) {
       return c + 1;
     }
   }
+  return 0;
+}
+
+Status NarrowBoundingSet(bool chroot) {
+  int step = NarrowBoundingSetRaw(chroot);
+  if (step == 0) return Status::Ok();
+  return ErrnoStatus("drop capability " + std::to_string(step - 1), "bounding set");
+}
+
+int RestrictCapabilitiesRaw(bool chroot, bool bounding) {
+  const uint64_t keep = KeptCapabilities(chroot);
+  if (bounding)
+    if (int step = NarrowBoundingSetRaw(chroot); step != 0) return step;
   if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return 100;
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2] = {};

@@ -17,7 +17,15 @@ Status RestrictCapabilities();
 // `chroot`: keep CAP_SYS_CHROOT. A microVM's commands lose it: their root is a chroot into the
 // overlay (agent/vm_init.cc, SwitchRootInto) over the initramfs, which the classic
 // chroot-and-climb escape would reach (the writable layer's raw files, the commands' cgroup).
-int RestrictCapabilitiesRaw(bool chroot = true);
+// `bounding` false: the bounding set was narrowed already (NarrowBoundingSet, by the process
+// this child came from), which saves a system call per dropped capability.
+int RestrictCapabilitiesRaw(bool chroot = true, bool bounding = true);
+
+// Only the bounding set, for a process that starts every command (the agent, as it seals the
+// sandbox): what no command it starts can ever hold. It keeps its own capabilities; the
+// bounding set limits only what an execve gives. Raw: the failed step (as above), or 0.
+Status NarrowBoundingSet(bool chroot = true);
+int NarrowBoundingSetRaw(bool chroot = true);
 
 // The kept set as a mask (bit N = capability N).
 uint64_t KeptCapabilities(bool chroot = true);

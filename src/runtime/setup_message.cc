@@ -12,6 +12,8 @@ agent::SetupMessage CommonSetup(const SandboxConfig& cfg) {
   for (const auto& [path, data] : cfg.files) setup.files.push_back({path, data, 0644});
   setup.nofile = cfg.open_files;
   setup.env = cfg.env;
+  // Only a runner's dispatcher keeps the sandbox root's capabilities (node/fncall/runner.cc).
+  setup.privileged_channel = cfg.fncall_runner;
   return setup;
 }
 

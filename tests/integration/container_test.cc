@@ -9,6 +9,7 @@
 
 #include "base/ids.h"
 #include "image/layer_store.h"
+#include "isolation/capabilities.h"
 #include "isolation/cgroup.h"
 #include "node/local_node.h"
 #include "runtime/create_faults.h"
@@ -134,6 +135,38 @@ TEST_F(ContainerTest, StdinEnvCwdTimeout) {
 
   auto nf = Run(id, {"/no/such/program"});
   EXPECT_EQ(nf->ResultJson()["exit_code"], 127);
+  // The child's verdict comes back through the memory it shares with the agent.
+  EXPECT_NE(nf->ResultJson()["stderr"].get<std::string>().find("warren: exec `/no/such/program`"),
+            std::string::npos)
+      << nf->ResultJson().dump();
+  node::ExecSpec bad_cwd;
+  bad_cwd.argv = {"true"};
+  bad_cwd.cwd = "/no/such/dir";
+  auto bc = node_->StartExec(id, NewExecId(), bad_cwd);
+  ASSERT_TRUE(bc.ok()) << bc.status().ToString();
+  ASSERT_TRUE((*bc)->WaitDone(30000));
+  EXPECT_NE((*bc)->ResultJson().value("error", "").find("chdir `/no/such/dir`"), std::string::npos)
+      << (*bc)->ResultJson().dump();
+  ASSERT_TRUE(node_->DeleteSandbox(id).ok());
+}
+
+// A command holds only the kept capabilities, in its bounding set too, and no signal ignored
+// (the agent ignores SIGPIPE); the agent narrowed its own bounding set once, at the seal.
+TEST_F(ContainerTest, CommandsAndTheAgentHoldOnlyTheKeptBoundingSet) {
+  auto spec = Spec();
+  const std::string id = spec.config.id;
+  ASSERT_TRUE(node_->CreateSandbox(spec).ok());
+  char kept[32];
+  snprintf(kept, sizeof kept, "%016llx",
+           static_cast<unsigned long long>(isolation::KeptCapabilities()));
+  auto own = Run(id, {"grep", "-E", "^(CapBnd|CapEff|SigIgn):", "/proc/self/status"});
+  const std::string out = own->ResultJson()["stdout"];
+  EXPECT_NE(out.find(std::string("CapBnd:\t") + kept), std::string::npos) << out;
+  EXPECT_NE(out.find(std::string("CapEff:\t") + kept), std::string::npos) << out;
+  EXPECT_NE(out.find("SigIgn:\t0000000000000000"), std::string::npos) << out;
+  auto agent = Run(id, {"grep", "^CapBnd:", "/proc/1/status"});
+  EXPECT_EQ(agent->ResultJson()["stdout"], std::string("CapBnd:\t") + kept + "\n")
+      << agent->ResultJson().dump();
   ASSERT_TRUE(node_->DeleteSandbox(id).ok());
 }
 

@@ -57,6 +57,19 @@ TEST(SetupMessages, RoundTrip) {
   half["vm"]["net"].erase("gateway6");
   EXPECT_EQ(ParseSetup(half).status().code(), Code::kInvalid) << "an address without a gateway";
 
+  // A runner's setup says its dispatcher keeps the root's capabilities; any other's says
+  // nothing, and means the agent narrows its bounding set.
+  EXPECT_FALSE(ToJson(m).contains("privileged_channel"));
+  EXPECT_FALSE(back->privileged_channel);
+  SetupMessage runner = Container();
+  runner.privileged_channel = true;
+  auto rnback = ParseSetup(ToJson(runner));
+  ASSERT_TRUE(rnback.ok()) << rnback.status().ToString();
+  EXPECT_TRUE(rnback->privileged_channel);
+  json mistyped = ToJson(runner);
+  mistyped["privileged_channel"] = "yes";
+  EXPECT_EQ(ParseSetup(mistyped).status().code(), Code::kInvalid);
+
   ReadyMessage r{{{"rootfs", 3}, {"pivot", 1}}, 3, ""};
   auto rback = ParseReady(ToJson(r));
   ASSERT_TRUE(rback.ok()) << rback.status().ToString();

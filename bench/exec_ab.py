@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""A/B of the exec round trip between two builds, in one run (issue 28).
+"""A/B of the exec round trip (or of create -> first exec) between two builds, in one run.
 
   sudo /usr/bin/python3 bench/exec_ab.py --a OLD_BUILD_DIR --b build [--rounds 6] [--execs 1000]
+  sudo /usr/bin/python3 bench/exec_ab.py --a OLD --b build --what create [--execs 300]
 
 Starts one `warren serve` from each build dir (`warren` and `warren-agent` in it; a scratch
 data dir under /var/tmp, loopback, --no-microvm --no-network), makes a busybox sandbox on each
@@ -10,6 +11,11 @@ a long-lived one does. Then, alternating A and B, `--rounds` rounds of `--execs`
 each, printing each round's p50 and at the end the median of the rounds' p50s per build and
 how many rounds B won. Alternating rounds are what make a difference of 1% visible on a host
 whose speed drifts by more than that within minutes. Everything it made goes at the end.
+
+`--what create` times issue 28's second row instead: POST /v1/sandboxes, then the first exec
+of `true` in it, from the create's start to the exec's result; the delete is not timed. Each
+cycle then waits until the node's warm pool is full again (`/v1/nodes`), so a round measures
+the path a claimed sandbox takes, not a refill racing it.
 """
 
 import argparse
@@ -26,12 +32,48 @@ from service import Api, build_busybox_image, start_server, stop_server  # noqa:
 IMAGE = "bench:busybox"
 
 
+def exec_once(api, sid, k):
+    t0 = time.perf_counter()
+    r = api.call("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["true"]})
+    dt = (time.perf_counter() - t0) * 1000
+    if r.get("exit_code") != 0:
+        raise RuntimeError(f"exec true on {k}: {r}")
+    return dt
+
+
+def pool_full(api):
+    for n in api.call("GET", "/v1/nodes").get("nodes", []):
+        w = n.get("warm_pool") or {}
+        if w.get("making", 0) or w.get("ready", 0) < w.get("target", 0):
+            return False
+    return True
+
+
+def create_cycle(api, _sid, k):
+    deadline = time.monotonic() + 30
+    while not pool_full(api):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the warm pool of {k} did not refill in 30 s")
+        time.sleep(0.005)
+    time.sleep(0.02)  # the filler's last sandbox settles (its agent's first page faults)
+    t0 = time.perf_counter()
+    sid = api.call("POST", "/v1/sandboxes", {"image": IMAGE})["id"]
+    r = api.call("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["true"]})
+    dt = (time.perf_counter() - t0) * 1000
+    api.call("DELETE", f"/v1/sandboxes/{sid}")
+    if r.get("exit_code") != 0:
+        raise RuntimeError(f"exec true on {k}: {r}")
+    return dt
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--a", required=True, help="build dir of A (the old one)")
     ap.add_argument("--b", required=True, help="build dir of B (the new one)")
     ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--execs", type=int, default=1000, help="timed execs per round")
+    ap.add_argument("--execs", type=int, default=1000, help="timed execs (or cycles) per round")
+    ap.add_argument("--what", choices=("exec", "create"), default="exec",
+                    help="exec: the round trip of `true`; create: create -> first exec result")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/exec_ab.py: run as root")
@@ -50,16 +92,11 @@ def main():
             for _ in range(1200):
                 api.call("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["true"]})
         p50s = {k: [] for k in builds}
+        one = create_cycle if args.what == "create" else exec_once
         for rnd in range(args.rounds):
             for k in builds:
                 api, sid = servers[k]["api"], servers[k]["sid"]
-                samples = []
-                for _ in range(args.execs):
-                    t0 = time.perf_counter()
-                    r = api.call("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["true"]})
-                    samples.append((time.perf_counter() - t0) * 1000)
-                    if r.get("exit_code") != 0:
-                        raise RuntimeError(f"exec true on {k}: {r}")
+                samples = [one(api, sid, k) for _ in range(args.execs)]
                 p50s[k].append(statistics.median(samples))
                 print(f"round {rnd} {k}: p50 {p50s[k][-1]:.3f} ms", flush=True)
         wins = sum(b < a for a, b in zip(p50s["A"], p50s["B"]))

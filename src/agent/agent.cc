@@ -679,10 +679,11 @@ void Agent::HandleGet(Message& m) {
   if (S_ISDIR(sb.st_mode)) return err("read", EISDIR);
   if (!S_ISREG(sb.st_mode)) return err("read", EINVAL);
   if (static_cast<uint64_t>(sb.st_size) > max) return err("read", EFBIG);
-  std::string buf(kMaxPayload, '\0');
+  // Static, like ReadPipe's: not 60 KiB zero-filled (15 pages faulted in) for every file.
+  static char buf[kMaxPayload];
   uint64_t total = 0;
   for (;;) {
-    ssize_t n = read(fd.get(), buf.data(), buf.size());
+    ssize_t n = read(fd.get(), buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;
       return err("read", errno);
@@ -690,7 +691,7 @@ void Agent::HandleGet(Message& m) {
     total += static_cast<uint64_t>(n);
     if (total > max) return err("read", EFBIG);  // the file grew while we read it
     bool last = n == 0;
-    Reply({{"t", "data"}, {"id", id}, {"last", last}}, buf.substr(0, static_cast<size_t>(n)));
+    Reply({{"t", "data"}, {"id", id}, {"last", last}}, std::string(buf, static_cast<size_t>(n)));
     if (last) return;
   }
 }

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace warren::sys {
@@ -32,8 +33,16 @@ Status SendWithFds(int sock, const std::string& data, const std::vector<int>& fd
 }
 
 Status RecvWithFds(int sock, size_t max, std::string* data, std::vector<UniqueFd>* fds) {
-  data->resize(max);
-  iovec iov{data->data(), max};
+  // A packet socket tells the length of its next message: a buffer of that size, not of `max`.
+  // The agent's setup buffer was 68 KiB, zero-filled: 17 pages faulted in (~40 us each on
+  // this kind of guest) for a message of a few KiB, in every sandbox made.
+  ssize_t len;
+  do {
+    len = recv(sock, nullptr, 0, MSG_PEEK | MSG_TRUNC);
+  } while (len < 0 && errno == EINTR);
+  const size_t size = len >= 0 ? std::min(static_cast<size_t>(len), max) : max;
+  data->resize(size);
+  iovec iov{data->data(), size};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;

@@ -3,6 +3,7 @@
 
   sudo /usr/bin/python3 bench/exec_ab.py --a OLD_BUILD_DIR --b build [--rounds 6] [--execs 1000]
   sudo /usr/bin/python3 bench/exec_ab.py --a OLD --b build --what create [--execs 300]
+  sudo /usr/bin/python3 bench/exec_ab.py --a OLD --b build --what cold [--execs 200]
 
 Starts one `warren serve` from each build dir (`warren` and `warren-agent` in it; a scratch
 data dir under /var/tmp, loopback, --no-microvm --no-network), makes a busybox sandbox on each
@@ -15,7 +16,8 @@ whose speed drifts by more than that within minutes. Everything it made goes at 
 `--what create` times issue 28's second row instead: POST /v1/sandboxes, then the first exec
 of `true` in it, from the create's start to the exec's result; the delete is not timed. Each
 cycle then waits until the node's warm pool is full again (`/v1/nodes`), so a round measures
-the path a claimed sandbox takes, not a refill racing it.
+the path a claimed sandbox takes, not a refill racing it. `--what cold` times the same with
+no warm pool (`--warm-pool 0`): every create makes its sandbox, as a refill or a burst does.
 """
 
 import argparse
@@ -66,14 +68,27 @@ def create_cycle(api, _sid, k):
     return dt
 
 
+def cold_cycle(api, _sid, k):
+    time.sleep(0.02)  # the last delete's teardown settles
+    t0 = time.perf_counter()
+    sid = api.call("POST", "/v1/sandboxes", {"image": IMAGE})["id"]
+    r = api.call("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["true"]})
+    dt = (time.perf_counter() - t0) * 1000
+    api.call("DELETE", f"/v1/sandboxes/{sid}")
+    if r.get("exit_code") != 0:
+        raise RuntimeError(f"exec true on {k}: {r}")
+    return dt
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--a", required=True, help="build dir of A (the old one)")
     ap.add_argument("--b", required=True, help="build dir of B (the new one)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--execs", type=int, default=1000, help="timed execs (or cycles) per round")
-    ap.add_argument("--what", choices=("exec", "create"), default="exec",
-                    help="exec: the round trip of `true`; create: create -> first exec result")
+    ap.add_argument("--what", choices=("exec", "create", "cold"), default="exec",
+                    help="exec: the round trip of `true`; create: create -> first exec result, "
+                         "from the warm pool; cold: the same without one")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/exec_ab.py: run as root")
@@ -83,7 +98,8 @@ def main():
         for k, build in builds.items():
             tmp = tempfile.mkdtemp(prefix=f"warren-bench-exec-ab-{k}-", dir="/var/tmp")
             servers[k] = {"tmp": tmp}
-            proc, port, token = start_server(tmp, ["--no-microvm", "--no-network"], build=build)
+            extra = ["--warm-pool", "0"] if args.what == "cold" else []
+            proc, port, token = start_server(tmp, ["--no-microvm", "--no-network", *extra], build=build)
             servers[k]["proc"] = proc
             build_busybox_image(tmp, port, token, IMAGE)
             api = Api(port, token)
@@ -92,7 +108,7 @@ def main():
             for _ in range(1200):
                 api.call("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["true"]})
         p50s = {k: [] for k in builds}
-        one = create_cycle if args.what == "create" else exec_once
+        one = {"exec": exec_once, "create": create_cycle, "cold": cold_cycle}[args.what]
         for rnd in range(args.rounds):
             for k in builds:
                 api, sid = servers[k]["api"], servers[k]["sid"]

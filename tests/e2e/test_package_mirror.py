@@ -279,13 +279,20 @@ def test_a_second_nodes_install_is_served_by_the_cluster(server, tools_image, sa
         boxes.append(sb)
     first, second = boxes
     mark = len(log_lines(log))
+    asked = time.time()  # the packuments were fetched after this
     assert run_ok(first, script).split()[-1] == "15"
     fetched = [q for q in log_lines(log)[mark:] if "/peer-" in q[2] and q[3] == "200"]
     assert len(fetched) == 30, fetched  # 15 packuments, 15 tarballs, each once
     mark = len(log_lines(log))
     assert run_ok(second, script).split()[-1] == "15"
     again = [q for q in log_lines(log)[mark:] if "/peer-" in q[2]]
-    assert again == [], f"the second node asked the registry: {again}"
+    # In the last quarter of the freshness window a request revalidates a packument ahead of
+    # its end (a conditional GET answered 304, no body): on a slow host the two installs take
+    # that long. Nothing is fetched again either way, and inside the window nothing is asked.
+    if time.time() - asked < PROXY_FRESH_S * 0.75:
+        assert again == [], f"the second node asked the registry: {again}"
+    else:
+        assert all(q[3] == "304" for q in again), f"the second node fetched again: {again}"
     a, b = upstream_bytes(server, first.id), upstream_bytes(server, second.id)
     assert b <= a * 0.05, (a, b)
     # Both nodes asked their peers for the keys others own.

@@ -31,7 +31,6 @@ struct ResetSignals {
 ResetSignals g_reset;
 
 void ReadDispositions() {
-  g_reset.count = 0;
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     struct sigaction old {};
@@ -108,8 +107,6 @@ int ChildMain(void* arg) {
 }
 
 }  // namespace
-
-void NoteSignalDispositions() { g_reset.known = false; }
 
 Spawned SpawnChild(const ChildSpec& s) {
   if (!g_reset.known) ReadDispositions();

@@ -50,9 +50,8 @@ struct Spawned {
 // make, read and close per command.
 //
 // Only the signals whose disposition is not the default are reset in the child: the set is
-// read from the kernel at the first spawn and kept, so a process that changes a disposition
-// afterwards must call NoteSignalDispositions() (the agent sets its own once, at start).
+// read from the kernel at the first spawn and kept, so the caller sets its dispositions before
+// it (the agent does, once, at start).
 Spawned SpawnChild(const ChildSpec& spec);
-void NoteSignalDispositions();
 
 }  // namespace warren::agent

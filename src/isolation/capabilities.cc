@@ -17,6 +17,10 @@ uint64_t KeptCapabilities(bool chroot) {
   return m;
 }
 
+namespace {
+
+// Drops every capability not kept from the bounding set: 0, or the failed step (N+1 for
+// capability N) with errno set.
 int NarrowBoundingSetRaw(bool chroot) {
   const uint64_t keep = KeptCapabilities(chroot);
   for (int c = 0; c <= 63; ++c) {
@@ -29,11 +33,19 @@ int NarrowBoundingSetRaw(bool chroot) {
   return 0;
 }
 
-Status NarrowBoundingSet(bool chroot) {
-  int step = NarrowBoundingSetRaw(chroot);
+// A raw step (see RestrictCapabilitiesRaw) as a status naming what failed.
+Status StepStatus(int step) {
   if (step == 0) return Status::Ok();
-  return ErrnoStatus("drop capability " + std::to_string(step - 1), "bounding set");
+  if (step <= 64) return ErrnoStatus("drop capability " + std::to_string(step - 1), "bounding set");
+  return ErrnoStatus(step == 100   ? "clear ambient capabilities"
+                     : step == 101 ? "capget"
+                                   : "capset",
+                     "exec");
 }
+
+}  // namespace
+
+Status NarrowBoundingSet(bool chroot) { return StepStatus(NarrowBoundingSetRaw(chroot)); }
 
 int RestrictCapabilitiesRaw(bool chroot, bool bounding) {
   const uint64_t keep = KeptCapabilities(chroot);
@@ -53,14 +65,6 @@ int RestrictCapabilitiesRaw(bool chroot, bool bounding) {
   return 0;
 }
 
-Status RestrictCapabilities() {
-  int step = RestrictCapabilitiesRaw();
-  if (step == 0) return Status::Ok();
-  if (step <= 64) return ErrnoStatus("drop capability " + std::to_string(step - 1), "bounding set");
-  return ErrnoStatus(step == 100   ? "clear ambient capabilities"
-                     : step == 101 ? "capget"
-                                   : "capset",
-                     "exec");
-}
+Status RestrictCapabilities() { return StepStatus(RestrictCapabilitiesRaw()); }
 
 }  // namespace warren::isolation

@@ -23,9 +23,8 @@ int RestrictCapabilitiesRaw(bool chroot = true, bool bounding = true);
 
 // Only the bounding set, for a process that starts every command (the agent, as it seals the
 // sandbox): what no command it starts can ever hold. It keeps its own capabilities; the
-// bounding set limits only what an execve gives. Raw: the failed step (as above), or 0.
+// bounding set limits only what an execve gives.
 Status NarrowBoundingSet(bool chroot = true);
-int NarrowBoundingSetRaw(bool chroot = true);
 
 // The kept set as a mask (bit N = capability N).
 uint64_t KeptCapabilities(bool chroot = true);

@@ -29,7 +29,7 @@
 
 #include "agent/native_forker.h"
 #include "agent/protocol.h"
-#include "agent/py_marshal.h"
+#include "agent/python_request.h"
 #include "base/unique_fd.h"
 #include "isolation/call_setup.h"
 #include "sys/fd_io.h"
@@ -593,17 +593,13 @@ class Dispatcher {
     WatchFd(w->status_r, w, What::kStatus, EPOLLIN);
     std::string msg;
     if (!w->native) {
-      // Python workers read a marshal'd dict (zygote.py's worker_run), without the environment
-      // when it is the zygote's own; native ones a frame (call_worker.cc).
+      // Python workers read what the C zygote applies and a marshal'd dict
+      // (runtime/fncall/python_request.h), without the environment when it is the zygote's
+      // own; native ones a frame (call_worker.cc).
       json env = req.contains("env") ? req["env"] : json::object();
       req.erase("env");
       if (!SameEnv(env)) req["env"] = env;
-      std::string blob;
-      PutMarshalDict(req, req.contains("files") ? "data" : "",
-                     std::string_view(run->payload).substr(0, files_len), &blob);
-      const uint32_t len = static_cast<uint32_t>(blob.size());
-      msg.assign(reinterpret_cast<const char*>(&len), 4);
-      msg += blob;
+      msg = EncodePythonRequest(req, std::string_view(run->payload).substr(0, files_len));
     } else {
       msg = EncodeFrame(req, std::string_view(run->payload).substr(0, files_len));
     }

@@ -382,39 +382,68 @@ def worker_main(fds, req, cfg, bpf, main):
     worker_run(main)
 
 
-def worker_run(main):
-    """W, set up (cwd /tmp): waits for its request and runs its Python code itself. The request
-    is a marshal'd dict from the dispatcher (call_dispatcher.cc, Start): cheaper to read than JSON."""
+REQUEST_HEAD = struct.Struct("<4I6Q")  # runtime/fncall/python_request.h: wz_request_head
+REQUEST_FILE = struct.Struct("<IIQ")  # wz_request_file
+
+
+def apply_request_head():
+    """W, set up: waits for its request and applies its first part (the files, the cwd, the
+    limits), as zygote_lib.c does before any Python runs where the library loads; returns the
+    length of the marshal'd rest (runtime/fncall/python_request.h)."""
     try:
-        req = marshal.loads(read_exact(3, int.from_bytes(read_exact(3, 4), "little")))
+        size = int.from_bytes(read_exact(3, 4), "little")
     except EOFError:
         os._exit(0)  # the runner is going away
-    os.close(3)
-    if "files" in req:
-        data, pos = req.pop("data"), 0
-        for f in req["files"]:
-            fd = os.open(os.path.join("/tmp", f["name"]), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                         f.get("mode", 0o644))
-            write_all(fd, data[pos:pos + f["len"]])
-            pos += f["len"]
-            os.close(fd)
-        del data
-    cwd = req.get("cwd") or "/tmp"
-    if cwd != "/tmp":
+    head = read_exact(3, size)
+    version, nfiles, cwd_len, _, cpu_s, as_bytes, stack, fsize, nproc, nofile = \
+        REQUEST_HEAD.unpack_from(head)
+    if version != 1:
+        raise ValueError(f"request version {version}")
+    pos = REQUEST_HEAD.size
+    cwd = os.fsdecode(head[pos:pos + cwd_len])
+    pos += cwd_len
+    files = []
+    for _ in range(nfiles):
+        name_len, mode, length = REQUEST_FILE.unpack_from(head, pos)
+        pos += REQUEST_FILE.size
+        name = os.fsdecode(head[pos:pos + name_len])
+        pos += name_len
+        if not name or "/" in name:
+            raise ValueError(f"file name {name!r}")
+        files.append((name, mode, length))
+    for name, mode, length in files:
+        fd = os.open("/tmp/" + name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+        write_all(fd, read_exact(3, length))
+        os.close(fd)
+    if cwd:
         try:
             os.chdir(cwd)
         except OSError as e:
             os.write(2, f"warren: chdir {cwd}: {e.strerror}\n".encode())
             write_all(4, frame({"exit_code": 126, "signal": 0, "cpu_ms": 0, "maxrss_kb": 0}))
             os._exit(126)
+    dict_len = int.from_bytes(read_exact(3, 4), "little")
+    set_limits({"cpu_s": cpu_s, "as_bytes": as_bytes, "stack_bytes": stack, "fsize_bytes": fsize,
+                "nproc": nproc, "nofile": nofile,
+                # what reading the rest maps, as zygote_lib.c counts it
+                "as_base": vm_size() + 2 * dict_len + (1 << 20)})
+    return dict_len
+
+
+def worker_run(main, dict_len=None):
+    """W, set up (cwd /tmp): waits for its request and runs its Python code itself. The files,
+    cwd and limits of the request are applied (by zygote_lib.c, or here if `dict_len` is None),
+    the rest is a marshal'd dict from the dispatcher (call_dispatcher.cc, Start): cheaper to
+    read than JSON."""
+    if dict_len is None:
+        dict_len = apply_request_head()
+    req = marshal.loads(read_exact(3, dict_len))
+    os.close(3)
     if "env" in req:  # absent: the call's environment is the one the zygote has
         os.environ.clear()
         os.environ.update(req["env"])
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
-    lim = dict(req.get("limits", {}))
     if req.get("mode") == "python":
-        lim["as_base"] = vm_size()
-        set_limits(lim)
         gc.enable()
         run_python(main, req["code"], req.get("args", []), "/tmp/" + req.get("filename", "main.py"))
     # Programs that are exec'd run in native workers (agent/call_worker.h), not here.
@@ -462,9 +491,10 @@ def zygote_main(sock, cfg, bpf, lib_fd):
     if serve:
         # The loop runs in C and never comes back here in the zygote; it returns only in a
         # new worker, set up as worker_main would (see zygote_lib.c).
-        serve(sock.fileno(), bpf, len(bpf), cfg["tmp_bytes"], cfg["setup_flags"], cfg["root_flags"])
+        rest = serve(sock.fileno(), bpf, len(bpf), cfg["tmp_bytes"], cfg["setup_flags"],
+                     cfg["root_flags"])
         sock.detach()  # closed by the set-up: never close whatever takes its number later
-        worker_run(main)
+        worker_run(main, rest)
         os._exit(122)
     sock.setblocking(False)
     rfd, wfd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)

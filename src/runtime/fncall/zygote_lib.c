@@ -2,10 +2,12 @@
  *
  * zygote.py loads this into its zygote (ctypes, from a memfd) and calls warren_zygote(),
  * which never returns in the zygote: it serves the dispatcher's fork requests there. It
- * returns 0 only in a new worker W, cloned into fresh mount, pid, ipc, net and uts
+ * returns only in a new worker W, cloned into fresh mount, pid, ipc, net and uts
  * namespaces, with the call's pipes on fds 0-4, its own /proc, /tmp and /dev/shm, a
  * read-only /, lo up, the call's uid, no capabilities, no_new_privs, Landlock and seccomp: the
  * recipe of isolation/call_setup.c, which native workers (agent/call_worker.h) apply too.
+ * There it also waits for the call and applies the first part of its request (files, cwd,
+ * rlimits: runtime/fncall/python_request.h) and returns the length of the rest.
  * zygote.py's worker_main follows the same steps in Python where this library cannot load.
  *
  * Why C: each clone write-protects every page of the zygote, and every page a process then
@@ -36,6 +38,7 @@
 #include <unistd.h>
 
 #include "isolation/call_setup.h"
+#include "runtime/fncall/python_request.h"
 #include "sys/code_huge_pages.h"
 
 #define WZ_FDS 5 /* request, stdin, stdout, stderr, status */
@@ -96,6 +99,161 @@ static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags
   const struct warren_call_params setup = {uid, tmp_bytes, flags, root_flags, bpf, bpf_len};
   const char* failed = warren_call_setup(&setup);
   if (failed) setup_failed(failed);
+}
+
+/* ---- W: the first part of its request (runtime/fncall/python_request.h), applied before any
+ * Python runs: each page the interpreter would write doing this is a copy. */
+
+/* 1: all `n` bytes read; 0: the pipe ended first (at once: the runner is going away). */
+static int read_full(int fd, void* buf, size_t n) {
+  char* p = buf;
+  while (n) {
+    ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return 0;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 1;
+}
+
+/* The call ended before its program ran: `message` on its stderr, an exit code as its report. */
+static void end_call(int code, const char* what, const char* object) {
+  char line[512];
+  int n = snprintf(line, sizeof line, "warren: %s %s: %s\n", what, object, strerror(errno));
+  if (n > 0) write_all(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+  char body[128];
+  int hlen = snprintf(body + 8, sizeof body - 8,
+                      "{\"exit_code\":%d,\"signal\":0,\"cpu_ms\":0,\"maxrss_kb\":0}", code);
+  uint32_t total = 4u + (uint32_t)hlen, h = (uint32_t)hlen;
+  memcpy(body, &total, 4);
+  memcpy(body + 4, &h, 4);
+  write_all(4, body, 8u + (size_t)hlen);
+  _exit(code);
+}
+
+/* `len` bytes of the request pipe into `fd`: spliced, so no buffer of ours is written. */
+static int copy_from_request(int fd, uint64_t len) {
+  char buf[4096];
+  while (len) {
+    ssize_t n = splice(3, NULL, fd, NULL, len < (1u << 30) ? (size_t)len : (1u << 30), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL) { /* no splice into this file system: copy */
+      n = read(3, buf, len < sizeof buf ? (size_t)len : sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0 && write(fd, buf, (size_t)n) != n) return -1;
+    }
+    if (n <= 0) {
+      if (n == 0) errno = EPIPE;
+      return -1;
+    }
+    len -= (uint64_t)n;
+  }
+  return 0;
+}
+
+static int read_small(const char* path, char* buf, size_t cap);
+
+/* The address space the worker has now, which a call's limit comes on top of. */
+static uint64_t vm_bytes(void) {
+  char buf[128];
+  int n = read_small("/proc/self/statm", buf, sizeof buf);
+  if (n <= 0) return 0;
+  return strtoull(buf, NULL, 10) * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static void cap_limit(int resource, uint64_t value) {
+  struct rlimit cur, r;
+  if (getrlimit(resource, &cur) != 0) setup_failed("getrlimit");
+  if (cur.rlim_max != RLIM_INFINITY && value > cur.rlim_max) value = cur.rlim_max;
+  r.rlim_cur = r.rlim_max = value;
+  if (setrlimit(resource, &r) != 0) setup_failed("setrlimit");
+}
+
+static void set_limits(const struct wz_request_head* h, uint64_t as_base) {
+  if (h->cpu_s) {
+    struct rlimit cur, r;
+    if (getrlimit(RLIMIT_CPU, &cur) != 0) setup_failed("getrlimit");
+    if (cur.rlim_max == RLIM_INFINITY) {
+      r.rlim_cur = h->cpu_s; /* SIGXCPU, then SIGKILL a second later */
+      r.rlim_max = h->cpu_s + 1;
+    } else {
+      r.rlim_cur = h->cpu_s < cur.rlim_max ? h->cpu_s : cur.rlim_max;
+      r.rlim_max = cur.rlim_max;
+    }
+    if (setrlimit(RLIMIT_CPU, &r) != 0) setup_failed("setrlimit");
+  }
+  if (h->as_bytes) cap_limit(RLIMIT_AS, h->as_bytes + as_base);
+  if (h->stack_bytes) cap_limit(RLIMIT_STACK, h->stack_bytes);
+  if (h->fsize_bytes) cap_limit(RLIMIT_FSIZE, h->fsize_bytes);
+  if (h->nproc) cap_limit(RLIMIT_NPROC, h->nproc);
+  if (h->nofile) cap_limit(RLIMIT_NOFILE, h->nofile);
+  struct rlimit none = {0, 0};
+  if (setrlimit(RLIMIT_CORE, &none) != 0) setup_failed("setrlimit");
+}
+
+/* Waits for the request, writes its files, enters its cwd and sets its limits; returns the
+ * length of the marshal'd rest, which Python reads from fd 3. */
+static int worker_request(void) {
+  uint32_t head_len;
+  if (!read_full(3, &head_len, sizeof head_len)) _exit(0); /* the runner is going away */
+  if (head_len < sizeof(struct wz_request_head) || head_len > WZ_REQUEST_HEAD_MAX) {
+    errno = EPROTO;
+    setup_failed("request");
+  }
+  char* head = malloc(head_len);
+  if (!head) setup_failed("request");
+  if (!read_full(3, head, head_len)) {
+    errno = EPIPE;
+    setup_failed("request");
+  }
+  struct wz_request_head h;
+  memcpy(&h, head, sizeof h);
+  size_t pos = sizeof h;
+  if (h.version != WZ_REQUEST_VERSION || h.cwd_len > head_len - pos) {
+    errno = EPROTO;
+    setup_failed("request");
+  }
+  char cwd[4096];
+  if (h.cwd_len >= sizeof cwd) {
+    errno = ENAMETOOLONG;
+    setup_failed("request");
+  }
+  memcpy(cwd, head + pos, h.cwd_len);
+  cwd[h.cwd_len] = 0;
+  pos += h.cwd_len;
+  for (uint32_t i = 0; i < h.nfiles; i++) {
+    struct wz_request_file f;
+    if (head_len - pos < sizeof f) {
+      errno = EPROTO;
+      setup_failed("request");
+    }
+    memcpy(&f, head + pos, sizeof f);
+    pos += sizeof f;
+    char path[5 + 256] = "/tmp/";
+    if (f.name_len == 0 || f.name_len > 255 || f.name_len > head_len - pos ||
+        memchr(head + pos, '/', f.name_len) || memchr(head + pos, 0, f.name_len)) {
+      errno = EPROTO;
+      setup_failed("request");
+    }
+    memcpy(path + 5, head + pos, f.name_len);
+    path[5 + f.name_len] = 0;
+    pos += f.name_len;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, f.mode & 07777);
+    if (fd < 0 || copy_from_request(fd, f.len) != 0) end_call(1, "write", path);
+    close(fd);
+  }
+  free(head);
+  if (h.cwd_len && chdir(cwd) != 0) end_call(126, "chdir", cwd);
+  uint32_t dict_len;
+  if (!read_full(3, &dict_len, sizeof dict_len) || dict_len > 0x7fffffffu) {
+    errno = EPROTO;
+    setup_failed("request");
+  }
+  /* On top of what the worker has: what Python maps to read the rest (its bytes, the objects
+   * made of them, a new arena of the allocator), as the address space measured after it did. */
+  set_limits(&h, vm_bytes() + 2ull * dict_len + (1u << 20));
+  return (int)dict_len;
 }
 
 /* ---- The zygote. */
@@ -384,7 +542,8 @@ static void report_ends(int sock) {
   }
 }
 
-/* Serves fork requests on `sock`; returns only in a new worker, set up (see above). */
+/* Serves fork requests on `sock`; returns only in a new worker, set up and with the first part
+ * of its request applied, the length of the rest (see above). */
 __attribute__((visibility("default"))) int warren_zygote(int sock, const void* bpf, size_t bpf_len,
                                                          unsigned long long tmp_bytes,
                                                          unsigned flags, unsigned long root_flags) {
@@ -425,7 +584,7 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
       if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) _exit(1); /* the zygote reports our end */
       place_fds(fds); /* closes sock, sfd and the pool's fds too */
       worker_setup((uid_t)uid, tmp_bytes, flags, root_flags, bpf, bpf_len);
-      return 0;
+      return worker_request();
     }
     int err = errno;
     for (int i = 0; i < WZ_FDS; i++) close(fds[i]);

@@ -897,8 +897,16 @@ std::pair<int, json> StartZygote(const Config& cfg, std::string_view script, std
   rc = rc ? rc : posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
   std::string a0 = cfg.python, a1 = "-I", a2 = "-c", a3 = kBootstrap;
   char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), nullptr};
+  // Our environment (the calls' default) and LD_BIND_NOW: every symbol is bound in the zygote
+  // once, not in each worker (zygote.py takes it out of the environment at once).
+  std::vector<char*> envp;
+  for (char** e = environ; *e; ++e)
+    if (strncmp(*e, "LD_BIND_NOW=", 12) != 0) envp.push_back(*e);
+  std::string bind_now = "LD_BIND_NOW=1";
+  envp.push_back(bind_now.data());
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  if (rc == 0) rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, environ);
+  if (rc == 0) rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) Die(ErrnoText("start the zygote (" + cfg.python + ")", rc));

@@ -251,7 +251,7 @@ def prepare_python():
 
 def run_python(main, code, args, filename):
     sys.argv = [filename] + list(args)
-    sys.path[0:0] = [os.path.dirname(filename)]
+    sys.path[0:0] = [filename.rpartition("/")[0] or "/"]  # os.path.dirname, without its pages
     main.__file__ = filename
     status = 0
     try:
@@ -573,7 +573,11 @@ def copy_to_memfd(data, name):
 def main():
     """The dispatcher (warren-agent --call-dispatcher) started us: zygote.py came on stdin, our
     configuration follows it (a frame: the calls' seccomp filter and warren-zygote.so as its
-    payload), and fd 3 is our end of its socket."""
+    payload), and fd 3 is our end of its socket. It started us with LD_BIND_NOW, so that every
+    library's symbols were bound here once, not by each worker on its first call of each
+    (a lookup, and a copy of the page it writes): it is no call's, and goes from the environment
+    every worker starts with."""
+    os.environ.pop("LD_BIND_NOW", None)
     os.set_blocking(0, True)
     cfg, rest = read_frame(0)
     bpf_len = min(cfg.get("bpf_len", 0), len(rest))

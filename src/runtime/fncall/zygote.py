@@ -249,6 +249,11 @@ def prepare_python():
     return main
 
 
+# zygote_lib.c's warren_worker_end where the library loaded: a call's end without the pages
+# that os.kill, os.waitpid's exception, getrusage's results and the report's bytes would write.
+_end_in_c = None
+
+
 def run_python(main, code, args, filename):
     sys.argv = [filename] + list(args)
     sys.path[0:0] = [filename.rpartition("/")[0] or "/"]  # os.path.dirname, without its pages
@@ -287,6 +292,8 @@ def run_python(main, code, args, filename):
                 stream.flush()
             except BaseException:
                 pass
+    if _end_in_c is not None:
+        _end_in_c(status)  # the steps below, in zygote_lib.c; never returns
     # The call is over: what the program started goes too (as our exit, pid 1's, would end it),
     # and is waited for, so that the usage counts every process of the call (a child that did
     # the work and was never waited for would otherwise pass under the limits), and none still
@@ -478,6 +485,10 @@ def zygote_main(sock, cfg, bpf, lib_fd):
             lib = ctypes.PyDLL(f"/proc/self/fd/{lib_fd}")
             serve = lib.warren_zygote
             serve.restype = ctypes.c_int
+            global _end_in_c
+            _end_in_c = lib.warren_worker_end
+            _end_in_c.restype = None
+            _end_in_c.argtypes = [ctypes.c_int]
             serve.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_ulonglong,
                               ctypes.c_uint, ctypes.c_ulong]
             why = ""

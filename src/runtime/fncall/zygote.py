@@ -446,6 +446,11 @@ def worker_run(main, dict_len=None):
         dict_len = apply_request_head()
     req = marshal.loads(read_exact(3, dict_len))
     os.close(3)
+    worker_call(main, req)
+
+
+def worker_call(main, req):
+    """W: runs its request's dict {mode, code, args, filename[, env]}; never returns."""
     if "env" in req:  # absent: the call's environment is the one the zygote has
         os.environ.clear()
         os.environ.update(req["env"])
@@ -490,7 +495,7 @@ def zygote_main(sock, cfg, bpf, lib_fd):
             _end_in_c.restype = None
             _end_in_c.argtypes = [ctypes.c_int]
             serve.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_ulonglong,
-                              ctypes.c_uint, ctypes.c_ulong]
+                              ctypes.c_uint, ctypes.c_ulong, ctypes.py_object]
             why = ""
         except (OSError, AttributeError) as e:
             why = f"warren-zygote.so: {e}"
@@ -502,8 +507,11 @@ def zygote_main(sock, cfg, bpf, lib_fd):
     if serve:
         # The loop runs in C and never comes back here in the zygote; it returns only in a
         # new worker, set up as worker_main would (see zygote_lib.c).
+        # In each new worker the C code reads the request's dict and calls `entry` with it
+        # (zygote_lib.c, run_python_entry); it returns here only where it finds no C API.
+        entry = lambda req: worker_call(main, req)  # noqa: E731
         rest = serve(sock.fileno(), bpf, len(bpf), cfg["tmp_bytes"], cfg["setup_flags"],
-                     cfg["root_flags"])
+                     cfg["root_flags"], entry)
         sock.detach()  # closed by the set-up: never close whatever takes its number later
         worker_run(main, rest)
         os._exit(122)

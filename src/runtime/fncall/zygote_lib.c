@@ -18,6 +18,7 @@
  * (one JSON datagram per message on a SOCK_SEQPACKET socket, fds as SCM_RIGHTS).
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -255,6 +256,42 @@ static int worker_request(void) {
    * made of them, a new arena of the allocator), as the address space measured after it did. */
   set_limits(&h, vm_bytes() + 2ull * dict_len + (1u << 20));
   return (int)dict_len;
+}
+
+/* ---- W, into Python: the rest of its request (the marshal'd dict) is read here and handed
+ * to zygote.py's entry through the interpreter's C API, found with dlsym in the python3 that
+ * loaded us (we are called with its lock held: ctypes.PyDLL). Returning through ctypes to
+ * zygote.py and reading the dict there wrote ~20 pages more: the call's argument objects
+ * freed, the result converted, the bytes read. Where the API is not found, warren_zygote()
+ * returns the dict's length and Python reads it. */
+typedef void* (*py_marshal_loads_fn)(const char*, long);
+typedef void* (*py_call_fn)(void*, ...);
+typedef void (*py_err_print_fn)(void);
+
+static py_marshal_loads_fn g_py_loads;
+static py_call_fn g_py_call;
+static py_err_print_fn g_py_print_error;
+
+/* In the zygote, once: every worker finds them in its copy. */
+static void find_python_api(void) {
+  g_py_loads = (py_marshal_loads_fn)dlsym(RTLD_DEFAULT, "PyMarshal_ReadObjectFromString");
+  g_py_call = (py_call_fn)dlsym(RTLD_DEFAULT, "PyObject_CallFunctionObjArgs");
+  g_py_print_error = (py_err_print_fn)dlsym(RTLD_DEFAULT, "PyErr_Print");
+}
+
+static void run_python_entry(void* entry, int dict_len) {
+  if (!entry || !g_py_loads || !g_py_call || !g_py_print_error) return;
+  char* buf = malloc(dict_len > 0 ? (size_t)dict_len : 1);
+  if (!buf || !read_full(3, buf, (size_t)dict_len)) {
+    errno = EPIPE;
+    setup_failed("request");
+  }
+  close(3);
+  void* req = g_py_loads(buf, dict_len);
+  free(buf);
+  if (req) g_py_call(entry, req, (void*)0); /* ends the worker: it does not come back */
+  g_py_print_error(); /* an exception, as python3 would show one that nothing caught */
+  _exit(1);
 }
 
 /* ---- W, its call over: zygote.py's run_python calls this once the program's own exit steps
@@ -584,8 +621,10 @@ static void report_ends(int sock) {
  * of its request applied, the length of the rest (see above). */
 __attribute__((visibility("default"))) int warren_zygote(int sock, const void* bpf, size_t bpf_len,
                                                          unsigned long long tmp_bytes,
-                                                         unsigned flags, unsigned long root_flags) {
+                                                         unsigned flags, unsigned long root_flags,
+                                                         void* entry) {
   const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+  if (entry) find_python_api();
   g_self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   flags = warren_call_prepare_root(flags, root_flags);
   if (flags & WARREN_CALL_ROOT_DONE) warren_call_detach_covered(flags);
@@ -622,7 +661,9 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
       if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) _exit(1); /* the zygote reports our end */
       place_fds(fds); /* closes sock, sfd and the pool's fds too */
       worker_setup((uid_t)uid, tmp_bytes, flags, root_flags, bpf, bpf_len);
-      return worker_request();
+      const int dict_len = worker_request();
+      run_python_entry(entry, dict_len); /* returns only where the C API is not found */
+      return dict_len;
     }
     int err = errno;
     for (int i = 0; i < WZ_FDS; i++) close(fds[i]);

@@ -142,6 +142,15 @@ Result<json> KvStateStore::GetSandbox(const std::string& id) {
   return GetJson(keys::Sandbox(id), "sandbox", id);
 }
 
+Result<std::string> KvStateStore::GetSandboxText(const std::string& id) {
+  auto item = kv_->Get(keys::Sandbox(id));
+  if (!item.ok()) {
+    if (item.status().code() == Code::kNotFound) return NotFound("sandbox", id);
+    return item.status();
+  }
+  return std::move(item->value);
+}
+
 std::vector<json> KvStateStore::ListSandboxes() {
   auto all = ReadSandboxes();
   if (!all.ok()) {

@@ -31,6 +31,7 @@ class KvStateStore : public server::StateStore {
 
   Status PutSandbox(const nlohmann::json& sandbox) override;
   Result<nlohmann::json> GetSandbox(const std::string& id) override;
+  Result<std::string> GetSandboxText(const std::string& id) override;
   std::vector<nlohmann::json> ListSandboxes() override;  // logs an error, answers empty
   Result<std::vector<nlohmann::json>> ReadSandboxes() override;
   Result<std::vector<StoredText>> ReadSandboxTexts() override;

@@ -62,10 +62,24 @@ Result<std::vector<SandboxTable::Shared>> SandboxTable::ListShared() {
 }
 
 Result<SandboxRecord> SandboxTable::Get(const std::string& id) {
-  json j = WARREN_TRY(store_->GetSandbox(id));
-  auto rec = ParseSandboxRecord(j);
+  auto text = store_->GetSandboxText(id);
+  if (!text.ok()) {
+    if (text.status().code() == Code::kNotFound) {
+      MutexLock lock(&parsed_mu_);
+      parsed_.erase(id);
+    }
+    return text.status();
+  }
+  {
+    MutexLock lock(&parsed_mu_);
+    if (auto it = parsed_.find(id); it != parsed_.end() && it->second.text == *text)
+      return *it->second.rec;
+  }
+  auto rec = ParseSandboxRecord(nlohmann::json::parse(*text, nullptr, false));
   // A stored record this version cannot read is the server's problem, not the caller's.
   if (!rec.ok()) return Internal("read sandbox record", id, rec.status().ToString());
+  MutexLock lock(&parsed_mu_);
+  parsed_[id] = Parsed{std::move(*text), std::make_shared<const SandboxRecord>(*rec)};
   return rec;
 }
 
@@ -155,6 +169,10 @@ Result<SandboxRecord> SandboxTable::Remove(const std::string& id) {
     Status st = store_->RemoveSandboxIf(id, stamped.stamp);
     if (st.code() == Code::kConflict && attempt < 32) continue;  // changed: read it again
     WARREN_RETURN_IF_ERROR(st);
+    {
+      MutexLock lock(&parsed_mu_);
+      parsed_.erase(id);
+    }
     auto rec = ParseSandboxRecord(stamped.doc);
     if (!rec.ok()) return Internal("read sandbox record", id, rec.status().ToString());
     MutexLock lock(&mu_);

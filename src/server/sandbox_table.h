@@ -41,6 +41,8 @@ class SandboxTable {
   // since the last read. A list of 100,000 parsed them all on every page (47 us a record).
   using Shared = std::shared_ptr<const SandboxRecord>;
   Result<std::vector<Shared>> ListShared();
+  // One record, read from the store each time; parsed again only if its stored text changed
+  // since this table last parsed it (once per exec, file or get of a sandbox; 47 us a record).
   Result<SandboxRecord> Get(const std::string& id);
   // A record as this table wrote it, with the store's stamp of that version: a change made
   // next by the same writer starts from it rather than reading the record again (and reads
@@ -87,7 +89,7 @@ class SandboxTable {
   StateStore* const store_;
   mutable Mutex mu_;  // counts_ only
   Counts counts_ GUARDED_BY(mu_);
-  // ListShared's records by id, with the text each was parsed from.
+  // The records ListShared and Get parsed, by id, with the text each was parsed from.
   struct Parsed {
     std::string text;
     Shared rec;

@@ -123,6 +123,16 @@ Result<nlohmann::json> SqliteStateStore::GetSandbox(const std::string& id) {
   return nlohmann::json::parse(st.Text(0));
 }
 
+Result<std::string> SqliteStateStore::GetSandboxText(const std::string& id) {
+  MutexLock lock(&mu_);
+  Stmt st(db_, "SELECT doc FROM sandboxes WHERE id = ?");
+  st.Bind(1, id);
+  const int rc = st.Step();
+  if (rc == SQLITE_ROW) return st.Text(0);
+  if (rc == SQLITE_DONE) return NotFound("sandbox", id);
+  return DbError(db_, "get sandbox");
+}
+
 std::vector<nlohmann::json> SqliteStateStore::ListSandboxes() {
   MutexLock lock(&mu_);
   Stmt st(db_, "SELECT doc FROM sandboxes ORDER BY created_at, id");

@@ -20,6 +20,7 @@ class SqliteStateStore : public StateStore {
 
   Status PutSandbox(const nlohmann::json& sandbox) override;
   Result<nlohmann::json> GetSandbox(const std::string& id) override;
+  Result<std::string> GetSandboxText(const std::string& id) override;
   std::vector<nlohmann::json> ListSandboxes() override;
   Result<std::vector<StoredText>> ReadSandboxTexts() override;
   Status RemoveSandbox(const std::string& id) override;

@@ -31,6 +31,11 @@ class StateStore {
   // created_at, then id.
   virtual Status PutSandbox(const nlohmann::json& sandbox) = 0;
   virtual Result<nlohmann::json> GetSandbox(const std::string& id) = 0;
+  // The same record as stored, unparsed: a reader that keeps what it parsed before parses it
+  // again only if it changed (SandboxTable::Get, on every use of a sandbox).
+  virtual Result<std::string> GetSandboxText(const std::string& id) {
+    return WARREN_TRY(GetSandbox(id)).dump();
+  }
   virtual std::vector<nlohmann::json> ListSandboxes() = 0;
   // The same, or the store's error (a caller that answers a tenant must not take an
   // unreadable store for an empty one).

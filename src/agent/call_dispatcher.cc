@@ -594,7 +594,7 @@ class Dispatcher {
     std::string msg;
     if (!w->native) {
       // Python workers read what the C zygote applies and a marshal'd dict
-      // (runtime/fncall/python_request.h), without the environment when it is the zygote's
+      // (runtime/fncall/zygote_request.h), without the environment when it is the zygote's
       // own; native ones a frame (call_worker.cc).
       json env = req.contains("env") ? req["env"] : json::object();
       req.erase("env");

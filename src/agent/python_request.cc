@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "agent/py_marshal.h"
-#include "runtime/fncall/python_request.h"
+#include "runtime/fncall/zygote_request.h"
 
 namespace warren::agent {
 namespace {

@@ -1,4 +1,4 @@
-// A Python worker's request as the dispatcher writes it (runtime/fncall/python_request.h): the
+// A Python worker's request as the dispatcher writes it (runtime/fncall/zygote_request.h): the
 // part the C zygote applies before any Python runs (files, cwd, limits) and a marshal'd dict
 // with what only Python needs.
 #pragma once

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "agent/py_marshal.h"
-#include "runtime/fncall/python_request.h"
+#include "runtime/fncall/zygote_request.h"
 
 namespace warren::agent {
 namespace {

@@ -389,14 +389,14 @@ def worker_main(fds, req, cfg, bpf, main):
     worker_run(main)
 
 
-REQUEST_HEAD = struct.Struct("<4I6Q")  # runtime/fncall/python_request.h: wz_request_head
+REQUEST_HEAD = struct.Struct("<4I6Q")  # runtime/fncall/zygote_request.h: wz_request_head
 REQUEST_FILE = struct.Struct("<IIQ")  # wz_request_file
 
 
 def apply_request_head():
     """W, set up: waits for its request and applies its first part (the files, the cwd, the
     limits), as zygote_lib.c does before any Python runs where the library loads; returns the
-    length of the marshal'd rest (runtime/fncall/python_request.h)."""
+    length of the marshal'd rest (runtime/fncall/zygote_request.h)."""
     try:
         size = int.from_bytes(read_exact(3, 4), "little")
     except EOFError:

@@ -7,7 +7,7 @@
  * read-only /, lo up, the call's uid, no capabilities, no_new_privs, Landlock and seccomp: the
  * recipe of isolation/call_setup.c, which native workers (agent/call_worker.h) apply too.
  * There it also waits for the call and applies the first part of its request (files, cwd,
- * rlimits: runtime/fncall/python_request.h) and returns the length of the rest.
+ * rlimits: runtime/fncall/zygote_request.h) and returns the length of the rest.
  * zygote.py's worker_main follows the same steps in Python where this library cannot load.
  *
  * Why C: each clone write-protects every page of the zygote, and every page a process then
@@ -40,7 +40,7 @@
 #include <unistd.h>
 
 #include "isolation/call_setup.h"
-#include "runtime/fncall/python_request.h"
+#include "runtime/fncall/zygote_request.h"
 #include "sys/code_huge_pages.h"
 
 #define WZ_FDS 5 /* request, stdin, stdout, stderr, status */
@@ -103,7 +103,7 @@ static void worker_setup(uid_t uid, unsigned long long tmp_bytes, unsigned flags
   if (failed) setup_failed(failed);
 }
 
-/* ---- W: the first part of its request (runtime/fncall/python_request.h), applied before any
+/* ---- W: the first part of its request (runtime/fncall/zygote_request.h), applied before any
  * Python runs: each page the interpreter would write doing this is a copy. */
 
 /* 1: all `n` bytes read; 0: the pipe ended first (at once: the runner is going away). */

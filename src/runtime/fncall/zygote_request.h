@@ -12,8 +12,8 @@
  * Python where warren-zygote.so cannot load. Written by the dispatcher (call_dispatcher.cc,
  * agent/python_request.h); all integers little-endian (the host's: both ends run on it).
  * Plain C: included by the C zygote library and by C++. */
-#ifndef WARREN_RUNTIME_FNCALL_PYTHON_REQUEST_H_
-#define WARREN_RUNTIME_FNCALL_PYTHON_REQUEST_H_
+#ifndef WARREN_RUNTIME_FNCALL_ZYGOTE_REQUEST_H_
+#define WARREN_RUNTIME_FNCALL_ZYGOTE_REQUEST_H_
 
 #include <stdint.h>
 
@@ -41,4 +41,4 @@ struct wz_request_file {
   uint64_t len; /* its bytes, after the whole head */
 };
 
-#endif /* WARREN_RUNTIME_FNCALL_PYTHON_REQUEST_H_ */
+#endif /* WARREN_RUNTIME_FNCALL_ZYGOTE_REQUEST_H_ */

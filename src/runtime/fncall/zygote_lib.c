@@ -24,6 +24,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,15 +65,22 @@ static void write_all(int fd, const char* p, size_t n) {
   }
 }
 
-static void setup_failed(const char* what) {
+/* W's report on its status pipe: a frame whose header is the JSON `fmt` makes (no payload). */
+__attribute__((format(printf, 1, 2))) static void write_report(const char* fmt, ...) {
   char body[512];
-  int hlen = snprintf(body + 8, sizeof body - 8, "{\"error\":\"worker setup: %s: %s\"}", what,
-                      strerror(errno));
+  va_list ap;
+  va_start(ap, fmt);
+  int hlen = vsnprintf(body + 8, sizeof body - 8, fmt, ap);
+  va_end(ap);
   if (hlen < 0 || hlen > (int)sizeof body - 9) hlen = (int)sizeof body - 9;
   uint32_t total = 4u + (uint32_t)hlen, h = (uint32_t)hlen;
   memcpy(body, &total, 4);
   memcpy(body + 4, &h, 4);
   write_all(4, body, 8u + (size_t)hlen);
+}
+
+static void setup_failed(const char* what) {
+  write_report("{\"error\":\"worker setup: %s: %s\"}", what, strerror(errno));
   _exit(1);
 }
 
@@ -124,13 +132,7 @@ static void end_call(int code, const char* what, const char* object) {
   char line[512];
   int n = snprintf(line, sizeof line, "warren: %s %s: %s\n", what, object, strerror(errno));
   if (n > 0) write_all(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-  char body[128];
-  int hlen = snprintf(body + 8, sizeof body - 8,
-                      "{\"exit_code\":%d,\"signal\":0,\"cpu_ms\":0,\"maxrss_kb\":0}", code);
-  uint32_t total = 4u + (uint32_t)hlen, h = (uint32_t)hlen;
-  memcpy(body, &total, 4);
-  memcpy(body + 4, &h, 4);
-  write_all(4, body, 8u + (size_t)hlen);
+  write_report("{\"exit_code\":%d,\"signal\":0,\"cpu_ms\":0,\"maxrss_kb\":0}", code);
   _exit(code);
 }
 
@@ -316,14 +318,8 @@ __attribute__((visibility("default"))) void warren_worker_end(int status) {
   close(0);
   close(1);
   close(2);
-  char body[160];
-  int hlen = snprintf(body + 8, sizeof body - 8,
-                      "{\"exit_code\":%d,\"signal\":0,\"cpu_ms\":%lld,\"maxrss_kb\":%ld}", status,
-                      cpu_us / 1000, rss);
-  uint32_t total = 4u + (uint32_t)hlen, h = (uint32_t)hlen;
-  memcpy(body, &total, 4);
-  memcpy(body + 4, &h, 4);
-  write_all(4, body, 8u + (size_t)hlen);
+  write_report("{\"exit_code\":%d,\"signal\":0,\"cpu_ms\":%lld,\"maxrss_kb\":%ld}", status,
+               cpu_us / 1000, rss);
   close(4);
   struct timespec wait = {5, 0};
   while (nanosleep(&wait, &wait) != 0 && errno == EINTR) {

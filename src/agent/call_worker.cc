@@ -22,6 +22,7 @@
 
 #include "agent/exec_spawn.h"
 #include "agent/protocol.h"
+#include "isolation/call_limits.h"
 #include "isolation/call_setup.h"
 #include "sys/fd_io.h"
 
@@ -48,27 +49,13 @@ void OnUsr1(int) {
   Report({{"error", std::string("worker setup: ") + what + ": " + strerror(errno)}}, "", 1);
 }
 
-void SetLimit(int resource, uint64_t value) {
-  rlimit cur{};
-  getrlimit(resource, &cur);
-  rlim_t v = static_cast<rlim_t>(value);
-  if (cur.rlim_max != RLIM_INFINITY) v = std::min(v, cur.rlim_max);
-  rlimit r{v, v};
-  setrlimit(resource, &r);
-}
-
+// The request's limits, each capped at the runner's own; one that cannot be set refuses the
+// call rather than run it without.
 void SetLimits(const json& l) {
-  if (uint64_t cpu = l.value("cpu_s", uint64_t{0})) {
-    rlimit r{cpu, cpu + 1};  // SIGXCPU, then SIGKILL a second later
-    setrlimit(RLIMIT_CPU, &r);
-  }
-  if (uint64_t v = l.value("as_bytes", uint64_t{0})) SetLimit(RLIMIT_AS, v);
-  if (uint64_t v = l.value("stack_bytes", uint64_t{0})) SetLimit(RLIMIT_STACK, v);
-  if (uint64_t v = l.value("fsize_bytes", uint64_t{0})) SetLimit(RLIMIT_FSIZE, v);
-  if (uint64_t v = l.value("nproc", uint64_t{0})) SetLimit(RLIMIT_NPROC, v);
-  if (uint64_t v = l.value("nofile", uint64_t{0})) SetLimit(RLIMIT_NOFILE, v);
-  rlimit none{0, 0};
-  setrlimit(RLIMIT_CORE, &none);
+  const warren_call_limits limits = {l.value("cpu_s", 0ull),       l.value("as_bytes", 0ull),
+                                     l.value("stack_bytes", 0ull), l.value("fsize_bytes", 0ull),
+                                     l.value("nproc", 0ull),       l.value("nofile", 0ull)};
+  if (const char* failed = warren_call_set_limits(&limits)) SetupFailed(failed);
 }
 
 // The files the run asked to keep (a compiler's output): regular files only, no links

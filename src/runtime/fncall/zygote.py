@@ -174,18 +174,19 @@ def seccomp(bpf):
 
 
 def set_limits(lim):
-    def cap(kind, value):
-        value = int(value)
-        soft, hard = resource.getrlimit(kind)
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)
-        resource.setrlimit(kind, (value, value))
+    # As isolation/call_limits.c: never above the worker's own hard limit; one that cannot be
+    # set raises, and the call is refused.
+    def cap(kind, value, hard_value=None):
+        soft, hard = int(value), int(value if hard_value is None else hard_value)
+        cur_hard = resource.getrlimit(kind)[1]
+        if cur_hard != resource.RLIM_INFINITY:
+            hard = min(hard, cur_hard)
+            soft = min(soft, hard)
+        resource.setrlimit(kind, (soft, hard))
 
     if lim.get("cpu_s"):
         s = int(lim["cpu_s"])
-        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-        soft_hard = (s, s + 1) if hard == resource.RLIM_INFINITY else (min(s, hard), hard)
-        resource.setrlimit(resource.RLIMIT_CPU, soft_hard)
+        cap(resource.RLIMIT_CPU, s, s + 1)  # SIGXCPU, then SIGKILL a second later
     if lim.get("as_bytes"):
         # The interpreter's own mappings do not count against the program: the worker is a
         # fork of the warm interpreter, which the code found already there.

@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "isolation/call_limits.h"
 #include "isolation/call_setup.h"
 #include "runtime/fncall/zygote_request.h"
 #include "sys/code_huge_pages.h"
@@ -166,34 +167,12 @@ static uint64_t vm_bytes(void) {
   return strtoull(buf, NULL, 10) * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
-static void cap_limit(int resource, uint64_t value) {
-  struct rlimit cur, r;
-  if (getrlimit(resource, &cur) != 0) setup_failed("getrlimit");
-  if (cur.rlim_max != RLIM_INFINITY && value > cur.rlim_max) value = cur.rlim_max;
-  r.rlim_cur = r.rlim_max = value;
-  if (setrlimit(resource, &r) != 0) setup_failed("setrlimit");
-}
-
 static void set_limits(const struct wz_request_head* h, uint64_t as_base) {
-  if (h->cpu_s) {
-    struct rlimit cur, r;
-    if (getrlimit(RLIMIT_CPU, &cur) != 0) setup_failed("getrlimit");
-    if (cur.rlim_max == RLIM_INFINITY) {
-      r.rlim_cur = h->cpu_s; /* SIGXCPU, then SIGKILL a second later */
-      r.rlim_max = h->cpu_s + 1;
-    } else {
-      r.rlim_cur = h->cpu_s < cur.rlim_max ? h->cpu_s : cur.rlim_max;
-      r.rlim_max = cur.rlim_max;
-    }
-    if (setrlimit(RLIMIT_CPU, &r) != 0) setup_failed("setrlimit");
-  }
-  if (h->as_bytes) cap_limit(RLIMIT_AS, h->as_bytes + as_base);
-  if (h->stack_bytes) cap_limit(RLIMIT_STACK, h->stack_bytes);
-  if (h->fsize_bytes) cap_limit(RLIMIT_FSIZE, h->fsize_bytes);
-  if (h->nproc) cap_limit(RLIMIT_NPROC, h->nproc);
-  if (h->nofile) cap_limit(RLIMIT_NOFILE, h->nofile);
-  struct rlimit none = {0, 0};
-  if (setrlimit(RLIMIT_CORE, &none) != 0) setup_failed("setrlimit");
+  const struct warren_call_limits l = {h->cpu_s,       h->as_bytes ? h->as_bytes + as_base : 0,
+                                       h->stack_bytes, h->fsize_bytes,
+                                       h->nproc,       h->nofile};
+  const char* failed = warren_call_set_limits(&l);
+  if (failed) setup_failed(failed);
 }
 
 /* Waits for the request, writes its files, enters its cwd and sets its limits; returns the

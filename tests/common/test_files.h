@@ -1,6 +1,8 @@
 // Files for tests: deterministic random bytes, and whole-file writes and reads.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +31,16 @@ inline void WriteFile(const std::string& path, const std::string& data) {
 inline std::string ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Everything readable from `fd` until its other end is closed (a child's report on a pipe);
+// `fd` is closed after.
+inline std::string ReadToEndAndClose(int fd) {
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
 }
 
 }  // namespace warren::testing

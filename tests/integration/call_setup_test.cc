@@ -21,6 +21,8 @@
 #include <sstream>
 #include <string>
 
+#include "test_files.h"
+
 namespace {
 
 constexpr uid_t kCallUid = 61999;  // no one's: the recipe gives the call a uid of its own
@@ -89,10 +91,7 @@ std::map<std::string, std::string> RunInFreshWorker(const warren_call_params& pa
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 3);
   }
   close(p[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = read(p[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  close(p[0]);
+  const std::string text = warren::testing::ReadToEndAndClose(p[0]);
   int status = 0;
   waitpid(outer, &status, 0);
   std::map<std::string, std::string> found;

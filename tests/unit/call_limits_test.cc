@@ -18,6 +18,8 @@
 #include <functional>
 #include <string>
 
+#include "test_files.h"
+
 namespace {
 
 // Runs `body` in a child; its return value (an empty string: passed) comes back as the child's
@@ -33,10 +35,7 @@ std::string InChild(const std::function<std::string()>& body) {
     _exit(0);
   }
   close(p[1]);
-  std::string out;
-  char buf[256];
-  for (ssize_t n; (n = read(p[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  close(p[0]);
+  std::string out = warren::testing::ReadToEndAndClose(p[0]);
   int status = 0;
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) out += " (child did not exit cleanly)";

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "isolation/call_limits.h"
 
+#include <stddef.h>
 #include <sys/resource.h>
 
 /* Soft `soft` and hard `hard`, neither above the hard limit there is now. */
@@ -36,5 +37,5 @@ const char* warren_call_set_limits(const struct warren_call_limits* l) {
       return each[i].name;
   const struct rlimit none = {0, 0};
   if (setrlimit(RLIMIT_CORE, &none) != 0) return "RLIMIT_CORE";
-  return 0;
+  return NULL;
 }

@@ -3,7 +3,6 @@
 #include "isolation/call_limits.h"
 
 #include <gtest/gtest.h>
-#include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>

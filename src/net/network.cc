@@ -20,6 +20,7 @@
 #include "net/netns.h"
 #include "net/sock_destroy.h"
 #include "sys/mount_api.h"
+#include "sys/sched_priority.h"
 
 namespace warren::net {
 namespace {
@@ -348,6 +349,10 @@ Result<Network::Pooled> Network::MakeNamespace(bool wired) {
 }
 
 void Network::FillPool() {
+  // Refilling is background work: a create that finds the pool empty makes its namespace
+  // itself, at its own priority.
+  if (Status st = sys::SetBackgroundPriority(0); !st.ok())
+    spdlog::warn("network pool: {}", st.ToString());
   std::unique_lock lock(mu_);
   for (;;) {
     cv_.wait_for(lock, std::chrono::seconds(5), [&] {

@@ -1,10 +1,11 @@
 #include "node/warm_pool.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <vector>
+
+#include "sys/sched_priority.h"
 
 namespace warren::node {
 
@@ -79,7 +80,8 @@ std::optional<WarmSandbox> WarmPool::Take(const std::string& key,
 void WarmPool::FillLoop() {
   // Filling is background work: this thread (the node's half of each create) at the lowest
   // priority too, besides the sandboxes' agents (SandboxConfig::background).
-  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+  if (Status st = sys::SetBackgroundPriority(0); !st.ok())
+    spdlog::warn("warm pool: {}", st.ToString());
   MutexLock lock(&mu_);
   while (!stop_) {
     const auto now = Clock::now();

@@ -2,6 +2,8 @@
 // EROFS, overlayfs, cgroups and the real warren-agent.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -365,13 +367,44 @@ class WarmPoolTest : public ContainerTest {
     std::getline(f, v);
     return v;
   }
+  // The agents this node started (its children) other than `except`'s.
+  static std::vector<int> OtherAgents(int except) {
+    std::vector<int> out;
+    DIR* d = opendir("/proc");
+    while (dirent* e = readdir(d)) {
+      const int pid = atoi(e->d_name);
+      if (pid <= 0 || pid == except) continue;
+      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      const auto close = line.rfind(')');
+      if (close == std::string::npos || line.find("(memfd:warren-ag") == std::string::npos)
+        continue;
+      int ppid = 0;
+      char state = 0;
+      sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid);
+      if (ppid == getpid()) out.push_back(pid);
+    }
+    closedir(d);
+    return out;
+  }
 };
 
 TEST_F(WarmPoolTest, CreateTakesAReadySandboxThatBecomesItsOwn) {
   auto first = Spec();
-  ASSERT_TRUE(node_->CreateSandbox(first).ok());  // the template's first create starts its pool
+  auto first_rt = node_->CreateSandbox(first);  // the template's first create starts its pool
+  ASSERT_TRUE(first_rt.ok());
   for (int i = 0; i < 500 && node_->Info()["warm_pool"]["ready"] != 2; ++i) usleep(20000);
   ASSERT_EQ(node_->Info()["warm_pool"]["ready"], 2);
+
+  // Waiting, they set up and idle at the background priority: any normal task preempts them.
+  const auto waiting = OtherAgents(first_rt->host_pid);
+  ASSERT_EQ(waiting.size(), 2u);
+  for (int pid : waiting) {
+    EXPECT_EQ(sched_getscheduler(pid), SCHED_IDLE) << pid;
+    errno = 0;
+    EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(pid)), 19) << pid;
+  }
 
   // Other limits, environment and hostname than the pool's sandboxes were made with.
   auto spec = Spec(128ull << 20);
@@ -385,6 +418,14 @@ TEST_F(WarmPoolTest, CreateTakesAReadySandboxThatBecomesItsOwn) {
   auto rec = Run(id, {"sh", "-c", "hostname; echo $FOO; cat /proc/self/cgroup >/dev/null"});
   ASSERT_TRUE(rec);
   EXPECT_EQ(rec->ResultJson()["stdout"], id + "\nbar\n") << rec->ResultJson().dump();
+  // Claimed, the agent and its commands are back at the normal policy and nice 0 (fields 19
+  // and 41 of the command's own /proc/self/stat).
+  EXPECT_EQ(sched_getscheduler(rt->host_pid), SCHED_OTHER);
+  errno = 0;
+  EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(rt->host_pid)), 0);
+  auto sched = Run(id, {"sh", "-c", "cut -d')' -f2 /proc/self/stat | cut -d' ' -f18,40"});
+  ASSERT_TRUE(sched);
+  EXPECT_EQ(sched->ResultJson()["stdout"], "0 0\n") << sched->ResultJson().dump();
   EXPECT_EQ(CgroupFile(rt->host_pid, "pids", "pids.max"), "77");
   const bool v1 = access("/sys/fs/cgroup/memory", F_OK) == 0;
   EXPECT_EQ(

@@ -6,7 +6,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -29,6 +28,7 @@
 #include "sys/clone3.h"
 #include "sys/fd_passing.h"
 #include "sys/mount_api.h"
+#include "sys/sched_priority.h"
 #include "sys/unix_socket.h"
 
 #ifndef P_PIDFD
@@ -120,8 +120,7 @@ class ContainerInstance : public Instance {
     WARREN_RETURN_IF_ERROR(
         cgroup_.SetLimits({spec.memory_bytes, spec.pids, spec.cpus}).Context("claim " + spec.id));
     // The agent (and so every command it starts) back at normal priority.
-    if (setpriority(PRIO_PROCESS, static_cast<id_t>(pid_), 0) != 0)
-      return ErrnoStatus("setpriority", spec.id);
+    WARREN_RETURN_IF_ERROR(sys::SetNormalPriority(pid_).Context("claim " + spec.id));
     // Found by its new name after a restart: the runtime file first (it names the cgroup),
     // then the socket; the old runtime file goes last.
     const std::string base = run_dir_ + "/" + spec.id;
@@ -398,8 +397,9 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   }
   const int clone_errno = errno;
   // A warm pool's sandbox sets up at the lowest priority (its agent and anything it forks
-  // inherit this until Claim restores it).
-  if (pid > 0 && cfg.background) (void)setpriority(PRIO_PROCESS, static_cast<id_t>(pid), 19);
+  // inherit this until Claim restores it). The filler thread is there already; another caller
+  // may not be.
+  if (pid > 0 && cfg.background) (void)sys::SetBackgroundPriority(pid);
   if (cfg.netns_fd >= 0 && setns(host_netns_.get(), CLONE_NEWNET) != 0) {
     // This thread would serve everything after in the sandbox's namespace: never go on.
     spdlog::critical("setns back to the host network namespace: {}", strerror(errno));

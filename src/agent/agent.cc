@@ -1224,6 +1224,7 @@ int Run(UniqueFd listener, pid_t relay_pid) {
   // but stay resident in the heap: give their pages back. An idle agent is what thousands of
   // sandboxes cost.
   malloc_trim(0);
+  LearnSignalDispositions();
   ReadyMessage ready{agent.setup_ms_.get<std::map<std::string, int64_t>>(), agent.landlock_abi_,
                      getpid() == 1 ? "warren-agent" : ""};
   if (!Send(kControlFd, Message{ToJson(ready), ""}).ok()) return 1;

@@ -108,8 +108,12 @@ int ChildMain(void* arg) {
 
 }  // namespace
 
-Spawned SpawnChild(const ChildSpec& s) {
+void LearnSignalDispositions() {
   if (!g_reset.known) ReadDispositions();
+}
+
+Spawned SpawnChild(const ChildSpec& s) {
+  LearnSignalDispositions();
   Prepared p;
   p.spec = &s;
   p.plan = PlanExec(s.argv, s.env, kDefaultPath);

@@ -50,8 +50,12 @@ struct Spawned {
 // make, read and close per command.
 //
 // Only the signals whose disposition is not the default are reset in the child: the set is
-// read from the kernel at the first spawn and kept, so the caller sets its dispositions before
-// it (the agent does, once, at start).
+// read from the kernel once and kept, so the caller sets its dispositions before it (the agent
+// does, once, at start).
 Spawned SpawnChild(const ChildSpec& spec);
+
+// Reads that set now (62 system calls) rather than at the first spawn: the agent calls it
+// before it says ready, so a sandbox's first command does not pay for it.
+void LearnSignalDispositions();
 
 }  // namespace warren::agent

@@ -8,10 +8,11 @@
 
 namespace warren::sys {
 
-// SCHED_IDLE (and nice 19, which SCHED_IDLE ignores but a later return to SCHED_OTHER would
-// keep): any runnable task of a normal policy preempts it at its next wakeup, with no slice
-// of its own to finish first, as nice 19 still has under EEVDF. `tid` 0: the calling thread.
-// Children inherit it.
+// SCHED_IDLE: any runnable task of a normal policy preempts it at its next wakeup, with no
+// slice of its own to finish first, as nice 19 still has under EEVDF. Nice 19 as well: the
+// scheduler ignores it under SCHED_IDLE, but ps and top show it, and a policy reset by anyone
+// else leaves the task at the lowest priority still. `tid` 0: the calling thread. Children
+// inherit both.
 Status SetBackgroundPriority(pid_t tid);
 
 // SCHED_OTHER at nice 0: undoes SetBackgroundPriority.

@@ -367,27 +367,6 @@ class WarmPoolTest : public ContainerTest {
     std::getline(f, v);
     return v;
   }
-  // The agents this node started (its children) other than `except`'s.
-  static std::vector<int> OtherAgents(int except) {
-    std::vector<int> out;
-    DIR* d = opendir("/proc");
-    while (dirent* e = readdir(d)) {
-      const int pid = atoi(e->d_name);
-      if (pid <= 0 || pid == except) continue;
-      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-      std::string line;
-      std::getline(stat, line);
-      const auto close = line.rfind(')');
-      if (close == std::string::npos || line.find("(memfd:warren-ag") == std::string::npos)
-        continue;
-      int ppid = 0;
-      char state = 0;
-      sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid);
-      if (ppid == getpid()) out.push_back(pid);
-    }
-    closedir(d);
-    return out;
-  }
 };
 
 TEST_F(WarmPoolTest, CreateTakesAReadySandboxThatBecomesItsOwn) {
@@ -398,9 +377,10 @@ TEST_F(WarmPoolTest, CreateTakesAReadySandboxThatBecomesItsOwn) {
   ASSERT_EQ(node_->Info()["warm_pool"]["ready"], 2);
 
   // Waiting, they set up and idle at the background priority: any normal task preempts them.
-  const auto waiting = OtherAgents(first_rt->host_pid);
-  ASSERT_EQ(waiting.size(), 2u);
-  for (int pid : waiting) {
+  auto agents = testing::ChildrenNamed(getpid(), "memfd:warren-ag");
+  std::erase(agents, first_rt->host_pid);
+  ASSERT_EQ(agents.size(), 2u);
+  for (int pid : agents) {
     EXPECT_EQ(sched_getscheduler(pid), SCHED_IDLE) << pid;
     errno = 0;
     EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(pid)), 19) << pid;

@@ -96,4 +96,26 @@ int CountProcessesOfUid(unsigned uid) {
   return n;
 }
 
+std::vector<int> ChildrenNamed(int ppid, const std::string& name) {
+  std::vector<int> out;
+  for (auto& e : fs::directory_iterator("/proc")) {
+    std::string pid = e.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "status");
+    std::string line;
+    bool named = false;
+    while (std::getline(in, line)) {
+      if (line.rfind("Name:", 0) == 0) {
+        const auto v = line.find_first_not_of(" \t", 5);
+        named = v != std::string::npos && line.compare(v, std::string::npos, name) == 0;
+      }
+      if (line.rfind("PPid:", 0) == 0) {
+        if (named && atoi(line.c_str() + 5) == ppid) out.push_back(std::stoi(pid));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace warren::testing

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace warren::testing {
 
@@ -19,5 +20,7 @@ int CountMountinfo(const std::string& needle);
 int CountCgroupDirs(const std::string& needle);
 // Processes on the host whose real uid is `uid`.
 int CountProcessesOfUid(unsigned uid);
+// Pids of the children of process `ppid` whose name (comm) is `name`.
+std::vector<int> ChildrenNamed(int ppid, const std::string& name);
 
 }  // namespace warren::testing

@@ -216,7 +216,9 @@ class Dispatcher {
           {"pid", getpid()},
           {"python", hello_.value("python", "")},
           {"zygote", hello_.value("zygote", "python")},
-          {"zygote_why", hello_.value("why", "")}});
+          {"zygote_why", hello_.value("why", "")},
+          {"copied_at_clone", hello_.value("copied_at_clone", 0)},
+          {"copy_at_clone_why", hello_.value("copy_at_clone_why", "")}});
     epoll_event evs[64];
     for (;;) {
       const double wait = CheckDeadlines();
@@ -874,6 +876,23 @@ class Dispatcher {
   std::string inbuf_;
 };
 
+// The sample call the zygote runs once, in a worker of its own, before any call is here: the
+// pages it writes are copied at every clone from then on (zygote_lib.c, learn_hot_pages). A
+// Python call as the node sends one (its file, cwd and limits as CallService's defaults), that
+// reads its stdin and prints: what most calls do besides their own work.
+std::string SampleCall() {
+  const std::string code = "import sys\ndata = sys.stdin.read()\nprint(len(data) + 1)\n";
+  const json req = {
+      {"mode", "python"},
+      {"code", code},
+      {"filename", "main.py"},
+      {"args", json::array()},
+      {"cwd", "/tmp"},
+      {"limits", {{"cpu_s", 10}, {"stack_bytes", 8 << 20}, {"nproc", 64}, {"nofile", 1024}}},
+      {"files", json::array({{{"name", "main.py"}, {"len", code.size()}, {"mode", 0755}}})}};
+  return EncodePythonRequest(req, code);
+}
+
 // The zygote: python3 running zygote.py (sent on its stdin, then its configuration: a frame
 // with the calls' seccomp filter and warren-zygote.so), with its end of a SOCK_SEQPACKET
 // socket on fd 3 and /dev/null for stdout (the channel is ours alone). Returns our end of the
@@ -921,11 +940,16 @@ std::pair<int, json> StartZygote(const Config& cfg, std::string_view script, std
                {"proc_masks", masks},          {"setup_flags", cfg.setup_flags},
                {"root_flags", cfg.root_flags}, {"bpf_len", bpf.size()},
                {"lib_len", lib.size()}};
+  // The sample call runs as the first calls' uid: none of theirs can run before it has ended
+  // (we wait for the zygote's hello, which comes after).
+  const std::string sample = SampleCall();
+  zcfg["probe_len"] = sample.size();
+  zcfg["probe_uid"] = cfg.uid_base;
   std::string boot(4, '\0');
   const uint32_t script_len = static_cast<uint32_t>(script.size());
   memcpy(boot.data(), &script_len, 4);
   boot.append(script);
-  boot += EncodeFrame(zcfg, std::string(bpf) + std::string(lib));
+  boot += EncodeFrame(zcfg, std::string(bpf) + std::string(lib) + sample);
   if (!sys::WriteFull(in[1], boot)) Die(ErrnoText("send zygote.py to the zygote", errno));
   close(in[1]);
   char hello[4096];

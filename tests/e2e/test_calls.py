@@ -730,6 +730,43 @@ def test_a_workers_interpreter_code_is_in_huge_pages(server, runner):
         assert res["stdout"] == "r-xp anonymous True\n", res
 
 
+IO_URING_PY = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)  # struct io_uring_params
+print(libc.syscall(425, 1, params), ctypes.get_errno())       # io_uring_setup
+print(libc.syscall(427, 0, 0, None, 0), ctypes.get_errno())   # io_uring_register
+"""
+IO_URING_C = r"""
+#include <stdio.h>
+#include <errno.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+int main(void) {
+  unsigned char params[120] = {0};
+  long r = syscall(425, 1, params);
+  printf("%ld %d\n", r, r < 0 ? errno : 0);
+  return 0;
+}
+"""
+
+
+def test_the_zygote_pins_its_hot_pages_and_no_call_gets_io_uring(server, runner):
+    """Before it serves, the zygote runs a sample call and pins the pages its worker wrote
+    (io_uring's registered buffers: sys/copy_at_clone.h), so every worker gets those copied at
+    its clone instead of faulting on each: the runner says how many. The runner's filter allows
+    that ring; a call, Python or exec'd, gets none of io_uring (EPERM), and no worker holds the
+    zygote's ring (see the fds test above)."""
+    res = call(server, language="python", code=IO_URING_PY)
+    assert res["verdict"] == "ok", res
+    assert res["stdout"] == "-1 1\n-1 1\n", res
+    res = call(server, language="c", code=IO_URING_C)
+    assert res["verdict"] == "ok", res
+    assert res["stdout"] == "-1 1\n", res
+    for r in _runners(server):
+        assert r["copy_at_clone_why"] == "" and r["copied_at_clone"] > 0, r
+
+
 # Reports a Python program can write on its worker's report pipe before it exits: fields of
 # the wrong types, files nested without end (400 KB of brackets), an error that would say its
 # runner is damaged, files it never sent.

@@ -10,6 +10,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,6 +129,38 @@ TEST(SeccompPolicy, CallsGetFourSocketFamiliesAndNoMulticastJoins) {
                       return Errno(setsockopt(s, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof ttl));
                     }),
             0);
+}
+
+// io_uring: closed in every sandbox; an fncall runner's zygote may make a ring and register
+// buffers with it (sys/copy_at_clone.h) but never submit anything; each call closes it all again.
+TEST(SeccompPolicy, OnlyARunnerMayRegisterIoUringBuffersAndNoCallMay) {
+  auto sandbox = CompileSeccompPolicy(BuiltinSeccompPolicy());
+  auto runner = CompileSeccompPolicy(BuiltinSeccompPolicy(), kRunnerProfile);
+  auto call = CompileSeccompPolicy(CallSeccompPolicy());
+  ASSERT_TRUE(sandbox.ok() && runner.ok() && call.ok());
+  const std::function<int()> setup = [] { return Errno(syscall(SYS_io_uring_setup, 1, nullptr)); };
+  const std::function<int()> reg = [] {
+    return Errno(syscall(SYS_io_uring_register, -1, 0, nullptr, 0));
+  };
+  const std::function<int()> enter = [] {
+    return Errno(syscall(SYS_io_uring_enter, -1, 0, 0, 0, nullptr, 0));
+  };
+  for (const auto& probe : {setup, reg, enter}) {
+    EXPECT_EQ(InChild(*sandbox, probe), EPERM);
+    EXPECT_EQ(InChild(*call, probe), EPERM);
+  }
+  // What the zygote does: a ring, one buffer registered with it.
+  EXPECT_EQ(InChild(*runner,
+                    [] {
+                      unsigned char params[120] = {};  // struct io_uring_params
+                      long ring = syscall(SYS_io_uring_setup, 1, params);
+                      if (ring < 0) return 100 + errno;
+                      static char page[4096] __attribute__((aligned(4096)));
+                      iovec buf{page, sizeof page};
+                      return Errno(syscall(SYS_io_uring_register, ring, 0 /* buffers */, &buf, 1));
+                    }),
+            0);
+  EXPECT_EQ(InChild(*runner, enter), EPERM);
 }
 
 TEST(SeccompPolicy, OtherSyscallAbisKillTheProcess) {

@@ -429,7 +429,9 @@ json CallService::Stats() const {
                          {"inflight", r->inflight()},
                          {"served", r->served()},
                          {"healthy", r->healthy()},
-                         {"zygote", r->zygote()}});
+                         {"zygote", r->zygote()},
+                         {"copied_at_clone", r->copied_at_clone()},
+                         {"copy_at_clone_why", r->copy_at_clone_why()}});
   return {{"runners", runners},
           {"calls", calls_.load()},
           {"runs", runs_.load()},

@@ -107,6 +107,10 @@ class Runner {
   uint64_t served() const;
   // Which zygote serves its workers: "native" (zygote_lib.c) or "python" (zygote.py's own).
   std::string zygote() const;
+  // How many of the zygote's pages every worker gets copied at its clone rather than at its
+  // first write (sys/copy_at_clone.h); 0 with the reason in copy_at_clone_why() where none.
+  uint64_t copied_at_clone() const;
+  std::string copy_at_clone_why() const;
   // Deletes the sandbox (every call in it ends). Idempotent.
   void Stop();
 
@@ -135,6 +139,8 @@ class Runner {
   uint64_t next_id_ = 1;
   uint64_t served_ = 0;
   std::string zygote_;
+  uint64_t copied_at_clone_ = 0;
+  std::string copy_at_clone_why_;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
 };
 

@@ -467,7 +467,7 @@ def worker_call(main, req):
 # ---------------------------------------------------------------------------------------------
 # The zygote: clones workers on request and reports their end; holds nothing of any call.
 
-def zygote_main(sock, cfg, bpf, lib_fd):
+def zygote_main(sock, cfg, bpf, lib_fd, probe=b""):
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)  # the channel stays with the dispatcher alone
     os.dup2(null, 1)
@@ -496,23 +496,30 @@ def zygote_main(sock, cfg, bpf, lib_fd):
             _end_in_c.restype = None
             _end_in_c.argtypes = [ctypes.c_int]
             serve.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_ulonglong,
-                              ctypes.c_uint, ctypes.c_ulong, ctypes.py_object]
+                              ctypes.c_uint, ctypes.c_ulong, ctypes.py_object, ctypes.c_char_p,
+                              ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint]
             why = ""
         except (OSError, AttributeError) as e:
             why = f"warren-zygote.so: {e}"
         os.close(lib_fd)
     else:
         why = "no warren-zygote.so"
-    sock.send(json.dumps({"zygote": "native" if serve else "python", "why": why,
-                          "python": sys.version.split()[0]}).encode())
+    hello = json.dumps({"zygote": "native" if serve else "python", "why": why,
+                        "python": sys.version.split()[0]})
+    if not serve:  # (the C loop adds what it pins, below)
+        sock.send((hello[:-1] + ', "copied_at_clone": 0, '
+                   '"copy_at_clone_why": "the zygote runs in Python"}').encode())
     if serve:
         # The loop runs in C and never comes back here in the zygote; it returns only in a
         # new worker, set up as worker_main would (see zygote_lib.c).
         # In each new worker the C code reads the request's dict and calls `entry` with it
         # (zygote_lib.c, run_python_entry); it returns here only where it finds no C API.
         entry = lambda req: worker_call(main, req)  # noqa: E731
+        # It says we are ready itself (`hello`, with what it learned from the sample call
+        # `probe`, run before any call is here: see zygote_lib.c, learn_hot_pages).
         rest = serve(sock.fileno(), bpf, len(bpf), cfg["tmp_bytes"], cfg["setup_flags"],
-                     cfg["root_flags"], entry)
+                     cfg["root_flags"], entry, hello[:-1].encode(), probe, len(probe),
+                     cfg.get("probe_uid", 0))
         sock.detach()  # closed by the set-up: never close whatever takes its number later
         worker_run(main, rest)
         os._exit(122)
@@ -603,11 +610,12 @@ def main():
     bpf_len = min(cfg.get("bpf_len", 0), len(rest))
     bpf = rest[:bpf_len]
     lib = rest[bpf_len:bpf_len + cfg.get("lib_len", 0)]
+    probe = rest[bpf_len + len(lib):bpf_len + len(lib) + cfg.get("probe_len", 0)]
     lib_fd = copy_to_memfd(lib, "warren-zygote") if lib else -1
     del rest, lib
     flags = cfg["setup_flags"]  # 1: make / private first (it is shared), 2: the image has /dev/shm
     cfg.update(make_private=bool(flags & 1), has_shm=bool(flags & 2))
-    zygote_main(socket.socket(fileno=3), cfg, bpf, lib_fd)
+    zygote_main(socket.socket(fileno=3), cfg, bpf, lib_fd, probe)
 
 
 if __name__ == "__main__":

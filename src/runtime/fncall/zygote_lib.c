@@ -44,6 +44,7 @@
 #include "isolation/call_setup.h"
 #include "runtime/fncall/zygote_request.h"
 #include "sys/code_huge_pages.h"
+#include "sys/copy_at_clone.h"
 
 #define WZ_FDS 5 /* request, stdin, stdout, stderr, status */
 #ifndef SYS_pidfd_open
@@ -275,6 +276,29 @@ static void run_python_entry(void* entry, int dict_len) {
   _exit(1);
 }
 
+/* ---- The sample call (see learn_hot_pages below): in its worker, the pages it wrote, after
+ * its report on fd 4, as a u64 count and that many u64 addresses. The list goes in memory of
+ * its own mapping, which the zygote never had: it is not among the pages it lists. */
+static volatile int g_probe; /* set in the sample call's worker only */
+#define WZ_PROBE_PAGES 65536
+
+static void report_written_pages(void) {
+  /* Its uid change made it undumpable, and so its /proc/self files root's: it may read them
+   * again once it says so (itself, and nothing of any call is in it). */
+  prctl(PR_SET_DUMPABLE, 1);
+  const size_t bytes = (WZ_PROBE_PAGES + 1) * sizeof(uint64_t);
+  uint64_t* list = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (list == MAP_FAILED) _exit(1);
+  long n = warren_written_pages((uintptr_t*)(list + 1), WZ_PROBE_PAGES);
+  if (n < 0) {
+    write_report("{\"error\":\"list the written pages: %s\"}", strerror(errno));
+    _exit(1);
+  }
+  list[0] = (uint64_t)n;
+  write_all(4, (const char*)list, (size_t)(n + 1) * sizeof(uint64_t));
+  _exit(0);
+}
+
 /* ---- W, its call over: zygote.py's run_python calls this once the program's own exit steps
  * (atexit, threads, its streams flushed) are done. Ends and reaps every other process of the
  * call (so the usage counts them all, and none still holding stdout keeps the result
@@ -299,6 +323,7 @@ __attribute__((visibility("default"))) void warren_worker_end(int status) {
   close(2);
   write_report("{\"exit_code\":%d,\"signal\":0,\"cpu_ms\":%lld,\"maxrss_kb\":%ld}", status,
                cpu_us / 1000, rss);
+  if (g_probe) report_written_pages(); /* the zygote's sample call: see learn_hot_pages */
   close(4);
   struct timespec wait = {5, 0};
   while (nanosleep(&wait, &wait) != 0 && errno == EINTR) {
@@ -592,18 +617,131 @@ static void report_ends(int sock) {
   }
 }
 
+/* ---- Pages copied at the clone (sys/copy_at_clone.h). Most of a worker's page faults are
+ * copies of pages it shares with the zygote, each ~14 us on a PVM guest, most of it the TLB
+ * flush. Before any call is here, the zygote runs a sample call (`probe`, a request as the
+ * dispatcher encodes one) in a worker made as every worker is, which lists the pages it wrote;
+ * the zygote pins those it has, and every later clone gets its own copies at once. Returns how
+ * many pages were pinned; 0 with `*why` set where none could be. */
+struct wz_setup {
+  const void* bpf;
+  size_t bpf_len;
+  unsigned long long tmp_bytes;
+  unsigned flags;
+  unsigned long root_flags;
+};
+
+static long learn_hot_pages(const void* probe, size_t probe_len, unsigned uid,
+                            const struct wz_setup* s, void* entry, const char** why) {
+  if (!probe_len || !uid || !entry || !g_py_loads || !g_py_call || !g_py_print_error) {
+    *why = "no sample call";
+    return 0;
+  }
+  int p[WZ_FDS][2]; /* request, stdin, stdout, stderr, status: as the dispatcher's */
+  int made = 0;
+  for (; made < WZ_FDS; made++)
+    if (pipe2(p[made], O_CLOEXEC) != 0) break;
+  long pid = -1;
+  if (made == WZ_FDS && probe_len <= 65536) { /* it fits the pipe: written before the clone */
+    write_all(p[0][1], probe, probe_len);
+    g_probe = 1;
+    pid = syscall(SYS_clone,
+                  CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | SIGCHLD,
+                  0, 0, 0, 0);
+    if (pid == 0) {
+      const int theirs[WZ_FDS] = {p[0][0], p[1][0], p[2][1], p[3][1], p[4][1]};
+      place_fds(theirs);
+      worker_setup(uid, s->tmp_bytes, s->flags, s->root_flags, s->bpf, s->bpf_len);
+      run_python_entry(entry, worker_request()); /* ends in report_written_pages */
+      _exit(1);
+    }
+    g_probe = 0;
+  }
+  /* Ours: the read ends of its output (left unread in the pipes: it is a few bytes, and a
+   * closed pipe would fail its writes) and of its status. */
+  for (int i = 0; i < made; i++) {
+    if (i < 2) close(p[i][0]);
+    close(p[i][1]);
+  }
+  if (pid < 0) {
+    for (int i = 2; i < made; i++) close(p[i][0]);
+    *why = made < WZ_FDS ? "pipe" : "clone";
+    return 0;
+  }
+  /* Its report frame, then the list: read until it ends (at most 10 s: it runs our code). */
+  size_t cap = 8 + (WZ_PROBE_PAGES + 1) * sizeof(uint64_t) + 4096, len = 0;
+  char* buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  struct pollfd pf = {p[4][0], POLLIN, 0};
+  while (buf != MAP_FAILED && len < cap) {
+    int r = poll(&pf, 1, 10000);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    ssize_t n = read(p[4][0], buf + len, cap - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += (size_t)n;
+  }
+  for (int i = 2; i < WZ_FDS; i++) close(p[i][0]);
+  kill((pid_t)pid, SIGKILL);
+  while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR) {
+  }
+  long pinned = 0;
+  uint32_t total = 0;
+  uint64_t count = 0;
+  if (buf == MAP_FAILED) {
+    *why = "mmap";
+    return 0;
+  }
+  if (len >= 4) memcpy(&total, buf, 4);
+  size_t at = 4 + (size_t)total;
+  if (len < at + 8 || (memcpy(&count, buf + at, 8), count > WZ_PROBE_PAGES) ||
+      len != at + 8 + count * 8) {
+    *why = "the sample call did not list its pages";
+  } else {
+    /* The list follows a frame of any length: copied out to be aligned. */
+    uintptr_t* aligned = malloc(count ? count * sizeof(uintptr_t) : 1);
+    if (aligned) {
+      memcpy(aligned, buf + at + 8, count * sizeof(uintptr_t));
+      pinned = warren_copy_at_clone(aligned, count);
+      free(aligned);
+    }
+    if (!aligned || pinned < 0) {
+      *why = !aligned                            ? "malloc"
+             : errno == EPERM || errno == ENOSYS ? "io_uring is refused here"
+             : errno == ENOMEM                   ? "RLIMIT_MEMLOCK"
+                                                 : "io_uring_register";
+      pinned = 0;
+    }
+  }
+  munmap(buf, cap);
+  return pinned;
+}
+
 /* Serves fork requests on `sock`; returns only in a new worker, set up and with the first part
- * of its request applied, the length of the rest (see above). */
+ * of its request applied, the length of the rest (see above). Before it serves it runs the
+ * sample call `probe` as uid `probe_uid` (see learn_hot_pages) and then says it is ready: the
+ * JSON object `hello` (without its closing brace) with "copied_at_clone" added. */
 __attribute__((visibility("default"))) int warren_zygote(int sock, const void* bpf, size_t bpf_len,
                                                          unsigned long long tmp_bytes,
                                                          unsigned flags, unsigned long root_flags,
-                                                         void* entry) {
+                                                         void* entry, const char* hello,
+                                                         const void* probe, size_t probe_len,
+                                                         unsigned probe_uid) {
   const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
   if (entry) find_python_api();
   g_self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   flags = warren_call_prepare_root(flags, root_flags);
   if (flags & WARREN_CALL_ROOT_DONE) warren_call_detach_covered(flags);
   warren_code_to_huge_pages(); /* the interpreter's code: see sys/code_huge_pages.h */
+  {
+    const struct wz_setup s = {bpf, bpf_len, tmp_bytes, flags, root_flags};
+    const char* why = "";
+    const long hot = learn_hot_pages(probe, probe_len, probe_uid, &s, entry, &why);
+    char ready[4096];
+    snprintf(ready, sizeof ready, "%s, \"copied_at_clone\": %ld, \"copy_at_clone_why\": \"%s\"}",
+             hello, hot, why);
+    send_msg(sock, ready, -1);
+  }
   sigset_t chld, old;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);

@@ -218,7 +218,9 @@ class Dispatcher {
           {"zygote", hello_.value("zygote", "python")},
           {"zygote_why", hello_.value("why", "")},
           {"copied_at_clone", hello_.value("copied_at_clone", 0)},
-          {"copy_at_clone_why", hello_.value("copy_at_clone_why", "")}});
+          {"copy_at_clone_why", hello_.value("copy_at_clone_why", "")},
+          {"native_copied_at_clone", hello_.value("native_copied_at_clone", 0)},
+          {"native_copy_at_clone_why", hello_.value("native_copy_at_clone_why", "")}});
     epoll_event evs[64];
     for (;;) {
       const double wait = CheckDeadlines();
@@ -893,6 +895,19 @@ std::string SampleCall() {
   return EncodePythonRequest(req, code);
 }
 
+// The native forker's sample run (native_forker.h): a request frame as pid 1 reads one, that
+// writes a program into /tmp and runs it, as a compiled call's run does.
+std::string SampleNativeRun() {
+  const std::string program = "#!/bin/sh\nexit 0\n";
+  const json req = {
+      {"argv", json::array({"/tmp/main"})},
+      {"cwd", "/tmp"},
+      {"limits", {{"cpu_s", 10}, {"stack_bytes", 8 << 20}, {"nproc", 64}, {"nofile", 1024}}},
+      {"files", json::array({{{"name", "main"}, {"len", program.size()}, {"mode", 0755}}})}};
+  std::string frame = EncodeFrame(req, program);
+  return frame;
+}
+
 // The zygote: python3 running zygote.py (sent on its stdin, then its configuration: a frame
 // with the calls' seccomp filter and warren-zygote.so), with its end of a SOCK_SEQPACKET
 // socket on fd 3 and /dev/null for stdout (the channel is ours alone). Returns our end of the
@@ -1004,9 +1019,14 @@ int CallDispatcherMain(int, char**) {
     fcfg.setup_flags = cfg.setup_flags;
     fcfg.root_flags = cfg.root_flags;
     fcfg.seccomp = std::string(bpf);
-    forker = StartNativeForker(fcfg);
+    fcfg.sample = SampleNativeRun();
+    fcfg.sample_uid = static_cast<uint32_t>(cfg.uid_base);  // no call runs before it has ended
+    CopiedAtClone native_pins;
+    forker = StartNativeForker(fcfg, &native_pins);
     if (forker < 0) Die(ErrnoText("start the native forker", errno));
     std::tie(zsock, hello) = StartZygote(cfg, script, bpf, lib);
+    hello["native_copied_at_clone"] = native_pins.pages;
+    hello["native_copy_at_clone_why"] = native_pins.why;
   }  // the script, filter and library are the zygote's now
   Dispatcher(std::move(cfg), zsock, forker, std::move(hello)).Loop();
 }

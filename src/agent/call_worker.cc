@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -24,6 +25,7 @@
 #include "agent/protocol.h"
 #include "isolation/call_limits.h"
 #include "isolation/call_setup.h"
+#include "sys/copy_at_clone.h"
 #include "sys/fd_io.h"
 
 namespace warren::agent {
@@ -35,13 +37,32 @@ constexpr int kRequest = 3, kReport = 4;
 constexpr uint64_t kArtifactLimit = 64ull << 20;
 
 volatile pid_t g_target = 0;  // the program, which SIGUSR1 ends
+bool g_sample = false;        // CallWorkerParams::sample
 
 void OnUsr1(int) {
   if (g_target > 0) kill(g_target, SIGKILL);
 }
 
+// The sample run's list of the pages it wrote, after its report. Its uid change made it
+// undumpable, and so its /proc/self files root's: it may read them again once it says so
+// (nothing of any call is in it). The list goes in a mapping of its own, never the forker's.
+void ReportWrittenPages() {
+  constexpr size_t kMax = 65536;
+  prctl(PR_SET_DUMPABLE, 1);
+  void* m =
+      mmap(nullptr, (kMax + 1) * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return;
+  auto* list = static_cast<uint64_t*>(m);
+  const long n = warren_written_pages(reinterpret_cast<uintptr_t*>(list + 1), kMax);
+  if (n < 0) return;
+  list[0] = static_cast<uint64_t>(n);
+  sys::WriteFull(kReport,
+                 std::string_view(static_cast<const char*>(m), (static_cast<size_t>(n) + 1) * 8));
+}
+
 [[noreturn]] void Report(const json& h, const std::string& payload, int code) {
   sys::WriteFull(kReport, EncodeFrame(h, payload));
+  if (g_sample) ReportWrittenPages();
   _exit(code);
 }
 
@@ -136,6 +157,7 @@ pid_t SpawnProgram(ProgramSpawn* spawn) {
 }  // namespace
 
 [[noreturn]] void RunCallWorker(const CallWorkerParams& params) {
+  g_sample = params.sample;
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // the forker gone (the runner going away): the call goes
   // The forker's dispositions are not the call's: the report must not outlive a closed pipe
   // silently, a child's end must be waitable, and SIGUSR1 waits (blocked since the clone) for

@@ -23,6 +23,9 @@ struct CallWorkerParams {
   unsigned setup_flags = 0;  // WARREN_CALL_* (isolation/call_setup.h)
   unsigned long root_flags = 0;
   std::string_view seccomp;  // the call's filter (BPF), applied last
+  // The forker's sample run (native_forker.cc), not a call: after its report, pid 1 lists on
+  // the report pipe the pages it wrote (sys/copy_at_clone.h), as a u64 count and the addresses.
+  bool sample = false;
 };
 
 // Runs in the freshly cloned pid 1, its fds already placed: the call's isolation

@@ -1,6 +1,7 @@
 #include "agent/native_forker.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -18,6 +19,7 @@
 #include "base/unique_fd.h"
 #include "isolation/call_setup.h"
 #include "sys/code_huge_pages.h"
+#include "sys/copy_at_clone.h"
 #include "sys/fd_io.h"
 #include "sys/fd_passing.h"
 
@@ -30,8 +32,8 @@ constexpr int kTargets[kPipes] = {3, 0, 1, 2, 4};
 
 // Pid 1's first steps, before the call's own: its net namespace, its fds in place and nothing
 // else of the forker's (not its socket, with which a call could ask for workers).
-[[noreturn]] void StartWorker(const NativeForkerConfig& cfg, uint32_t uid, int pipes[kPipes],
-                              int netns) {
+[[noreturn]] void StartWorker(const NativeForkerConfig& cfg, uint32_t uid, const int pipes[kPipes],
+                              int netns, bool sample = false) {
   if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) {
     const std::string why = std::string("worker setup: setns net: ") + strerror(errno);
     sys::WriteFull(pipes[4], EncodeFrame({{"error", why}}));
@@ -41,7 +43,8 @@ constexpr int kTargets[kPipes] = {3, 0, 1, 2, 4};
   for (size_t i = 0; i < kPipes; ++i)
     if (dup2(pipes[i], kTargets[i]) < 0) _exit(1);
   syscall(SYS_close_range, 5u, ~0u, 0u);
-  const CallWorkerParams params{uid, cfg.tmp_bytes, cfg.setup_flags, cfg.root_flags, cfg.seccomp};
+  const CallWorkerParams params{uid,         cfg.tmp_bytes, cfg.setup_flags, cfg.root_flags,
+                                cfg.seccomp, sample};
   RunCallWorker(params);
 }
 
@@ -51,6 +54,87 @@ int AboveNine(int fd) {
   int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
   close(fd);
   return high;
+}
+
+// The sample run (NativeForkerConfig::sample), before any call is here: a worker made as Serve
+// makes one, fed the sample request from pipes of our own. After its report it lists the pages
+// it wrote; we pin those we have, so every later clone copies them at once instead of taking a
+// copy-on-write fault in the worker for each (and one in the forker for each it writes again
+// after a clone). See sys/copy_at_clone.h.
+CopiedAtClone LearnHotPages(const NativeForkerConfig& cfg) {
+  CopiedAtClone out;
+  if (cfg.sample.empty() || cfg.sample_uid == 0 || cfg.sample.size() > 65536) {
+    out.why = "no sample run";
+    return out;
+  }
+  int p[kPipes][2];  // request, stdin, stdout, stderr, report: as the dispatcher's
+  size_t made = 0;
+  for (; made < kPipes; ++made)
+    if (pipe2(p[made], O_CLOEXEC) != 0) break;
+  std::vector<UniqueFd> ours;  // everything, closed on the way out
+  for (size_t i = 0; i < made; ++i) {
+    p[i][0] = AboveNine(p[i][0]);  // (StartWorker's dup2s need them there)
+    p[i][1] = AboveNine(p[i][1]);
+    ours.emplace_back(p[i][0]);
+    ours.emplace_back(p[i][1]);
+  }
+  if (made < kPipes) {
+    out.why = "pipe";
+    return out;
+  }
+  sys::WriteFull(p[0][1], cfg.sample);  // it fits the pipe: written before the clone
+  int pidfd = -1;
+  const long pid = syscall(SYS_clone,
+                           CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID | CLONE_NEWNET |
+                               CLONE_PIDFD | SIGCHLD,
+                           nullptr, &pidfd, nullptr, nullptr);
+  if (pid == 0) {
+    const int theirs[kPipes] = {p[0][0], p[1][0], p[2][1], p[3][1], p[4][1]};
+    StartWorker(cfg, cfg.sample_uid, theirs, -1, true);
+  }
+  UniqueFd worker(pidfd);
+  // Our copies of its ends go (its stdin then ends at once; its output stays unread in the
+  // pipes, whose read ends we keep until it is done: a closed one would fail its writes).
+  for (int fd : {p[0][0], p[1][0], p[1][1], p[2][1], p[3][1], p[4][1]})
+    for (auto& f : ours)
+      if (f.get() == fd) f.Reset();
+  if (pid < 0) {
+    out.why = std::string("clone: ") + strerror(errno);
+    return out;
+  }
+  // Its report frame, then the list, until the pipe ends (at most 10 s: it runs our code).
+  std::string got;
+  char buf[65536];
+  pollfd pf{p[4][0], POLLIN, 0};
+  for (;;) {
+    const int r = poll(&pf, 1, 10000);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    const ssize_t n = read(p[4][0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  syscall(SYS_pidfd_send_signal, worker.get(), SIGKILL, nullptr, 0);  // the kernel reaps it
+  uint32_t total = 0;
+  uint64_t count = 0;
+  if (got.size() >= 4) memcpy(&total, got.data(), 4);
+  const size_t at = 4 + static_cast<size_t>(total);
+  if (got.size() < at + 8 || (memcpy(&count, got.data() + at, 8), count > 65536) ||
+      got.size() != at + 8 + count * 8) {
+    out.why = "the sample run did not list its pages";
+    return out;
+  }
+  std::vector<uintptr_t> pages(count);
+  memcpy(pages.data(), got.data() + at + 8, count * 8);
+  const long pinned = warren_copy_at_clone(pages.data(), pages.size());
+  if (pinned < 0)
+    out.why = errno == EPERM || errno == ENOSYS ? "io_uring is refused here"
+              : errno == ENOMEM                 ? "RLIMIT_MEMLOCK"
+                                : std::string("io_uring_register: ") + strerror(errno);
+  else
+    out.pages = static_cast<uint64_t>(pinned);
+  return out;
 }
 
 [[noreturn]] void Serve(int sock, const NativeForkerConfig& cfg) {
@@ -98,7 +182,7 @@ int AboveNine(int fd) {
 
 }  // namespace
 
-int StartNativeForker(const NativeForkerConfig& cfg) {
+int StartNativeForker(const NativeForkerConfig& cfg, CopiedAtClone* learned) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return -1;
   const pid_t dispatcher = getpid();
@@ -112,6 +196,21 @@ int StartNativeForker(const NativeForkerConfig& cfg) {
   }
   if (pid > 0) {
     close(sv[1]);
+    // Its first message, once its sample run is done: "PAGES WHY".
+    char hello[512];
+    ssize_t n;
+    do n = recv(sv[0], hello, sizeof hello - 1, 0);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EPIPE;
+      close(sv[0]);
+      errno = err;
+      return -1;
+    }
+    hello[n] = 0;
+    char* why = nullptr;
+    learned->pages = strtoull(hello, &why, 10);
+    learned->why = why && *why == ' ' ? why + 1 : "";
     return sv[0];
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -145,6 +244,11 @@ int StartNativeForker(const NativeForkerConfig& cfg) {
   NativeForkerConfig own = cfg;
   own.setup_flags = warren_call_prepare_root(cfg.setup_flags, cfg.root_flags);
   if (own.setup_flags & WARREN_CALL_ROOT_DONE) warren_call_detach_covered(own.setup_flags);
+  const CopiedAtClone hot = LearnHotPages(own);
+  own.sample.clear();
+  own.sample.shrink_to_fit();
+  const std::string hello = std::to_string(hot.pages) + " " + hot.why;
+  if (send(sock, hello.data(), hello.size(), MSG_NOSIGNAL) < 0) _exit(0);
   Serve(sock, own);
 }
 

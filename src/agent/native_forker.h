@@ -35,10 +35,23 @@ struct NativeForkerConfig {
   unsigned setup_flags = 0;  // WARREN_CALL_* (isolation/call_setup.h)
   unsigned long root_flags = 0;
   std::string seccomp;  // the calls' filter (BPF)
+  // A sample run (a request frame as a worker reads it on fd 3) that the forker makes a worker
+  // for, as uid `sample_uid`, before it serves: the pages that worker writes are copied at
+  // every later clone (sys/copy_at_clone.h). Empty: none.
+  std::string sample;
+  uint32_t sample_uid = 0;
 };
 
-// Forks the forker. Returns the dispatcher's end of its socket (CLOEXEC), or -1 with errno.
-// The dispatcher must be single-threaded and hold no call's data yet.
-int StartNativeForker(const NativeForkerConfig& cfg);
+// What the sample run taught the forker: how many of its pages every worker gets copied at its
+// clone, or why none.
+struct CopiedAtClone {
+  uint64_t pages = 0;
+  std::string why;
+};
+
+// Forks the forker and waits until it serves (its sample run done). Returns the dispatcher's
+// end of its socket (CLOEXEC), or -1 with errno. The dispatcher must be single-threaded and
+// hold no call's data yet.
+int StartNativeForker(const NativeForkerConfig& cfg, CopiedAtClone* learned);
 
 }  // namespace warren::agent

@@ -752,9 +752,9 @@ int main(void) {
 
 
 def test_the_zygote_pins_its_hot_pages_and_no_call_gets_io_uring(server, runner):
-    """Before it serves, the zygote runs a sample call and pins the pages its worker wrote
-    (io_uring's registered buffers: sys/copy_at_clone.h), so every worker gets those copied at
-    its clone instead of faulting on each: the runner says how many. The runner's filter allows
+    """Before they serve, the zygote and the native forker each run a sample call and pin the
+    pages its worker wrote (io_uring's registered buffers: sys/copy_at_clone.h), so every worker
+    gets those copied at its clone instead of faulting on each: the runner says how many. The runner's filter allows
     that ring; a call, Python or exec'd, gets none of io_uring (EPERM), and no worker holds the
     zygote's ring (see the fds test above)."""
     res = call(server, language="python", code=IO_URING_PY)
@@ -764,7 +764,9 @@ def test_the_zygote_pins_its_hot_pages_and_no_call_gets_io_uring(server, runner)
     assert res["verdict"] == "ok", res
     assert res["stdout"] == "-1 1\n", res
     for r in _runners(server):
-        assert r["copy_at_clone_why"] == "" and r["copied_at_clone"] > 0, r
+        for kind in ("python", "native"):
+            pins = r["copied_at_clone"][kind]
+            assert pins["why"] == "" and pins["pages"] > 0, r
 
 
 # Reports a Python program can write on its worker's report pipe before it exits: fields of

@@ -430,8 +430,7 @@ json CallService::Stats() const {
                          {"served", r->served()},
                          {"healthy", r->healthy()},
                          {"zygote", r->zygote()},
-                         {"copied_at_clone", r->copied_at_clone()},
-                         {"copy_at_clone_why", r->copy_at_clone_why()}});
+                         {"copied_at_clone", r->copied_at_clone()}});
   return {{"runners", runners},
           {"calls", calls_.load()},
           {"runs", runs_.load()},

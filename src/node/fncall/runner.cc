@@ -144,14 +144,9 @@ std::string Runner::zygote() const {
   return zygote_;
 }
 
-uint64_t Runner::copied_at_clone() const {
+nlohmann::json Runner::copied_at_clone() const {
   std::lock_guard lock(mu_);
   return copied_at_clone_;
-}
-
-std::string Runner::copy_at_clone_why() const {
-  std::lock_guard lock(mu_);
-  return copy_at_clone_why_;
 }
 
 void Runner::MarkDead(const std::string& why) {
@@ -270,8 +265,12 @@ void Runner::OnFrame(const std::string& header, std::string_view payload) {
                    h.value("zygote_why", ""));
     std::lock_guard lock(mu_);
     zygote_ = h.value("zygote", "python");
-    copied_at_clone_ = h.value("copied_at_clone", uint64_t{0});
-    copy_at_clone_why_ = h.value("copy_at_clone_why", "");
+    copied_at_clone_ = {{"python",
+                         {{"pages", h.value("copied_at_clone", uint64_t{0})},
+                          {"why", h.value("copy_at_clone_why", "")}}},
+                        {"native",
+                         {{"pages", h.value("native_copied_at_clone", uint64_t{0})},
+                          {"why", h.value("native_copy_at_clone_why", "")}}}};
     ready_ = true;
     cv_.notify_all();
     return;

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -107,10 +108,11 @@ class Runner {
   uint64_t served() const;
   // Which zygote serves its workers: "native" (zygote_lib.c) or "python" (zygote.py's own).
   std::string zygote() const;
-  // How many of the zygote's pages every worker gets copied at its clone rather than at its
-  // first write (sys/copy_at_clone.h); 0 with the reason in copy_at_clone_why() where none.
-  uint64_t copied_at_clone() const;
-  std::string copy_at_clone_why() const;
+  // How many pages of the Python zygote ("python") and of the native forker ("native") every
+  // worker they make gets copied at its clone rather than at its first write
+  // (sys/copy_at_clone.h): {"python": {"pages": N, "why": ""}, "native": {...}}, the reason in
+  // "why" where none.
+  nlohmann::json copied_at_clone() const;
   // Deletes the sandbox (every call in it ends). Idempotent.
   void Stop();
 
@@ -139,8 +141,7 @@ class Runner {
   uint64_t next_id_ = 1;
   uint64_t served_ = 0;
   std::string zygote_;
-  uint64_t copied_at_clone_ = 0;
-  std::string copy_at_clone_why_;
+  nlohmann::json copied_at_clone_ = nlohmann::json::object();
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
 };
 

@@ -59,8 +59,12 @@ std::optional<WarmSandbox> WarmPool::Take(const std::string& key,
       t.last_miss = now;
     }
     if (!t.ready.empty()) {
-      out = std::move(t.ready.front());
-      t.ready.pop_front();
+      // The one made last: its agent ran most recently, so its pages are still in the caches
+      // (and, on a guest whose page tables the hypervisor shadows, in the shadow), and the
+      // node's idle reclaim has had the least time to page it out. One left waiting longest
+      // costs no more memory than another.
+      out = std::move(t.ready.back());
+      t.ready.pop_back();
       ++hits_;
     } else {
       ++misses_;

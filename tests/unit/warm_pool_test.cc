@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 
 namespace warren::node {
@@ -46,20 +47,41 @@ bool Eventually(F cond) {
   return cond();
 }
 
+// A pool of template "k" started by a first create (a miss: nothing was asked for before) and
+// filled to `initial`.
+std::unique_ptr<WarmPool> StartedPool(Fake& f, size_t initial, size_t max) {
+  WarmPoolOptions o;
+  o.initial = initial;
+  o.max = max;
+  auto pool = std::make_unique<WarmPool>(o, f.Maker(), f.Discarder());
+  EXPECT_FALSE(pool->Take("k", Tmpl()));
+  EXPECT_TRUE(Eventually([&] { return pool->Info()["ready"] == initial; }));
+  return pool;
+}
+
 TEST(WarmPoolTest, FirstCreateStartsThePoolAndLaterOnesTakeFromIt) {
   Fake f;
-  WarmPoolOptions o;
-  o.initial = 2;
-  o.max = 8;
-  WarmPool pool(o, f.Maker(), f.Discarder());
-  EXPECT_FALSE(pool.Take("k", Tmpl()));  // nothing asked for before: a miss starts the pool
-  ASSERT_TRUE(Eventually([&] { return pool.Info()["ready"] == 2; }));
+  auto started = StartedPool(f, 2, 8);
+  WarmPool& pool = *started;
   auto w = pool.Take("k", Tmpl());
   ASSERT_TRUE(w);
   EXPECT_EQ(w->name.rfind("warm-", 0), 0u);
   EXPECT_EQ(pool.Info()["hits"], 1);
   ASSERT_TRUE(Eventually([&] { return pool.Info()["ready"] == 2; }));  // refilled
   EXPECT_FALSE(pool.Take("other", Tmpl()));                            // templates are separate
+}
+
+TEST(WarmPoolTest, ATakeGetsTheSandboxMadeLast) {
+  Fake f;
+  auto started = StartedPool(f, 3, 3);
+  WarmPool& pool = *started;
+  auto w = pool.Take("k", Tmpl());
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->name, "warm-3");                                        // the warmest, not warm-1
+  ASSERT_TRUE(Eventually([&] { return pool.Info()["ready"] == 3; }));  // refilled: warm-4
+  w = pool.Take("k", Tmpl());
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->name, "warm-4");
 }
 
 TEST(WarmPoolTest, MissesGrowThePoolUpToItsCap) {

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -43,26 +42,9 @@ void OnUsr1(int) {
   if (g_target > 0) kill(g_target, SIGKILL);
 }
 
-// The sample run's list of the pages it wrote, after its report. Its uid change made it
-// undumpable, and so its /proc/self files root's: it may read them again once it says so
-// (nothing of any call is in it). The list goes in a mapping of its own, never the forker's.
-void ReportWrittenPages() {
-  constexpr size_t kMax = 65536;
-  prctl(PR_SET_DUMPABLE, 1);
-  void* m =
-      mmap(nullptr, (kMax + 1) * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return;
-  auto* list = static_cast<uint64_t*>(m);
-  const long n = warren_written_pages(reinterpret_cast<uintptr_t*>(list + 1), kMax);
-  if (n < 0) return;
-  list[0] = static_cast<uint64_t>(n);
-  sys::WriteFull(kReport,
-                 std::string_view(static_cast<const char*>(m), (static_cast<size_t>(n) + 1) * 8));
-}
-
 [[noreturn]] void Report(const json& h, const std::string& payload, int code) {
   sys::WriteFull(kReport, EncodeFrame(h, payload));
-  if (g_sample) ReportWrittenPages();
+  if (g_sample) warren_send_written_pages(kReport);  // the forker's sample run: its list
   _exit(code);
 }
 

@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -117,21 +118,13 @@ CopiedAtClone LearnHotPages(const NativeForkerConfig& cfg) {
   }
   syscall(SYS_pidfd_send_signal, worker.get(), SIGKILL, nullptr, 0);  // the kernel reaps it
   uint32_t total = 0;
-  uint64_t count = 0;
   if (got.size() >= 4) memcpy(&total, got.data(), 4);
-  const size_t at = 4 + static_cast<size_t>(total);
-  if (got.size() < at + 8 || (memcpy(&count, got.data() + at, 8), count > 65536) ||
-      got.size() != at + 8 + count * 8) {
-    out.why = "the sample run did not list its pages";
-    return out;
-  }
-  std::vector<uintptr_t> pages(count);
-  memcpy(pages.data(), got.data() + at + 8, count * 8);
-  const long pinned = warren_copy_at_clone(pages.data(), pages.size());
+  const size_t at = 4 + static_cast<size_t>(total);  // the list follows its report's frame
+  const char* why = "";
+  const long pinned = warren_copy_at_clone_from_list(got.data() + std::min(at, got.size()),
+                                                     got.size() > at ? got.size() - at : 0, &why);
   if (pinned < 0)
-    out.why = errno == EPERM || errno == ENOSYS ? "io_uring is refused here"
-              : errno == ENOMEM                 ? "RLIMIT_MEMLOCK"
-                                : std::string("io_uring_register: ") + strerror(errno);
+    out.why = why;
   else
     out.pages = static_cast<uint64_t>(pinned);
   return out;

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -155,5 +157,50 @@ long warren_copy_at_clone(const uintptr_t* pages, size_t n) {
     errno = err;
     return -1;
   }
+  return pinned;
+}
+
+#define LIST_MAX 65536 /* pages a sample may list */
+
+int warren_send_written_pages(int fd) {
+  prctl(PR_SET_DUMPABLE, 1);
+  const size_t bytes = (LIST_MAX + 1) * sizeof(uint64_t);
+  uint64_t* list = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (list == MAP_FAILED) return -1;
+  long n = warren_written_pages((uintptr_t*)(list + 1), LIST_MAX);
+  if (n < 0) return -1;
+  list[0] = (uint64_t)n;
+  const char* p = (const char*)list;
+  size_t left = (size_t)(n + 1) * sizeof(uint64_t);
+  while (left) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    left -= (size_t)w;
+  }
+  return 0;
+}
+
+long warren_copy_at_clone_from_list(const void* list, size_t len, const char** why) {
+  uint64_t count = 0;
+  if (len < 8 || (memcpy(&count, list, 8), count > LIST_MAX) || len != 8 + count * 8) {
+    *why = "the sample did not list its pages";
+    return -1;
+  }
+  /* It may follow a frame of any length: copied out to be aligned. */
+  uintptr_t* pages = malloc(count ? count * sizeof(uintptr_t) : 1);
+  if (!pages) {
+    *why = "malloc";
+    return -1;
+  }
+  memcpy(pages, (const char*)list + 8, count * sizeof(uintptr_t));
+  long pinned = warren_copy_at_clone(pages, count);
+  int err = errno;
+  free(pages);
+  if (pinned < 0)
+    *why = err == EPERM || err == ENOSYS ? "io_uring is refused here"
+           : err == ENOMEM               ? "RLIMIT_MEMLOCK"
+                                         : "io_uring_register";
   return pinned;
 }

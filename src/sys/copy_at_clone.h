@@ -37,6 +37,17 @@ long warren_written_pages(uintptr_t* out, size_t cap);
  * EBUSY. */
 long warren_copy_at_clone(const uintptr_t* pages, size_t n);
 
+/* In the child that ran the sample, at its end: makes itself dumpable again (its uid change
+ * made its /proc/self files root's; nothing of any call is in it), lists the pages it wrote
+ * into a mapping of its own (never the parent's, so not among them) and writes the list on
+ * `fd`: a u64 count, then that many u64 addresses. 0, or -1 with errno. */
+int warren_send_written_pages(int fd);
+
+/* In the parent: pins the pages of such a list (`len` bytes, as warren_send_written_pages
+ * wrote them) with warren_copy_at_clone. Returns how many were pinned, or -1 with `*why`
+ * saying why none were. */
+long warren_copy_at_clone_from_list(const void* list, size_t len, const char** why);
+
 #ifdef __cplusplus
 }
 #endif

@@ -276,26 +276,15 @@ static void run_python_entry(void* entry, int dict_len) {
   _exit(1);
 }
 
-/* ---- The sample call (see learn_hot_pages below): in its worker, the pages it wrote, after
- * its report on fd 4, as a u64 count and that many u64 addresses. The list goes in memory of
- * its own mapping, which the zygote never had: it is not among the pages it lists. */
+/* ---- The sample call (see learn_hot_pages below): in its worker, after its report on fd 4,
+ * the list of the pages it wrote (sys/copy_at_clone.h). */
 static volatile int g_probe; /* set in the sample call's worker only */
-#define WZ_PROBE_PAGES 65536
 
 static void report_written_pages(void) {
-  /* Its uid change made it undumpable, and so its /proc/self files root's: it may read them
-   * again once it says so (itself, and nothing of any call is in it). */
-  prctl(PR_SET_DUMPABLE, 1);
-  const size_t bytes = (WZ_PROBE_PAGES + 1) * sizeof(uint64_t);
-  uint64_t* list = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (list == MAP_FAILED) _exit(1);
-  long n = warren_written_pages((uintptr_t*)(list + 1), WZ_PROBE_PAGES);
-  if (n < 0) {
+  if (warren_send_written_pages(4) != 0) {
     write_report("{\"error\":\"list the written pages: %s\"}", strerror(errno));
     _exit(1);
   }
-  list[0] = (uint64_t)n;
-  write_all(4, (const char*)list, (size_t)(n + 1) * sizeof(uint64_t));
   _exit(0);
 }
 
@@ -669,7 +658,7 @@ static long learn_hot_pages(const void* probe, size_t probe_len, unsigned uid,
     return 0;
   }
   /* Its report frame, then the list: read until it ends (at most 10 s: it runs our code). */
-  size_t cap = 8 + (WZ_PROBE_PAGES + 1) * sizeof(uint64_t) + 4096, len = 0;
+  size_t cap = (65536 + 1) * sizeof(uint64_t) + 4096, len = 0; /* a list's most, a frame */
   char* buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   struct pollfd pf = {p[4][0], POLLIN, 0};
   while (buf != MAP_FAILED && len < cap) {
@@ -687,32 +676,14 @@ static long learn_hot_pages(const void* probe, size_t probe_len, unsigned uid,
   }
   long pinned = 0;
   uint32_t total = 0;
-  uint64_t count = 0;
   if (buf == MAP_FAILED) {
     *why = "mmap";
     return 0;
   }
   if (len >= 4) memcpy(&total, buf, 4);
-  size_t at = 4 + (size_t)total;
-  if (len < at + 8 || (memcpy(&count, buf + at, 8), count > WZ_PROBE_PAGES) ||
-      len != at + 8 + count * 8) {
-    *why = "the sample call did not list its pages";
-  } else {
-    /* The list follows a frame of any length: copied out to be aligned. */
-    uintptr_t* aligned = malloc(count ? count * sizeof(uintptr_t) : 1);
-    if (aligned) {
-      memcpy(aligned, buf + at + 8, count * sizeof(uintptr_t));
-      pinned = warren_copy_at_clone(aligned, count);
-      free(aligned);
-    }
-    if (!aligned || pinned < 0) {
-      *why = !aligned                            ? "malloc"
-             : errno == EPERM || errno == ENOSYS ? "io_uring is refused here"
-             : errno == ENOMEM                   ? "RLIMIT_MEMLOCK"
-                                                 : "io_uring_register";
-      pinned = 0;
-    }
-  }
+  const size_t at = 4 + (size_t)total; /* the list follows its report's frame */
+  pinned = warren_copy_at_clone_from_list(buf + at, len > at ? len - at : 0, why);
+  if (pinned < 0) pinned = 0;
   munmap(buf, cap);
   return pinned;
 }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "agent/native_forker.h"
+#include "agent/native_request.h"
 #include "agent/protocol.h"
 #include "agent/python_request.h"
 #include "base/unique_fd.h"
@@ -219,8 +220,7 @@ class Dispatcher {
           {"zygote_why", hello_.value("why", "")},
           {"copied_at_clone", hello_.value("copied_at_clone", 0)},
           {"copy_at_clone_why", hello_.value("copy_at_clone_why", "")},
-          {"native_copied_at_clone", hello_.value("native_copied_at_clone", 0)},
-          {"native_copy_at_clone_why", hello_.value("native_copy_at_clone_why", "")}});
+          {"native_pid1", hello_.value("native_pid1", "")}});
     epoll_event evs[64];
     for (;;) {
       const double wait = CheckDeadlines();
@@ -605,7 +605,7 @@ class Dispatcher {
       if (!SameEnv(env)) req["env"] = env;
       msg = EncodePythonRequest(req, std::string_view(run->payload).substr(0, files_len));
     } else {
-      msg = EncodeFrame(req, std::string_view(run->payload).substr(0, files_len));
+      msg = EncodeNativeRequest(req, std::string_view(run->payload).substr(0, files_len));
     }
     w->run = std::move(run);
     sys::WriteFull(w->req_w, msg);  // if W is gone, its end (and the error it left) comes later
@@ -895,19 +895,6 @@ std::string SampleCall() {
   return EncodePythonRequest(req, code);
 }
 
-// The native forker's sample run (native_forker.h): a request frame as pid 1 reads one, that
-// writes a program into /tmp and runs it, as a compiled call's run does.
-std::string SampleNativeRun() {
-  const std::string program = "#!/bin/sh\nexit 0\n";
-  const json req = {
-      {"argv", json::array({"/tmp/main"})},
-      {"cwd", "/tmp"},
-      {"limits", {{"cpu_s", 10}, {"stack_bytes", 8 << 20}, {"nproc", 64}, {"nofile", 1024}}},
-      {"files", json::array({{{"name", "main"}, {"len", program.size()}, {"mode", 0755}}})}};
-  std::string frame = EncodeFrame(req, program);
-  return frame;
-}
-
 // The zygote: python3 running zygote.py (sent on its stdin, then its configuration: a frame
 // with the calls' seccomp filter and warren-zygote.so), with its end of a SOCK_SEQPACKET
 // socket on fd 3 and /dev/null for stdout (the channel is ours alone). Returns our end of the
@@ -1019,14 +1006,11 @@ int CallDispatcherMain(int, char**) {
     fcfg.setup_flags = cfg.setup_flags;
     fcfg.root_flags = cfg.root_flags;
     fcfg.seccomp = std::string(bpf);
-    fcfg.sample = SampleNativeRun();
-    fcfg.sample_uid = static_cast<uint32_t>(cfg.uid_base);  // no call runs before it has ended
-    CopiedAtClone native_pins;
-    forker = StartNativeForker(fcfg, &native_pins);
+    std::string native_pid1;
+    forker = StartNativeForker(fcfg, &native_pid1);
     if (forker < 0) Die(ErrnoText("start the native forker", errno));
     std::tie(zsock, hello) = StartZygote(cfg, script, bpf, lib);
-    hello["native_copied_at_clone"] = native_pins.pages;
-    hello["native_copy_at_clone_why"] = native_pins.why;
+    hello["native_pid1"] = native_pid1;
   }  // the script, filter and library are the zygote's now
   Dispatcher(std::move(cfg), zsock, forker, std::move(hello)).Loop();
 }

@@ -1,111 +1,152 @@
 #include "agent/call_worker.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <map>
-#include <nlohmann/json.hpp>
-#include <string>
-#include <vector>
 
+#include "agent/call_artifacts.h"
 #include "agent/exec_spawn.h"
-#include "agent/protocol.h"
+#include "agent/native_request.h"
 #include "isolation/call_limits.h"
 #include "isolation/call_setup.h"
-#include "sys/copy_at_clone.h"
 #include "sys/fd_io.h"
+
+// Nothing here allocates or writes a global: see call_worker.h. The C library's system call
+// wrappers are safe (errno is in pid 1's own thread block); its heap, stdio and locale are not.
 
 namespace warren::agent {
 namespace {
 
-using nlohmann::json;
-
 constexpr int kRequest = 3, kReport = 4;
-constexpr uint64_t kArtifactLimit = 64ull << 20;
+constexpr size_t kChunk = 32 << 10;
 
-volatile pid_t g_target = 0;  // the program, which SIGUSR1 ends
-bool g_sample = false;        // CallWorkerParams::sample
+// Text built in a buffer of fixed size; what does not fit is dropped (and `full` says so).
+struct Text {
+  char* buf;
+  size_t cap, len = 0;
+  bool full = false;
+
+  Text& Add(std::string_view s) {
+    if (len + s.size() > cap) {
+      full = true;
+      return *this;
+    }
+    memcpy(buf + len, s.data(), s.size());
+    len += s.size();
+    return *this;
+  }
+  Text& Num(int64_t v) {
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+    do tmp[sizeof tmp - ++n] = static_cast<char>('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0) tmp[sizeof tmp - ++n] = '-';
+    return Add(std::string_view(tmp + sizeof tmp - n, n));
+  }
+  // A JSON string, quoted.
+  Text& Json(std::string_view s) {
+    Add("\"");
+    for (unsigned char c : s) {
+      if (c == '"' || c == '\\') {
+        const char esc[2] = {'\\', static_cast<char>(c)};
+        Add(std::string_view(esc, 2));
+      } else if (c < 0x20) {
+        const char* hex = "0123456789abcdef";
+        const char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+        Add(std::string_view(esc, 6));
+      } else {
+        Add(std::string_view(reinterpret_cast<const char*>(&c), 1));
+      }
+    }
+    return Add("\"");
+  }
+};
+
+const char* ErrorText(int err) {
+  const char* d = strerrordesc_np(err);  // untranslated: no locale, no allocation
+  return d ? d : "unknown error";
+}
+
+// A frame (agent/protocol.h) whose header is `header`, followed by `payload_len` bytes that the
+// caller writes next.
+bool WriteFrameHead(std::string_view header, uint64_t payload_len) {
+  const uint32_t hlen = static_cast<uint32_t>(header.size());
+  const uint32_t total = static_cast<uint32_t>(4 + header.size() + payload_len);
+  char lens[8];
+  memcpy(lens, &total, 4);
+  memcpy(lens + 4, &hlen, 4);
+  return sys::WriteFull(kReport, std::string_view(lens, 8)) && sys::WriteFull(kReport, header);
+}
+
+[[noreturn]] void ReportError(std::string_view what, int err) {
+  char buf[512];
+  Text t{buf, sizeof buf};
+  char msg[400];
+  Text m{msg, sizeof msg};
+  m.Add(what);
+  if (err) m.Add(": ").Add(ErrorText(err));
+  t.Add("{\"error\": ").Json(std::string_view(msg, m.len)).Add("}");
+  WriteFrameHead(std::string_view(buf, t.len), 0);
+  _exit(1);
+}
+
+[[noreturn]] void SetupFailed(const char* what) { CallWorkerSetupFailed(what, errno); }
+
+}  // namespace
+
+[[noreturn]] void CallWorkerSetupFailed(const char* what, int err) {
+  char msg[256];
+  Text m{msg, sizeof msg};
+  m.Add("worker setup: ").Add(what);
+  ReportError(std::string_view(msg, m.len), err);
+}
+
+namespace {
 
 void OnUsr1(int) {
-  if (g_target > 0) kill(g_target, SIGKILL);
+  // The dispatcher ends the call: every process of it but us (pid 1 of its namespace), so the
+  // wait below returns and the usage is still reported.
+  kill(-1, SIGKILL);
 }
 
-[[noreturn]] void Report(const json& h, const std::string& payload, int code) {
-  sys::WriteFull(kReport, EncodeFrame(h, payload));
-  if (g_sample) warren_send_written_pages(kReport);  // the forker's sample run: its list
-  _exit(code);
-}
-
-[[noreturn]] void SetupFailed(const char* what) {
-  Report({{"error", std::string("worker setup: ") + what + ": " + strerror(errno)}}, "", 1);
-}
-
-// The request's limits, each capped at the runner's own; one that cannot be set refuses the
-// call rather than run it without.
-void SetLimits(const json& l) {
-  const warren_call_limits limits = {l.value("cpu_s", 0ull),       l.value("as_bytes", 0ull),
-                                     l.value("stack_bytes", 0ull), l.value("fsize_bytes", 0ull),
-                                     l.value("nproc", 0ull),       l.value("nofile", 0ull)};
-  if (const char* failed = warren_call_set_limits(&limits)) SetupFailed(failed);
-}
-
-// The files the run asked to keep (a compiler's output): regular files only, no links
-// followed, no blocking on a FIFO the program left there.
-std::string ReadArtifacts(const json& names, json* meta) {
-  std::vector<std::string> want;
-  for (const auto& n : names) {
-    std::string name = n.get<std::string>();
-    if (name.rfind("*.", 0) == 0) {
-      std::vector<std::string> found;
-      if (DIR* d = opendir("/tmp")) {
-        while (dirent* e = readdir(d)) {
-          std::string f = e->d_name;
-          if (f.size() > name.size() - 1 &&
-              f.compare(f.size() - (name.size() - 1), name.size() - 1, name, 1) == 0)
-            found.push_back(f);
-        }
-        closedir(d);
-      }
-      std::sort(found.begin(), found.end());
-      want.insert(want.end(), found.begin(), found.end());
-    } else if (name.find('/') == std::string::npos) {
-      want.push_back(name);
-    }
+// Drops `n` bytes of the request (a file that could not be written).
+bool Skip(uint64_t n, char* chunk) {
+  while (n > 0) {
+    const size_t k = n < kChunk ? static_cast<size_t>(n) : kChunk;
+    if (!sys::ReadExact(kRequest, chunk, k)) return false;
+    n -= k;
   }
-  std::string out;
-  *meta = json::array();
-  for (const auto& name : want) {
-    int fd = open(("/tmp/" + name).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) continue;
-    struct stat st {};
-    std::string data;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-        out.size() + static_cast<uint64_t>(st.st_size) <= kArtifactLimit &&
-        sys::ReadFull(fd, static_cast<size_t>(st.st_size), &data)) {
-      meta->push_back({{"name", name}, {"len", data.size()}, {"mode", st.st_mode & 0755}});
-      out += data;
-    }
-    close(fd);
-  }
-  return out;
+  return true;
 }
 
-// The program's side of the spawn: it shares pid 1's memory (CLONE_VM | CLONE_VFORK), so
-// it only undoes what pid 1 set for itself and execs; what failed is left in `exec_errno`.
+// Copies `n` bytes of the request into `fd`.
+bool CopyIn(int fd, uint64_t n, char* chunk) {
+  bool ok = true;
+  while (n > 0) {
+    const size_t k = n < kChunk ? static_cast<size_t>(n) : kChunk;
+    if (!sys::ReadExact(kRequest, chunk, k)) return false;
+    ok = ok && sys::WriteFull(fd, std::string_view(chunk, k));
+    n -= k;
+  }
+  (void)ok;  // a file the call cannot write (its /tmp full) is the program's to find
+  return true;
+}
+
+// The program's side of the spawn: it shares pid 1's memory (CLONE_VM | CLONE_VFORK), so it
+// only undoes what pid 1 set for itself and execs; what failed is left in `exec_errno`.
 struct ProgramSpawn {
-  ExecPlan* plan;
+  char** argv;
+  char* const* envp;
+  const char* path;
   int exec_errno = 0;
 };
 
@@ -115,31 +156,58 @@ int ProgramMain(void* arg) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  ExecPlanned(*p->plan);
+  ExecSearch(p->argv, p->envp, p->path);
   p->exec_errno = errno;
   _exit(errno == ENOENT ? 127 : 126);
 }
 
-// Starts the program without copying pid 1's page tables (the fork it replaced cost more than
-// the program's own exec here). Returns its pid, or -1 with errno.
-pid_t SpawnProgram(ProgramSpawn* spawn) {
-  // SIGUSR1 has been blocked since pid 1 began, and CloneVforked leaves the mask as it was: one
-  // sent before the program existed is delivered when the mask clears below, with g_target
-  // naming the program.
-  const pid_t pid = CloneVforked(ProgramMain, spawn);
-  const int err = errno;
-  if (pid > 0) g_target = pid;
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  errno = err;
-  return pid;
+// The report: the run's figures and the files it brought back, each file's bytes streamed
+// after the header.
+[[noreturn]] void ReportRun(int status, const Artifact* files, size_t nfiles, char* buf, size_t cap,
+                            bool collect, char* chunk) {
+  rusage ru{};
+  getrusage(RUSAGE_CHILDREN, &ru);
+  const int64_t cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 +
+                         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
+  Text t{buf, cap};
+  t.Add("{\"exit_code\": ").Num(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  t.Add(", \"signal\": ").Num(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  t.Add(", \"cpu_ms\": ").Num(cpu_ms).Add(", \"maxrss_kb\": ").Num(ru.ru_maxrss);
+  uint64_t payload = 0;
+  if (collect) {
+    t.Add(", \"files\": [");
+    for (size_t i = 0; i < nfiles; ++i) {
+      t.Add(i ? ", " : "").Add("{\"name\": ").Json(files[i].name);
+      t.Add(", \"len\": ").Num(static_cast<int64_t>(files[i].len));
+      t.Add(", \"mode\": ").Num(files[i].mode).Add("}");
+      payload += files[i].len;
+    }
+    t.Add("]");
+  }
+  t.Add("}");
+  if (t.full) ReportError("the report does not fit", 0);
+  if (!WriteFrameHead(std::string_view(buf, t.len), payload)) _exit(1);
+  for (size_t i = 0; i < nfiles; ++i) {
+    uint64_t left = files[i].len;
+    while (left > 0) {
+      const size_t want = left < kChunk ? static_cast<size_t>(left) : kChunk;
+      ssize_t r = read(files[i].fd, chunk, want);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {  // shorter than it was: the frame keeps its length
+        memset(chunk, 0, want);
+        r = static_cast<ssize_t>(want);
+      }
+      if (!sys::WriteFull(kReport, std::string_view(chunk, static_cast<size_t>(r)))) _exit(1);
+      left -= static_cast<uint64_t>(r);
+    }
+    close(files[i].fd);
+  }
+  _exit(0);
 }
 
 }  // namespace
 
 [[noreturn]] void RunCallWorker(const CallWorkerParams& params) {
-  g_sample = params.sample;
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // the forker gone (the runner going away): the call goes
   // The forker's dispositions are not the call's: the report must not outlive a closed pipe
   // silently, a child's end must be waitable, and SIGUSR1 waits (blocked since the clone) for
@@ -154,52 +222,81 @@ pid_t SpawnProgram(ProgramSpawn* spawn) {
   if (const char* failed = warren_call_setup(&setup)) SetupFailed(failed);
   prctl(PR_SET_DUMPABLE, 0);  // the program (same uid) cannot open our report fd
 
-  // The request.
-  std::string head, body;
-  if (!sys::ReadFull(kRequest, 8, &head)) _exit(0);  // the runner is going away
-  uint32_t total, hlen;
-  memcpy(&total, head.data(), 4);
-  memcpy(&hlen, head.data() + 4, 4);
-  if (total < 4 || hlen > total - 4 || !sys::ReadFull(kRequest, total - 4, &body)) _exit(0);
+  // The request, taken apart in our room: its strings, then a pointer to each, then the files'
+  // table; what is left holds the report.
+  char chunk[kChunk];
+  NativeRequestHead head;
+  if (!sys::ReadExact(kRequest, &head, sizeof head)) _exit(0);  // the runner is going away
+  if (head.magic != kNativeRequestMagic) ReportError("unreadable request", 0);
+  char* room = params.room;
+  size_t used = 0;
+  auto take = [&](size_t bytes) -> char* {
+    used = (used + 15) & ~size_t{15};
+    if (bytes > kCallWorkerRoom || used + bytes > kCallWorkerRoom) return nullptr;
+    char* at = room + used;
+    used += bytes;
+    if (params.room_used) *params.room_used = used;
+    return at;
+  };
+  char* strings = take(head.strings_len);
+  char** ptrs = head.strings_len <= kNativeRequestMaxStrings
+                    ? reinterpret_cast<char**>(take(NativeRequestPointers(head) * sizeof(char*)))
+                    : nullptr;
+  auto* table = reinterpret_cast<NativeRequestFile*>(
+      head.nfiles <= kNativeRequestMaxItems ? take(head.nfiles * sizeof(NativeRequestFile))
+                                            : nullptr);
+  if (!strings || !ptrs || !table) ReportError("request too large", 0);
+  if (!sys::ReadExact(kRequest, strings, head.strings_len)) _exit(0);
+  NativeRequestView req;
+  if (const char* bad = SplitNativeRequest(head, strings, ptrs, NativeRequestPointers(head), &req))
+    ReportError(bad, 0);
+  if (!sys::ReadExact(kRequest, table, head.nfiles * sizeof(NativeRequestFile))) _exit(0);
+  for (uint32_t i = 0; i < head.nfiles; ++i) {
+    const char* name = req.file_names[i];
+    const int fd = *name && !strchr(name, '/') && chdir("/tmp") == 0
+                       ? open(name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                              table[i].mode & 0777)
+                       : -1;
+    const bool read_all = fd >= 0 ? CopyIn(fd, table[i].len, chunk) : Skip(table[i].len, chunk);
+    if (fd >= 0) close(fd);
+    if (!read_all) _exit(0);
+  }
   close(kRequest);
-  json req = json::parse(body.substr(0, hlen), nullptr, false);
-  if (!req.is_object()) Report({{"error", "unreadable request"}}, "", 1);
-  size_t pos = hlen;
-  for (const auto& f : req.value("files", json::array())) {
-    std::string name = f.value("name", "");
-    size_t len = f.value("len", size_t{0});
-    if (name.empty() || name.find('/') != std::string::npos || pos + len > body.size()) continue;
-    int fd = open(("/tmp/" + name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                  f.value("mode", 0644u) & 0777);
-    if (fd >= 0) {
-      sys::WriteFull(fd, std::string_view(body).substr(pos, len));
-      close(fd);
-    }
-    pos += len;
+  if (chdir(req.cwd) != 0) {
+    char msg[512];
+    Text m{msg, sizeof msg};
+    m.Add("warren: chdir ").Add(req.cwd).Add(": ").Add(ErrorText(errno)).Add("\n");
+    sys::WriteFull(2, std::string_view(msg, m.len));
+    char buf[128];
+    Text t{buf, sizeof buf};
+    t.Add("{\"exit_code\": 126, \"signal\": 0, \"cpu_ms\": 0, \"maxrss_kb\": 0}");
+    WriteFrameHead(std::string_view(buf, t.len), 0);
+    _exit(0);
   }
-  std::string cwd = req.value("cwd", "/tmp");
-  if (chdir(cwd.c_str()) != 0) {
-    std::string msg = "warren: chdir " + cwd + ": " + strerror(errno) + "\n";
-    sys::WriteFull(2, msg);
-    Report({{"exit_code", 126}, {"signal", 0}, {"cpu_ms", 0}, {"maxrss_kb", 0}}, "", 0);
-  }
-  std::vector<std::string> env, argv;
-  const json env_doc = req.value("env", json::object());
-  for (const auto& [k, v] : env_doc.items())
-    if (v.is_string()) env.push_back(k + "=" + v.get<std::string>());
-  for (const auto& a : req.value("argv", json::array()))
-    if (a.is_string()) argv.push_back(a.get<std::string>());
-  if (argv.empty()) Report({{"error", "empty argv"}}, "", 1);
-  SetLimits(req.value("limits", json::object()));
+  const warren_call_limits limits = {head.cpu_s,       head.as_bytes, head.stack_bytes,
+                                     head.fsize_bytes, head.nproc,    head.nofile};
+  if (const char* failed = warren_call_set_limits(&limits)) SetupFailed(failed);
 
-  ExecPlan plan = PlanExec(argv, env, "/usr/local/bin:/usr/bin:/bin");
-  ProgramSpawn spawn{&plan};
-  signal(SIGUSR1, OnUsr1);  // still blocked, since the clone: SpawnProgram unblocks it
-  const pid_t pid = SpawnProgram(&spawn);
+  // The program's PATH is its environment's, or a shell's default: never ours.
+  const char* path = "/usr/local/bin:/usr/bin:/bin";
+  for (char** e = req.envp; *e; ++e)
+    if (strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
+  ProgramSpawn spawn{req.argv, req.envp, path};
+  signal(SIGUSR1, OnUsr1);  // still blocked, since the clone: unblocked once the program is
+  // SIGUSR1 has been blocked since pid 1 began, and CloneVforkedOn leaves the mask as it was:
+  // one sent before the program existed is delivered when the mask clears below.
+  const pid_t pid = CloneVforkedOn(ProgramMain, &spawn, params.spawn_stack, kCallWorkerSpawnStack);
+  const int spawn_errno = errno;
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  errno = spawn_errno;
   if (pid < 0) SetupFailed("spawn the program");
   if (spawn.exec_errno) {  // it never ran: say why where the program's errors go
-    std::string msg = "warren: exec " + argv[0] + ": " + strerror(spawn.exec_errno) + "\n";
-    sys::WriteFull(2, msg);
+    char msg[512];
+    Text m{msg, sizeof msg};
+    m.Add("warren: exec ").Add(req.argv[0]).Add(": ").Add(ErrorText(spawn.exec_errno)).Add("\n");
+    sys::WriteFull(2, std::string_view(msg, m.len));
   }
   close(0);
   close(1);
@@ -207,27 +304,28 @@ pid_t SpawnProgram(ProgramSpawn* spawn) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  g_target = 0;
   // The call is over: what the program started goes too, and is waited for, so that the usage
   // counts every process of the call (a child that did the work and was never waited for
   // would otherwise pass under the memory and time limits).
   kill(-1, SIGKILL);
   while (waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
   }
-  rusage ru{};
-  getrusage(RUSAGE_CHILDREN, &ru);
-  json rep = {{"exit_code", WIFEXITED(status) ? WEXITSTATUS(status) : -1},
-              {"signal", WIFSIGNALED(status) ? WTERMSIG(status) : 0},
-              {"cpu_ms", (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 +
-                             (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000},
-              {"maxrss_kb", ru.ru_maxrss}};
-  std::string files;
-  if (req.contains("collect")) {
-    json meta;
-    files = ReadArtifacts(req["collect"], &meta);
-    rep["files"] = meta;
+  // What is left of the room: the files' table (the files to bring back) and the report.
+  const size_t left = kCallWorkerRoom - ((used + 15) & ~size_t{15});
+  auto* files = reinterpret_cast<Artifact*>(take(kMaxArtifacts * sizeof(Artifact)));
+  char* names = take(left / 4);
+  const size_t report_cap = kCallWorkerRoom - ((used + 15) & ~size_t{15});
+  char* report = take(report_cap);
+  if (!files || !names || !report) ReportError("no room for the report", 0);
+  size_t nfiles = 0;
+  if (head.ncollect) {
+    const int tmp = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (tmp >= 0) {
+      nfiles = OpenArtifacts(tmp, req.collect, head.ncollect, files, names, left / 4);
+      close(tmp);
+    }
   }
-  Report(rep, files, 0);
+  ReportRun(status, files, nfiles, report, report_cap, head.ncollect > 0, chunk);
 }
 
 }  // namespace warren::agent

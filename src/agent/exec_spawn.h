@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -33,5 +34,14 @@ void ExecPlanned(ExecPlan& plan);
 // the child sets its own. One child at a time per process (one stack). Returns its pid, or -1
 // with errno.
 pid_t CloneVforked(int (*child)(void*), void* arg);
+// The same on a stack the caller owns, allocating nothing: for a native worker's pid 1, which
+// runs in the forker's memory (call_worker.h).
+pid_t CloneVforkedOn(int (*child)(void*), void* arg, char* stack, size_t stack_size);
+
+// In the child, allocating nothing: execvpe's search for `argv[0]` in `path` (a PATH value,
+// used only if argv[0] has no slash), each candidate built on the stack. `argv[-1]` must be
+// writable: a file without a #! line runs as {"/bin/sh", candidate, argv[1..]} from there.
+// Returns only if none ran, with errno as ExecPlanned leaves it.
+void ExecSearch(char** argv, char* const* envp, const char* path);
 
 }  // namespace warren::agent

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -20,7 +22,6 @@
 #include "base/unique_fd.h"
 #include "isolation/call_setup.h"
 #include "sys/code_huge_pages.h"
-#include "sys/copy_at_clone.h"
 #include "sys/fd_io.h"
 #include "sys/fd_passing.h"
 
@@ -31,23 +32,80 @@ constexpr size_t kPipes = 5;
 // Where the worker's pipe ends go in pid 1: request, stdin, stdout, stderr, report.
 constexpr int kTargets[kPipes] = {3, 0, 1, 2, 4};
 
-// Pid 1's first steps, before the call's own: its net namespace, its fds in place and nothing
-// else of the forker's (not its socket, with which a call could ask for workers).
-[[noreturn]] void StartWorker(const NativeForkerConfig& cfg, uint32_t uid, const int pipes[kPipes],
-                              int netns, bool sample = false) {
-  if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) {
-    const std::string why = std::string("worker setup: setns net: ") + strerror(errno);
-    sys::WriteFull(pipes[4], EncodeFrame({{"error", why}}));
-    _exit(1);
-  }
+// glibc's own: a thread block laid out as pthread_create makes one (static TLS copied from its
+// image, the dtv set). GLIBC_PRIVATE, but this binary is static: the glibc it was built with
+// is the one it runs with, and ThreadBlocksWork checks the layout we rely on before any use.
+extern "C" void* _dl_allocate_tls(void* mem);
+
+// x86-64 glibc's tcbhead_t, the start of a thread block: the words we set in a new one.
+constexpr size_t kTcbSelf = 0, kTcbSelf2 = 2, kStackGuard = 5, kPointerGuard = 6;
+
+uintptr_t* ThreadPointer() { return static_cast<uintptr_t*>(__builtin_thread_pointer()); }
+
+// Whether our own thread block has the layout a new one is given below.
+bool ThreadBlocksWork() {
+#if defined(__x86_64__)
+  uintptr_t* tp = ThreadPointer();
+  const auto self = reinterpret_cast<uintptr_t>(tp);
+  return tp[kTcbSelf] == self && tp[kTcbSelf2] == self;
+#else
+  return false;
+#endif
+}
+
+// A thread block of its own for a pid 1 that runs in our memory: errno and every other
+// thread-local of the C library are then its own, not ours.
+void* NewThreadBlock() {
+  auto* tcb = static_cast<uintptr_t*>(_dl_allocate_tls(nullptr));
+  if (!tcb) return nullptr;
+  const uintptr_t* ours = ThreadPointer();
+  tcb[kTcbSelf] = tcb[kTcbSelf2] = reinterpret_cast<uintptr_t>(tcb);
+  tcb[kStackGuard] = ours[kStackGuard];  // the stack protector's canary, as compiled code reads it
+  tcb[kPointerGuard] = ours[kPointerGuard];  // setjmp's and atexit's pointer mangling
+  return tcb;
+}
+
+// A pid 1's own part of our memory: its stack, the program's stack until its exec, its room
+// (call_worker.h) and its thread block. Taken again once the pid 1 that had it has ended.
+struct Pid1Slot {
+  char* mem = nullptr;  // guard | stack | guard | spawn stack | room
+  void* tls = nullptr;
+  int pidfd = -1;                 // ours, while a pid 1 has it
+  volatile size_t room_used = 0;  // as that pid 1 says (CallWorkerParams::room_used)
+  // What that pid 1 starts from.
+  const NativeForkerConfig* cfg = nullptr;
+  uint32_t uid = 0;
+  int pipes[kPipes] = {};
+  int netns = -1;
+};
+
+constexpr size_t kPage = 4096, kPid1Stack = 256 << 10;
+constexpr size_t kSlotBytes = kPage + kPid1Stack + kPage + kCallWorkerSpawnStack + kCallWorkerRoom;
+constexpr size_t kMaxSlots = 1024;
+
+char* Pid1Stack(const Pid1Slot& s) { return s.mem + kPage; }
+char* SpawnStack(const Pid1Slot& s) { return s.mem + kPage + kPid1Stack + kPage; }
+char* Room(const Pid1Slot& s) { return SpawnStack(s) + kCallWorkerSpawnStack; }
+
+// Pid 1's first steps, before the call's own: its fds in place and nothing else of the
+// forker's (not its socket, with which a call could ask for workers), its net namespace.
+[[noreturn]] void StartWorker(Pid1Slot& slot) {
+  // The net namespace first: its fd may be on a number a pipe end goes to.
+  const int netns_err = slot.netns >= 0 && setns(slot.netns, CLONE_NEWNET) != 0 ? errno : 0;
   // The pipe ends are above 9 (see Serve), so no dup2 here overwrites one not yet placed.
   for (size_t i = 0; i < kPipes; ++i)
-    if (dup2(pipes[i], kTargets[i]) < 0) _exit(1);
+    if (dup2(slot.pipes[i], kTargets[i]) < 0) _exit(1);
   syscall(SYS_close_range, 5u, ~0u, 0u);
-  const CallWorkerParams params{uid,         cfg.tmp_bytes, cfg.setup_flags, cfg.root_flags,
-                                cfg.seccomp, sample};
+  if (netns_err) CallWorkerSetupFailed("setns net", netns_err);
+  const NativeForkerConfig& cfg = *slot.cfg;
+  CallWorkerParams params{slot.uid, cfg.tmp_bytes, cfg.setup_flags, cfg.root_flags, cfg.seccomp};
+  params.room = Room(slot);
+  params.room_used = &slot.room_used;
+  params.spawn_stack = SpawnStack(slot);
   RunCallWorker(params);
 }
+
+int Pid1Main(void* slot) { StartWorker(*static_cast<Pid1Slot*>(slot)); }
 
 // Moves `fd` above the numbers pid 1 places its pipes on (0-4) and the ones it keeps.
 int AboveNine(int fd) {
@@ -57,80 +115,85 @@ int AboveNine(int fd) {
   return high;
 }
 
-// The sample run (NativeForkerConfig::sample), before any call is here: a worker made as Serve
-// makes one, fed the sample request from pipes of our own. After its report it lists the pages
-// it wrote; we pin those we have, so every later clone copies them at once instead of taking a
-// copy-on-write fault in the worker for each (and one in the forker for each it writes again
-// after a clone). See sys/copy_at_clone.h.
-CopiedAtClone LearnHotPages(const NativeForkerConfig& cfg) {
-  CopiedAtClone out;
-  if (cfg.sample.empty() || cfg.sample_uid == 0 || cfg.sample.size() > 65536) {
-    out.why = "no sample run";
-    return out;
-  }
-  int p[kPipes][2];  // request, stdin, stdout, stderr, report: as the dispatcher's
-  size_t made = 0;
-  for (; made < kPipes; ++made)
-    if (pipe2(p[made], O_CLOEXEC) != 0) break;
-  std::vector<UniqueFd> ours;  // everything, closed on the way out
-  for (size_t i = 0; i < made; ++i) {
-    p[i][0] = AboveNine(p[i][0]);  // (StartWorker's dup2s need them there)
-    p[i][1] = AboveNine(p[i][1]);
-    ours.emplace_back(p[i][0]);
-    ours.emplace_back(p[i][1]);
-  }
-  if (made < kPipes) {
-    out.why = "pipe";
-    return out;
-  }
-  sys::WriteFull(p[0][1], cfg.sample);  // it fits the pipe: written before the clone
-  int pidfd = -1;
-  const long pid = syscall(SYS_clone,
-                           CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID | CLONE_NEWNET |
-                               CLONE_PIDFD | SIGCHLD,
-                           nullptr, &pidfd, nullptr, nullptr);
-  if (pid == 0) {
-    const int theirs[kPipes] = {p[0][0], p[1][0], p[2][1], p[3][1], p[4][1]};
-    StartWorker(cfg, cfg.sample_uid, theirs, -1, true);
-  }
-  UniqueFd worker(pidfd);
-  // Our copies of its ends go (its stdin then ends at once; its output stays unread in the
-  // pipes, whose read ends we keep until it is done: a closed one would fail its writes).
-  for (int fd : {p[0][0], p[1][0], p[1][1], p[2][1], p[3][1], p[4][1]})
-    for (auto& f : ours)
-      if (f.get() == fd) f.Reset();
-  if (pid < 0) {
-    out.why = std::string("clone: ") + strerror(errno);
-    return out;
-  }
-  // Its report frame, then the list, until the pipe ends (at most 10 s: it runs our code).
-  std::string got;
-  char buf[65536];
-  pollfd pf{p[4][0], POLLIN, 0};
-  for (;;) {
-    const int r = poll(&pf, 1, 10000);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    const ssize_t n = read(p[4][0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
-  syscall(SYS_pidfd_send_signal, worker.get(), SIGKILL, nullptr, 0);  // the kernel reaps it
-  uint32_t total = 0;
-  if (got.size() >= 4) memcpy(&total, got.data(), 4);
-  const size_t at = 4 + static_cast<size_t>(total);  // the list follows its report's frame
-  const char* why = "";
-  const long pinned = warren_copy_at_clone_from_list(got.data() + std::min(at, got.size()),
-                                                     got.size() > at ? got.size() - at : 0, &why);
-  if (pinned < 0)
-    out.why = why;
-  else
-    out.pages = static_cast<uint64_t>(pinned);
-  return out;
-}
+class Forker {
+ public:
+  explicit Forker(const NativeForkerConfig& cfg) : cfg_(cfg), shared_(ThreadBlocksWork()) {}
 
-[[noreturn]] void Serve(int sock, const NativeForkerConfig& cfg) {
+  // How pid 1 is made, for the runner's stats.
+  std::string How() const {
+    return shared_ ? "pid 1 shares the forker's memory"
+                   : "pid 1 copies the forker's memory: its thread blocks are not glibc's";
+  }
+
+  // Pid 1 for one call: 0 and its pid and pidfd (the dispatcher's to have; we keep it open
+  // until we see it ended), or an errno.
+  int Clone(uint32_t uid, const int pipes[kPipes], int netns, pid_t* pid_out, int* pidfd) {
+    Pid1Slot* slot = FreeSlot();
+    if (!slot) return errno ? errno : EAGAIN;
+    slot->cfg = &cfg_;
+    slot->uid = uid;
+    for (size_t i = 0; i < kPipes; ++i) slot->pipes[i] = pipes[i];
+    slot->netns = netns;
+    int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID | CLONE_PIDFD | SIGCHLD;
+    if (netns < 0) flags |= CLONE_NEWNET;
+    // Shared: no copy of our page tables to make, fault in and tear down for each call (on a
+    // guest whose page tables the host shadows, most of what a run cost).
+    if (shared_) flags |= CLONE_VM | CLONE_SETTLS;
+    int fd = -1;
+    const pid_t pid = clone(Pid1Main, Pid1Stack(*slot) + kPid1Stack, flags, slot, &fd,
+                            shared_ ? slot->tls : nullptr, nullptr);
+    if (pid < 0) return errno;
+    slot->pidfd = fd;
+    *pid_out = pid;
+    *pidfd = fd;
+    return 0;
+  }
+
+ private:
+  // A slot no pid 1 has: one whose pid 1 has ended (its pidfd says so only once it is gone
+  // with its namespace's every process, so nothing runs on its stacks), or a new one.
+  Pid1Slot* FreeSlot() {
+    errno = 0;
+    for (Pid1Slot& s : slots_) {
+      if (s.pidfd >= 0) {
+        pollfd p{s.pidfd, POLLIN, 0};
+        if (poll(&p, 1, 0) != 1) continue;
+        close(s.pidfd);
+        s.pidfd = -1;
+        // What a large request used of the room goes back (the first 256 KiB stays warm).
+        constexpr size_t kWarm = 256 << 10;
+        const size_t said = s.room_used;
+        const size_t used = std::min(said, kCallWorkerRoom);
+        if (used > kWarm) madvise(Room(s) + kWarm, used - kWarm, MADV_DONTNEED);
+        s.room_used = 0;
+      }
+      return &s;
+    }
+    if (slots_.size() >= kMaxSlots) return nullptr;
+    Pid1Slot s;
+    void* mem =
+        mmap(nullptr, kSlotBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mem == MAP_FAILED) return nullptr;
+    s.mem = static_cast<char*>(mem);
+    if (mprotect(Pid1Stack(s), kPid1Stack, PROT_READ | PROT_WRITE) != 0 ||
+        mprotect(SpawnStack(s), kCallWorkerSpawnStack + kCallWorkerRoom, PROT_READ | PROT_WRITE) !=
+            0 ||
+        (shared_ && !(s.tls = NewThreadBlock()))) {
+      const int err = errno ? errno : ENOMEM;
+      munmap(mem, kSlotBytes);
+      errno = err;
+      return nullptr;
+    }
+    slots_.push_back(s);
+    return &slots_.back();
+  }
+
+  const NativeForkerConfig& cfg_;
+  const bool shared_;
+  std::deque<Pid1Slot> slots_;  // a deque: a pid 1 holds a pointer to its slot
+};
+
+[[noreturn]] void Serve(int sock, Forker& forker) {
   for (;;) {
     std::string msg;
     std::vector<UniqueFd> fds;
@@ -153,29 +216,20 @@ CopiedAtClone LearnHotPages(const NativeForkerConfig& cfg) {
     }
     if (answer.error == 0) {
       const int netns = rq.join_netns ? fds[kPipes].get() : -1;
-      unsigned long flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID | CLONE_PIDFD;
-      if (netns < 0) flags |= CLONE_NEWNET;
-      // The raw clone: glibc's clone() wants a function and a stack, and its fork() takes no
-      // flags. Without CLONE_VM and with no stack given, the child goes on here like a fork's.
-      const long pid = syscall(SYS_clone, flags | SIGCHLD, nullptr, &pidfd, nullptr, nullptr);
-      if (pid == 0) StartWorker(cfg, rq.uid, pipes, netns);
-      if (pid < 0)
-        answer.error = errno;
-      else
-        answer.pid = static_cast<int32_t>(pid);
+      pid_t pid = 0;
+      answer.error = forker.Clone(rq.uid, pipes, netns, &pid, &pidfd);
+      answer.pid = static_cast<int32_t>(pid);
     }
     const std::string out(reinterpret_cast<const char*>(&answer), sizeof answer);
     std::vector<int> give;
     if (answer.error == 0) give.push_back(pidfd);
-    const bool sent = sys::SendWithFds(sock, out, give).ok();
-    if (pidfd >= 0) close(pidfd);
-    if (!sent) _exit(0);
+    if (!sys::SendWithFds(sock, out, give).ok()) _exit(0);
   }  // `fds` closes the forker's copies of the pipe ends and the net namespace
 }
 
 }  // namespace
 
-int StartNativeForker(const NativeForkerConfig& cfg, CopiedAtClone* learned) {
+int StartNativeForker(const NativeForkerConfig& cfg, std::string* how) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return -1;
   const pid_t dispatcher = getpid();
@@ -189,7 +243,7 @@ int StartNativeForker(const NativeForkerConfig& cfg, CopiedAtClone* learned) {
   }
   if (pid > 0) {
     close(sv[1]);
-    // Its first message, once its sample run is done: "PAGES WHY".
+    // Its first message, once it serves: how it makes pid 1.
     char hello[512];
     ssize_t n;
     do n = recv(sv[0], hello, sizeof hello - 1, 0);
@@ -200,10 +254,7 @@ int StartNativeForker(const NativeForkerConfig& cfg, CopiedAtClone* learned) {
       errno = err;
       return -1;
     }
-    hello[n] = 0;
-    char* why = nullptr;
-    learned->pages = strtoull(hello, &why, 10);
-    learned->why = why && *why == ' ' ? why + 1 : "";
+    how->assign(hello, static_cast<size_t>(n));
     return sv[0];
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -237,12 +288,10 @@ int StartNativeForker(const NativeForkerConfig& cfg, CopiedAtClone* learned) {
   NativeForkerConfig own = cfg;
   own.setup_flags = warren_call_prepare_root(cfg.setup_flags, cfg.root_flags);
   if (own.setup_flags & WARREN_CALL_ROOT_DONE) warren_call_detach_covered(own.setup_flags);
-  const CopiedAtClone hot = LearnHotPages(own);
-  own.sample.clear();
-  own.sample.shrink_to_fit();
-  const std::string hello = std::to_string(hot.pages) + " " + hot.why;
+  Forker forker(own);
+  const std::string hello = forker.How();
   if (send(sock, hello.data(), hello.size(), MSG_NOSIGNAL) < 0) _exit(0);
-  Serve(sock, own);
+  Serve(sock, forker);
 }
 
 }  // namespace warren::agent

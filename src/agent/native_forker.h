@@ -1,7 +1,10 @@
 // The native forker: where an fncall runner's native workers (call_worker.h) come from. A child
 // of the dispatcher, forked before the first call reached it, so that nothing of any call is in
 // its memory and so in no worker's; it clones each worker straight into the call's fresh mount,
-// pid, ipc and uts namespaces (and net, unless it is given one to join) as pid 1.
+// pid, ipc and uts namespaces (and net, unless it is given one to join) as pid 1. Pid 1 runs in
+// the forker's own memory (CLONE_VM, on a stack and with a thread block of its own: see
+// call_worker.h): its clone copies no page tables and its end tears none down, which on a
+// guest whose page tables the host shadows cost more than the rest of pid 1's life.
 //
 // It replaced a `warren-agent --call-worker` posix_spawn'd per call: the exec of the 28 MB
 // static agent (its page faults, and glibc's start-up, whose CPUID probes are VM exits on a
@@ -35,23 +38,11 @@ struct NativeForkerConfig {
   unsigned setup_flags = 0;  // WARREN_CALL_* (isolation/call_setup.h)
   unsigned long root_flags = 0;
   std::string seccomp;  // the calls' filter (BPF)
-  // A sample run (a request frame as a worker reads it on fd 3) that the forker makes a worker
-  // for, as uid `sample_uid`, before it serves: the pages that worker writes are copied at
-  // every later clone (sys/copy_at_clone.h). Empty: none.
-  std::string sample;
-  uint32_t sample_uid = 0;
 };
 
-// What the sample run taught the forker: how many of its pages every worker gets copied at its
-// clone, or why none.
-struct CopiedAtClone {
-  uint64_t pages = 0;
-  std::string why;
-};
-
-// Forks the forker and waits until it serves (its sample run done). Returns the dispatcher's
-// end of its socket (CLOEXEC), or -1 with errno. The dispatcher must be single-threaded and
-// hold no call's data yet.
-int StartNativeForker(const NativeForkerConfig& cfg, CopiedAtClone* learned);
+// Forks the forker and waits until it serves. Returns the dispatcher's end of its socket
+// (CLOEXEC), or -1 with errno, and in `how` how it makes pid 1 (sharing its memory, or a copy
+// of it and why). The dispatcher must be single-threaded and hold no call's data yet.
+int StartNativeForker(const NativeForkerConfig& cfg, std::string* how);
 
 }  // namespace warren::agent

@@ -24,9 +24,13 @@ bool WriteFull(int fd, std::string_view data) {
 
 bool ReadFull(int fd, size_t n, std::string* out) {
   out->resize(n);
+  return ReadExact(fd, out->data(), n);
+}
+
+bool ReadExact(int fd, void* buf, size_t n) {
   size_t off = 0;
   while (off < n) {
-    ssize_t r = read(fd, out->data() + off, n - off);
+    ssize_t r = read(fd, static_cast<char*>(buf) + off, n - off);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return false;
     off += static_cast<size_t>(r);

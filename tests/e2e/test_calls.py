@@ -752,11 +752,12 @@ int main(void) {
 
 
 def test_the_zygote_pins_its_hot_pages_and_no_call_gets_io_uring(server, runner):
-    """Before they serve, the zygote and the native forker each run a sample call and pin the
-    pages its worker wrote (io_uring's registered buffers: sys/copy_at_clone.h), so every worker
-    gets those copied at its clone instead of faulting on each: the runner says how many. The runner's filter allows
-    that ring; a call, Python or exec'd, gets none of io_uring (EPERM), and no worker holds the
-    zygote's ring (see the fds test above)."""
+    """Before it serves, the zygote runs a sample call and pins the pages its worker wrote
+    (io_uring's registered buffers: sys/copy_at_clone.h), so every worker gets those copied at
+    its clone instead of faulting on each: the runner says how many. (The native forker has
+    nothing to pin: its pid 1s run in its own memory, as the runner says too.) The runner's
+    filter allows that ring; a call, Python or exec'd, gets none of io_uring (EPERM), and no
+    worker holds the zygote's ring (see the fds test above)."""
     res = call(server, language="python", code=IO_URING_PY)
     assert res["verdict"] == "ok", res
     assert res["stdout"] == "-1 1\n-1 1\n", res
@@ -764,9 +765,76 @@ def test_the_zygote_pins_its_hot_pages_and_no_call_gets_io_uring(server, runner)
     assert res["verdict"] == "ok", res
     assert res["stdout"] == "-1 1\n", res
     for r in _runners(server):
-        for kind in ("python", "native"):
-            pins = r["copied_at_clone"][kind]
-            assert pins["why"] == "" and pins["pages"] > 0, r
+        pins = r["copied_at_clone"]["python"]
+        assert pins["why"] == "" and pins["pages"] > 0, r
+        assert r["native_pid1"] == "pid 1 shares the forker's memory", r
+
+
+# What an exec'd program can see of its pid 1, which runs in the native forker's memory (with
+# every other call's pid 1 and its request): nothing of that memory, as before.
+PID1_MEMORY_C = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+  const char* paths[] = {"/proc/1/mem", "/proc/1/environ", "/proc/1/maps", "/proc/1/pagemap"};
+  for (int i = 0; i < 4; i++) {
+    int fd = open(paths[i], O_RDONLY);
+    char buf[64];
+    if (fd < 0) { printf("%s %s\n", paths[i], strerrorname_np(errno)); continue; }
+    ssize_t n = read(fd, buf, sizeof buf);
+    printf("%s %s\n", paths[i], n > 0 ? "READ" : strerrorname_np(errno));
+    close(fd);
+  }
+  long x; if (scanf("%ld", &x) == 1) printf("%ld\n", x * 3);
+  return 0;
+}
+"""
+
+
+def test_exec_d_programs_cannot_read_their_pid_1s_memory_and_calls_at_once_keep_apart(server, runner):
+    """A native worker's pid 1 runs in the forker's own memory (CLONE_VM), on a stack and in a
+    room of its own that the forker takes back only once that pid 1 has ended. The program it
+    runs can read none of that memory (its pid 1 is not dumpable, and ptrace and
+    process_vm_readv are the call's filter's), and calls run at once each get their own
+    input, output and verdicts."""
+    def one(i):
+        return call(server, language="c", code=PID1_MEMORY_C,
+                    cases=[{"stdin": f"{i * 10 + k}\n", "expected": ""} for k in range(4)])
+    with cf.ThreadPoolExecutor(6) as ex:
+        results = list(ex.map(one, range(12)))
+    for i, res in enumerate(results):
+        assert res["compile"]["ok"], res
+        for k, case in enumerate(res["cases"]):
+            lines = case["stdout"].splitlines()
+            for line in lines[:4]:
+                path, what = line.split()
+                assert what in ("EACCES", "EPERM"), (path, what, res)
+            assert lines[4:] == [str((i * 10 + k) * 3)], res
+    for r in _runners(server):
+        assert r["native_pid1"] == "pid 1 shares the forker's memory", r
+
+
+def test_an_exec_d_programs_environment_arrives_whole_up_to_its_bound(server, runner):
+    """An exec'd run's argv and environment are taken apart by its pid 1 in a room of 8 MiB of
+    the forker's memory: 600 KB of environment arrives whole (and the room is given back after
+    such a run: the next run is as before); past 4 MiB of strings the call is the caller's
+    error, 400 with the numbers, and no runner is taken out of service for it."""
+    env = {f"V{i}": chr(ord("a") + i) * 100_000 for i in range(6)}
+    code = "echo ${#V0} ${#V5} $(printf %s \"$V3\" | tr -d d | wc -c)"
+    res = call(server, language="sh", code=code, env=env)
+    assert res["verdict"] == "ok" and res["stdout"] == "100000 100000 0\n", res
+    res = call(server, language="sh", code="echo small")
+    assert res["stdout"] == "small\n", res
+    before = _fncall_stats(server)
+    too_many = {f"V{i}": "x" * 100_000 for i in range(45)}
+    r = server.http("POST", "/v1/calls", {"language": "sh", "code": "true", "env": too_many})
+    assert r.status == 400, r
+    assert "arguments and environment take" in r.json["error"]["message"], r.json
+    assert _fncall_stats(server) == before
 
 
 # Reports a Python program can write on its worker's report pipe before it exits: fields of

@@ -165,6 +165,7 @@ Result<RunResult> CallService::RunLayers(const std::vector<std::string>& layers,
 
 Result<RunResult> CallService::RunOn(const std::vector<std::string>& layers,
                                      const std::string& image, const RunRequest& req) {
+  WARREN_RETURN_IF_ERROR(CheckExecRun(req));  // no runner's fault: not tried on two
   Status last;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto runner = WARREN_TRY(Acquire(layers, image));
@@ -430,7 +431,8 @@ json CallService::Stats() const {
                          {"served", r->served()},
                          {"healthy", r->healthy()},
                          {"zygote", r->zygote()},
-                         {"copied_at_clone", r->copied_at_clone()}});
+                         {"copied_at_clone", r->copied_at_clone()},
+                         {"native_pid1", r->native_pid1()}});
   return {{"runners", runners},
           {"calls", calls_.load()},
           {"runs", runs_.load()},

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "agent/native_request.h"
 #include "agent/protocol.h"
 #include "base/ids.h"
 
@@ -149,6 +150,11 @@ nlohmann::json Runner::copied_at_clone() const {
   return copied_at_clone_;
 }
 
+std::string Runner::native_pid1() const {
+  std::lock_guard lock(mu_);
+  return native_pid1_;
+}
+
 void Runner::MarkDead(const std::string& why) {
   std::lock_guard lock(mu_);
   if (dead_) return;
@@ -159,6 +165,23 @@ void Runner::MarkDead(const std::string& why) {
     p->status = Status(Code::kUnavailable, "fncall run", cfg_.id, why);
   }
   cv_.notify_all();
+}
+
+Status CheckExecRun(const RunRequest& req) {
+  if (req.python) return Status();
+  uint64_t bytes = req.cwd.size() + 1, items = 0;
+  auto add = [&](const std::string& s) { bytes += s.size() + 1, ++items; };
+  for (const auto& a : req.argv) add(a);
+  for (const auto& [k, v] : req.env) add(k + "=" + v);
+  for (const auto& f : req.files) add(f.name);
+  for (const auto& c : req.collect) add(c);
+  if (bytes > agent::kNativeRequestMaxStrings || items > agent::kNativeRequestMaxItems)
+    return Status(Code::kInvalid, "fncall run", "",
+                  "the program's arguments and environment take " + std::to_string(bytes) +
+                      " bytes in " + std::to_string(items) + " strings; a run may have " +
+                      std::to_string(agent::kNativeRequestMaxStrings >> 20) + " MiB in " +
+                      std::to_string(agent::kNativeRequestMaxItems) + " at most");
+  return Status();
 }
 
 Result<RunResult> Runner::Run(const RunRequest& req) {
@@ -267,10 +290,8 @@ void Runner::OnFrame(const std::string& header, std::string_view payload) {
     zygote_ = h.value("zygote", "python");
     copied_at_clone_ = {{"python",
                          {{"pages", h.value("copied_at_clone", uint64_t{0})},
-                          {"why", h.value("copy_at_clone_why", "")}}},
-                        {"native",
-                         {{"pages", h.value("native_copied_at_clone", uint64_t{0})},
-                          {"why", h.value("native_copy_at_clone_why", "")}}}};
+                          {"why", h.value("copy_at_clone_why", "")}}}};
+    native_pid1_ = h.value("native_pid1", "");
     ready_ = true;
     cv_.notify_all();
     return;

@@ -89,6 +89,11 @@ struct RunnerConfig {
 // run in it too, so a Python call that keeps it costs its worker nothing (see zygote.py).
 const std::map<std::string, std::string>& DefaultCallEnv();
 
+// Whether an exec'd run fits what its pid 1 can take (agent/native_request.h): its argv,
+// environment, cwd, file names and names to bring back, as strings and as a count. A run past
+// that is the caller's error (kInvalid), not its runner's.
+Status CheckExecRun(const RunRequest& req);
+
 class Runner {
  public:
   // Makes the sandbox, starts the dispatcher and waits until it is ready.
@@ -113,6 +118,8 @@ class Runner {
   // (sys/copy_at_clone.h): {"python": {"pages": N, "why": ""}, "native": {...}}, the reason in
   // "why" where none.
   nlohmann::json copied_at_clone() const;
+  // How the native forker makes a native worker's pid 1 (agent/native_forker.h).
+  std::string native_pid1() const;
   // Deletes the sandbox (every call in it ends). Idempotent.
   void Stop();
 
@@ -142,6 +149,7 @@ class Runner {
   uint64_t served_ = 0;
   std::string zygote_;
   nlohmann::json copied_at_clone_ = nlohmann::json::object();
+  std::string native_pid1_;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
 };
 

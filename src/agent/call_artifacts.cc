@@ -10,21 +10,40 @@
 namespace warren::agent {
 namespace {
 
+// A regular file's fd (no link followed, no waiting on a FIFO) and its stat, or -1.
+int OpenRegular(int dir, const char* name, struct stat* st) {
+  const int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 void Add(int dir, const char* name, Artifact* out, size_t* n, uint64_t* total) {
   if (*n >= kMaxArtifacts || !*name || strchr(name, '/')) return;
-  const int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return;
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-      *total + static_cast<uint64_t>(st.st_size) > kArtifactLimit) {
-    close(fd);
-    return;
-  }
-  out[(*n)++] = {name, fd, static_cast<uint64_t>(st.st_size), st.st_mode & 0755u};
-  *total += static_cast<uint64_t>(st.st_size);
+  const int fd = OpenRegular(dir, name, &st);
+  if (fd < 0) return;
+  close(fd);
+  const auto len = static_cast<uint64_t>(st.st_size);
+  if (*total + len > kArtifactLimit) return;
+  out[(*n)++] = {dir, name, len, st.st_mode & 0755u};
+  *total += len;
 }
 
 }  // namespace
+
+int ReopenArtifact(const Artifact& a) {
+  struct stat st {};
+  const int fd = OpenRegular(a.dir, a.name, &st);
+  if (fd >= 0 && static_cast<uint64_t>(st.st_size) != a.len) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 size_t OpenArtifacts(int dir, char* const* collect, size_t ncollect, Artifact* out, char* names,
                      size_t cap) {

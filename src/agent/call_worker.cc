@@ -28,19 +28,24 @@ namespace {
 constexpr int kRequest = 3, kReport = 4;
 constexpr size_t kChunk = 32 << 10;
 
-// Text built in a buffer of fixed size; what does not fit is dropped (and `full` says so).
+// Text built in a buffer of fixed size; what does not fit is cut (and `full` says so). In the
+// room, `mark` is told how far it was written (CallWorkerParams::room_used) before it is.
 struct Text {
   char* buf;
   size_t cap, len = 0;
   bool full = false;
+  volatile size_t* mark = nullptr;
+  size_t base = 0;  // buf's offset in the room
 
   Text& Add(std::string_view s) {
-    if (len + s.size() > cap) {
+    size_t n = s.size();
+    if (len + n > cap) {
       full = true;
-      return *this;
+      n = cap - len;
     }
-    memcpy(buf + len, s.data(), s.size());
-    len += s.size();
+    if (mark && base + len + n > *mark) *mark = base + len + n;
+    memcpy(buf + len, s.data(), n);
+    len += n;
     return *this;
   }
   Text& Num(int64_t v) {
@@ -163,13 +168,12 @@ int ProgramMain(void* arg) {
 
 // The report: the run's figures and the files it brought back, each file's bytes streamed
 // after the header.
-[[noreturn]] void ReportRun(int status, const Artifact* files, size_t nfiles, char* buf, size_t cap,
-                            bool collect, char* chunk) {
+[[noreturn]] void ReportRun(int status, const Artifact* files, size_t nfiles, Text t, bool collect,
+                            char* chunk) {
   rusage ru{};
   getrusage(RUSAGE_CHILDREN, &ru);
   const int64_t cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 +
                          (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
-  Text t{buf, cap};
   t.Add("{\"exit_code\": ").Num(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   t.Add(", \"signal\": ").Num(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   t.Add(", \"cpu_ms\": ").Num(cpu_ms).Add(", \"maxrss_kb\": ").Num(ru.ru_maxrss);
@@ -186,21 +190,24 @@ int ProgramMain(void* arg) {
   }
   t.Add("}");
   if (t.full) ReportError("the report does not fit", 0);
-  if (!WriteFrameHead(std::string_view(buf, t.len), payload)) _exit(1);
+  if (!WriteFrameHead(std::string_view(t.buf, t.len), payload)) _exit(1);
+  // Each file opened again as OpenArtifacts found it (one at a time: the call's RLIMIT_NOFILE is
+  // ours too); one that changed or went meanwhile is sent as zeros, so the frame keeps its length.
   for (size_t i = 0; i < nfiles; ++i) {
+    const int fd = ReopenArtifact(files[i]);
     uint64_t left = files[i].len;
     while (left > 0) {
       const size_t want = left < kChunk ? static_cast<size_t>(left) : kChunk;
-      ssize_t r = read(files[i].fd, chunk, want);
+      ssize_t r = fd >= 0 ? read(fd, chunk, want) : 0;
       if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) {  // shorter than it was: the frame keeps its length
+      if (r <= 0) {
         memset(chunk, 0, want);
         r = static_cast<ssize_t>(want);
       }
       if (!sys::WriteFull(kReport, std::string_view(chunk, static_cast<size_t>(r)))) _exit(1);
       left -= static_cast<uint64_t>(r);
     }
-    close(files[i].fd);
+    if (fd >= 0) close(fd);
   }
   _exit(0);
 }
@@ -235,7 +242,6 @@ int ProgramMain(void* arg) {
     if (bytes > kCallWorkerRoom || used + bytes > kCallWorkerRoom) return nullptr;
     char* at = room + used;
     used += bytes;
-    if (params.room_used) *params.room_used = used;
     return at;
   };
   char* strings = take(head.strings_len);
@@ -246,6 +252,7 @@ int ProgramMain(void* arg) {
       head.nfiles <= kNativeRequestMaxItems ? take(head.nfiles * sizeof(NativeRequestFile))
                                             : nullptr);
   if (!strings || !ptrs || !table) ReportError("request too large", 0);
+  if (params.room_used) *params.room_used = used;  // about to be written whole
   if (!sys::ReadExact(kRequest, strings, head.strings_len)) _exit(0);
   NativeRequestView req;
   if (const char* bad = SplitNativeRequest(head, strings, ptrs, NativeRequestPointers(head), &req))
@@ -310,22 +317,25 @@ int ProgramMain(void* arg) {
   kill(-1, SIGKILL);
   while (waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
   }
-  // What is left of the room: the files' table (the files to bring back) and the report.
-  const size_t left = kCallWorkerRoom - ((used + 15) & ~size_t{15});
-  auto* files = reinterpret_cast<Artifact*>(take(kMaxArtifacts * sizeof(Artifact)));
-  char* names = take(left / 4);
-  const size_t report_cap = kCallWorkerRoom - ((used + 15) & ~size_t{15});
-  char* report = take(report_cap);
-  if (!files || !names || !report) ReportError("no room for the report", 0);
+  // What is left of the room: the files to bring back (a compile's only) and the report.
+  Artifact* files = nullptr;
   size_t nfiles = 0;
   if (head.ncollect) {
+    constexpr size_t kNames = kMaxArtifacts * 256;
+    files = reinterpret_cast<Artifact*>(take(kMaxArtifacts * sizeof(Artifact)));
+    char* names = take(kNames);
+    if (!files || !names) ReportError("no room for the report", 0);
+    if (params.room_used) *params.room_used = used;
+    // Open until our exit: ReportRun opens each file again from it.
     const int tmp = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (tmp >= 0) {
-      nfiles = OpenArtifacts(tmp, req.collect, head.ncollect, files, names, left / 4);
-      close(tmp);
-    }
+    if (tmp >= 0) nfiles = OpenArtifacts(tmp, req.collect, head.ncollect, files, names, kNames);
   }
-  ReportRun(status, files, nfiles, report, report_cap, head.ncollect > 0, chunk);
+  used = (used + 15) & ~size_t{15};
+  if (used >= kCallWorkerRoom) ReportError("no room for the report", 0);
+  Text report{room + used, kCallWorkerRoom - used};
+  report.mark = params.room_used;
+  report.base = used;
+  ReportRun(status, files, nfiles, report, head.ncollect > 0, chunk);
 }
 
 }  // namespace warren::agent

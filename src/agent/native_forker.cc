@@ -105,7 +105,12 @@ char* Room(const Pid1Slot& s) { return SpawnStack(s) + kCallWorkerSpawnStack; }
   RunCallWorker(params);
 }
 
-int Pid1Main(void* slot) { StartWorker(*static_cast<Pid1Slot*>(slot)); }
+extern "C" void __ctype_init(void);  // glibc: a thread's ctype tables (what pthread_create does)
+
+int Pid1Main(void* slot) {
+  __ctype_init();
+  StartWorker(*static_cast<Pid1Slot*>(slot));
+}
 
 // Moves `fd` above the numbers pid 1 places its pipes on (0-4) and the ones it keeps.
 int AboveNine(int fd) {
@@ -115,14 +120,28 @@ int AboveNine(int fd) {
   return high;
 }
 
+// Why pid 1 may not share our memory here, or null. A program may read its pid 1's memory only
+// if that memory is dumpable, and with fs.suid_dumpable 1 a pid 1's change of uid leaves it so
+// until its prctl: a window in which another call's program could read every call's.
+const char* CannotShare() {
+  if (!ThreadBlocksWork()) return "its thread blocks are not glibc's";
+  char v[8] = {};
+  const int fd = open("/proc/sys/fs/suid_dumpable", O_RDONLY | O_CLOEXEC);
+  const ssize_t n = fd >= 0 ? read(fd, v, sizeof v - 1) : -1;
+  if (fd >= 0) close(fd);
+  if (n <= 0 || v[0] == '1') return "fs.suid_dumpable is 1 (or unreadable)";
+  return nullptr;
+}
+
 class Forker {
  public:
-  explicit Forker(const NativeForkerConfig& cfg) : cfg_(cfg), shared_(ThreadBlocksWork()) {}
+  explicit Forker(const NativeForkerConfig& cfg)
+      : cfg_(cfg), why_not_(CannotShare()), shared_(why_not_ == nullptr) {}
 
   // How pid 1 is made, for the runner's stats.
   std::string How() const {
     return shared_ ? "pid 1 shares the forker's memory"
-                   : "pid 1 copies the forker's memory: its thread blocks are not glibc's";
+                   : std::string("pid 1 copies the forker's memory: ") + why_not_;
   }
 
   // Pid 1 for one call: 0 and its pid and pidfd (the dispatcher's to have; we keep it open
@@ -154,11 +173,12 @@ class Forker {
   // with its namespace's every process, so nothing runs on its stacks), or a new one.
   Pid1Slot* FreeSlot() {
     errno = 0;
+    Pid1Slot* free = nullptr;
     for (Pid1Slot& s : slots_) {
       if (s.pidfd >= 0) {
         pollfd p{s.pidfd, POLLIN, 0};
         if (poll(&p, 1, 0) != 1) continue;
-        close(s.pidfd);
+        close(s.pidfd);  // every ended one, so that none holds an fd of ours for long
         s.pidfd = -1;
         // What a large request used of the room goes back (the first 256 KiB stays warm).
         constexpr size_t kWarm = 256 << 10;
@@ -167,8 +187,9 @@ class Forker {
         if (used > kWarm) madvise(Room(s) + kWarm, used - kWarm, MADV_DONTNEED);
         s.room_used = 0;
       }
-      return &s;
+      if (!free) free = &s;
     }
+    if (free) return free;
     if (slots_.size() >= kMaxSlots) return nullptr;
     Pid1Slot s;
     void* mem =
@@ -189,6 +210,7 @@ class Forker {
   }
 
   const NativeForkerConfig& cfg_;
+  const char* const why_not_;
   const bool shared_;
   std::deque<Pid1Slot> slots_;  // a deque: a pid 1 holds a pointer to its slot
 };
@@ -285,6 +307,9 @@ int StartNativeForker(const NativeForkerConfig& cfg, std::string* how) {
     close(fd);
   }
   warren_code_to_huge_pages();  // see sys/code_huge_pages.h
+  // Our memory is every pid 1's (CLONE_VM): no process of a call may ever open it as its own
+  // pid 1's through /proc, from the first clone on (each pid 1 says so again, for a copy).
+  prctl(PR_SET_DUMPABLE, 0);
   NativeForkerConfig own = cfg;
   own.setup_flags = warren_call_prepare_root(cfg.setup_flags, cfg.root_flags);
   if (own.setup_flags & WARREN_CALL_ROOT_DONE) warren_call_detach_covered(own.setup_flags);

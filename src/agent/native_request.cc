@@ -36,9 +36,13 @@ std::string EncodeNativeRequest(const json& req, std::string_view files_data) {
   std::string table, bytes;
   if (const json& files = req.value("files", json::array()); files.is_array()) {
     for (const json& f : files) {
-      if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) continue;
+      const uint64_t len = std::min<uint64_t>(Unsigned(f, "len"), files_data.size());
+      if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) {
+        files_data.remove_prefix(len);  // its bytes go with it, as the files after it stay theirs
+        continue;
+      }
       NativeRequestFile rec;
-      rec.len = std::min<uint64_t>(Unsigned(f, "len"), files_data.size());
+      rec.len = len;
       rec.mode = f.contains("mode") ? static_cast<uint32_t>(Unsigned(f, "mode")) & 0777 : 0644;
       AddString(&strings, f["name"].get_ref<const std::string&>());
       table.append(reinterpret_cast<const char*>(&rec), sizeof rec);

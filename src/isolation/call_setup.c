@@ -163,8 +163,10 @@ static const char* own_namespaces(const struct warren_call_params* s) {
 const char* warren_call_setup(const struct warren_call_params* s) {
   TRY(own_namespaces(s));
   /* The call's own uid: every capability goes with root. */
-  if (setgroups(0, NULL) != 0 || setresgid(s->uid, s->uid, s->uid) != 0 ||
-      setresuid(s->uid, s->uid, s->uid) != 0)
+  /* The system calls themselves, not glibc's wrappers, which in a process that ever had threads
+   * signal each to change it too: a native pid 1 shares the forker's memory (call_worker.h). */
+  if (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setresgid, s->uid, s->uid, s->uid) != 0 ||
+      syscall(SYS_setresuid, s->uid, s->uid, s->uid) != 0)
     return "drop to the call's uid";
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return "no_new_privs";
   TRY(apply_landlock());

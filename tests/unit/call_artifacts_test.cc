@@ -22,7 +22,6 @@ class CallArtifactsTest : public ::testing::Test {
     ASSERT_GE(dir_, 0);
   }
   void TearDown() override {
-    for (const Artifact& a : std::vector<Artifact>(found_, found_ + n_)) close(a.fd);
     close(dir_);
     std::system(("rm -rf " + path_).c_str());
   }
@@ -59,9 +58,24 @@ TEST_F(CallArtifactsTest, ANameOrEveryMatchOfAPatternInNameOrder) {
   EXPECT_EQ(found_[0].len, 3u);
   EXPECT_EQ(found_[0].mode, 0755u);
   EXPECT_EQ(found_[1].mode, 0644u);
+  const int fd = ReopenArtifact(found_[1]);
+  ASSERT_GE(fd, 0);
   char c = 0;
-  ASSERT_EQ(read(found_[1].fd, &c, 1), 1);
+  ASSERT_EQ(read(fd, &c, 1), 1);
   EXPECT_EQ(c, 'a');
+  close(fd);
+  Write("A.class", "grown");  // no longer the file it found
+  EXPECT_EQ(ReopenArtifact(found_[1]), -1);
+}
+
+TEST_F(CallArtifactsTest, NoFdStaysOpenSoALongListIsNotCutByTheFdLimit) {
+  for (int i = 0; i < 300; ++i) Write("C" + std::to_string(1000 + i) + ".class", "x");
+  const int before = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  close(before);
+  EXPECT_EQ(Open({"*.class"}).size(), 300u);
+  const int after = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  close(after);
+  EXPECT_EQ(after, before);  // the lowest free fd is where it was
 }
 
 TEST_F(CallArtifactsTest, OnlyRegularFilesNoLinksNoFifosNoPathsAndNothingMissing) {

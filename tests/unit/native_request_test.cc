@@ -99,6 +99,17 @@ TEST(NativeRequest, FieldsOfAnotherTypeCountAsAbsentAndFilesAreCutToTheBytesTher
   EXPECT_EQ(d.head.nofile, 0u);
 }
 
+TEST(NativeRequest, AFileWithoutANameTakesItsBytesAlong) {
+  Decoded d;
+  Decode(EncodeNativeRequest(
+             {{"argv", {"true"}}, {"files", {{{"len", 1}}, {{"name", "b"}, {"len", 2}}}}}, "xyz"),
+         &d);
+  ASSERT_EQ(d.error, nullptr);
+  ASSERT_EQ(d.head.nfiles, 1u);
+  EXPECT_STREQ(d.view.file_names[0], "b");
+  EXPECT_EQ(d.bytes, "yz");
+}
+
 TEST(NativeRequest, PidOneRefusesWhatDoesNotAddUp) {
   const std::string good = EncodeNativeRequest({{"argv", {"true"}}}, "");
   NativeRequestHead h;

@@ -280,9 +280,7 @@ int ProgramMain(void* arg) {
     WriteFrameHead(std::string_view(buf, t.len), 0);
     _exit(0);
   }
-  const warren_call_limits limits = {head.cpu_s,       head.as_bytes, head.stack_bytes,
-                                     head.fsize_bytes, head.nproc,    head.nofile};
-  if (const char* failed = warren_call_set_limits(&limits)) SetupFailed(failed);
+  if (const char* failed = warren_call_set_limits(&head.limits)) SetupFailed(failed);
 
   // The program's PATH is its environment's, or a shell's default: never ours.
   const char* path = "/usr/local/bin:/usr/bin:/bin";

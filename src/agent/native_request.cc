@@ -2,18 +2,12 @@
 
 #include <cstring>
 
+#include "agent/run_limits.h"
+
 namespace warren::agent {
 namespace {
 
 using nlohmann::json;
-
-uint64_t Unsigned(const json& obj, const char* key) {
-  if (!obj.is_object() || !obj.contains(key)) return 0;
-  const json& v = obj[key];
-  if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer()) return static_cast<uint64_t>(std::max<int64_t>(0, v.get<int64_t>()));
-  return 0;
-}
 
 void AddString(std::string* out, std::string_view s) {
   out->append(s.substr(0, s.find('\0')));
@@ -36,14 +30,14 @@ std::string EncodeNativeRequest(const json& req, std::string_view files_data) {
   std::string table, bytes;
   if (const json& files = req.value("files", json::array()); files.is_array()) {
     for (const json& f : files) {
-      const uint64_t len = std::min<uint64_t>(Unsigned(f, "len"), files_data.size());
+      const uint64_t len = std::min<uint64_t>(JsonCount(f, "len"), files_data.size());
       if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) {
         files_data.remove_prefix(len);  // its bytes go with it, as the files after it stay theirs
         continue;
       }
       NativeRequestFile rec;
       rec.len = len;
-      rec.mode = f.contains("mode") ? static_cast<uint32_t>(Unsigned(f, "mode")) & 0777 : 0644;
+      rec.mode = f.contains("mode") ? static_cast<uint32_t>(JsonCount(f, "mode")) & 0777 : 0644;
       AddString(&strings, f["name"].get_ref<const std::string&>());
       table.append(reinterpret_cast<const char*>(&rec), sizeof rec);
       bytes.append(files_data.substr(0, rec.len));
@@ -54,13 +48,7 @@ std::string EncodeNativeRequest(const json& req, std::string_view files_data) {
   if (const json& collect = req.value("collect", json::array()); collect.is_array())
     for (const json& c : collect)
       if (c.is_string()) AddString(&strings, c.get_ref<const std::string&>()), ++h.ncollect;
-  const json limits = req.value("limits", json::object());
-  h.cpu_s = Unsigned(limits, "cpu_s");
-  h.as_bytes = Unsigned(limits, "as_bytes");
-  h.stack_bytes = Unsigned(limits, "stack_bytes");
-  h.fsize_bytes = Unsigned(limits, "fsize_bytes");
-  h.nproc = Unsigned(limits, "nproc");
-  h.nofile = Unsigned(limits, "nofile");
+  h.limits = RunLimitsFromJson(req.value("limits", json::object()));
   h.strings_len = static_cast<uint32_t>(strings.size());
   std::string out(reinterpret_cast<const char*>(&h), sizeof h);
   out += strings;

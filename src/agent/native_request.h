@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "isolation/call_limits.h"
+
 namespace warren::agent {
 
 inline constexpr uint32_t kNativeRequestMagic = 0x3152'6e57;  // "WnR1"
@@ -25,8 +27,7 @@ struct NativeRequestHead {
   uint32_t magic = kNativeRequestMagic;
   uint32_t argc = 0, envc = 0, nfiles = 0, ncollect = 0;
   uint32_t strings_len = 0;
-  // Each 0 for none (isolation/call_limits.h).
-  uint64_t cpu_s = 0, as_bytes = 0, stack_bytes = 0, fsize_bytes = 0, nproc = 0, nofile = 0;
+  warren_call_limits limits{};  // each 0 for none
 };
 
 struct NativeRequestFile {

@@ -5,23 +5,13 @@
 #include <cstring>
 
 #include "agent/py_marshal.h"
+#include "agent/run_limits.h"
 #include "runtime/fncall/zygote_request.h"
 
 namespace warren::agent {
 namespace {
 
 using nlohmann::json;
-
-uint64_t Unsigned(const json& obj, const char* key) {
-  if (!obj.is_object()) return 0;
-  auto it = obj.find(key);
-  if (it == obj.end()) return 0;
-  if (it->is_number_unsigned()) return it->get<uint64_t>();
-  if (it->is_number_integer())
-    return static_cast<uint64_t>(std::max<int64_t>(0, it->get<int64_t>()));
-  if (it->is_number_float()) return static_cast<uint64_t>(std::max(0.0, it->get<double>()));
-  return 0;
-}
 
 void PutU32(uint32_t v, std::string* out) { out->append(reinterpret_cast<const char*>(&v), 4); }
 
@@ -35,13 +25,13 @@ void PutStruct(const T& v, std::string* out) {
 std::string EncodePythonRequest(const json& req, std::string_view files_data) {
   wz_request_head head{};
   head.version = WZ_REQUEST_VERSION;
-  const json limits = req.value("limits", json::object());
-  head.cpu_s = Unsigned(limits, "cpu_s");
-  head.as_bytes = Unsigned(limits, "as_bytes");
-  head.stack_bytes = Unsigned(limits, "stack_bytes");
-  head.fsize_bytes = Unsigned(limits, "fsize_bytes");
-  head.nproc = Unsigned(limits, "nproc");
-  head.nofile = Unsigned(limits, "nofile");
+  const warren_call_limits l = RunLimitsFromJson(req.value("limits", json::object()));
+  head.cpu_s = l.cpu_s;
+  head.as_bytes = l.as_bytes;
+  head.stack_bytes = l.stack_bytes;
+  head.fsize_bytes = l.fsize_bytes;
+  head.nproc = l.nproc;
+  head.nofile = l.nofile;
   const std::string cwd =
       req.contains("cwd") && req["cwd"].is_string() ? req["cwd"].get<std::string>() : "";
   head.cwd_len = static_cast<uint32_t>(cwd.size());
@@ -54,9 +44,9 @@ std::string EncodePythonRequest(const json& req, std::string_view files_data) {
       const std::string name = f.value("name", "");
       wz_request_file entry{};
       entry.name_len = static_cast<uint32_t>(name.size());
-      entry.mode = static_cast<uint32_t>(Unsigned(f, "mode") & 07777);
+      entry.mode = static_cast<uint32_t>(JsonCount(f, "mode") & 07777);
       if (!f.contains("mode")) entry.mode = 0644;
-      entry.len = std::min<uint64_t>(Unsigned(f, "len"), files_data.size() - data_len);
+      entry.len = std::min<uint64_t>(JsonCount(f, "len"), files_data.size() - data_len);
       data_len += entry.len;
       PutStruct(entry, &table);
       table += name;

@@ -71,10 +71,10 @@ TEST(NativeRequest, CarriesArgvEnvFilesLimitsAndWhatToBringBack) {
   ASSERT_EQ(d.head.ncollect, 2u);
   EXPECT_STREQ(d.view.collect[0], "main");
   EXPECT_STREQ(d.view.collect[1], "*.class");
-  EXPECT_EQ(d.head.cpu_s, 2u);
-  EXPECT_EQ(d.head.as_bytes, 268435456u);
-  EXPECT_EQ(d.head.nproc, 64u);
-  EXPECT_EQ(d.head.stack_bytes, 0u);
+  EXPECT_EQ(d.head.limits.cpu_s, 2u);
+  EXPECT_EQ(d.head.limits.as_bytes, 268435456u);
+  EXPECT_EQ(d.head.limits.nproc, 64u);
+  EXPECT_EQ(d.head.limits.stack_bytes, 0u);
 }
 
 TEST(NativeRequest, FieldsOfAnotherTypeCountAsAbsentAndFilesAreCutToTheBytesThereAre) {
@@ -95,8 +95,8 @@ TEST(NativeRequest, FieldsOfAnotherTypeCountAsAbsentAndFilesAreCutToTheBytesTher
   EXPECT_EQ(d.table[0].len, 3u);
   EXPECT_EQ(d.bytes, "abc");
   EXPECT_EQ(d.head.ncollect, 0u);
-  EXPECT_EQ(d.head.cpu_s, 0u);
-  EXPECT_EQ(d.head.nofile, 0u);
+  EXPECT_EQ(d.head.limits.cpu_s, 0u);
+  EXPECT_EQ(d.head.limits.nofile, 0u);
 }
 
 TEST(NativeRequest, AFileWithoutANameTakesItsBytesAlong) {

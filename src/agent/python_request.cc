@@ -25,13 +25,7 @@ void PutStruct(const T& v, std::string* out) {
 std::string EncodePythonRequest(const json& req, std::string_view files_data) {
   wz_request_head head{};
   head.version = WZ_REQUEST_VERSION;
-  const warren_call_limits l = RunLimitsFromJson(req.value("limits", json::object()));
-  head.cpu_s = l.cpu_s;
-  head.as_bytes = l.as_bytes;
-  head.stack_bytes = l.stack_bytes;
-  head.fsize_bytes = l.fsize_bytes;
-  head.nproc = l.nproc;
-  head.nofile = l.nofile;
+  head.limits = RunLimitsFromJson(req.value("limits", json::object()));
   const std::string cwd =
       req.contains("cwd") && req["cwd"].is_string() ? req["cwd"].get<std::string>() : "";
   head.cwd_len = static_cast<uint32_t>(cwd.size());

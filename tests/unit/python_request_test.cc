@@ -81,12 +81,12 @@ TEST(PythonRequest, FilesCwdAndLimitsGoFirstTheRestIsMarshal) {
                 {"max_output", 1 << 20}}}};
   Decoded d = Decode(EncodePythonRequest(req, "print(1)abc"));
   EXPECT_EQ(d.head.version, WZ_REQUEST_VERSION);
-  EXPECT_EQ(d.head.cpu_s, 10u);
-  EXPECT_EQ(d.head.as_bytes, 256u << 20);
-  EXPECT_EQ(d.head.stack_bytes, 8u << 20);
-  EXPECT_EQ(d.head.fsize_bytes, 64u << 20);
-  EXPECT_EQ(d.head.nproc, 64u);
-  EXPECT_EQ(d.head.nofile, 256u);
+  EXPECT_EQ(d.head.limits.cpu_s, 10u);
+  EXPECT_EQ(d.head.limits.as_bytes, 256u << 20);
+  EXPECT_EQ(d.head.limits.stack_bytes, 8u << 20);
+  EXPECT_EQ(d.head.limits.fsize_bytes, 64u << 20);
+  EXPECT_EQ(d.head.limits.nproc, 64u);
+  EXPECT_EQ(d.head.limits.nofile, 256u);
   EXPECT_EQ(d.cwd, "/tmp/sub");
   ASSERT_EQ(d.files.size(), 2u);
   EXPECT_EQ(d.files[0].name, "main.py");
@@ -111,9 +111,9 @@ TEST(PythonRequest, NoLimitsNoCwdAndAFileLongerThanTheBytesIsCut) {
               {"env", {{"A", "1"}}},
               {"files", json::array({{{"name", "main.py"}, {"len", 100}}})}};
   Decoded d = Decode(EncodePythonRequest(req, "pass"));
-  EXPECT_EQ(d.head.cpu_s, 0u);
-  EXPECT_EQ(d.head.as_bytes, 0u);
-  EXPECT_EQ(d.head.nofile, 0u);
+  EXPECT_EQ(d.head.limits.cpu_s, 0u);
+  EXPECT_EQ(d.head.limits.as_bytes, 0u);
+  EXPECT_EQ(d.head.limits.nofile, 0u);
   EXPECT_EQ(d.cwd, "");
   ASSERT_EQ(d.files.size(), 1u);
   EXPECT_EQ(d.files[0].mode, 0644u);  // the default, as for any file written for a call

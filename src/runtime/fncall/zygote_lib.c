@@ -169,9 +169,8 @@ static uint64_t vm_bytes(void) {
 }
 
 static void set_limits(const struct wz_request_head* h, uint64_t as_base) {
-  const struct warren_call_limits l = {h->cpu_s,       h->as_bytes ? h->as_bytes + as_base : 0,
-                                       h->stack_bytes, h->fsize_bytes,
-                                       h->nproc,       h->nofile};
+  struct warren_call_limits l = h->limits;
+  if (l.as_bytes) l.as_bytes += as_base;
   const char* failed = warren_call_set_limits(&l);
   if (failed) setup_failed(failed);
 }

@@ -17,6 +17,8 @@
 
 #include <stdint.h>
 
+#include "isolation/call_limits.h"
+
 #define WZ_REQUEST_VERSION 1u
 /* The first part is small (a cwd, file names): a head larger than this is refused. */
 #define WZ_REQUEST_HEAD_MAX (1u << 20)
@@ -27,12 +29,9 @@ struct wz_request_head {
   uint32_t nfiles;
   uint32_t cwd_len; /* 0: /tmp, where the set-up left the worker */
   uint32_t reserved;
-  uint64_t cpu_s;       /* RLIMIT_CPU soft; SIGKILL a second later */
-  uint64_t as_bytes;    /* on top of the address space the worker already has */
-  uint64_t stack_bytes; /* the rest: RLIMIT_STACK, FSIZE, NPROC, NOFILE */
-  uint64_t fsize_bytes;
-  uint64_t nproc;
-  uint64_t nofile;
+  /* As isolation/call_limits.h, but as_bytes is on top of the address space the worker
+   * already has. */
+  struct warren_call_limits limits;
 };
 
 struct wz_request_file {

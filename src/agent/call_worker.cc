@@ -245,12 +245,8 @@ int ProgramMain(void* arg) {
     return at;
   };
   char* strings = take(head.strings_len);
-  char** ptrs = head.strings_len <= kNativeRequestMaxStrings
-                    ? reinterpret_cast<char**>(take(NativeRequestPointers(head) * sizeof(char*)))
-                    : nullptr;
-  auto* table = reinterpret_cast<NativeRequestFile*>(
-      head.nfiles <= kNativeRequestMaxItems ? take(head.nfiles * sizeof(NativeRequestFile))
-                                            : nullptr);
+  auto** ptrs = reinterpret_cast<char**>(take(NativeRequestPointers(head) * sizeof(char*)));
+  auto* table = reinterpret_cast<NativeRequestFile*>(take(head.nfiles * sizeof(NativeRequestFile)));
   if (!strings || !ptrs || !table) ReportError("request too large", 0);
   if (params.room_used) *params.room_used = used;  // about to be written whole
   if (!sys::ReadExact(kRequest, strings, head.strings_len)) _exit(0);
@@ -258,11 +254,13 @@ int ProgramMain(void* arg) {
   if (const char* bad = SplitNativeRequest(head, strings, ptrs, NativeRequestPointers(head), &req))
     ReportError(bad, 0);
   if (!sys::ReadExact(kRequest, table, head.nfiles * sizeof(NativeRequestFile))) _exit(0);
+  // The call's /tmp, open until our exit: the files are written there, and brought back from it.
+  const int tmp = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   for (uint32_t i = 0; i < head.nfiles; ++i) {
     const char* name = req.file_names[i];
-    const int fd = *name && !strchr(name, '/') && chdir("/tmp") == 0
-                       ? open(name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                              table[i].mode & 0777)
+    const int fd = tmp >= 0 && *name && !strchr(name, '/')
+                       ? openat(tmp, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                                table[i].mode & 0777)
                        : -1;
     const bool read_all = fd >= 0 ? CopyIn(fd, table[i].len, chunk) : Skip(table[i].len, chunk);
     if (fd >= 0) close(fd);
@@ -274,10 +272,7 @@ int ProgramMain(void* arg) {
     Text m{msg, sizeof msg};
     m.Add("warren: chdir ").Add(req.cwd).Add(": ").Add(ErrorText(errno)).Add("\n");
     sys::WriteFull(2, std::string_view(msg, m.len));
-    char buf[128];
-    Text t{buf, sizeof buf};
-    t.Add("{\"exit_code\": 126, \"signal\": 0, \"cpu_ms\": 0, \"maxrss_kb\": 0}");
-    WriteFrameHead(std::string_view(buf, t.len), 0);
+    WriteFrameHead("{\"exit_code\": 126, \"signal\": 0, \"cpu_ms\": 0, \"maxrss_kb\": 0}", 0);
     _exit(0);
   }
   if (const char* failed = warren_call_set_limits(&head.limits)) SetupFailed(failed);
@@ -324,13 +319,11 @@ int ProgramMain(void* arg) {
     char* names = take(kNames);
     if (!files || !names) ReportError("no room for the report", 0);
     if (params.room_used) *params.room_used = used;
-    // Open until our exit: ReportRun opens each file again from it.
-    const int tmp = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (tmp >= 0) nfiles = OpenArtifacts(tmp, req.collect, head.ncollect, files, names, kNames);
   }
-  used = (used + 15) & ~size_t{15};
-  if (used >= kCallWorkerRoom) ReportError("no room for the report", 0);
-  Text report{room + used, kCallWorkerRoom - used};
+  char* rest = take(0);  // the report, in what is left
+  if (!rest || used >= kCallWorkerRoom) ReportError("no room for the report", 0);
+  Text report{rest, kCallWorkerRoom - used};
   report.mark = params.room_used;
   report.base = used;
   ReportRun(status, files, nfiles, report, head.ncollect > 0, chunk);

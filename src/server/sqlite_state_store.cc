@@ -3,34 +3,7 @@
 namespace warren::server {
 namespace {
 
-// A prepared statement owner.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
-  bool ok() const { return rc_ == SQLITE_OK; }
-  Stmt& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  int Step() { return sqlite3_step(s_); }
-  std::string Text(int col) {
-    auto* p = sqlite3_column_text(s_, col);
-    return p ? std::string(reinterpret_cast<const char*>(p),
-                           static_cast<size_t>(sqlite3_column_bytes(s_, col)))
-             : "";
-  }
-  int64_t Int(int col) { return sqlite3_column_int64(s_, col); }
-  bool IsNull(int col) { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
-
- private:
-  sqlite3_stmt* s_ = nullptr;
-  int rc_;
-};
+using Stmt = SqliteStatements::Use;
 
 Status DbError(sqlite3* db, const std::string& op) {
   return Internal("sqlite " + op, "state.db", sqlite3_errmsg(db));
@@ -92,7 +65,10 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
   return s;
 }
 
-SqliteStateStore::~SqliteStateStore() { sqlite3_close(db_); }
+SqliteStateStore::~SqliteStateStore() {
+  stmts_.reset();  // finalized before the connection closes
+  sqlite3_close(db_);
+}
 
 Status SqliteStateStore::Exec(const char* sql) {
   char* err = nullptr;
@@ -106,7 +82,8 @@ Status SqliteStateStore::Exec(const char* sql) {
 
 Status SqliteStateStore::PutSandbox(const nlohmann::json& sb) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "INSERT OR REPLACE INTO sandboxes (id, state, created_at, doc) VALUES (?,?,?,?)");
+  Stmt st =
+      stmts_->Get("INSERT OR REPLACE INTO sandboxes (id, state, created_at, doc) VALUES (?,?,?,?)");
   st.Bind(1, sb.value("id", ""))
       .Bind(2, sb.value("state", ""))
       .Bind(3, sb.value("created_at", ""))
@@ -117,7 +94,7 @@ Status SqliteStateStore::PutSandbox(const nlohmann::json& sb) {
 
 Result<nlohmann::json> SqliteStateStore::GetSandbox(const std::string& id) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT doc FROM sandboxes WHERE id = ?");
+  Stmt st = stmts_->Get("SELECT doc FROM sandboxes WHERE id = ?");
   st.Bind(1, id);
   if (st.Step() != SQLITE_ROW) return NotFound("sandbox", id);
   return nlohmann::json::parse(st.Text(0));
@@ -125,7 +102,7 @@ Result<nlohmann::json> SqliteStateStore::GetSandbox(const std::string& id) {
 
 Result<std::string> SqliteStateStore::GetSandboxText(const std::string& id) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT doc FROM sandboxes WHERE id = ?");
+  Stmt st = stmts_->Get("SELECT doc FROM sandboxes WHERE id = ?");
   st.Bind(1, id);
   const int rc = st.Step();
   if (rc == SQLITE_ROW) return st.Text(0);
@@ -135,7 +112,7 @@ Result<std::string> SqliteStateStore::GetSandboxText(const std::string& id) {
 
 std::vector<nlohmann::json> SqliteStateStore::ListSandboxes() {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT doc FROM sandboxes ORDER BY created_at, id");
+  Stmt st = stmts_->Get("SELECT doc FROM sandboxes ORDER BY created_at, id");
   std::vector<nlohmann::json> out;
   while (st.Step() == SQLITE_ROW) out.push_back(nlohmann::json::parse(st.Text(0)));
   return out;
@@ -143,7 +120,7 @@ std::vector<nlohmann::json> SqliteStateStore::ListSandboxes() {
 
 Result<std::vector<StateStore::StoredText>> SqliteStateStore::ReadSandboxTexts() {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT id, doc FROM sandboxes");
+  Stmt st = stmts_->Get("SELECT id, doc FROM sandboxes");
   std::vector<StoredText> out;
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) out.push_back({st.Text(0), st.Text(1)});
@@ -153,7 +130,7 @@ Result<std::vector<StateStore::StoredText>> SqliteStateStore::ReadSandboxTexts()
 
 Status SqliteStateStore::RemoveSandbox(const std::string& id) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "DELETE FROM sandboxes WHERE id = ?");
+  Stmt st = stmts_->Get("DELETE FROM sandboxes WHERE id = ?");
   st.Bind(1, id);
   if (st.Step() != SQLITE_DONE) return DbError(db_, "remove sandbox");
   return Status::Ok();
@@ -161,7 +138,7 @@ Status SqliteStateStore::RemoveSandbox(const std::string& id) {
 
 Status SqliteStateStore::RemoveSandboxIf(const std::string& id, const std::string& stamp) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "DELETE FROM sandboxes WHERE id = ? AND doc = ?");
+  Stmt st = stmts_->Get("DELETE FROM sandboxes WHERE id = ? AND doc = ?");
   st.Bind(1, id).Bind(2, stamp);
   if (st.Step() != SQLITE_DONE) return DbError(db_, "remove sandbox");
   if (sqlite3_changes(db_) == 0)
@@ -171,7 +148,7 @@ Status SqliteStateStore::RemoveSandboxIf(const std::string& id, const std::strin
 
 Result<StateStore::Stamped> SqliteStateStore::GetSandboxStamped(const std::string& id) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT doc FROM sandboxes WHERE id = ?");
+  Stmt st = stmts_->Get("SELECT doc FROM sandboxes WHERE id = ?");
   st.Bind(1, id);
   if (st.Step() != SQLITE_ROW) return NotFound("sandbox", id);
   std::string text = st.Text(0);
@@ -185,14 +162,15 @@ Result<std::string> SqliteStateStore::PutSandboxIf(const nlohmann::json& sb,
   // The stamp of a version is its text.
   std::string doc = sb.dump();
   if (stamp.empty()) {
-    Stmt st(db_, "INSERT INTO sandboxes (id, state, created_at, doc) VALUES (?,?,?,?)");
+    Stmt st = stmts_->Get("INSERT INTO sandboxes (id, state, created_at, doc) VALUES (?,?,?,?)");
     st.Bind(1, id).Bind(2, sb.value("state", "")).Bind(3, sb.value("created_at", "")).Bind(4, doc);
     const int rc = st.Step();
     if (rc == SQLITE_CONSTRAINT) return Status(Code::kConflict, "put sandbox", id, "exists");
     if (rc != SQLITE_DONE) return DbError(db_, "put sandbox");
     return doc;
   }
-  Stmt st(db_, "UPDATE sandboxes SET state = ?, created_at = ?, doc = ? WHERE id = ? AND doc = ?");
+  Stmt st = stmts_->Get(
+      "UPDATE sandboxes SET state = ?, created_at = ?, doc = ? WHERE id = ? AND doc = ?");
   st.Bind(1, sb.value("state", ""))
       .Bind(2, sb.value("created_at", ""))
       .Bind(3, doc)
@@ -206,9 +184,9 @@ Result<std::string> SqliteStateStore::PutSandboxIf(const nlohmann::json& sb,
 
 Status SqliteStateStore::PutLayer(const LayerRecord& r) {
   MutexLock lock(&mu_);
-  Stmt st(db_,
-          "INSERT OR REPLACE INTO layers (name, tag, digest, kind, size, created_at, source)"
-          " VALUES (?,?,?,?,?,?,?)");
+  Stmt st = stmts_->Get(
+      "INSERT OR REPLACE INTO layers (name, tag, digest, kind, size, created_at, source)"
+      " VALUES (?,?,?,?,?,?,?)");
   st.Bind(1, r.name)
       .Bind(2, r.tag)
       .Bind(3, r.digest)
@@ -224,9 +202,9 @@ Status SqliteStateStore::PutLayer(const LayerRecord& r) {
 Result<LayerRecord> SqliteStateStore::GetLayer(const std::string& name, const std::string& tag) {
   MutexLock lock(&mu_);
   if (auto it = layer_cache_.find({name, tag}); it != layer_cache_.end()) return it->second;
-  Stmt st(db_,
-          "SELECT name, tag, digest, kind, size, created_at, source FROM layers WHERE name = ? AND "
-          "tag = ?");
+  Stmt st = stmts_->Get(
+      "SELECT name, tag, digest, kind, size, created_at, source FROM layers WHERE name = ? AND "
+      "tag = ?");
   st.Bind(1, name).Bind(2, tag);
   if (st.Step() != SQLITE_ROW) return NotFound("image", name + ":" + tag);
   LayerRecord rec = ReadLayer(st);
@@ -236,8 +214,7 @@ Result<LayerRecord> SqliteStateStore::GetLayer(const std::string& name, const st
 
 std::vector<LayerRecord> SqliteStateStore::ListLayers() {
   MutexLock lock(&mu_);
-  Stmt st(
-      db_,
+  Stmt st = stmts_->Get(
       "SELECT name, tag, digest, kind, size, created_at, source FROM layers ORDER BY name, tag");
   std::vector<LayerRecord> out;
   while (st.Step() == SQLITE_ROW) out.push_back(ReadLayer(st));
@@ -247,7 +224,7 @@ std::vector<LayerRecord> SqliteStateStore::ListLayers() {
 Status SqliteStateStore::RemoveLayer(const std::string& name, const std::string& tag) {
   MutexLock lock(&mu_);
   layer_cache_.erase({name, tag});
-  Stmt st(db_, "DELETE FROM layers WHERE name = ? AND tag = ?");
+  Stmt st = stmts_->Get("DELETE FROM layers WHERE name = ? AND tag = ?");
   st.Bind(1, name).Bind(2, tag);
   if (st.Step() != SQLITE_DONE) return DbError(db_, "remove layer");
   if (sqlite3_changes(db_) == 0) return NotFound("image", name + ":" + tag);
@@ -256,7 +233,7 @@ Status SqliteStateStore::RemoveLayer(const std::string& name, const std::string&
 
 int SqliteStateStore::LayerRefs(const std::string& digest) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT COUNT(*) FROM layers WHERE digest = ?");
+  Stmt st = stmts_->Get("SELECT COUNT(*) FROM layers WHERE digest = ?");
   st.Bind(1, digest);
   return st.Step() == SQLITE_ROW ? static_cast<int>(st.Int(0)) : 0;
 }
@@ -264,7 +241,7 @@ int SqliteStateStore::LayerRefs(const std::string& digest) {
 Status SqliteStateStore::PutDoc(const std::string& kind, const std::string& id,
                                 const nlohmann::json& doc) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "INSERT OR REPLACE INTO docs (kind, id, doc) VALUES (?,?,?)");
+  Stmt st = stmts_->Get("INSERT OR REPLACE INTO docs (kind, id, doc) VALUES (?,?,?)");
   st.Bind(1, kind).Bind(2, id).Bind(3, doc.dump());
   if (st.Step() != SQLITE_DONE) return DbError(db_, "put " + kind);
   return Status::Ok();
@@ -272,7 +249,7 @@ Status SqliteStateStore::PutDoc(const std::string& kind, const std::string& id,
 
 Result<nlohmann::json> SqliteStateStore::GetDoc(const std::string& kind, const std::string& id) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT doc FROM docs WHERE kind = ? AND id = ?");
+  Stmt st = stmts_->Get("SELECT doc FROM docs WHERE kind = ? AND id = ?");
   st.Bind(1, kind).Bind(2, id);
   if (st.Step() != SQLITE_ROW) return NotFound(kind, id);
   return nlohmann::json::parse(st.Text(0));
@@ -280,7 +257,7 @@ Result<nlohmann::json> SqliteStateStore::GetDoc(const std::string& kind, const s
 
 Result<std::vector<nlohmann::json>> SqliteStateStore::ListDocs(const std::string& kind) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT doc FROM docs WHERE kind = ? ORDER BY id");
+  Stmt st = stmts_->Get("SELECT doc FROM docs WHERE kind = ? ORDER BY id");
   st.Bind(1, kind);
   std::vector<nlohmann::json> out;
   while (st.Step() == SQLITE_ROW) out.push_back(nlohmann::json::parse(st.Text(0)));
@@ -289,7 +266,7 @@ Result<std::vector<nlohmann::json>> SqliteStateStore::ListDocs(const std::string
 
 Status SqliteStateStore::RemoveDoc(const std::string& kind, const std::string& id) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "DELETE FROM docs WHERE kind = ? AND id = ?");
+  Stmt st = stmts_->Get("DELETE FROM docs WHERE kind = ? AND id = ?");
   st.Bind(1, kind).Bind(2, id);
   if (st.Step() != SQLITE_DONE) return DbError(db_, "remove " + kind);
   if (sqlite3_changes(db_) == 0) return NotFound(kind, id);
@@ -299,7 +276,7 @@ Status SqliteStateStore::RemoveDoc(const std::string& kind, const std::string& i
 Status SqliteStateStore::InsertStep(const std::string& traj, int64_t step,
                                     const std::string& exec_id, const nlohmann::json& doc) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "INSERT INTO steps (traj, step, exec_id, doc) VALUES (?,?,?,?)");
+  Stmt st = stmts_->Get("INSERT INTO steps (traj, step, exec_id, doc) VALUES (?,?,?,?)");
   st.Bind(1, traj).Bind(2, step).Bind(3, exec_id).Bind(4, doc.dump());
   int rc = st.Step();
   if (rc == SQLITE_CONSTRAINT)
@@ -310,7 +287,7 @@ Status SqliteStateStore::InsertStep(const std::string& traj, int64_t step,
 
 Result<nlohmann::json> SqliteStateStore::GetStep(const std::string& traj, int64_t step) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT doc FROM steps WHERE traj = ? AND step = ?");
+  Stmt st = stmts_->Get("SELECT doc FROM steps WHERE traj = ? AND step = ?");
   st.Bind(1, traj).Bind(2, step);
   if (st.Step() != SQLITE_ROW) return NotFound("step " + std::to_string(step), traj);
   return nlohmann::json::parse(st.Text(0));
@@ -319,7 +296,7 @@ Result<nlohmann::json> SqliteStateStore::GetStep(const std::string& traj, int64_
 Status SqliteStateStore::UpdateStep(const std::string& traj, int64_t step,
                                     const nlohmann::json& doc) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "UPDATE steps SET doc = ? WHERE traj = ? AND step = ?");
+  Stmt st = stmts_->Get("UPDATE steps SET doc = ? WHERE traj = ? AND step = ?");
   st.Bind(1, doc.dump()).Bind(2, traj).Bind(3, step);
   if (st.Step() != SQLITE_DONE) return DbError(db_, "update step");
   if (sqlite3_changes(db_) == 0) return NotFound("step " + std::to_string(step), traj);
@@ -328,7 +305,7 @@ Status SqliteStateStore::UpdateStep(const std::string& traj, int64_t step,
 
 std::vector<nlohmann::json> SqliteStateStore::ListSteps(const std::string& traj) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT doc FROM steps WHERE traj = ? ORDER BY step");
+  Stmt st = stmts_->Get("SELECT doc FROM steps WHERE traj = ? ORDER BY step");
   st.Bind(1, traj);
   std::vector<nlohmann::json> out;
   while (st.Step() == SQLITE_ROW) out.push_back(nlohmann::json::parse(st.Text(0)));
@@ -337,7 +314,7 @@ std::vector<nlohmann::json> SqliteStateStore::ListSteps(const std::string& traj)
 
 int64_t SqliteStateStore::MaxStep(const std::string& traj) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT MAX(step) FROM steps WHERE traj = ?");
+  Stmt st = stmts_->Get("SELECT MAX(step) FROM steps WHERE traj = ?");
   st.Bind(1, traj);
   if (st.Step() != SQLITE_ROW || st.IsNull(0)) return -1;
   return st.Int(0);
@@ -345,7 +322,7 @@ int64_t SqliteStateStore::MaxStep(const std::string& traj) {
 
 Result<nlohmann::json> SqliteStateStore::FindStepByExec(const std::string& exec_id) {
   MutexLock lock(&mu_);
-  Stmt st(db_, "SELECT traj, doc FROM steps WHERE exec_id = ? LIMIT 1");
+  Stmt st = stmts_->Get("SELECT traj, doc FROM steps WHERE exec_id = ? LIMIT 1");
   st.Bind(1, exec_id);
   if (st.Step() != SQLITE_ROW) return NotFound("exec", exec_id);
   return nlohmann::json{{"traj", st.Text(0)}, {"doc", nlohmann::json::parse(st.Text(1))}};

@@ -5,9 +5,11 @@
 #include <sqlite3.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "base/thread_annotations.h"
+#include "server/sqlite_statements.h"
 #include "server/state_store.h"
 
 namespace warren::server {
@@ -50,12 +52,15 @@ class SqliteStateStore : public StateStore {
   Result<nlohmann::json> FindStepByExec(const std::string& exec_id) override;
 
  private:
-  explicit SqliteStateStore(sqlite3* db) : db_(db) {}
+  explicit SqliteStateStore(sqlite3* db)
+      : db_(db), stmts_(std::make_unique<SqliteStatements>(db)) {}
   Status Exec(const char* sql);
   // One statement at a time on the connection: a statement and the reading of its rows (and
   // sqlite3_changes after it) must not interleave with another's.
   Mutex mu_;
   sqlite3* db_;
+  // Every query's statement, compiled once (used under mu_ only).
+  std::unique_ptr<SqliteStatements> stmts_ PT_GUARDED_BY(mu_);
   // name:tag -> record, for GetLayer: every fncall call resolves its runner image, and a query
   // (parsed each time) was ~1.4% of all CPU at 300 calls/s. PutLayer and RemoveLayer keep it
   // in step, so layers must be written through the StateStore that reads them (serve has one).

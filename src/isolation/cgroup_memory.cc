@@ -178,6 +178,20 @@ Result<MemoryUse> ReadParentMemoryUse(const std::string& parent_name) {
   return Status(Code::kUnavailable, "read memory use", parent_name, "no memory cgroup");
 }
 
+Result<uint64_t> ReadParentResidentBytes(const std::string& parent_name) {
+  const CgroupLayout& l = GetCgroupLayout();
+  std::string file;
+  if (const std::string mem = l.v1_memory(); !mem.empty())
+    file = mem + "/" + parent_name + "/memory.usage_in_bytes";
+  else if (l.pure_v2)
+    file = l.v2_root + "/" + parent_name + "/memory.current";
+  else
+    return Status(Code::kUnavailable, "read memory use", parent_name, "no memory cgroup");
+  auto n = ReadCgroupNumber(file);
+  if (!n) return Status(Code::kUnavailable, "read memory use", parent_name, "no usage counter");
+  return *n;
+}
+
 Status SetParentMemoryLimit(const std::string& parent_name, uint64_t bytes) {
   const CgroupLayout& l = GetCgroupLayout();
   const std::string v = bytes ? std::to_string(bytes) : "-1";

@@ -69,6 +69,10 @@ Result<ReclaimResult> ReclaimTo(const CgroupPaths& p, uint64_t target_bytes);
 // The usage of the node's parent cgroup (every sandbox of the node), and its limit; the node
 // budget is enforced there (`limit_bytes` 0: none).
 Result<MemoryUse> ReadParentMemoryUse(const std::string& parent_name);
+// Only the parent's resident bytes (`usage_in_bytes`, v2 `memory.current`): one counter, where
+// its `memory.stat` (as ReadParentMemoryUse reads) sums every sandbox's cgroup below it on v1,
+// which a node asking at each create paid once per sandbox it holds.
+Result<uint64_t> ReadParentResidentBytes(const std::string& parent_name);
 Status SetParentMemoryLimit(const std::string& parent_name, uint64_t bytes);
 
 // The paths of sandbox cgroup `name` under the node's parent, for a sandbox made or adopted.

@@ -27,6 +27,9 @@ class NodeSwap {
  public:
   virtual ~NodeSwap() = default;
   virtual SwapStats Stats() const = 0;
+  // Stats().ram_bytes alone, read without the rest (`/proc/swaps`): the node's admission asks
+  // for it at every create.
+  virtual uint64_t RamBytes() const = 0;
   // The device or file, as /proc/swaps names it.
   virtual const std::string& device() const = 0;
   // Turns it off (pages still in it come back into RAM first) and removes it and its state

@@ -32,6 +32,7 @@ class SwapFile final : public NodeSwap {
   Status Release() override;
   void Detach() override { owned_ = false; }
   SwapStats Stats() const override;
+  uint64_t RamBytes() const override { return 0; }  // a file's pages take no RAM
   const std::string& device() const override { return path_; }
 
  private:

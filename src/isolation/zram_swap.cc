@@ -85,13 +85,23 @@ SwapStats ZramSwap::Stats() const {
   // Size and pages in use as swap from /proc/swaps: the device's own count (mm_stat's
   // orig_data_size) also holds the header mkswap wrote, so it is never 0.
   IsActiveSwap(device_, &s);
+  ReadMmStat(&s.compressed_bytes, &s.ram_bytes);
+  return s;
+}
+
+uint64_t ZramSwap::RamBytes() const {
+  uint64_t compressed = 0, ram = 0;
+  if (index_ >= 0) ReadMmStat(&compressed, &ram);
+  return ram;
+}
+
+void ZramSwap::ReadMmStat(uint64_t* compressed, uint64_t* ram) const {
   // mm_stat: orig_data_size compr_data_size mem_used_total ...
   if (auto mm = ReadCgroupFile(SysDir(index_) + "/mm_stat"); mm.ok()) {
     uint64_t orig = 0;
     std::istringstream in(*mm);
-    in >> orig >> s.compressed_bytes >> s.ram_bytes;
+    in >> orig >> *compressed >> *ram;
   }
-  return s;
 }
 
 }  // namespace warren::isolation

@@ -33,10 +33,13 @@ class ZramSwap final : public NodeSwap {
   Status Release() override;
   void Detach() override { index_ = -1; }
   SwapStats Stats() const override;
+  uint64_t RamBytes() const override;
   const std::string& device() const override { return device_; }
 
  private:
   ZramSwap() = default;
+  // mm_stat's compr_data_size and mem_used_total; left as they are if it cannot be read.
+  void ReadMmStat(uint64_t* compressed, uint64_t* ram) const;
   int index_ = -1;
   std::string device_;  // /dev/zramN
   std::string state_file_;

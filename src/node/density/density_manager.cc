@@ -406,9 +406,9 @@ void DensityManager::MoveTo(Tracked& t, Activity want, Clock::time_point now) {
 }
 
 uint64_t DensityManager::NodeUsedBytes() {
-  auto parent = isolation::ReadParentMemoryUse(opts_.cgroup_parent);
-  const uint64_t sandboxes = parent.ok() ? parent->resident_bytes : 0;
-  return sandboxes + (swap_ ? swap_->Stats().ram_bytes : 0);
+  // Two counters only: this runs at every create (Admit).
+  auto parent = isolation::ReadParentResidentBytes(opts_.cgroup_parent);
+  return (parent.ok() ? *parent : 0) + (swap_ ? swap_->RamBytes() : 0);
 }
 
 uint64_t DensityManager::RelievePressure(uint64_t goal) {

@@ -1207,7 +1207,7 @@ int RunVmService(const char* setup_path) {
 }
 
 int Run(UniqueFd listener, pid_t relay_pid) {
-  close(kSelfMemfd);
+  close(kSelfExeFd);
   signal(SIGPIPE, SIG_IGN);
   Agent agent;
   agent.SetListener(std::move(listener));

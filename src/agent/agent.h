@@ -1,10 +1,10 @@
 // warren-agent: PID 1 of every container sandbox.
 //
-// Started by the node from a sealed memfd with the control socket on fd 3. It first receives
-// the setup message (layer mounts as fds), builds the root filesystem, pivots into it, and
-// says ready; then it serves exec and file requests until the node closes the socket, and
-// reaps every orphan in the sandbox. It never trusts anything inside the sandbox and holds no
-// host secret.
+// Started by the node from its agent file (runtime/container/agent_binary.h) with the control
+// socket on fd 3. It first receives the setup message (layer mounts as fds), builds the root
+// filesystem, pivots into it, and says ready; then it serves exec and file requests until the node
+// closes the socket, and reaps every orphan in the sandbox. It never trusts anything inside the
+// sandbox and holds no host secret.
 #pragma once
 
 #include <sys/types.h>
@@ -14,7 +14,8 @@
 namespace warren::agent {
 
 inline constexpr int kControlFd = 3;
-inline constexpr int kSelfMemfd = 5;  // the memfd we were executed from; closed at start
+inline constexpr int kSelfExeFd =
+    5;  // the file we were executed from (agent_binary.h); closed at start
 // O_PATH fds kept for the node: the sandbox's staging tmpfs (holding the overlay's `upper` and
 // /dev/shm's `shm`) at 1000, and its layer clones, top first, from 1001 on (after the pivot
 // they are detached: no path leads to them, inside the sandbox or out). The node (host root)

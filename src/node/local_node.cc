@@ -66,15 +66,17 @@ Status LocalNode::StartContainerBackend() {
   const LocalNodeOptions& opts = opts_;
   WARREN_RETURN_IF_ERROR(runtime::PrepareHostDirs());
   std::string agent = opts.agent_path.empty() ? runtime::DefaultAgentPath() : opts.agent_path;
-  UniqueFd memfd = WARREN_TRY(runtime::LoadSealedAgent(agent));
+  std::string how;
+  UniqueFd agent_exe = WARREN_TRY(runtime::LoadAgent(agent, &how));
+  spdlog::info("sandboxes start the agent {}", how);
   // Compiled once per daemon; every sandbox's agent installs the same program.
   std::string bpf = WARREN_TRY(isolation::CompileSeccompPolicy(isolation::BuiltinSeccompPolicy()));
   std::string runner_bpf = WARREN_TRY(isolation::CompileSeccompPolicy(
       isolation::BuiltinSeccompPolicy(), isolation::kRunnerProfile));
   if (opts.unsafe_no_seccomp_landlock) bpf.clear(), runner_bpf.clear();
-  auto container = std::make_unique<runtime::ContainerBackend>(std::move(memfd), &mounts_, &uids_,
-                                                               opts.cgroup_parent, std::move(bpf),
-                                                               std::move(runner_bpf));
+  auto container = std::make_unique<runtime::ContainerBackend>(
+      std::move(agent_exe), &mounts_, &uids_, opts.cgroup_parent, std::move(bpf),
+      std::move(runner_bpf));
   container->SetFaults(opts.create_faults);
   container_ = std::move(container);
   return Status::Ok();

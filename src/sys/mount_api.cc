@@ -41,6 +41,14 @@ Status IdmapMount(int mount_fd, int userns_fd, unsigned long long extra_attrs) {
   return Status::Ok();
 }
 
+Status SetMountAttrs(int mount_fd, unsigned long long attrs) {
+  mount_attr attr{};
+  attr.attr_set = attrs;
+  if (mount_setattr(mount_fd, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
+    return ErrnoStatus("mount_setattr", "fd " + std::to_string(mount_fd));
+  return Status::Ok();
+}
+
 Status MoveMountTo(int mount_fd, const std::string& target) {
   if (move_mount(mount_fd, "", AT_FDCWD, target.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
     return ErrnoStatus("move_mount", target);

@@ -28,6 +28,9 @@ Result<UniqueFd> CloneMount(int mount_fd);
 // MOUNT_ATTR_* flags too (e.g. read-only).
 Status IdmapMount(int mount_fd, int userns_fd, unsigned long long extra_attrs);
 
+// Sets MOUNT_ATTR_* flags `attrs` on a mount (e.g. read-only once it has been filled).
+Status SetMountAttrs(int mount_fd, unsigned long long attrs);
+
 // Attaches a detached mount at `target` (path resolved by the caller's root/cwd).
 Status MoveMountTo(int mount_fd, const std::string& target);
 

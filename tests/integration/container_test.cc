@@ -20,6 +20,10 @@
 namespace warren {
 namespace {
 
+// The comm of a sandbox's agent: the name of the node's file of it (agent_binary.h), which
+// as root is on a tmpfs of its own.
+std::string AgentComm() { return "warren-agent"; }
+
 class ContainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -98,9 +102,9 @@ TEST_F(ContainerTest, ExecSeesIsolatedWorldAndDeleteLeavesNothing) {
   EXPECT_EQ(j["stdout"], "hi\n0\n" + id + "\nlo\n") << j.dump();
 
   // Only the sandbox's own processes are visible: the agent (1) and the command itself.
-  // (The agent runs from its sealed memfd, hence the comm.)
+  // (The agent runs from the node's file of it, hence the comm: see agent_binary.h.)
   rec = Run(id, {"sh", "-c", "set -- /proc/[0-9]*; echo $#; cat /proc/1/comm"});
-  EXPECT_EQ(rec->ResultJson()["stdout"], "2\nmemfd:warren-ag\n") << rec->ResultJson().dump();
+  EXPECT_EQ(rec->ResultJson()["stdout"], "2\n" + AgentComm() + "\n") << rec->ResultJson().dump();
   // The host sees the sandbox's processes under the sandbox's unprivileged uid.
   EXPECT_GE(testing::CountProcessesOfUid(rt->host_uid), 1);
   EXPECT_GE(testing::CountCgroupDirs(id), 1);
@@ -377,7 +381,7 @@ TEST_F(WarmPoolTest, CreateTakesAReadySandboxThatBecomesItsOwn) {
   ASSERT_EQ(node_->Info()["warm_pool"]["ready"], 2);
 
   // Waiting, they set up and idle at the background priority: any normal task preempts them.
-  auto agents = testing::ChildrenNamed(getpid(), "memfd:warren-ag");
+  auto agents = testing::ChildrenNamed(getpid(), AgentComm());
   std::erase(agents, first_rt->host_pid);
   ASSERT_EQ(agents.size(), 2u);
   for (int pid : agents) {

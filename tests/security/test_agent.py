@@ -76,7 +76,8 @@ def test_proc_pid1_files_closed(sb, weak):
 
 
 def test_overwrite_agent_binary_through_proc1_exe(sb, make_sandbox, server):
-    """CVE-2019-5736 against our agent: /proc/1/exe (a sealed memfd) must not be writable."""
+    """CVE-2019-5736 against our agent: /proc/1/exe (on a read-only tmpfs of the node's, or a
+    sealed memfd) must not be writable."""
     results = sb.attack("proc1_exe")
     assert results, sb.last
     opened = [r for r in results if r["attack"].startswith("proc1_exe_open") and r["ret"] >= 0]

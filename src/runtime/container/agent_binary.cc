@@ -1,35 +1,82 @@
 #include "runtime/container/agent_binary.h"
 
+#include <elf.h>
 #include <fcntl.h>
 #include <linux/limits.h>
+#include <linux/mount.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+
+#include "sys/mount_api.h"
 
 namespace warren::runtime {
+namespace {
 
-Result<UniqueFd> LoadSealedAgent(const std::string& path) {
-  UniqueFd src(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!src) return ErrnoStatus("open agent binary", path);
-  struct stat sb;
-  if (fstat(src.get(), &sb) != 0) return ErrnoStatus("stat", path);
-  UniqueFd mem(memfd_create("warren-agent", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!mem) return ErrnoStatus("memfd_create", "warren-agent");
+constexpr uint64_t kHugePage = 2ull << 20;
+constexpr char kAgentName[] = "warren-agent";
+
+// How much of the executable an exec reads: up to the end of its last loaded segment (and its
+// program headers). The whole file where it is not a 64-bit ELF file this can read.
+uint64_t LoadedPrefix(int fd, uint64_t size) {
+  Elf64_Ehdr eh;
+  if (pread(fd, &eh, sizeof eh, 0) != static_cast<ssize_t>(sizeof eh) ||
+      memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum > 64)
+    return size;
+  Elf64_Phdr ph[64];
+  const size_t bytes = eh.e_phnum * sizeof(Elf64_Phdr);
+  if (pread(fd, ph, bytes, static_cast<off_t>(eh.e_phoff)) != static_cast<ssize_t>(bytes))
+    return size;
+  uint64_t end = eh.e_phoff + bytes;
+  for (int i = 0; i < eh.e_phnum; ++i)
+    if (ph[i].p_type == PT_LOAD) end = std::max<uint64_t>(end, ph[i].p_offset + ph[i].p_filesz);
+  return std::min(end, size);
+}
+
+Status CopyPrefix(int src, int dst, uint64_t len, const std::string& path) {
   off_t off = 0;
-  while (off < sb.st_size) {
-    ssize_t n = sendfile(mem.get(), src.get(), &off, static_cast<size_t>(sb.st_size - off));
-    if (n <= 0) return ErrnoStatus("copy agent into memfd", path);
+  while (static_cast<uint64_t>(off) < len) {
+    ssize_t n = sendfile(dst, src, &off, static_cast<size_t>(len - static_cast<uint64_t>(off)));
+    if (n < 0) return ErrnoStatus("copy the agent", path);
+    if (n == 0) return Status(Code::kInternal, "copy the agent", path, "the file got shorter");
   }
+  return Status::Ok();
+}
+
+// A tmpfs of its own, attached nowhere, with huge pages: the agent alone on it, then the
+// mount made read-only. The file is opened again read-only, and that fd keeps the mount.
+Result<UniqueFd> OnHugeTmpfs(int src, uint64_t len, const std::string& path) {
+  const uint64_t room = (len + kHugePage - 1) / kHugePage * kHugePage;
+  UniqueFd mnt = WARREN_TRY(sys::FsMount(
+      "tmpfs", kAgentName,
+      {{"huge", "always"}, {"size", std::to_string(room)}, {"nr_inodes", "4"}, {"mode", "0755"}},
+      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV));
+  {
+    UniqueFd out(openat(mnt.get(), kAgentName, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0555));
+    if (!out) return ErrnoStatus("create the agent's file", "tmpfs");
+    WARREN_RETURN_IF_ERROR(CopyPrefix(src, out.get(), len, path));
+  }
+  WARREN_RETURN_IF_ERROR(sys::SetMountAttrs(mnt.get(), MOUNT_ATTR_RDONLY));
+  UniqueFd agent(openat(mnt.get(), kAgentName, O_RDONLY | O_CLOEXEC));
+  if (!agent) return ErrnoStatus("open the agent's file", "tmpfs");
+  return agent;
+}
+
+Result<UniqueFd> InSealedMemfd(int src, uint64_t len, const std::string& path) {
+  UniqueFd mem(memfd_create(kAgentName, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!mem) return ErrnoStatus("memfd_create", kAgentName);
+  WARREN_RETURN_IF_ERROR(CopyPrefix(src, mem.get(), len, path));
   if (fchmod(mem.get(), 0555) != 0) return ErrnoStatus("fchmod", "warren-agent memfd");
   if (fcntl(mem.get(), F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) != 0)
     return ErrnoStatus("seal", "warren-agent memfd");
   return mem;
 }
-
-namespace {
 
 // $env if set, else `name` in the running executable's directory (else in `fallback_dir`).
 std::string NextToSelf(const char* env, const char* name, const char* fallback_dir) {
@@ -42,6 +89,24 @@ std::string NextToSelf(const char* env, const char* name, const char* fallback_d
 }
 
 }  // namespace
+
+Result<UniqueFd> LoadAgent(const std::string& path, std::string* how) {
+  UniqueFd src(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!src) return ErrnoStatus("open agent binary", path);
+  struct stat sb;
+  if (fstat(src.get(), &sb) != 0) return ErrnoStatus("stat", path);
+  const uint64_t len = LoadedPrefix(src.get(), static_cast<uint64_t>(sb.st_size));
+  auto huge = OnHugeTmpfs(src.get(), len, path);
+  if (huge.ok()) {
+    if (how) *how = "on a tmpfs of its own with huge pages (" + std::to_string(len >> 10) + " KiB)";
+    return huge;
+  }
+  UniqueFd mem = WARREN_TRY(InSealedMemfd(src.get(), len, path));
+  if (how)
+    *how = "in a sealed memfd (" + std::to_string(len >> 10) +
+           " KiB; no tmpfs of its own: " + huge.status().ToString() + ")";
+  return mem;
+}
 
 std::string DefaultAgentPath() {
   return NextToSelf("WARREN_AGENT", "warren-agent", "/usr/local/lib/warren");

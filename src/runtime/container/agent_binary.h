@@ -1,8 +1,13 @@
-// The warren-agent executable as a sealed memfd.
+// The warren-agent executable, held by the node as an fd that every sandbox's first process
+// executes (execveat), never by a path.
 //
-// Sandboxes execute the agent from this memfd, not from a path: nothing in any rootfs can
-// be overwritten to hijack it, and /proc/1/exe inside a sandbox points at a sealed,
-// unwritable memory file rather than a host binary (the CVE-2019-5736 class).
+// Nothing in any rootfs can be overwritten to hijack it, and /proc/1/exe inside a sandbox
+// names an unwritable file that no sandbox can reach by a path (the CVE-2019-5736 class).
+// Where the node may mount, the file lives alone on a tmpfs of its own that is attached
+// nowhere, holds its pages as 2 MiB huge pages, and is made read-only once filled: the agent
+// is linked with its segments 2 MiB-aligned, so each new agent maps its code with one
+// page-table entry per 2 MiB instead of faulting it in 64 KiB at a time (and tears down as
+// few at its exit). Elsewhere it is a memfd sealed against writes.
 #pragma once
 
 #include <string>
@@ -12,8 +17,10 @@
 
 namespace warren::runtime {
 
-// Copies `path` into a memfd and seals it against writes, growth and shrinking.
-Result<UniqueFd> LoadSealedAgent(const std::string& path);
+// The agent at `path`, as the node holds it: up to the end of its last loaded segment (the
+// symbols and debug information after that are for tools, not for exec), on the huge-page
+// tmpfs described above, else in a sealed memfd. `how`, if given, says which and why.
+Result<UniqueFd> LoadAgent(const std::string& path, std::string* how = nullptr);
 
 // The agent next to the running executable (DIR/warren-agent), or $WARREN_AGENT.
 std::string DefaultAgentPath();

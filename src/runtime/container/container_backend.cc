@@ -241,7 +241,7 @@ class ContainerInstance : public Instance {
   mutable std::mutex mu_;
   bool destroyed_ = false;
   const bool adopted_;
-  const int agent_exe_;  // the backend's warren-agent memfd, run as the fs helper
+  const int agent_exe_;  // the backend's agent file (agent_binary.h), run as the fs helper
   const std::string run_dir_;
   std::string run_base_;  // RUN_DIR/ID
   const std::string cgroup_name_;
@@ -257,7 +257,7 @@ class ContainerInstance : public Instance {
 constexpr size_t kInitChildStack = 64 * 1024;
 
 struct InitChildArgs {
-  int agent_end, sync_rd, memfd;
+  int agent_end, sync_rd, agent_exe;
   char** argv;
   char** envp;
 };
@@ -270,12 +270,12 @@ int SandboxInitChild(void* p) {
   // Move our three fds to 3, 4, 5 via high numbers so no dup2 clobbers another.
   long a = RawSyscall(SYS_fcntl, c.agent_end, F_DUPFD, 10);
   long s = RawSyscall(SYS_fcntl, c.sync_rd, F_DUPFD, 10);
-  long m = RawSyscall(SYS_fcntl, c.memfd, F_DUPFD, 10);
+  long m = RawSyscall(SYS_fcntl, c.agent_exe, F_DUPFD, 10);
   long null = RawSyscall(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/dev/null"), O_RDWR);
   if (a < 0 || s < 0 || m < 0 || null < 0) return 120;
   for (long fd = 0; fd < 3; ++fd) RawSyscall(SYS_dup2, null, fd);
   if (RawSyscall(SYS_dup2, a, agent::kControlFd) < 0 || RawSyscall(SYS_dup2, s, 4) < 0 ||
-      RawSyscall(SYS_dup2, m, agent::kSelfMemfd) < 0)
+      RawSyscall(SYS_dup2, m, agent::kSelfExeFd) < 0)
     return 121;
   RawSyscall(SYS_close_range, 6, ~0u, 0);
   // Held here until the parent has written our id maps and cgroups: exec without a uid
@@ -292,7 +292,7 @@ int SandboxInitChild(void* p) {
       RawSyscall(SYS_setresuid, 0, 0, 0) != 0)
     return 123;
   static char kEmpty[] = "";
-  RawSyscall(SYS_execveat, agent::kSelfMemfd, reinterpret_cast<long>(kEmpty),
+  RawSyscall(SYS_execveat, agent::kSelfExeFd, reinterpret_cast<long>(kEmpty),
              reinterpret_cast<long>(c.argv), reinterpret_cast<long>(c.envp), AT_EMPTY_PATH);
   return 127;
 }
@@ -322,10 +322,10 @@ Status PrepareHostDirs() {
   return Status::Ok();
 }
 
-ContainerBackend::ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache* mounts,
+ContainerBackend::ContainerBackend(UniqueFd agent_exe_fd, image::ErofsMountCache* mounts,
                                    isolation::UidAllocator* uids, std::string cgroup_parent,
                                    std::string seccomp_bpf, std::string runner_seccomp_bpf)
-    : agent_memfd_(std::move(agent_memfd)),
+    : agent_exe_fd_(std::move(agent_exe_fd)),
       mounts_(mounts),
       uids_(uids),
       cgroup_parent_(std::move(cgroup_parent)),
@@ -367,7 +367,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   static char kArg0[] = "warren-agent";
   static char* argv[] = {kArg0, nullptr};
   static char* envp[] = {nullptr};
-  InitChildArgs child{agent_end.get(), sync_rd.get(), agent_memfd_.get(), argv, envp};
+  InitChildArgs child{agent_end.get(), sync_rd.get(), agent_exe_fd_.get(), argv, envp};
   // The child's stack: it runs in our memory until its exec (declared before the cleanup
   // that kills and reaps it, so it outlives the child on every path).
   std::unique_ptr<char[]> child_stack(new char[kInitChildStack]);
@@ -487,7 +487,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Create(const SandboxConfig& 
   return std::unique_ptr<Instance>(
       new ContainerInstance(pid, std::move(pidfd_owner), std::move(cgroup), cfg.id, std::move(slot),
                             std::move(layers), std::move(node_end), run_dir, cfg.id,
-                            /*adopted=*/false, agent_memfd_.get()));
+                            /*adopted=*/false, agent_exe_fd_.get()));
 }
 
 Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id) {
@@ -526,7 +526,7 @@ Result<std::unique_ptr<Instance>> ContainerBackend::Adopt(const std::string& id)
     return ErrnoStatus("connect to agent", sock_path);
   return std::unique_ptr<Instance>(new ContainerInstance(
       pid, std::move(pidfd), std::move(cgroup), cgroup_name, std::move(slot), {}, std::move(sock),
-      RunDir(cgroup_parent_), id, /*adopted=*/true, agent_memfd_.get()));
+      RunDir(cgroup_parent_), id, /*adopted=*/true, agent_exe_fd_.get()));
 }
 
 }  // namespace warren::runtime

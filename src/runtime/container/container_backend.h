@@ -13,7 +13,7 @@ class ContainerBackend : public Backend {
  public:
   // `mounts` and `uids` must outlive the backend and every instance it makes.
   // `cgroup_parent` names this node's cgroup parent directory.
-  ContainerBackend(UniqueFd agent_memfd, image::ErofsMountCache* mounts,
+  ContainerBackend(UniqueFd agent_exe_fd, image::ErofsMountCache* mounts,
                    isolation::UidAllocator* uids, std::string cgroup_parent,
                    std::string seccomp_bpf, std::string runner_seccomp_bpf = "");
 
@@ -25,7 +25,7 @@ class ContainerBackend : public Backend {
 
  private:
   CreateFaults* faults_ = nullptr;
-  UniqueFd agent_memfd_;
+  UniqueFd agent_exe_fd_;
   image::ErofsMountCache* mounts_;
   isolation::UidAllocator* uids_;
   std::string cgroup_parent_;

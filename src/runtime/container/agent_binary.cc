@@ -1,6 +1,5 @@
 #include "runtime/container/agent_binary.h"
 
-#include <elf.h>
 #include <fcntl.h>
 #include <linux/limits.h>
 #include <linux/mount.h>
@@ -13,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/executable_prefix.h"
 #include "sys/mount_api.h"
 
 namespace warren::runtime {
@@ -20,24 +20,6 @@ namespace {
 
 constexpr uint64_t kHugePage = 2ull << 20;
 constexpr char kAgentName[] = "warren-agent";
-
-// How much of the executable an exec reads: up to the end of its last loaded segment (and its
-// program headers). The whole file where it is not a 64-bit ELF file this can read.
-uint64_t LoadedPrefix(int fd, uint64_t size) {
-  Elf64_Ehdr eh;
-  if (pread(fd, &eh, sizeof eh, 0) != static_cast<ssize_t>(sizeof eh) ||
-      memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
-      eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum > 64)
-    return size;
-  Elf64_Phdr ph[64];
-  const size_t bytes = eh.e_phnum * sizeof(Elf64_Phdr);
-  if (pread(fd, ph, bytes, static_cast<off_t>(eh.e_phoff)) != static_cast<ssize_t>(bytes))
-    return size;
-  uint64_t end = eh.e_phoff + bytes;
-  for (int i = 0; i < eh.e_phnum; ++i)
-    if (ph[i].p_type == PT_LOAD) end = std::max<uint64_t>(end, ph[i].p_offset + ph[i].p_filesz);
-  return std::min(end, size);
-}
 
 Status CopyPrefix(int src, int dst, uint64_t len, const std::string& path) {
   off_t off = 0;
@@ -95,7 +77,7 @@ Result<UniqueFd> LoadAgent(const std::string& path, std::string* how) {
   if (!src) return ErrnoStatus("open agent binary", path);
   struct stat sb;
   if (fstat(src.get(), &sb) != 0) return ErrnoStatus("stat", path);
-  const uint64_t len = LoadedPrefix(src.get(), static_cast<uint64_t>(sb.st_size));
+  const uint64_t len = ExecutablePrefixBytes(src.get(), static_cast<uint64_t>(sb.st_size));
   auto huge = OnHugeTmpfs(src.get(), len, path);
   if (huge.ok()) {
     if (how) *how = "on a tmpfs of its own with huge pages (" + std::to_string(len >> 10) + " KiB)";

@@ -21,6 +21,7 @@
 
 #include "base/sha256.h"
 #include "base/unique_fd.h"
+#include "runtime/executable_prefix.h"
 
 namespace warren::runtime::vm {
 namespace {
@@ -101,7 +102,10 @@ Status BuildInitramfs(const std::string& out_path, const std::string& agent_path
     WARREN_RETURN_IF_ERROR(WriteEntry(a.get(), d, S_IFDIR | 0755));
   // The kernel opens /dev/console for init's stdio before init mounts devtmpfs.
   WARREN_RETURN_IF_ERROR(WriteEntry(a.get(), "dev/console", S_IFCHR | 0600, "", makedev(5, 1)));
+  // Only what an exec loads: the guest keeps its initramfs in RAM for good, and the build's
+  // agent carries 27 MiB of symbols and debug information after its segments.
   std::string agent = WARREN_TRY(ReadFile(agent_path));
+  agent.resize(ExecutablePrefixBytes(agent));
   WARREN_RETURN_IF_ERROR(WriteEntry(a.get(), "init", S_IFREG | 0755, agent));
   for (const auto& [mods, list_name] :
        {std::pair{&order, "warren.order"}, std::pair{&display_order, "warren-display.order"}}) {
@@ -253,7 +257,7 @@ Result<GuestImage> PrepareGuestImage(const std::string& cache_dir, const std::st
     if (std::find(order.begin(), order.end(), m) == order.end())
       display_order.push_back(std::move(m));
   const std::string agent_sum = WARREN_TRY(Sha256File(agent_path));
-  std::string recipe = "v2\n" + kernel_key + "\n" + agent_sum + "\n";
+  std::string recipe = "v3\n" + kernel_key + "\n" + agent_sum + "\n";
   for (const auto& m : order) recipe += m + "\n";
   recipe += "display:\n";
   for (const auto& m : display_order) recipe += m + "\n";

@@ -14,8 +14,8 @@
 namespace warren::agent {
 
 inline constexpr int kControlFd = 3;
-inline constexpr int kSelfExeFd =
-    5;  // the file we were executed from (agent_binary.h); closed at start
+// The file we were executed from (runtime/container/agent_binary.h); closed at start.
+inline constexpr int kSelfExeFd = 5;
 // O_PATH fds kept for the node: the sandbox's staging tmpfs (holding the overlay's `upper` and
 // /dev/shm's `shm`) at 1000, and its layer clones, top first, from 1001 on (after the pivot
 // they are detached: no path leads to them, inside the sandbox or out). The node (host root)

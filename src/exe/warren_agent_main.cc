@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
     return warren::agent::FsHelperMain(argc, argv);
   // In a full-OS VM, systemd starts us as a service (the unit our PID 1 left behind).
   if (argc > 2 && strcmp(argv[1], "--vm-service") == 0) return warren::agent::RunVmService(argv[2]);
-  // In a microVM the kernel starts us as /init; in a container the node runs us from a memfd.
+  // In a microVM the kernel starts us as /init; in a container the node runs us from its copy of us
+  // (runtime/container/agent_binary.h).
   if (getpid() == 1 && argc > 0 && strcmp(argv[0], "/init") == 0) return warren::agent::RunVm();
   return warren::agent::Run();
 }

@@ -25,7 +25,7 @@ uint64_t PrefixOf(uint64_t size, const std::function<bool(void*, size_t, uint64_
   if (!read(ph, bytes, eh.e_phoff)) return size;
   uint64_t end = eh.e_phoff + bytes;
   for (int i = 0; i < eh.e_phnum; ++i)
-    if (ph[i].p_type == PT_LOAD) end = std::max<uint64_t>(end, ph[i].p_offset + ph[i].p_filesz);
+    if (ph[i].p_filesz > 0) end = std::max<uint64_t>(end, ph[i].p_offset + ph[i].p_filesz);
   return std::min(end, size);
 }
 
@@ -43,6 +43,18 @@ uint64_t ExecutablePrefixBytes(std::string_view file) {
     memcpy(buf, file.data() + off, len);
     return true;
   });
+}
+
+bool DropSectionHeaders(char* header, size_t len) {
+  Elf64_Ehdr eh;
+  if (len < sizeof eh) return false;
+  memcpy(&eh, header, sizeof eh);
+  if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64) return false;
+  eh.e_shoff = 0;
+  eh.e_shnum = 0;
+  eh.e_shstrndx = SHN_UNDEF;
+  memcpy(header, &eh, sizeof eh);
+  return true;
 }
 
 }  // namespace warren::runtime

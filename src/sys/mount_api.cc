@@ -49,6 +49,16 @@ Status SetMountAttrs(int mount_fd, unsigned long long attrs) {
   return Status::Ok();
 }
 
+Status MakeSuperblockReadOnly(int mount_fd) {
+  UniqueFd fs(fspick(mount_fd, "", FSPICK_EMPTY_PATH | FSPICK_CLOEXEC));
+  if (!fs) return ErrnoStatus("fspick", "fd " + std::to_string(mount_fd));
+  if (fsconfig(fs.get(), FSCONFIG_SET_FLAG, "ro", nullptr, 0) != 0)
+    return ErrnoStatus("fsconfig ro", "fd " + std::to_string(mount_fd));
+  if (fsconfig(fs.get(), FSCONFIG_CMD_RECONFIGURE, nullptr, nullptr, 0) != 0)
+    return ErrnoStatus("fsconfig reconfigure", "fd " + std::to_string(mount_fd));
+  return Status::Ok();
+}
+
 Status MoveMountTo(int mount_fd, const std::string& target) {
   if (move_mount(mount_fd, "", AT_FDCWD, target.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
     return ErrnoStatus("move_mount", target);

@@ -31,6 +31,12 @@ Status IdmapMount(int mount_fd, int userns_fd, unsigned long long extra_attrs);
 // Sets MOUNT_ATTR_* flags `attrs` on a mount (e.g. read-only once it has been filled).
 Status SetMountAttrs(int mount_fd, unsigned long long attrs);
 
+// Makes the filesystem of a mount read-only for every mount of it (fspick, then a reconfigure
+// with "ro"): making it writable again takes CAP_SYS_ADMIN in the user namespace that owns the
+// superblock, which a mount's own read-only flag alone would not (a clone of the mount could
+// clear its flag).
+Status MakeSuperblockReadOnly(int mount_fd);
+
 // Attaches a detached mount at `target` (path resolved by the caller's root/cwd).
 Status MoveMountTo(int mount_fd, const std::string& target);
 

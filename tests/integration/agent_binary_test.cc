@@ -4,6 +4,8 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/capability.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -30,7 +32,7 @@ class AgentBinaryTest : public ::testing::Test {
 };
 
 TEST_F(AgentBinaryTest, AsRootItIsAloneOnAReadOnlyHugePageTmpfsOfItsOwn) {
-  EXPECT_EQ(how_.rfind("on a tmpfs of its own with huge pages", 0), 0u) << how_;
+  EXPECT_EQ(how_.rfind("on a tmpfs of its own", 0), 0u) << how_;
   // Nothing can write it: not through its fd's path (the mount is read-only), not as root.
   const std::string self = "/proc/self/fd/" + std::to_string(agent_.get());
   errno = 0;
@@ -45,6 +47,61 @@ TEST_F(AgentBinaryTest, AsRootItIsAloneOnAReadOnlyHugePageTmpfsOfItsOwn) {
   ssize_t n = readlink(self.c_str(), buf, sizeof buf - 1);
   ASSERT_GT(n, 0);
   EXPECT_EQ(std::string(buf, static_cast<size_t>(n)), "/warren-agent");
+  // Its mount cannot be cloned (a clone's own read-only flag could be cleared): its fd is gone.
+  errno = 0;
+  int clone = open_tree(AT_FDCWD, self.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  EXPECT_LT(clone, 0);
+  if (clone >= 0) close(clone);
+  // The copy names no section headers: they are not in it.
+  Elf64_Ehdr eh;
+  ASSERT_EQ(pread(agent_.get(), &eh, sizeof eh, 0), static_cast<ssize_t>(sizeof eh));
+  EXPECT_EQ(eh.e_shoff, 0u);
+  EXPECT_EQ(eh.e_shnum, 0u);
+}
+
+// Runs `agent` as a sandbox's first process would, with --warm-exec: 0 if it ran and exited 0.
+int RunWarmExec(int agent) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    char arg0[] = "warren-agent", arg1[64];
+    snprintf(arg1, sizeof arg1, "%s", agent::kWarmExecFlag);
+    char* argv[] = {arg0, arg1, nullptr};
+    char* envp[] = {nullptr};
+    syscall(SYS_execveat, agent, "", argv, envp, AT_EMPTY_PATH);
+    _exit(127);
+  }
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+TEST_F(AgentBinaryTest, WithoutThePrivilegeToMountItIsASealedMemfdThatRuns) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // No CAP_SYS_ADMIN: fsopen fails, as for a node that may not mount.
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) != 0) _exit(10);
+    data[CAP_TO_INDEX(CAP_SYS_ADMIN)].effective &= ~CAP_TO_MASK(CAP_SYS_ADMIN);
+    data[CAP_TO_INDEX(CAP_SYS_ADMIN)].permitted &= ~CAP_TO_MASK(CAP_SYS_ADMIN);
+    if (syscall(SYS_capset, &hdr, data) != 0) _exit(11);
+    std::string how;
+    auto fd = LoadAgent(WARREN_AGENT_PATH, &how);
+    if (!fd.ok()) _exit(12);
+    if (how.rfind("in a sealed memfd", 0) != 0) _exit(13);
+    const int seals = fcntl(fd->get(), F_GET_SEALS);
+    const int want = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL;
+    if (seals < 0 || (seals & want) != want) _exit(14);
+    if (write(fd->get(), "x", 1) >= 0) _exit(15);
+    _exit(RunWarmExec(fd->get()) == 0 ? 0 : 16);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st)) << st;
+  // 12: no agent at all; 13: not the memfd; 14: not sealed; 15: writable; 16: did not run.
+  EXPECT_EQ(WEXITSTATUS(st), 0);
 }
 
 TEST_F(AgentBinaryTest, HoldsOnlyWhatAnExecLoadsAndRuns) {
@@ -69,19 +126,7 @@ TEST_F(AgentBinaryTest, HoldsOnlyWhatAnExecLoadsAndRuns) {
   EXPECT_EQ(static_cast<uint64_t>(held.st_size), end);
 
   // And it runs, as a sandbox's first process runs it.
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    char arg0[] = "warren-agent", arg1[64];
-    snprintf(arg1, sizeof arg1, "%s", agent::kWarmExecFlag);
-    char* argv[] = {arg0, arg1, nullptr};
-    char* envp[] = {nullptr};
-    syscall(SYS_execveat, agent_.get(), "", argv, envp, AT_EMPTY_PATH);
-    _exit(127);
-  }
-  int st = 0;
-  ASSERT_EQ(waitpid(pid, &st, 0), pid);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_EQ(RunWarmExec(agent_.get()), 0);
 }
 
 }  // namespace

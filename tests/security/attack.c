@@ -898,7 +898,8 @@ static void a_proc1(void) {
 }
 
 static void a_proc1_exe(void) {
-  /* CVE-2019-5736 against our agent: the memfd behind /proc/1/exe must not be writable. */
+  /* CVE-2019-5736 against our agent: the file behind /proc/1/exe (the node's read-only copy,
+     or a sealed memfd) must not be writable. */
   errno = 0;
   int fd = open("/proc/1/exe", O_RDWR | O_CLOEXEC);
   emit("proc1_exe_open_rdwr", fd, errno, NULL);
@@ -929,7 +930,7 @@ static void a_proc1_exe(void) {
   void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   emit("proc1_exe_mmap_shared_write", m == MAP_FAILED ? -1 : 0, errno, NULL);
   if (m != MAP_FAILED) munmap(m, 4096);
-  /* truncation only if the memfd is sealed against it (so that success cannot happen) */
+  /* truncation only if a memfd is sealed against it (so that success cannot happen) */
   if (seals > 0 && (seals & F_SEAL_SHRINK) && (seals & F_SEAL_WRITE)) {
     errno = 0;
     int t = open("/proc/1/exe", O_WRONLY | O_TRUNC | O_CLOEXEC);

@@ -37,12 +37,31 @@ Elf64_Phdr Segment(uint32_t type, uint64_t offset, uint64_t filesz) {
   return p;
 }
 
-TEST(ExecutablePrefixTest, EndsWithTheLastLoadedSegment) {
-  // Two loaded segments, a note past them that nothing loads, and 1 MiB of "debug info" after.
-  std::string f = Elf({Segment(PT_LOAD, 0, 0x1000), Segment(PT_LOAD, 0x3000, 0x2345),
-                       Segment(PT_NOTE, 0x8000, 0x100)},
-                      1 << 20);
+TEST(ExecutablePrefixTest, EndsWithTheLastPartAProgramHeaderNames) {
+  // Two loaded segments and 1 MiB of "debug info" after them.
+  std::string f = Elf({Segment(PT_LOAD, 0, 0x1000), Segment(PT_LOAD, 0x3000, 0x2345)}, 1 << 20);
   EXPECT_EQ(ExecutablePrefixBytes(f), 0x5345u);
+  // The kernel reads some parts from the file itself (the interpreter's name, notes), wherever
+  // they are: those are kept too. An empty one (GNU_STACK) names nothing.
+  f = Elf({Segment(PT_LOAD, 0, 0x1000), Segment(PT_NOTE, 0x8000, 0x100),
+           Segment(PT_GNU_STACK, 0x20000, 0)},
+          1 << 20);
+  EXPECT_EQ(ExecutablePrefixBytes(f), 0x8100u);
+}
+
+TEST(ExecutablePrefixTest, ACopyNamesNoSectionHeaders) {
+  std::string f = Elf({Segment(PT_LOAD, 0, 0x10)}, 4096);
+  auto* eh = reinterpret_cast<Elf64_Ehdr*>(f.data());
+  eh->e_shoff = 1 << 20, eh->e_shnum = 40, eh->e_shstrndx = 39;
+  ASSERT_TRUE(DropSectionHeaders(f.data(), f.size()));
+  eh = reinterpret_cast<Elf64_Ehdr*>(f.data());
+  EXPECT_EQ(eh->e_shoff, 0u);
+  EXPECT_EQ(eh->e_shnum, 0u);
+  EXPECT_EQ(eh->e_shstrndx, SHN_UNDEF);
+  EXPECT_EQ(eh->e_phnum, 1u);  // the rest as it was
+  std::string junk(100, 'x');
+  EXPECT_FALSE(DropSectionHeaders(junk.data(), junk.size()));
+  EXPECT_EQ(junk, std::string(100, 'x'));
 }
 
 TEST(ExecutablePrefixTest, KeepsTheProgramHeadersEvenPastTheSegments) {

@@ -21,6 +21,8 @@ namespace {
 constexpr uint64_t kHugePage = 2ull << 20;
 constexpr char kAgentName[] = "warren-agent";
 
+// The first `len` bytes of `src` into `dst`, its ELF header then naming no section headers
+// (they are not copied).
 Status CopyPrefix(int src, int dst, uint64_t len, const std::string& path) {
   off_t off = 0;
   while (static_cast<uint64_t>(off) < len) {
@@ -28,11 +30,21 @@ Status CopyPrefix(int src, int dst, uint64_t len, const std::string& path) {
     if (n < 0) return ErrnoStatus("copy the agent", path);
     if (n == 0) return Status(Code::kInternal, "copy the agent", path, "the file got shorter");
   }
+  char head[64];
+  if (len >= sizeof head && pread(dst, head, sizeof head, 0) == sizeof head &&
+      DropSectionHeaders(head, sizeof head) && pwrite(dst, head, sizeof head, 0) != sizeof head)
+    return ErrnoStatus("write the agent's header", path);
   return Status::Ok();
 }
 
 // A tmpfs of its own, attached nowhere, with huge pages: the agent alone on it, then the
-// mount made read-only. The file is opened again read-only, and that fd keeps the mount.
+// filesystem and the mount made read-only. The file is opened again read-only; that fd keeps
+// the mount alive, and the mount's own fd is closed on return, which matters: while a detached
+// mount's fd is open, anyone who can mount in their own namespace may clone it (open_tree
+// through /proc/1/exe), and once its fd is gone that fails (EINVAL). A clone would still find
+// the superblock read-only, undone only with CAP_SYS_ADMIN in the host's user namespace; and
+// the file is host root's, mode 0555, so a sandbox's root (host root unmapped) gets EACCES
+// before any of that.
 Result<UniqueFd> OnHugeTmpfs(int src, uint64_t len, const std::string& path) {
   const uint64_t room = (len + kHugePage - 1) / kHugePage * kHugePage;
   UniqueFd mnt = WARREN_TRY(sys::FsMount(
@@ -40,10 +52,11 @@ Result<UniqueFd> OnHugeTmpfs(int src, uint64_t len, const std::string& path) {
       {{"huge", "always"}, {"size", std::to_string(room)}, {"nr_inodes", "4"}, {"mode", "0755"}},
       MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV));
   {
-    UniqueFd out(openat(mnt.get(), kAgentName, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0555));
+    UniqueFd out(openat(mnt.get(), kAgentName, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0555));
     if (!out) return ErrnoStatus("create the agent's file", "tmpfs");
     WARREN_RETURN_IF_ERROR(CopyPrefix(src, out.get(), len, path));
   }
+  WARREN_RETURN_IF_ERROR(sys::MakeSuperblockReadOnly(mnt.get()));
   WARREN_RETURN_IF_ERROR(sys::SetMountAttrs(mnt.get(), MOUNT_ATTR_RDONLY));
   UniqueFd agent(openat(mnt.get(), kAgentName, O_RDONLY | O_CLOEXEC));
   if (!agent) return ErrnoStatus("open the agent's file", "tmpfs");
@@ -80,7 +93,21 @@ Result<UniqueFd> LoadAgent(const std::string& path, std::string* how) {
   const uint64_t len = ExecutablePrefixBytes(src.get(), static_cast<uint64_t>(sb.st_size));
   auto huge = OnHugeTmpfs(src.get(), len, path);
   if (huge.ok()) {
-    if (how) *how = "on a tmpfs of its own with huge pages (" + std::to_string(len >> 10) + " KiB)";
+    if (how) {
+      // `deny` overrides every tmpfs's own huge= (transparent_hugepage/shmem_enabled).
+      std::string shmem;
+      if (UniqueFd f(
+              open("/sys/kernel/mm/transparent_hugepage/shmem_enabled", O_RDONLY | O_CLOEXEC));
+          f) {
+        char buf[128];
+        ssize_t n = read(f.get(), buf, sizeof buf);
+        if (n > 0) shmem.assign(buf, static_cast<size_t>(n));
+      }
+      *how = "on a tmpfs of its own (" + std::to_string(len >> 10) + " KiB), " +
+             (shmem.find("[deny]") != std::string::npos
+                  ? "in small pages: the host denies tmpfs huge pages"
+                  : "with huge pages");
+    }
     return huge;
   }
   UniqueFd mem = WARREN_TRY(InSealedMemfd(src.get(), len, path));

@@ -7,7 +7,10 @@
 // nowhere, holds its pages as 2 MiB huge pages, and is made read-only once filled: the agent
 // is linked with its segments 2 MiB-aligned, so each new agent maps its code with one
 // page-table entry per 2 MiB instead of faulting it in 64 KiB at a time (and tears down as
-// few at its exit). Elsewhere it is a memfd sealed against writes.
+// few at its exit). Elsewhere it is a memfd sealed against writes. Under a sandbox's Landlock
+// domain the file lies outside every tree it allows, so the sandbox's processes can neither
+// read nor execute /proc/1/exe; the agent never executes itself again there (fncall runners,
+// whose dispatcher is /proc/self/exe, have no sandbox-wide Landlock).
 #pragma once
 
 #include <string>

@@ -106,6 +106,7 @@ Status BuildInitramfs(const std::string& out_path, const std::string& agent_path
   // agent carries 27 MiB of symbols and debug information after its segments.
   std::string agent = WARREN_TRY(ReadFile(agent_path));
   agent.resize(ExecutablePrefixBytes(agent));
+  DropSectionHeaders(agent.data(), agent.size());
   WARREN_RETURN_IF_ERROR(WriteEntry(a.get(), "init", S_IFREG | 0755, agent));
   for (const auto& [mods, list_name] :
        {std::pair{&order, "warren.order"}, std::pair{&display_order, "warren-display.order"}}) {

@@ -258,7 +258,7 @@ Result<GuestImage> PrepareGuestImage(const std::string& cache_dir, const std::st
     if (std::find(order.begin(), order.end(), m) == order.end())
       display_order.push_back(std::move(m));
   const std::string agent_sum = WARREN_TRY(Sha256File(agent_path));
-  std::string recipe = "v3\n" + kernel_key + "\n" + agent_sum + "\n";
+  std::string recipe = "v4\n" + kernel_key + "\n" + agent_sum + "\n";
   for (const auto& m : order) recipe += m + "\n";
   recipe += "display:\n";
   for (const auto& m : display_order) recipe += m + "\n";

@@ -7,7 +7,8 @@ SqliteStatements::~SqliteStatements() {
 }
 
 SqliteStatements::Use SqliteStatements::Get(const char* sql) {
-  if (auto it = stmts_.find(sql); it != stmts_.end()) return Use(it->second, SQLITE_OK);
+  if (auto it = stmts_.find(std::string_view(sql)); it != stmts_.end())
+    return Use(it->second, SQLITE_OK);
   sqlite3_stmt* s = nullptr;
   // PERSISTENT: kept for long, so SQLite takes its memory from the heap, not its lookaside.
   const int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);

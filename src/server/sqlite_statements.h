@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -50,8 +51,13 @@ class SqliteStatements {
   Use Get(const char* sql);
 
  private:
+  // Looked up by the SQL's text without making a std::string of it per query.
+  struct TextHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   sqlite3* db_;
-  std::unordered_map<std::string, sqlite3_stmt*> stmts_;
+  std::unordered_map<std::string, sqlite3_stmt*, TextHash, std::equal_to<>> stmts_;
 };
 
 }  // namespace warren::server

@@ -32,21 +32,28 @@ Result<UniqueFd> CloneMount(int mount_fd) {
   return fd;
 }
 
+namespace {
+
+Status SetAttr(int mount_fd, const mount_attr& attr, const char* op) {
+  mount_attr a = attr;
+  if (mount_setattr(mount_fd, "", AT_EMPTY_PATH, &a, sizeof a) != 0)
+    return ErrnoStatus(op, "fd " + std::to_string(mount_fd));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status IdmapMount(int mount_fd, int userns_fd, unsigned long long extra_attrs) {
   mount_attr attr{};
   attr.attr_set = MOUNT_ATTR_IDMAP | extra_attrs;
   attr.userns_fd = static_cast<unsigned long long>(userns_fd);
-  if (mount_setattr(mount_fd, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
-    return ErrnoStatus("mount_setattr idmap", "fd " + std::to_string(mount_fd));
-  return Status::Ok();
+  return SetAttr(mount_fd, attr, "mount_setattr idmap");
 }
 
 Status SetMountAttrs(int mount_fd, unsigned long long attrs) {
   mount_attr attr{};
   attr.attr_set = attrs;
-  if (mount_setattr(mount_fd, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
-    return ErrnoStatus("mount_setattr", "fd " + std::to_string(mount_fd));
-  return Status::Ok();
+  return SetAttr(mount_fd, attr, "mount_setattr");
 }
 
 Status MakeSuperblockReadOnly(int mount_fd) {

@@ -8,10 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
+#include "isolation/cgroup_files.h"
 #include "runtime/executable_prefix.h"
 #include "sys/mount_api.h"
 
@@ -95,18 +94,10 @@ Result<UniqueFd> LoadAgent(const std::string& path, std::string* how) {
   if (huge.ok()) {
     if (how) {
       // `deny` overrides every tmpfs's own huge= (transparent_hugepage/shmem_enabled).
-      std::string shmem;
-      if (UniqueFd f(
-              open("/sys/kernel/mm/transparent_hugepage/shmem_enabled", O_RDONLY | O_CLOEXEC));
-          f) {
-        char buf[128];
-        ssize_t n = read(f.get(), buf, sizeof buf);
-        if (n > 0) shmem.assign(buf, static_cast<size_t>(n));
-      }
+      auto shmem = isolation::ReadCgroupFile("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+      const bool denied = shmem.ok() && shmem->find("[deny]") != std::string::npos;
       *how = "on a tmpfs of its own (" + std::to_string(len >> 10) + " KiB), " +
-             (shmem.find("[deny]") != std::string::npos
-                  ? "in small pages: the host denies tmpfs huge pages"
-                  : "with huge pages");
+             (denied ? "in small pages: the host denies tmpfs huge pages" : "with huge pages");
     }
     return huge;
   }

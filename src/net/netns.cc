@@ -1,8 +1,11 @@
 #include "net/netns.h"
 
 #include <fcntl.h>
+#include <linux/nsfs.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -99,6 +102,16 @@ Status RunInNetns(int netns_fd, const std::function<Status()>& fn) {
     if (setns(netns_fd, CLONE_NEWNET) != 0) return ErrnoStatus("setns", "network namespace");
     return fn();
   });
+}
+
+bool NodeOwnedNetns(int netns_fd) {
+  struct stat host_user, owner_st, host_net, net;
+  UniqueFd owner(ioctl(netns_fd, NS_GET_USERNS));
+  return owner && fstat(owner.get(), &owner_st) == 0 &&
+         stat("/proc/self/ns/user", &host_user) == 0 && fstat(netns_fd, &net) == 0 &&
+         stat("/proc/self/ns/net", &host_net) == 0 && owner_st.st_ino == host_user.st_ino &&
+         owner_st.st_dev == host_user.st_dev &&
+         !(net.st_ino == host_net.st_ino && net.st_dev == host_net.st_dev);
 }
 
 Result<UniqueFd> OpenHostNetns() {

@@ -22,5 +22,8 @@ Status RunInNetns(int netns_fd, const std::function<Status()>& fn);
 Status WriteNetSysctl(const std::string& key, const std::string& value);
 // The host's (initial) network namespace as seen by this process.
 Result<UniqueFd> OpenHostNetns();
+// Whether the namespace `netns_fd` is owned by the host's user namespace and is not the
+// host's own: one the node made, in which no sandbox holds a capability.
+bool NodeOwnedNetns(int netns_fd);
 
 }  // namespace warren::net

@@ -109,6 +109,8 @@ Status Network::ReclaimDeadBridge(const std::string& link, const BridgeInspectio
 Result<std::unique_ptr<Network>> Network::Start(const NetworkOptions& opts) {
   std::unique_ptr<Network> n(new Network(opts));
   WARREN_RETURN_IF_ERROR(n->Init());
+  n->bare_ = std::make_unique<BareNetnsPool>(
+      BareNetnsOptions{.ipv6 = n->ipv6_, .target = opts.pool_bare, .keep = 2 * opts.pool_bare});
   n->filler_ = std::thread([p = n.get()] { p->FillPool(); });
   return n;
 }
@@ -226,7 +228,7 @@ Network::~Network() {
   }
   for (auto& id : ids) Detach(id);
   // Pooled namespaces die with their last fd, taking their veths along.
-  bare_.clear();
+  bare_.reset();
   wired_.clear();
   firewall_.reset();
   if (made_bridge_ && host_nl_) (void)host_nl_->DeleteLink(bridge_index_);
@@ -313,29 +315,8 @@ Status Network::SetLink(int netns_fd, bool egress) {
 }
 
 Result<Network::Pooled> Network::MakeNamespace(bool wired) {
-  Pooled p;
-  p.netns = WARREN_TRY(CreateNetns([&]() -> Status {
-    // The sandbox's root is not root of this namespace: let it bind low ports anyway.
-    WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv4/ip_unprivileged_port_start", "0"));
-    if (ipv6_) {
-      // eth0's IPv6 is what the node gives it, usable at once: no duplicate address
-      // detection (the node hands out every address on the bridge), no router solicitations
-      // or advertisements, no addresses of its own making; kept while the link is down in
-      // mode none (IPv6 otherwise flushes it, and the next egress would find none).
-      for (const char* key : {"accept_ra", "autoconf", "accept_dad", "router_solicitations"})
-        WARREN_RETURN_IF_ERROR(WriteNetSysctl(std::string("net/ipv6/conf/default/") + key, "0"));
-      WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv6/conf/default/keep_addr_on_down", "1"));
-    } else {
-      // No IPv6 on the links we add; ::1 on lo stays.
-      WARREN_RETURN_IF_ERROR(WriteNetSysctl("net/ipv6/conf/default/disable_ipv6", "1"));
-    }
-    // Mounting sysfs needs privilege over the network namespace, which the sandbox lacks:
-    // we make its /sys here (it shows this namespace's links) and the agent attaches it.
-    p.sysfs = WARREN_TRY(
-        sys::FsMount("sysfs", "sysfs", {},
-                     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
-    return Status::Ok();
-  }));
+  BareNetns made = WARREN_TRY(BareNetnsPool::Make(ipv6_));
+  Pooled p{std::move(made.netns), std::move(made.sysfs)};
   if (wired) {
     p.ip = WARREN_TRY(AllocateIp());
     Status st = Wire(p.netns.get(), p.ip);
@@ -355,21 +336,19 @@ void Network::FillPool() {
     spdlog::warn("network pool: {}", st.ToString());
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait_for(lock, std::chrono::seconds(5), [&] {
-      return stop_ || bare_.size() < opts_.pool_bare || wired_.size() < opts_.pool_wired;
-    });
+    cv_.wait_for(lock, std::chrono::seconds(5),
+                 [&] { return stop_ || wired_.size() < opts_.pool_wired; });
     if (stop_) return;
-    bool wired = wired_.size() < opts_.pool_wired;
-    if (!wired && bare_.size() >= opts_.pool_bare) continue;
+    if (wired_.size() >= opts_.pool_wired) continue;
     lock.unlock();
-    auto p = MakeNamespace(wired);
+    auto p = MakeNamespace(true);
     lock.lock();
     if (!p.ok()) {
       spdlog::warn("network pool: {}", p.status().ToString());
       cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stop_; });
       continue;
     }
-    (wired ? wired_ : bare_).push_back(std::move(*p));
+    wired_.push_back(std::move(*p));
   }
 }
 
@@ -380,18 +359,26 @@ Result<Attachment> Network::Attach(const std::string& id, const Policy& policy, 
     std::lock_guard lock(mu_);
     if (sandboxes_.count(id))
       return Status(Code::kConflict, "attach network", id, "already attached");
-    auto& q = policy.egress ? wired_ : bare_;
-    if (!q.empty()) {
-      p = std::move(q.front());
-      q.pop_front();
+    if (policy.egress && !wired_.empty()) {
+      p = std::move(wired_.front());
+      wired_.pop_front();
       ++pool_hits_;
-    } else {
+    } else if (policy.egress) {
       ++pool_misses_;
     }
   }
   cv_.notify_all();
-  const bool made_now = !p.netns;
-  if (!p.netns) {
+  bool made_now = !p.netns;
+  if (!policy.egress) {
+    bool waiting = false;  // else Take makes it now
+    auto b = bare_->Take(&waiting);
+    if (!b.ok()) return b.status().Context("attach network " + id);
+    p.netns = std::move(b->netns);
+    p.sysfs = std::move(b->sysfs);
+    made_now = !waiting;
+    std::lock_guard lock(mu_);
+    ++(waiting ? pool_hits_ : pool_misses_);
+  } else if (!p.netns) {
     auto made = MakeNamespace(policy.egress);
     if (!made.ok()) return made.status().Context("attach network " + id);
     p = std::move(*made);
@@ -739,27 +726,28 @@ Resolution Network::AllowResolved(uint32_t ip, const std::string& name, const Re
 
 nlohmann::json Network::Info() {
   std::lock_guard lock(mu_);
-  return {{"bridge", opts_.bridge},
-          {"subnet", opts_.subnet},
-          {"gateway", Ip4String(gateway_)},
-          {"ipv6", ipv6_},
-          {"subnet6", ipv6_ ? nlohmann::json(Ip6String(SandboxAddress6(subnet_)) + "/" +
-                                             std::to_string(96 + prefix_))
-                            : nlohmann::json(nullptr)},
-          {"sandboxes", sandboxes_.size()},
-          {"wired", by_ip_.size()},
-          {"dns", dns_ ? dns_->Stats() : nlohmann::json(nullptr)},
-          {"proxy", proxy_ ? proxy_->Stats() : nlohmann::json(nullptr)},
-          {"pool",
-           {{"bare", bare_.size()},
-            {"wired", wired_.size()},
-            {"bare_target", opts_.pool_bare},
-            {"wired_target", opts_.pool_wired},
-            {"hits", pool_hits_},
-            {"misses", pool_misses_},
-            // What attaching a sandbox took, on average, from the pool and without it.
-            {"attach_us_hit", pool_hits_ ? attach_hit_us_ / pool_hits_ : 0},
-            {"attach_us_miss", pool_misses_ ? attach_miss_us_ / pool_misses_ : 0}}}};
+  nlohmann::json out = {
+      {"bridge", opts_.bridge},
+      {"subnet", opts_.subnet},
+      {"gateway", Ip4String(gateway_)},
+      {"ipv6", ipv6_},
+      {"subnet6", ipv6_ ? nlohmann::json(Ip6String(SandboxAddress6(subnet_)) + "/" +
+                                         std::to_string(96 + prefix_))
+                        : nlohmann::json(nullptr)},
+      {"sandboxes", sandboxes_.size()},
+      {"wired", by_ip_.size()},
+      {"dns", dns_ ? dns_->Stats() : nlohmann::json(nullptr)},
+      {"proxy", proxy_ ? proxy_->Stats() : nlohmann::json(nullptr)},
+      {"pool",
+       {{"wired", wired_.size()},
+        {"wired_target", opts_.pool_wired},
+        {"hits", pool_hits_},
+        {"misses", pool_misses_},
+        // What attaching a sandbox took, on average, from the pool and without it.
+        {"attach_us_hit", pool_hits_ ? attach_hit_us_ / pool_hits_ : 0},
+        {"attach_us_miss", pool_misses_ ? attach_miss_us_ / pool_misses_ : 0}}}};
+  out["pool"].update(bare_->Info());
+  return out;
 }
 
 }  // namespace warren::net

@@ -20,6 +20,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "net/bare_netns_pool.h"
 #include "net/bridge_owner.h"
 #include "net/dns_server.h"
 #include "net/egress_proxy.h"
@@ -111,6 +112,8 @@ class Network {
                            uint32_t slack_s, int family);
 
   nlohmann::json Info();
+  // Sandboxes' namespaces without a link, lent again when given back as new.
+  BareNetnsPool* bare_pool() { return bare_.get(); }
 
  private:
   struct Pooled {
@@ -174,7 +177,8 @@ class Network {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::deque<Pooled> bare_, wired_;
+  std::unique_ptr<BareNetnsPool> bare_;  // for mode none (lo only)
+  std::deque<Pooled> wired_;
   std::map<std::string, std::unique_ptr<Sandbox>> sandboxes_;
   std::map<uint32_t, std::string> by_ip_;
   std::set<uint32_t> used_ips_;  // host order

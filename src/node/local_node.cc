@@ -101,6 +101,12 @@ Status LocalNode::StartServices() {
   } else {
     net_error_ = "sandbox networking is disabled on this node";
   }
+  // Without networking (off, or failed to start) sandboxes still get a namespace of the
+  // node's with lo only, from a pool of its own, and give it back as Network's do; a fake
+  // backend (opts.container_backend) makes none.
+  if (!net_ && !opts.container_backend)
+    own_bare_netns_ = std::make_unique<net::BareNetnsPool>(net::BareNetnsOptions{
+        .ipv6 = false, .target = opts_.net.pool_bare, .keep = 2 * opts_.net.pool_bare});
   WARREN_RETURN_IF_ERROR(mux_.Start());
   {
     density::DensityOptions d = opts.density;
@@ -451,6 +457,17 @@ Result<std::unique_ptr<runtime::Instance>> LocalNode::CreateAttached(runtime::Ba
   Cleanup detach([&] {
     if (policy) net_->Detach(cfg.id);
   });
+  // No network here: a namespace of the node's all the same (its root then holds no
+  // capability over it, as with networking on). Its fds are the node's only until the
+  // sandbox holds them.
+  net::BareNetns bare;
+  if (!policy && own_bare_netns_ && backend == container_.get() && !cfg.fncall_runner) {
+    auto taken = own_bare_netns_->Take();
+    if (!taken.ok()) return taken.status().Context("create " + cfg.id);
+    bare = std::move(*taken);
+    cfg.netns_fd = bare.netns.get();
+    cfg.sysfs_fd = bare.sysfs.get();
+  }
   if (policy) {
     WARREN_RETURN_IF_ERROR(
         runtime::CheckFault(opts_.create_faults, runtime::CreateStep::kNetwork, cfg.id));
@@ -507,10 +524,26 @@ Result<WarmSandbox> LocalNode::MakeWarm(const runtime::SandboxConfig& tmpl) {
 }
 
 void LocalNode::DiscardWarm(WarmSandbox& w) {
+  UniqueFd netns = w.instance ? KeepNetns(*w.instance) : UniqueFd();
   if (w.instance) (void)w.instance->Destroy();
   w.instance.reset();
   w.control.Reset();
   if (net_) net_->Detach(w.name);
+  GiveBackNetns(std::move(netns));
+}
+
+net::BareNetnsPool* LocalNode::bare_netns() {
+  return net_ ? net_->bare_pool() : own_bare_netns_.get();
+}
+
+UniqueFd LocalNode::KeepNetns(runtime::Instance& inst) {
+  if (!bare_netns()) return UniqueFd();
+  auto netns = inst.OpenNetns();
+  return netns.ok() ? std::move(*netns) : UniqueFd();
+}
+
+void LocalNode::GiveBackNetns(UniqueFd netns) {
+  if (netns && bare_netns()) bare_netns()->GiveBack(std::move(netns));
 }
 
 Status LocalNode::ClaimWarm(WarmSandbox& w, const runtime::SandboxConfig& cfg) {
@@ -778,9 +811,12 @@ Status LocalNode::DeleteSandbox(const std::string& id) {
   density_->Forget(id);
   mux_.Remove(e->conn);
   e->conn->OnClosed("sandbox deleted");
+  // Its namespace, held across its end: lent to a later sandbox if it comes back as new.
+  UniqueFd netns = e->microvm ? UniqueFd() : KeepNetns(*e->instance);
   Status st = e->instance->Destroy().Context("delete " + id);
   NoteLazyLayers(id, {});
   if (net_) net_->Detach(id);
+  GiveBackNetns(std::move(netns));
   if (!opts_.spill_dir.empty()) e->journal->Discard();
   return st;
 }
@@ -1104,6 +1140,7 @@ nlohmann::json LocalNode::Info() {
       {"uid_slots", opts_.uid_slots},
       {"warm_pool", WarmInfo()},
       {"network", net_ ? net_->Info() : nlohmann::json{{"error", net_error_}}}};
+  if (!net_ && own_bare_netns_) j["network"]["pool"] = own_bare_netns_->Info();
   if (fncall_) j["fncall_sandboxes"] = fncall_->size();
   if (calls_) j["fncall"] = calls_->Stats();  // its runners
   j["layers_on_demand"] = LazyInfo();

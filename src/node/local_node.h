@@ -206,6 +206,13 @@ class LocalNode : public NodeApi {
   std::string vm_error_ GUARDED_BY(vm_mu_);
   std::unique_ptr<net::Network> net_;
   std::string net_error_;  // why there is no sandbox networking, if there is none
+  // Without net_: the bare namespaces sandboxes get instead (net/bare_netns_pool.h).
+  std::unique_ptr<net::BareNetnsPool> own_bare_netns_;
+  // Network's pool or our own (null: neither, as with a fake backend).
+  net::BareNetnsPool* bare_netns();
+  // The namespace of a sandbox about to be destroyed, to give back after (empty: none).
+  UniqueFd KeepNetns(runtime::Instance& inst);
+  void GiveBackNetns(UniqueFd netns);
   AgentMux mux_;
   std::unique_ptr<WarmPool> warm_;
   std::atomic<uint64_t> warm_claim_failures_{0};

@@ -147,6 +147,12 @@ class Instance {
   }
   // The host pid of the sandbox's init (the agent), for diagnostics.
   virtual int host_pid() const = 0;
+  // The network namespace its init is in, opened before it is destroyed (so that the node
+  // can lend it again: net/bare_netns_pool.h). Unavailable where the backend has none of
+  // the node's to give back.
+  virtual Result<UniqueFd> OpenNetns() {
+    return Status(Code::kUnavailable, "open network namespace", "sandbox", "not a container");
+  }
   virtual uint32_t host_uid() const = 0;
 };
 

@@ -763,3 +763,51 @@ def test_network_of_a_paused_sandbox_changes_and_holds_after_resume(server, runn
     assert server.http("GET", f"/v1/sandboxes/{sb.id}").json["network"]["mode"] == "egress"
     sb.resume()
     assert probe(sb, f"""print(json.dumps(tcp("pkg.test", {ECHO_PORT})))""") == "ok:ping"
+
+
+def _netns(sb) -> str:
+    r = sb.run(["readlink", "/proc/self/ns/net"])
+    assert r.exit_code == 0, r.raw
+    return r.stdout.strip()
+
+
+def _pool_counter(server, key: str) -> int:
+    return sum((n.get("network") or {}).get("pool", {}).get(key, 0)
+               for n in server.http("GET", "/v1/nodes").json["nodes"])
+
+
+def test_a_namespace_is_lent_again_only_as_new(server, runner, sandboxes):
+    """A deleted sandbox's network namespace (mode none: lo only, the node's) goes to a later
+    sandbox only if nothing in it tells of the last occupant (docs/design.md, "Network"): one
+    that carried a packet, found no route for a connect, or left a TCP connection in
+    time-wait is never seen again."""
+    used = {}
+    for what, code in {
+        "a packet on lo": """
+            import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", 9))""",
+        "a connect with no route": """
+            import socket
+            try: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).connect(("10.0.0.1", 9))
+            except OSError: pass""",
+        "a connection on lo": """
+            import socket; l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+            c = socket.create_connection(l.getsockname()); a, _ = l.accept(); c.close(); a.close()""",
+    }.items():
+        sb = make(server, runner, sandboxes)
+        used[_netns(sb)] = what
+        assert py(sb, code).exit_code == 0, what
+        sb.delete()
+        sandboxes.remove(sb.id)
+    reused0 = _pool_counter(server, "bare_reused")
+    clean = make(server, runner, sandboxes)
+    _netns(clean)  # a command ran; the network was not touched
+    clean.delete()
+    sandboxes.remove(clean.id)
+    assert _pool_counter(server, "bare_reused") > reused0, "an untouched namespace was not kept"
+    # More sandboxes than the pool keeps: none gets a namespace that was used.
+    for _ in range(20):
+        sb = make(server, runner, sandboxes)
+        ns = _netns(sb)
+        assert ns not in used, f"a namespace that saw {used[ns]} was lent again"
+        sb.delete()
+        sandboxes.remove(sb.id)

@@ -28,6 +28,7 @@
 #include "sys/clone3.h"
 #include "sys/fd_passing.h"
 #include "sys/mount_api.h"
+#include "sys/pidfd_ns.h"
 #include "sys/sched_priority.h"
 #include "sys/unix_socket.h"
 
@@ -108,6 +109,11 @@ class ContainerInstance : public Instance {
 
   UniqueFd TakeControlSocket() override { return std::move(control_); }
   int host_pid() const override { return pid_; }
+  Result<UniqueFd> OpenNetns() override {
+    std::lock_guard lock(mu_);
+    if (destroyed_) return Status(Code::kNotFound, "open network namespace", "sandbox", "gone");
+    return sys::OpenNetnsOfPidfd(pidfd_.get());
+  }
   std::string cgroup_name() const override { return cgroup_name_; }
   isolation::CgroupPaths cgroup_paths() const override {
     std::lock_guard lock(mu_);

@@ -7,24 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int read_small(const char* path, char* buf, size_t cap) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  size_t len = 0;
-  for (;;) {
-    ssize_t n = read(fd, buf + len, cap - 1 - len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    len += (size_t)n;
-    if (len == cap - 1) { /* more than a pristine namespace ever shows */
-      close(fd);
-      return -1;
-    }
-  }
-  close(fd);
-  buf[len] = 0;
-  return (int)len;
-}
+#include "sys/small_file.h"
 
 /* `dir`/`name` into `out` (which holds 256 bytes). */
 static const char* in_dir(char* out, const char* dir, const char* name) {
@@ -54,7 +37,7 @@ static int snmp_setting(const char* name) {
  * lo's own counters and the socket counts do not show those. Absent (no IPv6): nothing to tell. */
 static int snmp_all_zero(const char* path, int paired) {
   char buf[32768]; /* snmp6: ~90 lines */
-  if (read_small(path, buf, sizeof buf) < 0) return access(path, F_OK) != 0;
+  if (warren_read_small_file(path, buf, sizeof buf) < 0) return access(path, F_OK) != 0;
   char* save = NULL;
   char* names = NULL;
   for (char* line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -89,7 +72,7 @@ static int snmp_all_zero(const char* path, int paired) {
 int warren_netns_pristine(const char* proc_net) {
   char buf[4096], path[256];
   /* lo: every counter 0 (bytes, packets, errors, drops... both ways). */
-  if (read_small(in_dir(path, proc_net, "dev"), buf, sizeof buf) < 0) return 0;
+  if (warren_read_small_file(in_dir(path, proc_net, "dev"), buf, sizeof buf) < 0) return 0;
   const char* lo = strstr(buf, "lo:");
   if (!lo) return 0;
   const char* end = strchr(lo, '\n');
@@ -105,16 +88,16 @@ int warren_netns_pristine(const char* proc_net) {
   /* No socket of any family ("sockets: used" counts them all in this namespace), none of TCP,
    * UDP, raw or fragments (v4 and v6) in use or in time-wait, and no AF_UNIX one (a socket
    * kept alive by its own fds in flight outlives every process). */
-  if (read_small(in_dir(path, proc_net, "sockstat"), buf, sizeof buf) < 0 ||
+  if (warren_read_small_file(in_dir(path, proc_net, "sockstat"), buf, sizeof buf) < 0 ||
       !strstr(buf, "sockets: used ") || !all_zero_after(buf, "sockets: used ") ||
       !all_zero_after(buf, " inuse ") || !all_zero_after(buf, " tw "))
     return 0;
-  if (read_small(in_dir(path, proc_net, "sockstat6"), buf, sizeof buf) >= 0 &&
+  if (warren_read_small_file(in_dir(path, proc_net, "sockstat6"), buf, sizeof buf) >= 0 &&
       !all_zero_after(buf, " inuse "))
     return 0;
   /* IPv6 flow labels outlive their socket (up to a linger the call chose) and carry 20 bits
    * and an address a later call can read. Without IPv6 there are none, and no sockstat6. */
-  if (read_small(in_dir(path, proc_net, "ip6_flowlabel"), buf, sizeof buf) >= 0) {
+  if (warren_read_small_file(in_dir(path, proc_net, "ip6_flowlabel"), buf, sizeof buf) >= 0) {
     char* nl = strchr(buf, '\n');
     if (!nl || nl[1] != 0) return 0;
   } else if (access(in_dir(path, proc_net, "sockstat6"), F_OK) == 0) {
@@ -123,7 +106,7 @@ int warren_netns_pristine(const char* proc_net) {
   /* netstat's and lo's own IPv6 counters move only with packets, which lo's counters show. */
   if (!snmp_all_zero(in_dir(path, proc_net, "snmp"), 1)) return 0;
   if (!snmp_all_zero(in_dir(path, proc_net, "snmp6"), 0)) return 0;
-  int n = read_small(in_dir(path, proc_net, "unix"), buf, sizeof buf);
+  int n = warren_read_small_file(in_dir(path, proc_net, "unix"), buf, sizeof buf);
   if (n < 0) return 0;
   char* nl = strchr(buf, '\n');
   return nl && nl[1] == 0; /* the header line alone */

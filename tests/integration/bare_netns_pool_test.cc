@@ -23,6 +23,15 @@
 namespace warren::net {
 namespace {
 
+// A UDP socket's address on port 9 (discard) of `ip`.
+sockaddr_in Port9(const char* ip) {
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(9);
+  inet_pton(AF_INET, ip, &to.sin_addr);
+  return to;
+}
+
 ino_t Inode(int fd) {
   struct stat st {};
   EXPECT_EQ(fstat(fd, &st), 0);
@@ -69,10 +78,7 @@ TEST_F(BareNetnsPoolTest, AnUntouchedNamespaceIsLentAgainWithANewSysfs) {
 TEST_F(BareNetnsPoolTest, ANamespaceThatCarriedAPacketIsNot) {
   EXPECT_FALSE(LentAgainAfter([] {
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(9);
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in to = Port9("127.0.0.1");
     EXPECT_EQ(sendto(s, "x", 1, 0, reinterpret_cast<sockaddr*>(&to), sizeof to), 1);
     close(s);
   }));
@@ -83,10 +89,7 @@ TEST_F(BareNetnsPoolTest, NorOneWhereAConnectFoundNoRoute) {
   // No packet at all, but a counter (OutNoRoutes) a later occupant could read.
   EXPECT_FALSE(LentAgainAfter([] {
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(9);
-    inet_pton(AF_INET, "10.0.0.1", &to.sin_addr);
+    sockaddr_in to = Port9("10.0.0.1");
     EXPECT_NE(connect(s, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
     close(s);
   }));

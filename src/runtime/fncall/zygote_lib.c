@@ -46,6 +46,7 @@
 #include "runtime/fncall/zygote_request.h"
 #include "sys/code_huge_pages.h"
 #include "sys/copy_at_clone.h"
+#include "sys/small_file.h"
 
 #define WZ_FDS 5 /* request, stdin, stdout, stderr, status */
 #ifndef SYS_pidfd_open
@@ -159,12 +160,10 @@ static int copy_from_request(int fd, uint64_t len) {
   return 0;
 }
 
-static int read_small(const char* path, char* buf, size_t cap);
-
 /* The address space the worker has now, which a call's limit comes on top of. */
 static uint64_t vm_bytes(void) {
   char buf[128];
-  int n = read_small("/proc/self/statm", buf, sizeof buf);
+  int n = warren_read_small_file("/proc/self/statm", buf, sizeof buf);
   if (n <= 0) return 0;
   return strtoull(buf, NULL, 10) * (uint64_t)sysconf(_SC_PAGESIZE);
 }
@@ -369,25 +368,6 @@ static struct {
   pid_t pid;
   int netns; /* its net namespace, to check and keep when it ends; -1: none kept */
 } g_kids[WZ_KIDS];
-
-static int read_small(const char* path, char* buf, size_t cap) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  size_t len = 0;
-  for (;;) {
-    ssize_t n = read(fd, buf + len, cap - 1 - len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    len += (size_t)n;
-    if (len == cap - 1) { /* more than a pristine namespace ever shows */
-      close(fd);
-      return -1;
-    }
-  }
-  close(fd);
-  buf[len] = 0;
-  return (int)len;
-}
 
 static int netns_pristine(int netns) {
   if (g_self_netns < 0 || setns(netns, CLONE_NEWNET) != 0) return 0;

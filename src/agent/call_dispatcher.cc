@@ -161,10 +161,27 @@ unsigned SetupFlags() {
 enum class What { kOut, kErr, kStatus, kStdin, kNativeExit };
 constexpr unsigned kOpenOut = 1, kOpenErr = 2, kOpenStatus = 4, kOpenExit = 8;
 
-struct Run {
+// What every run of one request shares: a judged call's cases are one request (one program,
+// its files once, a stdin per case), so the node makes one round trip per call, not per case.
+struct RunSpec {
   json id;
-  json header;
-  std::string payload;
+  json header;        // the node's, as sent
+  std::string files;  // the files' bytes, in the order of header["files"]
+};
+
+// The runs of one request not yet started, started `parallel` at a time as earlier ones end.
+struct Batch {
+  std::shared_ptr<const RunSpec> spec;
+  std::vector<std::string> stdins;  // one per run, moved out as each starts
+  size_t next = 0;
+  size_t running = 0;
+  size_t parallel = 1;
+};
+
+struct Run {
+  std::shared_ptr<const RunSpec> spec;
+  std::shared_ptr<Batch> batch;
+  size_t index = 0;  // its case in the request, sent back with its result
   bool python = false;
   std::string out[2];
   bool truncated[2] = {false, false};
@@ -531,18 +548,58 @@ class Dispatcher {
       if (total < 4 || hlen > total - 4) Die("a garbled frame from the node");
       if (inbuf_.size() - off < 4 + static_cast<size_t>(total)) break;
       json h = json::parse(std::string_view(inbuf_.data() + off + 8, hlen), nullptr, false);
-      if (h.is_object() && h.value("t", "") == "run") {
-        auto run = std::make_unique<Run>();
-        run->id = h.value("id", json(nullptr));
-        run->python = h.value("mode", "") == "python";
-        run->payload.assign(inbuf_.data() + off + 8 + hlen, total - 4 - hlen);
-        run->header = std::move(h);
-        queue_.push_back(std::move(run));
-      }
+      if (h.is_object() && h.value("t", "") == "run")
+        Accept(std::move(h), std::string_view(inbuf_.data() + off + 8 + hlen, total - 4 - hlen));
       off += 4 + static_cast<size_t>(total);
     }
     inbuf_.erase(0, off);
     DrainQueue();
+  }
+
+  // A run request: its files' bytes, then one stdin per run (`stdin_lens`; without it, the
+  // rest is the one run's stdin). The node checks what it sends; a request that does not add
+  // up is answered as a failed run, never taken for another's.
+  void Accept(json h, std::string_view payload) {
+    auto spec = std::make_shared<RunSpec>();
+    spec->id = h.value("id", json(nullptr));
+    size_t files_len = 0;
+    if (h.contains("files") && h["files"].is_array())
+      for (const json& f : h["files"])
+        files_len += f.is_object() ? static_cast<size_t>(IntOr0(f.value("len", json(0)))) : 0;
+    files_len = std::min(files_len, payload.size());
+    spec->files.assign(payload.substr(0, files_len));
+    payload.remove_prefix(files_len);
+    auto batch = std::make_shared<Batch>();
+    if (h.contains("stdin_lens") && h["stdin_lens"].is_array()) {
+      for (const json& l : h["stdin_lens"]) {
+        const size_t len =
+            std::min(static_cast<size_t>(std::max<int64_t>(0, IntOr0(l))), payload.size());
+        batch->stdins.emplace_back(payload.substr(0, len));
+        payload.remove_prefix(len);
+      }
+    } else {
+      batch->stdins.emplace_back(payload);
+    }
+    batch->parallel =
+        static_cast<size_t>(std::max<int64_t>(1, IntOr0(h.value("parallel", json(1)))));
+    h.erase("stdin_lens");
+    spec->header = std::move(h);
+    batch->spec = std::move(spec);
+    Feed(batch);
+  }
+
+  // Queues the batch's next runs, up to its `parallel` at once.
+  void Feed(const std::shared_ptr<Batch>& batch) {
+    while (batch->running < batch->parallel && batch->next < batch->stdins.size()) {
+      auto run = std::make_unique<Run>();
+      run->spec = batch->spec;
+      run->batch = batch;
+      run->index = batch->next;
+      run->python = batch->spec->header.value("mode", "") == "python";
+      run->stdin_data = std::move(batch->stdins[batch->next++]);
+      ++batch->running;
+      queue_.push_back(std::move(run));
+    }
   }
 
   // Starts every queued run a worker is ready for, then makes workers for the rest; again while
@@ -571,18 +628,13 @@ class Dispatcher {
   }
 
   void Start(const WorkerPtr& w, std::unique_ptr<Run> run) {
-    const json& h = run->header;
-    size_t files_len = 0;
-    if (h.contains("files") && h["files"].is_array())
-      for (const json& f : h["files"])
-        files_len += f.is_object() ? static_cast<size_t>(IntOr0(f.value("len", json(0)))) : 0;
-    files_len = std::min(files_len, run->payload.size());
+    const json& h = run->spec->header;
+    const std::string_view files = run->spec->files;
     json req = json::object();
     for (const char* k :
          {"mode", "argv", "code", "args", "filename", "env", "files", "limits", "collect", "cwd"})
       if (h.contains(k)) req[k] = h[k];
     const json limits = h.value("limits", json::object());
-    run->stdin_data = run->payload.substr(files_len);
     run->start = Now();
     const json wall = limits.is_object() ? limits.value("wall_ms", json(10000)) : json(10000);
     run->deadline = run->start + (wall.is_number() ? wall.get<double>() : 10000.0) / 1000.0;
@@ -603,9 +655,9 @@ class Dispatcher {
       json env = req.contains("env") ? req["env"] : json::object();
       req.erase("env");
       if (!SameEnv(env)) req["env"] = env;
-      msg = EncodePythonRequest(req, std::string_view(run->payload).substr(0, files_len));
+      msg = EncodePythonRequest(req, files);
     } else {
-      msg = EncodeNativeRequest(req, std::string_view(run->payload).substr(0, files_len));
+      msg = EncodeNativeRequest(req, files);
     }
     w->run = std::move(run);
     sys::WriteFull(w->req_w, msg);  // if W is gone, its end (and the error it left) comes later
@@ -766,7 +818,8 @@ class Dispatcher {
       }
     }
     json res = {{"t", "result"},
-                {"id", run->id},
+                {"id", run->spec->id},
+                {"case", run->index},
                 {"wall_ms", static_cast<int64_t>((Now() - run->start) * 1000)},
                 {"timed_out", run->timed_out},
                 {"output_limit", run->output_limit},
@@ -812,7 +865,9 @@ class Dispatcher {
       syscall(SYS_pidfd_send_signal, w->pidfd, SIGKILL, nullptr, 0);
     }
     Send(res, payload);
-    DrainQueue();  // a slot is free: queued runs may start
+    --done->batch->running;
+    Feed(done->batch);  // the request's next run, if any
+    DrainQueue();       // a slot is free: queued runs may start
   }
 
   // A native worker's files ({name, len, mode} each, their bytes after the report's header),

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import concurrent.futures as cf
 import json
+import os
+import signal
 import time
 
 import pytest
@@ -375,6 +377,75 @@ def test_pool_stays_healthy_across_many_calls(server, runner):
     assert runners and all(r["healthy"] for r in runners), runners
     metrics = server.http("GET", "/metrics").body.decode()
     assert "warren_calls_total" in metrics and "warren_call_seconds_bucket" in metrics
+
+
+# A judged call's cases reach the runner as one request (the program once, a stdin each) and
+# run there one after another. Each still runs in a worker of its own: its own /tmp (a mark the
+# case before left is not there), pid namespace (the program is pid 2) and result, in order,
+# whatever the verdicts around it.
+CASES_FRESH = r"""
+#include <cstdio>
+#include <unistd.h>
+int main() {
+  int n;
+  if (scanf("%d", &n) != 1) return 1;
+  FILE* seen = fopen("/tmp/mark", "r");
+  FILE* mark = fopen("/tmp/mark", "w");
+  fprintf(mark, "%d", n);
+  fclose(mark);
+  if (n == 3) return 2;
+  if (n == 5) for (;;) {}
+  printf("%d %s %d\n", n, seen ? "stale" : "fresh", (int)getpid());
+}
+"""
+
+
+def test_a_calls_cases_run_in_order_each_in_a_fresh_worker(server, runner):
+    cases = [{"stdin": f"{i}\n", "expected": f"{i} fresh 2\n"} for i in range(12)]
+    cases[7]["expected"] = "not this"
+    res = call(server, language="cpp", code=CASES_FRESH, cases=cases, timeout_s=1)
+    verdicts = [c["verdict"] for c in res["cases"]]
+    want = ["passed"] * 12
+    want[3], want[5], want[7] = "runtime_error", "time_limit", "wrong_answer"
+    assert verdicts == want, res["cases"]
+    assert [c["stdout"] for c in res["cases"]][8:] == [f"{i} fresh 2\n" for i in range(8, 12)]
+    assert res["cases"][3]["exit_code"] == 2 and res["cases"][5]["timed_out"] is True
+    assert res["verdict"] == "runtime_error", res  # the first case that did not run cleanly
+
+
+def _descendants(roots):
+    parent = {}
+    for pid in u.pids():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent[pid] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    out, todo = set(), set(roots)
+    while todo:
+        kids = {p for p, pp in parent.items() if pp in todo} - out
+        out |= kids
+        todo = kids
+    return out
+
+
+def test_the_cases_a_dead_runner_left_run_on_another(server, runner):
+    """The runner is killed while a call's cases run in it: the cases it had not answered run
+    once more, together, on a runner started for them, and the call's result is whole."""
+    code = "import sys, time\ntime.sleep(0.1)\nprint(int(sys.stdin.read()) + 1)"
+    cases = [{"stdin": f"{i}\n", "expected": f"{i + 1}\n"} for i in range(40)]
+    roots = {n.proc.pid for n in getattr(server, "nodes", [])} or {server.proc.pid}
+    with cf.ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(call, server, language="python", code=code, cases=cases)
+        time.sleep(1.5)  # some cases are done, most are not
+        dispatchers = [p for p in _descendants(roots) if "--call-dispatcher" in u.cmdline(p)]
+        assert dispatchers, "no runner is serving the call"
+        for pid in dispatchers:
+            os.kill(pid, signal.SIGKILL)
+        res = fut.result()
+    assert [c["verdict"] for c in res["cases"]] == ["passed"] * 40, res["cases"]
+    assert [c["stdout"] for c in res["cases"]] == [f"{i + 1}\n" for i in range(40)]
+    assert u.wait_until(lambda: _runners(server) and all(r["healthy"] for r in _runners(server)), 30)
 
 
 # -- backend: fncall sandboxes: the sandbox API, stateless ---------------------------------

@@ -19,6 +19,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxCode = 1 << 20;
 constexpr size_t kMaxCases = 1000;
+// How many of a judged call's cases run at once in its runner. One: each case's wall time and
+// memory are its own, as on an idle runner, and more calls than CPUs keep a node busy anyway.
+constexpr int kCaseParallelism = 1;
 constexpr uint64_t kMaxMemoryMb = 1024;
 constexpr double kMaxTimeoutS = 300;
 // Compiling: its own limits, the same for every call (a compile bomb ends as compile_error).
@@ -165,18 +168,41 @@ Result<RunResult> CallService::RunLayers(const std::vector<std::string>& layers,
 
 Result<RunResult> CallService::RunOn(const std::vector<std::string>& layers,
                                      const std::string& image, const RunRequest& req) {
-  WARREN_RETURN_IF_ERROR(CheckExecRun(req));  // no runner's fault: not tried on two
-  Status last;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    auto runner = WARREN_TRY(Acquire(layers, image));
-    auto res = runner->Run(req);
-    runs_++;
-    if (!runner->healthy() || runner->served() >= opts_.recycle_after) Retire(runner);
-    if (res.ok()) return res;
-    last = res.status();
-    spdlog::warn("fncall: run failed on {}: {}", runner->id(), last.ToString());
+  return std::move(RunCasesOn(layers, image, req, {req.stdin_data}).front());
+}
+
+std::vector<Result<RunResult>> CallService::RunCasesOn(const std::vector<std::string>& layers,
+                                                       const std::string& image,
+                                                       const RunRequest& req,
+                                                       const std::vector<std::string>& stdins) {
+  std::vector<Result<RunResult>> results(stdins.size(), CheckExecRun(req));
+  if (!CheckExecRun(req).ok()) return results;  // no runner's fault: not tried on two
+  std::vector<size_t> todo(stdins.size());
+  for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
+  for (int attempt = 0; attempt < 2 && !todo.empty(); ++attempt) {
+    auto runner = Acquire(layers, image);
+    if (!runner.ok()) {
+      for (size_t i : todo) results[i] = runner.status();
+      break;
+    }
+    std::vector<std::string> ins;
+    ins.reserve(todo.size());
+    for (size_t i : todo) ins.push_back(stdins[i]);
+    auto got = (*runner)->RunCases(req, ins, kCaseParallelism);
+    runs_ += got.size();
+    if (!(*runner)->healthy() || (*runner)->served() >= opts_.recycle_after) Retire(*runner);
+    std::vector<size_t> failed;
+    for (size_t k = 0; k < todo.size(); ++k) {
+      if (!got[k].ok()) {
+        if (failed.empty())
+          spdlog::warn("fncall: run failed on {}: {}", (*runner)->id(), got[k].status().ToString());
+        failed.push_back(todo[k]);
+      }
+      results[todo[k]] = std::move(got[k]);
+    }
+    todo = std::move(failed);
   }
-  return last;
+  return results;
 }
 
 Result<json> CallService::Call(const json& rq) {
@@ -369,9 +395,12 @@ Result<json> CallService::Call(const json& rq) {
   std::optional<RunResult> first_bad;
   std::string first_bad_verdict;
   RunResult first;
+  std::vector<std::string> stdins;
+  stdins.reserve(cases.size());
+  for (const Case& c : cases) stdins.push_back(c.stdin_data);
+  std::vector<Result<RunResult>> runs = RunCasesOn(layers, image, run, stdins);
   for (size_t i = 0; i < cases.size(); ++i) {
-    run.stdin_data = cases[i].stdin_data;
-    RunResult r = WARREN_TRY(RunOn(layers, image, run));
+    RunResult r = WARREN_TRY(std::move(runs[i]));
     std::string v = judge(r);
     if (v != "ok" && !first_bad) first_bad = r, first_bad_verdict = v;
     if (v == "ok")

@@ -68,6 +68,11 @@ class CallService : public Calls {
   // Runs on some runner of `layers`; one retry on another runner if this one failed.
   Result<RunResult> RunOn(const std::vector<std::string>& layers, const std::string& label,
                           const RunRequest& req);
+  // Runs it once per stdin (Runner::RunCases) on some runner of `layers`; the cases that
+  // runner could not run are tried once more, together, on another.
+  std::vector<Result<RunResult>> RunCasesOn(const std::vector<std::string>& layers,
+                                            const std::string& label, const RunRequest& req,
+                                            const std::vector<std::string>& stdins);
   void Retire(const std::shared_ptr<Runner>& r);
   void Maintain();
 

@@ -132,7 +132,9 @@ bool Runner::healthy() const {
 
 int Runner::inflight() const {
   std::lock_guard lock(mu_);
-  return static_cast<int>(pending_.size());
+  size_t n = 0;
+  for (const auto& [id, p] : pending_) n += std::min(p->left, p->parallel);
+  return static_cast<int>(n);
 }
 
 uint64_t Runner::served() const {
@@ -161,8 +163,9 @@ void Runner::MarkDead(const std::string& why) {
   dead_ = true;
   dead_reason_ = why;
   for (auto& [id, p] : pending_) {
-    p->done = true;
-    p->status = Status(Code::kUnavailable, "fncall run", cfg_.id, why);
+    for (size_t i = 0; i < p->results.size(); ++i)
+      if (!p->in[i]) p->results[i] = Status(Code::kUnavailable, "fncall run", cfg_.id, why);
+    p->left = 0;
   }
   cv_.notify_all();
 }
@@ -185,6 +188,12 @@ Status CheckExecRun(const RunRequest& req) {
 }
 
 Result<RunResult> Runner::Run(const RunRequest& req) {
+  return std::move(RunCases(req, {req.stdin_data}, 1).front());
+}
+
+std::vector<Result<RunResult>> Runner::RunCases(const RunRequest& req,
+                                                const std::vector<std::string>& stdins,
+                                                int parallel) {
   json h = {{"t", "run"}, {"env", req.env}, {"cwd", req.cwd}, {"limits", LimitsJson(req.limits)}};
   if (req.python) {
     h["mode"] = "python";
@@ -203,36 +212,48 @@ Result<RunResult> Runner::Run(const RunRequest& req) {
     payload += f.data;
   }
   h["files"] = files;
-  payload += req.stdin_data;
+  json lens = json::array();
+  for (const std::string& in : stdins) {
+    lens.push_back(in.size());
+    payload += in;
+  }
+  h["stdin_lens"] = std::move(lens);
+  h["parallel"] = std::max(1, parallel);
 
   auto p = std::make_shared<Pending>();
+  p->left = stdins.size();
+  p->parallel = static_cast<size_t>(std::max(1, parallel));
+  p->results.assign(stdins.size(), Status(Code::kInternal, "fncall run", cfg_.id, "no result"));
+  p->in.assign(stdins.size(), false);
+  p->progress = std::chrono::steady_clock::now();
   uint64_t id;
   {
     std::lock_guard lock(mu_);
-    if (dead_) return Status(Code::kUnavailable, "fncall run", cfg_.id, dead_reason_);
+    if (dead_) {
+      for (auto& r : p->results)
+        r = Status(Code::kUnavailable, "fncall run", cfg_.id, dead_reason_);
+      return std::move(p->results);
+    }
     id = next_id_++;
     pending_[id] = p;
   }
   h["id"] = id;
   Status st = node_->WriteExecStdin(cfg_.id, exec_id_, agent::EncodeFrame(h, payload), false);
+  if (!st.ok()) MarkDead("write to dispatcher: " + st.ToString());
   std::unique_lock lock(mu_);
-  if (!st.ok()) {
-    pending_.erase(id);
-    lock.unlock();
-    MarkDead("write to dispatcher: " + st.ToString());
-    return st.Context("fncall run");
-  }
-  auto limit = std::chrono::milliseconds(req.limits.wall_ms + kRunSlackMs);
-  if (!cv_.wait_for(lock, limit, [&] { return p->done; })) {
-    pending_.erase(id);
-    lock.unlock();
-    MarkDead("a run got no result within its wall limit + 15 s");
-    return Status(Code::kUnavailable, "fncall run", cfg_.id, "runner did not answer");
+  // The runner is hung if no run of the request ends within its wall limit (+ slack) of the
+  // previous one, or of the start.
+  const auto limit = std::chrono::milliseconds(req.limits.wall_ms + kRunSlackMs);
+  while (p->left > 0) {
+    if (cv_.wait_until(lock, p->progress + limit) == std::cv_status::timeout &&
+        std::chrono::steady_clock::now() >= p->progress + limit && p->left > 0) {
+      lock.unlock();
+      MarkDead("a run got no result within its wall limit + 15 s");
+      lock.lock();
+    }
   }
   pending_.erase(id);
-  ++served_;
-  if (!p->status.ok()) return p->status;
-  return std::move(p->result);
+  return std::move(p->results);
 }
 
 void Runner::OnOutput(int stream, std::string_view data) {
@@ -303,10 +324,12 @@ void Runner::OnFrame(const std::string& header, std::string_view payload) {
   }
   if (t != "result") return;
   std::shared_ptr<Pending> p;
+  const size_t index = h.value("case", size_t{0});
   {
     std::lock_guard lock(mu_);
     auto it = pending_.find(h.value("id", uint64_t{0}));
-    if (it == pending_.end()) return;
+    if (it == pending_.end() || index >= it->second->results.size() || it->second->in[index])
+      return;
     p = it->second;
   }
   RunResult r;
@@ -341,9 +364,16 @@ void Runner::OnFrame(const std::string& header, std::string_view payload) {
   bool damaged = h.value("damaged", false);
   {
     std::lock_guard lock(mu_);
-    p->done = true;
-    p->status = bad;
-    p->result = std::move(r);
+    if (!p->in[index] && p->left > 0) {  // not after MarkDead gave up on it
+      p->in[index] = true;
+      if (bad.ok())
+        p->results[index] = std::move(r);
+      else
+        p->results[index] = bad;
+      --p->left;
+      ++served_;
+      p->progress = std::chrono::steady_clock::now();
+    }
     cv_.notify_all();
   }
   if (damaged) MarkDead("damaged: " + h.value("error", "worker failed"));

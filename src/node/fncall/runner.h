@@ -5,6 +5,7 @@
 // under its own uid (see zygote.py for how).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -105,6 +106,12 @@ class Runner {
   // Runs one program; blocks until its result. An error means the runner could not run it
   // (the runner is then not healthy()); the program's own failures are in the result.
   Result<RunResult> Run(const RunRequest& req);
+  // Runs it once per stdin (a judged call's cases), each in a fresh worker as Run's, at most
+  // `parallel` at once: one request for them all, so the node pays one round trip and sends the
+  // files once. Results in the order of `stdins`, each as Run's; blocks until every one is in,
+  // or the runner failed (those without a result are then errors).
+  std::vector<Result<RunResult>> RunCases(const RunRequest& req,
+                                          const std::vector<std::string>& stdins, int parallel);
 
   const std::string& id() const { return cfg_.id; }
   // False once the dispatcher ended or reported damage: take it out of service.
@@ -125,9 +132,11 @@ class Runner {
 
  private:
   struct Pending {
-    bool done = false;
-    Status status;
-    RunResult result;
+    size_t left = 0;      // results still to come
+    size_t parallel = 1;  // runs of it in flight at once (what inflight() counts)
+    std::vector<Result<RunResult>> results;
+    std::vector<bool> in;                            // results[i] came from the dispatcher
+    std::chrono::steady_clock::time_point progress;  // its start, or its latest result
   };
   Runner(node::NodeApi* node, RunnerConfig cfg) : node_(node), cfg_(std::move(cfg)) {}
   void OnOutput(int stream, std::string_view data);

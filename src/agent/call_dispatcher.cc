@@ -276,18 +276,25 @@ class Dispatcher {
 
   // Events on `fd` go to OnWorker. A token, not the fd, names it: a number closed and reused
   // within one batch of events must not get the old one's.
+  // Our pipe ends have no other status flag (MakePipes), so O_NONBLOCK is set without reading
+  // them first: on this kind of guest each system call is a few microseconds of its own.
   void WatchFd(int fd, const WorkerPtr& w, What what, uint32_t events) {
     const uint64_t token = next_token_++;
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
     AddToEpoll(fd, token, events);
     watches_[token] = {fd, w, what};
     token_of_[fd] = token;
   }
 
+  // Closing the last fd of a file takes it out of the epoll set too: our pipe ends are held by
+  // no other process and never dup'ed, so they need no EPOLL_CTL_DEL. A pidfd does: the native
+  // forker holds its own until it next looks for a slot, and an ended pid 1's would stay in
+  // the set, readable, until then.
   void CloseFd(int* fd) {
     if (*fd < 0) return;
     if (auto it = token_of_.find(*fd); it != token_of_.end()) {
-      epoll_ctl(ep_, EPOLL_CTL_DEL, *fd, nullptr);
+      if (watches_.at(it->second).what == What::kNativeExit)
+        epoll_ctl(ep_, EPOLL_CTL_DEL, *fd, nullptr);
       watches_.erase(it->second);
       token_of_.erase(it);
     }

@@ -2,17 +2,38 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "sys/small_file.h"
 
-/* `dir`/`name` into `out` (which holds 256 bytes). */
-static const char* in_dir(char* out, const char* dir, const char* name) {
-  snprintf(out, 256, "%s/%s", dir, name);
-  return out;
+enum { P_DEV, P_SOCKSTAT, P_SOCKSTAT6, P_FLOWLABEL, P_SNMP, P_SNMP6, P_UNIX };
+static const char* const kProbeFiles[WARREN_NETNS_PROBE_FILES] = {
+    "dev", "sockstat", "sockstat6", "ip6_flowlabel", "snmp", "snmp6", "unix"};
+
+int warren_netns_probe_open(const char* proc_net, struct warren_netns_probe* probe) {
+  int dir = open(proc_net, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return -1;
+  for (int i = 0; i < WARREN_NETNS_PROBE_FILES; i++) {
+    probe->fd[i] = openat(dir, kProbeFiles[i], O_RDONLY | O_CLOEXEC);
+    const int ipv6 = i == P_SOCKSTAT6 || i == P_FLOWLABEL || i == P_SNMP6;
+    if (probe->fd[i] < 0 && !(ipv6 && errno == ENOENT)) {
+      for (int j = 0; j < i; j++)
+        if (probe->fd[j] >= 0) close(probe->fd[j]);
+      close(dir);
+      return -1;
+    }
+  }
+  close(dir);
+  return 0;
+}
+
+void warren_netns_probe_close(struct warren_netns_probe* probe) {
+  for (int i = 0; i < WARREN_NETNS_PROBE_FILES; i++) {
+    if (probe->fd[i] >= 0) close(probe->fd[i]);
+    probe->fd[i] = -1;
+  }
 }
 
 /* Every number after `key` in `text` is 0. */
@@ -35,9 +56,10 @@ static int snmp_setting(const char* name) {
  * then "Tcp: values..." (snmp, netstat); else one "name value" a line (snmp6, dev_snmp6). A
  * counter a call moved (packets it tried to send nowhere, say) would tell a later occupant of it:
  * lo's own counters and the socket counts do not show those. Absent (no IPv6): nothing to tell. */
-static int snmp_all_zero(const char* path, int paired) {
+static int snmp_all_zero(int fd, int paired) {
   char buf[32768]; /* snmp6: ~90 lines */
-  if (warren_read_small_file(path, buf, sizeof buf) < 0) return access(path, F_OK) != 0;
+  if (fd < 0) return 1;
+  if (warren_pread_small_file(fd, buf, sizeof buf) < 0) return 0;
   char* save = NULL;
   char* names = NULL;
   for (char* line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -70,9 +92,18 @@ static int snmp_all_zero(const char* path, int paired) {
 }
 
 int warren_netns_pristine(const char* proc_net) {
-  char buf[4096], path[256];
+  struct warren_netns_probe probe;
+  if (warren_netns_probe_open(proc_net, &probe) != 0) return 0;
+  const int ok = warren_netns_probe_pristine(&probe);
+  warren_netns_probe_close(&probe);
+  return ok;
+}
+
+int warren_netns_probe_pristine(const struct warren_netns_probe* probe) {
+  const int* fd = probe->fd;
+  char buf[4096];
   /* lo: every counter 0 (bytes, packets, errors, drops... both ways). */
-  if (warren_read_small_file(in_dir(path, proc_net, "dev"), buf, sizeof buf) < 0) return 0;
+  if (warren_pread_small_file(fd[P_DEV], buf, sizeof buf) < 0) return 0;
   const char* lo = strstr(buf, "lo:");
   if (!lo) return 0;
   const char* end = strchr(lo, '\n');
@@ -88,26 +119,26 @@ int warren_netns_pristine(const char* proc_net) {
   /* No socket of any family ("sockets: used" counts them all in this namespace), none of TCP,
    * UDP, raw or fragments (v4 and v6) in use or in time-wait, and no AF_UNIX one (a socket
    * kept alive by its own fds in flight outlives every process). */
-  if (warren_read_small_file(in_dir(path, proc_net, "sockstat"), buf, sizeof buf) < 0 ||
+  if (warren_pread_small_file(fd[P_SOCKSTAT], buf, sizeof buf) < 0 ||
       !strstr(buf, "sockets: used ") || !all_zero_after(buf, "sockets: used ") ||
       !all_zero_after(buf, " inuse ") || !all_zero_after(buf, " tw "))
     return 0;
-  if (warren_read_small_file(in_dir(path, proc_net, "sockstat6"), buf, sizeof buf) >= 0 &&
-      !all_zero_after(buf, " inuse "))
+  if (fd[P_SOCKSTAT6] >= 0 && (warren_pread_small_file(fd[P_SOCKSTAT6], buf, sizeof buf) < 0 ||
+                               !all_zero_after(buf, " inuse ")))
     return 0;
   /* IPv6 flow labels outlive their socket (up to a linger the call chose) and carry 20 bits
    * and an address a later call can read. Without IPv6 there are none, and no sockstat6. */
-  if (warren_read_small_file(in_dir(path, proc_net, "ip6_flowlabel"), buf, sizeof buf) >= 0) {
+  if (fd[P_FLOWLABEL] >= 0) {
+    if (warren_pread_small_file(fd[P_FLOWLABEL], buf, sizeof buf) < 0) return 0;
     char* nl = strchr(buf, '\n');
     if (!nl || nl[1] != 0) return 0;
-  } else if (access(in_dir(path, proc_net, "sockstat6"), F_OK) == 0) {
+  } else if (fd[P_SOCKSTAT6] >= 0) {
     return 0;
   }
   /* netstat's and lo's own IPv6 counters move only with packets, which lo's counters show. */
-  if (!snmp_all_zero(in_dir(path, proc_net, "snmp"), 1)) return 0;
-  if (!snmp_all_zero(in_dir(path, proc_net, "snmp6"), 0)) return 0;
-  int n = warren_read_small_file(in_dir(path, proc_net, "unix"), buf, sizeof buf);
-  if (n < 0) return 0;
+  if (!snmp_all_zero(fd[P_SNMP], 1)) return 0;
+  if (!snmp_all_zero(fd[P_SNMP6], 0)) return 0;
+  if (warren_pread_small_file(fd[P_UNIX], buf, sizeof buf) < 0) return 0;
   char* nl = strchr(buf, '\n');
   return nl && nl[1] == 0; /* the header line alone */
 }

@@ -25,6 +25,22 @@ extern "C" {
  * nearly all of it the kernel's. */
 int warren_netns_pristine(const char* proc_net);
 
+/* The files the check reads, opened once in a namespace and read again at each check: each
+ * stays bound to the namespace it was opened in (and keeps it alive), so a namespace lent
+ * many times is checked with a read of each, without entering it or opening anything (on
+ * this kind of guest every system call costs a few microseconds of its own). -1: a file the
+ * kernel does not have (no IPv6). */
+enum { WARREN_NETNS_PROBE_FILES = 7 };
+struct warren_netns_probe {
+  int fd[WARREN_NETNS_PROBE_FILES];
+};
+
+/* Opens them from `proc_net` (as above); 0, or -1 with none open. */
+int warren_netns_probe_open(const char* proc_net, struct warren_netns_probe* probe);
+/* 1 if the namespace it was opened in is pristine, 0 if not (or a file cannot be read). */
+int warren_netns_probe_pristine(const struct warren_netns_probe* probe);
+void warren_netns_probe_close(struct warren_netns_probe* probe);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,6 +13,10 @@ extern "C" {
  * or does not fit in `cap` - 1 bytes (more than the caller ever expects to find there). */
 int warren_read_small_file(const char* path, char* buf, size_t cap);
 
+/* The same from an open file, read again from its start (pread: a /proc seq file shows its
+ * state at each read from offset 0), so a file checked often is opened once. */
+int warren_pread_small_file(int fd, char* buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

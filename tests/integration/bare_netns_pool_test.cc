@@ -14,9 +14,11 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 #include <functional>
 #include <string>
 
+#include "isolation/netns_pristine.h"
 #include "net/netns.h"
 #include "sys/pidfd_ns.h"
 
@@ -83,6 +85,32 @@ TEST_F(BareNetnsPoolTest, ANamespaceThatCarriedAPacketIsNot) {
     close(s);
   }));
   EXPECT_EQ(Count("bare_released"), 1u);
+}
+
+// The check's files, opened once in a namespace (the fncall zygote keeps them for each one it
+// lends), show it as it is at every later read, from outside it: one found new and then used
+// is seen as used.
+TEST_F(BareNetnsPoolTest, TheChecksFilesOpenedOnceSeeLaterUse) {
+  auto n = pool_.Take();
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  warren_netns_probe probe{};
+  ASSERT_TRUE(RunInNetns(n->netns.get(), [&] {
+                return warren_netns_probe_open("/proc/thread-self/net", &probe) == 0
+                           ? Status::Ok()
+                           : Status(Code::kInternal, "open the check's files", "", strerror(errno));
+              }).ok());
+  EXPECT_EQ(warren_netns_probe_pristine(&probe), 1);
+  EXPECT_EQ(warren_netns_probe_pristine(&probe), 1);  // read again from the start
+  ASSERT_TRUE(RunInNetns(n->netns.get(), [] {
+                int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+                sockaddr_in to = Port9("127.0.0.1");
+                EXPECT_EQ(sendto(s, "x", 1, 0, reinterpret_cast<sockaddr*>(&to), sizeof to), 1);
+                close(s);
+                return Status::Ok();
+              }).ok());
+  EXPECT_EQ(warren_netns_probe_pristine(&probe), 0);
+  warren_netns_probe_close(&probe);
+  for (int fd : probe.fd) EXPECT_EQ(fd, -1);
 }
 
 TEST_F(BareNetnsPoolTest, NorOneWhereAConnectFoundNoRoute) {

@@ -175,8 +175,10 @@ std::vector<Result<RunResult>> CallService::RunCasesOn(const std::vector<std::st
                                                        const std::string& image,
                                                        const RunRequest& req,
                                                        const std::vector<std::string>& stdins) {
-  std::vector<Result<RunResult>> results(stdins.size(), CheckExecRun(req));
-  if (!CheckExecRun(req).ok()) return results;  // no runner's fault: not tried on two
+  const Status fits = CheckExecRun(req);
+  if (!fits.ok())  // no runner's fault: not tried on two
+    return std::vector<Result<RunResult>>(stdins.size(), fits);
+  std::vector<Result<RunResult>> results(stdins.size());  // each set below
   std::vector<size_t> todo(stdins.size());
   for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
   for (int attempt = 0; attempt < 2 && !todo.empty(); ++attempt) {
@@ -185,10 +187,10 @@ std::vector<Result<RunResult>> CallService::RunCasesOn(const std::vector<std::st
       for (size_t i : todo) results[i] = runner.status();
       break;
     }
-    std::vector<std::string> ins;
-    ins.reserve(todo.size());
-    for (size_t i : todo) ins.push_back(stdins[i]);
-    auto got = (*runner)->RunCases(req, ins, kCaseParallelism);
+    std::vector<std::string> again;  // a retry's stdins: the cases the first runner left
+    if (attempt > 0)
+      for (size_t i : todo) again.push_back(stdins[i]);
+    auto got = (*runner)->RunCases(req, attempt > 0 ? again : stdins, kCaseParallelism);
     runs_ += got.size();
     if (!(*runner)->healthy() || (*runner)->served() >= opts_.recycle_after) Retire(*runner);
     std::vector<size_t> failed;

@@ -165,8 +165,11 @@ constexpr unsigned kOpenOut = 1, kOpenErr = 2, kOpenStatus = 4, kOpenExit = 8;
 // its files once, a stdin per case), so the node makes one round trip per call, not per case.
 struct RunSpec {
   json id;
-  json header;        // the node's, as sent
-  std::string files;  // the files' bytes, in the order of header["files"]
+  bool python = false;
+  std::string request;  // what each run's worker reads (the same for every case), made once
+  double wall_s = 10;
+  size_t max_output = 1 << 20;  // per stream
+  bool kill_at_output_cap = true;
 };
 
 // The runs of one request not yet started, started `parallel` at a time as earlier ones end.
@@ -275,9 +278,9 @@ class Dispatcher {
   }
 
   // Events on `fd` go to OnWorker. A token, not the fd, names it: a number closed and reused
-  // within one batch of events must not get the old one's.
-  // Our pipe ends have no other status flag (MakePipes), so O_NONBLOCK is set without reading
-  // them first: on this kind of guest each system call is a few microseconds of its own.
+  // within one batch of events must not get the old one's. Our pipe ends have no other status
+  // flag (MakePipes), so O_NONBLOCK is set without reading them first: on this kind of guest
+  // each system call costs a few microseconds of its own.
   void WatchFd(int fd, const WorkerPtr& w, What what, uint32_t events) {
     const uint64_t token = next_token_++;
     fcntl(fd, F_SETFL, O_NONBLOCK);
@@ -564,17 +567,26 @@ class Dispatcher {
   }
 
   // A run request: its files' bytes, then one stdin per run (`stdin_lens`; without it, the
-  // rest is the one run's stdin). The node checks what it sends; a request that does not add
-  // up is answered as a failed run, never taken for another's.
+  // rest is the one run's stdin). Lengths past the payload are cut to it (the node sends what
+  // adds up). What a run's worker reads is made here once for all of its cases.
   void Accept(json h, std::string_view payload) {
     auto spec = std::make_shared<RunSpec>();
     spec->id = h.value("id", json(nullptr));
+    spec->python = h.value("mode", "") == "python";
     size_t files_len = 0;
     if (h.contains("files") && h["files"].is_array())
       for (const json& f : h["files"])
         files_len += f.is_object() ? static_cast<size_t>(IntOr0(f.value("len", json(0)))) : 0;
     files_len = std::min(files_len, payload.size());
-    spec->files.assign(payload.substr(0, files_len));
+    spec->request = WorkerRequest(h, payload.substr(0, files_len), spec->python);
+    const json limits = h.value("limits", json::object());
+    const json wall = limits.is_object() ? limits.value("wall_ms", json(10000)) : json(10000);
+    spec->wall_s = (wall.is_number() ? wall.get<double>() : 10000.0) / 1000.0;
+    const json cap = limits.is_object() ? limits.value("max_output", json(1 << 20)) : json(1 << 20);
+    spec->max_output = cap.is_number_integer()
+                           ? static_cast<size_t>(std::max<int64_t>(0, cap.get<int64_t>()))
+                           : (1u << 20);
+    spec->kill_at_output_cap = limits.is_object() ? limits.value("kill_at_output_cap", true) : true;
     payload.remove_prefix(files_len);
     auto batch = std::make_shared<Batch>();
     if (h.contains("stdin_lens") && h["stdin_lens"].is_array()) {
@@ -589,10 +601,23 @@ class Dispatcher {
     }
     batch->parallel =
         static_cast<size_t>(std::max<int64_t>(1, IntOr0(h.value("parallel", json(1)))));
-    h.erase("stdin_lens");
-    spec->header = std::move(h);
     batch->spec = std::move(spec);
     Feed(batch);
+  }
+
+  // Python workers read what the C zygote applies and a marshal'd dict
+  // (runtime/fncall/zygote_request.h), without the environment when it is the zygote's own;
+  // native ones a frame (call_worker.cc).
+  std::string WorkerRequest(const json& h, std::string_view files, bool python) const {
+    json req = json::object();
+    for (const char* k :
+         {"mode", "argv", "code", "args", "filename", "env", "files", "limits", "collect", "cwd"})
+      if (h.contains(k)) req[k] = h[k];
+    if (!python) return EncodeNativeRequest(req, files);
+    json env = req.contains("env") ? req["env"] : json::object();
+    req.erase("env");
+    if (!SameEnv(env)) req["env"] = env;
+    return EncodePythonRequest(req, files);
   }
 
   // Queues the batch's next runs, up to its `parallel` at once.
@@ -602,7 +627,7 @@ class Dispatcher {
       run->spec = batch->spec;
       run->batch = batch;
       run->index = batch->next;
-      run->python = batch->spec->header.value("mode", "") == "python";
+      run->python = batch->spec->python;
       run->stdin_data = std::move(batch->stdins[batch->next++]);
       ++batch->running;
       queue_.push_back(std::move(run));
@@ -635,39 +660,18 @@ class Dispatcher {
   }
 
   void Start(const WorkerPtr& w, std::unique_ptr<Run> run) {
-    const json& h = run->spec->header;
-    const std::string_view files = run->spec->files;
-    json req = json::object();
-    for (const char* k :
-         {"mode", "argv", "code", "args", "filename", "env", "files", "limits", "collect", "cwd"})
-      if (h.contains(k)) req[k] = h[k];
-    const json limits = h.value("limits", json::object());
+    const RunSpec& spec = *run->spec;
     run->start = Now();
-    const json wall = limits.is_object() ? limits.value("wall_ms", json(10000)) : json(10000);
-    run->deadline = run->start + (wall.is_number() ? wall.get<double>() : 10000.0) / 1000.0;
-    const json cap = limits.is_object() ? limits.value("max_output", json(1 << 20)) : json(1 << 20);
-    run->max_output = cap.is_number_integer()
-                          ? static_cast<size_t>(std::max<int64_t>(0, cap.get<int64_t>()))
-                          : (1u << 20);
-    run->kill_at_output_cap = limits.is_object() ? limits.value("kill_at_output_cap", true) : true;
+    run->deadline = run->start + spec.wall_s;
+    run->max_output = spec.max_output;
+    run->kill_at_output_cap = spec.kill_at_output_cap;
     run->open = kOpenOut | kOpenErr | kOpenStatus | kOpenExit;
     WatchFd(w->out_r, w, What::kOut, EPOLLIN);
     WatchFd(w->err_r, w, What::kErr, EPOLLIN);
     WatchFd(w->status_r, w, What::kStatus, EPOLLIN);
-    std::string msg;
-    if (!w->native) {
-      // Python workers read what the C zygote applies and a marshal'd dict
-      // (runtime/fncall/zygote_request.h), without the environment when it is the zygote's
-      // own; native ones a frame (call_worker.cc).
-      json env = req.contains("env") ? req["env"] : json::object();
-      req.erase("env");
-      if (!SameEnv(env)) req["env"] = env;
-      msg = EncodePythonRequest(req, files);
-    } else {
-      msg = EncodeNativeRequest(req, files);
-    }
     w->run = std::move(run);
-    sys::WriteFull(w->req_w, msg);  // if W is gone, its end (and the error it left) comes later
+    // If W is gone, its end (and the error it left) comes later.
+    sys::WriteFull(w->req_w, spec.request);
     CloseFd(&w->req_w);
     if (!w->run->stdin_data.empty())
       WatchFd(w->stdin_w, w, What::kStdin, EPOLLOUT);

@@ -204,7 +204,6 @@ struct Worker {
   int req_w = -1, stdin_w = -1, out_r = -1, err_r = -1, status_r = -1;  // our ends of its pipes
   pid_t pid = 0;
   int pidfd = -1;
-  int netns = -1;  // a native worker's net namespace, from the zygote, until its end
   std::unique_ptr<Run> run;
   json exit;              // the report of its end (the zygote's, or ours for a native worker)
   bool finished = false;  // its run's result was sent; waiting only for its end
@@ -363,23 +362,14 @@ class Dispatcher {
   // A native worker (call_worker.h), asked of the native forker: answered in order (OnForker).
   bool SpawnNative() {
     const int uid = free_uids_.front();
-    int netns = -1;
-    if (!netns_.empty()) {
-      netns = netns_.back();
-      netns_.pop_back();
-    }
     int theirs[5], ours[5];
     if (!MakePipes(theirs, ours)) {
-      const int err = errno;
-      if (netns >= 0) netns_.push_back(netns);
-      Log(ErrnoText("native worker: pipe2", err));
+      Log(ErrnoText("native worker: pipe2", errno));
       return false;
     }
     ForkRequest rq;
     rq.uid = static_cast<uint32_t>(uid);
-    rq.join_netns = netns >= 0;
-    std::vector<int> fds(theirs, theirs + 5);
-    if (netns >= 0) fds.push_back(netns);  // a copy goes: ours stays until the call is over
+    const std::vector<int> fds(theirs, theirs + 5);
     const Status sent =
         sys::SendWithFds(forker_, std::string(reinterpret_cast<const char*>(&rq), sizeof rq), fds);
     for (int fd : theirs) close(fd);
@@ -388,7 +378,6 @@ class Dispatcher {
     auto w = std::make_shared<Worker>();
     w->native = true;
     w->uid = uid;
-    w->netns = netns;
     TakeEnds(w.get(), ours);
     ++live_;
     native_forking_.push_back(w);
@@ -421,31 +410,15 @@ class Dispatcher {
     DrainQueue();
   }
 
-  size_t ForkingWorkers() const {
-    size_t n = 0;
-    for (const auto& f : forking_) n += f != nullptr;
-    return n;
-  }
-
   void TopUp() {
     for (int native = 0; native < 2; ++native) {
       size_t queued = 0;
       for (const auto& r : queue_) queued += r->python != static_cast<bool>(native);
-      size_t forking = native ? native_forking_.size() : ForkingWorkers();
+      size_t forking = native ? native_forking_.size() : forking_.size();
       while (ready_[native].size() + forking < static_cast<size_t>(cfg_.prefork) + queued &&
              !free_uids_.empty() && live_ < cfg_.max_workers + 2 * cfg_.prefork) {
         if (!(native ? SpawnNative() : ForkWorker())) break;
         ++forking;
-      }
-    }
-    // Net namespaces for the next native workers, ahead as they are: one an earlier call left
-    // as new, or new (making one is the largest single cost of a run).
-    if (netns_ok_) {
-      size_t pending = forking_.size() - ForkingWorkers();
-      while (netns_.size() + pending < static_cast<size_t>(cfg_.prefork)) {
-        if (!SendToZygote("{\"netns\":1}", nullptr, 0)) Die(ErrnoText("send to the zygote", errno));
-        forking_.push_back(nullptr);  // answered in order, as forks are
-        ++pending;
       }
     }
   }
@@ -470,14 +443,6 @@ class Dispatcher {
     if (forking_.empty()) Die("an unasked-for message from the zygote: " + rep.dump());
     WorkerPtr w = forking_.front();
     forking_.pop_front();
-    if (!w) {  // a net namespace for a native worker
-      if (!received.empty() && rep.value("netns", 0) == 1) {
-        netns_.push_back(received[0].Release());
-      } else {
-        netns_ok_ = false;  // the Python zygote: native workers make their own
-      }
-      return;
-    }
     if (rep.contains("error") || received.empty() || !rep.contains("pid")) {
       Discard(w);
       Log(rep.value("error", "clone: no pid from the zygote"));
@@ -529,11 +494,6 @@ class Dispatcher {
   // Every worker is pid 1 of its call's namespaces, seen to end only once every process of
   // the call is gone: its uid and net namespace are free again at once.
   void Discard(const WorkerPtr& w) {
-    if (w->netns >= 0) {  // the call is over: the zygote keeps it if the call left it as new
-      SendToZygote("{\"netns_back\":1}", &w->netns, 1);
-      close(w->netns);
-      w->netns = -1;
-    }
     for (int* fd : {&w->req_w, &w->stdin_w, &w->out_r, &w->err_r, &w->status_r, &w->pidfd})
       CloseFd(fd);
     free_uids_.push_back(w->uid);
@@ -933,10 +893,8 @@ class Dispatcher {
   std::unordered_map<uint64_t, Watch> watches_;
   std::unordered_map<int, uint64_t> token_of_;
   std::deque<WorkerPtr> ready_[2];          // set up and waiting for a call: [0] Python, [1] native
-  std::deque<WorkerPtr> forking_;           // asked of the zygote, answered in order; null: a netns
+  std::deque<WorkerPtr> forking_;           // asked of the zygote, answered in order
   std::deque<WorkerPtr> native_forking_;    // asked of the native forker, answered in order
-  std::vector<int> netns_;                  // net namespaces for native workers, one each
-  bool netns_ok_ = true;                    // the zygote has them to give
   std::map<pid_t, WorkerPtr> by_pid_;       // until its end is seen
   std::deque<std::unique_ptr<Run>> queue_;  // waiting for a worker
   std::deque<int> free_uids_;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/call_netns_pool.h"
 #include "agent/call_worker.h"
 #include "agent/protocol.h"
 #include "base/unique_fd.h"
@@ -76,12 +77,13 @@ struct Pid1Slot {
   const NativeForkerConfig* cfg = nullptr;
   uint32_t uid = 0;
   int pipes[kPipes] = {};
-  int netns = -1;
+  CallNetns netns;  // its call's, while a pid 1 has it; invalid: the clone made one
 };
 
 constexpr size_t kPage = 4096, kPid1Stack = 256 << 10;
 constexpr size_t kSlotBytes = kPage + kPid1Stack + kPage + kCallWorkerSpawnStack + kCallWorkerRoom;
 constexpr size_t kMaxSlots = 1024;
+constexpr size_t kKeptNetns = 16;  // between calls; a runner runs a few calls at once
 
 char* Pid1Stack(const Pid1Slot& s) { return s.mem + kPage; }
 char* SpawnStack(const Pid1Slot& s) { return s.mem + kPage + kPid1Stack + kPage; }
@@ -91,7 +93,7 @@ char* Room(const Pid1Slot& s) { return SpawnStack(s) + kCallWorkerSpawnStack; }
 // forker's (not its socket, with which a call could ask for workers), its net namespace.
 [[noreturn]] void StartWorker(Pid1Slot& slot) {
   // The net namespace first: its fd may be on a number a pipe end goes to.
-  const int netns_err = slot.netns >= 0 && setns(slot.netns, CLONE_NEWNET) != 0 ? errno : 0;
+  const int netns_err = slot.netns.valid() && setns(slot.netns.fd(), CLONE_NEWNET) != 0 ? errno : 0;
   // The pipe ends are above 9 (see Serve), so no dup2 here overwrites one not yet placed.
   for (size_t i = 0; i < kPipes; ++i)
     if (dup2(slot.pipes[i], kTargets[i]) < 0) _exit(1);
@@ -146,22 +148,26 @@ class Forker {
 
   // Pid 1 for one call: 0 and its pid and pidfd (the dispatcher's to have; we keep it open
   // until we see it ended), or an errno.
-  int Clone(uint32_t uid, const int pipes[kPipes], int netns, pid_t* pid_out, int* pidfd) {
+  int Clone(uint32_t uid, const int pipes[kPipes], pid_t* pid_out, int* pidfd) {
     Pid1Slot* slot = FreeSlot();
     if (!slot) return errno ? errno : EAGAIN;
     slot->cfg = &cfg_;
     slot->uid = uid;
     for (size_t i = 0; i < kPipes; ++i) slot->pipes[i] = pipes[i];
-    slot->netns = netns;
+    slot->netns = netns_.Take();
     int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID | CLONE_PIDFD | SIGCHLD;
-    if (netns < 0) flags |= CLONE_NEWNET;
+    if (!slot->netns.valid()) flags |= CLONE_NEWNET;
     // Shared: no copy of our page tables to make, fault in and tear down for each call (on a
     // guest whose page tables the host shadows, most of what a run cost).
     if (shared_) flags |= CLONE_VM | CLONE_SETTLS;
     int fd = -1;
     const pid_t pid = clone(Pid1Main, Pid1Stack(*slot) + kPid1Stack, flags, slot, &fd,
                             shared_ ? slot->tls : nullptr, nullptr);
-    if (pid < 0) return errno;
+    if (pid < 0) {
+      const int err = errno;
+      netns_.Give(std::move(slot->netns));  // no process was ever in it
+      return err;
+    }
     slot->pidfd = fd;
     *pid_out = pid;
     *pidfd = fd;
@@ -180,6 +186,7 @@ class Forker {
         if (poll(&p, 1, 0) != 1) continue;
         close(s.pidfd);  // every ended one, so that none holds an fd of ours for long
         s.pidfd = -1;
+        netns_.Give(std::move(s.netns));  // kept if its call left it as new
         // What a large request used of the room goes back (the first 256 KiB stays warm).
         constexpr size_t kWarm = 256 << 10;
         const size_t said = s.room_used;
@@ -205,13 +212,14 @@ class Forker {
       errno = err;
       return nullptr;
     }
-    slots_.push_back(s);
+    slots_.push_back(std::move(s));
     return &slots_.back();
   }
 
   const NativeForkerConfig& cfg_;
   const char* const why_not_;
   const bool shared_;
+  CallNetnsPool netns_{kKeptNetns};
   std::deque<Pid1Slot> slots_;  // a deque: a pid 1 holds a pointer to its slot
 };
 
@@ -228,7 +236,7 @@ class Forker {
       answer.error = EPROTO;
     } else {
       memcpy(&rq, msg.data(), sizeof rq);
-      if (fds.size() != kPipes + (rq.join_netns ? 1 : 0)) answer.error = EPROTO;
+      if (fds.size() != kPipes) answer.error = EPROTO;
     }
     int pipes[kPipes];
     for (size_t i = 0; answer.error == 0 && i < kPipes; ++i) {
@@ -237,16 +245,15 @@ class Forker {
       if (pipes[i] < 0) answer.error = errno;
     }
     if (answer.error == 0) {
-      const int netns = rq.join_netns ? fds[kPipes].get() : -1;
       pid_t pid = 0;
-      answer.error = forker.Clone(rq.uid, pipes, netns, &pid, &pidfd);
+      answer.error = forker.Clone(rq.uid, pipes, &pid, &pidfd);
       answer.pid = static_cast<int32_t>(pid);
     }
     const std::string out(reinterpret_cast<const char*>(&answer), sizeof answer);
     std::vector<int> give;
     if (answer.error == 0) give.push_back(pidfd);
     if (!sys::SendWithFds(sock, out, give).ok()) _exit(0);
-  }  // `fds` closes the forker's copies of the pipe ends and the net namespace
+  }  // `fds` closes the forker's copies of the pipe ends
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The native forker: where an fncall runner's native workers (call_worker.h) come from. A child
 // of the dispatcher, forked before the first call reached it, so that nothing of any call is in
 // its memory and so in no worker's; it clones each worker straight into the call's fresh mount,
-// pid, ipc and uts namespaces (and net, unless it is given one to join) as pid 1. Pid 1 runs in
+// pid, ipc and uts namespaces as pid 1, and into a net namespace it keeps for calls
+// (call_netns_pool.h: one an earlier call left as new, or new). Pid 1 runs in
 // the forker's own memory (CLONE_VM, on a stack and with a thread block of its own: see
 // call_worker.h): its clone copies no page tables and its end tears none down, which on a
 // guest whose page tables the host shadows cost more than the rest of pid 1's life.
@@ -13,7 +14,7 @@
 //
 // Wire: one SOCK_SEQPACKET datagram each way. Request: a ForkRequest with the worker's five
 // pipe ends (its request and stdin, which it reads; its stdout, stderr and report, which it
-// writes) and, if `join_netns`, a net namespace. Answer, in order: a ForkAnswer, with pid 1's
+// writes). Answer, in order: a ForkAnswer, with pid 1's
 // pidfd if `error` is 0. The forker does not wait for its workers (the kernel reaps them); the
 // dispatcher sees each one end through its pidfd, when every process of its call is gone.
 #pragma once
@@ -25,7 +26,6 @@ namespace warren::agent {
 
 struct ForkRequest {
   uint32_t uid = 0;
-  uint32_t join_netns = 0;  // 1: the sixth fd is a net namespace to join
 };
 
 struct ForkAnswer {

@@ -677,9 +677,10 @@ COOKIE = ("import socket\n"
 
 
 def test_exec_d_programs_share_the_net_namespaces_left_as_new(server, runner):
-    """Native workers (exec'd programs) join a net namespace the zygote gives them (one an earlier
-    call left as new, or new) and give it back when their call is over: it is checked as a
-    Python worker's is, so one that carried traffic is never given again, to either kind."""
+    """Native workers (exec'd programs) join a net namespace their forker gives them (one an
+    earlier native call left as new, or new), which it checks when their call is over as the
+    zygote checks a Python worker's: one that carried traffic is never given again, to either
+    kind."""
     # The namespace's cookie (SO_NETNS_COOKIE), unlike its inode number, is never reused.
     sh_id = ("python3 -c 'import socket; s = socket.socket(); "
              "print(int.from_bytes(s.getsockopt(socket.SOL_SOCKET, 71, 8), \"little\"))'")

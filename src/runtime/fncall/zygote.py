@@ -25,8 +25,8 @@
 #   native      for programs that are exec'd (C, C++, shell): pid 1 of the same namespaces,
 #               cloned by the dispatcher's native forker (src/agent/native_forker.h) and
 #               applying the same recipe (isolation/call_setup.c); it runs the program as pid 2
-#               and reports its status, usage and the files asked for (agent/call_worker.cc). The zygote lends
-#               them net namespaces ({"netns": 1}) and takes them back ({"netns_back": 1}).
+#               and reports its status, usage and the files asked for (agent/call_worker.cc). The forker
+#               keeps their net namespaces itself (agent/call_netns_pool.h).
 #
 # Zygote messages (one JSON datagram each on the SOCK_SEQPACKET socket, fds as SCM_RIGHTS):
 # {"uid": N} + a worker's five pipe ends -> {"pid": P} + its pidfd, or {"error": ...}; each
@@ -562,16 +562,6 @@ def zygote_main(sock, cfg, bpf, lib_fd, probe=b""):
             if not msg:
                 os._exit(0)
             req = json.loads(msg)
-            if "netns" in req or "netns_back" in req:
-                # Net namespaces for native workers are the C zygote's: without it they make
-                # their own.
-                for fd in fds:
-                    os.close(fd)
-                if "netns" in req:
-                    sock.setblocking(True)
-                    sock.send(b'{"netns":0}')
-                    sock.setblocking(False)
-                continue
             pid = _clone(SYS_CLONE, flags | signal.SIGCHLD, None, None, None, 0)
             if pid == 0:
                 signal.set_wakeup_fd(-1)

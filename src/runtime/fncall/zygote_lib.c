@@ -462,33 +462,15 @@ static void kid_end(pid_t pid) {
   }
 }
 
-/* A net namespace for a native worker (agent/call_worker.h: it joins it instead of making
- * one): one an earlier call left as new, or a new one made here. The dispatcher holds it
- * while the call runs and sends it back ({"netns_back": 1}) when the call is over. */
-static void give_netns(int sock) {
-  int fd = -1;
-  if (g_pool_n) {
-    fd = g_pool[--g_pool_n];
-  } else if (g_self_netns >= 0 && unshare(CLONE_NEWNET) == 0) {
-    fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-    struct warren_netns_probe files; /* in it now: its files for the check at its return */
-    if (fd >= 0 && warren_netns_probe_open("/proc/self/net", &files) == 0) probe_keep(fd, &files);
-    if (setns(g_self_netns, CLONE_NEWNET) != 0) _exit(1); /* never clone into the wrong one */
-  }
-  send_msg(sock, fd >= 0 ? "{\"netns\":1}" : "{\"netns\":0}", fd);
-  if (fd >= 0) close(fd);
-}
-
 static void send_error(int sock, const char* what, int err) {
   char e[160];
   snprintf(e, sizeof e, "{\"error\":\"%s: %s\"}", what, strerror(err));
   send_msg(sock, e, -1);
 }
 
-/* One request: a fork ({"uid": N} with the worker's five pipe ends), or a net namespace for a
- * native worker ({"netns": 1}) or one back ({"netns_back": 1} with it). Returns the uid with the
- * fds in `fds` for a fork, 0 after answering any other request (or a malformed one) itself, -1
- * on EINTR; ends the zygote when the dispatcher is gone. */
+/* One request: a fork ({"uid": N} with the worker's five pipe ends). Returns the uid with the
+ * fds in `fds`, 0 after answering a malformed one itself, -1 on EINTR; ends the zygote when the
+ * dispatcher is gone. */
 static long recv_request(int sock, int* fds) {
   char msg[256];
   struct iovec iov = {msg, sizeof msg - 1};
@@ -504,18 +486,6 @@ static long recv_request(int sock, int* fds) {
     int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
     for (int i = 0; i < k && nfds < 8; i++)
       memcpy(&got[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-  }
-  if (strstr(msg, "\"netns_back\":")) { /* a native worker's namespace, its call over */
-    if (nfds == 1 && !(mh.msg_flags & MSG_CTRUNC))
-      netns_recycle(got[0]);
-    else
-      for (int i = 0; i < nfds; i++) close(got[i]);
-    return 0;
-  }
-  if (strstr(msg, "\"netns\":")) {
-    for (int i = 0; i < nfds; i++) close(got[i]);
-    give_netns(sock);
-    return 0;
   }
   const char* u_at = strstr(msg, "\"uid\":");
   long uid = u_at ? strtol(u_at + 6, NULL, 10) : -1;

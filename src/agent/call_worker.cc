@@ -212,6 +212,12 @@ int ProgramMain(void* arg) {
   _exit(0);
 }
 
+// Whether we are the last process of our pid namespace. Every other one descends from us
+// (an orphan comes to us, or to a subreaper below us), so with no child of ours, ended or not,
+// there is none; most programs leave none. `kill(-1)` is then not made: it walks every process
+// on the host under the kernel's task-list lock, not only our namespace's.
+bool NoneLeft() { return waitpid(-1, nullptr, WNOHANG | __WALL) < 0 && errno == ECHILD; }
+
 }  // namespace
 
 [[noreturn]] void RunCallWorker(const CallWorkerParams& params) {
@@ -307,8 +313,10 @@ int ProgramMain(void* arg) {
   // The call is over: what the program started goes too, and is waited for, so that the usage
   // counts every process of the call (a child that did the work and was never waited for
   // would otherwise pass under the memory and time limits).
-  kill(-1, SIGKILL);
-  while (waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
+  if (!NoneLeft()) {
+    kill(-1, SIGKILL);
+    while (waitpid(-1, nullptr, __WALL) > 0 || errno == EINTR) {
+    }
   }
   // What is left of the room: the files to bring back (a compile's only) and the report.
   Artifact* files = nullptr;

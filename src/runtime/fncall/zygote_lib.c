@@ -296,8 +296,13 @@ static void report_written_pages(void) {
  * In C for the pages: os.kill, os.waitpid's ChildProcessError, getrusage's results and the
  * report's bytes each write some in a forked interpreter. */
 __attribute__((visibility("default"))) void warren_worker_end(int status) {
-  kill(-1, SIGKILL);
-  while (waitpid(-1, NULL, 0) >= 0 || errno == EINTR) {
+  /* Every other process of the namespace descends from W (an orphan comes to W, or to a
+   * subreaper below it): with no child of W's, ended or not, there is none, and the kill, which
+   * walks every process on the host under the kernel's task-list lock, is not made. */
+  if (!(waitpid(-1, NULL, WNOHANG | __WALL) < 0 && errno == ECHILD)) {
+    kill(-1, SIGKILL);
+    while (waitpid(-1, NULL, __WALL) >= 0 || errno == EINTR) {
+    }
   }
   struct rusage me, kids;
   getrusage(RUSAGE_SELF, &me);

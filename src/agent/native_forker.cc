@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -114,10 +115,12 @@ int Pid1Main(void* slot) {
   StartWorker(*static_cast<Pid1Slot*>(slot));
 }
 
-// Moves `fd` above the numbers pid 1 places its pipes on (0-4) and the ones it keeps.
+// Moves `fd` above the numbers pid 1 places its pipes on (0-4) and the ones it keeps. Only
+// where one below is free: the forker keeps them all taken (StartNativeForker).
+constexpr int kFirstFreeFd = 10;
 int AboveNine(int fd) {
-  if (fd >= 10) return fd;
-  int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  if (fd >= kFirstFreeFd) return fd;
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, kFirstFreeFd);
   close(fd);
   return high;
 }
@@ -179,24 +182,18 @@ class Forker {
   // with its namespace's every process, so nothing runs on its stacks), or a new one.
   Pid1Slot* FreeSlot() {
     errno = 0;
-    Pid1Slot* free = nullptr;
-    for (Pid1Slot& s : slots_) {
-      if (s.pidfd >= 0) {
-        pollfd p{s.pidfd, POLLIN, 0};
-        if (poll(&p, 1, 0) != 1) continue;
-        close(s.pidfd);  // every ended one, so that none holds an fd of ours for long
-        s.pidfd = -1;
-        netns_.Give(std::move(s.netns));  // kept if its call left it as new
-        // What a large request used of the room goes back (the first 256 KiB stays warm).
-        constexpr size_t kWarm = 256 << 10;
-        const size_t said = s.room_used;
-        const size_t used = std::min(said, kCallWorkerRoom);
-        if (used > kWarm) madvise(Room(s) + kWarm, used - kWarm, MADV_DONTNEED);
-        s.room_used = 0;
-      }
-      if (!free) free = &s;
+    // Every ended one is released, so that none holds an fd of ours for long: found with one
+    // poll of all the busy slots' pidfds.
+    polls_.clear();
+    for (const Pid1Slot& s : slots_)
+      if (s.pidfd >= 0) polls_.push_back(pollfd{s.pidfd, POLLIN, 0});
+    if (!polls_.empty() && poll(polls_.data(), polls_.size(), 0) > 0) {
+      size_t k = 0;
+      for (Pid1Slot& s : slots_)
+        if (s.pidfd >= 0 && polls_[k++].revents) Release(s);
     }
-    if (free) return free;
+    for (Pid1Slot& s : slots_)
+      if (s.pidfd < 0) return &s;
     if (slots_.size() >= kMaxSlots) return nullptr;
     Pid1Slot s;
     void* mem =
@@ -216,12 +213,43 @@ class Forker {
     return &slots_.back();
   }
 
+  // A slot whose pid 1 has ended, with every process of its call.
+  void Release(Pid1Slot& s) {
+    close(s.pidfd);
+    s.pidfd = -1;
+    netns_.Give(std::move(s.netns));  // kept if its call left it as new
+    // What a large request used of the room goes back (the first 256 KiB stays warm).
+    constexpr size_t kWarm = 256 << 10;
+    const size_t said = s.room_used;
+    const size_t used = std::min(said, kCallWorkerRoom);
+    if (used > kWarm) madvise(Room(s) + kWarm, used - kWarm, MADV_DONTNEED);
+    s.room_used = 0;
+  }
+
   const NativeForkerConfig& cfg_;
   const char* const why_not_;
   const bool shared_;
   CallNetnsPool netns_{kKeptNetns};
   std::deque<Pid1Slot> slots_;  // a deque: a pid 1 holds a pointer to its slot
+  std::vector<pollfd> polls_;   // FreeSlot's, kept for its capacity
 };
+
+// Closes `fds`: with one call where they are consecutive numbers, as a request's mostly are
+// (each lands on the lowest free number).
+void CloseReceived(std::vector<UniqueFd>* fds) {
+  int lo = INT_MAX, hi = -1;
+  size_t n = 0;
+  for (const UniqueFd& f : *fds)
+    if (f.valid()) {
+      lo = std::min(lo, f.get());
+      hi = std::max(hi, f.get());
+      ++n;
+    }
+  if (n > 1 && static_cast<size_t>(hi - lo) + 1 == n &&
+      syscall(SYS_close_range, static_cast<unsigned>(lo), static_cast<unsigned>(hi), 0u) == 0)
+    for (UniqueFd& f : *fds) (void)f.Release();
+  fds->clear();  // closes what is left, one by one
+}
 
 [[noreturn]] void Serve(int sock, Forker& forker) {
   for (;;) {
@@ -253,7 +281,8 @@ class Forker {
     std::vector<int> give;
     if (answer.error == 0) give.push_back(pidfd);
     if (!sys::SendWithFds(sock, out, give).ok()) _exit(0);
-  }  // `fds` closes the forker's copies of the pipe ends
+    CloseReceived(&fds);  // our copies of the pipe ends
+  }
 }
 
 }  // namespace
@@ -288,15 +317,20 @@ int StartNativeForker(const NativeForkerConfig& cfg, std::string* how) {
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != dispatcher) _exit(0);
-  // The node's channel is the dispatcher's alone: /dev/null on stdin and stdout (stderr, the
-  // runner's log, stays).
-  const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0) _exit(1);
-  close(null);
-  // Nothing else of the dispatcher's: its end of our socket and whatever it had open.
+  // Nothing of the dispatcher's but our socket: not the node's channel, nor whatever it had
+  // open. Every number below 10 but our socket's and stderr's (the runner's log) is then
+  // /dev/null, so each fd a request brings (and so each pipe end) lands above the numbers pid 1
+  // places its pipes on, with no move to make.
   const int sock = sv[1];
   if (sock > 3) syscall(SYS_close_range, 3u, static_cast<unsigned>(sock - 1), 0u);
   syscall(SYS_close_range, static_cast<unsigned>(sock + 1), ~0u, 0u);
+  const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0) _exit(1);
+  for (int fd = 0; fd < kFirstFreeFd; ++fd) {
+    if (fd == sock || fd == null || (fd == 2 && fcntl(2, F_GETFD) >= 0)) continue;
+    if (dup3(null, fd, fd > 2 ? O_CLOEXEC : 0) < 0) _exit(1);
+  }
+  if (null >= kFirstFreeFd) close(null);
   // Workers are reaped by the kernel (the dispatcher watches their pidfds); a SIGUSR1 sent to a
   // new pid 1 before it has its handler must not end it: blocked here, pid 1 unblocks it.
   struct sigaction reap {};

@@ -147,7 +147,10 @@ bool CopyIn(int fd, uint64_t n, char* chunk) {
 }
 
 // The program's side of the spawn: it shares pid 1's memory (CLONE_VM | CLONE_VFORK), so it
-// only undoes what pid 1 set for itself and execs; what failed is left in `exec_errno`.
+// only undoes what pid 1 set for itself and execs; what failed is left in `exec_errno`. Its
+// signal dispositions are pid 1's: SIGPIPE, SIGXFSZ and SIGCHLD at their defaults since pid 1
+// began, SIGUSR1 caught, which the exec puts back to its default (a process-directed SIGUSR1
+// goes to pid 1, never to this child).
 struct ProgramSpawn {
   char** argv;
   char* const* envp;
@@ -157,7 +160,6 @@ struct ProgramSpawn {
 
 int ProgramMain(void* arg) {
   auto* p = static_cast<ProgramSpawn*>(arg);
-  for (int s : {SIGUSR1, SIGPIPE, SIGXFSZ}) signal(s, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);

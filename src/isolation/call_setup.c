@@ -72,8 +72,10 @@ static const char* do_mount(const char* src, const char* target, const char* typ
   return mount(src, target, type, flags, data) == 0 ? NULL : target;
 }
 
-static const char* mask_proc(void) {
+static const char* mask_proc(unsigned flags) {
   for (size_t i = 0; i < warren_call_proc_masks_count; i++) {
+    if ((flags & WARREN_CALL_PROC_MASKS_KNOWN) && (flags & WARREN_CALL_PROC_MASK_ABSENT(i)))
+      continue;
     const char* p = warren_call_proc_masks[i];
     /* Absent: nothing to hide (but a missing /dev/null is a failure). */
     if (mount("/dev/null", p, NULL, MS_BIND, NULL) != 0 &&
@@ -146,7 +148,7 @@ static const char* own_namespaces(const struct warren_call_params* s) {
   if ((s->flags & (WARREN_CALL_MAKE_PRIVATE | WARREN_CALL_ROOT_DONE)) == WARREN_CALL_MAKE_PRIVATE)
     TRY(do_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
   TRY(do_mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
-  TRY(mask_proc());
+  TRY(mask_proc(s->flags));
   char opts[128];
   snprintf(opts, sizeof opts, "size=%llu,nr_inodes=%d,mode=0700,uid=%u,gid=%u", s->tmp_bytes,
            WARREN_CALL_TMP_INODES, (unsigned)s->uid, (unsigned)s->uid);
@@ -177,7 +179,14 @@ const char* warren_call_setup(const struct warren_call_params* s) {
   return NULL;
 }
 
+_Static_assert(sizeof warren_call_proc_masks / sizeof warren_call_proc_masks[0] <= 24,
+               "a flag bit for each mask");
+
 unsigned warren_call_prepare_root(unsigned flags, unsigned long root_flags) {
+  flags |= WARREN_CALL_PROC_MASKS_KNOWN;
+  for (size_t i = 0; i < warren_call_proc_masks_count; i++)
+    if (access(warren_call_proc_masks[i], F_OK) != 0 && errno == ENOENT)
+      flags |= WARREN_CALL_PROC_MASK_ABSENT(i);
   if (unshare(CLONE_NEWNS) != 0) return flags;
   if ((flags & WARREN_CALL_MAKE_PRIVATE) && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
     return flags;

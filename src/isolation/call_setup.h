@@ -26,6 +26,11 @@ extern "C" {
 #define WARREN_CALL_MAKE_PRIVATE 1u
 #define WARREN_CALL_HAS_SHM 2u
 #define WARREN_CALL_ROOT_DONE 4u
+/* Which of warren_call_proc_masks the kernel has no file for, learnt once by
+ * warren_call_prepare_root (the set is the kernel's, the same in every /proc): a worker skips
+ * those instead of failing a mount and an access on each, every call. */
+#define WARREN_CALL_PROC_MASKS_KNOWN 8u
+#define WARREN_CALL_PROC_MASK_ABSENT(i) (1u << (8 + (i)))
 
 /* Files a call's /tmp (and /dev/shm) may hold: each inode is kernel memory no process owns. */
 #define WARREN_CALL_TMP_INODES 32768
@@ -57,8 +62,8 @@ const char* warren_call_setup(const struct warren_call_params* setup);
  * its own, made once, with / private (if the runner's is shared) and read-only as every
  * worker's must be, so that workers copy it and skip both (2 of the 5 mount calls of their
  * set-up, and as many mounts fewer to tear down). The dispatcher stays in the runner's. Returns
- * `flags` with WARREN_CALL_ROOT_DONE added, or as they were where any step failed (workers then
- * do it all). */
+ * `flags` with WARREN_CALL_ROOT_DONE added, or without it where any step failed (workers then
+ * do it all), and with the absent masks (WARREN_CALL_PROC_MASKS_KNOWN) either way. */
 unsigned warren_call_prepare_root(unsigned flags, unsigned long root_flags);
 
 /* Also once, where warren_call_prepare_root succeeded (never in the runner's own namespace):

@@ -125,6 +125,35 @@ TEST(CallSetupTest, AWorkerEndsUpInItsOwnReadOnlyCorner) {
   EXPECT_EQ(found["umount_proc"], strerror(EPERM));
 }
 
+// The masks this kernel has no file for are learnt once, where the workers are cloned from,
+// and skipped by each worker; the others are still bound over.
+TEST(CallSetupTest, MasksTheKernelLacksAreLearntOnceAndSkipped) {
+  ASSERT_EQ(geteuid(), 0u) << "integration tests run as root";
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  const pid_t child = fork();
+  if (child == 0) {  // prepare_root makes the caller a mount namespace of its own
+    const unsigned flags = warren_call_prepare_root(WARREN_CALL_MAKE_PRIVATE, 0);
+    (void)!write(p[1], &flags, sizeof flags);
+    _exit(0);
+  }
+  close(p[1]);
+  unsigned flags = 0;
+  ASSERT_EQ(read(p[0], &flags, sizeof flags), static_cast<ssize_t>(sizeof flags));
+  close(p[0]);
+  waitpid(child, nullptr, 0);
+  EXPECT_NE(flags & WARREN_CALL_PROC_MASKS_KNOWN, 0u);
+  for (size_t i = 0; i < warren_call_proc_masks_count; ++i) {
+    const bool absent = access(warren_call_proc_masks[i], F_OK) != 0 && errno == ENOENT;
+    EXPECT_EQ((flags & WARREN_CALL_PROC_MASK_ABSENT(i)) != 0, absent) << warren_call_proc_masks[i];
+  }
+  warren_call_params params{kCallUid, kTmpBytes, flags & ~WARREN_CALL_ROOT_DONE, 0, nullptr, 0};
+  auto found = RunInFreshWorker(params);
+  ASSERT_EQ(found["failed"], "") << found["errno"];
+  EXPECT_EQ(found["kallsyms_is_null"], "1");
+  EXPECT_EQ(found["interrupts_is_null"], "1");
+}
+
 TEST(CallSetupTest, AFilterTheKernelRefusesIsNamedAndNothingRuns) {
   ASSERT_EQ(geteuid(), 0u) << "integration tests run as root";
   // One instruction of an opcode that does not exist: the kernel's check refuses the program.

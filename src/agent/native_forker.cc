@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/call_netns_pool.h"
+#include "agent/call_ns_pool.h"
 #include "agent/call_worker.h"
 #include "agent/protocol.h"
 #include "base/unique_fd.h"
@@ -78,13 +78,15 @@ struct Pid1Slot {
   const NativeForkerConfig* cfg = nullptr;
   uint32_t uid = 0;
   int pipes[kPipes] = {};
-  CallNetns netns;  // its call's, while a pid 1 has it; invalid: the clone made one
+  // Its call's, while a pid 1 has them (call_ns_pool.h); invalid: the clone made one.
+  CallNetns netns;
+  CallIpcns ipcns;
 };
 
 constexpr size_t kPage = 4096, kPid1Stack = 256 << 10;
 constexpr size_t kSlotBytes = kPage + kPid1Stack + kPage + kCallWorkerSpawnStack + kCallWorkerRoom;
 constexpr size_t kMaxSlots = 1024;
-constexpr size_t kKeptNetns = 16;  // between calls; a runner runs a few calls at once
+constexpr size_t kKeptNamespaces = 16;  // of each kind; a runner runs a few calls at once
 
 char* Pid1Stack(const Pid1Slot& s) { return s.mem + kPage; }
 char* SpawnStack(const Pid1Slot& s) { return s.mem + kPage + kPid1Stack + kPage; }
@@ -93,13 +95,15 @@ char* Room(const Pid1Slot& s) { return SpawnStack(s) + kCallWorkerSpawnStack; }
 // Pid 1's first steps, before the call's own: its fds in place and nothing else of the
 // forker's (not its socket, with which a call could ask for workers), its net namespace.
 [[noreturn]] void StartWorker(Pid1Slot& slot) {
-  // The net namespace first: its fd may be on a number a pipe end goes to.
+  // The namespaces first: their fds are above the numbers the pipe ends go to.
   const int netns_err = slot.netns.valid() && setns(slot.netns.fd(), CLONE_NEWNET) != 0 ? errno : 0;
+  const int ipcns_err = slot.ipcns.valid() && setns(slot.ipcns.fd(), CLONE_NEWIPC) != 0 ? errno : 0;
   // The pipe ends are above 9 (see Serve), so no dup2 here overwrites one not yet placed.
   for (size_t i = 0; i < kPipes; ++i)
     if (dup2(slot.pipes[i], kTargets[i]) < 0) _exit(1);
   syscall(SYS_close_range, 5u, ~0u, 0u);
   if (netns_err) CallWorkerSetupFailed("setns net", netns_err);
+  if (ipcns_err) CallWorkerSetupFailed("setns ipc", ipcns_err);
   const NativeForkerConfig& cfg = *slot.cfg;
   CallWorkerParams params{slot.uid, cfg.tmp_bytes, cfg.setup_flags, cfg.root_flags, cfg.seccomp};
   params.room = Room(slot);
@@ -158,8 +162,10 @@ class Forker {
     slot->uid = uid;
     for (size_t i = 0; i < kPipes; ++i) slot->pipes[i] = pipes[i];
     slot->netns = netns_.Take();
-    int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID | CLONE_PIDFD | SIGCHLD;
+    slot->ipcns = ipcns_.Take();
+    int flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWPID | CLONE_PIDFD | SIGCHLD;
     if (!slot->netns.valid()) flags |= CLONE_NEWNET;
+    if (!slot->ipcns.valid()) flags |= CLONE_NEWIPC;
     // Shared: no copy of our page tables to make, fault in and tear down for each call (on a
     // guest whose page tables the host shadows, most of what a run cost).
     if (shared_) flags |= CLONE_VM | CLONE_SETTLS;
@@ -168,7 +174,8 @@ class Forker {
                             shared_ ? slot->tls : nullptr, nullptr);
     if (pid < 0) {
       const int err = errno;
-      netns_.Give(std::move(slot->netns));  // no process was ever in it
+      netns_.Give(std::move(slot->netns));  // no process was ever in them
+      ipcns_.Give(std::move(slot->ipcns));
       return err;
     }
     slot->pidfd = fd;
@@ -217,7 +224,8 @@ class Forker {
   void Release(Pid1Slot& s) {
     close(s.pidfd);
     s.pidfd = -1;
-    netns_.Give(std::move(s.netns));  // kept if its call left it as new
+    netns_.Give(std::move(s.netns));  // each kept if its call left it as new
+    ipcns_.Give(std::move(s.ipcns));
     // What a large request used of the room goes back (the first 256 KiB stays warm).
     constexpr size_t kWarm = 256 << 10;
     const size_t said = s.room_used;
@@ -229,7 +237,8 @@ class Forker {
   const NativeForkerConfig& cfg_;
   const char* const why_not_;
   const bool shared_;
-  CallNetnsPool netns_{kKeptNetns};
+  CallNetnsPool netns_ = MakeCallNetnsPool(kKeptNamespaces);
+  CallIpcnsPool ipcns_ = MakeCallIpcnsPool(kKeptNamespaces);
   std::deque<Pid1Slot> slots_;  // a deque: a pid 1 holds a pointer to its slot
   std::vector<pollfd> polls_;   // FreeSlot's, kept for its capacity
 };

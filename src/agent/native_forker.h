@@ -1,8 +1,8 @@
 // The native forker: where an fncall runner's native workers (call_worker.h) come from. A child
 // of the dispatcher, forked before the first call reached it, so that nothing of any call is in
 // its memory and so in no worker's; it clones each worker straight into the call's fresh mount,
-// pid, ipc and uts namespaces as pid 1, and into a net namespace it keeps for calls
-// (call_netns_pool.h: one an earlier call left as new, or new). Pid 1 runs in
+// pid and uts namespaces as pid 1, and into a net and an IPC namespace it keeps for calls
+// (call_ns_pool.h: ones an earlier call left as new, or new). Pid 1 runs in
 // the forker's own memory (CLONE_VM, on a stack and with a thread block of its own: see
 // call_worker.h): its clone copies no page tables and its end tears none down, which on a
 // guest whose page tables the host shadows cost more than the rest of pid 1's life.

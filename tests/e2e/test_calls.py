@@ -699,6 +699,39 @@ def test_exec_d_programs_share_the_net_namespaces_left_as_new(server, runner):
     assert used not in later, "a Python call's used namespace went to a native one"
 
 
+# Leaves a System V segment, a semaphore set and a message queue behind, and says the ids it
+# got. (POSIX queues are out of a call's reach: Landlock refuses to make one. The forker's check
+# looks for them all the same: tests/integration/call_ns_pool_test.cc.)
+IPC_LEFT_C = r"""
+#include <stdio.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
+int main(void) {
+  printf("%d %d %d\n", shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600),
+         semget(IPC_PRIVATE, 1, IPC_CREAT | 0600), msgget(IPC_PRIVATE, IPC_CREAT | 0600));
+  return 0;
+}
+"""
+
+
+def test_exec_d_programs_get_ipc_namespaces_left_as_new(server, runner):
+    """An exec'd program's IPC namespace is one an earlier call left as new, or new: making one
+    costs more than the rest of a run's namespaces. A call that made a System V object leaves
+    its namespace to no one: every call finds its IPC namespace empty, and its first objects get
+    the ids a new namespace gives."""
+    ids = [call(server, language="bash", code="readlink /proc/self/ns/ipc")["stdout"] for _ in range(12)]
+    assert len(set(ids)) < 12, "no namespace was reused"
+    for _ in range(6):
+        res = call(server, language="c", code=IPC_LEFT_C)
+        assert res["verdict"] == "ok" and res["stdout"] == "0 0 0\n", res
+        for _ in range(2):
+            res = call(server, language="bash",
+                       code="cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | grep -vc '^ *key'")
+            assert res["stdout"] == "0\n", res
+
+
 WHERE = ("import os, sys\n"
          "open('rel.txt', 'w').write('x')\n"
          "print(os.getcwd(), os.path.exists('/tmp/rel.txt'), sys.argv[0], sys.stdin.seekable(),"

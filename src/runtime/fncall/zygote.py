@@ -26,7 +26,7 @@
 #               cloned by the dispatcher's native forker (src/agent/native_forker.h) and
 #               applying the same recipe (isolation/call_setup.c); it runs the program as pid 2
 #               and reports its status, usage and the files asked for (agent/call_worker.cc). The forker
-#               keeps their net namespaces itself (agent/call_netns_pool.h).
+#               keeps their net and IPC namespaces itself (agent/call_ns_pool.h).
 #
 # Zygote messages (one JSON datagram each on the SOCK_SEQPACKET socket, fds as SCM_RIGHTS):
 # {"uid": N} + a worker's five pipe ends -> {"pid": P} + its pidfd, or {"error": ...}; each

@@ -716,19 +716,29 @@ int main(void) {
 """
 
 
-def test_exec_d_programs_get_ipc_namespaces_left_as_new(server, runner):
-    """An exec'd program's IPC namespace is one an earlier call left as new, or new: making one
-    costs more than the rest of a run's namespaces. A call that made a System V object leaves
-    its namespace to no one: every call finds its IPC namespace empty, and its first objects get
-    the ids a new namespace gives."""
-    ids = [call(server, language="bash", code="readlink /proc/self/ns/ipc")["stdout"] for _ in range(12)]
-    assert len(set(ids)) < 12, "no namespace was reused"
+IPC_LEFT_PY = ("import ctypes\n"
+               "libc = ctypes.CDLL(None)\n"
+               "print(libc.shmget(0, 4096, 0o1600), libc.semget(0, 1, 0o1600), libc.msgget(0, 0o1600))")
+IPC_NS_PY = "import os; print(os.readlink('/proc/self/ns/ipc'))"
+IPC_COUNT_SH = "cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | grep -vc '^ *key'"
+IPC_COUNT_PY = ("print(sum(len(open('/proc/sysvipc/' + k).readlines()) - 1"
+                " for k in ('shm', 'msg', 'sem')))")
+
+
+def test_calls_get_ipc_namespaces_left_as_new(server, runner):
+    """A call's IPC namespace (an exec'd program's or a Python worker's) is one an earlier call
+    of its kind left as new, or new: making one costs more than the rest of a run's namespaces.
+    A call that made a System V object leaves its namespace to no one: every call finds its IPC
+    namespace empty, and its first objects get the ids a new namespace gives."""
+    for lang, ns in (("bash", "readlink /proc/self/ns/ipc"), ("python", IPC_NS_PY)):
+        ids = [call(server, language=lang, code=ns)["stdout"] for _ in range(12)]
+        assert len(set(ids)) < 12, (lang, "no namespace was reused")
     for _ in range(6):
-        res = call(server, language="c", code=IPC_LEFT_C)
-        assert res["verdict"] == "ok" and res["stdout"] == "0 0 0\n", res
-        for _ in range(2):
-            res = call(server, language="bash",
-                       code="cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | grep -vc '^ *key'")
+        for lang, code in (("c", IPC_LEFT_C), ("python", IPC_LEFT_PY)):
+            res = call(server, language=lang, code=code)
+            assert res["verdict"] == "ok" and res["stdout"] == "0 0 0\n", res
+        for lang, code in (("bash", IPC_COUNT_SH), ("python", IPC_COUNT_PY)):
+            res = call(server, language=lang, code=code)
             assert res["stdout"] == "0\n", res
 
 

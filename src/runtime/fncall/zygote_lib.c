@@ -43,6 +43,7 @@
 
 #include "isolation/call_limits.h"
 #include "isolation/call_setup.h"
+#include "isolation/ipcns_pristine.h"
 #include "isolation/netns_pristine.h"
 #include "runtime/fncall/zygote_request.h"
 #include "sys/code_huge_pages.h"
@@ -370,10 +371,47 @@ static void send_msg(int sock, const char* msg, int fd) {
 #define WZ_KIDS 256
 static int g_self_netns = -1; /* the runner's, to come back to after a check */
 static int g_pool[WZ_POOL], g_pool_n;
+/* An IPC namespace with its probe (isolation/ipcns_pristine.h), kept as net namespaces are: a
+ * new one costs its own mqueue superblock and, at its end, an expedited RCU grace period. */
+struct wz_ipcns {
+  int fd; /* -1: none */
+  struct warren_ipcns_probe probe;
+};
+static int g_self_ipcns = -1;
+static struct wz_ipcns g_ipc_pool[WZ_POOL];
+static int g_ipc_pool_n;
 static struct {
   pid_t pid;
-  int netns; /* its net namespace, to check and keep when it ends; -1: none kept */
+  int netns;             /* its net namespace, to check and keep when it ends; -1: none kept */
+  struct wz_ipcns ipcns; /* its IPC namespace, the same */
 } g_kids[WZ_KIDS];
+
+/* One for a worker: a kept one, or one made here (unshare and back, its probe opened in it),
+ * or none (fd -1: the clone makes one, not kept). */
+static struct wz_ipcns ipcns_take(void) {
+  if (g_ipc_pool_n) return g_ipc_pool[--g_ipc_pool_n];
+  struct wz_ipcns n = {.fd = -1};
+  n.probe.mqueue = -1; /* nothing open until warren_ipcns_probe_open says otherwise */
+  for (int i = 0; i < 3; i++) n.probe.next_id[i] = -1;
+  if (g_self_ipcns < 0 || unshare(CLONE_NEWIPC) != 0) return n;
+  n.fd = open("/proc/thread-self/ns/ipc", O_RDONLY | O_CLOEXEC);
+  if (n.fd >= 0) warren_ipcns_probe_open(&n.probe);     /* all -1 where it fails: never kept */
+  if (setns(g_self_ipcns, CLONE_NEWIPC) != 0) _exit(1); /* never clone into the wrong one */
+  return n;
+}
+
+static void ipcns_release(struct wz_ipcns n) {
+  warren_ipcns_probe_close(&n.probe);
+  if (n.fd >= 0) close(n.fd);
+}
+
+/* A worker's, every process of its call gone: kept if it is as new, else let go. */
+static void ipcns_give(struct wz_ipcns n) {
+  if (n.fd >= 0 && g_ipc_pool_n < WZ_POOL && warren_ipcns_probe_pristine(&n.probe))
+    g_ipc_pool[g_ipc_pool_n++] = n;
+  else
+    ipcns_release(n);
+}
 
 /* What the check reads of each namespace found as new (in the pool, or lent to a call), opened
  * once (isolation/netns_pristine.h), by the namespace's inode number: the open files keep it
@@ -438,14 +476,17 @@ static int netns_pristine(int netns) {
   return ok;
 }
 
-static void kid_add(pid_t pid, int netns) {
+static void kid_add(pid_t pid, int netns, struct wz_ipcns ipcns) {
   for (int i = 0; i < WZ_KIDS; i++)
     if (g_kids[i].pid == 0) {
       g_kids[i].pid = pid;
       g_kids[i].netns = netns;
+      g_kids[i].ipcns = ipcns;
       return;
     }
-  if (netns >= 0) netns_release(netns); /* no room to track it: it goes with its call */
+  /* No room to track them: they go with its call. */
+  if (netns >= 0) netns_release(netns);
+  ipcns_release(ipcns);
 }
 
 /* A call's namespace, the call over: back to the pool if it is as new, else away. */
@@ -463,6 +504,7 @@ static void kid_end(pid_t pid) {
     int netns = g_kids[i].netns;
     g_kids[i].pid = 0;
     if (netns >= 0) netns_recycle(netns);
+    ipcns_give(g_kids[i].ipcns);
     return;
   }
 }
@@ -614,9 +656,10 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
                                                          void* entry, const char* hello,
                                                          const void* probe, size_t probe_len,
                                                          unsigned probe_uid) {
-  const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+  const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS;
   if (entry) find_python_api();
   g_self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  g_self_ipcns = open("/proc/self/ns/ipc", O_RDONLY | O_CLOEXEC);
   flags = warren_call_prepare_root(flags, root_flags);
   if (flags & WARREN_CALL_ROOT_DONE) warren_call_detach_covered(flags);
   warren_code_to_huge_pages(); /* the interpreter's code: see sys/code_huge_pages.h */
@@ -654,11 +697,16 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
     long uid = recv_request(sock, fds);
     if (uid <= 0) continue;
     int netns = g_pool_n ? g_pool[--g_pool_n] : -1;
-    long pid =
-        syscall(SYS_clone, clone_flags | (netns < 0 ? CLONE_NEWNET : 0) | SIGCHLD, 0, 0, 0, 0);
+    struct wz_ipcns ipcns = ipcns_take();
+    long pid = syscall(
+        SYS_clone,
+        clone_flags | (netns < 0 ? CLONE_NEWNET : 0) | (ipcns.fd < 0 ? CLONE_NEWIPC : 0) | SIGCHLD,
+        0, 0, 0, 0);
     if (pid == 0) {
       sigprocmask(SIG_SETMASK, &old, NULL);
-      if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) _exit(1); /* the zygote reports our end */
+      /* The zygote reports our end where either fails. */
+      if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) _exit(1);
+      if (ipcns.fd >= 0 && setns(ipcns.fd, CLONE_NEWIPC) != 0) _exit(1);
       place_fds(fds); /* closes sock, sfd and the pool's fds too */
       worker_setup((uid_t)uid, tmp_bytes, flags, root_flags, bpf, bpf_len);
       const int dict_len = worker_request();
@@ -669,6 +717,7 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
     for (int i = 0; i < WZ_FDS; i++) close(fds[i]);
     if (pid < 0) {
       if (netns >= 0) g_pool[g_pool_n++] = netns; /* popped above: there is room */
+      ipcns_give(ipcns);                          /* no process was ever in it */
       send_error(sock, "clone", err);
       continue;
     }
@@ -685,10 +734,11 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
       while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR) {
       }
       if (netns >= 0) netns_release(netns);
+      ipcns_release(ipcns);
       send_error(sock, "pidfd_open", perr);
       continue;
     }
-    kid_add((pid_t)pid, netns);
+    kid_add((pid_t)pid, netns, ipcns);
     char ok[64];
     snprintf(ok, sizeof ok, "{\"pid\":%ld}", pid);
     send_msg(sock, ok, pidfd);

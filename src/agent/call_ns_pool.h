@@ -6,7 +6,7 @@
 // use either.
 //
 // The forker makes each one (unshare and back), opens its probe in it then (what tells, read
-// from outside, whether it is still as new: isolation/netns_probe.h, ipcns_probe.h), gives
+// from outside, whether it is still as new: isolation/ns_probe.h), gives
 // it to one pid 1 at a time, and checks it when it sees that pid 1 ended, every process of its
 // call gone. Only a namespace owned by a user namespace a call is not root of may be judged so
 // (its occupants cannot change what the probe does not read): a runner's calls run as uids of
@@ -26,8 +26,7 @@
 #include <vector>
 
 #include "base/unique_fd.h"
-#include "isolation/ipcns_probe.h"
-#include "isolation/netns_probe.h"
+#include "isolation/ns_probe.h"
 
 namespace warren::agent {
 

@@ -5,11 +5,11 @@
  * interpreter that cannot load that library, follows the same steps with the constants the
  * dispatcher sends it from here.
  *
- * The caller is pid 1 of the call's fresh mount, pid, ipc, uts and net namespaces, still root
- * of the runner. After warren_call_setup() it is the call's uid with no capabilities, in its own
- * /proc (with what a call must not read masked), a fresh tmpfs on /tmp (its cwd) and /dev/shm,
- * a read-only /, lo up, hostname "sandbox", no_new_privs, Landlock (writes only in its tmpfs,
- * no signals or abstract sockets out) and the call's seccomp filter. */
+ * The caller is pid 1 of the call's fresh mount, pid and uts namespaces (and of IPC and net ones
+ * that are new or as new), still root of the runner. After warren_call_setup() it is the call's uid
+ * with no capabilities, in its own /proc (with what a call must not read masked), a fresh tmpfs on
+ * /tmp (its cwd) and /dev/shm, a read-only /, lo up, hostname "sandbox", no_new_privs, Landlock
+ * (writes only in its tmpfs, no signals or abstract sockets out) and the call's seccomp filter. */
 #ifndef WARREN_ISOLATION_CALL_SETUP_H_
 #define WARREN_ISOLATION_CALL_SETUP_H_
 

@@ -719,7 +719,9 @@ int main(void) {
 IPC_LEFT_PY = ("import ctypes\n"
                "libc = ctypes.CDLL(None)\n"
                "print(libc.shmget(0, 4096, 0o1600), libc.semget(0, 1, 0o1600), libc.msgget(0, 0o1600))")
-IPC_NS_PY = "import os; print(os.readlink('/proc/self/ns/ipc'))"
+IPC_NS_SH = "echo $(readlink /proc/self/ns/ipc) $(cat /proc/sys/kernel/shm_next_id)"
+IPC_NS_PY = ("import os; print(os.readlink('/proc/self/ns/ipc'),"
+             " open('/proc/sys/kernel/shm_next_id').read().strip())")
 IPC_COUNT_SH = "cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | grep -vc '^ *key'"
 IPC_COUNT_PY = ("print(sum(len(open('/proc/sysvipc/' + k).readlines()) - 1"
                 " for k in ('shm', 'msg', 'sem')))")
@@ -730,9 +732,11 @@ def test_calls_get_ipc_namespaces_left_as_new(server, runner):
     of its kind left as new, or new: making one costs more than the rest of a run's namespaces.
     A call that made a System V object leaves its namespace to no one: every call finds its IPC
     namespace empty, and its first objects get the ids a new namespace gives."""
-    for lang, ns in (("bash", "readlink /proc/self/ns/ipc"), ("python", IPC_NS_PY)):
-        ids = [call(server, language=lang, code=ns)["stdout"] for _ in range(12)]
-        assert len(set(ids)) < 12, (lang, "no namespace was reused")
+    for lang, ns in (("bash", IPC_NS_SH), ("python", IPC_NS_PY)):
+        seen = [call(server, language=lang, code=ns)["stdout"].split() for _ in range(12)]
+        assert len({ino for ino, _ in seen}) < 12, (lang, "no namespace was reused", seen)
+        # Each was made by the pool (a clone's own would read -1): the knob that tells it apart.
+        assert all(knob == "0" for _, knob in seen), (lang, seen)
     for _ in range(6):
         for lang, code in (("c", IPC_LEFT_C), ("python", IPC_LEFT_PY)):
             res = call(server, language=lang, code=code)

@@ -56,10 +56,9 @@ static int snmp_setting(const char* name) {
  * then "Tcp: values..." (snmp, netstat); else one "name value" a line (snmp6, dev_snmp6). A
  * counter a call moved (packets it tried to send nowhere, say) would tell a later occupant of it:
  * lo's own counters and the socket counts do not show those. Absent (no IPv6): nothing to tell. */
-static int snmp_all_zero(int fd, int paired) {
-  char buf[32768]; /* snmp6: ~90 lines */
+static int snmp_all_zero(int fd, int paired, char* buf, size_t cap) {
   if (fd < 0) return 1;
-  if (warren_pread_small_file(fd, buf, sizeof buf) < 0) return 0;
+  if (warren_pread_small_file(fd, buf, cap) < 0) return 0;
   char* save = NULL;
   char* names = NULL;
   for (char* line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -101,7 +100,10 @@ int warren_netns_pristine(const char* proc_net) {
 
 int warren_netns_probe_pristine(const struct warren_netns_probe* probe) {
   const int* fd = probe->fd;
-  char buf[4096];
+  /* One buffer for every file, the largest being snmp6 (~90 lines, 3.4 KiB on Linux 6.18): a
+   * file that outgrows it is not pristine, and the namespace is not lent again. The zygote
+   * keeps this much of its stack copied at each clone (zygote_lib.c, own_pages). */
+  char buf[8192];
   /* lo: every counter 0 (bytes, packets, errors, drops... both ways). */
   if (warren_pread_small_file(fd[P_DEV], buf, sizeof buf) < 0) return 0;
   const char* lo = strstr(buf, "lo:");
@@ -136,8 +138,8 @@ int warren_netns_probe_pristine(const struct warren_netns_probe* probe) {
     return 0;
   }
   /* netstat's and lo's own IPv6 counters move only with packets, which lo's counters show. */
-  if (!snmp_all_zero(fd[P_SNMP], 1)) return 0;
-  if (!snmp_all_zero(fd[P_SNMP6], 0)) return 0;
+  if (!snmp_all_zero(fd[P_SNMP], 1, buf, sizeof buf)) return 0;
+  if (!snmp_all_zero(fd[P_SNMP6], 0, buf, sizeof buf)) return 0;
   if (warren_pread_small_file(fd[P_UNIX], buf, sizeof buf) < 0) return 0;
   char* nl = strchr(buf, '\n');
   return nl && nl[1] == 0; /* the header line alone */

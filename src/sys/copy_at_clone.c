@@ -182,20 +182,33 @@ int warren_send_written_pages(int fd) {
   return 0;
 }
 
-long warren_copy_at_clone_from_list(const void* list, size_t len, const char** why) {
+static int by_address(const void* a, const void* b) {
+  const uintptr_t x = *(const uintptr_t*)a, y = *(const uintptr_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+long warren_copy_at_clone_from_list(const void* list, size_t len, const uintptr_t* own, size_t nown,
+                                    const char** why) {
   uint64_t count = 0;
   if (len < 8 || (memcpy(&count, list, 8), count > LIST_MAX) || len != 8 + count * 8) {
     *why = "the sample did not list its pages";
     return -1;
   }
   /* It may follow a frame of any length: copied out to be aligned. */
-  uintptr_t* pages = malloc(count ? count * sizeof(uintptr_t) : 1);
+  const size_t all = (size_t)count + nown;
+  uintptr_t* pages = malloc(all ? all * sizeof(uintptr_t) : 1);
   if (!pages) {
     *why = "malloc";
     return -1;
   }
   memcpy(pages, (const char*)list + 8, count * sizeof(uintptr_t));
-  long pinned = warren_copy_at_clone(pages, count);
+  for (size_t i = 0; i < nown; i++) pages[count + i] = own[i] & ~(PAGE - 1);
+  /* In order and once each: consecutive pages make one registered buffer. */
+  qsort(pages, all, sizeof *pages, by_address);
+  size_t n = 0;
+  for (size_t i = 0; i < all; i++)
+    if (n == 0 || pages[i] != pages[n - 1]) pages[n++] = pages[i];
+  long pinned = warren_copy_at_clone(pages, n);
   int err = errno;
   free(pages);
   if (pinned < 0)

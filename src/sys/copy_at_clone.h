@@ -44,9 +44,13 @@ long warren_copy_at_clone(const uintptr_t* pages, size_t n);
 int warren_send_written_pages(int fd);
 
 /* In the parent: pins the pages of such a list (`len` bytes, as warren_send_written_pages
- * wrote them) with warren_copy_at_clone. Returns how many were pinned, or -1 with `*why`
- * saying why none were. */
-long warren_copy_at_clone_from_list(const void* list, size_t len, const char** why);
+ * wrote them) with warren_copy_at_clone, and with them `own`: pages the parent itself writes
+ * after each clone (its loop's variables, its stack frame), which would otherwise take a fault
+ * in the parent at every clone, with the TLB flush that clears the page's shared entry. A
+ * page in both is pinned once. Returns how many were pinned, or -1 with `*why` saying why
+ * none were. */
+long warren_copy_at_clone_from_list(const void* list, size_t len, const uintptr_t* own, size_t nown,
+                                    const char** why);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 // Pages a child wrote, once pinned by the parent (sys/copy_at_clone.h), are copied at every
-// later fork: a child writing them then takes no fault, where it took one a page before. Real
-// kernel, no root: io_uring's registered buffers, as the fncall zygote uses them.
+// later fork: a child writing them then takes no fault, where it took one a page before; and
+// pages the parent writes itself after each fork stay writable in it. Real kernel, no root:
+// io_uring's registered buffers, as the fncall zygote uses them.
 #include "sys/copy_at_clone.h"
 
 #include <gtest/gtest.h>
@@ -17,7 +18,7 @@
 namespace warren::sys {
 namespace {
 
-constexpr size_t kPage = 4096, kPages = 64, kWritten = 24;
+constexpr size_t kPage = 4096, kPages = 64, kWritten = 24, kOwn = 8;
 
 // Runs `fn` in a forked child and returns what it wrote on the pipe as u64s.
 template <typename Fn>
@@ -88,10 +89,32 @@ TEST(CopyAtClone, PagesAChildWroteAreCopiedAtEveryLaterFork) {
   const long shared = FaultsWriting(mem);
   EXPECT_GE(shared, static_cast<long>(kWritten));  // one copy-on-write fault a page
 
+  // Pinned from the list as the child sent it, with pages the parent writes itself after each
+  // fork (`own`): the next kOwn, and one the list has too (pinned once).
+  std::vector<uint64_t> list{listed.size()};
+  list.insert(list.end(), listed.begin(), listed.end());
+  std::vector<uintptr_t> own{base + kPage};  // listed too
+  for (size_t i = kWritten; i < kWritten + kOwn; ++i) own.push_back(base + i * kPage + 8);
+  const char* why = "";
+  const long pinned = warren_copy_at_clone_from_list(list.data(), list.size() * sizeof(uint64_t),
+                                                     own.data(), own.size(), &why);
+  // (The list has the child's stack and heap too: those the parent has are pinned as well.)
+  ASSERT_GE(pinned, static_cast<long>(kWritten + kOwn)) << why << ": " << strerror(errno);
+  EXPECT_LE(pinned, static_cast<long>(listed.size() + kOwn));
   std::vector<uintptr_t> pages(listed.begin(), listed.end());
-  const long pinned = warren_copy_at_clone(pages.data(), pages.size());
-  ASSERT_GE(pinned, static_cast<long>(kWritten)) << "io_uring: " << strerror(errno);
-  EXPECT_LE(pinned, static_cast<long>(pages.size()));
+
+  // The parent's own pages stay writable across a fork: no fault where a page it did not pin
+  // takes one.
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  MinorFaults();  // its own stack's first write since the fork
+  long before = MinorFaults();
+  for (size_t i = kWritten; i < kWritten + kOwn; ++i) mem[i * kPage] = 3;
+  EXPECT_EQ(MinorFaults() - before, 0);
+  before = MinorFaults();
+  for (size_t i = kWritten + kOwn; i < kPages; ++i) mem[i * kPage] = 3;
+  EXPECT_GE(MinorFaults() - before, static_cast<long>(kPages - kWritten - kOwn));
 
   // Copied at the fork: the child's writes find its own pages, writable.
   EXPECT_EQ(FaultsWriting(mem), 0);

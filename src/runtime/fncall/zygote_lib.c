@@ -578,11 +578,46 @@ struct wz_setup {
   unsigned long root_flags;
 };
 
+/* The zygote's own pages that it writes at every clone and end: the loop's variables, and its
+ * stack from the loop's frame (`frame`, a variable there) down through what the loop calls.
+ * Shared with each new worker, each took a copy in the zygote right after the clone (3 a
+ * clone here, with the flush that clears the shared entry on every CPU that ran the zygote),
+ * on the path to the next clone; pinned, each is copied into the worker at the clone instead.
+ * Returns how many pages are in `out`. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+#define WZ_STACK_PAGES 6
+static size_t own_pages(const void* frame, uintptr_t* out, size_t cap) {
+  const struct {
+    const void* at;
+    size_t len;
+  } mine[] = {{g_pool, sizeof g_pool},         {&g_pool_n, sizeof g_pool_n},
+              {g_ipc_pool, sizeof g_ipc_pool}, {&g_ipc_pool_n, sizeof g_ipc_pool_n},
+              {g_kids, sizeof g_kids},         {g_probes, sizeof g_probes}};
+  const uintptr_t page = 4096;
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++) {
+    const uintptr_t first = (uintptr_t)mine[i].at & ~(page - 1);
+    const uintptr_t last = ((uintptr_t)mine[i].at + mine[i].len - 1) & ~(page - 1);
+    for (uintptr_t p = first; p <= last && n < cap; p += page) out[n++] = p;
+  }
+  /* The frame may reach a page above its variable; the calls go down. */
+  const uintptr_t top = ((uintptr_t)frame & ~(page - 1)) + page;
+  for (uintptr_t k = 0; k < WZ_STACK_PAGES && n < cap; k++) out[n++] = top - k * page;
+  /* Each made present now (a variable not yet written, a stack page not yet reached): only a
+   * page the zygote has can be pinned. Writes nothing: a page present stays as it is. */
+  for (size_t i = 0; i < n; i++) madvise((void*)out[i], page, MADV_POPULATE_WRITE);
+  return n;
+}
+
 static long learn_hot_pages(const void* probe, size_t probe_len, unsigned uid,
-                            const struct wz_setup* s, void* entry, const char** why) {
+                            const struct wz_setup* s, void* entry, const uintptr_t* own,
+                            size_t nown, const char** why) {
   if (!probe_len || !uid || !entry || !g_py_loads || !g_py_call || !g_py_print_error) {
     *why = "no sample call";
-    return 0;
+    const long pinned = warren_copy_at_clone(own, nown); /* the zygote's own, at least */
+    return pinned > 0 ? pinned : 0;
   }
   int p[WZ_FDS][2]; /* request, stdin, stdout, stderr, status: as the dispatcher's */
   int made = 0;
@@ -640,7 +675,7 @@ static long learn_hot_pages(const void* probe, size_t probe_len, unsigned uid,
   }
   if (len >= 4) memcpy(&total, buf, 4);
   const size_t at = 4 + (size_t)total; /* the list follows its report's frame */
-  pinned = warren_copy_at_clone_from_list(buf + at, len > at ? len - at : 0, why);
+  pinned = warren_copy_at_clone_from_list(buf + at, len > at ? len - at : 0, own, nown, why);
   if (pinned < 0) pinned = 0;
   munmap(buf, cap);
   return pinned;
@@ -657,6 +692,7 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
                                                          const void* probe, size_t probe_len,
                                                          unsigned probe_uid) {
   const unsigned long clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS;
+  char loop_frame = 0; /* where this frame is: the stack the loop below writes (own_pages) */
   if (entry) find_python_api();
   g_self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   g_self_ipcns = open("/proc/self/ns/ipc", O_RDONLY | O_CLOEXEC);
@@ -666,7 +702,9 @@ __attribute__((visibility("default"))) int warren_zygote(int sock, const void* b
   {
     const struct wz_setup s = {bpf, bpf_len, tmp_bytes, flags, root_flags};
     const char* why = "";
-    const long hot = learn_hot_pages(probe, probe_len, probe_uid, &s, entry, &why);
+    uintptr_t own[64];
+    const size_t nown = own_pages(&loop_frame, own, sizeof own / sizeof own[0]);
+    const long hot = learn_hot_pages(probe, probe_len, probe_uid, &s, entry, own, nown, &why);
     char ready[4096];
     snprintf(ready, sizeof ready, "%s, \"copied_at_clone\": %ld, \"copy_at_clone_why\": \"%s\"}",
              hello, hot, why);

@@ -22,7 +22,8 @@ extern "C" {
 /* 1 if the namespace whose /proc/.../net directory is `proc_net` is pristine, 0 if not (or if
  * a file cannot be read). In a process with one thread, "/proc/self/net" shows the namespace
  * it is in; in a threaded one, "/proc/thread-self/net" shows the calling thread's. About 70 us,
- * nearly all of it the kernel's. */
+ * nearly all of it the kernel's; through files opened once (below), one pread a file, 7 in all:
+ * ~45 us, snmp6, snmp and unix the dearest (17, 12 and 12 us here). */
 int warren_netns_pristine(const char* proc_net);
 
 /* The files the check reads, opened once in a namespace and read again at each check: each

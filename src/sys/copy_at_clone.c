@@ -113,13 +113,31 @@ long warren_written_pages(uintptr_t* out, size_t cap) {
 
 static int g_ring = -1; /* holds the pins for the process's life */
 
-long warren_copy_at_clone(const uintptr_t* pages, size_t n) {
+static int by_address(const void* a, const void* b) {
+  const uintptr_t x = *(const uintptr_t*)a, y = *(const uintptr_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+long warren_copy_at_clone(const uintptr_t* given, size_t n) {
   if (g_ring >= 0) {
     errno = EBUSY;
     return -1;
   }
+  /* Each page once and in order (the callers' lists are in any order, pages in both at once):
+   * consecutive pages make one registered buffer. */
+  uintptr_t* pages = malloc(n ? n * sizeof *pages : 1);
+  if (!pages) return -1;
+  for (size_t i = 0; i < n; i++) pages[i] = given[i] & ~(PAGE - 1);
+  qsort(pages, n, sizeof *pages, by_address);
+  size_t unique = 0;
+  for (size_t i = 0; i < n; i++)
+    if (unique == 0 || pages[i] != pages[unique - 1]) pages[unique++] = pages[i];
+  n = unique;
   int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  if (pagemap < 0) return -1;
+  if (pagemap < 0) {
+    free(pages);
+    return -1;
+  }
   /* Runs of consecutive pages the parent has, one registered buffer each. */
   struct iovec* runs = calloc(n ? n : 1, sizeof *runs);
   size_t nruns = 0;
@@ -135,6 +153,7 @@ long warren_copy_at_clone(const uintptr_t* pages, size_t n) {
     pinned++;
   }
   close(pagemap);
+  free(pages);
   if (!runs) return -1;
   int err = 0;
   if (nruns == 0) {
@@ -182,11 +201,6 @@ int warren_send_written_pages(int fd) {
   return 0;
 }
 
-static int by_address(const void* a, const void* b) {
-  const uintptr_t x = *(const uintptr_t*)a, y = *(const uintptr_t*)b;
-  return x < y ? -1 : x > y;
-}
-
 long warren_copy_at_clone_from_list(const void* list, size_t len, const uintptr_t* own, size_t nown,
                                     const char** why) {
   uint64_t count = 0;
@@ -202,13 +216,8 @@ long warren_copy_at_clone_from_list(const void* list, size_t len, const uintptr_
     return -1;
   }
   memcpy(pages, (const char*)list + 8, count * sizeof(uintptr_t));
-  for (size_t i = 0; i < nown; i++) pages[count + i] = own[i] & ~(PAGE - 1);
-  /* In order and once each: consecutive pages make one registered buffer. */
-  qsort(pages, all, sizeof *pages, by_address);
-  size_t n = 0;
-  for (size_t i = 0; i < all; i++)
-    if (n == 0 || pages[i] != pages[n - 1]) pages[n++] = pages[i];
-  long pinned = warren_copy_at_clone(pages, n);
+  if (nown) memcpy(pages + count, own, nown * sizeof(uintptr_t));
+  long pinned = warren_copy_at_clone(pages, all);
   int err = errno;
   free(pages);
   if (pinned < 0)

@@ -32,9 +32,10 @@ extern "C" {
 long warren_written_pages(uintptr_t* out, size_t cap);
 
 /* In the parent: pins those of `pages` it has present itself (a page the child made fresh is
- * not the parent's to copy), so that every later clone copies them at once. Returns how many
- * were pinned, or -1 with errno (nothing pinned). Once per process: a second call fails with
- * EBUSY. */
+ * not the parent's to copy), so that every later clone copies them at once. `pages` are
+ * addresses in any order, each taken as its page, a page given twice pinned once. Returns how
+ * many were pinned, or -1 with errno (nothing pinned). Once per process: a second call fails
+ * with EBUSY. */
 long warren_copy_at_clone(const uintptr_t* pages, size_t n);
 
 /* In the child that ran the sample, at its end: makes itself dumpable again (its uid change
@@ -47,8 +48,8 @@ int warren_send_written_pages(int fd);
  * wrote them) with warren_copy_at_clone, and with them `own`: pages the parent itself writes
  * after each clone (its loop's variables, its stack frame), which would otherwise take a fault
  * in the parent at every clone, with the TLB flush that clears the page's shared entry. A
- * page in both is pinned once. Returns how many were pinned, or -1 with `*why` saying why
- * none were. */
+ * page in both is pinned once (as warren_copy_at_clone pins any page once). Returns how many were
+ * pinned, or -1 with `*why` saying why none were. */
 long warren_copy_at_clone_from_list(const void* list, size_t len, const uintptr_t* own, size_t nown,
                                     const char** why);
 
